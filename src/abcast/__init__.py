@@ -1,0 +1,1 @@
+"""abcast: group communication for Python."""

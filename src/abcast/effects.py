@@ -1,0 +1,97 @@
+"""Effects: what a protocol core asks for. The stack routes each one.
+
+Down (to the layer below): `Send`, `Multicast`. Up: `Up` (to the layer above), `Deliver`
+(to the application; only the top layer emits it). Sideways: `SetTimer`/`CancelTimer`
+in the layer's own key space, `InstallView` (to every other layer and the application),
+`Suspect`/`Restore` (failure-detector verdicts for the layers above).
+
+At the bottom of a stack, `Send`/`Multicast` become `Transmit` (encoded bytes for the
+driver), and timer keys are namespaced by layer.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from abcast.codec import EMPTY, Packet
+from abcast.ids import NodeId, View
+
+
+class Stage(enum.Enum):
+    FINAL = "deliver"
+    OPTIMISTIC = "opt_deliver"
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    to: NodeId
+    header: Any
+    inner: Packet = EMPTY
+    control: bool = False  # reliability traffic: not counted as a protocol packet
+
+
+@dataclass(frozen=True, slots=True)
+class Multicast:
+    to: tuple[NodeId, ...]
+    header: Any
+    inner: Packet = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class Up:
+    sender: NodeId
+    packet: Packet
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    origin: NodeId
+    seq: int
+    payload: bytes
+    stage: Stage = Stage.FINAL
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    """Fire `key` at absolute time `at` (µs); setting an armed key moves it."""
+
+    key: Hashable
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    key: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class InstallView:
+    view: View
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    node: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    node: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    """Bottom of the stack: bytes for the transport to carry to each node in `to`."""
+
+    to: tuple[NodeId, ...]
+    data: bytes
+    control: bool = False
+
+
+Effect = (
+    Send | Multicast | Up | Deliver | SetTimer | CancelTimer | InstallView | Suspect | Restore
+)
+Output = Transmit | Deliver | SetTimer | CancelTimer | InstallView

@@ -1,0 +1,78 @@
+"""Events: what a protocol core is told. Time is never an event field; it is the second
+argument of `Layer.handle`, in integer microseconds.
+
+A layer hears from the application (through the stack's top), from the layer above
+(`SendRequested`/`MulticastRequested`, carrying that layer's packet opaque), from the layer
+below (`Received`, with this layer's own header already decoded), from its timers and
+from membership.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from abcast.codec import Packet
+from abcast.ids import NodeId, View
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastRequested:
+    """The application on this node broadcasts message (self, seq) with this payload."""
+
+    seq: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequested:
+    """The layer above sends `packet` to one node."""
+
+    to: NodeId
+    packet: Packet
+
+
+@dataclass(frozen=True, slots=True)
+class MulticastRequested:
+    """The layer above sends `packet` to each node in `to` (never including this node)."""
+
+    to: tuple[NodeId, ...]
+    packet: Packet
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A packet from `sender` for this layer: its own header, and what it carries up."""
+
+    sender: NodeId
+    header: Any
+    inner: Packet
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    key: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class ViewInstalled:
+    """A membership this layer must now work in (the first one starts the layer)."""
+
+    view: View
+
+
+@dataclass(frozen=True, slots=True)
+class Suspected:
+    node: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    node: NodeId
+
+
+Event = (
+    BroadcastRequested | SendRequested | MulticastRequested | Received | TimerFired
+    | ViewInstalled | Suspected | Restored
+)

@@ -1,0 +1,178 @@
+"""Composition: a group on a node is a stack of sans-IO layers, bottom to top.
+
+Rules: the stack routes effects between layers and never decides anything itself. A
+layer's `Send`/`Multicast` becomes an event for the layer below (its header pushed onto
+the packet); `Up` becomes `Received` for the layer above (that layer's header popped);
+timers are namespaced per layer; `InstallView` reaches every other layer and the
+application. Only the bottom touches bytes (encoding to `Transmit`) and only the top talks
+to the application. Effects are processed breadth-first in emission order, so one input
+always yields the same outputs. No clocks, no I/O: `now` comes in with every call.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar
+
+from abcast.codec import Envelope, Frame, HeaderCodec, Packet, encode_frame
+from abcast.effects import (
+    CancelTimer,
+    Deliver,
+    Effect,
+    InstallView,
+    Multicast,
+    Output,
+    Restore,
+    Send,
+    SetTimer,
+    Suspect,
+    Transmit,
+    Up,
+)
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.events import (
+    BroadcastRequested,
+    Event,
+    MulticastRequested,
+    Received,
+    Restored,
+    SendRequested,
+    Suspected,
+    TimerFired,
+    ViewInstalled,
+)
+from abcast.ids import GroupName, NodeId, View
+
+TimerKey = tuple[int, Hashable]
+
+
+class Layer(ABC):
+    """A protocol core in one slot of a stack: `handle(event, now) -> effects`."""
+
+    #: short name, used in logs and errors
+    name: ClassVar[str]
+    #: the msgspec type (usually a Union of `Header` subclasses) this layer puts on the wire
+    header_type: ClassVar[Any]
+
+    def __init__(self, node: NodeId) -> None:
+        self.node = node
+
+    @abstractmethod
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        """Consume one event at time `now` (µs) and return the effects it causes."""
+
+
+class Stack:
+    """One group's layers on one node. Drivers call `start`, `broadcast`, `receive` and
+    `fire`; each returns the outputs (`Transmit`, `Deliver`, timers, views) to carry out."""
+
+    def __init__(
+        self, node: NodeId, group: GroupName, layers: Sequence[Layer], view: View
+    ) -> None:
+        if not layers:
+            raise LocalProtocolError("a stack needs at least one layer")
+        if node not in view.members:
+            raise LocalProtocolError(f"{node} is not a member of {view}")
+        self.node = node
+        self.group = group
+        self.layers = list(layers)
+        self.view = view
+        self.codec = HeaderCodec([layer.header_type for layer in self.layers])
+        self._next_seq = 1
+
+    @property
+    def top(self) -> Layer:
+        return self.layers[-1]
+
+    @property
+    def broadcasts(self) -> int:
+        """How many messages this node has broadcast in this group."""
+        return self._next_seq - 1
+
+    def start(self, now: int) -> list[Output]:
+        """Give every layer the initial view, bottom first."""
+        return self._run([(i, ViewInstalled(self.view)) for i in range(len(self.layers))],
+                         now, [InstallView(self.view)])
+
+    def broadcast(self, payload: bytes, now: int) -> tuple[int, list[Output]]:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq, self._run([(len(self.layers) - 1, BroadcastRequested(seq, payload))], now)
+
+    def receive(self, env: Envelope, now: int) -> list[Output]:
+        """An envelope addressed to this group; raises DecodeError for bad headers."""
+        return self.receive_frame(self.codec.decode(env), now)
+
+    def receive_frame(self, frame: Frame, now: int) -> list[Output]:
+        packet = frame.packet
+        if not packet.headers:
+            raise RemoteProtocolError(f"frame from {frame.sender} carries no header")
+        event = Received(frame.sender, packet.headers[0], Packet(packet.headers[1:], packet.payload))
+        return self._run([(0, event)], now)
+
+    def fire(self, key: TimerKey, now: int) -> list[Output]:
+        index, inner = key
+        return self._run([(index, TimerFired(inner))], now)
+
+    def _run(
+        self, initial: list[tuple[int, Event]], now: int, outputs: list[Output] | None = None
+    ) -> list[Output]:
+        out: list[Output] = outputs if outputs is not None else []
+        queue: deque[tuple[int, Event]] = deque(initial)
+        layers = self.layers
+        while queue:
+            index, event = queue.popleft()
+            for effect in layers[index].handle(event, now):
+                self._route(index, effect, queue, out)
+        return out
+
+    def _route(
+        self, index: int, effect: Effect, queue: deque[tuple[int, Event]], out: list[Output]
+    ) -> None:
+        match effect:
+            case Send(to, header, inner, control):
+                if to == self.node:
+                    raise LocalProtocolError(f"{self.layers[index].name} sent to itself")
+                packet = inner.push(header)
+                if index == 0:
+                    data = encode_frame(self.group, self.node, packet, control=control)
+                    out.append(Transmit((to,), data, control))
+                else:
+                    queue.append((index - 1, SendRequested(to, packet)))
+            case Multicast(to, header, inner):
+                if not to:
+                    return
+                if self.node in to:
+                    raise LocalProtocolError(f"{self.layers[index].name} multicast to itself")
+                packet = inner.push(header)
+                if index == 0:
+                    out.append(Transmit(to, encode_frame(self.group, self.node, packet)))
+                else:
+                    queue.append((index - 1, MulticastRequested(to, packet)))
+            case Up(sender, packet):
+                if index == len(self.layers) - 1:
+                    raise LocalProtocolError(f"top layer {self.layers[index].name} sent Up")
+                if not packet.headers:
+                    raise RemoteProtocolError(
+                        f"packet from {sender} has no header for layer {self.layers[index + 1].name}"
+                    )
+                rest = Packet(packet.headers[1:], packet.payload)
+                queue.append((index + 1, Received(sender, packet.headers[0], rest)))
+            case Deliver():
+                out.append(effect)
+            case SetTimer(key, at):
+                out.append(SetTimer((index, key), at))
+            case CancelTimer(key):
+                out.append(CancelTimer((index, key)))
+            case InstallView(view):
+                self.view = view
+                queue.extend((j, ViewInstalled(view)) for j in range(len(self.layers)) if j != index)
+                out.append(effect)
+            case Suspect(node):
+                queue.extend((j, Suspected(node)) for j in range(index + 1, len(self.layers)))
+            case Restore(node):
+                queue.extend((j, Restored(node)) for j in range(index + 1, len(self.layers)))
+            case _:
+                raise LocalProtocolError(f"unknown effect {effect!r}")

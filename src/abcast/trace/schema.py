@@ -1,0 +1,54 @@
+"""The trace contract (DESIGN §4): the one format the simulator, the real runtime and the
+Spark pipeline share. Change it only together with all three.
+
+A run writes `<out>/events/<run_id>/<node>.parquet` (several `<node>-<k>.parquet` allowed)
+and adds one row to `<out>/runs.parquet`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pyarrow as pa
+
+KINDS: Final = (
+    "send", "deliver", "opt_deliver", "view", "crash", "recover", "net_send", "net_recv",
+)
+
+GUARANTEES: Final = (
+    "integrity", "validity", "agreement", "uniform_agreement", "fifo", "causal", "total",
+    "local_order",
+)
+
+EVENT_SCHEMA: Final = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("node", pa.string(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),
+    pa.field("origin", pa.string()),
+    pa.field("seq", pa.int64()),
+    pa.field("group", pa.string()),
+    pa.field("t_ns", pa.int64(), nullable=False),
+    pa.field("index", pa.int64()),
+    pa.field("size", pa.int32()),
+    pa.field("view_id", pa.int64()),
+    pa.field("deps", pa.map_(pa.string(), pa.int64())),
+    pa.field("peer", pa.string()),
+    pa.field("members", pa.list_(pa.string())),
+])
+
+RUN_SCHEMA: Final = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("ordering", pa.string(), nullable=False),
+    pa.field("transport", pa.string(), nullable=False),
+    pa.field("nodes", pa.int32(), nullable=False),
+    pa.field("payload_bytes", pa.int32(), nullable=False),
+    pa.field("workload", pa.string(), nullable=False),
+    pa.field("seed", pa.int64()),
+    pa.field("faults", pa.string()),
+    pa.field("guarantees", pa.list_(pa.string()), nullable=False),
+    pa.field("started_ns", pa.int64(), nullable=False),
+    pa.field("duration_ns", pa.int64(), nullable=False),
+])
+
+EVENT_COLUMNS: Final = tuple(EVENT_SCHEMA.names)
+RUN_COLUMNS: Final = tuple(RUN_SCHEMA.names)
