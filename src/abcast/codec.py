@@ -79,6 +79,10 @@ class Frame:
         return bool(self.flags & FLAG_CONTROL)
 
 
+# msgspec reports invalid UTF-8 in a str field as UnicodeDecodeError (a ValueError), not
+# as msgspec.DecodeError; the fuzz test found it. Both mean "not a frame".
+_NOT_A_FRAME = (msgspec.MsgspecError, ValueError)
+
 _encoder = msgspec.msgpack.Encoder()
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)
 
@@ -95,7 +99,7 @@ def decode_envelope(data: bytes) -> Envelope:
     """Decode the envelope only; raises DecodeError for anything that is not one."""
     try:
         env = _envelope_decoder.decode(data)
-    except msgspec.MsgspecError as exc:
+    except _NOT_A_FRAME as exc:
         raise DecodeError(f"not an abcast frame: {exc}") from None
     if env.version != WIRE_VERSION:
         raise DecodeError(f"wire version {env.version}, expected {WIRE_VERSION}")
@@ -117,7 +121,7 @@ class HeaderCodec:
             headers = tuple(
                 dec.decode(raw) for dec, raw in zip(self._decoders, env.headers, strict=False)
             )
-        except msgspec.MsgspecError as exc:
+        except _NOT_A_FRAME as exc:
             raise DecodeError(f"bad header in group {env.group!r}: {exc}") from None
         return Frame(env.group, env.sender, env.flags, Packet(headers, env.payload))
 

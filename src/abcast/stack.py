@@ -109,12 +109,17 @@ class Stack:
         packet = frame.packet
         if not packet.headers:
             raise RemoteProtocolError(f"frame from {frame.sender} carries no header")
-        event = Received(frame.sender, packet.headers[0], Packet(packet.headers[1:], packet.payload))
+        rest = Packet(packet.headers[1:], packet.payload)
+        event = Received(frame.sender, packet.headers[0], rest)
         return self._run([(0, event)], now)
 
-    def fire(self, key: TimerKey, now: int) -> list[Output]:
-        index, inner = key
-        return self._run([(index, TimerFired(inner))], now)
+    def fire(self, key: Hashable, now: int) -> list[Output]:
+        """A timer this stack set (its key as output in `SetTimer`) is due."""
+        match key:
+            case (int(index), inner) if 0 <= index < len(self.layers):
+                return self._run([(index, TimerFired(inner))], now)
+            case _:
+                raise LocalProtocolError(f"{key!r} is not a timer of this stack")
 
     def _run(
         self, initial: list[tuple[int, Event]], now: int, outputs: list[Output] | None = None
@@ -156,7 +161,8 @@ class Stack:
                     raise LocalProtocolError(f"top layer {self.layers[index].name} sent Up")
                 if not packet.headers:
                     raise RemoteProtocolError(
-                        f"packet from {sender} has no header for layer {self.layers[index + 1].name}"
+                        f"packet from {sender} has no header for "
+                        f"layer {self.layers[index + 1].name}"
                     )
                 rest = Packet(packet.headers[1:], packet.payload)
                 queue.append((index + 1, Received(sender, packet.headers[0], rest)))
@@ -168,7 +174,8 @@ class Stack:
                 out.append(CancelTimer((index, key)))
             case InstallView(view):
                 self.view = view
-                queue.extend((j, ViewInstalled(view)) for j in range(len(self.layers)) if j != index)
+                others = (j for j in range(len(self.layers)) if j != index)
+                queue.extend((j, ViewInstalled(view)) for j in others)
                 out.append(effect)
             case Suspect(node):
                 queue.extend((j, Suspected(node)) for j in range(index + 1, len(self.layers)))

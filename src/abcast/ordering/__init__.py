@@ -1,0 +1,1 @@
+"""Ordering protocols: one sans-IO core per module, chosen by name (see `registry`)."""

@@ -1,0 +1,1 @@
+"""Reliability layers: what sits between the transport and the orderings."""

@@ -1,0 +1,187 @@
+"""Simulated nodes: each hosts a group's stack and carries out its outputs.
+
+Rules: this is the simulator's driver, the twin of the asyncio runtime. It turns
+`Transmit` into packets through the `Network`, timers into scheduler entries, and
+`Deliver`/`InstallView` into trace rows — the same rows the runtime writes. Bad frames
+are logged and counted, never raised: a peer cannot crash a node. Crashed nodes stop:
+their timers die and packets to them are lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from functools import partial
+
+from abcast.codec import FLAG_CONTROL, decode_envelope
+from abcast.effects import CancelTimer, Deliver, InstallView, Output, SetTimer, Transmit
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.ids import NodeId
+from abcast.sim.network import Network
+from abcast.sim.scheduler import Scheduler
+from abcast.stack import Stack
+from abcast.trace.recorder import TraceRecorder
+
+log = logging.getLogger("abcast.sim")
+
+DeliverHook = Callable[[NodeId, Deliver], None]
+
+
+@dataclass(slots=True)
+class SimNode:
+    node: NodeId
+    stack: Stack
+    crashed: bool = False
+    timers: dict[Hashable, int] = field(default_factory=dict)
+    # per origin: highest k such that 1..k are delivered here, and what lies above it
+    prefix: dict[NodeId, int] = field(default_factory=dict)
+    above: dict[NodeId, set[int]] = field(default_factory=dict)
+    bad_frames: int = 0
+
+    def note_delivered(self, origin: NodeId, seq: int) -> None:
+        k = self.prefix.get(origin, 0)
+        if seq != k + 1:
+            self.above.setdefault(origin, set()).add(seq)
+            return
+        k = seq
+        above = self.above.get(origin)
+        while above and k + 1 in above:
+            k += 1
+            above.discard(k)
+        self.prefix[origin] = k
+
+    def deps(self) -> dict[NodeId, int]:
+        """What this node had delivered from others, as contiguous prefixes."""
+        return {o: k for o, k in self.prefix.items() if k > 0 and o != self.node}
+
+
+class SimCluster:
+    def __init__(
+        self, scheduler: Scheduler, network: Network, recorder: TraceRecorder,
+        *, net_trace: bool = False, on_deliver: DeliverHook | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.network = network
+        self.recorder = recorder
+        self.net_trace = net_trace
+        self.on_deliver = on_deliver
+        self.nodes: dict[NodeId, SimNode] = {}
+        self._timer_tokens = 0
+        self.protocol_packets = 0
+        self.control_packets = 0
+
+    def _t_ns(self) -> int:
+        return self.scheduler.now * 1_000
+
+    def add(self, stack: Stack) -> SimNode:
+        if stack.node in self.nodes:
+            raise LocalProtocolError(f"node {stack.node} already exists")
+        sim_node = self.nodes[stack.node] = SimNode(stack.node, stack)
+        self._apply(sim_node, stack.start(self.scheduler.now))
+        return sim_node
+
+    def alive(self) -> list[NodeId]:
+        return [n for n, s in self.nodes.items() if not s.crashed]
+
+    def broadcast(self, node: NodeId, payload: bytes) -> int:
+        sim_node = self.nodes[node]
+        if sim_node.crashed:
+            raise LocalProtocolError(f"{node} is crashed and cannot broadcast")
+        stack = sim_node.stack
+        seq = stack.broadcasts + 1
+        self.recorder.record(
+            node, "send", self._t_ns(), origin=node, seq=seq, group=stack.group,
+            size=len(payload), view_id=stack.view.view_id, deps=sim_node.deps(),
+        )
+        got, outputs = stack.broadcast(payload, self.scheduler.now)
+        assert got == seq
+        self._apply(sim_node, outputs)
+        return seq
+
+    def crash(self, node: NodeId) -> None:
+        sim_node = self.nodes[node]
+        if sim_node.crashed:
+            return
+        sim_node.crashed = True
+        sim_node.timers.clear()
+        self.recorder.record(node, "crash", self._t_ns(), group=sim_node.stack.group)
+
+    # -- carrying out outputs ----------------------------------------------------------------
+    def _apply(self, sim_node: SimNode, outputs: list[Output]) -> None:
+        node = sim_node.node
+        stack = sim_node.stack
+        for out in outputs:
+            match out:
+                case Transmit(to, data, control):
+                    for dst in to:
+                        self._transmit(node, dst, data, control, stack.group)
+                case Deliver(origin, seq, payload, stage):
+                    self.recorder.record(
+                        node, stage.value, self._t_ns(), origin=origin, seq=seq,
+                        group=stack.group, size=len(payload), view_id=stack.view.view_id,
+                    )
+                    sim_node.note_delivered(origin, seq)
+                    if self.on_deliver is not None:
+                        self.on_deliver(node, out)
+                case SetTimer(key, at):
+                    self._timer_tokens += 1
+                    token = self._timer_tokens
+                    sim_node.timers[key] = token
+                    self.scheduler.at(at, partial(self._fire, sim_node, key, token))
+                case CancelTimer(key):
+                    sim_node.timers.pop(key, None)
+                case InstallView(view):
+                    self.recorder.record(
+                        node, "view", self._t_ns(), group=stack.group, view_id=view.view_id,
+                        members=view.members,
+                    )
+
+    def _fire(self, sim_node: SimNode, key: Hashable, token: int) -> None:
+        if sim_node.crashed or sim_node.timers.get(key) != token:
+            return  # cancelled, moved, or the node died
+        del sim_node.timers[key]
+        self._apply(sim_node, sim_node.stack.fire(key, self.scheduler.now))
+
+    def _transmit(self, src: NodeId, dst: NodeId, data: bytes, control: bool, group: str) -> None:
+        if control:
+            self.control_packets += 1
+        else:
+            self.protocol_packets += 1
+            if self.net_trace:
+                self.recorder.record(
+                    src, "net_send", self._t_ns(), group=group, size=len(data), peer=dst,
+                )
+        if self.network.held(src, dst):
+            self.network.keep(src, dst, data)
+            return
+        self._schedule(src, dst, data)
+
+    def _schedule(self, src: NodeId, dst: NodeId, data: bytes) -> None:
+        for t in self.network.arrivals(src, dst, self.scheduler.now):
+            self.scheduler.at(t, lambda: self._arrive(src, dst, data))
+
+    def release(self, src: NodeId, dst: NodeId) -> None:
+        """Let a held link's packets go, in the order they were sent."""
+        for data in self.network.release(src, dst):
+            self._schedule(src, dst, data)
+
+    def _arrive(self, src: NodeId, dst: NodeId, data: bytes) -> None:
+        sim_node = self.nodes.get(dst)
+        if sim_node is None or sim_node.crashed or self.network.blocked(src, dst):
+            return
+        stack = sim_node.stack
+        try:
+            env = decode_envelope(data)
+            if env.group != stack.group:
+                raise RemoteProtocolError(f"frame for unknown group {env.group!r}")
+            if self.net_trace and not env.flags & FLAG_CONTROL:
+                self.recorder.record(
+                    dst, "net_recv", self._t_ns(), group=stack.group, size=len(data), peer=src,
+                )
+            outputs = stack.receive(env, self.scheduler.now)
+        except RemoteProtocolError as exc:
+            sim_node.bad_frames += 1
+            log.warning("%s dropped a frame from %s: %s", dst, src, exc)
+            return
+        self._apply(sim_node, outputs)

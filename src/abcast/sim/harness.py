@@ -1,0 +1,209 @@
+"""One simulated run, end to end: build the cluster, run the workload under the faults,
+check the trace, summarise.
+
+Rules: everything random comes from one `random.Random(seed)`; the run id is derived
+from the arguments, so the same arguments give the same rows (and overwrite the same
+run in an output directory). Faults an ordering cannot honour are refused up front with
+a ConfigError, never half-simulated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from abcast.effects import Deliver
+from abcast.errors import ConfigError
+from abcast.ids import NodeId, View
+from abcast.ordering.registry import OrderingOptions, OrderingSpec, build_stack, get_ordering
+from abcast.sim.cluster import SimCluster
+from abcast.sim.faults import FaultPlan, parse_faults
+from abcast.sim.network import DEFAULT_LINK, LinkModel, Network
+from abcast.sim.scheduler import Scheduler
+from abcast.stack import Stack
+from abcast.testing import Violation, check_events, count_by_code
+from abcast.trace.recorder import TraceRecorder
+from abcast.trace.rows import RunInfo
+from abcast.trace.writer import write_run
+from abcast.workload import RoundRobin
+
+#: build the stack of one node; the default is `build_stack` with the named ordering
+StackFactory = Callable[[NodeId, View], Stack]
+
+HOUR_US = 3_600_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    ordering: str
+    nodes: int
+    messages: int
+    seed: int
+    faults: str = ""
+    payload: int = 64
+    rate: float | None = None  # total broadcasts per second (open loop); None = closed
+    net_trace: bool = False
+    options: OrderingOptions = field(default_factory=OrderingOptions)
+    group: str = "g"
+    link: LinkModel = DEFAULT_LINK
+    max_time_us: int = HOUR_US
+
+    def node_ids(self) -> tuple[NodeId, ...]:
+        return tuple(f"n{i}" for i in range(1, self.nodes + 1))
+
+    def run_id(self) -> str:
+        text = repr((self.faults, self.payload, self.rate, self.options, self.link,
+                     self.group, self.net_trace, self.max_time_us))
+        digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+        return f"{self.ordering}-n{self.nodes}-m{self.messages}-s{self.seed}-{digest}"
+
+
+@dataclass(slots=True)
+class SimResult:
+    config: SimConfig
+    run_id: str
+    guarantees: tuple[str, ...]
+    recorder: TraceRecorder
+    violations: list[Violation]
+    delivered: int
+    broadcasts: int
+    protocol_packets: int
+    control_packets: int
+    retransmissions: int
+    quiescent: bool
+    end_us: int
+    events: int
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return count_by_code(self.violations)
+
+    @property
+    def packets_per_broadcast(self) -> float:
+        return self.protocol_packets / self.broadcasts if self.broadcasts else 0.0
+
+    def run_info(self) -> RunInfo:
+        cfg = self.config
+        workload = "closed-round-robin" if cfg.rate is None else f"open-{cfg.rate:g}/s"
+        return RunInfo(
+            run_id=self.run_id, ordering=cfg.ordering, transport="sim", nodes=cfg.nodes,
+            payload_bytes=cfg.payload, workload=workload, seed=cfg.seed,
+            faults=cfg.faults or None, guarantees=self.guarantees, started_ns=0,
+            duration_ns=self.end_us * 1_000,
+        )
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "run_id": self.run_id, "ordering": self.config.ordering,
+            "nodes": self.config.nodes, "messages": self.config.messages,
+            "delivered": self.delivered, "violations": self.counts,
+            "packets_per_broadcast": round(self.packets_per_broadcast, 4),
+            "retransmissions": self.retransmissions, "virtual_ms": self.end_us / 1_000,
+            "quiescent": self.quiescent,
+        }
+
+    def write(self, out_dir: str | Path) -> None:
+        write_run(out_dir, self.recorder, self.run_info())
+
+
+def _validate(config: SimConfig, plan: FaultPlan, spec: OrderingSpec) -> None:
+    if config.nodes < 1:
+        raise ConfigError("--nodes must be at least 1")
+    if config.messages < 0:
+        raise ConfigError("--messages must be >= 0")
+    if config.payload < 0:
+        raise ConfigError("--payload must be >= 0")
+    if config.rate is not None and config.rate <= 0:
+        raise ConfigError("--rate must be positive")
+    spec.refuse_faults(plan.kinds())
+    unknown = plan.nodes_named() - set(config.node_ids()) - {j.node for j in plan.joins}
+    if unknown:
+        raise ConfigError(f"faults name nodes outside n1..n{config.nodes}: {sorted(unknown)}")
+
+
+def run_simulation(
+    config: SimConfig, *, stack_factory: StackFactory | None = None,
+    guarantees: tuple[str, ...] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Run one simulation. `stack_factory`/`guarantees` replace the named ordering's (tests
+    use them to plant broken variants). `on_progress(delivered, expected)` is called now
+    and then."""
+    spec = get_ordering(config.ordering)
+    plan = parse_faults(config.faults)
+    _validate(config, plan, spec)
+    rng = random.Random(config.seed)
+    link = LinkModel(*plan.delay_us) if plan.delay_us else config.link
+    network = Network(rng, link, plan.drop, plan.dup)
+    scheduler = Scheduler()
+    run_id = config.run_id()
+    recorder = TraceRecorder(run_id)
+    ids = config.node_ids()
+    workload = RoundRobin(ids, config.messages)
+    payload = bytes(config.payload)
+    delivered = 0
+    expected = config.messages * config.nodes
+
+    def on_deliver(node: NodeId, d: Deliver) -> None:
+        nonlocal delivered
+        delivered += 1
+        if config.rate is None and workload.on_deliver(node, d.origin, d.seq):
+            scheduler.at(scheduler.now, partial(send, node))
+
+    cluster = SimCluster(scheduler, network, recorder, net_trace=config.net_trace,
+                         on_deliver=on_deliver)
+
+    def send(node: NodeId) -> None:
+        if cluster.nodes[node].crashed or workload.sent_by(node) >= workload.total_of(node):
+            return
+        workload.note_sent(node)
+        cluster.broadcast(node, payload)
+
+    view = View(1, ids)
+    make = stack_factory or (
+        lambda node, v: build_stack(node, config.group, config.ordering, v, config.options)
+    )
+    for node in ids:
+        cluster.add(make(node, view))
+
+    if config.rate is None:
+        for node in workload.initial():
+            scheduler.at(0, partial(send, node))
+    else:
+        gap = 1_000_000 / config.rate
+        for k in range(config.messages):
+            node = ids[k % config.nodes]
+            scheduler.at(round(k * gap), partial(send, node))
+
+    def do_crash(node: NodeId) -> None:
+        cluster.crash(node)
+        for ready in workload.on_crash(node) if config.rate is None else []:
+            scheduler.at(scheduler.now, partial(send, ready))
+
+    for crash in plan.crashes:
+        scheduler.at(crash.at_us, partial(do_crash, crash.node))
+    for part in plan.partitions:
+        scheduler.at(part.start_us, partial(network.partition, part.left, part.right, part.one_way))
+        scheduler.at(part.end_us, partial(network.heal, part.left, part.right, part.one_way))
+
+    tick = (lambda _t: on_progress(delivered, expected)) if on_progress else None
+    quiescent = scheduler.run(config.max_time_us, on_tick=tick)
+    if on_progress:
+        on_progress(delivered, expected)
+
+    claimed = guarantees if guarantees is not None else spec.guarantees
+    violations = check_events(recorder.rows(), claimed, run_id)
+    channels = [layer for n in cluster.nodes.values() for layer in n.stack.layers]
+    retransmissions = sum(getattr(layer, "retransmissions", 0) for layer in channels)
+    return SimResult(
+        config=config, run_id=run_id, guarantees=claimed, recorder=recorder,
+        violations=violations, delivered=delivered,
+        broadcasts=sum(workload.sent_by(n) for n in ids),
+        protocol_packets=cluster.protocol_packets, control_packets=cluster.control_packets,
+        retransmissions=retransmissions, quiescent=quiescent, end_us=scheduler.now,
+        events=scheduler.events_run,
+    )

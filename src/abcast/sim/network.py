@@ -1,0 +1,108 @@
+"""The simulated network: per-link latency, loss, duplication, holds and partitions.
+
+Rules: decides the fate of each packet (lost, or arriving at which times) from the one
+seeded RNG it is given; it never schedules anything itself. Reordering is what random
+per-packet latency does; `hold`/`release` keep a link's packets back until released (the
+vocabulary of turmoil); a partition loses every packet across it, in one or both
+directions, both when the packet is sent and when it would arrive.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from abcast.errors import LocalProtocolError
+from abcast.ids import NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class LinkModel:
+    """One-way latency, uniform in [lo_us, hi_us]."""
+
+    lo_us: int
+    hi_us: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.lo_us <= self.hi_us:
+            raise LocalProtocolError(f"bad latency range {self.lo_us}-{self.hi_us} us")
+
+
+DEFAULT_LINK = LinkModel(200, 1_000)
+
+
+class Network:
+    def __init__(
+        self, rng: random.Random, default: LinkModel = DEFAULT_LINK,
+        drop: float = 0.0, dup: float = 0.0,
+    ) -> None:
+        self.rng = rng
+        self.default = default
+        self.drop = drop
+        self.dup = dup
+        self._links: dict[tuple[NodeId, NodeId], LinkModel] = {}
+        self._cut: dict[tuple[NodeId, NodeId], int] = {}  # directed link -> active cuts
+        self._held: dict[tuple[NodeId, NodeId], list[bytes]] = {}
+        self.sent = 0
+        self.lost = 0
+        self.duplicated = 0
+
+    def set_link(self, src: NodeId, dst: NodeId, model: LinkModel) -> None:
+        self._links[(src, dst)] = model
+
+    # -- partitions ------------------------------------------------------------------------
+    def partition(
+        self, left: Iterable[NodeId], right: Iterable[NodeId], one_way: bool = False
+    ) -> None:
+        for a, b in self._pairs(left, right, one_way):
+            self._cut[(a, b)] = self._cut.get((a, b), 0) + 1
+
+    def heal(self, left: Iterable[NodeId], right: Iterable[NodeId], one_way: bool = False) -> None:
+        for a, b in self._pairs(left, right, one_way):
+            count = self._cut.get((a, b), 0) - 1
+            if count > 0:
+                self._cut[(a, b)] = count
+            else:
+                self._cut.pop((a, b), None)
+
+    @staticmethod
+    def _pairs(
+        left: Iterable[NodeId], right: Iterable[NodeId], one_way: bool
+    ) -> list[tuple[NodeId, NodeId]]:
+        lnodes, rnodes = list(left), list(right)
+        pairs = [(a, b) for a in lnodes for b in rnodes]
+        if not one_way:
+            pairs += [(b, a) for a in lnodes for b in rnodes]
+        return pairs
+
+    def blocked(self, src: NodeId, dst: NodeId) -> bool:
+        return (src, dst) in self._cut
+
+    # -- holds -----------------------------------------------------------------------------
+    def hold(self, src: NodeId, dst: NodeId) -> None:
+        self._held.setdefault((src, dst), [])
+
+    def held(self, src: NodeId, dst: NodeId) -> bool:
+        return (src, dst) in self._held
+
+    def keep(self, src: NodeId, dst: NodeId, data: bytes) -> None:
+        self._held[(src, dst)].append(data)
+
+    def release(self, src: NodeId, dst: NodeId) -> list[bytes]:
+        """Stop holding the link; returns its packets in the order they were sent."""
+        return self._held.pop((src, dst), [])
+
+    # -- fate of one packet ----------------------------------------------------------------
+    def arrivals(self, src: NodeId, dst: NodeId, now: int) -> list[int]:
+        """Times at which one packet sent now arrives: [] lost, two entries duplicated."""
+        self.sent += 1
+        if self.blocked(src, dst) or (self.drop and self.rng.random() < self.drop):
+            self.lost += 1
+            return []
+        model = self._links.get((src, dst), self.default)
+        times = [now + self.rng.randint(model.lo_us, model.hi_us)]
+        if self.dup and self.rng.random() < self.dup:
+            self.duplicated += 1
+            times.append(now + self.rng.randint(model.lo_us, model.hi_us))
+        return times
