@@ -1,0 +1,66 @@
+"""`abcast sim` as a user runs it: exit codes, the JSON line, the files it writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ABCAST = [sys.executable, "-m", "abcast.cli"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ABCAST, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_issue_example_delivers_everything_and_writes_the_same_rows_twice(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    args = ["sim", "--ordering", "fifo", "--nodes", "5", "--messages", "2000", "--seed", "3",
+            "--faults", "drop=0.1,dup=0.05,delay=1-30ms", "--json"]
+    first = _run(*args, "--out", str(tmp_path / "a"))
+    second = _run(*args, "--out", str(tmp_path / "b"))
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout.strip().splitlines()[-1])
+    assert summary["delivered"] == 10_000 and summary["violations"] == {}
+    assert {"run_id", "ordering", "nodes", "messages", "delivered", "violations"} <= set(summary)
+    run_id = summary["run_id"]
+    for node in ("n1", "n2", "n3", "n4", "n5"):
+        a = pq.read_table(tmp_path / "a" / "events" / run_id / f"{node}.parquet")
+        b = pq.read_table(tmp_path / "b" / "events" / run_id / f"{node}.parquet")
+        assert a.num_rows > 0 and a.equals(b)
+    runs = pq.read_table(tmp_path / "a" / "runs.parquet").to_pylist()
+    assert [r["guarantees"] for r in runs] == [["integrity", "validity", "agreement", "fifo"]]
+
+
+def test_violations_exit_1(tmp_path: Path) -> None:
+    # n1→n2 is cut past the one-hour virtual limit: n2 never delivers (AGREEMENT).
+    proc = _run("sim", "--ordering", "unordered", "--nodes", "2", "--messages", "2",
+                "--faults", "partition=n1>n2@0us-7200s", "--out", str(tmp_path), "--json")
+    assert proc.returncode == 1, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["violations"].get("AGREEMENT", 0) >= 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--faults", "drop=2"], "must be in [0, 1)"),
+        (["--faults", "crash=n2@1ms"], "cannot honour crash"),
+        (["--nodes", "0"], "0 is not in the range"),
+        (["--ordering", "nope"], "'nope' is not one of"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_clear_line(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    base = {"--ordering": "fifo", "--nodes": "3", "--messages": "5", "--out": str(tmp_path)}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    proc = _run("sim", *[x for kv in base.items() for x in kv])
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr

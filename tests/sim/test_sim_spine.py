@@ -1,0 +1,134 @@
+"""The simulator with the spine's orderings: properties over seeds and faults,
+determinism, and a planted FIFO bug that the checks must catch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from abcast.errors import ConfigError
+from abcast.ids import NodeId, View
+from abcast.ordering.registry import build_stack
+from abcast.ordering.unordered import Unordered
+from abcast.reliability.channel import ReliableChannel
+from abcast.sim import SimConfig, run_simulation
+from abcast.stack import Stack
+from abcast.testing import FIFO_ORDER
+
+NETWORK_FAULTS = "drop=0.1,dup=0.05,delay=1-30ms"
+
+
+@pytest.mark.parametrize("ordering", ["unordered", "fifo"])
+@pytest.mark.parametrize("seed", range(4))
+def test_no_violations_under_loss_duplication_and_reordering(ordering: str, seed: int) -> None:
+    result = run_simulation(SimConfig(ordering, nodes=4, messages=300, seed=seed,
+                                      faults=NETWORK_FAULTS))
+    assert result.quiescent
+    assert result.delivered == 4 * 300
+    assert result.violations == []
+    assert result.retransmissions > 0  # the faults really hit
+
+
+def test_fifo_survives_a_partition_that_heals() -> None:
+    result = run_simulation(SimConfig(
+        "fifo", nodes=5, messages=400, seed=11,
+        faults="drop=0.05,delay=1-10ms,partition=n1+n2|n3+n4+n5@50ms-900ms,"
+               "partition=n5>n1@1s-1.5s"))
+    assert result.delivered == 5 * 400 and result.violations == []
+
+
+class _DeliverOnReceipt(Unordered):
+    """A FIFO ordering with its holdback removed: the planted bug."""
+
+    name = "broken-fifo"
+
+
+def _broken_stack(node: NodeId, view: View) -> Stack:
+    return Stack(node, "g", [ReliableChannel(node), _DeliverOnReceipt(node)], view)
+
+
+def test_broken_fifo_is_caught_when_the_network_reorders() -> None:
+    result = run_simulation(
+        SimConfig("fifo", nodes=3, messages=300, seed=5, faults="delay=1-30ms,drop=0.05"),
+        stack_factory=_broken_stack,
+    )
+    assert result.counts.get(FIFO_ORDER, 0) > 0
+    example = next(v for v in result.violations if v.code == FIFO_ORDER)
+    assert example.nodes and example.messages
+
+
+def test_broken_fifo_passes_when_nothing_reorders() -> None:
+    """The same bug is invisible on a FIFO network: the check is about order, not noise."""
+    result = run_simulation(
+        SimConfig("fifo", nodes=3, messages=100, seed=5, faults="delay=5-5ms"),
+        stack_factory=_broken_stack,
+    )
+    assert result.violations == []
+
+
+def test_same_seed_same_rows_different_seed_different_rows() -> None:
+    cfg = SimConfig("fifo", nodes=3, messages=200, seed=7, faults=NETWORK_FAULTS)
+    first, second = run_simulation(cfg), run_simulation(cfg)
+    assert first.recorder.rows() == second.recorder.rows()
+    other = run_simulation(SimConfig("fifo", nodes=3, messages=200, seed=8, faults=NETWORK_FAULTS))
+    assert [r.t_ns for r in other.recorder.rows()] != [r.t_ns for r in first.recorder.rows()]
+
+
+def test_rows_do_not_depend_on_the_interpreter_hash_seed(tmp_path: object) -> None:
+    """Set iteration order changes with PYTHONHASHSEED; the trace must not."""
+    code = (
+        "from abcast.sim import SimConfig, run_simulation;"
+        "r = run_simulation(SimConfig('fifo', nodes=4, messages=150, seed=3,"
+        " faults='drop=0.1,dup=0.05,delay=1-30ms'));"
+        "import hashlib; print(hashlib.sha256(repr(r.recorder.rows()).encode()).hexdigest())"
+    )
+    digests = {
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout
+        for h in (1, 2, 3)
+    }
+    assert len(digests) == 1
+
+
+def test_open_loop_rate_spreads_broadcasts_in_time() -> None:
+    result = run_simulation(SimConfig("fifo", nodes=3, messages=90, seed=1, rate=1000.0))
+    sends = sorted(r.t_ns for r in result.recorder.rows() if r.kind == "send")
+    assert result.delivered == 270 and result.violations == []
+    assert sends[-1] >= 89 * 1_000_000  # the 90th broadcast goes out at 89 ms
+
+
+def test_packets_per_broadcast_is_n_minus_one_for_unordered_and_fifo() -> None:
+    for n in (2, 3, 5):
+        result = run_simulation(SimConfig("fifo", nodes=n, messages=60, seed=1, net_trace=True))
+        sends = sum(1 for r in result.recorder.rows() if r.kind == "net_send")
+        assert result.packets_per_broadcast == n - 1 == sends / 60
+
+
+@pytest.mark.parametrize("faults", ["crash=n2@10ms", "join=n9@1s", "leave=n1@1s"])
+def test_faults_the_ordering_cannot_honour_are_refused(faults: str) -> None:
+    with pytest.raises(ConfigError, match="cannot honour"):
+        run_simulation(SimConfig("fifo", nodes=3, messages=10, seed=1, faults=faults))
+
+
+def test_faults_naming_unknown_nodes_are_refused() -> None:
+    with pytest.raises(ConfigError, match="outside n1..n3"):
+        run_simulation(SimConfig("fifo", nodes=3, messages=10, seed=1,
+                                 faults="partition=n1|n7@1ms-2ms"))
+
+
+def test_channel_state_is_freed_at_the_end_of_a_lossy_run() -> None:
+    stacks: list[Stack] = []
+
+    def keep(node: NodeId, view: View) -> Stack:
+        stack = build_stack(node, "g", "fifo", view)
+        stacks.append(stack)
+        return stack
+
+    run_simulation(SimConfig("fifo", nodes=4, messages=400, seed=2, faults=NETWORK_FAULTS),
+                   stack_factory=keep)
+    channels = [s.layers[0] for s in stacks]
+    assert all(isinstance(c, ReliableChannel) for c in channels)
+    assert sum(c.in_flight() + c.held_above() for c in channels if isinstance(c, ReliableChannel)) == 0
