@@ -1,0 +1,215 @@
+"""`RunFacts`: one run's trace rows indexed the ways the checks need them, each index
+built on first use and shared by every check of that run.
+
+Rules: vocabulary of docs/checks.md, nothing more. A message is `(group, origin, seq)`;
+a delivery's position is its row's `index`; a node is correct when it has no `crash` row
+in the run. Rows a check cannot place are skipped: a `send`, `deliver` or `opt_deliver`
+row without origin or seq, a `deliver` row without index, a `view` row without view_id
+(for who-installed-which-view; it still tells that its group has views). `group` is
+compared as a plain value, so rows with a null group form one group of their own. This
+module decides no violation; abcast.testing.checks does.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import accumulate
+
+from abcast.ids import node_sort_key
+from abcast.trace.rows import EventRow
+
+#: a message id: (group, origin, seq)
+MessageKey = tuple[str | None, str, int]
+#: (group, origin): one origin's stream of messages in one group
+StreamKey = tuple[str | None, str]
+
+
+def node_order(node: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
+    """The node order of the checks (n2 before n10); the raw string breaks ties."""
+    return (node_sort_key(node), node)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    node: str
+    message: MessageKey
+    position: int
+    view_id: int | None
+
+
+class Reach:
+    """For one node q and one stream (group, o'): by which position q had delivered all of
+    o's messages base+1..j, for each j (docs/checks.md, CAUSAL_ORDER).
+
+    `base` is the lowest seq q delivers from the stream, minus one. Positions are first
+    deliveries; the running maximum over seqs base+1, base+2, … stops at the first hole,
+    beyond which the answer is "never".
+    """
+
+    __slots__ = ("base", "first_position", "reach")
+
+    def __init__(self, first_position: dict[int, int]) -> None:
+        self.first_position = first_position
+        self.base = min(first_position) - 1
+        contiguous: list[int] = []
+        seq = self.base + 1
+        while seq in first_position:
+            contiguous.append(first_position[seq])
+            seq += 1
+        self.reach = list(accumulate(contiguous, max))
+
+    def first_missing(self, bound: int, before: int) -> int | None:
+        """The lowest seq j in (base, bound] that q did not deliver at a position before
+        `before`, or None when every one of them was (or bound <= base)."""
+        if bound <= self.base:
+            return None
+        # reach is non-decreasing: the first entry >= before is the first late seq.
+        late = bisect_left(self.reach, before)
+        candidate = self.base + 1 + late
+        return candidate if candidate <= bound else None
+
+
+class RunFacts:
+    """The rows of one run and the indexes the checks share."""
+
+    def __init__(self, run_id: str, rows: Iterable[EventRow]) -> None:
+        self.run_id = run_id
+        self.rows = list(rows)
+
+    # ------------------------------------------------------------------ nodes
+
+    @cached_property
+    def nodes(self) -> list[str]:
+        """Every node with a row in the run, in node order."""
+        return sorted({r.node for r in self.rows}, key=node_order)
+
+    @cached_property
+    def crashed(self) -> frozenset[str]:
+        return frozenset(r.node for r in self.rows if r.kind == "crash")
+
+    @cached_property
+    def correct(self) -> list[str]:
+        return [n for n in self.nodes if n not in self.crashed]
+
+    # ------------------------------------------------------------------ sends
+
+    @cached_property
+    def sent(self) -> dict[MessageKey, dict[str, int]]:
+        """Sent messages (a `send` row written by the origin itself) → their deps; several
+        send rows for one message merge to the largest bound per origin."""
+        sent: dict[MessageKey, dict[str, int]] = {}
+        for r in self.rows:
+            if r.kind != "send" or r.origin is None or r.seq is None or r.node != r.origin:
+                continue
+            deps = sent.setdefault((r.group, r.origin, r.seq), {})
+            for origin, bound in (r.deps or {}).items():
+                if bound > deps.get(origin, 0):
+                    deps[origin] = bound
+        return sent
+
+    # ------------------------------------------------------------------ deliveries
+
+    @cached_property
+    def deliveries(self) -> dict[str, list[Delivery]]:
+        """Each node's deliveries in position order (ties, which a recorder never makes,
+        broken by t_ns)."""
+        keyed: dict[str, list[tuple[int, int, Delivery]]] = {}
+        for r in self.rows:
+            if r.kind != "deliver" or r.origin is None or r.seq is None or r.index is None:
+                continue
+            d = Delivery(r.node, (r.group, r.origin, r.seq), r.index, r.view_id)
+            keyed.setdefault(r.node, []).append((r.index, r.t_ns, d))
+        out: dict[str, list[Delivery]] = {}
+        for node in sorted(keyed, key=node_order):
+            items = keyed[node]
+            items.sort(key=lambda item: (item[0], item[1]))
+            out[node] = [d for _, _, d in items]
+        return out
+
+    @cached_property
+    def positions(self) -> dict[str, dict[MessageKey, list[int]]]:
+        """node → message → every position it was delivered at, ascending."""
+        out: dict[str, dict[MessageKey, list[int]]] = {}
+        for node, deliveries in self.deliveries.items():
+            mine: dict[MessageKey, list[int]] = {}
+            for d in deliveries:
+                mine.setdefault(d.message, []).append(d.position)
+            out[node] = mine
+        return out
+
+    @cached_property
+    def deliverers(self) -> dict[MessageKey, list[Delivery]]:
+        """message → its deliveries by any node (node order, then position)."""
+        out: dict[MessageKey, list[Delivery]] = {}
+        for deliveries in self.deliveries.values():
+            for d in deliveries:
+                out.setdefault(d.message, []).append(d)
+        return out
+
+    @cached_property
+    def first_positions_by_group(self) -> dict[str | None, dict[str, dict[MessageKey, int]]]:
+        """group → node → message → first position (insertion order = position order)."""
+        out: dict[str | None, dict[str, dict[MessageKey, int]]] = {}
+        for node, deliveries in self.deliveries.items():
+            for d in deliveries:
+                mine = out.setdefault(d.message[0], {}).setdefault(node, {})
+                mine.setdefault(d.message, d.position)
+        return out
+
+    def reach(self, node: str, stream: StreamKey) -> Reach | None:
+        """The node's Reach for a stream, or None when it delivers nothing from it."""
+        return self._reaches.get((node, stream))
+
+    @cached_property
+    def _reaches(self) -> dict[tuple[str, StreamKey], Reach]:
+        firsts: dict[tuple[str, StreamKey], dict[int, int]] = {}
+        for node, by_message in self.positions.items():
+            for (group, origin, seq), positions in by_message.items():
+                firsts.setdefault((node, (group, origin)), {})[seq] = positions[0]
+        return {key: Reach(first) for key, first in firsts.items()}
+
+    # ------------------------------------------------------------------ views
+
+    @cached_property
+    def groups_with_views(self) -> frozenset[str | None]:
+        return frozenset(r.group for r in self.rows if r.kind == "view")
+
+    @cached_property
+    def view_installers(self) -> dict[tuple[str | None, int], frozenset[str]]:
+        """(group, view_id) → the nodes that wrote a `view` row for it."""
+        out: dict[tuple[str | None, int], set[str]] = {}
+        for r in self.rows:
+            if r.kind == "view" and r.view_id is not None:
+                out.setdefault((r.group, r.view_id), set()).add(r.node)
+        return {key: frozenset(nodes) for key, nodes in out.items()}
+
+    def owes(self, delivery: Delivery, q: str) -> bool:
+        """Whether correct node q is owed the message because of this delivery."""
+        group = delivery.message[0]
+        if group not in self.groups_with_views:
+            return True
+        if delivery.view_id is None:
+            return False
+        return q in self.view_installers.get((group, delivery.view_id), frozenset())
+
+    # ------------------------------------------------------------------ optimistic
+
+    @cached_property
+    def local_order_rows(
+        self,
+    ) -> dict[tuple[str, MessageKey], tuple[list[EventRow], list[EventRow]]]:
+        """(node, message) → (its opt_deliver rows, its deliver rows), for messages with
+        both."""
+        opt: dict[tuple[str, MessageKey], list[EventRow]] = {}
+        final: dict[tuple[str, MessageKey], list[EventRow]] = {}
+        for r in self.rows:
+            if r.origin is None or r.seq is None:
+                continue
+            if r.kind == "opt_deliver":
+                opt.setdefault((r.node, (r.group, r.origin, r.seq)), []).append(r)
+            elif r.kind == "deliver":
+                final.setdefault((r.node, (r.group, r.origin, r.seq)), []).append(r)
+        return {key: (rows, final[key]) for key, rows in opt.items() if key in final}

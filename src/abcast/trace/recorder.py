@@ -1,0 +1,149 @@
+"""`TraceRecorder`: the one place trace rows are made, used by the simulator and the real
+runtime alike, so both produce rows that obey the same invariants.
+
+Rules: the recorder owns the two derived columns. `index` is the 1-based position of the
+row in its node's sequence of rows of that kind (for `deliver` rows: the delivery
+position the checks use). `t_ns` is kept strictly increasing per node: a caller's t_ns
+that is not larger than the node's previous one is bumped to previous + 1. The checks
+(docs/checks.md, LOCAL_ORDER) compare t_ns of a node's `opt_deliver` and `deliver` rows and
+rely on t_ns ordering all of a node's rows; two events in the same simulated microsecond,
+or a wall clock that steps back, must not make that order ambiguous.
+
+It knows nothing about files (abcast.trace.writer) or what the rows mean (abcast.testing).
+Not thread-safe: one recorder belongs to one event loop or one simulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from abcast.errors import LocalProtocolError
+from abcast.ids import sorted_nodes
+from abcast.trace.rows import EventRow
+from abcast.trace.schema import KINDS
+
+#: kinds that are about one broadcast message and so need `origin` and `seq`
+MESSAGE_KINDS: Final = frozenset({"send", "deliver", "opt_deliver"})
+_KINDS: Final = frozenset(KINDS)
+
+
+class _NodeLog:
+    """What the recorder keeps per node."""
+
+    __slots__ = ("counts", "last_t_ns", "rows")
+
+    def __init__(self) -> None:
+        self.rows: list[EventRow] = []
+        self.counts: dict[str, int] = {}
+        self.last_t_ns: int | None = None
+
+
+class TraceRecorder:
+    """Collects the trace rows of one run, for every node of the run.
+
+    `sink`, when given, is called with every row as it is recorded (a streaming
+    `NodeTraceWriter.append`, say); with `keep_rows=False` the recorder then keeps only
+    its per-node counters, so a long real run does not hold its whole trace in memory.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        sink: Callable[[EventRow], None] | None = None,
+        keep_rows: bool = True,
+    ) -> None:
+        if not run_id:
+            raise LocalProtocolError("a TraceRecorder needs a non-empty run_id")
+        if not keep_rows and sink is None:
+            raise LocalProtocolError("keep_rows=False without a sink would drop every row")
+        self.run_id = run_id
+        self._sink = sink
+        self._keep_rows = keep_rows
+        self._logs: dict[str, _NodeLog] = {}
+        self._count = 0
+
+    def record(
+        self,
+        node: str,
+        kind: str,
+        t_ns: int,
+        *,
+        origin: str | None = None,
+        seq: int | None = None,
+        group: str | None = None,
+        size: int | None = None,
+        view_id: int | None = None,
+        deps: Mapping[str, int] | None = None,
+        peer: str | None = None,
+        members: tuple[str, ...] | list[str] | None = None,
+    ) -> EventRow:
+        """Record one event at `node` and return the row as stored (index assigned, t_ns
+        possibly bumped). Raises LocalProtocolError for an unknown kind or a message row
+        without origin/seq."""
+        if kind not in _KINDS:
+            raise LocalProtocolError(f"unknown trace kind {kind!r}; expected one of {KINDS}")
+        if not node:
+            raise LocalProtocolError("trace rows need a non-empty node")
+        if kind in MESSAGE_KINDS and (origin is None or seq is None):
+            raise LocalProtocolError(f"a {kind!r} row needs origin and seq (the message id)")
+        if kind == "view" and view_id is None:
+            raise LocalProtocolError("a 'view' row needs view_id")
+        log = self._logs.get(node)
+        if log is None:
+            log = self._logs[node] = _NodeLog()
+        if log.last_t_ns is not None and t_ns <= log.last_t_ns:
+            t_ns = log.last_t_ns + 1
+        log.last_t_ns = t_ns
+        index = log.counts.get(kind, 0) + 1
+        log.counts[kind] = index
+        row = EventRow(
+            run_id=self.run_id,
+            node=node,
+            kind=kind,
+            origin=origin,
+            seq=seq,
+            group=group,
+            t_ns=t_ns,
+            index=index,
+            size=size,
+            view_id=view_id,
+            # Copies: a caller's live vector clock must not change a recorded row.
+            deps=None if deps is None else dict(deps),
+            peer=peer,
+            members=None if members is None else tuple(members),
+        )
+        self._count += 1
+        if self._keep_rows:
+            log.rows.append(row)
+        if self._sink is not None:
+            self._sink(row)
+        return row
+
+    # ------------------------------------------------------------------ accessors
+
+    def nodes(self) -> tuple[str, ...]:
+        """Every node that recorded a row, in node order (n2 before n10)."""
+        return sorted_nodes(list(self._logs))
+
+    def rows_of(self, node: str) -> list[EventRow]:
+        """The node's rows in recording order (which is also t_ns order)."""
+        log = self._logs.get(node)
+        return [] if log is None else list(log.rows)
+
+    def rows(self) -> list[EventRow]:
+        """All rows: node by node in node order, each node's in recording order."""
+        return [row for node in self.nodes() for row in self._logs[node].rows]
+
+    def count(self, node: str, kind: str) -> int:
+        """How many `kind` rows `node` has recorded (the last index given out)."""
+        log = self._logs.get(node)
+        return 0 if log is None else log.counts.get(kind, 0)
+
+    @property
+    def keeps_rows(self) -> bool:
+        return self._keep_rows
+
+    def __len__(self) -> int:
+        return self._count

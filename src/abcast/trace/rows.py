@@ -1,0 +1,155 @@
+"""Trace records in Python: `EventRow` (one row of EVENT_SCHEMA) and `RunInfo` (one row of
+RUN_SCHEMA), and their conversion to and from Arrow tables.
+
+Rules: this module knows the schema (abcast.trace.schema) and nothing about files,
+directories, locking or what the rows mean to a checker. Arrow → Python conversion
+validates the columns and raises `TraceFormatError` naming the source and the column; the
+caller says what the source is (a file path, usually).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from abcast.errors import ConfigError
+from abcast.trace.schema import EVENT_COLUMNS, EVENT_SCHEMA, RUN_COLUMNS, RUN_SCHEMA
+
+
+class TraceFormatError(ConfigError):
+    """A trace directory or file is missing, empty or not in the DESIGN §4 format."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One trace event, field for field the columns of EVENT_SCHEMA.
+
+    `deps` is a dict, so rows compare by value but are not hashable.
+    """
+
+    run_id: str
+    node: str
+    kind: str
+    origin: str | None
+    seq: int | None
+    group: str | None
+    t_ns: int
+    index: int | None
+    size: int | None = None
+    view_id: int | None = None
+    deps: dict[str, int] | None = None
+    peer: str | None = None
+    members: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One row of runs.parquet: what ran, and which guarantees its ordering claims."""
+
+    run_id: str
+    ordering: str
+    transport: str
+    nodes: int
+    payload_bytes: int
+    workload: str
+    seed: int | None
+    faults: str | None
+    guarantees: tuple[str, ...]
+    started_ns: int
+    duration_ns: int
+
+    def __post_init__(self) -> None:
+        # Lists sneak in from Arrow and from callers; the record stays immutable.
+        if not isinstance(self.guarantees, tuple):
+            object.__setattr__(self, "guarantees", tuple(self.guarantees))
+
+
+# ---------------------------------------------------------------- Python → Arrow
+
+
+def _deps_cell(deps: dict[str, int] | None) -> list[tuple[str, int]] | None:
+    # Sorted keys: the same row always gives the same bytes.
+    return None if deps is None else sorted(deps.items())
+
+
+def events_to_table(rows: Sequence[EventRow]) -> pa.Table:
+    """The rows as a table of exactly EVENT_SCHEMA, in the given order."""
+    columns: dict[str, list[Any]] = {name: [] for name in EVENT_COLUMNS}
+    for row in rows:
+        for name in EVENT_COLUMNS:
+            value = getattr(row, name)
+            if name == "deps":
+                value = _deps_cell(value)
+            elif name == "members" and value is not None:
+                value = list(value)
+            columns[name].append(value)
+    return columns_to_table(columns)
+
+
+def columns_to_table(columns: dict[str, list[Any]]) -> pa.Table:
+    """A table of exactly EVENT_SCHEMA from Python column lists (deps already as pairs)."""
+    arrays = [pa.array(columns[f.name], type=f.type) for f in EVENT_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
+
+
+def runs_to_table(runs: Iterable[RunInfo]) -> pa.Table:
+    columns: dict[str, list[Any]] = {name: [] for name in RUN_COLUMNS}
+    for run in runs:
+        for name in RUN_COLUMNS:
+            value = getattr(run, name)
+            columns[name].append(list(value) if name == "guarantees" else value)
+    arrays = [pa.array(columns[f.name], type=f.type) for f in RUN_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=RUN_SCHEMA)
+
+
+# ---------------------------------------------------------------- Arrow → Python
+
+
+def conform(table: pa.Table, schema: pa.Schema, source: str) -> pa.Table:
+    """`table` restricted and cast to `schema`; a missing, uncastable or (for a
+    non-nullable field) null-holding column raises TraceFormatError naming it."""
+    arrays = []
+    for f in schema:
+        if f.name not in table.column_names:
+            raise TraceFormatError(f"{source}: missing column {f.name!r}")
+        column = table.column(f.name)
+        if not column.type.equals(f.type):
+            try:
+                column = column.cast(f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise TraceFormatError(
+                    f"{source}: column {f.name!r} has type {column.type}, expected {f.type}"
+                ) from exc
+        if not f.nullable and column.null_count:
+            raise TraceFormatError(f"{source}: column {f.name!r} holds nulls")
+        arrays.append(column)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def table_to_events(table: pa.Table, source: str) -> list[EventRow]:
+    table = conform(table, EVENT_SCHEMA, source)
+    data = table.to_pydict()
+    deps_col = [None if d is None else dict(d) for d in data["deps"]]
+    members_col = [None if m is None else tuple(m) for m in data["members"]]
+    return [
+        EventRow(run_id, node, kind, origin, seq, group, t_ns, index, size, view_id,
+                 deps, peer, members)
+        for run_id, node, kind, origin, seq, group, t_ns, index, size, view_id, deps, peer,
+        members in zip(
+            data["run_id"], data["node"], data["kind"], data["origin"], data["seq"],
+            data["group"], data["t_ns"], data["index"], data["size"], data["view_id"],
+            deps_col, data["peer"], members_col, strict=True,
+        )
+    ]
+
+
+def table_to_runs(table: pa.Table, source: str) -> list[RunInfo]:
+    table = conform(table, RUN_SCHEMA, source)
+    data = table.to_pydict()
+    return [
+        RunInfo(**{name: data[name][i] for name in RUN_COLUMNS})
+        for i in range(table.num_rows)
+    ]
