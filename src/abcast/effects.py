@@ -3,7 +3,8 @@
 Down (to the layer below): `Send`, `Multicast`. Up: `Up` (to the layer above), `Deliver`
 (to the application; only the top layer emits it). Sideways: `SetTimer`/`CancelTimer`
 in the layer's own key space, `InstallView` (to every other layer and the application),
-`Suspect`/`Restore` (failure-detector verdicts for the layers above).
+`Suspect`/`Restore` (failure-detector verdicts for the layers above), `NotifyExcluded`
+(a peer says the group has removed this node).
 
 At the bottom of a stack, `Send`/`Multicast` become `Transmit` (encoded bytes for the
 driver), and timer keys are namespaced by layer.
@@ -83,6 +84,14 @@ class Restore:
 
 
 @dataclass(frozen=True, slots=True)
+class NotifyExcluded:
+    """`by`, a member of this node's view, says this node is not in its (later) view."""
+
+    by: NodeId
+    view_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Transmit:
     """Bottom of the stack: bytes for the transport to carry to each node in `to`."""
 
@@ -93,5 +102,6 @@ class Transmit:
 
 Effect = (
     Send | Multicast | Up | Deliver | SetTimer | CancelTimer | InstallView | Suspect | Restore
+    | NotifyExcluded
 )
 Output = Transmit | Deliver | SetTimer | CancelTimer | InstallView

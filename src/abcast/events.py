@@ -27,10 +27,12 @@ class BroadcastRequested:
 
 @dataclass(frozen=True, slots=True)
 class SendRequested:
-    """The layer above sends `packet` to one node."""
+    """The layer above sends `packet` to one node (`control`: reliability traffic, which
+    layers below pass on as such so drivers do not count it as a protocol packet)."""
 
     to: NodeId
     packet: Packet
+    control: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,15 @@ class Restored:
     node: NodeId
 
 
+@dataclass(frozen=True, slots=True)
+class Excluded:
+    """Member `by` has installed a view (`view_id`) without this node."""
+
+    by: NodeId
+    view_id: int
+
+
 Event = (
     BroadcastRequested | SendRequested | MulticastRequested | Received | TimerFired
-    | ViewInstalled | Suspected | Restored
+    | ViewInstalled | Suspected | Restored | Excluded
 )

@@ -23,6 +23,7 @@ from abcast.effects import (
     Effect,
     InstallView,
     Multicast,
+    NotifyExcluded,
     Output,
     Restore,
     Send,
@@ -35,6 +36,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     BroadcastRequested,
     Event,
+    Excluded,
     MulticastRequested,
     Received,
     Restored,
@@ -145,7 +147,7 @@ class Stack:
                     data = encode_frame(self.group, self.node, packet, control=control)
                     out.append(Transmit((to,), data, control))
                 else:
-                    queue.append((index - 1, SendRequested(to, packet)))
+                    queue.append((index - 1, SendRequested(to, packet, control)))
             case Multicast(to, header, inner):
                 if not to:
                     return
@@ -181,5 +183,8 @@ class Stack:
                 queue.extend((j, Suspected(node)) for j in range(index + 1, len(self.layers)))
             case Restore(node):
                 queue.extend((j, Restored(node)) for j in range(index + 1, len(self.layers)))
+            case NotifyExcluded(by, view_id):
+                above = range(index + 1, len(self.layers))
+                queue.extend((j, Excluded(by, view_id)) for j in above)
             case _:
                 raise LocalProtocolError(f"unknown effect {effect!r}")

@@ -13,7 +13,8 @@ ABCAST = [sys.executable, "-m", "abcast.cli"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ABCAST, *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([*ABCAST, *args], capture_output=True, text=True, timeout=300,
+                          check=False)
 
 
 def test_issue_example_delivers_everything_and_writes_the_same_rows_twice(tmp_path: Path) -> None:
@@ -24,6 +25,7 @@ def test_issue_example_delivers_everything_and_writes_the_same_rows_twice(tmp_pa
     first = _run(*args, "--out", str(tmp_path / "a"))
     second = _run(*args, "--out", str(tmp_path / "b"))
     assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
     summary = json.loads(first.stdout.strip().splitlines()[-1])
     assert summary["delivered"] == 10_000 and summary["violations"] == {}
     assert {"run_id", "ordering", "nodes", "messages", "delivered", "violations"} <= set(summary)

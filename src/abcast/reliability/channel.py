@@ -28,6 +28,7 @@ from abcast.effects import CancelTimer, Effect, Send, SetTimer, Up
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     Event,
+    Excluded,
     MulticastRequested,
     Received,
     Restored,
@@ -118,7 +119,7 @@ class ReliableChannel(Layer):
     # -- the core ------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
         match event:
-            case SendRequested(to, packet):
+            case SendRequested(to, packet, _):
                 return self._send(to, packet, now)
             case MulticastRequested(to, packet):
                 effects: list[Effect] = []
@@ -137,7 +138,7 @@ class ReliableChannel(Layer):
                 return self._retransmit(peer, now)
             case ViewInstalled(view):
                 return self._install(view)
-            case Suspected() | Restored():
+            case Suspected() | Restored() | Excluded():
                 return []
             case _:
                 raise LocalProtocolError(f"{self.name} cannot handle {event!r}")

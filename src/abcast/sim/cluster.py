@@ -131,6 +131,11 @@ class SimCluster:
                     self.scheduler.at(at, partial(self._fire, sim_node, key, token))
                 case CancelTimer(key):
                     sim_node.timers.pop(key, None)
+                case InstallView(view) if node not in view.members:
+                    # The group gave up on this node (it was suspected and removed): it
+                    # must stop rather than go on as if it had not (the Isis rule).
+                    self.crash(node)
+                    return
                 case InstallView(view):
                     self.recorder.record(
                         node, "view", self._t_ns(), group=stack.group, view_id=view.view_id,

@@ -51,6 +51,9 @@ class SimConfig:
     group: str = "g"
     link: LinkModel = DEFAULT_LINK
     max_time_us: int = HOUR_US
+    #: with periodic timers (failure detectors) a run never goes quiet: it ends once every
+    #: broadcast went out and nothing was delivered for this long
+    settle_us: int = 5_000_000
 
     def node_ids(self) -> tuple[NodeId, ...]:
         return tuple(f"n{i}" for i in range(1, self.nodes + 1))
@@ -146,11 +149,13 @@ def run_simulation(
     workload = RoundRobin(ids, config.messages)
     payload = bytes(config.payload)
     delivered = 0
+    last_delivery_us = 0
     expected = config.messages * config.nodes
 
     def on_deliver(node: NodeId, d: Deliver) -> None:
-        nonlocal delivered
+        nonlocal delivered, last_delivery_us
         delivered += 1
+        last_delivery_us = scheduler.now
         if config.rate is None and workload.on_deliver(node, d.origin, d.seq):
             scheduler.at(scheduler.now, partial(send, node))
 
@@ -190,8 +195,21 @@ def run_simulation(
         scheduler.at(part.start_us, partial(network.partition, part.left, part.right, part.one_way))
         scheduler.at(part.end_us, partial(network.heal, part.left, part.right, part.one_way))
 
+    settled = False
+
+    def check_settled() -> None:
+        nonlocal settled
+        idle = scheduler.now - last_delivery_us >= config.settle_us
+        if workload.done_sending() and idle:
+            settled = True
+            scheduler.stop()
+        else:
+            scheduler.after(config.settle_us // 5, check_settled)
+
+    if spec.needs_detector:
+        scheduler.at(config.settle_us, check_settled)
     tick = (lambda _t: on_progress(delivered, expected)) if on_progress else None
-    quiescent = scheduler.run(config.max_time_us, on_tick=tick)
+    quiescent = scheduler.run(config.max_time_us, on_tick=tick) or settled
     if on_progress:
         on_progress(delivered, expected)
 

@@ -30,6 +30,10 @@ class Scheduler:
             raise LocalProtocolError(f"negative delay {delay_us}")
         self.at(self.now + delay_us, fn)
 
+    def stop(self) -> None:
+        """Drop every pending event: the run ends after the current one."""
+        self._heap.clear()
+
     def pending(self) -> int:
         return len(self._heap)
 

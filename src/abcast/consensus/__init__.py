@@ -1,0 +1,1 @@
+"""Consensus cores (sans-IO)."""

@@ -1,0 +1,1 @@
+"""Group layers: failure detection and membership."""

@@ -1,0 +1,199 @@
+"""Failure detector: heartbeats with per-peer timeouts that grow after false suspicions.
+
+Rules: this layer sits at the very bottom of a crash-tolerant stack, so every packet
+the node receives passes through it — and any packet from a peer counts as a sign of
+life (JGroups FD_ALL3 does the same), so under load no heartbeat is sent at all. It
+multicasts a heartbeat to each peer it has sent nothing to for a period, suspects a
+peer it has heard nothing from for that peer's timeout (`Suspect`), and takes the
+suspicion back when the peer speaks again (`Restore`), adding to that peer's timeout
+each time: after finitely many mistakes it stops suspecting correct peers, which is
+what an eventually-strong (◇S) detector promises. It never decides membership; the
+layers above do, from its verdicts.
+
+It adds a one-field header to every packet passing down; heartbeats are control
+traffic, not protocol packets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from abcast.codec import Count, Header, Packet
+from abcast.effects import (
+    Effect,
+    Multicast,
+    NotifyExcluded,
+    Restore,
+    Send,
+    SetTimer,
+    Suspect,
+    Up,
+)
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.events import (
+    Event,
+    Excluded,
+    MulticastRequested,
+    Received,
+    Restored,
+    SendRequested,
+    Suspected,
+    TimerFired,
+    ViewInstalled,
+)
+from abcast.ids import NodeId
+from abcast.stack import Layer
+
+TICK = "tick"
+
+
+class Fd(Header, frozen=True):
+    """A packet of the layers above, passing through."""
+
+
+class Heartbeat(Header, frozen=True):
+    """I am alive (sent only on idle links)."""
+
+
+class NotMember(Header, frozen=True):
+    """Reply to a node that is not in my view (`view_id`) but still talks to me."""
+
+    view_id: Count
+
+
+FdHeader = Fd | Heartbeat | NotMember
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorConfig:
+    """Knobs in microseconds."""
+
+    period_us: int = 20_000  # heartbeat on an idle link at least this often
+    timeout_us: int = 200_000  # suspect after this much silence (first guess)
+    timeout_increment_us: int = 100_000  # added to a peer's timeout after each mistake
+
+    def __post_init__(self) -> None:
+        if min(self.period_us, self.timeout_us) <= 0 or self.timeout_increment_us < 0:
+            raise LocalProtocolError(f"bad failure detector knobs: {self}")
+        if self.timeout_us <= self.period_us:
+            raise LocalProtocolError("timeout_us must exceed period_us")
+
+
+@dataclass(slots=True)
+class _Peer:
+    last_heard: int
+    last_sent: int
+    timeout: int
+    suspected: bool = False
+    mistakes: int = 0
+
+
+@dataclass(slots=True)
+class _State:
+    peers: dict[NodeId, _Peer] = field(default_factory=dict)
+    ticking: bool = False
+    view_id: int = 0
+    noticed: dict[NodeId, int] = field(default_factory=dict)  # non-member -> last notice
+
+
+class FailureDetectorLayer(Layer):
+    name = "fd"
+    header_type = FdHeader
+
+    def __init__(self, node: NodeId, config: DetectorConfig | None = None) -> None:
+        super().__init__(node)
+        self.config = config or DetectorConfig()
+        self._s = _State()
+
+    def suspects(self) -> list[NodeId]:
+        return [p for p, st in self._s.peers.items() if st.suspected]
+
+    def timeout_of(self, peer: NodeId) -> int:
+        return self._s.peers[peer].timeout
+
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        match event:
+            case SendRequested(to, packet, control):
+                self._sent(to, now)
+                return [Send(to, Fd(), packet, control)]
+            case MulticastRequested(to, packet):
+                for peer in to:
+                    self._sent(peer, now)
+                return [Multicast(to, Fd(), packet)]
+            case Received(sender, header, inner):
+                return self._heard(sender, header, inner, now)
+            case TimerFired(key) if key == TICK:
+                return self._tick(now)
+            case ViewInstalled(view):
+                self._s.view_id = view.view_id
+                return self._install(view.others(self.node), now)
+            case Suspected() | Restored() | Excluded():
+                return []
+            case _:
+                raise LocalProtocolError(f"{self.name} cannot handle {event!r}")
+
+    def _install(self, others: tuple[NodeId, ...], now: int) -> list[Effect]:
+        old = self._s.peers
+        self._s.peers = {
+            p: old.get(p) or _Peer(now, now, self.config.timeout_us) for p in others
+        }
+        if self._s.peers and not self._s.ticking:
+            self._s.ticking = True
+            return [SetTimer(TICK, now + self.config.period_us)]
+        return []
+
+    def _sent(self, peer: NodeId, now: int) -> None:
+        st = self._s.peers.get(peer)
+        if st is not None:
+            st.last_sent = now
+
+    def _heard(self, sender: NodeId, header: object, inner: Packet, now: int) -> list[Effect]:
+        effects: list[Effect] = []
+        st = self._s.peers.get(sender)
+        if st is None and not isinstance(header, NotMember):
+            return self._not_a_member(sender, now)
+        if st is not None:
+            st.last_heard = now
+            if st.suspected:
+                st.suspected = False
+                st.mistakes += 1
+                st.timeout += self.config.timeout_increment_us
+                effects.append(Restore(sender))
+        match header:
+            case Fd():
+                effects.append(Up(sender, inner))
+            case Heartbeat():
+                pass
+            case NotMember(view_id):
+                # A member of my view installed a later one without me: the group has
+                # removed me (the layers above decide what that means).
+                if st is not None:
+                    effects.append(NotifyExcluded(sender, view_id))
+            case _:
+                raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
+        return effects
+
+    def _not_a_member(self, sender: NodeId, now: int) -> list[Effect]:
+        """Tell a node outside my view so — at most once a period, however much it sends —
+        so that a member the group removed while it was cut off learns it."""
+        last = self._s.noticed.get(sender)
+        if last is not None and now - last < self.config.period_us:
+            return []
+        self._s.noticed[sender] = now
+        return [Send(sender, NotMember(self._s.view_id), control=True)]
+
+    def _tick(self, now: int) -> list[Effect]:
+        effects: list[Effect] = []
+        idle = [p for p, st in self._s.peers.items() if now - st.last_sent >= self.config.period_us]
+        for peer in idle:
+            self._s.peers[peer].last_sent = now
+            effects.append(Send(peer, Heartbeat(), control=True))
+        for peer, st in self._s.peers.items():
+            if not st.suspected and now - st.last_heard > st.timeout:
+                st.suspected = True
+                effects.append(Suspect(peer))
+        if self._s.peers:
+            effects.append(SetTimer(TICK, now + self.config.period_us))
+        else:
+            self._s.ticking = False
+        return effects

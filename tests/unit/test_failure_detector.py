@@ -1,0 +1,63 @@
+"""The heartbeat failure detector core: silence → Suspect, speech → Restore and a longer
+timeout, traffic counts as a heartbeat."""
+
+from __future__ import annotations
+
+from abcast.codec import Packet
+from abcast.effects import Effect, Restore, Send, SetTimer, Suspect, Up
+from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
+from abcast.group.failure_detector import (
+    DetectorConfig,
+    FailureDetectorLayer,
+    Fd,
+    Heartbeat,
+)
+from abcast.ids import View
+
+CFG = DetectorConfig(period_us=10, timeout_us=50, timeout_increment_us=20)
+
+
+def _fd() -> FailureDetectorLayer:
+    fd = FailureDetectorLayer("a", CFG)
+    effects = fd.handle(ViewInstalled(View(1, ("a", "b", "c"))), 0)
+    assert effects == [SetTimer("tick", 10)]
+    return fd
+
+
+def _kinds(effects: list[Effect]) -> list[str]:
+    return [type(e).__name__ for e in effects]
+
+
+def test_idle_links_get_heartbeats_busy_links_do_not() -> None:
+    fd = _fd()
+    fd.handle(SendRequested("b", Packet((), b"x")), 5)
+    effects = fd.handle(TimerFired("tick"), 10)
+    heartbeats = [e for e in effects if isinstance(e, Send)]
+    assert [(h.to, h.header, h.control) for h in heartbeats] == [("c", Heartbeat(), True)]
+
+
+def test_silence_is_suspected_and_speech_restores_with_a_longer_timeout() -> None:
+    fd = _fd()
+    now = 0
+    suspects: list[str] = []
+    for now in range(10, 70, 10):
+        fd.handle(Received("c", Heartbeat(), Packet()), now)  # c keeps talking, b is silent
+        suspects += [e.node for e in fd.handle(TimerFired("tick"), now) if isinstance(e, Suspect)]
+    assert suspects == ["b"] and fd.suspects() == ["b"]
+    effects = fd.handle(Received("b", Fd(), Packet((), b"late")), now + 1)
+    assert effects[0] == Restore("b") and isinstance(effects[1], Up)
+    assert fd.timeout_of("b") == 70 and fd.suspects() == []
+
+
+def test_any_packet_is_a_sign_of_life() -> None:
+    fd = _fd()
+    for now in range(10, 200, 10):
+        fd.handle(Received("b", Fd(), Packet((), b"data")), now)
+        fd.handle(Received("c", Fd(), Packet((), b"data")), now)
+        assert not [e for e in fd.handle(TimerFired("tick"), now) if isinstance(e, Suspect)]
+
+
+def test_control_flag_passes_through() -> None:
+    fd = _fd()
+    (send,) = fd.handle(SendRequested("b", Packet((), b""), control=True), 1)
+    assert isinstance(send, Send) and send.control and send.header == Fd()
