@@ -92,6 +92,22 @@ class NotifyExcluded:
 
 
 @dataclass(frozen=True, slots=True)
+class TakeSnapshot:
+    """Ask the application for its state now, between the deliveries before this effect
+    and those after it; the driver answers at once with `SnapshotTaken(token, state)`."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstallState:
+    """A joiner's starting state (from a member's `TakeSnapshot`): the application
+    replaces its state with it before any delivery that follows this effect."""
+
+    state: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Transmit:
     """Bottom of the stack: bytes for the transport to carry to each node in `to`."""
 
@@ -102,6 +118,6 @@ class Transmit:
 
 Effect = (
     Send | Multicast | Up | Deliver | SetTimer | CancelTimer | InstallView | Suspect | Restore
-    | NotifyExcluded
+    | NotifyExcluded | TakeSnapshot | InstallState
 )
-Output = Transmit | Deliver | SetTimer | CancelTimer | InstallView
+Output = Transmit | Deliver | SetTimer | CancelTimer | InstallView | TakeSnapshot | InstallState

@@ -82,7 +82,29 @@ class Excluded:
     view_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class JoinRequested:
+    """The application asks to join the group through any of `contacts` (members)."""
+
+    contacts: tuple[NodeId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveRequested:
+    """The application asks to leave the group gracefully."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotTaken:
+    """The application's state right after the deliveries that preceded the matching
+    `TakeSnapshot` effect (the driver answers synchronously, so the cut is exact)."""
+
+    token: int
+    state: bytes
+
+
 Event = (
     BroadcastRequested | SendRequested | MulticastRequested | Received | TimerFired
-    | ViewInstalled | Suspected | Restored | Excluded
+    | ViewInstalled | Suspected | Restored | Excluded | JoinRequested | LeaveRequested
+    | SnapshotTaken
 )

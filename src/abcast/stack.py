@@ -23,12 +23,14 @@ from abcast.effects import (
     Effect,
     InstallView,
     Multicast,
+    InstallState,
     NotifyExcluded,
     Output,
     Restore,
     Send,
     SetTimer,
     Suspect,
+    TakeSnapshot,
     Transmit,
     Up,
 )
@@ -37,10 +39,13 @@ from abcast.events import (
     BroadcastRequested,
     Event,
     Excluded,
+    JoinRequested,
+    LeaveRequested,
     MulticastRequested,
     Received,
     Restored,
     SendRequested,
+    SnapshotTaken,
     Suspected,
     TimerFired,
     ViewInstalled,
@@ -102,6 +107,18 @@ class Stack:
         seq = self._next_seq
         self._next_seq += 1
         return seq, self._run([(len(self.layers) - 1, BroadcastRequested(seq, payload))], now)
+
+    def join(self, contacts: tuple[NodeId, ...], now: int) -> list[Output]:
+        """Join the group through one of `contacts`; the stack was built with a view that
+        holds only this node, and the ordering installs the real one when admitted."""
+        return self._run([(len(self.layers) - 1, JoinRequested(contacts))], now)
+
+    def leave(self, now: int) -> list[Output]:
+        return self._run([(len(self.layers) - 1, LeaveRequested())], now)
+
+    def snapshot_taken(self, token: int, state: bytes, now: int) -> list[Output]:
+        """The application's answer to a `TakeSnapshot(token)` output."""
+        return self._run([(len(self.layers) - 1, SnapshotTaken(token, state))], now)
 
     def receive(self, env: Envelope, now: int) -> list[Output]:
         """An envelope addressed to this group; raises DecodeError for bad headers."""
@@ -168,7 +185,7 @@ class Stack:
                     )
                 rest = Packet(packet.headers[1:], packet.payload)
                 queue.append((index + 1, Received(sender, packet.headers[0], rest)))
-            case Deliver():
+            case Deliver() | TakeSnapshot() | InstallState():
                 out.append(effect)
             case SetTimer(key, at):
                 out.append(SetTimer((index, key), at))

@@ -9,13 +9,23 @@ their timers die and packets to them are lost.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
 
 from abcast.codec import FLAG_CONTROL, decode_envelope
-from abcast.effects import CancelTimer, Deliver, InstallView, Output, SetTimer, Transmit
+from abcast.effects import (
+    CancelTimer,
+    Deliver,
+    InstallState,
+    InstallView,
+    Output,
+    SetTimer,
+    TakeSnapshot,
+    Transmit,
+)
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.sim.network import Network
@@ -38,6 +48,20 @@ class SimNode:
     prefix: dict[NodeId, int] = field(default_factory=dict)
     above: dict[NodeId, set[int]] = field(default_factory=dict)
     bad_frames: int = 0
+    leaving: bool = False
+    departed: bool = False  # left gracefully: stopped, but not crashed
+    # The application each node runs in the simulator: a digest chained over every
+    # delivery, so two nodes hold equal state exactly when they delivered the same
+    # messages in the same order since equal states (state transfer included).
+    app_state: bytes = b""
+
+    @property
+    def stopped(self) -> bool:
+        return self.crashed or self.departed
+
+    def apply_delivery(self, origin: NodeId, seq: int, payload: bytes) -> None:
+        head = f"{origin}:{seq}:".encode()
+        self.app_state = hashlib.sha256(self.app_state + head + payload).digest()
 
     def note_delivered(self, origin: NodeId, seq: int) -> None:
         k = self.prefix.get(origin, 0)
@@ -82,12 +106,26 @@ class SimCluster:
         return sim_node
 
     def alive(self) -> list[NodeId]:
-        return [n for n, s in self.nodes.items() if not s.crashed]
+        return [n for n, s in self.nodes.items() if not s.stopped]
+
+    def join(self, stack: Stack, contacts: tuple[NodeId, ...]) -> SimNode:
+        """Start a node outside the group (its stack's view holds only itself) and ask
+        to join through `contacts`."""
+        sim_node = self.add(stack)
+        self._apply(sim_node, stack.join(contacts, self.scheduler.now))
+        return sim_node
+
+    def leave(self, node: NodeId) -> None:
+        sim_node = self.nodes[node]
+        if sim_node.stopped:
+            return
+        sim_node.leaving = True
+        self._apply(sim_node, sim_node.stack.leave(self.scheduler.now))
 
     def broadcast(self, node: NodeId, payload: bytes) -> int:
         sim_node = self.nodes[node]
-        if sim_node.crashed:
-            raise LocalProtocolError(f"{node} is crashed and cannot broadcast")
+        if sim_node.stopped:
+            raise LocalProtocolError(f"{node} is stopped and cannot broadcast")
         stack = sim_node.stack
         seq = stack.broadcasts + 1
         self.recorder.record(
@@ -122,6 +160,7 @@ class SimCluster:
                         group=stack.group, size=len(payload), view_id=stack.view.view_id,
                     )
                     sim_node.note_delivered(origin, seq)
+                    sim_node.apply_delivery(origin, seq, payload)
                     if self.on_deliver is not None:
                         self.on_deliver(node, out)
                 case SetTimer(key, at):
@@ -131,11 +170,20 @@ class SimCluster:
                     self.scheduler.at(at, partial(self._fire, sim_node, key, token))
                 case CancelTimer(key):
                     sim_node.timers.pop(key, None)
+                case InstallView(view) if node not in view.members and sim_node.leaving:
+                    sim_node.departed = True  # a graceful leave completed
+                    sim_node.timers.clear()
+                    return
                 case InstallView(view) if node not in view.members:
                     # The group gave up on this node (it was suspected and removed): it
                     # must stop rather than go on as if it had not (the Isis rule).
                     self.crash(node)
                     return
+                case TakeSnapshot(token):
+                    taken = stack.snapshot_taken(token, sim_node.app_state, self.scheduler.now)
+                    self._apply(sim_node, taken)
+                case InstallState(state):
+                    sim_node.app_state = state
                 case InstallView(view):
                     self.recorder.record(
                         node, "view", self._t_ns(), group=stack.group, view_id=view.view_id,
@@ -143,7 +191,7 @@ class SimCluster:
                     )
 
     def _fire(self, sim_node: SimNode, key: Hashable, token: int) -> None:
-        if sim_node.crashed or sim_node.timers.get(key) != token:
+        if sim_node.stopped or sim_node.timers.get(key) != token:
             return  # cancelled, moved, or the node died
         del sim_node.timers[key]
         self._apply(sim_node, sim_node.stack.fire(key, self.scheduler.now))
@@ -173,7 +221,7 @@ class SimCluster:
 
     def _arrive(self, src: NodeId, dst: NodeId, data: bytes) -> None:
         sim_node = self.nodes.get(dst)
-        if sim_node is None or sim_node.crashed or self.network.blocked(src, dst):
+        if sim_node is None or sim_node.stopped or self.network.blocked(src, dst):
             return
         stack = sim_node.stack
         try:

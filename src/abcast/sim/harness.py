@@ -163,7 +163,7 @@ def run_simulation(
                          on_deliver=on_deliver)
 
     def send(node: NodeId) -> None:
-        if cluster.nodes[node].crashed or workload.sent_by(node) >= workload.total_of(node):
+        if cluster.nodes[node].stopped or workload.sent_by(node) >= workload.total_of(node):
             return
         workload.note_sent(node)
         cluster.broadcast(node, payload)
@@ -184,13 +184,29 @@ def run_simulation(
             node = ids[k % config.nodes]
             scheduler.at(round(k * gap), partial(send, node))
 
-    def do_crash(node: NodeId) -> None:
-        cluster.crash(node)
+    def stop_sending(node: NodeId) -> None:
+        """The node crashed or left: the others no longer wait for its messages."""
         for ready in workload.on_crash(node) if config.rate is None else []:
             scheduler.at(scheduler.now, partial(send, ready))
 
+    def do_crash(node: NodeId) -> None:
+        cluster.crash(node)
+        stop_sending(node)
+
+    def do_leave(node: NodeId) -> None:
+        cluster.leave(node)
+        stop_sending(node)
+
+    def do_join(node: NodeId) -> None:
+        alone = View(0, (node,))
+        cluster.join(make(node, alone), tuple(cluster.alive()))
+
     for crash in plan.crashes:
         scheduler.at(crash.at_us, partial(do_crash, crash.node))
+    for leave in plan.leaves:
+        scheduler.at(leave.at_us, partial(do_leave, leave.node))
+    for join in plan.joins:
+        scheduler.at(join.at_us, partial(do_join, join.node))
     for part in plan.partitions:
         scheduler.at(part.start_us, partial(network.partition, part.left, part.right, part.one_way))
         scheduler.at(part.end_us, partial(network.heal, part.left, part.right, part.one_way))
