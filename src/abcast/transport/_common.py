@@ -1,0 +1,434 @@
+"""Machinery every concrete transport shares: lifecycle, per-peer queues, backpressure,
+hellos, the supersede rule, delivery to the frame handler, and reconnect backoff.
+
+Rules: `QueuedTransport` implements the public contract of base.py once (argument checks,
+states, `send` queueing, `buffered`/`drain`, stats, drop logging); a concrete transport
+supplies only the wire: bind, open/replace/close a peer's channel, move queued frames
+to it, close an inbound connection. Everything here runs on the transport's loop
+thread; thread-based transports hop onto it with `call_soon_threadsafe` before touching
+anything here.
+
+The supersede rule: every outbound connection starts with a hello naming (node,
+incarnation, conn_seq). One node has at most one live inbound connection at a receiver:
+a newer hello from the same node retires the older connection, and frames still arriving
+on it are discarded, so a reconnect can lose frames at the break but never reorder them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+from abc import abstractmethod
+from collections import deque
+from typing import Annotated, Final
+
+import msgspec
+
+from abcast.codec import NodeField
+from abcast.errors import ConfigError, DecodeError, LocalProtocolError, RemoteProtocolError
+from abcast.ids import NodeId
+from abcast.transport.base import (
+    FrameHandler,
+    Link,
+    Transport,
+    TransportOptions,
+    TransportStats,
+    TransportUrl,
+    logger,
+    parse_url,
+)
+
+HELLO_MAGIC: Final = b"ABCAST-HELLO/1:"
+_Counter = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+
+
+class Hello(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """First message of every outbound connection: who is talking, which incarnation of
+    that node's transport, and which of its connections to this peer (1, 2, ...)."""
+
+    node: NodeField
+    incarnation: _Counter
+    conn_seq: _Counter
+
+
+_hello_decoder: Final = msgspec.msgpack.Decoder(Hello)
+_hello_encoder: Final = msgspec.msgpack.Encoder()
+
+
+def encode_hello(hello: Hello) -> bytes:
+    return HELLO_MAGIC + _hello_encoder.encode(hello)
+
+
+def decode_hello(data: bytes) -> Hello:
+    """DecodeError for anything that is not a hello."""
+    if not data.startswith(HELLO_MAGIC):
+        raise DecodeError(f"expected a hello, got {bytes(data[:16])!r}...")
+    try:
+        return _hello_decoder.decode(data[len(HELLO_MAGIC) :])
+    except msgspec.MsgspecError as exc:
+        raise DecodeError(f"bad hello: {exc}") from None
+
+
+class Sessions:
+    """The supersede rule: the current inbound link of each sending node."""
+
+    __slots__ = ("_current",)
+
+    def __init__(self) -> None:
+        self._current: dict[NodeId, tuple[Hello, Link]] = {}
+
+    def admit(self, hello: Hello, link: Link) -> tuple[bool, Link | None]:
+        """(accepted, superseded link). Not accepted = an older connection of the same
+        incarnation arriving late: close it quietly."""
+        current = self._current.get(hello.node)
+        if current is not None:
+            old_hello, _ = current
+            if old_hello.incarnation == hello.incarnation and hello.conn_seq < old_hello.conn_seq:
+                return False, None
+        self._current[hello.node] = (hello, link)
+        if current is not None and current[1] is not link:
+            current[1].retire()
+            return True, current[1]
+        return True, None
+
+    def forget(self, link: Link) -> None:
+        if link.peer is None:
+            return
+        current = self._current.get(link.peer)
+        if current is not None and current[1] is link:
+            del self._current[link.peer]
+
+    def links(self) -> list[Link]:
+        return [link for _, link in self._current.values()]
+
+
+class Backoff:
+    """Exponential reconnect delays with jitter, capped; `reset` after a success."""
+
+    __slots__ = ("_current", "_initial", "_maximum", "_rng")
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self._initial = initial
+        self._maximum = maximum
+        self._current = initial
+        # Jitter only spreads reconnect storms; it never decides protocol behaviour.
+        self._rng = random.Random(secrets.randbits(64))
+
+    def next(self) -> float:
+        delay = min(self._maximum, self._current * self._rng.uniform(0.75, 1.25))
+        self._current = min(self._maximum, self._current * 2)
+        return delay
+
+    def reset(self) -> None:
+        self._current = self._initial
+
+
+class Progress:
+    """Wakes `drain()` waiters whenever buffered bytes may have gone down."""
+
+    __slots__ = ("_waiters",)
+
+    def __init__(self) -> None:
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def notify(self) -> None:
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        await fut
+
+
+class PeerState:
+    """One peer as every transport sees it: its address and its queue of unsent frames."""
+
+    __slots__ = (
+        "address",
+        "backoff",
+        "conn_seq",
+        "connected_before",
+        "inflight_bytes",
+        "node",
+        "queue",
+        "queued_bytes",
+    )
+
+    def __init__(self, node: NodeId, address: TransportUrl, backoff: Backoff) -> None:
+        self.node = node
+        self.address = address
+        self.backoff = backoff
+        self.queue: deque[bytes] = deque()
+        self.queued_bytes = 0
+        self.inflight_bytes = 0  # taken from the queue, not yet accepted by the wire
+        self.conn_seq = 0
+        self.connected_before = False
+
+    def next_hello(self, node: NodeId, incarnation: int) -> Hello:
+        self.conn_seq += 1
+        return Hello(node, incarnation, self.conn_seq)
+
+    def take(self, limit: int) -> tuple[list[bytes], int]:
+        """Pop frames up to `limit` bytes (always at least one if any is queued)."""
+        queue = self.queue
+        batch: list[bytes] = []
+        size = 0
+        while queue and (not batch or size + len(queue[0]) <= limit):
+            frame = queue.popleft()
+            batch.append(frame)
+            size += len(frame)
+        self.queued_bytes -= size
+        return batch, size
+
+    def discard(self) -> int:
+        count = len(self.queue)
+        self.queue.clear()
+        self.queued_bytes = 0
+        self.inflight_bytes = 0
+        return count
+
+
+class QueuedTransport(Transport):
+    """The shared half of every transport; subclasses implement the `_wire` hooks."""
+
+    def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
+        self._url = url if isinstance(url, TransportUrl) else parse_url(url)
+        if self._url.scheme != self.scheme:
+            raise ConfigError(f"{type(self).__name__} speaks {self.scheme}://, not {self._url}")
+        self.options = (options or TransportOptions()).with_query(self._url.query)
+        self.stats = TransportStats()
+        self.incarnation = secrets.randbits(61)
+        self.sessions = Sessions()
+        self._state = "new"  # new → open → closing → closed
+        self._node: NodeId | None = None
+        self._address: str | None = None
+        self._on_frame: FrameHandler | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._peers: dict[NodeId, PeerState] = {}
+        self._progress = Progress()
+
+    # ----------------------------------------------------------- public contract
+
+    @property
+    def node(self) -> NodeId:
+        if self._node is None:
+            raise LocalProtocolError(f"{self.scheme} transport not started")
+        return self._node
+
+    @property
+    def address(self) -> str:
+        if self._address is None:
+            raise LocalProtocolError(f"{self.scheme} transport not started")
+        return self._address
+
+    @property
+    def peers(self) -> tuple[NodeId, ...]:
+        return tuple(self._peers)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise LocalProtocolError(f"{self.scheme} transport not started")
+        return self._loop
+
+    @property
+    def is_open(self) -> bool:
+        return self._state == "open"
+
+    async def start(self, node: NodeId, on_frame: FrameHandler) -> str:
+        if self._state != "new":
+            raise LocalProtocolError(
+                f"{self.scheme} transport already {self._state}: make a new one to restart"
+            )
+        if not isinstance(node, str) or not 1 <= len(node) <= 64:
+            raise LocalProtocolError(f"node id must be a 1..64 char string, got {node!r}")
+        self._node = node
+        self._on_frame = on_frame
+        self._loop = asyncio.get_running_loop()
+        self._state = "starting"
+        try:
+            self._address = await self._bind()
+        except BaseException:
+            self._state = "closing"
+            await self._shutdown()
+            self._state = "closed"
+            raise
+        self._state = "open"
+        return self._address
+
+    def add_peer(self, node: NodeId, address: str) -> None:
+        self._check_open("add_peer")
+        parsed = parse_url(address, expect_scheme=self.scheme)
+        peer = self._peers.get(node)
+        if peer is None:
+            peer = PeerState(
+                node,
+                parsed,
+                Backoff(self.options.reconnect_initial_s, self.options.reconnect_max_s),
+            )
+            self._peers[node] = peer
+            self._peer_added(peer)
+        else:
+            peer.address = parsed
+            peer.backoff.reset()
+            self._peer_readdressed(peer)
+
+    def remove_peer(self, node: NodeId) -> None:
+        if self._state != "open":
+            return
+        peer = self._peers.pop(node, None)
+        if peer is None:
+            return
+        self.stats.discarded_frames += peer.discard()
+        self._peer_removed(peer)
+        self._progress.notify()
+
+    def send(self, node: NodeId, data: bytes) -> None:
+        if self._state != "open":
+            raise LocalProtocolError(f"send to {node!r} on a {self._state} {self.scheme} transport")
+        peer = self._peers.get(node)
+        if peer is None:
+            raise LocalProtocolError(f"send to unknown peer {node!r}: call add_peer first")
+        if type(data) is not bytes:
+            data = bytes(data)  # the queue keeps a reference; a mutable buffer could change
+        size = len(data)
+        if size > self.options.max_frame_bytes:
+            raise LocalProtocolError(
+                f"frame of {size} bytes to {node!r} exceeds max_frame_bytes "
+                f"{self.options.max_frame_bytes}"
+            )
+        peer.queue.append(data)
+        peer.queued_bytes += size
+        self._frames_queued(peer)
+
+    def buffered(self, node: NodeId | None = None) -> int:
+        if node is not None:
+            peer = self._peers.get(node)
+            return 0 if peer is None else peer.queued_bytes + self._inflight(peer)
+        return max((p.queued_bytes + self._inflight(p) for p in self._peers.values()), default=0)
+
+    async def drain(self, node: NodeId | None = None) -> None:
+        high = self.options.high_water_bytes
+        while self._state == "open" and self.buffered(node) > high:
+            await self._progress.wait()
+
+    async def close(self) -> None:
+        if self._state in ("closing", "closed"):
+            return
+        if self._state == "new":
+            self._state = "closed"
+            return
+        self._state = "closing"
+        for peer in self._peers.values():
+            self.stats.discarded_frames += peer.discard()
+        try:
+            await self._shutdown()
+        finally:
+            self._peers.clear()
+            self._state = "closed"
+            self._progress.notify()
+
+    # ----------------------------------------------------------- helpers for subclasses
+
+    def deliver(self, link: Link, frame: bytes) -> bool:
+        """Hand one inbound frame to on_frame; False once that link can take no more."""
+        if self._state != "open" or not link.alive or self._on_frame is None:
+            return False
+        self.stats.frames_in += 1
+        self.stats.bytes_in += len(frame)
+        try:
+            self._on_frame(link, frame)
+        except RemoteProtocolError as exc:
+            link.drop(f"{type(exc).__name__}: {exc}")
+        except Exception:
+            logger.exception(
+                "%s: frame handler raised on a frame from %s; frame discarded", self.label,
+                link.peer,
+            )
+        return link.alive and self._state == "open"
+
+    def report_drop(self, link: Link, reason: str) -> None:
+        """The one log line and the counters of a dropped inbound connection."""
+        self.stats.bad_frames += 1
+        self.stats.dropped_connections += 1
+        self.sessions.forget(link)
+        logger.warning(
+            "%s: dropped connection from %s (%s): %s",
+            self.label, link.peer or "unidentified peer", link.remote, reason,
+        )
+
+    def admit(self, hello: Hello, link: Link) -> tuple[bool, Link | None]:
+        """Apply the supersede rule to a fresh inbound connection (see module rules)."""
+        link.peer = hello.node
+        return self.sessions.admit(hello, link)
+
+    def connected(self, peer: PeerState) -> None:
+        """An outbound connection to `peer` is up: count reconnects, reset the backoff."""
+        if peer.connected_before:
+            self.stats.reconnects += 1
+        peer.connected_before = True
+        peer.backoff.reset()
+
+    def lost(self, peer: PeerState, why: str, *, backoff: bool = True) -> float:
+        """An outbound connection ended unasked: count, log, return the retry delay
+        (backoff=False: the library reconnects by itself; nothing to wait for here)."""
+        self.stats.lost_connections += 1
+        delay = peer.backoff.next() if backoff else 0.0
+        logger.info(
+            "%s: connection to %s (%s) lost: %s%s",
+            self.label, peer.node, peer.address, why,
+            f"; reconnecting in {delay:.2f}s" if backoff else "",
+        )
+        return delay
+
+    def sent(self, frames: int, size: int) -> None:
+        self.stats.frames_out += frames
+        self.stats.bytes_out += size
+        self._progress.notify()
+
+    def progressed(self) -> None:
+        self._progress.notify()
+
+    @property
+    def label(self) -> str:
+        return f"{self.scheme} {self._node or '?'}"
+
+    def _check_open(self, what: str) -> None:
+        if self._state != "open":
+            raise LocalProtocolError(f"{what} on a {self._state} {self.scheme} transport")
+
+    # ----------------------------------------------------------- the wire (subclasses)
+
+    @abstractmethod
+    async def _bind(self) -> str:
+        """Listen on self._url; return the bound URL."""
+
+    @abstractmethod
+    def _peer_added(self, peer: PeerState) -> None:
+        """Open a channel to a new peer (connecting in the background)."""
+
+    @abstractmethod
+    def _peer_readdressed(self, peer: PeerState) -> None:
+        """add_peer again: replace the peer's connection by a fresh one to peer.address."""
+
+    @abstractmethod
+    def _peer_removed(self, peer: PeerState) -> None:
+        """Close the peer's channel; its queue is already discarded."""
+
+    @abstractmethod
+    def _frames_queued(self, peer: PeerState) -> None:
+        """Frames were appended to peer.queue: arrange for them to go out (not now)."""
+
+    def _inflight(self, peer: PeerState) -> int:
+        """Bytes handed to the peer's channel but not yet accepted by the wire."""
+        return peer.inflight_bytes
+
+    @abstractmethod
+    async def _shutdown(self) -> None:
+        """Close the listener, every channel and every inbound connection; idempotent,
+        and safe after a failed _bind."""

@@ -1,0 +1,88 @@
+"""Length-prefixed framing: each frame is a 4-byte big-endian length, then that many bytes.
+
+Rules: used on byte streams (tcp) and inside batch messages (grpc). The reader is
+incremental and refuses, with a reason string, any length above `max_frame_bytes`
+*before* buffering the body, so a hostile length prefix cannot make us allocate. It knows
+nothing about hellos, links or sockets.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from typing import Final
+
+from abcast.errors import DecodeError
+
+PREFIX: Final = struct.Struct(">I")
+PREFIX_BYTES: Final = PREFIX.size
+
+
+def encode_frames(frames: Iterable[bytes]) -> bytes:
+    """The frames, each with its length prefix, as one buffer (one write)."""
+    pack = PREFIX.pack
+    parts: list[bytes] = []
+    for frame in frames:
+        parts.append(pack(len(frame)))
+        parts.append(frame)
+    return b"".join(parts)
+
+
+def split_frames(data: bytes, max_frame_bytes: int) -> list[bytes]:
+    """The frames of one complete buffer made by encode_frames; DecodeError otherwise."""
+    reader = FrameReader(max_frame_bytes)
+    frames, error = reader.feed(data)
+    if error is not None:
+        raise DecodeError(error)
+    if reader.pending:
+        raise DecodeError(f"batch ends inside a frame ({reader.pending} bytes left over)")
+    return frames
+
+
+class FrameReader:
+    """Incremental decoder: feed bytes as they come, get whole frames back."""
+
+    __slots__ = ("_buf", "_max", "_need")
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._buf = bytearray()
+        self._max = max_frame_bytes
+        self._need = PREFIX_BYTES  # bytes the buffer must hold before parsing is worth it
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete frame held back (non-zero at EOF = truncated frame)."""
+        return len(self._buf)
+
+    def expected(self) -> int:
+        """Total bytes of the frame being assembled (prefix included), if known."""
+        return self._need
+
+    def feed(self, data: bytes) -> tuple[list[bytes], str | None]:
+        """(complete frames, error). On an error the frames before it are still valid;
+        the reader must not be fed again."""
+        buf = self._buf
+        buf += data
+        end_of_data = len(buf)
+        if end_of_data < self._need:
+            return [], None
+        frames: list[bytes] = []
+        unpack = PREFIX.unpack_from
+        pos = 0
+        need = PREFIX_BYTES
+        while end_of_data - pos >= PREFIX_BYTES:
+            (size,) = unpack(buf, pos)
+            if size > self._max:
+                del buf[:pos]
+                return frames, (
+                    f"frame length prefix {size} exceeds max_frame_bytes {self._max}"
+                )
+            end = pos + PREFIX_BYTES + size
+            if end > end_of_data:
+                need = end - pos
+                break
+            frames.append(bytes(buf[pos + PREFIX_BYTES : end]))
+            pos = end
+        del buf[:pos]
+        self._need = need
+        return frames, None

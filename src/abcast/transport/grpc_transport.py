@@ -1,0 +1,255 @@
+"""grpc:// — grpc.aio, one client-streaming RPC per direction and peer, no codegen.
+
+Rules: the service is declared with grpc's generic handlers (method
+/abcast.transport.Transport/Push, stream → unary, bytes in and out with no
+serializers), so there is no .proto and no compile step. A sender opens one Push call
+per connection; its first message is the hello (see _common), every later message is a
+batch of up to batch_bytes of length-prefixed frames (the tcp framing). The receiver
+delivers the frames of each message in order and returns b"" only when the stream
+ends. Backpressure is HTTP/2 flow control: `call.write` waits, and the batch being
+written counts as in flight. A failed call (peer gone, dropped) is replaced by a new
+channel and call after a backoff; the batch that was being written is lost (it may have
+been half delivered, and resending could duplicate). To drop a link the receiver aborts
+the call; a superseded call is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import ClassVar, Final
+
+import grpc
+import grpc.aio
+
+from abcast.errors import ConfigError, DecodeError
+from abcast.ids import NodeId
+from abcast.transport._common import PeerState, QueuedTransport, decode_hello, encode_hello
+from abcast.transport._framing import encode_frames, split_frames
+from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
+
+SERVICE: Final = "abcast.transport.Transport"
+METHOD: Final = "Push"
+METHOD_PATH: Final = f"/{SERVICE}/{METHOD}"
+
+
+def _target(url: TransportUrl) -> str:
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{host}:{url.port}"
+
+
+class GrpcTransport(QueuedTransport):
+    scheme: ClassVar[str] = "grpc"
+
+    def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
+        super().__init__(url, options)
+        self._server: grpc.aio.Server | None = None
+        self._channels: dict[NodeId, _GrpcChannel] = {}
+        self._handlers: dict[Link, asyncio.Task[object]] = {}
+        self._drop_reasons: dict[Link, str] = {}  # read once by the dropped link's handler
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.options.max_frame_bytes + self.options.batch_bytes + 1024
+
+    def channel_options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.enable_http_proxy", 0),
+            ("grpc.enable_retries", 0),
+            ("grpc.initial_reconnect_backoff_ms", int(self.options.reconnect_initial_s * 1000)),
+            ("grpc.min_reconnect_backoff_ms", int(self.options.reconnect_initial_s * 1000)),
+            ("grpc.max_reconnect_backoff_ms", int(self.options.reconnect_max_s * 1000)),
+        ]
+
+    async def _bind(self) -> str:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", self.max_message_bytes),
+                ("grpc.max_send_message_length", -1),
+                # grpc turns SO_REUSEPORT on by default: two nodes could share a port.
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        self._server = server
+        handler = grpc.method_handlers_generic_handler(
+            SERVICE, {METHOD: grpc.stream_unary_rpc_method_handler(self._serve)}
+        )
+        server.add_generic_rpc_handlers((handler,))
+        url = self._url
+        try:
+            port = server.add_insecure_port(_target(url))
+        except RuntimeError as exc:
+            raise ConfigError(f"grpc: cannot listen on {url}: {exc}") from exc
+        if port == 0:
+            raise ConfigError(f"grpc: cannot listen on {url}")
+        await server.start()
+        return str(TransportUrl("grpc", host=url.host, port=port))
+
+    # ------------------------------------------------------------------ inbound
+
+    async def _serve(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> bytes:
+        link = Link(None, context.peer(), self._dropped)
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers[link] = task
+        reason: str | None = None
+        try:
+            greeted = False
+            async for message in requests:
+                if not link.alive or not self.is_open:
+                    break
+                if not greeted:
+                    greeted = True
+                    try:
+                        hello = decode_hello(message)
+                    except DecodeError as exc:
+                        link.drop(str(exc))
+                        break
+                    accepted, superseded = self.admit(hello, link)
+                    if superseded is not None:
+                        self._cancel_handler(superseded)
+                    if not accepted:
+                        link.retire()
+                        break
+                    continue
+                try:
+                    frames = split_frames(message, self.options.max_frame_bytes)
+                except DecodeError as exc:
+                    link.drop(str(exc))
+                    break
+                if not all(self.deliver(link, frame) for frame in frames):
+                    break  # dropped or closing: end the call now, not at the next message
+        finally:
+            reason = self._drop_reasons.pop(link, None)
+            self._handlers.pop(link, None)
+            self.sessions.forget(link)
+            link.retire()
+        if reason is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason)
+        return b""
+
+    def _dropped(self, link: Link, reason: str) -> None:
+        self.report_drop(link, reason)
+        self._drop_reasons[link] = reason
+        self._cancel_handler(link)
+
+    def _cancel_handler(self, link: Link) -> None:
+        task = self._handlers.get(link)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    # ------------------------------------------------------------------ outbound
+
+    def _peer_added(self, peer: PeerState) -> None:
+        channel = _GrpcChannel(self, peer)
+        self._channels[peer.node] = channel
+        channel.connect_now()
+
+    def _peer_readdressed(self, peer: PeerState) -> None:
+        self._channels[peer.node].connect_now()
+
+    def _peer_removed(self, peer: PeerState) -> None:
+        channel = self._channels.pop(peer.node, None)
+        if channel is not None:
+            channel.close()
+
+    def _frames_queued(self, peer: PeerState) -> None:
+        self._channels[peer.node].wake()
+
+    async def _shutdown(self) -> None:
+        senders = [channel.close() for channel in self._channels.values()]
+        self._channels.clear()
+        await asyncio.gather(*(t for t in senders if t is not None), return_exceptions=True)
+        for link in list(self._handlers):
+            link.retire()
+        if self._server is not None:
+            await self._server.stop(grace=None)
+        handlers = list(self._handlers.values())
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+class _GrpcChannel:
+    """One peer's sender task: channel + Push call, rebuilt after failures."""
+
+    __slots__ = ("_owner", "_peer", "_task", "_wake")
+
+    def __init__(self, owner: GrpcTransport, peer: PeerState) -> None:
+        self._owner = owner
+        self._peer = peer
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Future[None] | None = None
+
+    def connect_now(self) -> None:
+        if self._task is not None:
+            self._task.cancel()  # its finally closes the old channel
+        self._task = self._owner.loop.create_task(self._run())
+
+    def wake(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def _run(self) -> None:
+        owner, peer = self._owner, self._peer
+        while True:
+            established = False
+            why = "call ended"
+            address = peer.address
+            channel = grpc.aio.insecure_channel(_target(address), options=owner.channel_options())
+            call: grpc.aio.StreamUnaryCall = channel.stream_unary(METHOD_PATH)()
+            call.add_done_callback(lambda _call: self.wake())
+            try:
+                hello = peer.next_hello(owner.node, owner.incarnation)
+                await asyncio.wait_for(call.write(encode_hello(hello)), owner.options.io_timeout_s)
+                established = True
+                owner.connected(peer)
+                await self._pump(call)
+            except grpc.aio.AioRpcError as exc:
+                why = f"{exc.code().name}: {exc.details()}"
+            except Exception as exc:  # a call can fail in several grpc-specific ways
+                why = f"{type(exc).__name__}: {exc}"
+            finally:
+                peer.inflight_bytes = 0
+                call.cancel()
+                await channel.close()
+                owner.progressed()
+            if established:
+                delay = owner.lost(peer, why)
+            else:
+                delay = peer.backoff.next()
+                logger.debug(
+                    "%s: cannot reach %s at %s (%s); retrying in %.2fs",
+                    owner.label, peer.node, address, why, delay,
+                )
+            await asyncio.sleep(delay)
+
+    async def _pump(self, call: grpc.aio.StreamUnaryCall) -> None:
+        owner, peer = self._owner, self._peer
+        limit = owner.options.batch_bytes
+        while True:
+            if call.done():
+                await call  # raises AioRpcError with the receiver's status
+                raise asyncio.InvalidStateError("the peer ended the stream")
+            if not peer.queue:
+                self._wake = owner.loop.create_future()
+                await self._wake
+                continue
+            frames, size = peer.take(limit)
+            peer.inflight_bytes = size
+            # Counted when handed over: if the write fails they are lost at the break.
+            owner.sent(len(frames), size)
+            await call.write(encode_frames(frames))
+            peer.inflight_bytes = 0
+            owner.progressed()
+
+    def close(self) -> asyncio.Task[None] | None:
+        """Stop sending; returns the task to await for the channel to be closed."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        return task

@@ -1,0 +1,415 @@
+"""pyro:// — Pyro5 remote objects: each node exposes an inbox with one method,
+`append(frame)` (the thesis's appendBuffer), called once per frame by a per-peer sender.
+
+Rules: Pyro5 is threaded and blocking, asyncio is not, so this module is a bridge.
+Inbound: a Pyro daemon runs its request loop in a thread and one worker thread per
+client connection; the hello travels in Pyro's connection handshake (`_pyroHandshake`),
+so `append` is the only remote method. Workers never touch transport state: they
+hand (callback, args) pairs to a thread-safe queue that the loop drains, one
+`call_soon_threadsafe` per burst, preserving the order of each connection's calls.
+Outbound: one sender thread per peer owns its Pyro proxy (Pyro5 proxies belong to one
+thread) and performs calls one batch at a time, in order: the loop hands it up to
+batch_bytes of queued frames, the thread makes one `append` call per frame (grouped in
+one Pyro batch request, one round trip) and reports back; that batch is the in-flight part
+of `buffered()` and counts in frames_out once called. A connect failure returns the
+batch to the queue and the loop retries after a backoff; a call that fails mid-way
+loses its batch (it may be half delivered: resending could duplicate). The serializer is
+marshal, which carries bytes natively. Dropping a link shuts its socket down, so the
+worker exits and the sender's next call fails and reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, ClassVar, Final
+
+import msgspec
+import Pyro5.client
+import Pyro5.core
+import Pyro5.errors
+import Pyro5.protocol
+import Pyro5.server
+from Pyro5.callcontext import current_context
+
+from abcast.errors import ConfigError
+from abcast.ids import NodeId
+from abcast.transport._common import Hello, PeerState, QueuedTransport
+from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
+
+OBJECT_ID: Final = "abcast.inbox"
+SERIALIZER: Final = "marshal"
+
+
+class _Inbox:
+    """The remote object: one per daemon; the calling connection identifies the link."""
+
+    def __init__(self, transport: PyroTransport) -> None:
+        self._transport = transport
+
+    @Pyro5.server.expose  # type: ignore[untyped-decorator]
+    def append(self, frame: bytes) -> None:
+        self._transport.on_append(current_context.client, frame)
+
+
+class _Daemon(Pyro5.server.Daemon):  # type: ignore[misc]
+    """A Pyro daemon that reads our hello from the handshake and tracks connections."""
+
+    def __init__(self, transport: PyroTransport, host: str, port: int) -> None:
+        self._transport = transport
+        super().__init__(host=host, port=port)
+
+    def validateHandshake(self, conn: Any, data: Any) -> Any:  # noqa: N802 (Pyro's name)
+        return self._transport.on_handshake(conn, data)
+
+    def clientDisconnect(self, conn: Any) -> None:  # noqa: N802 (Pyro's name)
+        self._transport.on_disconnect(conn)
+
+
+def _remote(conn: Any) -> str:
+    with contextlib.suppress(OSError, AttributeError):
+        host, port = conn.sock.getpeername()[:2]
+        return f"{host}:{port}"
+    return "?"
+
+
+async def _wait_thread(thread: threading.Thread, timeout: float) -> None:
+    """Wait for a thread without blocking the loop (and without an executor)."""
+    deadline = time.monotonic() + timeout
+    while thread.is_alive() and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+
+
+class PyroTransport(QueuedTransport):
+    scheme: ClassVar[str] = "pyro"
+
+    def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
+        super().__init__(url, options)
+        self._daemon: _Daemon | None = None
+        self._daemon_thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # guards _posted, _drain_scheduled and _conn_links
+        self._posted: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._drain_scheduled = False
+        self._conn_links: dict[Any, Link] = {}
+        self._senders: dict[NodeId, _PyroSender] = {}
+
+    async def _bind(self) -> str:
+        url = self._url
+        try:
+            daemon = _Daemon(self, url.host, url.port)
+        except OSError as exc:
+            raise ConfigError(f"pyro: cannot listen on {url}: {exc}") from exc
+        daemon.register(_Inbox(self), OBJECT_ID)
+        self._daemon = daemon
+        port = int(daemon.locationStr.rsplit(":", 1)[1])
+        self._daemon_thread = threading.Thread(
+            target=daemon.requestLoop, name=f"abcast-pyro-{url.host}:{port}", daemon=True
+        )
+        self._daemon_thread.start()
+        return str(TransportUrl("pyro", host=url.host, port=port))
+
+    # ------------------------------------------------------- thread → loop bridge
+
+    def post(self, callback: Callable[..., None], *args: Any) -> None:
+        """From any thread: run callback(*args) on the loop, in posting order."""
+        with self._lock:
+            self._posted.append((callback, args))
+            if self._drain_scheduled:
+                return
+            self._drain_scheduled = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+            self.loop.call_soon_threadsafe(self._run_posted)
+
+    def _run_posted(self) -> None:
+        with self._lock:
+            items = list(self._posted)
+            self._posted.clear()
+            self._drain_scheduled = False
+        for callback, args in items:
+            callback(*args)
+
+    # ------------------------------------------------------- inbound (worker threads)
+
+    def on_handshake(self, conn: Any, data: Any) -> str:
+        link = Link(None, _remote(conn), lambda link, reason: self._dropped(link, reason, conn))
+        try:
+            hello = msgspec.convert(data, Hello)
+        except msgspec.ValidationError as exc:
+            self.post(link.drop, f"bad hello in the Pyro handshake: {exc}")
+            raise Pyro5.errors.SecurityError("not an abcast hello") from None
+        with self._lock:
+            self._conn_links[conn] = link
+        self.post(self._admit, hello, link, conn)
+        return "ok"
+
+    def on_append(self, conn: Any, frame: Any) -> None:
+        with self._lock:
+            link = self._conn_links.get(conn)
+        if link is None or not link.alive or not self.is_open:
+            raise Pyro5.errors.ConnectionClosedError("this connection was closed by the receiver")
+        if type(frame) is not bytes:
+            self.post(link.drop, f"append() got {type(frame).__name__}, not bytes")
+            raise Pyro5.errors.ProtocolError("append(frame) takes bytes")
+        if len(frame) > self.options.max_frame_bytes:
+            limit = self.options.max_frame_bytes
+            self.post(link.drop, f"frame of {len(frame)} bytes exceeds max_frame_bytes {limit}")
+            raise Pyro5.errors.ProtocolError("frame too large")
+        self.post(self._deliver, link, frame)
+
+    def on_disconnect(self, conn: Any) -> None:
+        with self._lock:
+            link = self._conn_links.pop(conn, None)
+        if link is not None:
+            self.post(self._forget, link)
+
+    # ------------------------------------------------------- inbound (loop)
+
+    def _admit(self, hello: Hello, link: Link, conn: Any) -> None:
+        if not link.alive:
+            return
+        accepted, superseded = self.admit(hello, link)
+        if superseded is not None:
+            self._shut_conn_of(superseded)
+        if not accepted:
+            link.retire()
+            conn.close()
+
+    def _deliver(self, link: Link, frame: bytes) -> None:
+        self.deliver(link, frame)
+
+    def _forget(self, link: Link) -> None:
+        self.sessions.forget(link)
+        link.retire()
+
+    def _dropped(self, link: Link, reason: str, conn: Any) -> None:
+        self.report_drop(link, reason)
+        conn.close()  # shutdown(): the worker blocked in recv wakes up and exits
+
+    def _shut_conn_of(self, link: Link) -> None:
+        with self._lock:
+            conns = [c for c, ln in self._conn_links.items() if ln is link]
+        for conn in conns:
+            conn.close()
+
+    # ------------------------------------------------------- outbound
+
+    def _peer_added(self, peer: PeerState) -> None:
+        sender = _PyroSender(self, peer)
+        self._senders[peer.node] = sender
+        sender.start()
+
+    def _peer_readdressed(self, peer: PeerState) -> None:
+        self._senders[peer.node].readdress()
+
+    def _peer_removed(self, peer: PeerState) -> None:
+        sender = self._senders.pop(peer.node, None)
+        if sender is not None:
+            sender.stop()
+
+    def _frames_queued(self, peer: PeerState) -> None:
+        self._senders[peer.node].schedule_handoff()
+
+    async def _shutdown(self) -> None:
+        senders = list(self._senders.values())
+        self._senders.clear()
+        for sender in senders:
+            sender.stop()
+        if self._daemon is not None:
+            stopper = threading.Thread(target=self._daemon.shutdown, daemon=True)
+            stopper.start()
+            await _wait_thread(stopper, 10.0)
+        with self._lock:
+            conns = list(self._conn_links)
+            links = list(self._conn_links.values())
+            self._conn_links.clear()
+        for link in links:
+            link.retire()
+        for conn in conns:
+            conn.close()
+        for thread in [s.thread for s in senders] + [self._daemon_thread]:
+            if thread is not None:
+                await _wait_thread(thread, self.options.io_timeout_s)
+
+
+class _PyroSender:
+    """One peer's sender thread and the loop-side half that feeds it batches.
+
+    The loop side owns the queue, the backoff and the counters; the thread only
+    connects and calls. A batch the thread could not even connect for comes back to
+    the front of the queue, and the loop hands it over again after a backoff delay.
+    """
+
+    def __init__(self, owner: PyroTransport, peer: PeerState) -> None:
+        self._owner = owner
+        self._peer = peer
+        self._cond = threading.Condition()
+        # Under _cond (shared with the thread):
+        self._batch: list[bytes] | None = None
+        self._address = peer.address
+        self._generation = 0
+        self._stopping = False
+        # Loop side only:
+        self._busy = False
+        self._handoff_scheduled = False
+        self._retry: asyncio.TimerHandle | None = None
+        self.thread = threading.Thread(
+            target=self._run, name=f"abcast-pyro-send-{owner.node}->{peer.node}", daemon=True
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    # -- loop side
+
+    def schedule_handoff(self) -> None:
+        if not self._handoff_scheduled and not self._busy and self._retry is None:
+            self._handoff_scheduled = True
+            self._owner.loop.call_soon(self._handoff)
+
+    def _handoff(self) -> None:
+        self._handoff_scheduled = False
+        self._retry = None
+        peer = self._peer
+        if self._busy or not peer.queue or self._stopping:
+            return
+        frames, size = peer.take(self._owner.options.batch_bytes)
+        peer.inflight_bytes = size
+        self._busy = True
+        with self._cond:
+            self._batch = frames
+            self._cond.notify()
+
+    def _batch_done(self, frames: int, size: int, error: str | None) -> None:
+        """The thread made the calls (error: they failed part-way; the rest is lost)."""
+        self._busy = False
+        self._peer.inflight_bytes = 0
+        owner = self._owner
+        owner.sent(frames, size)  # handed to the wire, like bytes written to a socket
+        if owner.is_open and not self._stopping:
+            if error is not None:
+                owner.lost(self._peer, error, backoff=False)
+            self.schedule_handoff()
+
+    def _batch_unsent(self, frames: list[bytes], why: str) -> None:
+        """The thread could not connect: requeue the batch and retry after a backoff."""
+        self._busy = False
+        peer, owner = self._peer, self._owner
+        peer.inflight_bytes = 0
+        if not owner.is_open or self._stopping:
+            owner.stats.discarded_frames += len(frames)
+            return
+        peer.queue.extendleft(reversed(frames))
+        peer.queued_bytes += sum(len(f) for f in frames)
+        delay = peer.backoff.next()
+        logger.debug(
+            "%s: cannot reach %s at %s (%s); retrying in %.2fs",
+            owner.label, peer.node, peer.address, why, delay,
+        )
+        self._retry = owner.loop.call_later(delay, self._handoff)
+        owner.progressed()
+
+    def _connected(self) -> None:
+        if self._owner.is_open and not self._stopping:
+            self._owner.connected(self._peer)
+
+    def readdress(self) -> None:
+        with self._cond:
+            self._address = self._peer.address
+            self._generation += 1
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        self.schedule_handoff()
+
+    def stop(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+
+    # -- thread side
+
+    def _run(self) -> None:
+        timeout = self._owner.options.io_timeout_s
+        proxy: Pyro5.client.Proxy | None = None
+        proxy_generation = -1
+        try:
+            while True:
+                with self._cond:
+                    while self._batch is None and not self._stopping:
+                        self._cond.wait()
+                    batch, address, generation = self._batch, self._address, self._generation
+                    stopping = self._stopping
+                if stopping:
+                    if batch is not None:  # handed over but never called: count it discarded
+                        self._finish(self._batch_unsent, batch, "stopped")
+                    return
+                assert batch is not None
+                if proxy is None or proxy_generation != generation:
+                    _release(proxy)
+                    proxy = None
+                    try:
+                        proxy = self._connect(address, timeout)
+                    except Exception as exc:  # Pyro raises several kinds; all mean "not now"
+                        self._finish(self._batch_unsent, batch, f"{type(exc).__name__}: {exc}")
+                        continue
+                    proxy_generation = generation
+                    self._owner.post(self._connected)
+                error: str | None = None
+                try:
+                    _call_append(proxy, batch)
+                except Exception as exc:
+                    _release(proxy)
+                    proxy = None
+                    error = f"{type(exc).__name__}: {exc}"
+                self._finish(self._batch_done, len(batch), sum(len(f) for f in batch), error)
+        finally:
+            _release(proxy)
+
+    def _connect(self, address: TransportUrl, timeout: float) -> Pyro5.client.Proxy:
+        owner = self._owner
+        with self._cond:
+            hello = self._peer.next_hello(owner.node, owner.incarnation)
+        proxy = Pyro5.client.Proxy(f"PYRO:{OBJECT_ID}@{address.host}:{address.port}")
+        proxy._pyroSerializer = SERIALIZER
+        proxy._pyroTimeout = timeout
+        proxy._pyroHandshake = [hello.node, hello.incarnation, hello.conn_seq]
+        try:
+            proxy._pyroBind()
+        except BaseException:
+            _release(proxy)
+            raise
+        return proxy
+
+    def _finish(self, report: Callable[..., None], *args: Any) -> None:
+        with self._cond:
+            self._batch = None
+        self._owner.post(report, *args)
+
+
+def _call_append(proxy: Pyro5.client.Proxy, frames: list[bytes]) -> None:
+    """append(frame) for each frame, in order, in one Pyro batch request (one round trip)."""
+    if len(frames) == 1:
+        proxy.append(frames[0])
+        return
+    # Pyro5.client.BatchProxy sends kwargs=None, which Pyro5 5.17's marshal serializer
+    # cannot encode; this is the same batch request with kwargs={}.
+    calls: list[tuple[str, tuple[bytes], dict[str, Any]]] = [
+        ("append", (frame,), {}) for frame in frames
+    ]
+    results = proxy._pyroInvoke("<batch>", calls, {}, Pyro5.protocol.FLAGS_BATCH)
+    for result in results:
+        if isinstance(result, Pyro5.core._ExceptionWrapper):
+            result.raiseIt()
+
+
+def _release(proxy: Pyro5.client.Proxy | None) -> None:
+    if proxy is not None:
+        with contextlib.suppress(Exception):
+            proxy._pyroRelease()

@@ -1,0 +1,352 @@
+"""tcp:// — asyncio Protocols over TCP, length-prefixed frames, one connection per
+direction and peer.
+
+Rules: every node listens; to send to a peer it opens its own outbound connection whose
+first frame is a hello (see _common), so each TCP connection carries one direction only.
+Writes are coalesced: `send` only queues, and one `transport.write` per peer and loop
+turn (scheduled with `call_soon`) carries everything queued. TCP_NODELAY is on, since
+coalescing already batches. The asyncio write buffer is the "handed to the wire" part of
+`buffered()`; its limits are set so that `pause/resume_writing` wake `drain`. A lost
+outbound connection is retried with exponential backoff; its queue waits. The inbound
+side refuses, with one log line and a dropped connection, a bad hello or none within
+io_timeout_s, a length prefix above max_frame_bytes, a frame truncated at EOF, and any bytes on an
+outbound connection (we never expect the peer to write back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import ClassVar, cast
+
+from abcast.errors import ConfigError, DecodeError
+from abcast.ids import NodeId
+from abcast.transport._common import Hello, PeerState, QueuedTransport, decode_hello, encode_hello
+from abcast.transport._framing import FrameReader, encode_frames
+from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
+
+_HELLO_ROOM = 512  # the reader must accept a hello even if max_frame_bytes is tiny
+
+
+def _describe(transport: asyncio.BaseTransport) -> str:
+    peername = transport.get_extra_info("peername")
+    if isinstance(peername, tuple) and len(peername) >= 2:
+        return f"{peername[0]}:{peername[1]}"
+    return str(peername)
+
+
+def _set_nodelay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class TcpTransport(QueuedTransport):
+    scheme: ClassVar[str] = "tcp"
+
+    def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
+        super().__init__(url, options)
+        self._server: asyncio.Server | None = None
+        self._channels: dict[NodeId, _Channel] = {}
+        self._inbound: dict[Link, _Inbound] = {}
+
+    async def _bind(self) -> str:
+        url = self._url
+        try:
+            self._server = await self.loop.create_server(
+                lambda: _Inbound(self), host=url.host, port=url.port, reuse_address=True
+            )
+        except OSError as exc:
+            raise ConfigError(f"tcp: cannot listen on {url}: {exc}") from exc
+        port = self._server.sockets[0].getsockname()[1]
+        return str(TransportUrl("tcp", host=url.host, port=port))
+
+    def _peer_added(self, peer: PeerState) -> None:
+        channel = _Channel(self, peer)
+        self._channels[peer.node] = channel
+        channel.connect_now()
+
+    def _peer_readdressed(self, peer: PeerState) -> None:
+        self._channels[peer.node].connect_now()
+
+    def _peer_removed(self, peer: PeerState) -> None:
+        channel = self._channels.pop(peer.node, None)
+        if channel is not None:
+            channel.close()
+
+    def _frames_queued(self, peer: PeerState) -> None:
+        self._channels[peer.node].schedule_flush()
+
+    def _inflight(self, peer: PeerState) -> int:
+        channel = self._channels.get(peer.node)
+        return 0 if channel is None else channel.write_buffer_size()
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+        for link, inbound in list(self._inbound.items()):
+            link.retire()
+            inbound.abort()
+        self._inbound.clear()
+        if self._server is not None:
+            await self._server.wait_closed()
+        # Let connection_lost callbacks run so every socket is released before we return.
+        await asyncio.sleep(0)
+
+    def close_inbound(self, link: Link) -> None:
+        inbound = self._inbound.pop(link, None)
+        if inbound is not None:
+            inbound.abort()
+
+
+class _Channel:
+    """The outbound side for one peer: connects, reconnects, and writes its queue."""
+
+    __slots__ = (
+        "_attempt",
+        "_closed",
+        "_conn",
+        "_connecting",
+        "_flush_scheduled",
+        "_owner",
+        "_peer",
+        "_retry",
+    )
+
+    def __init__(self, owner: TcpTransport, peer: PeerState) -> None:
+        self._owner = owner
+        self._peer = peer
+        self._conn: _Outbound | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
+        self._flush_scheduled = False
+        self._closed = False
+        self._attempt = 0  # a connection from an older attempt is stale when it completes
+
+    def connect_now(self) -> None:
+        """Open a fresh connection (replacing any current one) without waiting."""
+        if self._closed:
+            return
+        self._cancel_pending()
+        self._attempt += 1
+        if self._conn is not None:
+            self._conn.abort()
+            self._conn = None
+        self._connecting = self._owner.loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        owner, peer = self._owner, self._peer
+        hello = peer.next_hello(owner.node, owner.incarnation)
+        address = peer.address
+        attempt = self._attempt
+        try:
+            await asyncio.wait_for(
+                owner.loop.create_connection(
+                    lambda: _Outbound(self, hello, attempt), address.host, address.port
+                ),
+                owner.options.io_timeout_s,
+            )
+        except (TimeoutError, OSError) as exc:
+            if self._closed:
+                return
+            delay = peer.backoff.next()
+            logger.debug(
+                "%s: cannot connect to %s at %s (%s); retrying in %.2fs",
+                owner.label, peer.node, address, exc, delay,
+            )
+            self._retry = owner.loop.call_later(delay, self.connect_now)
+        finally:
+            if self._connecting is asyncio.current_task():
+                self._connecting = None
+
+    def connection_made(self, conn: _Outbound) -> None:
+        if self._closed or not self._owner.is_open or conn.attempt != self._attempt:
+            conn.abort()
+            return
+        self._conn = conn
+        self._owner.connected(self._peer)
+        self._flush()
+
+    def connection_lost(self, conn: _Outbound, why: str) -> None:
+        if conn is not self._conn:
+            return  # a connection we replaced or aborted ourselves
+        self._conn = None
+        if self._closed or not self._owner.is_open:
+            return
+        delay = self._owner.lost(self._peer, why)
+        self._cancel_pending()
+        self._retry = self._owner.loop.call_later(delay, self.connect_now)
+        self._owner.progressed()  # the write buffer of the lost connection is gone
+
+    def schedule_flush(self) -> None:
+        if not self._flush_scheduled and self._conn is not None:
+            self._flush_scheduled = True
+            self._owner.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        conn, peer = self._conn, self._peer
+        if conn is None or not peer.queue:
+            return
+        frames = list(peer.queue)
+        size = peer.queued_bytes
+        peer.queue.clear()
+        peer.queued_bytes = 0
+        conn.write(encode_frames(frames))
+        self._owner.sent(len(frames), size)
+
+    def write_buffer_size(self) -> int:
+        return 0 if self._conn is None else self._conn.write_buffer_size()
+
+    def close(self) -> None:
+        self._closed = True
+        self._cancel_pending()
+        if self._conn is not None:
+            self._conn.abort()
+            self._conn = None
+
+    def _cancel_pending(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self._connecting is not None:
+            self._connecting.cancel()
+            self._connecting = None
+
+
+class _Outbound(asyncio.Protocol):
+    """One outbound TCP connection: hello first, then whatever the channel writes."""
+
+    def __init__(self, channel: _Channel, hello: Hello, attempt: int) -> None:
+        self._channel = channel
+        self._hello = hello
+        self.attempt = attempt
+        self._transport: asyncio.WriteTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A cast, not an isinstance check: uvloop's transports do not subclass asyncio's.
+        writer = self._transport = cast(asyncio.WriteTransport, transport)
+        _set_nodelay(transport)
+        high = self._channel._owner.options.high_water_bytes
+        writer.set_write_buffer_limits(high=high, low=high // 2)
+        writer.write(encode_frames([encode_hello(self._hello)]))
+        self._channel.connection_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        # The receiving side never writes on this connection: anything here is garbage.
+        self._channel._owner.stats.bad_frames += 1
+        logger.warning(
+            "%s: %d unexpected bytes on the outbound connection to %s; reconnecting",
+            self._channel._owner.label, len(data), self._channel._peer.node,
+        )
+        self.abort()
+        self._channel.connection_lost(self, "peer wrote on an outbound connection")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._channel.connection_lost(self, str(exc) if exc else "closed by peer")
+        self._transport = None
+
+    def resume_writing(self) -> None:
+        self._channel._owner.progressed()
+
+    def write(self, data: bytes) -> None:
+        if self._transport is not None:
+            self._transport.write(data)
+
+    def write_buffer_size(self) -> int:
+        return 0 if self._transport is None else self._transport.get_write_buffer_size()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+
+class _Inbound(asyncio.Protocol):
+    """One inbound TCP connection: a hello, then frames for the handler."""
+
+    def __init__(self, owner: TcpTransport) -> None:
+        self._owner = owner
+        self._transport: asyncio.Transport | None = None
+        self._reader = FrameReader(max(owner.options.max_frame_bytes, _HELLO_ROOM))
+        self._hello: Hello | None = None
+        self._hello_timer: asyncio.TimerHandle | None = None
+        self.link = Link(None, "?", self._dropped)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self.link.remote = _describe(transport)
+        if not self._owner.is_open:
+            self.link.retire()
+            self._transport.abort()
+            return
+        self._owner._inbound[self.link] = self
+        timeout = self._owner.options.io_timeout_s
+        self._hello_timer = self._owner.loop.call_later(timeout, self._no_hello, timeout)
+
+    def _no_hello(self, timeout: float) -> None:
+        self._hello_timer = None
+        if self._hello is None:
+            self.link.drop(f"no hello within {timeout:g}s")
+
+    def data_received(self, data: bytes) -> None:
+        link = self.link
+        if not link.alive:
+            return
+        frames, error = self._reader.feed(data)
+        owner = self._owner
+        for frame in frames:
+            if self._hello is None:
+                try:
+                    hello = decode_hello(frame)
+                except DecodeError as exc:
+                    link.drop(str(exc))
+                    return
+                self._hello = hello
+                self._cancel_hello_timer()
+                accepted, superseded = owner.admit(hello, link)
+                if superseded is not None:
+                    owner.close_inbound(superseded)
+                if not accepted:
+                    link.retire()
+                    owner.close_inbound(link)
+                    return
+                continue
+            if not owner.deliver(link, frame):
+                return
+        if error is not None:
+            link.drop(error)
+
+    def eof_received(self) -> bool | None:
+        pending = self._reader.pending
+        if pending and self.link.alive:
+            self.link.drop(
+                f"connection closed inside a frame ({pending} of "
+                f"{self._reader.expected()} bytes received)"
+            )
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_hello_timer()
+        self._owner._inbound.pop(self.link, None)
+        self._owner.sessions.forget(self.link)
+        self.link.retire()
+        self._transport = None
+
+    def _cancel_hello_timer(self) -> None:
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+            self._hello_timer = None
+
+    def _dropped(self, link: Link, reason: str) -> None:
+        self._owner.report_drop(link, reason)
+        self._owner.close_inbound(link)
+        self.abort()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()

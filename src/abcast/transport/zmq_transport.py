@@ -1,0 +1,283 @@
+"""zmq:// — pyzmq (asyncio): one ROUTER bound per node, one DEALER per peer.
+
+Rules: a DEALER's routing id *is* its hello (node, incarnation, conn_seq), so the ROUTER
+knows who sent every message without an extra round trip, and the supersede rule of
+_common applies per routing id. A zmq message carries a batch: up to batch_bytes of
+frames in the length-prefixed framing of tcp (one part per frame would cost a Python
+object per part on both sides), so coalescing happens here, not in libzmq. Each peer has a
+pump task (queue → `send`, awaiting when the DEALER's small SNDHWM is reached,
+which is how backpressure reaches `drain`) and a control task (reads monitor events to
+count connects/disconnects, and DROP notices). To drop a link the ROUTER sends
+[id, b"DROP", reason] back; the DEALER then closes and reconnects under a new routing
+id after a backoff. libzmq reconnects a DEALER by itself after a peer restart
+(RECONNECT_IVL..RECONNECT_IVL_MAX = our backoff); `add_peer` again makes a fresh DEALER.
+A batch that does not split into whole frames is a bad frame (drop, counted); a message
+larger than any valid batch makes libzmq (MAXMSGSIZE) cut the connection itself, which
+we cannot count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import ClassVar, Final
+
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import recv_monitor_message
+
+from abcast.errors import ConfigError, DecodeError
+from abcast.ids import NodeId
+from abcast.transport._common import PeerState, QueuedTransport, decode_hello, encode_hello
+from abcast.transport._framing import encode_frames, split_frames
+from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
+
+DROP: Final = b"DROP"
+_SNDHWM: Final = 4  # messages (batches) queued inside libzmq per peer; the rest waits in ours
+_COPY_THRESHOLD: Final = 64 * 1024  # zero-copy sends only pay off for large buffers
+_MAX_DEAD_IDS: Final = 4096
+
+
+def _endpoint(url: TransportUrl) -> str:
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"tcp://{host}:{url.port}"
+
+
+class ZmqTransport(QueuedTransport):
+    scheme: ClassVar[str] = "zmq"
+
+    def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
+        super().__init__(url, options)
+        self._ctx: zmq.asyncio.Context | None = None
+        self._router: zmq.asyncio.Socket | None = None
+        self._recv_task: asyncio.Task[None] | None = None
+        self._links: dict[bytes, Link] = {}
+        self._channels: dict[NodeId, _ZmqChannel] = {}
+        self._notices: set[asyncio.Task[None]] = set()
+
+    @property
+    def context(self) -> zmq.asyncio.Context:
+        assert self._ctx is not None
+        return self._ctx
+
+    async def _bind(self) -> str:
+        self._ctx = zmq.asyncio.Context()
+        router = self._ctx.socket(zmq.ROUTER)
+        self._router = router
+        router.setsockopt(zmq.LINGER, 0)
+        limit = self.options.max_frame_bytes + self.options.batch_bytes + 1024
+        router.setsockopt(zmq.MAXMSGSIZE, limit)
+        url = self._url
+        try:
+            if url.port == 0:
+                port = router.bind_to_random_port(f"tcp://{url.host}")
+            else:
+                router.bind(_endpoint(url))
+                port = url.port
+        except zmq.ZMQError as exc:
+            raise ConfigError(f"zmq: cannot bind {url}: {exc}") from exc
+        self._recv_task = self.loop.create_task(self._receive_loop(router))
+        return str(TransportUrl("zmq", host=url.host, port=port))
+
+    # ------------------------------------------------------------------ inbound
+
+    async def _receive_loop(self, router: zmq.asyncio.Socket) -> None:
+        while True:
+            parts = await router.recv_multipart()
+            identity = parts[0]
+            link = self._links.get(identity)
+            if link is None:
+                link = self._open_link(identity)
+            if not link.alive:
+                continue
+            for batch in parts[1:]:
+                try:
+                    frames = split_frames(batch, self.options.max_frame_bytes)
+                except DecodeError as exc:
+                    link.drop(str(exc))
+                    break
+                if not all(self.deliver(link, frame) for frame in frames):
+                    break
+
+    def _open_link(self, identity: bytes) -> Link:
+        link = Link(None, f"zmq id {identity[:24]!r}", self._dropped)
+        self._links[identity] = link
+        if len(self._links) > _MAX_DEAD_IDS:
+            for key in [k for k, v in self._links.items() if not v.alive][: _MAX_DEAD_IDS // 2]:
+                del self._links[key]
+        try:
+            hello = decode_hello(identity)
+        except DecodeError as exc:
+            link.drop(f"routing id is not an abcast hello: {exc}")
+            return link
+        link.remote = f"zmq connection {hello.conn_seq} of {hello.node}"
+        accepted, _superseded = self.admit(hello, link)
+        if not accepted:
+            link.retire()
+        return link
+
+    def _dropped(self, link: Link, reason: str) -> None:
+        self.report_drop(link, reason)
+        identity = next((k for k, v in self._links.items() if v is link), None)
+        if identity is None or self._router is None:
+            return
+        task = self.loop.create_task(self._notify_drop(identity, reason))
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
+
+    async def _notify_drop(self, identity: bytes, reason: str) -> None:
+        assert self._router is not None
+        with contextlib.suppress(zmq.ZMQError):
+            await self._router.send_multipart(
+                [identity, DROP, reason.encode("utf-8", "replace")[:1000]], flags=zmq.NOBLOCK
+            )
+
+    # ------------------------------------------------------------------ outbound
+
+    def _peer_added(self, peer: PeerState) -> None:
+        channel = _ZmqChannel(self, peer)
+        self._channels[peer.node] = channel
+        channel.connect_now()
+
+    def _peer_readdressed(self, peer: PeerState) -> None:
+        self._channels[peer.node].connect_now()
+
+    def _peer_removed(self, peer: PeerState) -> None:
+        channel = self._channels.pop(peer.node, None)
+        if channel is not None:
+            channel.close()
+
+    def _frames_queued(self, peer: PeerState) -> None:
+        self._channels[peer.node].wake()
+
+    async def _shutdown(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+        tasks = [t for t in (self._recv_task, *self._notices) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for link in self._links.values():
+            link.retire()
+        self._links.clear()
+        if self._router is not None:
+            self._router.close(linger=0)
+        if self._ctx is not None:
+            self._ctx.term()
+
+
+class _ZmqChannel:
+    """One DEALER (replaced on reconnect) and its pump and control tasks."""
+
+    __slots__ = ("_closed", "_monitor", "_owner", "_peer", "_retry", "_sock", "_tasks", "_wake")
+
+    def __init__(self, owner: ZmqTransport, peer: PeerState) -> None:
+        self._owner = owner
+        self._peer = peer
+        self._sock: zmq.asyncio.Socket | None = None
+        self._monitor: zmq.asyncio.Socket | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake: asyncio.Future[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def connect_now(self) -> None:
+        if self._closed:
+            return
+        self._hang_up()
+        owner, peer = self._owner, self._peer
+        sock = owner.context.socket(zmq.DEALER)
+        hello = peer.next_hello(owner.node, owner.incarnation)
+        sock.setsockopt(zmq.ROUTING_ID, encode_hello(hello))
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, _SNDHWM)
+        sock.setsockopt(zmq.RECONNECT_IVL, max(1, int(owner.options.reconnect_initial_s * 1000)))
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(1, int(owner.options.reconnect_max_s * 1000)))
+        sock.setsockopt(zmq.CONNECT_TIMEOUT, max(1, int(owner.options.io_timeout_s * 1000)))
+        monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        sock.connect(_endpoint(peer.address))
+        self._sock, self._monitor = sock, monitor
+        loop = owner.loop
+        self._tasks = [
+            loop.create_task(self._pump(sock)),
+            loop.create_task(self._control(sock, monitor)),
+        ]
+
+    def wake(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def _pump(self, sock: zmq.asyncio.Socket) -> None:
+        owner, peer = self._owner, self._peer
+        limit = owner.options.batch_bytes
+        while True:
+            if not peer.queue:
+                self._wake = owner.loop.create_future()
+                await self._wake
+                continue
+            frames, size = peer.take(limit)
+            peer.inflight_bytes = size
+            try:
+                await sock.send(encode_frames(frames), copy=size < _COPY_THRESHOLD)
+            except asyncio.CancelledError:
+                # A cancelled zmq send never happened (a message goes whole or not).
+                if self._closed:
+                    owner.stats.discarded_frames += len(frames)
+                else:
+                    peer.queue.extendleft(reversed(frames))
+                    peer.queued_bytes += size
+                raise
+            finally:
+                peer.inflight_bytes = 0
+            owner.sent(len(frames), size)
+
+    async def _control(self, sock: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket) -> None:
+        owner, peer = self._owner, self._peer
+        poller = zmq.asyncio.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
+        while True:
+            ready = dict(await poller.poll())
+            if monitor in ready:
+                event = await recv_monitor_message(monitor)
+                if event["event"] == zmq.EVENT_CONNECTED:
+                    owner.connected(peer)
+                elif event["event"] == zmq.EVENT_DISCONNECTED:
+                    owner.lost(peer, "disconnected", backoff=False)
+            if sock in ready:
+                parts = await sock.recv_multipart()
+                if parts and parts[0] == DROP:
+                    reason = b" ".join(parts[1:]).decode("utf-8", "replace")
+                    delay = owner.lost(peer, f"dropped by the peer: {reason}")
+                    self._hang_up()
+                    self._retry = owner.loop.call_later(delay, self.connect_now)
+                    return
+                logger.warning(
+                    "%s: unexpected %d-part message from %s ignored", owner.label, len(parts),
+                    peer.node,
+                )
+
+    def close(self) -> None:
+        self._closed = True
+        self._hang_up()
+
+    def _hang_up(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        self._tasks = []
+        if self._sock is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._sock.disable_monitor()
+            self._sock.close(linger=0)
+            self._sock = None
+        if self._monitor is not None:
+            self._monitor.close(linger=0)
+            self._monitor = None
+        self._peer.inflight_bytes = 0
+        self._owner.progressed()
