@@ -119,8 +119,8 @@ class ReliableChannel(Layer):
     # -- the core ------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
         match event:
-            case SendRequested(to, packet, _):
-                return self._send(to, packet, now)
+            case SendRequested(to, packet, control):
+                return self._send(to, packet, now, control)
             case MulticastRequested(to, packet):
                 effects: list[Effect] = []
                 for dest in to:
@@ -154,7 +154,7 @@ class ReliableChannel(Layer):
             effects.append(CancelTimer(("ack", peer)))
         return effects
 
-    def _send(self, to: NodeId, packet: Packet, now: int) -> list[Effect]:
+    def _send(self, to: NodeId, packet: Packet, now: int, control: bool = False) -> list[Effect]:
         if to not in self._members:
             return []  # a peer outside the view: nobody is listening for it there
         link = self._out.get(to)
@@ -164,7 +164,7 @@ class ReliableChannel(Layer):
         link.next_seq += 1
         rto = self.config.rto_us
         link.unacked[seq] = _Pending(packet, now + rto, rto)
-        effects: list[Effect] = [Send(to, RData(seq), packet)]
+        effects: list[Effect] = [Send(to, RData(seq), packet, control)]
         if link.rto_armed_at is None:
             link.rto_armed_at = now + rto
             effects.append(SetTimer(("rto", to), now + rto))

@@ -54,6 +54,9 @@ class SimConfig:
     #: with periodic timers (failure detectors) a run never goes quiet: it ends once every
     #: broadcast went out and nothing was delivered for this long
     settle_us: int = 5_000_000
+    #: ...and it gives up once nothing at all was delivered for this long (a stuck run;
+    #: the checks then say what is missing)
+    stall_us: int = 30_000_000
 
     def node_ids(self) -> tuple[NodeId, ...]:
         return tuple(f"n{i}" for i in range(1, self.nodes + 1))
@@ -80,6 +83,10 @@ class SimResult:
     quiescent: bool
     end_us: int
     events: int
+    #: the simulated application's state (SimNode.app_state) of each node still running
+    app_states: dict[NodeId, bytes] = field(default_factory=dict)
+    #: nodes that left the group gracefully
+    departed: tuple[NodeId, ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -123,6 +130,7 @@ def _validate(config: SimConfig, plan: FaultPlan, spec: OrderingSpec) -> None:
     if config.rate is not None and config.rate <= 0:
         raise ConfigError("--rate must be positive")
     spec.refuse_faults(plan.kinds())
+    spec.claimed(config.options)  # refuses --safe where there is no safe mode
     unknown = plan.nodes_named() - set(config.node_ids()) - {j.node for j in plan.joins}
     if unknown:
         raise ConfigError(f"faults name nodes outside n1..n{config.nodes}: {sorted(unknown)}")
@@ -163,7 +171,9 @@ def run_simulation(
                          on_deliver=on_deliver)
 
     def send(node: NodeId) -> None:
-        if cluster.nodes[node].stopped or workload.sent_by(node) >= workload.total_of(node):
+        sim_node = cluster.nodes[node]
+        if sim_node.stopped or sim_node.leaving or (
+                workload.sent_by(node) >= workload.total_of(node)):
             return
         workload.note_sent(node)
         cluster.broadcast(node, payload)
@@ -211,25 +221,28 @@ def run_simulation(
         scheduler.at(part.start_us, partial(network.partition, part.left, part.right, part.one_way))
         scheduler.at(part.end_us, partial(network.heal, part.left, part.right, part.one_way))
 
-    settled = False
+    settled = stalled = False
 
     def check_settled() -> None:
-        nonlocal settled
-        idle = scheduler.now - last_delivery_us >= config.settle_us
-        if workload.done_sending() and idle:
+        nonlocal settled, stalled
+        idle = scheduler.now - last_delivery_us
+        if workload.done_sending() and idle >= config.settle_us:
             settled = True
+            scheduler.stop()
+        elif idle >= config.stall_us:
+            stalled = True
             scheduler.stop()
         else:
             scheduler.after(config.settle_us // 5, check_settled)
 
-    if spec.needs_detector:
+    if spec.needs_detector or spec.periodic:
         scheduler.at(config.settle_us, check_settled)
     tick = (lambda _t: on_progress(delivered, expected)) if on_progress else None
-    quiescent = scheduler.run(config.max_time_us, on_tick=tick) or settled
+    quiescent = (scheduler.run(config.max_time_us, on_tick=tick) or settled) and not stalled
     if on_progress:
         on_progress(delivered, expected)
 
-    claimed = guarantees if guarantees is not None else spec.guarantees
+    claimed = guarantees if guarantees is not None else spec.claimed(config.options)
     violations = check_events(recorder.rows(), claimed, run_id)
     channels = [layer for n in cluster.nodes.values() for layer in n.stack.layers]
     retransmissions = sum(getattr(layer, "retransmissions", 0) for layer in channels)
@@ -240,4 +253,6 @@ def run_simulation(
         protocol_packets=cluster.protocol_packets, control_packets=cluster.control_packets,
         retransmissions=retransmissions, quiescent=quiescent, end_us=scheduler.now,
         events=scheduler.events_run,
+        app_states={n: s.app_state for n, s in cluster.nodes.items() if not s.stopped},
+        departed=tuple(n for n, s in cluster.nodes.items() if s.departed),
     )

@@ -3,35 +3,39 @@ tests that want to choose every step (Hypothesis state machines, hand-written sc
 
 Rules: nothing here is random and nothing reads a clock. The caller picks which packet
 arrives next, which is lost, which is duplicated and which timer fires; virtual time
-moves only when a timer fires (to that timer's time). Packets leave a node in the order
-its stack emits them, so a pool index is a stable name for "that packet" until the pool
-changes. The pool records what the drivers record — a `send` row with the sender's
-delivered prefixes as `deps`, a `deliver` row per delivery — so the official checks
-(`violations`) can judge it, and it checks the safety part of the claimed guarantees
-incrementally as deliveries happen (`problems`): no duplicate or unknown delivery, FIFO
-as "each origin's messages arrive 1, 2, 3, …", causal as "every predecessor first", total
-order as "every node's delivery sequence is a prefix of one common sequence". Agreement
-and validity are liveness-flavoured: ask `missing()` after `flush()`.
+moves only when a timer fires (to its deadline) or the caller lets it pass. Packets
+leave a node in the order its stack emits them, so a pool index is a stable name for
+"that packet" until the pool changes.
+
+The pool records what the drivers record — a `send` row with the sender's delivered
+prefixes as `deps`, a `deliver` row per delivery — so the official checks (`violations`)
+can judge it, and it checks the safety part of the claimed guarantees incrementally as
+deliveries happen (`problems`): no duplicate or unknown delivery, FIFO as "each origin's
+messages arrive 1, 2, 3, …", causal as "every predecessor first", total order as "every
+node's delivery sequence is a prefix of one common sequence". Agreement and validity
+are liveness-flavoured: ask `missing()` after `flush()`.
 
 No crashes, partitions or view changes here: every node is correct for the whole run.
+Stacks with periodic timers (failure detectors, stability reports) never go quiet, so
+`flush` also stops once only control traffic has moved for `idle_us` of virtual time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from abcast.codec import decode_envelope
 from abcast.effects import CancelTimer, Deliver, Output, SetTimer, Stage, Transmit
 from abcast.errors import LocalProtocolError
+from abcast.group.failure_detector import DetectorConfig
 from abcast.ids import MsgId, NodeId, View, node_sort_key
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
 from abcast.stack import Stack
 from abcast.testing.checks import Violation, check_events, validate_guarantees
 from abcast.trace.recorder import TraceRecorder
 
-#: the safety parts `problems` watches, by guarantee
-SAFETY = ("integrity", "fifo", "causal", "total")
+NEVER_SUSPECT = DetectorConfig(timeout_us=2**60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,7 @@ class PacketPool:
         self._prefix: dict[NodeId, dict[NodeId, int]] = {n: {} for n in self.stacks}
         self._above: dict[NodeId, dict[NodeId, dict[int, None]]] = {n: {} for n in self.stacks}
         self._common: list[MsgId] = []  # the longest delivery sequence (total order)
+        self._active_at = 0  # last protocol packet or delivery (flush's idea of quiet)
         for node, stack in self.stacks.items():
             self._apply(node, stack.start(self.now))
 
@@ -80,8 +85,12 @@ class PacketPool:
         cls, ordering: str, nodes: int, *, options: OrderingOptions | None = None,
         group: str = "g",
     ) -> PacketPool:
-        """`nodes` stacks n1…nN of a named ordering, judged by the guarantees it claims."""
+        """`nodes` stacks n1…nN of a named ordering, judged by the guarantees it claims.
+        Failure detectors are set never to suspect: every node here is correct, and the
+        pool's time jumps (to a timer's deadline, packets still in flight) would
+        otherwise look like crashes."""
         ids = tuple(f"n{i}" for i in range(1, nodes + 1))
+        options = replace(options or OrderingOptions(), detector=NEVER_SUSPECT)
         view = View(1, ids)
         spec = get_ordering(ordering)
         stacks = [build_stack(node, group, ordering, view, options) for node in ids]
@@ -118,6 +127,12 @@ class PacketPool:
     def duplicate(self, index: int) -> None:
         self.in_flight.append(self.in_flight[index])
 
+    def advance(self, us: int) -> None:
+        """Let time pass without anything happening (timers fire only when asked)."""
+        if us < 0:
+            raise LocalProtocolError(f"time cannot go back ({us} us)")
+        self.now += us
+
     def timers(self) -> list[ArmedTimer]:
         """Armed timers, earliest first (ties in node order, then by key)."""
         armed = [ArmedTimer(at, node, key)
@@ -134,9 +149,10 @@ class PacketPool:
         self.now = max(self.now, timer.at)
         self._apply(timer.node, self.stacks[timer.node].fire(timer.key, self.now))
 
-    def flush(self, max_steps: int = 200_000) -> int:
-        """Deliver every packet and fire timers until nothing is in flight or armed.
-        Returns the steps taken; LocalProtocolError if it does not go quiet."""
+    def flush(self, max_steps: int = 200_000, idle_us: int = 2_000_000) -> int:
+        """Deliver every packet and fire timers until nothing is in flight or armed, or
+        until only control traffic (heartbeats, acks) moved for `idle_us`. Returns the
+        steps taken; LocalProtocolError if it does not go quiet."""
         steps = 0
         while self.in_flight or any(self._timers.values()):
             if steps >= max_steps:
@@ -144,8 +160,11 @@ class PacketPool:
             steps += 1
             if self.in_flight:
                 self.deliver(0)
-            else:
-                self.fire(self.timers()[0])
+                continue
+            timer = self.timers()[0]
+            if timer.at - self._active_at > idle_us:
+                break
+            self.fire(timer)
         return steps
 
     # -- verdicts ---------------------------------------------------------------------------
@@ -169,11 +188,13 @@ class PacketPool:
                 case Transmit(to, data, control):
                     if not control:
                         self.protocol_packets += len(to)
+                        self._active_at = self.now
                     self.in_flight.extend(InFlight(node, dst, data, control) for dst in to)
                 case Deliver(origin, seq, payload, stage):
                     self.recorder.record(node, stage.value, self._t_ns(), origin=origin,
                                          seq=seq, group=self.stacks[node].group,
                                          size=len(payload))
+                    self._active_at = self.now
                     if stage is Stage.FINAL:
                         self._on_deliver(node, MsgId(origin, seq))
                 case SetTimer(key, at):

@@ -1,0 +1,119 @@
+"""The reliable channel for an open group: links to nodes outside the view stay usable.
+
+Rules: this is `ReliableChannel` (exactly-once per link, any order, acks and
+retransmissions as control traffic) with a wider idea of whom it may talk to. The plain
+channel drops packets to and from nodes outside the current view, which makes a join
+impossible: the joiner's stack starts with a view that holds only itself, and the
+contact's view does not hold the joiner until the group has ordered its JOIN. Here the
+channel admits as a *guest* any node the layer above sends to or that sends it data,
+until a view holds it; a node that a view change removes *lingers* for `linger_us`, so
+what was sent to it just before (a leaver's farewell) is still retransmitted until
+acknowledged, and after that it is gone for good: its packets are dropped and it is
+never admitted again (node ids are not reused within a group).
+
+It drives the plain channel only through its public `handle`, by installing the widened
+view (members ∪ guests ∪ lingering) whenever that set changes. What it does not know:
+who is right to talk to whom — the ordering above ignores what it must not act on.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from abcast.effects import Effect, SetTimer
+from abcast.events import (
+    Event,
+    MulticastRequested,
+    Received,
+    SendRequested,
+    TimerFired,
+    ViewInstalled,
+)
+from abcast.ids import NodeId, View
+from abcast.reliability.channel import ChannelConfig, RData, ReliableChannel
+
+#: how long a removed member's link is kept (µs): several maximum retransmission timeouts
+LINGER_US: Final = 10_000_000
+#: guests admitted at once; beyond it unknown senders are dropped (a bound, not a policy)
+MAX_GUESTS: Final = 1_024
+
+
+class OpenChannel(ReliableChannel):
+    name = "open-channel"
+
+    def __init__(
+        self, node: NodeId, config: ChannelConfig | None = None, linger_us: int = LINGER_US
+    ) -> None:
+        super().__init__(node, config)
+        self.linger_us = linger_us
+        self._view: View | None = None
+        self._guests: set[NodeId] = set()
+        self._lingering: set[NodeId] = set()
+        self._gone: set[NodeId] = set()
+        self._installed: frozenset[NodeId] = frozenset()
+
+    # -- introspection -------------------------------------------------------------------
+    def guests(self) -> frozenset[NodeId]:
+        return frozenset(self._guests)
+
+    def lingering(self) -> frozenset[NodeId]:
+        return frozenset(self._lingering)
+
+    # -- the core ------------------------------------------------------------------------
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        match event:
+            case ViewInstalled(view):
+                return self._on_view(view, now)
+            case SendRequested(to, _, _):
+                return self._admit((to,), now) + super().handle(event, now)
+            case MulticastRequested(to, _):
+                return self._admit(to, now) + super().handle(event, now)
+            case Received(sender, RData(), _):
+                return self._admit((sender,), now) + super().handle(event, now)
+            case TimerFired(("linger", str(peer))):
+                return self._forget(peer, now)
+            case _:
+                return super().handle(event, now)
+
+    def _allowed(self) -> set[NodeId]:
+        members = set(self._view.members) if self._view is not None else {self.node}
+        return members | self._guests | self._lingering
+
+    def _reinstall(self, now: int) -> list[Effect]:
+        wanted = frozenset(self._allowed())
+        if wanted == self._installed:
+            return []
+        self._installed = wanted
+        view_id = self._view.view_id if self._view is not None else 0
+        return super().handle(ViewInstalled(View(view_id, tuple(wanted))), now)
+
+    def _admit(self, peers: tuple[NodeId, ...], now: int) -> list[Effect]:
+        known = self._allowed()
+        fresh = [p for p in peers if p not in known and p not in self._gone and p != self.node]
+        room = MAX_GUESTS - len(self._guests)
+        if not fresh or room <= 0:
+            return []
+        self._guests.update(fresh[:room])
+        return self._reinstall(now)
+
+    def _on_view(self, view: View, now: int) -> list[Effect]:
+        before = set(self._view.members) if self._view is not None else set()
+        self._view = view
+        members = set(view.members)
+        self._guests -= members
+        self._lingering -= members
+        self._gone -= members
+        effects: list[Effect] = []
+        for peer in sorted(before - members):
+            if peer == self.node:
+                continue
+            self._lingering.add(peer)
+            effects.append(SetTimer(("linger", peer), now + self.linger_us))
+        return effects + self._reinstall(now)
+
+    def _forget(self, peer: NodeId, now: int) -> list[Effect]:
+        if peer not in self._lingering:
+            return []
+        self._lingering.discard(peer)
+        self._gone.add(peer)
+        return self._reinstall(now)

@@ -1,0 +1,192 @@
+"""Skeen's atomic broadcast with Lamport clocks (the thesis's decentralised total order).
+
+Rules: the origin stamps its message with its Lamport clock and multicasts it (n−1
+packets). Each receiver advances its clock past that stamp, keeps the message pending
+under its new clock value (its proposal) and sends the proposal back (n−1 packets). The
+origin takes the maximum of all proposals, its own included, as the final timestamp and
+multicasts it (n−1 packets): 3(n−1) per broadcast. A message goes into the delivery order
+at its final timestamp, ties broken by origin (node order) and then by the origin's
+sequence number, and the head of the pending queue is delivered only once it is final:
+a pending message with a smaller key — even a proposal still waiting for its final —
+holds everything behind it back. Guarantees: integrity, validity, agreement, total.
+
+Why it is safe: a receiver's clock passes every final timestamp it has seen, so any
+message it has not yet received will get a larger proposal, hence a larger final
+timestamp, than anything it has delivered. Why it needs everyone: the origin waits for
+every member's proposal, so one crashed member blocks it — this ordering refuses crash
+faults. The pending queue is a heap with lazy deletion: no scan per message.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+from abcast.codec import Header, Packet, Seq
+from abcast.effects import Deliver, Effect, Multicast, Send
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
+from abcast.ids import MsgId, NodeId, View, node_sort_key
+from abcast.stack import Layer
+
+
+class KData(Header, frozen=True):
+    """A broadcast message and its origin's Lamport clock (its own proposal)."""
+
+    seq: Seq
+    ts: Seq
+
+
+class KPropose(Header, frozen=True):
+    """A receiver's proposal for the origin's message `seq`."""
+
+    seq: Seq
+    ts: Seq
+
+
+class KFinal(Header, frozen=True):
+    """The origin's final timestamp for its message `seq`."""
+
+    seq: Seq
+    ts: Seq
+
+
+@dataclass(slots=True)
+class _Pending:
+    payload: bytes
+    ts: int
+    final: bool = False
+
+
+@dataclass(slots=True)
+class _Collecting:
+    """The origin's tally of proposals for one of its messages."""
+
+    waiting: dict[NodeId, None]
+    best: int
+
+
+#: a delivery-queue entry: (timestamp, origin's node-order key, seq, message id)
+_Entry = tuple[int, Any, int, MsgId]
+
+
+class Skeen(Layer):
+    name = "skeen"
+    header_type = KData | KPropose | KFinal
+
+    def __init__(self, node: NodeId) -> None:
+        super().__init__(node)
+        self.view: View | None = None
+        self._others: tuple[NodeId, ...] = ()
+        self.clock = 0
+        self._pending: dict[MsgId, _Pending] = {}
+        self._queue: list[_Entry] = []
+        self._collecting: dict[int, _Collecting] = {}
+        self._order_keys: dict[NodeId, Any] = {}
+
+    # -- introspection -------------------------------------------------------------------
+    def pending(self) -> int:
+        """Messages received (or sent) and not yet delivered."""
+        return len(self._pending)
+
+    # -- the core ------------------------------------------------------------------------
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        match event:
+            case BroadcastRequested(seq, payload):
+                return self._broadcast(seq, payload)
+            case Received(sender, KData(seq, ts), inner):
+                return self._on_data(sender, seq, ts, inner.payload)
+            case Received(sender, KPropose(seq, ts), _):
+                return self._on_proposal(sender, seq, ts)
+            case Received(sender, KFinal(seq, ts), _):
+                return self._on_final(sender, seq, ts)
+            case Received(sender, header, _):
+                raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
+            case ViewInstalled(view):
+                self.view = view
+                self._others = view.others(self.node)
+                return []
+            case _:
+                return []
+
+    def _broadcast(self, seq: int, payload: bytes) -> list[Effect]:
+        if self.view is None:
+            raise LocalProtocolError(f"{self.name} on {self.node} has no view yet")
+        others = self._others
+        self.clock += 1
+        ts = self.clock
+        mid = MsgId(self.node, seq)
+        self._hold(mid, payload, ts)
+        effects: list[Effect] = [Multicast(others, KData(seq, ts), Packet((), payload))]
+        if others:
+            self._collecting[seq] = _Collecting(dict.fromkeys(others), ts)
+        else:
+            effects.extend(self._finalise(mid, ts))
+        return effects
+
+    def _on_data(self, origin: NodeId, seq: int, ts: int, payload: bytes) -> list[Effect]:
+        mid = MsgId(origin, seq)
+        if origin == self.node or mid in self._pending:
+            raise RemoteProtocolError(f"{origin} sent message {seq} twice (or to itself)")
+        self.clock = max(self.clock, ts) + 1
+        self._hold(mid, payload, self.clock)
+        return [Send(origin, KPropose(seq, self.clock))]
+
+    def _on_proposal(self, sender: NodeId, seq: int, ts: int) -> list[Effect]:
+        tally = self._collecting.get(seq)
+        if tally is None or sender not in tally.waiting:
+            raise RemoteProtocolError(f"{sender} proposed for {self.node}#{seq} unasked")
+        del tally.waiting[sender]
+        tally.best = max(tally.best, ts)
+        self.clock = max(self.clock, ts)
+        if tally.waiting:
+            return []
+        del self._collecting[seq]
+        final = tally.best
+        effects: list[Effect] = [Multicast(self._others, KFinal(seq, final))]
+        effects.extend(self._finalise(MsgId(self.node, seq), final))
+        return effects
+
+    def _on_final(self, origin: NodeId, seq: int, ts: int) -> list[Effect]:
+        return self._finalise(MsgId(origin, seq), ts)
+
+    def _finalise(self, mid: MsgId, final: int) -> list[Effect]:
+        pending = self._pending.get(mid)
+        if pending is None or pending.final:
+            raise RemoteProtocolError(f"final timestamp for unknown message {mid}")
+        if final < pending.ts:
+            raise RemoteProtocolError(f"final timestamp {final} of {mid} below its proposal")
+        self.clock = max(self.clock, final)
+        pending.final = True
+        if final != pending.ts:
+            pending.ts = final
+            self._push(mid, final)  # the old entry goes stale
+        return self.deliver_ready()
+
+    def _hold(self, mid: MsgId, payload: bytes, ts: int) -> None:
+        self._pending[mid] = _Pending(payload, ts)
+        self._push(mid, ts)
+
+    def _push(self, mid: MsgId, ts: int) -> None:
+        key = self._order_keys.get(mid.origin)
+        if key is None:
+            key = self._order_keys[mid.origin] = (node_sort_key(mid.origin), mid.origin)
+        heapq.heappush(self._queue, (ts, key, mid.seq, mid))
+
+    def deliver_ready(self) -> list[Effect]:
+        """Deliver from the head of the queue while the head is final."""
+        effects: list[Effect] = []
+        queue, pending = self._queue, self._pending
+        while queue:
+            ts, _, _, mid = queue[0]
+            entry = pending.get(mid)
+            if entry is None or entry.ts != ts:
+                heapq.heappop(queue)  # stale: delivered, or re-queued at its final stamp
+                continue
+            if not entry.final:
+                break
+            heapq.heappop(queue)
+            del pending[mid]
+            effects.append(Deliver(mid.origin, mid.seq, entry.payload))
+        return effects

@@ -1,0 +1,146 @@
+"""The `matrix` ordering in the simulator: clean under network faults (a small share of
+`bench/sweep_orderings.py --orderings matrix`), in an open group (join=/leave=: the
+members present throughout agree, a joiner ends with the others' state, a leaver
+departs), with either heartbeat; and two planted broken variants — executing beyond the
+row minimum, processing a stream out of order — caught by the same checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from abcast.errors import ConfigError
+from abcast.ids import NodeId, View
+from abcast.ordering._matrix_wire import MxWrite, OpKind, StreamHeader
+from abcast.ordering._open_channel import OpenChannel
+from abcast.ordering.matrix import Matrix, MatrixConfig, _Op
+from abcast.ordering.registry import OrderingOptions, get_ordering
+from abcast.sim import SimConfig, SimResult, run_simulation
+from abcast.stack import Layer, Stack
+from abcast.testing import TOTAL_ORDER
+
+FAULTS = "drop=0.05,dup=0.02,delay=1-40ms"
+FIXED = OrderingOptions(matrix=MatrixConfig(adaptive=False))
+
+
+def _clean(result: SimResult, where: str) -> None:
+    assert result.violations == [], where
+    assert result.quiescent, where
+
+
+@pytest.mark.parametrize("nodes", [3, 5, 8])
+def test_seeded_runs_under_network_faults_are_clean(nodes: int) -> None:
+    for seed in (1, 2):
+        result = run_simulation(SimConfig("matrix", nodes=nodes, messages=150, seed=seed,
+                                          faults=FAULTS))
+        _clean(result, f"abcast sim --ordering matrix --nodes {nodes} --seed {seed}")
+        assert result.delivered == 150 * nodes
+        assert len(set(result.app_states.values())) == 1
+
+
+def test_fixed_heartbeats_and_partitions_that_heal() -> None:
+    for faults, options in ((FAULTS, FIXED),
+                            ("drop=0.05,delay=1-10ms,partition=n1+n2|n3+n4@100ms-900ms",
+                             OrderingOptions())):
+        result = run_simulation(SimConfig("matrix", nodes=4, messages=100, seed=4,
+                                          faults=faults, options=options))
+        _clean(result, faults)
+        assert result.delivered == 100 * 4
+
+
+OPEN_WORLD = [
+    "join=n9@40ms",
+    "leave=n2@60ms",
+    "join=n9@30ms,leave=n2@35ms,join=n10@45ms,leave=n1@120ms",
+    f"{FAULTS},join=n9@20ms,leave=n3@50ms,join=n10@150ms",
+    f"{FAULTS},join=n9@20ms,leave=n2@40ms,leave=n3@45ms",
+]
+
+
+@pytest.mark.parametrize("faults", OPEN_WORLD)
+@pytest.mark.parametrize("nodes", [3, 5])
+def test_joiners_get_the_state_and_leavers_depart(faults: str, nodes: int) -> None:
+    result = run_simulation(SimConfig("matrix", nodes=nodes, messages=300, seed=nodes,
+                                      faults=faults))
+    _clean(result, faults)
+    joiners = {item.split("=")[1].split("@")[0] for item in faults.split(",")
+               if item.startswith("join=")}
+    leavers = {item.split("=")[1].split("@")[0] for item in faults.split(",")
+               if item.startswith("leave=")}
+    assert set(result.departed) == leavers
+    staying = {f"n{i}" for i in range(1, nodes + 1)} - leavers | joiners
+    assert set(result.app_states) == staying
+    assert len(set(result.app_states.values())) == 1, "replica states differ"
+    # A joiner was admitted mid-run: it installed a view with the others and delivered.
+    rows = result.recorder.rows()
+    for joiner in joiners:
+        views = [r for r in rows if r.kind == "view" and r.node == joiner]
+        assert any(len(r.members or ()) > 1 for r in views)
+        assert any(r.kind == "deliver" and r.node == joiner for r in rows)
+
+
+def test_a_one_node_group_delivers_alone_and_admits_a_joiner() -> None:
+    result = run_simulation(SimConfig("matrix", nodes=1, messages=30, seed=1,
+                                      faults="join=n2@0us"))
+    _clean(result, "n=1")
+    assert result.protocol_packets > 0  # the join itself: ask, welcome, heartbeats
+    assert len(set(result.app_states.values())) == 1
+    alone = run_simulation(SimConfig("matrix", nodes=1, messages=30, seed=1))
+    assert alone.delivered == 30 and alone.protocol_packets == 0
+
+
+def test_matrix_refuses_crash_faults() -> None:
+    with pytest.raises(ConfigError, match=r"matrix.*cannot honour crash"):
+        run_simulation(SimConfig("matrix", nodes=3, messages=10, seed=1,
+                                 faults="crash=n2@5ms"))
+
+
+# -- planted bugs ------------------------------------------------------------------------
+
+
+class MatrixBeyondTheRowMinimum(Matrix):
+    """Executes what its row's *maximum* allows: a stamp from one fast member suffices."""
+
+    def bound(self) -> int | None:
+        view = self.view
+        if view is None:
+            return None
+        seen = [self.clock.direct(m) for m in view.members if m != self.node]
+        return max([self.clock.time, *(ts for ts in seen if ts is not None)])
+
+
+class MatrixWithoutStreamOrder(Matrix):
+    """Takes each packet of an origin's stream as it arrives (no holdback by stream
+    number): a later packet's stamp lets it execute past an earlier write in flight."""
+
+    def __init__(self, node: NodeId, config: MatrixConfig | None = None) -> None:
+        super().__init__(node, config)
+        self._seen: dict[NodeId, set[int]] = {}
+
+    def _on_stream(self, sender: NodeId, header: StreamHeader, payload: bytes) -> None:
+        seen = self._seen.setdefault(sender, set())
+        if header.n in seen:
+            return
+        seen.add(header.n)
+        self.clock.set_direct(sender, header.ts)  # the maximum: never lowered
+        if isinstance(header, MxWrite):
+            self._receive_op(_Op(header.ts, sender, OpKind.WRITE, header.seq, "", payload))
+
+
+BROKEN: dict[str, type[Layer]] = {
+    "beyond-the-row-minimum": MatrixBeyondTheRowMinimum,
+    "without-stream-order": MatrixWithoutStreamOrder,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_the_checks_catch_a_broken_variant(name: str) -> None:
+    core = BROKEN[name]
+    for seed in (1, 2):
+        config = SimConfig("matrix", nodes=4, messages=200, seed=seed, faults=FAULTS)
+
+        def make(node: NodeId, view: View, config: SimConfig = config) -> Stack:
+            return Stack(node, config.group, [OpenChannel(node), core(node)], view)
+
+        result = run_simulation(config, stack_factory=make,
+                                guarantees=get_ordering("matrix").guarantees)
+        assert result.counts.get(TOTAL_ORDER, 0) > 0, (seed, result.counts)
