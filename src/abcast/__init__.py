@@ -1,1 +1,81 @@
-"""abcast: group communication for Python."""
+"""abcast: group communication for Python.
+
+The public names: `Group` (broadcast to a group, iterate over its deliveries), `Node`
+(one transport hosting several groups), `Delivery` (what `Group.deliveries()` yields),
+`MsgId`, `View`, the registry's server and client, and the errors abcast raises.
+
+Names are imported on first use (PEP 562), so `import abcast.ids` in a protocol core or
+a simulator run does not pay for the runtime, the transports and pyarrow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from abcast.effects import Deliver as Delivery
+    from abcast.effects import Stage
+    from abcast.errors import (
+        AbcastError,
+        ConfigError,
+        DecodeError,
+        LocalProtocolError,
+        RemoteProtocolError,
+    )
+    from abcast.ids import MsgId, NodeId, View
+    from abcast.ordering.registry import ORDERINGS, OrderingOptions
+    from abcast.registry import RegistryClient, RegistryServer
+    from abcast.runtime import Group, Node
+
+_WHERE: dict[str, tuple[str, str]] = {
+    "AbcastError": ("abcast.errors", "AbcastError"),
+    "ConfigError": ("abcast.errors", "ConfigError"),
+    "DecodeError": ("abcast.errors", "DecodeError"),
+    "Delivery": ("abcast.effects", "Deliver"),
+    "Group": ("abcast.runtime.group", "Group"),
+    "LocalProtocolError": ("abcast.errors", "LocalProtocolError"),
+    "MsgId": ("abcast.ids", "MsgId"),
+    "Node": ("abcast.runtime.node", "Node"),
+    "NodeId": ("abcast.ids", "NodeId"),
+    "ORDERINGS": ("abcast.ordering.registry", "ORDERINGS"),
+    "OrderingOptions": ("abcast.ordering.registry", "OrderingOptions"),
+    "RegistryClient": ("abcast.registry.client", "RegistryClient"),
+    "RegistryServer": ("abcast.registry.server", "RegistryServer"),
+    "RemoteProtocolError": ("abcast.errors", "RemoteProtocolError"),
+    "Stage": ("abcast.effects", "Stage"),
+    "View": ("abcast.ids", "View"),
+}
+
+__all__ = [
+    "ORDERINGS",
+    "AbcastError",
+    "ConfigError",
+    "DecodeError",
+    "Delivery",
+    "Group",
+    "LocalProtocolError",
+    "MsgId",
+    "Node",
+    "NodeId",
+    "OrderingOptions",
+    "RegistryClient",
+    "RegistryServer",
+    "RemoteProtocolError",
+    "Stage",
+    "View",
+]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _WHERE[name]
+    except KeyError:
+        raise AttributeError(f"module 'abcast' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

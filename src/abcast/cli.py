@@ -7,11 +7,16 @@ JSON object; progress and tables go to stderr then, so stdout stays machine-read
 
 from __future__ import annotations
 
+import asyncio
+import faulthandler
 import json
+import logging
+import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -23,6 +28,8 @@ from abcast.ordering.registry import ORDERINGS, OrderingOptions
 
 EXIT_VIOLATIONS = 1
 EXIT_USAGE = 2
+
+T = TypeVar("T")
 
 
 def fail(message: str) -> NoReturn:
@@ -117,6 +124,263 @@ def _print_summary(console: Console, summary: dict[str, Any], out: Path) -> None
     table.add_row("violations", verdict)
     table.add_row("trace", str(out))
     console.print(table)
+
+
+# ---------------------------------------------------------------- the real runtime
+
+
+def _run_async(main: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop when it is installed (the `fast` extra) unless ABCAST_LOOP=asyncio,
+    else on asyncio's loop. SIGTERM cancels `main` as Ctrl-C does, so its cleanup (killing
+    child processes, closing sockets) runs either way."""
+
+    async def cancellable() -> T:
+        task = asyncio.current_task()
+        if task is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        return await main
+
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if os.environ.get("ABCAST_LOOP", "uvloop") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            factory = uvloop.new_event_loop
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(cancellable())
+    except asyncio.CancelledError:
+        sys.exit(128 + signal.SIGTERM)
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s: %(message)s" if verbose
+                        else "%(name)s: %(message)s", stream=sys.stderr)
+
+
+def _options(batch: int | None, safe: bool, suspect_after_ms: int | None) -> OrderingOptions:
+    if suspect_after_ms is None:
+        return OrderingOptions(batch=batch, safe=safe)
+    from abcast.group.failure_detector import DetectorConfig
+
+    defaults = DetectorConfig()
+    timeout_us = suspect_after_ms * 1000
+    detector = DetectorConfig(period_us=min(defaults.period_us, timeout_us // 2),
+                              timeout_us=timeout_us)
+    return OrderingOptions(batch=batch, safe=safe, detector=detector)
+
+
+def _transport_schemes() -> list[str]:
+    from abcast.transport import known_schemes
+
+    return list(known_schemes())
+
+
+@cli.command()
+@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 256))
+@click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)),
+              help="Ordering protocol in the ordering slot of the stack.")
+@click.option("--transport", "scheme", default="tcp", show_default=True,
+              type=click.Choice(_transport_schemes()),
+              help="Transport scheme; mem runs every node in this one process.")
+@click.option("--messages", default=1000, show_default=True, type=click.IntRange(0))
+@click.option("--payload", default=64, show_default=True, type=click.IntRange(0),
+              help="Payload bytes per message (>= 8 stamps the send time into it).")
+@click.option("--rate", default=None, type=float,
+              help="Open loop: broadcasts per second over the whole group.")
+@click.option("--trace", default="on", show_default=True, type=click.Choice(["on", "off"]),
+              help="off: record only counters and latencies, write no trace.")
+@click.option("--wan", default=None, type=click.Path(dir_okay=False),
+              help="Emulate WAN links (transport/wan.py) as this file describes.")
+@click.option("--batch", default=None, type=click.IntRange(1),
+              help="Message ids per order packet (sequencer family; default adaptive).")
+@click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
+@click.option("--suspect-after", default=2000, show_default=True, type=click.IntRange(50),
+              help="Milliseconds of silence before a crash-tolerant ordering's failure "
+                   "detector suspects a peer. No crashes are injected here, so a false "
+                   "suspicion (a loaded machine) only costs: the default is generous.")
+@click.option("--registry", default=None,
+              help="Use this running registry (tcp://host:port) instead of starting one.")
+@click.option("--timeout", default=600.0, show_default=True, type=float,
+              help="Seconds before an unfinished run is stopped (and reported incomplete).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Trace directory (runs.parquet + events/).")
+@click.option("--json", "as_json", is_flag=True, help="Last stdout line is a JSON summary.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
+def cluster(
+    nodes: int, ordering: str, scheme: str, messages: int, payload: int, rate: float | None,
+    trace: str, wan: str | None, batch: int | None, safe: bool, suspect_after: int,
+    registry: str | None, timeout: float, out: Path, as_json: bool, verbose: bool,
+) -> None:
+    """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
+    from abcast.runtime.cluster import ClusterConfig
+    from abcast.runtime.launcher import run_cluster
+
+    _logging(verbose)
+    config = ClusterConfig(
+        nodes=nodes, ordering=ordering, transport=scheme, messages=messages, out=out,
+        payload=payload, rate=rate, trace=trace == "on", wan=wan,
+        options=_options(batch, safe, suspect_after), timeout_s=timeout, registry=registry,
+    )
+    console = Console(stderr=True)
+    try:
+        config.validate()
+        with console.status(f"running {nodes} nodes over {scheme}"):
+            result = _run_async(run_cluster(config))
+    except AbcastError as exc:
+        fail(str(exc))
+    summary = result.summary()
+    _print_cluster_summary(console if as_json else Console(), summary, out)
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=False))
+    sys.exit(0 if result.clean else EXIT_VIOLATIONS)
+
+
+def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path) -> None:
+    table = Table(title=f"run {summary['run_id']}", show_header=False)
+    for key in ("ordering", "transport", "nodes", "messages", "delivered",
+                "packets_per_broadcast", "retransmissions", "wall_ms",
+                "throughput_msgs_per_s", "latency_p50_us", "latency_p99_us", "bad_frames",
+                "quiescent"):
+        table.add_row(key, str(summary[key]))
+    violations = summary["violations"]
+    verdict = (
+        ("[green]none[/green]" if summary["traced"] else "not checked (--trace off)")
+        if not violations
+        else "[red]" + ", ".join(f"{c}={n}" for c, n in violations.items()) + "[/red]"
+    )
+    table.add_row("violations", verdict)
+    for error in summary["errors"]:
+        table.add_row("[red]error[/red]", error)
+    table.add_row("trace", str(out) if summary["traced"] else "-")
+    console.print(table)
+
+
+@cli.command()
+@click.option("--listen", default="tcp://127.0.0.1:7400", show_default=True,
+              help="Address to serve on (port 0: any free one).")
+@click.option("--json", "as_json", is_flag=True,
+              help='First stdout line is {"url": ...}, the address actually bound.')
+@click.option("--recovery-grace", default=1.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds new nodes wait after start, so that after a restart running "
+                   "members re-claim their ids before any id is handed out again.")
+@click.option("--group", "groups", multiple=True, metavar="NAME=SIZE",
+              help="Declare a group's size up front (repeatable), so members may join "
+                   "without naming it.")
+@click.option("--stop-on-eof", is_flag=True, hidden=True,
+              help="Stop when stdin closes (the cluster launcher's lifeline).")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
+def registry(
+    listen: str, as_json: bool, recovery_grace: float, groups: tuple[str, ...],
+    stop_on_eof: bool, verbose: bool,
+) -> None:
+    """Run the registration server (node ids, group members, leaders) until interrupted."""
+    from abcast.registry import RegistryServer, parse_registry_url
+
+    _logging(verbose)
+    sizes: dict[str, int] = {}
+    for spec in groups:
+        name, _, size = spec.partition("=")
+        if not name or not size.isdigit() or int(size) < 1:
+            fail(f"--group {spec!r} is not NAME=SIZE with SIZE >= 1")
+        sizes[name] = int(size)
+    try:
+        host, port = parse_registry_url(listen)
+    except AbcastError as exc:
+        fail(str(exc))
+
+    async def serve() -> None:
+        server = RegistryServer(host, port, recovery_grace_s=recovery_grace, sizes=sizes)
+        try:
+            url = await server.start()
+        except OSError as exc:
+            fail(f"cannot listen on {listen}: {exc.strerror or exc}")
+        click.echo(json.dumps({"url": url}) if as_json else f"registry listening on {url}")
+        sys.stdout.flush()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if stop_on_eof:
+            loop.add_reader(sys.stdin.fileno(), stop.set)  # readable at EOF
+        try:
+            await stop.wait()
+        finally:
+            await server.close()
+
+    _run_async(serve())
+
+
+@cli.command()
+@click.option("--registry", "registry_url", required=True,
+              help="The registry to join through (tcp://host:port).")
+@click.option("--group", default="g", show_default=True)
+@click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)))
+@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True,
+              help="Address to bind (advertised to the group through the registry).")
+@click.option("--size", required=True, type=click.IntRange(1, 65_536),
+              help="Members the group has; the run starts once all have joined.")
+@click.option("--messages", required=True, type=click.IntRange(0),
+              help="Messages of the whole run (M): this node is done once it delivered M.")
+@click.option("--payload", default=64, show_default=True, type=click.IntRange(0))
+@click.option("--rate", default=None, type=float,
+              help="Open loop: broadcasts per second over the whole group.")
+@click.option("--node", "claim", default=None, help="Claim this node id (default: assigned).")
+@click.option("--run-id", default=None, help="Trace run id shared by every node of the run.")
+@click.option("--out", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="Write this node's trace rows here.")
+@click.option("--trace", default="on", show_default=True, type=click.Choice(["on", "off"]))
+@click.option("--wan", default=None, type=click.Path(dir_okay=False))
+@click.option("--batch", default=None, type=click.IntRange(1))
+@click.option("--safe", is_flag=True)
+@click.option("--suspect-after", default=None, type=click.IntRange(50),
+              help="Failure detector timeout in ms (default: the ordering's own).")
+@click.option("--control", default="registry", show_default=True,
+              type=click.Choice(["registry", "pipe"]),
+              help="registry: start and stop through the registry (nodes started by hand); "
+                   "pipe: go/stop lines on stdin (the cluster launcher).")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
+def node(
+    registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
+    payload: int, rate: float | None, claim: str | None, run_id: str | None,
+    out: Path | None, trace: str, wan: str | None, batch: int | None, safe: bool,
+    suspect_after: int | None, control: str, verbose: bool,
+) -> None:
+    """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
+    from abcast.runtime.worker import (
+        Failed,
+        Result,
+        StoppedError,
+        WorkerConfig,
+        emit,
+        run_manual_node,
+        run_pipe_node,
+    )
+
+    _logging(verbose)
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a node is stuck
+    if rate is not None and not rate > 0:
+        fail("--rate must be positive")
+    config = WorkerConfig(
+        group=group, ordering=ordering, transport=transport, size=size, messages=messages,
+        registry=registry_url, run_id=run_id or f"{group}-{ordering}-n{size}-m{messages}",
+        node=claim, payload=payload, rate=rate,
+        out=out if trace == "on" else None, options=_options(batch, safe, suspect_after),
+        wan=wan,
+    )
+    runner = run_pipe_node if control == "pipe" else run_manual_node
+    try:
+        outcome = _run_async(runner(config))
+    except StoppedError:
+        sys.exit(EXIT_VIOLATIONS)
+    except AbcastError as exc:
+        emit(Failed(str(exc)))
+        fail(str(exc))
+    emit(Result(outcome))
+    sys.exit(0 if outcome.complete else EXIT_VIOLATIONS)
 
 
 def _register_optional() -> None:

@@ -68,9 +68,12 @@ FdHeader = Fd | Heartbeat | NotMember
 class DetectorConfig:
     """Knobs in microseconds."""
 
-    period_us: int = 20_000  # heartbeat on an idle link at least this often
-    timeout_us: int = 200_000  # suspect after this much silence (first guess)
-    timeout_increment_us: int = 100_000  # added to a peer's timeout after each mistake
+    # Defaults leave room for a loaded Python process: a busy event loop can go quiet for
+    # a few hundred milliseconds (seen under load on 2 cores), and a false suspicion
+    # costs a view change.
+    period_us: int = 50_000  # heartbeat on an idle link at least this often
+    timeout_us: int = 1_000_000  # suspect after this much silence (first guess)
+    timeout_increment_us: int = 500_000  # added to a peer's timeout after each mistake
 
     def __post_init__(self) -> None:
         if min(self.period_us, self.timeout_us) <= 0 or self.timeout_increment_us < 0:

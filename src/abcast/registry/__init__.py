@@ -1,0 +1,9 @@
+"""The registration server and its client: node ids, group members and leaders."""
+
+from __future__ import annotations
+
+from abcast.registry.client import RegistryClient
+from abcast.registry.messages import GroupInfo, parse_registry_url
+from abcast.registry.server import RegistryServer, RegistryStats
+
+__all__ = ["GroupInfo", "RegistryClient", "RegistryServer", "RegistryStats", "parse_registry_url"]

@@ -1,0 +1,245 @@
+"""`RegistryClient`: a node's connection to the registration server, kept alive.
+
+Rules: one TCP connection per client, kept by a background task that reconnects with
+exponential backoff (jittered, capped) whenever it drops, for as long as the client is
+open. On every (re)connection it first re-asserts what this client already holds, its
+node id (by token) and its group memberships, so a registry that restarted empty learns
+them again before anything else is asked. Requests wait while the registry is away and
+are re-sent on the next connection (every request is idempotent), so a running group
+never notices the registry dying: only calls that need an answer wait for it to come
+back. A refusal from the registry raises ConfigError with the registry's reason.
+
+It knows the registry protocol (messages.py) and nothing about transports or stacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import secrets
+from collections.abc import Callable
+from typing import Final
+
+from abcast.errors import ConfigError, DecodeError, LocalProtocolError
+from abcast.ids import NodeId
+from abcast.registry.messages import (
+    Done,
+    GroupInfo,
+    Join,
+    Leave,
+    Lookup,
+    Refused,
+    Register,
+    Registered,
+    Reply,
+    Request,
+    WaitDone,
+    decode_reply,
+    encode,
+    parse_registry_url,
+    read_body,
+)
+
+log: Final = logging.getLogger("abcast.registry")
+
+
+class _LostError(Exception):
+    """The connection carrying a request broke before its reply came."""
+
+
+class RegistryClient:
+    def __init__(
+        self, url: str, *, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+    ) -> None:
+        if not 0 < initial_backoff_s <= max_backoff_s:
+            raise ConfigError("need 0 < initial_backoff_s <= max_backoff_s")
+        self.url = url
+        self._host, self._port = parse_registry_url(url)
+        self._initial = initial_backoff_s
+        self._max = max_backoff_s
+        self.token = secrets.token_hex(16)
+        self.node: NodeId | None = None
+        self._joined: dict[str, tuple[str, int | None]] = {}
+        self._pending: dict[int, asyncio.Future[Reply]] = {}
+        self._rids = itertools.count(1)
+        self._writer: asyncio.StreamWriter | None = None
+        self._up: asyncio.Event | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._closed = False
+        # Jitter only spreads reconnect storms; it never decides protocol behaviour.
+        self._rng = random.Random(secrets.randbits(64))
+        self.reconnects = 0
+
+    @property
+    def connected(self) -> bool:
+        """True while a connection to the registry is up (calls would not wait)."""
+        return self._writer is not None
+
+    # ----------------------------------------------------------------- the calls
+
+    async def register(self, claim: NodeId | None = None) -> NodeId:
+        """This node's id: `claim` if given (and free), else the next n<k>."""
+        if self.node is not None and claim not in (None, self.node):
+            raise LocalProtocolError(f"this client is already registered as {self.node}")
+        reply = await self._request(lambda rid: Register(rid, self.token, claim or self.node))
+        if not isinstance(reply, Registered):
+            raise ConfigError(f"registry answered {type(reply).__name__} to a registration")
+        self.node = reply.node
+        return reply.node
+
+    async def join(self, group: str, address: str, size: int | None = None) -> GroupInfo:
+        node = self._registered()
+        info = await self._info(lambda rid: Join(rid, node, self.token, group, address, size))
+        self._joined[group] = (address, size)
+        return info
+
+    async def leave(self, group: str) -> None:
+        node = self._registered()
+        self._joined.pop(group, None)
+        await self._info(lambda rid: Leave(rid, node, self.token, group))
+
+    async def lookup(self, group: str) -> GroupInfo:
+        return await self._info(lambda rid: Lookup(rid, group))
+
+    async def wait_members(self, group: str, count: int) -> GroupInfo:
+        """The group once at least `count` members have joined (held by the registry)."""
+        return await self._info(lambda rid: Lookup(rid, group, count))
+
+    async def done(self, group: str) -> GroupInfo:
+        node = self._registered()
+        return await self._info(lambda rid: Done(rid, node, group))
+
+    async def wait_done(self, group: str, count: int) -> GroupInfo:
+        return await self._info(lambda rid: WaitDone(rid, group, count))
+
+    async def close(self) -> None:
+        self._closed = True
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(LocalProtocolError("registry client closed"))
+        self._pending.clear()
+
+    async def __aenter__(self) -> RegistryClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- requests
+
+    def _registered(self) -> NodeId:
+        if self.node is None:
+            raise LocalProtocolError("register with the registry before joining groups")
+        return self.node
+
+    async def _info(self, build: Callable[[int], Request]) -> GroupInfo:
+        reply = await self._request(build)
+        if not isinstance(reply, GroupInfo):
+            raise ConfigError(f"registry answered {type(reply).__name__}, expected GroupInfo")
+        return reply
+
+    async def _request(self, build: Callable[[int], Request]) -> Reply:
+        if self._closed:
+            raise LocalProtocolError("registry client closed")
+        up = self._ensure_keeper()
+        while True:
+            await up.wait()
+            writer = self._writer
+            if writer is None:
+                await asyncio.sleep(0)
+                continue
+            rid = next(self._rids)
+            fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            self._pending[rid] = fut
+            try:
+                writer.write(encode(build(rid)))
+                reply = await fut
+            except _LostError:
+                continue  # re-sent on the next connection; every request is idempotent
+            finally:
+                self._pending.pop(rid, None)
+            if isinstance(reply, Refused):
+                raise ConfigError(f"registry {self.url} refused: {reply.reason}")
+            return reply
+
+    def _ensure_keeper(self) -> asyncio.Event:
+        if self._up is None:
+            self._up = asyncio.Event()
+        if self._keeper is None:
+            self._keeper = asyncio.create_task(self._keep(self._up), name="registry-client")
+        return self._up
+
+    # ----------------------------------------------------------------- the connection
+
+    async def _keep(self, up: asyncio.Event) -> None:
+        delay = self._initial
+        first = True
+        while not self._closed:
+            writer: asyncio.StreamWriter | None = None
+            try:
+                reader, writer = await asyncio.open_connection(self._host, self._port)
+                await self._replay(reader, writer)
+            except (OSError, asyncio.IncompleteReadError, DecodeError, ConfigError) as exc:
+                if writer is not None:
+                    writer.close()
+                if delay == self._initial:
+                    log.warning("registry %s unreachable (%s); retrying with backoff",
+                                self.url, exc)
+                await asyncio.sleep(delay * self._rng.uniform(0.75, 1.25))
+                delay = min(delay * 2, self._max)
+                continue
+            if not first:
+                self.reconnects += 1
+                log.info("registry %s reached again", self.url)
+            first = False
+            delay = self._initial
+            self._writer = writer
+            up.set()
+            try:
+                await self._read_replies(reader)
+            finally:
+                up.clear()
+                self._writer = None
+                writer.close()
+                for fut in self._pending.values():
+                    if not fut.done():
+                        fut.set_exception(_LostError())
+
+    async def _replay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Re-assert this client's id and memberships on a fresh connection."""
+        if self.node is None:
+            return
+        requests: list[Request] = [Register(0, self.token, self.node)]
+        requests += [
+            Join(0, self.node, self.token, group, address, size)
+            for group, (address, size) in self._joined.items()
+        ]
+        for request in requests:
+            writer.write(encode(request))
+            reply = decode_reply(await read_body(reader))
+            if isinstance(reply, Refused):
+                # Someone else took our id while the registry was away: report, carry on.
+                log.error("registry %s refused to restore %s: %s", self.url, self.node,
+                          reply.reason)
+
+    async def _read_replies(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                reply = decode_reply(await read_body(reader))
+                fut = self._pending.get(reply.rid)
+                if fut is not None and not fut.done():
+                    fut.set_result(reply)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            if not self._closed:
+                log.warning("lost the registry %s (%s); reconnecting",
+                            self.url, type(exc).__name__)
+        except DecodeError as exc:
+            log.warning("registry %s sent a bad reply (%s); reconnecting", self.url, exc)

@@ -1,0 +1,166 @@
+"""The registry's wire protocol: msgspec Structs, each message a 4-byte big-endian length
+and a msgpack body.
+
+Rules: this module is the only place registry bytes become objects. Every request carries
+a request id (`rid`) that its reply repeats, so one connection can have several requests
+open at once (a `WaitMembers` may be held for minutes while a `Lookup` is answered).
+Decoding enforces bounds (name lengths, list sizes, the frame limit) so the server never
+sees absurd values from a client; anything else raises `DecodeError`. It knows nothing
+about sockets or what the server keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Annotated, Final
+from urllib.parse import urlsplit
+
+import msgspec
+
+from abcast.codec import GroupField, NodeField
+from abcast.errors import ConfigError, DecodeError
+
+#: largest registry message either side accepts (a member table of thousands of nodes fits)
+MAX_MESSAGE_BYTES: Final = 1024 * 1024
+PREFIX: Final = struct.Struct(">I")
+
+Rid = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+Size = Annotated[int, msgspec.Meta(ge=1, le=65_536)]
+Address = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+Token = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+
+
+class _Message(msgspec.Struct, frozen=True, array_like=True, tag=True, gc=False):
+    rid: Rid
+
+
+# ------------------------------------------------------------------------ requests
+
+
+class Register(_Message, frozen=True):
+    """Give me a node id (n1, n2, … in connection order), or let me keep `claim`.
+
+    `token` is the client's secret for the id: a claim of an id already held is granted
+    only to the same token (a client re-registering after the registry restarted)."""
+
+    token: Token
+    claim: NodeField | None = None
+
+
+class Join(_Message, frozen=True):
+    """`node` (registered) joins `group`, reachable at `address`. `size` declares how many
+    members the group has; the first join that names it fixes it."""
+
+    node: NodeField
+    token: Token
+    group: GroupField
+    address: Address
+    size: Size | None = None
+
+
+class Leave(_Message, frozen=True):
+    node: NodeField
+    token: Token
+    group: GroupField
+
+
+class Lookup(_Message, frozen=True):
+    """Who is in `group`; with `wait_for`, the reply is held until that many have joined."""
+
+    group: GroupField
+    wait_for: Annotated[int, msgspec.Meta(ge=0, le=65_536)] = 0
+
+
+class Done(_Message, frozen=True):
+    """`node` finished its part of a run in `group` (for nodes started by hand)."""
+
+    node: NodeField
+    group: GroupField
+
+
+class WaitDone(_Message, frozen=True):
+    """Reply once `count` members of `group` have reported Done."""
+
+    group: GroupField
+    count: Size
+
+
+Request = Register | Join | Leave | Lookup | Done | WaitDone
+
+# ------------------------------------------------------------------------ replies
+
+
+class Registered(_Message, frozen=True):
+    node: NodeField
+
+
+class GroupInfo(_Message, frozen=True):
+    """A group as the registry knows it: members (node id → transport URL), the leader
+    (the lowest member, "" while empty), the declared size (None until someone names it)
+    and who has reported Done."""
+
+    group: GroupField
+    members: Annotated[dict[NodeField, Address], msgspec.Meta(max_length=65_536)]
+    leader: str
+    size: Size | None = None
+    done: Annotated[list[NodeField], msgspec.Meta(max_length=65_536)] = []
+
+
+class Refused(_Message, frozen=True):
+    """The request cannot be granted (group full, size mismatch, id taken, …)."""
+
+    reason: Annotated[str, msgspec.Meta(max_length=1024)]
+
+
+Reply = Registered | GroupInfo | Refused
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_request_decoder: Final = msgspec.msgpack.Decoder(Request)
+_reply_decoder: Final = msgspec.msgpack.Decoder(Reply)
+
+
+def encode(message: Request | Reply) -> bytes:
+    """The message with its length prefix, ready for one write."""
+    body = _encoder.encode(message)
+    return PREFIX.pack(len(body)) + body
+
+
+def decode_request(body: bytes) -> Request:
+    try:
+        request: Request = _request_decoder.decode(body)
+    except (msgspec.MsgspecError, ValueError) as exc:
+        raise DecodeError(f"not a registry request: {exc}") from None
+    return request
+
+
+def decode_reply(body: bytes) -> Reply:
+    try:
+        reply: Reply = _reply_decoder.decode(body)
+    except (msgspec.MsgspecError, ValueError) as exc:
+        raise DecodeError(f"not a registry reply: {exc}") from None
+    return reply
+
+
+async def read_body(reader: asyncio.StreamReader, max_bytes: int = MAX_MESSAGE_BYTES) -> bytes:
+    """The next message body; DecodeError for a length above `max_bytes`, EOF errors
+    (asyncio.IncompleteReadError) for a connection that ends, even mid-message."""
+    prefix = await reader.readexactly(PREFIX.size)
+    (length,) = PREFIX.unpack(prefix)
+    if length > max_bytes:
+        raise DecodeError(f"registry message of {length} bytes exceeds the limit {max_bytes}")
+    return await reader.readexactly(length)
+
+
+def parse_registry_url(url: str) -> tuple[str, int]:
+    """(host, port) of a `tcp://host:port` registry address; ConfigError otherwise."""
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme != "tcp" or parts.path not in ("", "/"):
+        raise ConfigError(f"registry address {url!r} is not like tcp://127.0.0.1:7400")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError(f"registry address {url!r} has a bad port") from None
+    if not parts.hostname or port is None:
+        raise ConfigError(f"registry address {url!r} needs host:port")
+    return parts.hostname, port

@@ -1,0 +1,298 @@
+"""The registration server (the thesis's naming service): node ids, group members, leaders.
+
+Rules: one asyncio TCP server, state in memory only. It hands out node ids in the order
+registrations arrive (n1, n2, …), maps each group to its members (node id → transport
+URL), its declared size and its leader (the lowest member), and answers "wait until the
+group has N members" and "wait until N members are done". Entries outlive the
+connection that made them: a node whose registry connection drops is still a member (no
+failure detection here). A client that comes back to a restarted registry re-registers
+its id and re-joins its groups (see client.py), which is how the state returns.
+
+Bad input (garbage, an oversize length prefix, a truncated message, an unknown message
+type) gets one log line on "abcast.registry", that connection is closed and
+`stats.bad_messages` goes up; everyone else keeps being served. Nothing here knows about
+transports, stacks or the runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from abcast.errors import ConfigError, DecodeError, LocalProtocolError
+from abcast.ids import NodeId, node_sort_key, sorted_nodes
+from abcast.registry.messages import (
+    MAX_MESSAGE_BYTES,
+    Done,
+    GroupInfo,
+    Join,
+    Leave,
+    Lookup,
+    Refused,
+    Register,
+    Registered,
+    Reply,
+    Request,
+    WaitDone,
+    decode_request,
+    encode,
+    read_body,
+)
+
+log: Final = logging.getLogger("abcast.registry")
+
+_ASSIGNED = re.compile(r"n(\d+)")
+
+
+@dataclass(slots=True)
+class _Group:
+    members: dict[NodeId, str] = field(default_factory=dict)
+    size: int | None = None
+    done: set[NodeId] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class RegistryStats:
+    connections: int = 0
+    requests: int = 0
+    bad_messages: int = 0
+
+
+class RegistryServer:
+    """`await start()` returns the bound URL (tcp://host:port); `close()` stops it."""
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *,
+        max_message_bytes: int = MAX_MESSAGE_BYTES, recovery_grace_s: float = 0.0,
+        sizes: Mapping[str, int] | None = None,
+    ) -> None:
+        """`recovery_grace_s`: how long after start registrations without a claim wait,
+        so that after a restart the running members re-assert their ids before any id
+        is handed out again (a fresh registry needs none). `sizes`: group sizes declared
+        up front, so members may join without naming one."""
+        if any(size < 1 for size in (sizes or {}).values()):
+            raise ConfigError(f"group sizes must be >= 1, got {dict(sizes or {})}")
+        self.sizes = dict(sizes or {})
+        self.host = host
+        self.port = port
+        self.max_message_bytes = max_message_bytes
+        self.stats = RegistryStats()
+        self._server: asyncio.Server | None = None
+        self._url: str | None = None
+        self._last_assigned = 0
+        self._owner: dict[NodeId, str] = {}  # node id → token
+        self._by_token: dict[str, NodeId] = {}
+        self._groups: dict[str, _Group] = {}
+        self._changed = asyncio.Event()
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.recovery_grace_s = recovery_grace_s
+        self._grace_over: asyncio.Event | None = None
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            raise LocalProtocolError("registry not started")
+        return self._url
+
+    async def start(self) -> str:
+        if self._server is not None:
+            raise LocalProtocolError("registry already started")
+        self._grace_over = asyncio.Event()
+        if self.recovery_grace_s > 0:
+            asyncio.get_running_loop().call_later(self.recovery_grace_s, self._grace_over.set)
+        else:
+            self._grace_over.set()
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        self._url = f"tcp://{shown}:{port}"
+        log.info("registry listening on %s", self._url)
+        return self._url
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        # Closing the sockets ends each handler at its next read; cancelling the handler
+        # tasks instead trips asyncio's stream callback (it calls task.exception()).
+        for writer in self._connections.values():
+            writer.close()
+        handlers = list(self._connections)
+        if handlers:
+            await asyncio.wait(handlers, timeout=5)
+        await server.wait_closed()
+
+    async def __aenter__(self) -> RegistryServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- introspection
+
+    def group_info(self, group: str, rid: int = 0) -> GroupInfo:
+        g = self._groups.get(group)
+        if g is None:
+            return GroupInfo(rid, group, {}, "")
+        members = {n: g.members[n] for n in sorted_nodes(list(g.members))}
+        leader = next(iter(members), "")
+        return GroupInfo(rid, group, members, leader, g.size, list(sorted_nodes(g.done)))
+
+    # ----------------------------------------------------------------- connections
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections[task] = writer
+        self.stats.connections += 1
+        peer = writer.get_extra_info("peername")
+        waits: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                try:
+                    request = decode_request(await read_body(reader, self.max_message_bytes))
+                except asyncio.IncompleteReadError as exc:
+                    if exc.partial:
+                        self._bad(peer, f"message truncated after {len(exc.partial)} bytes")
+                    return
+                except DecodeError as exc:
+                    self._bad(peer, str(exc))
+                    return
+                self.stats.requests += 1
+                if isinstance(request, Lookup | WaitDone) or (
+                    isinstance(request, Register) and request.claim is None
+                    and self._grace_over is not None and not self._grace_over.is_set()
+                ):
+                    wait = asyncio.create_task(self._answer_later(request, writer))
+                    waits.add(wait)
+                    wait.add_done_callback(waits.discard)
+                else:
+                    writer.write(encode(self._handle(request)))
+        except (ConnectionError, OSError):
+            return
+        finally:
+            for wait in waits:
+                wait.cancel()
+            writer.close()
+            if task is not None:
+                self._connections.pop(task, None)
+
+    def _bad(self, peer: object, reason: str) -> None:
+        self.stats.bad_messages += 1
+        log.warning("registry dropped connection from %s: %s", peer, reason)
+
+    async def _answer_later(
+        self, request: Lookup | WaitDone | Register, writer: asyncio.StreamWriter
+    ) -> None:
+        if isinstance(request, Register):
+            assert self._grace_over is not None
+            await self._grace_over.wait()
+            if not writer.is_closing():
+                writer.write(encode(self._handle(request)))
+            return
+        if isinstance(request, Lookup):
+            def ready() -> bool:
+                g = self._groups.get(request.group)
+                return len(g.members) >= request.wait_for if g else request.wait_for == 0
+        else:
+            def ready() -> bool:
+                g = self._groups.get(request.group)
+                return g is not None and len(g.done) >= request.count
+        await self._wait(ready)
+        if not writer.is_closing():
+            writer.write(encode(self.group_info(request.group, request.rid)))
+
+    async def _wait(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            await self._changed.wait()
+
+    def _bump(self) -> None:
+        # Wake every waiter once; they re-check their condition against the new state.
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # ----------------------------------------------------------------- the requests
+
+    def _handle(self, request: Request) -> Reply:
+        match request:
+            case Register(rid, token, claim):
+                return self._register(rid, token, claim)
+            case Join(rid, node, token, group, address, size):
+                return self._join(rid, node, token, group, address, size)
+            case Leave(rid, node, token, group):
+                if self._owner.get(node) != token:
+                    return Refused(rid, f"{node} is not registered with this token")
+                g = self._groups.get(group)
+                if g is not None and g.members.pop(node, None) is not None:
+                    # Its Done stays: members still waiting for everyone to finish count it.
+                    if not g.members:
+                        del self._groups[group]
+                    self._bump()
+                return self.group_info(group, rid)
+            case Done(rid, node, group):
+                g = self._groups.get(group)
+                if g is None or node not in g.members:
+                    return Refused(rid, f"{node} is not a member of group {group!r}")
+                g.done.add(node)
+                self._bump()
+                return self.group_info(group, rid)
+            case _:
+                raise LocalProtocolError(f"no synchronous answer for {request!r}")
+
+    def _register(self, rid: int, token: str, claim: NodeId | None) -> Reply:
+        if claim is None:
+            known = self._by_token.get(token)
+            if known is not None:
+                return Registered(rid, known)  # a retried request whose reply was lost
+            node = self._next_free()
+        else:
+            holder = self._owner.get(claim)
+            if holder is not None and holder != token:
+                return Refused(rid, f"node id {claim!r} is taken by another node")
+            node = claim
+            match = _ASSIGNED.fullmatch(claim)
+            if match:
+                self._last_assigned = max(self._last_assigned, int(match.group(1)))
+        self._owner[node] = token
+        self._by_token[token] = node
+        log.info("registered %s", node)
+        return Registered(rid, node)
+
+    def _next_free(self) -> NodeId:
+        while True:
+            self._last_assigned += 1
+            node = f"n{self._last_assigned}"
+            if node not in self._owner:
+                return node
+
+    def _join(
+        self, rid: int, node: NodeId, token: str, group: str, address: str, size: int | None
+    ) -> Reply:
+        if self._owner.get(node) != token:
+            return Refused(rid, f"{node} is not registered with this token: register first")
+        g = self._groups.get(group)
+        fresh = g is None
+        if g is None:
+            g = _Group(size=self.sizes.get(group))
+        if size is not None and g.size is not None and size != g.size:
+            return Refused(rid, f"group {group!r} has size {g.size}, not {size}")
+        declared = size if g.size is None else g.size
+        if node not in g.members and declared is not None and len(g.members) >= declared:
+            return Refused(rid, f"group {group!r} is full ({declared} members)")
+        if fresh:
+            self._groups[group] = g
+        g.size = declared
+        if g.members.get(node) != address:
+            g.members[node] = address
+            log.info("%s joined %s at %s", node, group, address)
+            self._bump()
+        return self.group_info(group, rid)
+
+    def node_ids(self) -> list[NodeId]:
+        return sorted(self._owner, key=node_sort_key)

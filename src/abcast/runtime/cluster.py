@@ -1,0 +1,186 @@
+"""A local cluster run's configuration and result: what `abcast cluster` asks for and
+what it reports.
+
+Rules: `ClusterConfig.validate` refuses, with ConfigError, every argument combination
+that cannot run (so the CLI exits 2 before starting anything). `ClusterResult` turns the
+nodes' reports and, when traced, the run's rows into the summary `abcast sim` prints plus
+throughput and latency: latency is a delivery's t_ns minus the t_ns of its origin's
+`send` row, over all deliveries (untraced runs use the send time the origin stamps into
+the payload instead), and throughput is M over the span from the earliest "go" to the
+last delivery. The launcher (abcast.runtime.launcher) runs the processes; this module
+knows nothing about processes or sockets.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abcast.errors import ConfigError
+from abcast.ordering.registry import OrderingOptions, get_ordering
+from abcast.runtime.worker import WorkerOutcome
+from abcast.testing import Violation, count_by_code
+from abcast.trace.rows import EventRow, RunInfo
+from abcast.transport import known_schemes, transport_from_url
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    nodes: int
+    ordering: str
+    transport: str  # a scheme: tcp, zmq, grpc, pyro, mem
+    messages: int
+    out: Path
+    payload: int = 64
+    rate: float | None = None  # broadcasts per second over the whole group; None: closed
+    trace: bool = True
+    wan: str | None = None
+    options: OrderingOptions = field(default_factory=OrderingOptions)
+    group: str = "g"
+    timeout_s: float = 600.0
+    registry: str | None = None  # use this running registry instead of starting one
+
+    @property
+    def in_process(self) -> bool:
+        """mem:// hubs are per process, so a mem cluster runs as tasks of one process."""
+        return self.transport == "mem"
+
+    def bind_url(self) -> str:
+        return "mem://" if self.in_process else f"{self.transport}://127.0.0.1:0"
+
+    @property
+    def workload(self) -> str:
+        return "closed-round-robin" if self.rate is None else f"open-{self.rate:g}/s"
+
+    def validate(self) -> None:
+        if self.nodes < 1:
+            raise ConfigError("--nodes must be at least 1")
+        if self.messages < 0:
+            raise ConfigError("--messages must be >= 0")
+        if self.payload < 0:
+            raise ConfigError("--payload must be >= 0")
+        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
+            raise ConfigError("--rate must be a positive number of broadcasts per second")
+        if self.timeout_s <= 0:
+            raise ConfigError("--timeout must be positive")
+        get_ordering(self.ordering)
+        if self.transport not in known_schemes():
+            raise ConfigError(f"unknown transport {self.transport!r}; choose one of: "
+                              f"{', '.join(known_schemes())}")
+        transport_from_url(self.bind_url())  # a missing optional package fails here
+        if self.wan is not None:
+            if not Path(self.wan).is_file():
+                raise ConfigError(f"--wan file {self.wan} does not exist")
+            from abcast.transport.wan import load_matrix
+
+            load_matrix(Path(self.wan))  # a malformed matrix fails here, not in every node
+
+    def new_run_id(self) -> str:
+        # A real run is not reproducible, so its id is unique rather than derived.
+        return (f"{self.ordering}-{self.transport}-n{self.nodes}-m{self.messages}-"
+                f"{secrets.token_hex(4)}")
+
+
+def percentile(sorted_values: Sequence[int], q: float) -> int | None:
+    """Nearest-rank percentile of ascending values (None when there are none)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def latencies_from_rows(rows: Iterable[EventRow]) -> list[int]:
+    """deliver t_ns − the origin's send t_ns, for every delivery whose send row exists."""
+    rows = list(rows)
+    sent = {(r.group, r.origin, r.seq): r.t_ns for r in rows if r.kind == "send"}
+    out: list[int] = []
+    for r in rows:
+        if r.kind == "deliver":
+            t = sent.get((r.group, r.origin, r.seq))
+            if t is not None:
+                out.append(r.t_ns - t)
+    return out
+
+
+@dataclass(slots=True)
+class ClusterResult:
+    config: ClusterConfig
+    run_id: str
+    guarantees: tuple[str, ...]
+    outcomes: list[WorkerOutcome]
+    violations: list[Violation]
+    latencies_ns: list[int]
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def traced(self) -> bool:
+        return self.config.trace
+
+    @property
+    def complete(self) -> bool:
+        return (not self.errors and len(self.outcomes) == self.config.nodes
+                and all(o.complete for o in self.outcomes))
+
+    @property
+    def clean(self) -> bool:
+        return self.complete and not self.violations
+
+    @property
+    def delivered(self) -> int:
+        return sum(o.delivered for o in self.outcomes)
+
+    @property
+    def broadcasts(self) -> int:
+        return sum(o.broadcasts for o in self.outcomes)
+
+    @property
+    def started_ns(self) -> int:
+        return min((o.go_ns for o in self.outcomes if o.go_ns), default=0)
+
+    @property
+    def duration_ns(self) -> int:
+        end = max((o.last_deliver_ns for o in self.outcomes), default=0)
+        return max(0, end - self.started_ns) if self.started_ns else 0
+
+    def run_info(self) -> RunInfo:
+        cfg = self.config
+        return RunInfo(
+            run_id=self.run_id, ordering=cfg.ordering, transport=cfg.transport,
+            nodes=cfg.nodes, payload_bytes=cfg.payload, workload=cfg.workload, seed=None,
+            faults=f"wan={Path(cfg.wan).name}" if cfg.wan else None,
+            guarantees=self.guarantees, started_ns=self.started_ns,
+            duration_ns=self.duration_ns,
+        )
+
+    def summary(self) -> dict[str, object]:
+        cfg = self.config
+        lat = sorted(self.latencies_ns)
+        p50, p99 = percentile(lat, 50), percentile(lat, 99)
+        seconds = self.duration_ns / 1e9
+        protocol = sum(o.protocol_packets for o in self.outcomes)
+        return {
+            "run_id": self.run_id, "ordering": cfg.ordering, "transport": cfg.transport,
+            "nodes": cfg.nodes, "messages": cfg.messages, "delivered": self.delivered,
+            "violations": count_by_code(self.violations),
+            "packets_per_broadcast": round(protocol / self.broadcasts, 4)
+            if self.broadcasts else 0.0,
+            "retransmissions": sum(o.retransmissions for o in self.outcomes),
+            "wall_ms": round(self.duration_ns / 1e6, 3),
+            "quiescent": self.complete,
+            "throughput_msgs_per_s": round(cfg.messages / seconds, 1) if seconds > 0 else None,
+            "latency_p50_us": None if p50 is None else round(p50 / 1e3, 1),
+            "latency_p99_us": None if p99 is None else round(p99 / 1e3, 1),
+            # connections dropped for bad input (framing errors and frames the runtime
+            # refused), and of those frames the ones the runtime refused
+            "bad_frames": sum(o.transport_bad_frames for o in self.outcomes),
+            "refused_frames": sum(o.bad_frames for o in self.outcomes),
+            "traced": self.traced,
+            "errors": list(self.errors),
+        }
+
+
+def merge_stamped_latencies(outcomes: Iterable[WorkerOutcome]) -> list[int]:
+    return [lat for o in outcomes for lat in o.latencies_ns]

@@ -1,0 +1,192 @@
+"""`GroupDriver`: one group's stack on a running node, and the carrying-out of its outputs.
+
+Rules: this is the real-time twin of the simulator's `SimNode` (abcast.sim.cluster). It
+turns `Transmit` into transport sends (through its `Node`), `SetTimer`/`CancelTimer` into
+loop timers (`SetTimer.at` is absolute µs on the node's monotonic clock), and
+`Deliver`/`InstallView` into trace rows and application deliveries, writing the same
+rows as the simulator: a `send` row before each broadcast with `deps` taken from this
+node's delivered prefixes, a `deliver`/`opt_deliver` row per delivery, a `view` row per
+installed view, all with t_ns = time.time_ns(). `receive` raises RemoteProtocolError
+(DecodeError included) before carrying out anything, so the caller can drop the link
+that sent the frame. It knows nothing about sockets, registries or the application API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Protocol
+
+from abcast.codec import Envelope
+from abcast.effects import CancelTimer, Deliver, InstallView, Output, SetTimer, Stage, Transmit
+from abcast.errors import LocalProtocolError
+from abcast.ids import NodeId
+from abcast.stack import Stack
+from abcast.trace.recorder import TraceRecorder
+
+if TYPE_CHECKING:
+    from abcast.runtime.node import MonotonicClock
+
+DeliverHook = Callable[[Deliver], None]
+
+
+class Host(Protocol):
+    """What a driver needs from the node hosting it."""
+
+    @property
+    def id(self) -> NodeId: ...
+
+    @property
+    def clock(self) -> MonotonicClock: ...
+
+    @property
+    def recorder(self) -> TraceRecorder | None: ...
+
+    def transmit(self, dst: NodeId, data: bytes) -> None: ...
+
+
+class DeliveredPrefix:
+    """Per origin, the highest k such that 1..k were delivered here (the `deps` of DESIGN
+    §4), computed exactly as the simulator does."""
+
+    __slots__ = ("_above", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix: dict[NodeId, int] = {}
+        self._above: dict[NodeId, set[int]] = {}
+
+    def note(self, origin: NodeId, seq: int) -> None:
+        k = self._prefix.get(origin, 0)
+        if seq <= k:
+            return  # a message delivered twice (opt_deliver then deliver) adds nothing
+        if seq != k + 1:
+            self._above.setdefault(origin, set()).add(seq)
+            return
+        k = seq
+        above = self._above.get(origin)
+        while above and k + 1 in above:
+            k += 1
+            above.discard(k)
+        self._prefix[origin] = k
+
+    def deps(self, me: NodeId) -> dict[NodeId, int]:
+        return {o: k for o, k in self._prefix.items() if k > 0 and o != me}
+
+
+class GroupDriver:
+    def __init__(self, host: Host, stack: Stack, on_deliver: DeliverHook | None = None) -> None:
+        if stack.node != host.id:
+            raise LocalProtocolError(f"stack of {stack.node} driven by node {host.id}")
+        self.host = host
+        self.stack = stack
+        self.name = stack.group
+        self.on_deliver = on_deliver
+        self.prefix = DeliveredPrefix()
+        self.delivered = 0  # FINAL deliveries
+        self.protocol_packets = 0
+        self.control_packets = 0
+        self.closed = False
+        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ----------------------------------------------------------------- driving the stack
+
+    def start(self) -> None:
+        """Install the initial view (on the running loop)."""
+        self._loop = asyncio.get_running_loop()
+        self._apply(self.stack.start(self.host.clock.now_us()))
+
+    def broadcast(self, payload: bytes) -> int:
+        """Broadcast now; returns this node's sequence number for the message."""
+        if self.closed:
+            raise LocalProtocolError(f"group {self.name!r} is closed on {self.host.id}")
+        stack = self.stack
+        seq = stack.broadcasts + 1
+        recorder = self.host.recorder
+        if recorder is not None:
+            recorder.record(
+                stack.node, "send", time.time_ns(), origin=stack.node, seq=seq,
+                group=self.name, size=len(payload), view_id=stack.view.view_id,
+                deps=self.prefix.deps(stack.node),
+            )
+        got, outputs = stack.broadcast(payload, self.host.clock.now_us())
+        if got != seq:
+            raise LocalProtocolError(f"stack numbered broadcast {got}, expected {seq}")
+        self._apply(outputs)
+        return seq
+
+    def receive(self, env: Envelope) -> None:
+        """One frame of this group; RemoteProtocolError if the stack refuses it."""
+        outputs = self.stack.receive(env, self.host.clock.now_us())
+        self._apply(outputs)
+
+    def close(self) -> None:
+        self.closed = True
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+
+    @property
+    def retransmissions(self) -> int:
+        return sum(getattr(layer, "retransmissions", 0) for layer in self.stack.layers)
+
+    # ----------------------------------------------------------------- outputs
+
+    def _apply(self, outputs: list[Output]) -> None:
+        if self.closed:
+            return
+        host = self.host
+        for out in outputs:
+            match out:
+                case Transmit(to, data, control):
+                    if control:
+                        self.control_packets += len(to)
+                    else:
+                        self.protocol_packets += len(to)
+                    for dst in to:
+                        host.transmit(dst, data)
+                case Deliver(origin, seq, payload, stage):
+                    recorder = host.recorder
+                    if recorder is not None:
+                        recorder.record(
+                            host.id, stage.value, time.time_ns(), origin=origin, seq=seq,
+                            group=self.name, size=len(payload),
+                            view_id=self.stack.view.view_id,
+                        )
+                    self.prefix.note(origin, seq)
+                    if stage is Stage.FINAL:
+                        self.delivered += 1
+                    if self.on_deliver is not None:
+                        self.on_deliver(out)
+                case SetTimer(key, at):
+                    self._set_timer(key, at)
+                case CancelTimer(key):
+                    handle = self._timers.pop(key, None)
+                    if handle is not None:
+                        handle.cancel()
+                case InstallView(view):
+                    recorder = host.recorder
+                    if recorder is not None:
+                        recorder.record(
+                            host.id, "view", time.time_ns(), group=self.name,
+                            view_id=view.view_id, members=view.members,
+                        )
+
+    def _set_timer(self, key: Hashable, at: int) -> None:
+        loop = self._loop
+        if loop is None:
+            raise LocalProtocolError("a timer was set before the driver started")
+        old = self._timers.pop(key, None)
+        if old is not None:
+            old.cancel()  # setting an armed key moves it
+        delay_s = max(0, at - self.host.clock.now_us()) / 1_000_000
+        self._timers[key] = loop.call_later(delay_s, self._fire, key, at)
+
+    def _fire(self, key: Hashable, at: int) -> None:
+        if self.closed or self._timers.pop(key, None) is None:
+            return
+        # Loop timers may fire a little early (uvloop rounds to ms): the stack is told the
+        # time is at least the deadline it asked for, and the clock never runs backwards.
+        now = self.host.clock.at_least(at)
+        self._apply(self.stack.fire(key, now))

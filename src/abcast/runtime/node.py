@@ -1,0 +1,290 @@
+"""`Node`: one abcast node on an asyncio loop — one transport carrying every group it hosts.
+
+Rules: a node owns its transport (started under its node id, which the registry assigns
+when none is given), a monotonic µs clock shared by all its groups, and the routing of
+inbound frames to groups by the envelope's group name. Bad input is refused here:
+garbage bytes, a frame whose claimed sender is not the connection's, a frame for an
+unknown group, and anything the group's stack refuses each make one `Link.drop` (the
+transport writes the one log line and closes that connection), count in `stats`, and
+leave every group's state as it was. Frames for a group that is still joining are held
+(up to a bound) and handed over once it starts; frames for a group closed here are
+ignored quietly (peers still retransmit and ack while a run winds down).
+
+What it does not know: orderings (GroupDriver and build_stack), the application API
+(abcast.runtime.group), or how transports move bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from abcast.codec import Envelope, decode_envelope
+from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
+from abcast.ids import NodeId
+from abcast.registry.client import RegistryClient
+from abcast.runtime.driver import GroupDriver
+from abcast.trace.recorder import TraceRecorder
+from abcast.transport import Link, Transport, transport_from_url
+
+log: Final = logging.getLogger("abcast.runtime")
+
+#: frames held per group that is still joining; beyond it they are dropped (and later
+#: retransmitted by the sender's reliable channel)
+MAX_HELD_FRAMES: Final = 100_000
+
+
+class MonotonicClock:
+    """Integer µs that never run backwards; `at_least` lets a fired timer's deadline
+    become "now" when the loop woke a little early."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def now_us(self) -> int:
+        t = time.monotonic_ns() // 1_000
+        self._last = max(self._last, t)
+        return self._last
+
+    def at_least(self, at: int) -> int:
+        now = self.now_us()
+        if at > now:
+            self._last = at
+            return at
+        return now
+
+
+@dataclass(slots=True)
+class NodeStats:
+    bad_frames: int = 0  # frames refused (the link that sent each was dropped)
+    unknown_group_frames: int = 0  # of which: for a group this node does not host
+    late_frames: int = 0  # frames for a group already closed here (ignored)
+    held_frames: int = 0  # frames kept for a group that was still joining
+    overflow_frames: int = 0  # frames dropped because that hold was full
+
+
+def wrap_wan(transport: Transport, matrix_file: str | os.PathLike[str]) -> Transport:
+    """`transport` behind the WAN emulator (abcast.transport.wan): each frame waits its
+    link's one-way latency from the matrix file (JSON or CSV, RTTs between sites)."""
+    from abcast.transport.wan import WanTransport, load_matrix
+
+    return WanTransport(transport, load_matrix(Path(matrix_file)))
+
+
+class Node:
+    """Usage: `node = Node("tcp://127.0.0.1:0", registry="tcp://127.0.0.1:7400")`,
+    `await node.start()`, then host groups on it (`Group(..., host=node)`), then
+    `await node.close()`. Without a registry, `node=` names it."""
+
+    def __init__(
+        self,
+        transport: str | Transport = "tcp://127.0.0.1:0",
+        *,
+        node: NodeId | None = None,
+        registry: str | RegistryClient | None = None,
+        recorder: TraceRecorder | None = None,
+        wan: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if registry is None and node is None:
+            raise ConfigError("a node needs an id (node='n1') or a registry to assign one")
+        self._transport_spec = transport
+        self._claim = node
+        self.registry = RegistryClient(registry) if isinstance(registry, str) else registry
+        self.recorder = recorder
+        self._wan = wan
+        self.clock = MonotonicClock()
+        self.stats = NodeStats()
+        self._id: NodeId | None = None
+        self._transport: Transport | None = None
+        self._address: str | None = None
+        self._groups: dict[str, GroupDriver] = {}
+        self._joining: dict[str, list[tuple[Link, Envelope]]] = {}
+        self._closed_groups: set[str] = set()
+        self._peer_urls: dict[NodeId, str] = {}
+        self._state = "new"
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @property
+    def id(self) -> NodeId:
+        if self._id is None:
+            raise LocalProtocolError("node not started")
+        return self._id
+
+    @property
+    def address(self) -> str:
+        if self._address is None:
+            raise LocalProtocolError("node not started")
+        return self._address
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            raise LocalProtocolError("node not started")
+        return self._transport
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(self._groups)
+
+    @property
+    def running(self) -> bool:
+        return self._state == "open"
+
+    async def start(self) -> Node:
+        if self._state != "new":
+            raise LocalProtocolError(f"node already {self._state}")
+        self._state = "starting"
+        spec = self._transport_spec
+        transport = transport_from_url(spec) if isinstance(spec, str) else spec
+        if self._wan is not None:
+            transport = wrap_wan(transport, self._wan)
+        try:
+            if self.registry is not None:
+                self._id = await self.registry.register(self._claim)
+            else:
+                self._id = self._claim
+            self._transport = transport
+            self._address = await transport.start(self.id, self._on_frame)
+        except BaseException:
+            self._state = "closed"
+            await transport.close()
+            if self.registry is not None:
+                await self.registry.close()
+            raise
+        self._state = "open"
+        log.info("node %s up at %s", self._id, self._address)
+        return self
+
+    async def close(self) -> None:
+        if self._state in ("closing", "closed"):
+            return
+        self._state = "closing"
+        for driver in self._groups.values():
+            driver.close()
+        self._closed_groups.update(self._groups)
+        self._groups.clear()
+        self._joining.clear()
+        try:
+            if self._transport is not None:
+                await self._transport.close()
+        finally:
+            if self.registry is not None:
+                await self.registry.close()
+            self._state = "closed"
+
+    async def __aenter__(self) -> Node:
+        if self._state == "new":
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- groups (for Group)
+
+    def reserve(self, group: str) -> None:
+        """`group` is being joined: hold its frames until `attach` (a no-op if it already
+        is; reserving before a join starts keeps what peers send in the meantime)."""
+        self._require_open()
+        if group in self._groups:
+            raise LocalProtocolError(f"node {self.id} already hosts group {group!r}")
+        self._closed_groups.discard(group)
+        self._joining.setdefault(group, [])
+
+    def unreserve(self, group: str) -> None:
+        """A join that failed: forget the group and what was held for it."""
+        self._joining.pop(group, None)
+
+    def attach(self, driver: GroupDriver) -> None:
+        """Start `driver`'s stack and hand it the frames held while it was joining."""
+        self._require_open()
+        name = driver.name
+        if name in self._groups:
+            raise LocalProtocolError(f"node {self.id} already hosts group {name!r}")
+        held = self._joining.pop(name, [])
+        self._groups[name] = driver
+        driver.start()
+        for link, env in held:
+            self._deliver(driver, link, env)
+
+    def detach(self, group: str) -> None:
+        """Stop hosting `group`; peers that no other group needs are let go."""
+        driver = self._groups.pop(group, None)
+        self._joining.pop(group, None)
+        if driver is None:
+            return
+        driver.close()
+        self._closed_groups.add(group)
+        if self._state != "open":
+            return
+        needed = {m for d in self._groups.values() for m in d.stack.view.members}
+        for peer in [p for p in self._peer_urls if p not in needed]:
+            del self._peer_urls[peer]
+            self.transport.remove_peer(peer)
+
+    def add_peers(self, members: Mapping[NodeId, str]) -> None:
+        """Make every member (but this node) reachable at its URL."""
+        self._require_open()
+        for peer, url in members.items():
+            if peer == self.id or self._peer_urls.get(peer) == url:
+                continue  # add_peer again would reconnect for no reason
+            self.transport.add_peer(peer, url)
+            self._peer_urls[peer] = url
+
+    def transmit(self, dst: NodeId, data: bytes) -> None:
+        transport = self._transport
+        if transport is None or self._state != "open":
+            return  # shutting down: the frames would be discarded anyway
+        transport.send(dst, data)
+
+    # ----------------------------------------------------------------- inbound frames
+
+    def _on_frame(self, link: Link, data: bytes) -> None:
+        try:
+            env = decode_envelope(data)
+            if link.peer is not None and env.sender != link.peer:
+                raise RemoteProtocolError(
+                    f"frame claims sender {env.sender!r} on a connection from {link.peer!r}"
+                )
+        except RemoteProtocolError as exc:
+            self._refuse(link, str(exc))
+            return
+        driver = self._groups.get(env.group)
+        if driver is not None:
+            self._deliver(driver, link, env)
+            return
+        held = self._joining.get(env.group)
+        if held is not None:
+            if len(held) < MAX_HELD_FRAMES:
+                held.append((link, env))
+                self.stats.held_frames += 1
+            else:
+                self.stats.overflow_frames += 1
+            return
+        if env.group in self._closed_groups:
+            self.stats.late_frames += 1
+            return
+        self.stats.unknown_group_frames += 1
+        self._refuse(link, f"frame for unknown group {env.group!r}")
+
+    def _deliver(self, driver: GroupDriver, link: Link, env: Envelope) -> None:
+        try:
+            driver.receive(env)
+        except RemoteProtocolError as exc:
+            self._refuse(link, f"group {driver.name!r}: {exc}")
+
+    def _refuse(self, link: Link, reason: str) -> None:
+        self.stats.bad_frames += 1
+        link.drop(reason)  # the transport writes the one log line and closes the connection
+
+    def _require_open(self) -> None:
+        if self._state != "open":
+            raise LocalProtocolError(f"node is {self._state}, not running")

@@ -1,0 +1,497 @@
+"""One node of a benchmark run: join the group, run the round-robin workload, report.
+
+Rules: the workload is the simulator's (abcast.workload.RoundRobin): closed loop (a node
+broadcasts its round-r message once it has delivered every round r−1 message) or open
+loop (`rate` broadcasts per second over the whole group, each node sending its own share
+on schedule). Each node knows the expected total M and is done once it has delivered all
+M; it then keeps serving (retransmissions, acks) until told to stop, because others may
+still need it. The start/done/stop handshake goes through a `Control`: the launcher's pipe
+(`PipeControl`, JSON lines on stdout, commands on stdin), in-process events
+(`LocalControl`, one-process clusters) or the registry (`RegistryControl`, nodes started
+by hand). With tracing off nothing is recorded but counters and the latency of each
+delivery, read from the send time the origin stamps into the first 8 payload bytes.
+With tracing on, rows are written in batches on a background thread, with pyarrow warmed
+up before the run: a loop that stalls misses heartbeats and gets its node suspected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from array import array
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Protocol
+
+import msgspec
+
+from abcast.effects import Deliver, Stage
+from abcast.errors import LocalProtocolError
+from abcast.ids import NodeId
+from abcast.ordering.registry import OrderingOptions, get_ordering
+from abcast.registry.client import RegistryClient
+from abcast.runtime.group import Group
+from abcast.runtime.node import Node
+from abcast.trace.recorder import TraceRecorder
+from abcast.trace.rows import EventRow, RunInfo, events_to_table
+from abcast.trace.writer import COMPRESSION, NodeTraceWriter, add_run
+from abcast.transport import parse_url
+from abcast.workload import RoundRobin
+
+STAMP_BYTES: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    group: str
+    ordering: str
+    transport: str  # the URL to bind (port 0: any free one)
+    size: int
+    messages: int
+    registry: str
+    run_id: str
+    node: NodeId | None = None  # an id to claim; None: the registry assigns one
+    payload: int = 64
+    rate: float | None = None  # broadcasts per second over the whole group; None: closed
+    out: Path | None = None  # trace directory; None: tracing off
+    options: OrderingOptions = field(default_factory=OrderingOptions)
+    wan: str | None = None
+
+
+class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What a node reports when it stops (one JSON line from a node process)."""
+
+    node: str
+    delivered: int
+    broadcasts: int
+    complete: bool
+    protocol_packets: int
+    control_packets: int
+    retransmissions: int
+    bad_frames: int
+    transport_bad_frames: int
+    go_ns: int
+    last_deliver_ns: int
+    members: list[str] = []
+    latencies_ns: list[int] = []  # stamped latencies (tracing off only)
+
+
+class StoppedError(Exception):
+    """The launcher went away or stopped the run before it started."""
+
+
+class Control(Protocol):
+    async def ready(self, node: NodeId, address: str) -> None: ...
+    async def wait_go(self) -> None: ...
+    async def done(self, node: NodeId) -> None: ...
+    def stop_requested(self) -> asyncio.Event: ...
+
+
+# ------------------------------------------------------------------------ controls
+
+
+class Ready(msgspec.Struct, tag="ready", frozen=True):
+    node: str
+    address: str
+
+
+class Finished(msgspec.Struct, tag="done", frozen=True):
+    node: str
+
+
+class Result(msgspec.Struct, tag="result", frozen=True):
+    outcome: WorkerOutcome
+
+
+class Failed(msgspec.Struct, tag="failed", frozen=True):
+    error: str
+
+
+NodeReport = Ready | Finished | Result | Failed
+_report_encoder: Final = msgspec.json.Encoder()
+_report_decoder: Final = msgspec.json.Decoder(NodeReport)
+
+
+def decode_report(line: bytes) -> NodeReport:
+    report: NodeReport = _report_decoder.decode(line)
+    return report
+
+
+def emit(report: NodeReport) -> None:
+    """One JSON line on stdout (the launcher's pipe)."""
+    sys.stdout.buffer.write(_report_encoder.encode(report) + b"\n")
+    sys.stdout.buffer.flush()
+
+
+class PipeControl:
+    """The launcher's pipe: reports on stdout, `go`/`stop` lines on stdin (EOF = stop).
+
+    `start()` begins reading stdin at once, so a node still joining can be stopped too."""
+
+    def __init__(self) -> None:
+        self._go = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self._reader is not None:
+            return
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        self._reader = asyncio.create_task(self._read_stdin(reader))
+
+    async def _read_stdin(self, reader: asyncio.StreamReader) -> None:
+        while True:
+            line = await reader.readline()
+            command = line.strip()
+            if command == b"go":
+                self._go.set()
+            elif command == b"stop" or not line:
+                self._stop.set()
+                return
+
+    async def ready(self, node: NodeId, address: str) -> None:
+        emit(Ready(node, address))
+
+    async def wait_go(self) -> None:
+        await _first(self._go, self._stop)
+        if not self._go.is_set():
+            raise StoppedError("stopped before the run started")
+
+    async def done(self, node: NodeId) -> None:
+        emit(Finished(node))
+
+    def stop_requested(self) -> asyncio.Event:
+        return self._stop
+
+    @property
+    def started(self) -> bool:
+        """True once `go` arrived."""
+        return self._go.is_set()
+
+
+@dataclass(slots=True)
+class LocalBarrier:
+    """The launcher's side of `LocalControl`, shared by every node of a one-process run."""
+
+    expected: int
+    ready: dict[NodeId, str] = field(default_factory=dict)
+    finished: set[NodeId] = field(default_factory=set)
+    all_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    all_done: asyncio.Event = field(default_factory=asyncio.Event)
+    go: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class LocalControl:
+    def __init__(self, barrier: LocalBarrier) -> None:
+        self.barrier = barrier
+
+    async def ready(self, node: NodeId, address: str) -> None:
+        self.barrier.ready[node] = address
+        if len(self.barrier.ready) >= self.barrier.expected:
+            self.barrier.all_ready.set()
+
+    async def wait_go(self) -> None:
+        await _first(self.barrier.go, self.barrier.stop)
+        if not self.barrier.go.is_set():
+            raise StoppedError("stopped before the run started")
+
+    async def done(self, node: NodeId) -> None:
+        self.barrier.finished.add(node)
+        if len(self.barrier.finished) >= self.barrier.expected:
+            self.barrier.all_done.set()
+
+    def stop_requested(self) -> asyncio.Event:
+        return self.barrier.stop
+
+
+class RegistryControl:
+    """Nodes started by hand: start once the group is complete, report done to the
+    registry, stop once every member has."""
+
+    def __init__(self, registry: RegistryClient, group: str, size: int) -> None:
+        self._registry = registry
+        self._group = group
+        self._size = size
+        self._stop = asyncio.Event()
+
+    async def ready(self, node: NodeId, address: str) -> None:
+        emit(Ready(node, address))
+
+    async def wait_go(self) -> None:
+        return  # the group opened only once all `size` members had joined
+
+    async def done(self, node: NodeId) -> None:
+        emit(Finished(node))
+        await self._registry.done(self._group)
+        await self._registry.wait_done(self._group, self._size)
+        self._stop.set()
+
+    def stop_requested(self) -> asyncio.Event:
+        return self._stop
+
+
+async def _first(*events: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+# ------------------------------------------------------------------------ the run
+
+
+class _RowsToFiles:
+    """A recorder sink: each node's rows to its own NodeTraceWriter, in batches written
+    on one background thread, so a Parquet write never stalls the loop (a stalled loop
+    misses heartbeats and gets its node suspected). Writers are opened on first use: the
+    node id is known only once the registry assigned it."""
+
+    def __init__(self, out: Path, run_id: str, batch_rows: int = 50_000) -> None:
+        self._out = out
+        self._run_id = run_id
+        self._batch_rows = batch_rows
+        self._pending: dict[str, list[EventRow]] = {}
+        self._writers: dict[str, NodeTraceWriter] = {}  # touched on the writer thread only
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="abcast-trace")
+        self._writes: list[Future[None]] = []
+
+    def __call__(self, row: EventRow) -> None:
+        batch = self._pending.setdefault(row.node, [])
+        batch.append(row)
+        if len(batch) >= self._batch_rows:
+            self._submit(row.node)
+
+    def warm_up(self) -> None:
+        """Pay pyarrow's first-use costs (type inference, the zstd codec) now, before the
+        run: the first real batch otherwise holds the GIL for most of a second."""
+        import io
+
+        import pyarrow.parquet as pq
+
+        row = EventRow(self._run_id, "n0", "send", "n0", 1, "g", 1, 1, 1, 1, {"n1": 1}, None,
+                       ("n0",))
+        pq.write_table(events_to_table([row]), io.BytesIO(), compression=COMPRESSION)
+
+    def _submit(self, node: str) -> None:
+        batch = self._pending.pop(node, [])
+        if batch:
+            self._writes.append(self._thread.submit(self._write, node, batch))
+
+    def _write(self, node: str, batch: list[EventRow]) -> None:
+        writer = self._writers.get(node)
+        if writer is None:
+            writer = self._writers[node] = NodeTraceWriter(
+                self._out, self._run_id, node, flush_every=len(batch) + 1)
+        for row in batch:
+            writer.append(row)
+        writer.flush()
+
+    def close(self) -> None:
+        """Write what is left and wait for every write; a failed write raises here."""
+        for node in list(self._pending):
+            self._submit(node)
+        self._thread.shutdown(wait=True)
+        for writer in self._writers.values():
+            writer.close()
+        for write in self._writes:
+            write.result()
+
+
+async def run_worker(
+    config: WorkerConfig, make_control: Callable[[Node], Control],
+) -> WorkerOutcome:
+    """Run one node of the benchmark to the end; `make_control(node)` picks the handshake
+    once the node is up (RegistryControl needs its registry client)."""
+    sink = _RowsToFiles(config.out, config.run_id) if config.out is not None else None
+    if sink is not None:
+        sink.warm_up()
+    recorder = TraceRecorder(config.run_id, sink=sink, keep_rows=False) if sink else None
+    node = Node(config.transport, node=config.node, registry=config.registry,
+                recorder=recorder, wan=config.wan)
+    try:
+        await node.start()
+        control = make_control(node)
+        run = _Run(config, node)
+        group = Group(config.group, ordering=config.ordering, host=node, size=config.size,
+                      options=config.options, on_deliver=run.on_deliver)
+        await group.open()
+        try:
+            run.group = group
+            run.prepare()
+            await control.ready(node.id, node.address)
+            await control.wait_go()
+            run.begin()
+            stop = control.stop_requested()
+            await _first(run.finished, stop)
+            if run.finished.is_set() and not stop.is_set():
+                await control.done(node.id)
+                await stop.wait()
+            run.stopped = True
+            return run.outcome()
+        finally:
+            await group.close()
+    finally:
+        await node.close()
+        if sink is not None:
+            sink.close()
+
+
+class _Run:
+    """The workload on one node (closed or open loop) and its counters."""
+
+    def __init__(self, config: WorkerConfig, node: Node) -> None:
+        self.config = config
+        self.node = node
+        self.group: Group | None = None
+        self.workload: RoundRobin | None = None
+        self.finished = asyncio.Event()
+        self.stopped = False
+        self.delivered = 0
+        self.go_ns = 0
+        self.last_deliver_ns = 0
+        self.latencies = array("q")
+        self.stamp = config.payload >= STAMP_BYTES
+        self.keep_latencies = self.stamp and config.out is None
+        self._pacer: asyncio.Task[None] | None = None
+        self._early: list[tuple[NodeId, int]] = []  # delivered before the workload existed
+        if config.messages == 0:
+            self.finished.set()
+
+    def _group(self) -> Group:
+        if self.group is None:
+            raise LocalProtocolError("the run has no open group")
+        return self.group
+
+    def prepare(self) -> None:
+        """The group is open: set up the workload, counting what was delivered so far
+        (peers that got `go` earlier may already have broadcast)."""
+        workload = self.workload = RoundRobin(self._group().members, self.config.messages)
+        for origin, seq in self._early:
+            workload.on_deliver(self.node.id, origin, seq)
+        self._early.clear()
+
+    def begin(self) -> None:
+        self.go_ns = time.time_ns()
+        if self.workload is None:
+            self.prepare()
+        assert self.workload is not None
+        if self.config.rate is None:
+            if self.node.id in self.workload.initial():
+                asyncio.get_running_loop().call_soon(self.send_next)
+        else:
+            self._pacer = asyncio.create_task(self._paced(self.config.rate))
+
+    def payload(self) -> bytes:
+        size = self.config.payload
+        if not self.stamp:
+            return bytes(size)
+        return time.time_ns().to_bytes(STAMP_BYTES, "big") + bytes(size - STAMP_BYTES)
+
+    def send_next(self) -> None:
+        workload = self.workload
+        me = self.node.id
+        if self.stopped or workload is None or workload.sent_by(me) >= workload.total_of(me):
+            return
+        workload.note_sent(me)
+        self._group().broadcast_nowait(self.payload())
+
+    async def _paced(self, rate: float) -> None:
+        group = self._group()
+        members = group.members
+        index = members.index(self.node.id)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for k in range(index, self.config.messages, len(members)):
+            # Behind schedule, still yield once per message: a burst that never lets the
+            # loop run starves receiving and timers (heartbeats, acks) on this node.
+            delay = start + k / rate - loop.time()
+            await asyncio.sleep(max(0.0, delay))
+            if self.stopped:
+                return
+            await group.broadcast(self.payload())
+
+    def on_deliver(self, d: Deliver) -> None:
+        if d.stage is not Stage.FINAL:
+            return
+        now = time.time_ns()
+        self.delivered += 1
+        self.last_deliver_ns = now
+        if self.keep_latencies and len(d.payload) >= STAMP_BYTES:
+            self.latencies.append(now - int.from_bytes(d.payload[:STAMP_BYTES], "big"))
+        workload = self.workload
+        if workload is None:
+            self._early.append((d.origin, d.seq))
+        elif self.config.rate is None and workload.on_deliver(self.node.id, d.origin, d.seq):
+            # Not from inside the stack's outputs: broadcast on the next loop turn, as the
+            # simulator schedules it at the same instant.
+            asyncio.get_running_loop().call_soon(self.send_next)
+        if self.delivered >= self.config.messages:
+            self.finished.set()
+
+    def outcome(self) -> WorkerOutcome:
+        if self._pacer is not None:
+            self._pacer.cancel()
+        group = self._group()
+        driver = group.driver
+        return WorkerOutcome(
+            node=self.node.id, delivered=self.delivered, broadcasts=driver.stack.broadcasts,
+            complete=self.delivered >= self.config.messages,
+            protocol_packets=driver.protocol_packets, control_packets=driver.control_packets,
+            retransmissions=driver.retransmissions, bad_frames=self.node.stats.bad_frames,
+            transport_bad_frames=self.node.transport.stats.bad_frames,
+            go_ns=self.go_ns, last_deliver_ns=self.last_deliver_ns, members=list(group.members),
+            latencies_ns=list(self.latencies),
+        )
+
+
+# ------------------------------------------------------------------------ node processes
+
+
+async def run_pipe_node(config: WorkerConfig) -> WorkerOutcome:
+    """A node driven by the launcher's pipe; StoppedError if stopped before the run began."""
+    control = PipeControl()
+    await control.start()
+    worker = asyncio.create_task(run_worker(config, lambda _node: control))
+    stopper = asyncio.ensure_future(control.stop_requested().wait())
+    try:
+        await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if not worker.done() and not control.started:
+            worker.cancel()  # still joining when told to stop: nothing to report
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+            raise StoppedError("stopped before the run started")
+        return await worker
+    finally:
+        stopper.cancel()
+
+
+async def run_manual_node(config: WorkerConfig) -> WorkerOutcome:
+    """A node started by hand: the registry coordinates start and finish. The group's
+    leader commits the runs row when tracing (the others' event files join it in `out`
+    when it is shared, or when gathered there later)."""
+    def control(node: Node) -> Control:
+        if node.registry is None:
+            raise LocalProtocolError("a node started by hand needs a registry")
+        return RegistryControl(node.registry, config.group, config.size)
+
+    outcome = await run_worker(config, control)
+    if config.out is not None and outcome.members and outcome.node == outcome.members[0]:
+        spec = get_ordering(config.ordering)
+        add_run(config.out, RunInfo(
+            run_id=config.run_id, ordering=config.ordering,
+            transport=parse_url(config.transport).scheme, nodes=config.size,
+            payload_bytes=config.payload,
+            workload="closed-round-robin" if config.rate is None else f"open-{config.rate:g}/s",
+            seed=None, faults=None, guarantees=spec.guarantees, started_ns=outcome.go_ns,
+            duration_ns=max(0, outcome.last_deliver_ns - outcome.go_ns),
+        ))
+    return outcome

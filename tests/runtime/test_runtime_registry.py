@@ -1,0 +1,159 @@
+"""The registry: ids in connection order, groups, waits, bad input, and surviving a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import msgspec
+import pytest
+
+from abcast.errors import ConfigError
+from abcast.registry import RegistryClient, RegistryServer
+from abcast.registry.messages import Lookup, encode
+
+pytestmark = pytest.mark.timeout(30)
+
+FAST = {"initial_backoff_s": 0.01, "max_backoff_s": 0.05}
+
+
+def _framed(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def test_a_well_formed_request_is_framed_like_the_junk_below() -> None:
+    # The unknown-type case only differs from a real request in its tag.
+    real = encode(Lookup(1, "g"))
+    assert real == _framed(msgspec.msgpack.encode(["Lookup", 1, "g", 0]))
+
+
+def test_ids_follow_registration_order_and_claims_are_guarded() -> None:
+    async def main() -> None:
+        async with RegistryServer() as server:
+            clients = [RegistryClient(server.url, **FAST) for _ in range(3)]
+            ids = [await c.register() for c in clients]
+            assert ids == ["n1", "n2", "n3"]
+            claimer = RegistryClient(server.url, **FAST)
+            assert await claimer.register("n7") == "n7"
+            assert await RegistryClient(server.url, **FAST).register() == "n8"  # after the claim
+            thief = RegistryClient(server.url, **FAST)
+            with pytest.raises(ConfigError, match="taken"):
+                await thief.register("n2")
+            # The same token may re-claim its id (a client back after a registry restart).
+            assert await clients[1].register("n2") == "n2"
+            for c in [*clients, claimer, thief]:
+                await c.close()
+
+    asyncio.run(main())
+
+
+def test_groups_map_members_and_leader_and_enforce_their_size() -> None:
+    async def main() -> None:
+        async with RegistryServer() as server:
+            a, b, c, d = (RegistryClient(server.url, **FAST) for _ in range(4))
+            for client in (a, b, c, d):
+                await client.register()
+            waiting = asyncio.create_task(a.wait_members("bank", 3))
+            info = await b.join("bank", "tcp://127.0.0.1:2", size=3)
+            assert info.size == 3 and info.members == {"n2": "tcp://127.0.0.1:2"}
+            await a.join("bank", "tcp://127.0.0.1:1")  # adopts the declared size
+            with pytest.raises(ConfigError, match="size 3, not 4"):
+                await c.join("bank", "tcp://127.0.0.1:3", size=4)
+            assert not waiting.done()
+            await c.join("bank", "tcp://127.0.0.1:3")
+            full = await waiting
+            assert list(full.members) == ["n1", "n2", "n3"] and full.leader == "n1"
+            with pytest.raises(ConfigError, match="full"):
+                await d.join("bank", "tcp://127.0.0.1:4")
+            await a.leave("bank")
+            assert (await d.lookup("bank")).leader == "n2"
+            for client in (a, b, c, d):
+                await client.close()
+
+    asyncio.run(main())
+
+
+def test_done_reports_release_wait_done_even_after_members_leave() -> None:
+    async def main() -> None:
+        async with RegistryServer() as server:
+            a, b = RegistryClient(server.url, **FAST), RegistryClient(server.url, **FAST)
+            for client in (a, b):
+                await client.register()
+                await client.join("run", "mem://x", size=2)
+            everyone = asyncio.create_task(b.wait_done("run", 2))
+            await a.done("run")
+            await a.leave("run")  # a finished early and left: its Done still counts
+            assert not everyone.done()
+            await b.done("run")
+            assert (await everyone).done == ["n1", "n2"]
+            for client in (a, b):
+                await client.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("junk", "reason"),
+    [
+        (b"\xff" * 64, "exceeds the limit"),  # raw garbage reads as a huge length
+        (_framed(b"\xc1" * 20), "not a registry request"),  # 0xc1: never valid msgpack
+        (struct.pack(">I", 2**31) + b"x", "exceeds the limit"),
+        (struct.pack(">I", 100) + b"short", "truncated"),
+        (_framed(msgspec.msgpack.encode(["Nonsense", 1, "g"])), "not a registry request"),
+    ],
+    ids=["garbage", "garbage-body", "oversize-prefix", "truncated", "unknown-type"],
+)
+def test_bad_input_drops_that_connection_only(
+    junk: bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        async with RegistryServer() as server:
+            good = RegistryClient(server.url, **FAST)
+            assert await good.register() == "n1"
+            host, port = server.url.removeprefix("tcp://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(junk)
+            await writer.drain()
+            writer.write_eof()
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # the server hung up
+            writer.close()
+            assert server.stats.bad_messages == 1
+            # Everyone else is still served, and the state is intact.
+            await good.join("g", "mem://a", size=1)
+            assert (await good.lookup("g")).members == {"n1": "mem://a"}
+            await good.close()
+
+    asyncio.run(main())
+    assert any(reason in r.getMessage() for r in caplog.records if r.name == "abcast.registry")
+
+
+def test_a_restarted_registry_learns_members_again_and_waiting_calls_resume() -> None:
+    async def main() -> None:
+        first = RegistryServer()
+        url = await first.start()
+        port = int(url.rsplit(":", 1)[1])
+        a, b = RegistryClient(url, **FAST), RegistryClient(url, **FAST)
+        assert [await a.register(), await b.register()] == ["n1", "n2"]
+        await a.join("g", "tcp://127.0.0.1:1", size=3)
+        await b.join("g", "tcp://127.0.0.1:2")
+        await first.close()
+
+        late = RegistryClient(url, **FAST)
+        joining = asyncio.create_task(late.register())  # waits: nobody is listening
+        await asyncio.sleep(0.1)
+        assert not joining.done()
+
+        # The grace lets n1 and n2 re-assert their ids before `late` is given one.
+        second = RegistryServer(port=port, recovery_grace_s=0.3)
+        await second.start()
+        # The running members re-assert their ids and memberships on their own.
+        info = await asyncio.wait_for(late.wait_members("g", 2), 10)
+        assert info.members == {"n1": "tcp://127.0.0.1:1", "n2": "tcp://127.0.0.1:2"}
+        assert await joining == "n3"
+        await late.join("g", "tcp://127.0.0.1:3")
+        assert a.reconnects >= 1 and b.reconnects >= 1
+        for client in (a, b, late):
+            await client.close()
+        await second.close()
+
+    asyncio.run(main())
