@@ -45,6 +45,10 @@ _WHERE: dict[str, tuple[str, str]] = {
     "RemoteProtocolError": ("abcast.errors", "RemoteProtocolError"),
     "Stage": ("abcast.effects", "Stage"),
     "View": ("abcast.ids", "View"),
+    "ReplicatedHandle": ("abcast.replicated", "ReplicatedHandle"),
+    "attach": ("abcast.replicated", "attach"),
+    "read": ("abcast.replicated", "read"),
+    "write": ("abcast.replicated", "write"),
 }
 
 __all__ = [
@@ -62,12 +66,21 @@ __all__ = [
     "RegistryClient",
     "RegistryServer",
     "RemoteProtocolError",
+    "ReplicatedHandle",
     "Stage",
     "View",
+    "attach",
+    "read",
+    "replicated",
+    "write",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "replicated":
+        # The package is itself the class decorator (`@abcast.replicated`): importing it
+        # binds it here, so the name and the decorator are one object.
+        return importlib.import_module("abcast.replicated")
     try:
         module, attr = _WHERE[name]
     except KeyError:

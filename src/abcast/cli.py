@@ -383,8 +383,11 @@ def node(
     sys.exit(0 if outcome.complete else EXIT_VIOLATIONS)
 
 
-def _register_optional() -> None:
-    """Commands whose modules live in optional parts of the package."""
+def _register_commands() -> None:
+    """Commands that live beside their subject; their heavy imports (Spark) stay lazy."""
+    from abcast.apps.bank import demo
+
+    cli.add_command(demo)
     try:
         from abcast.pipeline.commands import check, report
     except ImportError:  # the pipeline package is optional at import time
@@ -393,7 +396,7 @@ def _register_optional() -> None:
     cli.add_command(report)
 
 
-_register_optional()
+_register_commands()
 
 
 def main() -> None:

@@ -84,7 +84,7 @@ def test_deciding_with_a_minority_is_caught() -> None:
     for seed in range(6):
         result = run_simulation(
             SimConfig("chandra-toueg", nodes=3, messages=150, seed=seed,
-                      faults="delay=1-10ms,partition=n1|n2+n3@100ms-900ms"),
+                      faults="delay=1-10ms,partition=n1|n2+n3@100ms-3s"),
             stack_factory=_minority_stack,
         )
         for code, count in result.counts.items():
@@ -98,7 +98,7 @@ def test_the_same_partition_is_harmless_with_majorities() -> None:
     for seed in range(3):
         result = run_simulation(SimConfig(
             "chandra-toueg", nodes=3, messages=150, seed=seed,
-            faults="delay=1-10ms,partition=n1|n2+n3@100ms-900ms"))
+            faults="delay=1-10ms,partition=n1|n2+n3@100ms-3s"))
         assert result.violations == [], result.counts
 
 

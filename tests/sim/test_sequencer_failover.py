@@ -53,7 +53,7 @@ def test_a_partition_cutting_off_the_sequencer(safe: bool) -> None:
     and stops once it hears it was left out."""
     result = run_simulation(SimConfig(
         "sequencer", nodes=5, messages=200, seed=4, options=OrderingOptions(safe=safe),
-        faults="drop=0.02,delay=1-10ms,partition=n1|n2+n3+n4+n5@200ms-1200ms"))
+        faults="drop=0.02,delay=1-10ms,partition=n1|n2+n3+n4+n5@200ms-3s"))
     assert result.violations == [], result.counts
     n1 = result.recorder.rows_of("n1")
     assert [r.view_id for r in n1 if r.kind == "view"] == [1]

@@ -80,6 +80,9 @@ class GroupDriver:
             raise LocalProtocolError(f"stack of {stack.node} driven by node {host.id}")
         self.host = host
         self.stack = stack
+        # The view as the application has seen it so far: outputs of one stack call may
+        # deliver in the old view and then install a new one, and each row must say which.
+        self.view_id = stack.view.view_id
         self.name = stack.group
         self.on_deliver = on_deliver
         self.prefix = DeliveredPrefix()
@@ -107,7 +110,7 @@ class GroupDriver:
         if recorder is not None:
             recorder.record(
                 stack.node, "send", time.time_ns(), origin=stack.node, seq=seq,
-                group=self.name, size=len(payload), view_id=stack.view.view_id,
+                group=self.name, size=len(payload), view_id=self.view_id,
                 deps=self.prefix.deps(stack.node),
             )
         got, outputs = stack.broadcast(payload, self.host.clock.now_us())
@@ -151,8 +154,7 @@ class GroupDriver:
                     if recorder is not None:
                         recorder.record(
                             host.id, stage.value, time.time_ns(), origin=origin, seq=seq,
-                            group=self.name, size=len(payload),
-                            view_id=self.stack.view.view_id,
+                            group=self.name, size=len(payload), view_id=self.view_id,
                         )
                     self.prefix.note(origin, seq)
                     if stage is Stage.FINAL:
@@ -166,6 +168,7 @@ class GroupDriver:
                     if handle is not None:
                         handle.cancel()
                 case InstallView(view):
+                    self.view_id = view.view_id
                     recorder = host.recorder
                     if recorder is not None:
                         recorder.record(

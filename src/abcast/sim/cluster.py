@@ -48,6 +48,9 @@ class SimNode:
     prefix: dict[NodeId, int] = field(default_factory=dict)
     above: dict[NodeId, set[int]] = field(default_factory=dict)
     bad_frames: int = 0
+    # The view as this node's application has seen it: one stack call may deliver in the
+    # old view and then install a new one, and each row must say which.
+    view_id: int = 0
     leaving: bool = False
     departed: bool = False  # left gracefully: stopped, but not crashed
     # The application each node runs in the simulator: a digest chained over every
@@ -130,7 +133,7 @@ class SimCluster:
         seq = stack.broadcasts + 1
         self.recorder.record(
             node, "send", self._t_ns(), origin=node, seq=seq, group=stack.group,
-            size=len(payload), view_id=stack.view.view_id, deps=sim_node.deps(),
+            size=len(payload), view_id=sim_node.view_id, deps=sim_node.deps(),
         )
         got, outputs = stack.broadcast(payload, self.scheduler.now)
         assert got == seq
@@ -157,7 +160,7 @@ class SimCluster:
                 case Deliver(origin, seq, payload, stage):
                     self.recorder.record(
                         node, stage.value, self._t_ns(), origin=origin, seq=seq,
-                        group=stack.group, size=len(payload), view_id=stack.view.view_id,
+                        group=stack.group, size=len(payload), view_id=sim_node.view_id,
                     )
                     sim_node.note_delivered(origin, seq)
                     sim_node.apply_delivery(origin, seq, payload)
@@ -185,6 +188,7 @@ class SimCluster:
                 case InstallState(state):
                     sim_node.app_state = state
                 case InstallView(view):
+                    sim_node.view_id = view.view_id
                     self.recorder.record(
                         node, "view", self._t_ns(), group=stack.group, view_id=view.view_id,
                         members=view.members,

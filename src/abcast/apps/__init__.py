@@ -1,0 +1,1 @@
+"""Applications built on abcast: `abcast demo bank` (the replicated bank account)."""

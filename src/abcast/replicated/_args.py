@@ -1,0 +1,154 @@
+"""The operations replicas exchange: a write's name and arguments as bytes, and back.
+
+Rules: every replica must execute the very same call, so arguments must be *plain data*
+that means the same in every process: None, bool, int, float, str, bytes, and lists,
+tuples and dicts of those (dicts keep insertion order). Sets are refused (their
+iteration order depends on each process's hash seed: a method looping over one would
+diverge), and so is anything else (functions, open files, locks, arbitrary objects: they
+cannot be sent, or would not mean the same thing at the other end). Each refusal is a
+LocalProtocolError that names the argument and the path inside it.
+
+The bytes are a pickle of exact builtin types only, read back by an unpickler that
+refuses every global: a peer cannot make a replica import or call anything. Bytes that
+are not a valid operation raise RemoteProtocolError. The object's state for a joiner
+(`encode_state`) follows the same rules, unless the class brings its own hooks
+(`get_state() -> bytes` / `set_state(bytes)`).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.replicated._declare import ClassSpec
+
+#: nesting depth beyond which arguments are refused (also stops reference cycles)
+MAX_DEPTH: Final = 64
+_SCALARS: Final = (type(None), bool, int, float, str, bytes)
+_KEYS: Final = (type(None), bool, int, str, bytes)
+_PROTOCOL: Final = 5
+
+
+def check_plain(value: object, where: str, depth: int = 0) -> None:
+    """Raise LocalProtocolError unless `value` is plain data (see the module rules)."""
+    kind = type(value)
+    if depth > MAX_DEPTH:
+        raise LocalProtocolError(f"{where} is nested deeper than {MAX_DEPTH} levels "
+                                 "(or refers to itself)")
+    if kind in _SCALARS:
+        return
+    if isinstance(value, list | tuple) and (kind is list or kind is tuple):
+        for i, item in enumerate(value):
+            check_plain(item, f"{where}[{i}]", depth + 1)
+        return
+    if isinstance(value, dict) and kind is dict:
+        for key, item in value.items():
+            if type(key) not in _KEYS:
+                raise LocalProtocolError(
+                    f"{where} has a key of type {type(key).__name__}; dict keys must be "
+                    "None, bool, int, str or bytes")
+            check_plain(item, f"{where}[{key!r}]", depth + 1)
+        return
+    if kind is set or kind is frozenset:
+        raise LocalProtocolError(
+            f"{where} is a {kind.__name__}: its iteration order differs between processes, "
+            "so replicas could diverge; pass a sorted list instead")
+    raise LocalProtocolError(
+        f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent to the "
+        "replicas: only plain data (None, bool, int, float, str, bytes, and lists, tuples "
+        "and dicts of them) means the same in every process")
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """A write as it travels: which class, which method, with what."""
+
+    cls: str
+    method: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+
+
+def encode_invocation(spec: ClassSpec, method: str, args: tuple[Any, ...],
+                      kwargs: Mapping[str, Any]) -> bytes:
+    """Check the call against the method's signature and its arguments against the
+    plain-data rules; the operation's bytes."""
+    entry = spec.method(method)
+    try:
+        bound = entry.signature.bind(None, *args, **kwargs)
+    except TypeError as exc:
+        raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
+    for i, (name, value) in enumerate(bound.arguments.items()):
+        if i == 0:
+            continue  # self
+        try:
+            check_plain(value, f"argument {name!r}")
+        except LocalProtocolError as exc:
+            raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
+    body = (spec.name, method, tuple(args), dict(kwargs))
+    return pickle.dumps(body, protocol=_PROTOCOL)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise RemoteProtocolError(f"operation refers to {module}.{name}: not plain data")
+
+
+def _loads(data: bytes, what: str) -> Any:
+    try:
+        return _PlainUnpickler(io.BytesIO(data)).load()
+    except RemoteProtocolError:
+        raise
+    except Exception as exc:  # any malformed pickle
+        raise RemoteProtocolError(f"{what} is not valid: {type(exc).__name__}: {exc}") from None
+
+
+def decode_invocation(data: bytes) -> Invocation:
+    body = _loads(data, "operation")
+    match body:
+        case (str(cls), str(method), tuple(args), dict(kwargs)) if all(
+                type(k) is str for k in kwargs):
+            return Invocation(cls, method, args, kwargs)
+        case _:
+            raise RemoteProtocolError(f"operation has the wrong shape: {type(body).__name__}")
+
+
+def encode_state(obj: object) -> bytes:
+    """The object's state for a joiner: its own `get_state()` if it has one, else its
+    attributes (which must be plain data)."""
+    hook = getattr(obj, "get_state", None)
+    if callable(hook):
+        state = hook()
+        if not isinstance(state, bytes):
+            raise LocalProtocolError(f"{type(obj).__name__}.get_state() must return bytes")
+        return b"H" + state
+    try:
+        attrs = dict(vars(obj))
+    except TypeError:
+        raise LocalProtocolError(f"{type(obj).__name__} has no __dict__: give it get_state() "
+                                 "and set_state() to hand its state to joiners") from None
+    check_plain(attrs, f"the state of {type(obj).__name__}")
+    return b"P" + pickle.dumps(attrs, protocol=_PROTOCOL)
+
+
+def decode_state(obj: object, data: bytes) -> None:
+    """Replace `obj`'s state with `data` from `encode_state` (of the same class)."""
+    tag, body = data[:1], data[1:]
+    if tag == b"H":
+        hook = getattr(obj, "set_state", None)
+        if not callable(hook):
+            raise RemoteProtocolError(f"state made by get_state(), but {type(obj).__name__} "
+                                      "has no set_state()")
+        hook(body)
+        return
+    if tag != b"P":
+        raise RemoteProtocolError("state bytes carry no known tag")
+    attrs = _loads(body, "state")
+    if not isinstance(attrs, dict) or not all(type(k) is str for k in attrs):
+        raise RemoteProtocolError("state is not a dict of attributes")
+    vars(obj).clear()
+    vars(obj).update(attrs)

@@ -1,0 +1,149 @@
+"""Ready-made replicated objects: a counter, a dictionary, a FIFO lock and a bank account.
+
+Rules: each is an ordinary `@replicated` class (plain local objects when constructed
+directly; replicated through abcast.replicated.attach / ReplicatedHandle), every @write
+deterministic, every @read side-effect free. The lock's blocking `acquire` is a helper
+over the handle (`acquire`, `release`, `locked`): the queue of requesters is replicated
+state, so every replica agrees on who holds the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from abcast.replicated._declare import read, replicated, write
+from abcast.replicated.handle import ReplicatedHandle
+
+
+@replicated
+class Counter:
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+
+    @write
+    def add(self, amount: int = 1) -> int:
+        self.value += amount
+        return self.value
+
+    @write
+    def set(self, value: int) -> None:
+        self.value = value
+
+    @read
+    def get(self) -> int:
+        return self.value
+
+
+@replicated
+class ReplicatedDict:
+    def __init__(self) -> None:
+        self.data: dict[Any, Any] = {}
+
+    @write
+    def put(self, key: Any, value: Any) -> Any:
+        """Set key to value; returns the previous value (None if there was none)."""
+        previous = self.data.get(key)
+        self.data[key] = value
+        return previous
+
+    @write
+    def put_if_absent(self, key: Any, value: Any) -> bool:
+        if key in self.data:
+            return False
+        self.data[key] = value
+        return True
+
+    @write
+    def delete(self, key: Any) -> bool:
+        return self.data.pop(key, _MISSING) is not _MISSING
+
+    @read
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    @read
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self.data.items())
+
+    @read
+    def size(self) -> int:
+        return len(self.data)
+
+
+_MISSING = object()
+
+
+@replicated
+class Lock:
+    """A FIFO lock: requesters queue in the group's total order; the head holds it."""
+
+    def __init__(self) -> None:
+        self.queue: list[str] = []
+
+    @write
+    def request(self, owner: str) -> bool:
+        """Queue `owner` (once); True when it holds the lock now."""
+        if owner not in self.queue:
+            self.queue.append(owner)
+        return self.queue[0] == owner
+
+    @write
+    def release(self, owner: str) -> str | None:
+        """`owner` gives the lock up (or leaves the queue); returns the new holder."""
+        if owner in self.queue:
+            self.queue.remove(owner)
+        return self.queue[0] if self.queue else None
+
+    @read
+    def holder(self) -> str | None:
+        return self.queue[0] if self.queue else None
+
+
+async def acquire(lock: ReplicatedHandle[Lock], owner: str) -> None:
+    """Block until `owner` holds the replicated lock."""
+    if not await lock.call_write("request", owner):
+        await lock.wait_until(lambda copy: bool(copy.queue) and copy.queue[0] == owner)
+
+
+async def release(lock: ReplicatedHandle[Lock], owner: str) -> None:
+    await lock.call_write("release", owner)
+
+
+@contextlib.asynccontextmanager
+async def locked(lock: ReplicatedHandle[Lock], owner: str) -> AsyncIterator[None]:
+    """`async with locked(lock, "n1:worker"): …` — the critical section of a group."""
+    await acquire(lock, owner)
+    try:
+        yield
+    finally:
+        await release(lock, owner)
+
+
+@replicated
+class Account:
+    """The thesis's bank account: deposits, and withdrawals that never overdraw."""
+
+    def __init__(self, balance: int = 0) -> None:
+        self.balance = balance
+
+    @write
+    def deposit(self, amount: int) -> int:
+        if amount <= 0:
+            raise ValueError(f"deposit of {amount}: amounts must be positive")
+        self.balance += amount
+        return self.balance
+
+    @write
+    def withdraw(self, amount: int) -> bool:
+        if amount <= 0:
+            raise ValueError(f"withdrawal of {amount}: amounts must be positive")
+        if amount > self.balance:
+            return False
+        self.balance -= amount
+        return True
+
+    @read
+    def get(self) -> int:
+        return self.balance

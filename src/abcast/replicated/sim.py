@@ -1,0 +1,189 @@
+"""Replicated objects in the simulator: a replica as each simulated node's application.
+
+Rules: `ReplicaCluster` is the simulator's `SimCluster` whose application on every node
+is a `Replica` instead of the digest chain: deliveries execute operations, a
+`TakeSnapshot` is answered with the replica's state and `InstallState` loads it, each at
+its exact place among the node's outputs. `simulate_replicas` runs one seeded
+simulation (any ordering, the `--faults` vocabulary including join= and leave=) in
+which every node issues writes in a closed loop — its next write once its previous one
+executed on its own copy, RepMI's synchronous invocation — until `operations` writes
+went out; it returns the copies, the outcomes each origin saw and the trace checks.
+Everything random comes from one `random.Random(seed)`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from abcast.effects import Deliver, InstallState, InstallView, Output, TakeSnapshot
+from abcast.errors import ConfigError
+from abcast.ids import NodeId, View
+from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
+from abcast.replicated.replica import Outcome, Replica
+from abcast.sim.cluster import SimCluster, SimNode
+from abcast.sim.faults import parse_faults
+from abcast.sim.network import DEFAULT_LINK, LinkModel, Network
+from abcast.sim.scheduler import Scheduler
+from abcast.stack import Stack
+from abcast.testing import Violation, check_events
+from abcast.trace.recorder import TraceRecorder
+
+#: picks the next write a node issues: (method, args)
+CallPicker = Callable[[random.Random, NodeId], tuple[str, tuple[Any, ...]]]
+
+
+class ReplicaCluster(SimCluster):
+    def __init__(self, scheduler: Scheduler, network: Network, recorder: TraceRecorder,
+                 factory: Callable[[], object]) -> None:
+        super().__init__(scheduler, network, recorder, on_deliver=self._execute)
+        self.factory = factory
+        self.replicas: dict[NodeId, Replica[Any]] = {}
+        self.outcomes: dict[NodeId, list[Outcome]] = {}
+        self.on_outcome: Callable[[NodeId, Outcome], None] | None = None
+
+    def add_replica(self, stack: Stack, contacts: tuple[NodeId, ...] | None = None) -> SimNode:
+        self.replicas[stack.node] = Replica(self.factory(), stack.node)
+        self.outcomes[stack.node] = []
+        return self.join(stack, contacts) if contacts is not None else self.add(stack)
+
+    def _execute(self, node: NodeId, delivery: Deliver) -> None:
+        outcome = self.replicas[node].apply(delivery.origin, delivery.seq, delivery.payload)
+        if outcome is not None:
+            self.outcomes[node].append(outcome)
+            if self.on_outcome is not None:
+                self.on_outcome(node, outcome)
+
+    def _apply(self, sim_node: SimNode, outputs: list[Output]) -> None:
+        replica = self.replicas.get(sim_node.node)
+        if replica is None:
+            super()._apply(sim_node, outputs)
+            return
+        # One output at a time, so a snapshot sees exactly the operations before it.
+        for out in outputs:
+            if sim_node.stopped:
+                return
+            match out:
+                case InstallState(state):
+                    replica.load(state)
+                    sim_node.app_state = state
+                case TakeSnapshot():
+                    sim_node.app_state = replica.state()
+                    super()._apply(sim_node, [out])
+                case _:
+                    super()._apply(sim_node, [out])
+            if isinstance(out, InstallView) and sim_node.stopped:
+                return
+
+
+@dataclass(slots=True)
+class ReplicaRun:
+    objects: dict[NodeId, Any]  # every copy still running at the end
+    states: dict[NodeId, bytes]
+    outcomes: dict[NodeId, list[Outcome]]
+    violations: list[Violation]
+    issued: int
+    end_us: int
+    departed: tuple[NodeId, ...] = ()
+    protocol_packets: int = 0
+    latencies_us: list[int] = field(default_factory=list)  # issue → executed at origin
+
+    @property
+    def converged(self) -> bool:
+        return len(set(self.states.values())) <= 1
+
+
+def simulate_replicas(
+    factory: Callable[[], object], pick: CallPicker, *, ordering: str, nodes: int,
+    operations: int, seed: int, faults: str = "", options: OrderingOptions | None = None,
+    link: LinkModel = DEFAULT_LINK, writers: tuple[NodeId, ...] | None = None,
+    links: dict[tuple[NodeId, NodeId], LinkModel] | None = None,
+    max_time_us: int = 3_600_000_000, settle_us: int = 3_000_000,
+) -> ReplicaRun:
+    """Run `operations` writes from `writers` (default: every initial node) through
+    replicas of `factory()`; see the module rules."""
+    spec = get_ordering(ordering)
+    plan = parse_faults(faults)
+    spec.refuse_faults(plan.kinds())
+    ids = tuple(f"n{i}" for i in range(1, nodes + 1))
+    active = writers or ids
+    if not set(active) <= set(ids):
+        raise ConfigError(f"writers {active} are not all among {ids}")
+    rng = random.Random(seed)
+    network = Network(rng, LinkModel(*plan.delay_us) if plan.delay_us else link,
+                      plan.drop, plan.dup)
+    for (a, b), model in (links or {}).items():
+        network.set_link(a, b, model)
+    scheduler = Scheduler()
+    recorder = TraceRecorder(f"replicated-{ordering}-n{nodes}-s{seed}")
+    cluster = ReplicaCluster(scheduler, network, recorder, factory)
+    opts = options or OrderingOptions()
+    issued = 0
+    issued_at: dict[tuple[NodeId, int], int] = {}
+    latencies: list[int] = []
+    last_activity = 0
+
+    def make(node: NodeId, view: View) -> Stack:
+        return build_stack(node, "g", ordering, view, opts)
+
+    def issue(node: NodeId) -> None:
+        nonlocal issued, last_activity
+        sim_node = cluster.nodes[node]
+        if issued >= operations or sim_node.stopped or sim_node.leaving:
+            return
+        method, args = pick(rng, node)
+        payload = cluster.replicas[node].invocation(method, args)
+        issued += 1
+        last_activity = scheduler.now
+        seq = cluster.broadcast(node, payload)
+        issued_at[(node, seq)] = scheduler.now
+
+    def on_outcome(node: NodeId, outcome: Outcome) -> None:
+        nonlocal last_activity
+        last_activity = scheduler.now
+        start = issued_at.pop((node, outcome.seq), None)
+        if start is not None:
+            latencies.append(scheduler.now - start)
+        scheduler.at(scheduler.now, partial(issue, node))
+
+    cluster.on_outcome = on_outcome
+    view = View(1, ids)
+    for node in ids:
+        cluster.add_replica(make(node, view))
+    for node in active:
+        scheduler.at(0, partial(issue, node))
+    for leave in plan.leaves:
+        scheduler.at(leave.at_us, partial(cluster.leave, leave.node))
+    def do_join(node: NodeId) -> None:
+        contacts = tuple(cluster.alive())
+        cluster.add_replica(make(node, View(0, (node,))), contacts)
+
+    for join in plan.joins:
+        scheduler.at(join.at_us, partial(do_join, join.node))
+    for part in plan.partitions:
+        scheduler.at(part.start_us, partial(network.partition, part.left, part.right,
+                                            part.one_way))
+        scheduler.at(part.end_us, partial(network.heal, part.left, part.right, part.one_way))
+
+    def settle() -> None:
+        if issued >= operations and scheduler.now - last_activity >= settle_us:
+            scheduler.stop()
+        else:
+            scheduler.after(settle_us // 4, settle)
+
+    if spec.needs_detector or spec.periodic:
+        scheduler.at(settle_us, settle)
+    scheduler.run(max_time_us)
+    running = {n: s for n, s in cluster.nodes.items() if not s.stopped}
+    return ReplicaRun(
+        objects={n: cluster.replicas[n].obj for n in running},
+        states={n: cluster.replicas[n].state() for n in running},
+        outcomes=cluster.outcomes,
+        violations=check_events(recorder.rows(), spec.guarantees, recorder.run_id),
+        issued=issued, end_us=scheduler.now,
+        departed=tuple(n for n, s in cluster.nodes.items() if s.departed),
+        protocol_packets=cluster.protocol_packets, latencies_us=latencies,
+    )

@@ -1,0 +1,298 @@
+"""The sans-IO replica: declarations are checked, calls are refused unless every replica
+would execute the very same thing (plain data, right signature), every replica that
+applies the same operations in the same order ends in the same state, outcomes go to the
+issuing node only, and bytes from a peer can never make a replica import or call
+anything."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+from typing import Any
+
+import pytest
+
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.replicated import (
+    Account,
+    Counter,
+    Lock,
+    Replica,
+    ReplicatedDict,
+    read,
+    replicated,
+    write,
+)
+from abcast.replicated._args import check_plain
+
+
+@replicated
+class Bag:
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    @write
+    def add(self, item: Any, *, times: int = 1) -> int:
+        self.items.extend([item] * times)
+        return len(self.items)
+
+    @write
+    def fail(self, message: str) -> None:
+        self.items.append("half-done")
+        raise ValueError(message)
+
+    @read
+    def count(self) -> int:
+        return len(self.items)
+
+
+# -- declarations ------------------------------------------------------------------------
+
+
+def test_a_class_without_writes_is_refused() -> None:
+    class Nothing:
+        @read
+        def get(self) -> int:
+            return 0
+
+    with pytest.raises(LocalProtocolError, match="no @write"):
+        replicated(Nothing)
+
+
+def test_a_method_cannot_be_both_read_and_write() -> None:
+    with pytest.raises(LocalProtocolError, match="both @write and @read"):
+
+        class Both:
+            @read
+            @write
+            def m(self) -> None: ...
+
+
+def test_async_and_private_methods_are_refused() -> None:
+    with pytest.raises(LocalProtocolError, match="async"):
+
+        class Async:
+            @write
+            async def m(self) -> None: ...
+
+    class Private:
+        @write
+        def _m(self) -> None: ...
+
+    with pytest.raises(LocalProtocolError, match="public name"):
+        replicated(Private)
+
+
+def test_an_undecorated_class_has_no_replica() -> None:
+    class Plain:
+        pass
+
+    with pytest.raises(LocalProtocolError, match="not decorated with @replicated"):
+        Replica(Plain())
+
+
+# -- arguments -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ({3, 1, 2}, ["argument 'item'", "set", "sorted list"]),
+    (frozenset({"a"}), ["argument 'item'", "frozenset"]),
+    (lambda: 1, ["argument 'item'", "function"]),
+    ([1, {"k": object()}], ["argument 'item'[1]['k']", "builtins.object"]),
+    ({(1, 2): "v"}, ["argument 'item'", "key of type tuple"]),
+    (open, ["argument 'item'", "builtin_function"]),
+])
+def test_non_deterministic_or_unpicklable_arguments_are_refused(value: Any,
+                                                                words: list[str]) -> None:
+    replica = Replica(Bag(), "n1")
+    with pytest.raises(LocalProtocolError) as caught:
+        replica.invocation("add", (value,))
+    for word in words:
+        assert word in str(caught.value)
+
+
+def test_a_self_referencing_argument_is_refused() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(LocalProtocolError, match="nested deeper"):
+        Replica(Bag(), "n1").invocation("add", (loop,))
+
+
+def test_plain_data_passes_and_keeps_its_types() -> None:
+    value = {"a": [1, 2.5, (b"x", None, True)], 3: {"nested": ("t",)}}
+    check_plain(value, "v")
+    first, second = Replica(Bag(), "n1"), Replica(Bag(), "n2")
+    payload = first.invocation("add", (value,), {"times": 2})
+    for replica in (first, second):
+        replica.apply("n1", 1, payload)
+    assert first.obj.items == second.obj.items == [value, value]
+    assert type(second.obj.items[0]["a"][2]) is tuple
+
+
+def test_calls_are_checked_against_the_signature_and_kind() -> None:
+    replica = Replica(Bag(), "n1")
+    with pytest.raises(LocalProtocolError, match=r"Bag.add: .*missing"):
+        replica.invocation("add")
+    with pytest.raises(LocalProtocolError, match="unexpected keyword"):
+        replica.invocation("add", (1,), {"colour": "red"})
+    with pytest.raises(LocalProtocolError, match="is a @read"):
+        replica.invocation("count")
+    with pytest.raises(LocalProtocolError, match="no @write or @read method 'nope'"):
+        replica.invocation("nope")
+    with pytest.raises(LocalProtocolError, match="is a @write"):
+        replica.read("add")
+
+
+# -- applying operations ---------------------------------------------------------------------
+
+
+def test_replicas_applying_one_order_agree_and_outcomes_go_to_the_origin() -> None:
+    rng = random.Random(5)
+    nodes = ("n1", "n2", "n3")
+    replicas = {n: Replica(Account(), n) for n in nodes}
+    seqs = dict.fromkeys(nodes, 0)
+    log: list[tuple[str, int, bytes]] = []
+    for _ in range(200):
+        origin = rng.choice(nodes)
+        method = "deposit" if rng.random() < 0.5 else "withdraw"
+        seqs[origin] += 1
+        log.append((origin, seqs[origin],
+                    replicas[origin].invocation(method, (rng.randint(1, 50),))))
+    outcomes: dict[str, list[int]] = {n: [] for n in nodes}
+    for origin, seq, payload in log:
+        for node, replica in replicas.items():
+            outcome = replica.apply(origin, seq, payload)
+            if node == origin:
+                assert outcome is not None and outcome.seq == seq
+                outcomes[node].append(seq)
+            else:
+                assert outcome is None
+    balances = {r.obj.balance for r in replicas.values()}
+    assert len(balances) == 1 and balances.pop() >= 0
+    assert all(outcomes[n] == list(range(1, seqs[n] + 1)) for n in nodes)
+
+
+def test_a_write_that_raises_raises_for_its_caller_and_leaves_equal_states() -> None:
+    a, b = Replica(Bag(), "n1"), Replica(Bag(), "n2")
+    payload = a.invocation("fail", ("no",))
+    outcome = a.apply("n1", 1, payload)
+    assert b.apply("n1", 1, payload) is None
+    assert outcome is not None and isinstance(outcome.error, ValueError)
+    with pytest.raises(ValueError, match="no"):
+        outcome.result()
+    assert a.obj.items == b.obj.items == ["half-done"]
+    assert a.caught_up() or a.issued == 0
+
+
+def test_reads_wait_for_own_writes_only() -> None:
+    replica = Replica(Counter(), "n1")
+    payload = replica.invocation("add", (2,))
+    replica.issued_as(1)
+    assert not replica.caught_up()
+    replica.apply("n2", 1, Replica(Counter(), "n2").invocation("add", (5,)))
+    assert not replica.caught_up()
+    replica.apply("n1", 1, payload)
+    assert replica.caught_up() and replica.read("get") == 7
+
+
+@pytest.mark.parametrize("payload", [
+    b"", b"garbage", pickle.dumps(os.system), pickle.dumps(("x", "y")),
+    pickle.dumps((Bag.__module__ + ".Bag", "add", [1], {})),
+])
+def test_bytes_that_are_not_an_operation_are_refused(payload: bytes) -> None:
+    replica = Replica(Bag(), "n1")
+    with pytest.raises(RemoteProtocolError):
+        replica.apply("n2", 1, payload)
+    assert replica.applied == 0 and replica.obj.items == []
+
+
+def test_operations_of_another_class_or_method_are_refused() -> None:
+    other = Replica(Counter(), "n2").invocation("add", (1,))
+    with pytest.raises(RemoteProtocolError, match="operation of"):
+        Replica(Bag(), "n1").apply("n2", 1, other)
+    forged = pickle.dumps((Replica(Bag()).spec.name, "count", (), {}))
+    with pytest.raises(RemoteProtocolError, match="not a @write"):
+        Replica(Bag(), "n1").apply("n2", 1, forged)
+
+
+# -- state transfer ------------------------------------------------------------------------------
+
+
+def test_state_moves_to_a_fresh_replica() -> None:
+    source = Replica(ReplicatedDict(), "n1")
+    source.apply("n1", 1, source.invocation("put", ("k", [1, 2])))
+    source.apply("n1", 2, source.invocation("put", (3, {"x": b"y"})))
+    joiner = Replica(ReplicatedDict(), "n9")
+    joiner.load(source.state())
+    assert joiner.obj.data == source.obj.data
+    assert joiner.state() == source.state()
+
+
+def test_state_hooks_and_their_absence() -> None:
+    @replicated
+    class Slotted:
+        __slots__ = ("n",)
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        @write
+        def inc(self) -> None:
+            self.n += 1
+
+    with pytest.raises(LocalProtocolError, match="get_state"):
+        Replica(Slotted()).state()
+
+    @replicated
+    class Hooked:
+        def __init__(self) -> None:
+            self.n = 0
+
+        @write
+        def inc(self) -> None:
+            self.n += 1
+
+        def get_state(self) -> bytes:
+            return str(self.n).encode()
+
+        def set_state(self, data: bytes) -> None:
+            self.n = int(data)
+
+    source = Replica(Hooked(), "n1")
+    for seq in (1, 2, 3):
+        source.apply("n1", seq, source.invocation("inc"))
+    joiner = Replica(Hooked(), "n2")
+    joiner.load(source.state())
+    assert joiner.obj.n == 3
+    with pytest.raises(RemoteProtocolError):
+        Replica(Bag()).load(b"Pnot a pickle")
+
+
+def test_the_lock_battery_queues_in_order() -> None:
+    lock = Lock()
+    assert lock.request("a") is True
+    assert lock.request("b") is False
+    assert lock.request("a") is True  # asking again changes nothing
+    assert lock.release("a") == "b"
+    assert lock.holder() == "b"
+    assert lock.release("b") is None
+
+
+def test_the_package_is_the_decorator_too() -> None:
+    import abcast
+    import abcast.replicated
+
+    # mypy does not know the package is callable (see abcast.replicated's docstring)
+    @abcast.replicated
+    class Tally:  # type: ignore[operator]
+        def __init__(self) -> None:
+            self.n = 0
+
+        @abcast.replicated.write
+        def inc(self) -> None:
+            self.n += 1
+
+    replica = Replica(Tally(), "n1")
+    replica.apply("n1", 1, replica.invocation("inc"))
+    assert replica.obj.n == 1

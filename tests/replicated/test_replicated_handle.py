@@ -1,0 +1,188 @@
+"""The asyncio facade: a write resolves with its result once executed on the caller's
+copy, a read waits for the caller's writes, a failed write raises for its caller, a bad
+argument is refused before anything is broadcast, the lock battery excludes mutually,
+and the same handles work over real groups (mem:// transport, registry, several total
+orderings)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from abcast.effects import Deliver
+from abcast.errors import LocalProtocolError
+from abcast.ids import MsgId, NodeId
+from abcast.replicated import Account, Counter, Lock, ReplicatedHandle, attach, locked
+
+
+def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test body on a fresh event loop, with a time limit."""
+
+    @functools.wraps(test)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(asyncio.wait_for(test(*args, **kwargs), 60))
+
+    return wrapper
+
+
+class Bus:
+    """A one-process total order: every broadcast reaches every member, in one order,
+    on a later loop turn."""
+
+    def __init__(self) -> None:
+        self.members: list[FakeGroup] = []
+        self.log: list[Deliver] = []
+
+    def publish(self, delivery: Deliver) -> None:
+        self.log.append(delivery)
+        for member in self.members:
+            member.receive(delivery)
+
+
+class FakeGroup:
+    def __init__(self, bus: Bus, node: NodeId) -> None:
+        self.bus = bus
+        self._node = node
+        self._seq = 0
+        self.hook: Any = None
+        self.queue: asyncio.Queue[Deliver] = asyncio.Queue()
+        bus.members.append(self)
+
+    @property
+    def node(self) -> NodeId:
+        return self._node
+
+    def broadcast_nowait(self, payload: bytes) -> MsgId:
+        self._seq += 1
+        delivery = Deliver(self._node, self._seq, payload)
+        asyncio.get_running_loop().call_soon(self.bus.publish, delivery)
+        return MsgId(self._node, self._seq)
+
+    def receive(self, delivery: Deliver) -> None:
+        if self.hook is not None:
+            self.hook(delivery)
+        else:
+            self.queue.put_nowait(delivery)
+
+    async def deliveries(self) -> AsyncIterator[Deliver]:
+        while True:
+            yield await self.queue.get()
+
+
+def _hooked(bus: Bus, node: NodeId, obj: Any) -> ReplicatedHandle[Any]:
+    group = FakeGroup(bus, node)
+    handle = ReplicatedHandle(obj)
+    group.hook = handle.on_deliver
+    handle.bind(group)
+    return handle
+
+
+@run_async
+async def test_writes_resolve_with_their_result_and_reads_see_them() -> None:
+    bus = Bus()
+    acc, other = _hooked(bus, "n1", Account()), _hooked(bus, "n2", Account())
+    assert await acc.deposit(300) == 300
+    assert await other.withdraw(500) is False
+    assert await other.withdraw(100) is True
+    assert await acc.get() == 200 and await other.get() == 200
+
+
+@run_async
+async def test_a_read_waits_for_every_write_issued_before_it() -> None:
+    bus = Bus()
+    counter = _hooked(bus, "n1", Counter())
+    _hooked(bus, "n2", Counter())
+    pending = [counter.add(1) for _ in range(5)]  # issued, not awaited
+    assert counter.local.value == 0  # nothing executed yet
+    assert await counter.get() == 5
+    assert [await p for p in pending] == [1, 2, 3, 4, 5]
+
+
+@run_async
+async def test_a_failing_write_raises_for_its_caller_only() -> None:
+    bus = Bus()
+    acc, other = _hooked(bus, "n1", Account()), _hooked(bus, "n2", Account())
+    with pytest.raises(ValueError, match="must be positive"):
+        await acc.deposit(-5)
+    assert await other.deposit(1) == 1
+    assert acc.local.balance == other.local.balance == 1
+
+
+@run_async
+async def test_bad_arguments_are_refused_before_broadcasting() -> None:
+    bus = Bus()
+    counter = _hooked(bus, "n1", Counter())
+    with pytest.raises(LocalProtocolError, match=r"Counter.add: argument 'amount' is a set"):
+        counter.add({1, 2})
+    with pytest.raises(AttributeError, match="no @write or @read method 'grow'"):
+        counter.grow(1)
+    await asyncio.sleep(0)
+    assert bus.log == []
+
+
+@run_async
+async def test_the_lock_excludes_mutually_across_replicas() -> None:
+    bus = Bus()
+    locks = [_hooked(bus, f"n{i}", Lock()) for i in (1, 2, 3)]
+    inside: list[str] = []
+    entered: list[str] = []
+
+    async def worker(handle: ReplicatedHandle[Lock], owner: str) -> None:
+        for _ in range(3):
+            async with locked(handle, owner):
+                inside.append(owner)
+                assert len(inside) == 1, f"{inside} hold the lock at once"
+                entered.append(owner)
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                inside.remove(owner)
+
+    await asyncio.wait_for(asyncio.gather(
+        *(worker(h, f"{h.replica.node}:{k}") for h in locks for k in (1, 2))), 10)
+    assert len(entered) == 18
+    assert all(h.local.queue == [] for h in locks)
+
+
+@run_async
+async def test_attach_reads_deliveries_from_the_group_and_close_fails_pending() -> None:
+    bus = Bus()
+    groups = [FakeGroup(bus, n) for n in ("n1", "n2")]
+    handles = [await attach(g, Counter, 10) for g in groups]
+    assert await handles[0].add(5) == 15
+    await handles[1].wait_until(lambda c: c.value == 15)
+    stuck = handles[0].add(1)
+    await handles[0].close()
+    with pytest.raises(LocalProtocolError, match="closed"):
+        await stuck
+    await handles[1].close()
+
+
+@pytest.mark.parametrize("ordering", ["matrix", "sequencer"])
+@run_async
+async def test_replicas_over_real_groups_agree(ordering: str) -> None:
+    from abcast.registry.server import RegistryServer
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        groups = [Group("counter", ordering=ordering, transport="mem://",
+                        registry=server.url, node=f"n{i}", size=3) for i in (1, 2, 3)]
+        await asyncio.wait_for(asyncio.gather(*(g.open() for g in groups)), 20)
+        try:
+            handles = [await attach(g, Counter) for g in groups]
+
+            async def work(handle: ReplicatedHandle[Counter]) -> None:
+                for _ in range(10):
+                    await handle.add(1)
+
+            await asyncio.wait_for(asyncio.gather(*(work(h) for h in handles)), 20)
+            for handle in handles:
+                await asyncio.wait_for(handle.wait_until(lambda c: c.value == 30), 20)
+            assert [await h.get() for h in handles] == [30, 30, 30]
+            for handle in handles:
+                await handle.close()
+        finally:
+            await asyncio.gather(*(g.close() for g in groups))
