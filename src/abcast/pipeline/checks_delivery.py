@@ -1,0 +1,244 @@
+"""The Spark checks that follow each node's deliveries: INTEGRITY_DUPLICATE,
+INTEGRITY_UNKNOWN, FIFO_ORDER, CAUSAL_ORDER, TOTAL_ORDER (docs/checks.md).
+
+Rules: each check is a pure transform `TraceTables -> DataFrame` of violation rows, one
+row per unit of its code, with the counterexample layout of abcast.testing.checks. They
+scale out: a node's sequence is never collected; order is read with window functions
+partitioned by node (the delivery table is partitioned by (run_id, node), so they sort but
+never shuffle) and with equi-joins. The common, clean case is settled by the one window
+pass the delivery table already carries; only "irregular" streams (a repeated or late
+seq) and nodes that disagree with the reference order get a second, exact look.
+
+TOTAL_ORDER counts adjacent descents for every pair of nodes, which done naively is
+quadratic in the group size. Every node is first compared with one reference order (the
+positions at the group's reference node): two nodes that both deliver in an order
+consistent with it cannot disagree, so only pairs with a node that does not conform are
+walked, and those exactly as docs/checks.md says.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from abcast.pipeline.checks import (
+    CAUSAL_ORDER,
+    FIFO_ORDER,
+    INTEGRITY_DUPLICATE,
+    INTEGRITY_UNKNOWN,
+    MESSAGE_KEY,
+    STREAM_KEY,
+    TOTAL_ORDER,
+    join_on,
+    msg,
+    no_positions,
+    violations,
+)
+from abcast.pipeline.tables import irregular_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from abcast.pipeline.tables import TraceTables
+
+
+# ---------------------------------------------------------------- integrity
+
+
+def integrity_duplicate(t: TraceTables) -> DataFrame:
+    """INTEGRITY_DUPLICATE, one row per (node, message) delivered more than once."""
+    from pyspark.sql import functions as F
+
+    found = irregular_rows(t.deliveries, t.irregular).where(
+        F.col("first") & (F.col("copies") > 1))
+    return violations(
+        found, INTEGRITY_DUPLICATE, F.array("node"), F.array(msg("origin", "seq")),
+        F.col("positions"),
+        F.format_string("%s delivered %s %d times", F.col("node"), msg("origin", "seq"),
+                        F.col("copies")))
+
+
+def integrity_unknown(t: TraceTables) -> DataFrame:
+    """INTEGRITY_UNKNOWN, one row per (node, message) delivered but never sent."""
+    from pyspark.sql import functions as F
+
+    unsent = t.deliveries.where(~F.coalesce(F.col("sent"), F.lit(False)))
+    found = unsent.groupBy(*MESSAGE_KEY, "node").agg(
+        F.array_sort(F.collect_list("index")).alias("positions"))
+    return violations(
+        found, INTEGRITY_UNKNOWN, F.array("node"), F.array(msg("origin", "seq")),
+        F.col("positions"),
+        F.format_string("%s delivered %s, which %s never sent", F.col("node"),
+                        msg("origin", "seq"), F.col("origin")))
+
+
+# ---------------------------------------------------------------- fifo
+
+
+def fifo_order(t: TraceTables) -> DataFrame:
+    """FIFO_ORDER: per (node, group, origin), each adjacent descent of seq in position
+    order (every deliver row counts) and each hole between the lowest and the highest
+    seq the node delivered from that origin."""
+    from pyspark.sql import functions as F
+
+    d = t.deliveries
+    descents = d.where(F.col("prev_seq") > F.col("seq"))
+    descent_rows = violations(
+        descents, FIFO_ORDER, F.array("node"),
+        F.array(msg("origin", "prev_seq"), msg("origin", "seq")),
+        F.array("prev_index", "index"),
+        F.format_string("%s delivered %s at %d then %s at %d", F.col("node"),
+                        msg("origin", "prev_seq"), F.col("prev_index"), msg("origin", "seq"),
+                        F.col("index")))
+    # A regular stream's seqs only increase: its holes are the gaps between neighbours.
+    regular = join_on(d, F.broadcast(t.irregular), [(k, k) for k in STREAM_KEY], "left_anti")
+    regular_gaps = regular.where(F.col("seq") - F.col("prev_seq") > 1).select(
+        *STREAM_KEY, F.col("prev_seq").alias("below"), "seq")
+    irregular_gaps = (irregular_rows(d, t.irregular)
+                      .where(F.col("first") & (F.col("seq") - F.col("below") > 1))
+                      .select(*STREAM_KEY, "below", "seq"))
+    holes = regular_gaps.unionByName(irregular_gaps).select(
+        *STREAM_KEY, F.explode(F.sequence(F.col("below") + 1, F.col("seq") - 1))
+        .alias("missing"))
+    hole_rows = violations(
+        holes, FIFO_ORDER, F.array("node"), F.array(msg("origin", "missing")), no_positions(),
+        F.format_string("%s delivered seqs of %s around %d but never %s", F.col("node"),
+                        F.col("origin"), F.col("missing"), msg("origin", "missing")))
+    return descent_rows.unionByName(hole_rows)
+
+
+# ---------------------------------------------------------------- causal
+
+
+def _bounds(deps: Column, origin: Column, seq: Column) -> Column:
+    """array<struct<pred, k>>: per predecessor origin the highest causal predecessor seq
+    (the deps entries, with the origin's own earlier broadcasts merged into its entry)."""
+    from pyspark.sql import functions as F
+
+    entries = F.map_entries(F.coalesce(deps, F.create_map().cast("map<string,bigint>")))
+    own = F.greatest(seq - 1, F.coalesce(F.try_element_at(deps, origin), F.lit(0)))
+    others = F.filter(entries, lambda e: e["key"] != origin)
+    both = F.concat(others, F.array(F.struct(origin.alias("key"), own.alias("value"))))
+    return F.transform(both, lambda e: F.struct(e["key"].alias("pred"),
+                                                 e["value"].cast("bigint").alias("k")))
+
+
+def _reach(first: DataFrame) -> DataFrame:
+    """Per first delivery of (node, group, origin o', seq j): `base` (lowest seq of o' the
+    node delivers, minus one), `first_missing` (lowest seq above base it never delivers)
+    and `latest`: struct<index, seq> of the latest-delivered seq among base+1..j (only
+    meaningful while j < first_missing)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    stream = Window.partitionBy(*STREAM_KEY)
+    by_seq = stream.orderBy("seq")
+    upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    base = F.min("seq").over(stream) - 1
+    ranked = first.select(*STREAM_KEY, "seq", "index", base.alias("base"),
+                          F.row_number().over(by_seq).alias("rank_in_stream"),
+                          F.max(F.struct("index", "seq")).over(upto).alias("latest"))
+    contiguous = (F.col("seq") - F.col("base")) == F.col("rank_in_stream")
+    return ranked.withColumn(
+        "first_missing", F.col("base") + F.count_if(contiguous).over(stream) + 1)
+
+
+def causal_order(t: TraceTables) -> DataFrame:
+    """CAUSAL_ORDER: one row per (node q, message m, predecessor origin o') where q's
+    first delivery of m comes before q delivered all of o''s messages base+1..k."""
+    from pyspark.sql import functions as F
+
+    first = t.first
+    units = (first.select(*STREAM_KEY, "seq", "index",
+                          F.explode(_bounds(F.col("deps"), F.col("origin"), F.col("seq")))
+                          .alias("b"))
+             .select(*STREAM_KEY, "seq", "index", F.col("b.pred").alias("pred"),
+                     F.col("b.k").alias("k"))
+             .where(F.col("k") >= 1))
+    reach = _reach(first)
+    summary = reach.select(*STREAM_KEY, "base", "first_missing").dropDuplicates(
+        list(STREAM_KEY))
+    key_pairs = [("run_id", "run_id"), ("node", "node"), ("group", "group"),
+                 ("pred", "origin")]
+    with_summary = join_on(units, summary, key_pairs, "left").select(
+        *units.columns, F.coalesce(F.col("base"), F.lit(0)).alias("base"),
+        F.coalesce(F.col("first_missing"), F.lit(1)).alias("first_missing"))
+    relevant = with_summary.where(F.col("k") > F.col("base")).withColumn(
+        "probe", F.least(F.col("k"), F.col("first_missing") - 1))
+    probes = reach.select(*STREAM_KEY, F.col("seq").alias("probe_seq"), "latest")
+    looked_up = join_on(relevant, probes, [*key_pairs, ("probe", "probe_seq")], "left")
+    late = F.coalesce(F.col("latest")["index"] >= F.col("index"), F.lit(False))
+    found = looked_up.where((F.col("k") >= F.col("first_missing")) | late)
+    # The counterexample predecessor: one q delivered too late, else the first it never did.
+    pred_seq = F.when(late, F.col("latest")["seq"]).otherwise(F.col("first_missing"))
+    pred_positions = F.when(late, F.array(F.col("index"), F.col("latest")["index"])
+                            ).otherwise(F.array(F.col("index")))
+    where = F.when(late, F.format_string("only at position %d", F.col("latest")["index"])
+                   ).otherwise(F.lit("never"))
+    return violations(
+        found, CAUSAL_ORDER, F.array("node"),
+        F.array(msg("origin", "seq"), msg("pred", pred_seq)), pred_positions,
+        F.format_string("%s delivered %s at position %d, which depends on %s#1..%d, but "
+                        "delivered %s %s", F.col("node"), msg("origin", "seq"),
+                        F.col("index"), F.col("pred"), F.col("k"), msg("pred", pred_seq),
+                        where))
+
+
+# ---------------------------------------------------------------- total order
+
+
+def nonconforming_nodes(first: DataFrame) -> DataFrame:
+    """(run_id, group, node) of the nodes whose first deliveries are not in increasing
+    `ref_index` order, or that delivered a message the reference node never did."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_position = Window.partitionBy("run_id", "node", "group").orderBy("index")
+    steps = first.select("run_id", "group", "node", "ref_index",
+                         F.lag("ref_index").over(by_position).alias("prev_ref"))
+    return (steps.where(F.col("ref_index").isNull() | (F.col("prev_ref") > F.col("ref_index")))
+            .select("run_id", "group", "node").distinct())
+
+
+def total_order(t: TraceTables) -> DataFrame:
+    """TOTAL_ORDER: for each pair p < q (node order) in a group, the messages both
+    deliver (first deliveries) in p's position order; each adjacent descent of q's
+    positions is one row."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    first = t.first.select(*MESSAGE_KEY, "node", "rank", "index")
+    bad = F.broadcast(nonconforming_nodes(t.first))
+    group_pairs = [("run_id", "run_id"), ("group", "group")]
+    x = join_on(first, bad, [*group_pairs, ("node", "node")], "left_semi").select(
+        *MESSAGE_KEY, F.col("node").alias("x_node"), F.col("rank").alias("x_rank"),
+        F.col("index").alias("x_index"))
+    others = join_on(first, bad.select("run_id", "group").distinct(), group_pairs,
+                     "left_semi").select(
+        *MESSAGE_KEY, F.col("node").alias("o_node"), F.col("rank").alias("o_rank"),
+        F.col("index").alias("o_index"))
+    common = join_on(x, others, [(k, k) for k in MESSAGE_KEY]).where(
+        F.col("x_node") != F.col("o_node"))
+    flagged = join_on(common, bad.withColumn("o_bad", F.lit(True)),
+                      [*group_pairs, ("o_node", "node")], "left")
+    x_first = F.col("x_rank") < F.col("o_rank")
+    # A pair of two nonconforming nodes arrives from both sides: keep one.
+    kept = flagged.where(F.col("o_bad").isNull() | x_first)
+    pairs = kept.select(
+        *MESSAGE_KEY,
+        F.when(x_first, F.col("x_node")).otherwise(F.col("o_node")).alias("p"),
+        F.when(x_first, F.col("o_node")).otherwise(F.col("x_node")).alias("q"),
+        F.when(x_first, F.col("x_index")).otherwise(F.col("o_index")).alias("p_index"),
+        F.when(x_first, F.col("o_index")).otherwise(F.col("x_index")).alias("q_index"))
+    along_p = Window.partitionBy("run_id", "group", "p", "q").orderBy("p_index")
+    prev = F.lag(F.struct("origin", "seq", "p_index", "q_index")).over(along_p)
+    descents = (pairs.select("*", prev.alias("prev"))
+                .where(F.col("prev")["q_index"] > F.col("q_index")))
+    m1 = msg(F.col("prev")["origin"], F.col("prev")["seq"])
+    m2 = msg("origin", "seq")
+    return violations(
+        descents, TOTAL_ORDER, F.array("p", "q"), F.array(m1, m2),
+        F.array(F.col("prev")["p_index"], F.col("p_index"), F.col("prev")["q_index"],
+                F.col("q_index")),
+        F.format_string("%s delivered %s (%d) before %s (%d); %s delivered them at %d and %d",
+                        F.col("p"), m1, F.col("prev")["p_index"], m2, F.col("p_index"),
+                        F.col("q"), F.col("prev")["q_index"], F.col("q_index")))

@@ -1,0 +1,178 @@
+"""Reading a trace directory (DESIGN §4) into Spark, refusing anything not in the format.
+
+Rules: a trace dir holds `events/` (Parquet files, any depth) and `runs.parquet`. The path
+may be any Hadoop-compatible URI; only a path without a scheme (or `file:`) is inspected
+on the local disk first, file by file with pyarrow (cheap footer reads), so a missing or
+foreign file is named precisely. Remote paths are judged by what Spark reports. Every
+refusal is a `TraceDirError` with one line that names the file or column; this module
+never checks anything about the trace's content.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from abcast.errors import AbcastError
+from abcast.trace.schema import EVENT_SCHEMA, RUN_SCHEMA
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+EVENTS_DIR: Final = "events"
+RUNS_FILE: Final = "runs.parquet"
+_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):")
+
+
+class TraceDirError(AbcastError):
+    """A trace directory that is missing, empty or not in the trace format."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFrames:
+    """The two tables of a trace directory, columns validated and typed as in the schema."""
+
+    events: DataFrame
+    runs: DataFrame
+
+
+def join_path(base: str, *parts: str) -> str:
+    """`base/part/…` for URIs and local paths alike (no os.path: it would mangle `s3a://`)."""
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def local_path(uri: str) -> Path | None:
+    """The local file system path behind `uri`, or None when it names another file system."""
+    match = _SCHEME.match(uri)
+    if match is None:
+        return Path(uri)
+    if match.group(1).lower() == "file":
+        rest = uri[len("file:"):]
+        # file:///x and file:/x both mean /x
+        return Path("/" + rest.lstrip("/"))
+    return None
+
+
+def _is_data_file(path: Path) -> bool:
+    # Hadoop writers leave _SUCCESS, .crc and _metadata side files next to the data.
+    return path.is_file() and not path.name.startswith(("_", "."))
+
+
+def _check_local_schema(path: Path, shown: str, expected: pa.Schema) -> int:
+    """Refuse a file that is not Parquet or lacks a column; its row count otherwise."""
+    try:
+        metadata = pq.read_metadata(path)
+        schema = metadata.schema.to_arrow_schema()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceDirError(f"{shown}: not a Parquet file ({exc})") from None
+    missing = [name for name in expected.names if name not in schema.names]
+    if missing:
+        raise TraceDirError(f"{shown}: missing column {missing[0]!r}"
+                            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    return int(metadata.num_rows)
+
+
+def validate_local(root: Path, shown_root: str) -> int:
+    """Refuse a local trace dir that is missing, empty, or has a foreign or incomplete
+    file; return the number of event rows (from the Parquet footers)."""
+    if not root.exists():
+        raise TraceDirError(f"trace directory not found: {shown_root}")
+    if not root.is_dir():
+        raise TraceDirError(f"not a directory: {shown_root}")
+    events_dir = root / EVENTS_DIR
+    runs_file = root / RUNS_FILE
+    if not events_dir.is_dir():
+        raise TraceDirError(f"missing {join_path(shown_root, EVENTS_DIR)}/ (no event files)")
+    if not runs_file.is_file():
+        raise TraceDirError(f"missing {join_path(shown_root, RUNS_FILE)}")
+    files = sorted(p for p in events_dir.rglob("*") if _is_data_file(p))
+    if not files:
+        raise TraceDirError(f"no event files under {join_path(shown_root, EVENTS_DIR)}/")
+    rows = 0
+    for file in files:
+        shown = join_path(shown_root, str(file.relative_to(root)))
+        if file.suffix != ".parquet":
+            raise TraceDirError(f"{shown}: not a Parquet file (event files end in .parquet)")
+        rows += _check_local_schema(file, shown, EVENT_SCHEMA)
+    _check_local_schema(runs_file, join_path(shown_root, RUNS_FILE), RUN_SCHEMA)
+    return rows
+
+
+def _spark_type(arrow_type: pa.DataType) -> DataType:
+    from pyspark.sql import types as T
+
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return T.StringType()
+    if pa.types.is_int64(arrow_type):
+        return T.LongType()
+    if pa.types.is_int32(arrow_type):
+        return T.IntegerType()
+    if pa.types.is_map(arrow_type):
+        return T.MapType(_spark_type(arrow_type.key_type), _spark_type(arrow_type.item_type))
+    if pa.types.is_list(arrow_type):
+        return T.ArrayType(_spark_type(arrow_type.value_type))
+    raise TypeError(f"no Spark type for {arrow_type}")  # the schema module uses only these
+
+
+def conform(frame: DataFrame, expected: pa.Schema, shown: str) -> DataFrame:
+    """Select the schema's columns in order, casting integer widths; refuse anything else."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    present = dict(zip(frame.columns, (f.dataType for f in frame.schema.fields), strict=True))
+    columns = []
+    for field in expected:
+        want = _spark_type(field.type)
+        have = present.get(field.name)
+        if have is None:
+            raise TraceDirError(f"{shown}: missing column {field.name!r}")
+        integral = (T.IntegerType, T.LongType, T.ShortType, T.ByteType)
+        if have != want and not (isinstance(have, integral) and isinstance(want, integral)):
+            raise TraceDirError(f"{shown}: column {field.name!r} has type "
+                                f"{have.simpleString()}, expected {want.simpleString()}")
+        columns.append(F.col(field.name).cast(want) if have != want else F.col(field.name))
+    return frame.select(*columns)
+
+
+def _spark_refusal(exc: Exception, shown: str) -> TraceDirError:
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "PATH_NOT_FOUND" in first_line or "does not exist" in first_line:
+        return TraceDirError(f"{shown}: not found")
+    if "UNABLE_TO_INFER_SCHEMA" in first_line:
+        return TraceDirError(f"{shown}: no Parquet files")
+    return TraceDirError(f"{shown}: cannot be read as Parquet ({first_line})")
+
+
+def preflight(uri: str) -> int | None:
+    """Validate a local trace dir without starting Spark (TraceDirError when it is not one)
+    and return its number of event rows; None for a remote URI (Spark judges those)."""
+    local = local_path(uri)
+    return None if local is None else validate_local(local, uri)
+
+
+def read_trace(spark: SparkSession, uri: str) -> TraceFrames:
+    """Both tables of the trace dir at `uri`, columns checked and typed. Call `preflight`
+    first for a precise message about a local dir. Raises TraceDirError."""
+    from pyspark.errors import PySparkException
+
+    events_uri = join_path(uri, EVENTS_DIR)
+    runs_uri = join_path(uri, RUNS_FILE)
+    try:
+        events = (spark.read.option("recursiveFileLookup", "true")
+                  .option("pathGlobFilter", "*.parquet").parquet(events_uri))
+    except PySparkException as exc:
+        raise _spark_refusal(exc, events_uri + "/") from None
+    try:
+        runs = spark.read.parquet(runs_uri)
+    except PySparkException as exc:
+        raise _spark_refusal(exc, runs_uri) from None
+    return TraceFrames(
+        events=conform(events, EVENT_SCHEMA, events_uri + "/"),
+        runs=conform(runs, RUN_SCHEMA, runs_uri),
+    )

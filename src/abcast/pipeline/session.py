@@ -1,0 +1,107 @@
+"""The one place a SparkSession is built for abcast's pipeline.
+
+Rules: Spark stays on loopback and quiet (no UI, log level ERROR), and its Python
+workers run the interpreter that runs us (so pyarrow/pandas are importable in them).
+The master is `local[*]` unless the caller names another; this module does not read
+traces or know any check. pyspark is imported only inside `build_session`, so importing
+this module costs nothing when Java is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_MASTER: Final = "local[*]"
+LOOPBACK: Final = "127.0.0.1"
+# An embedded master runs every task inside the driver JVM, whose default heap (1g) makes
+# the cached tables of a 10-million-row trace spill to disk. ABCAST_SPARK_DRIVER_MEMORY
+# overrides it.
+DRIVER_MEMORY_ENV: Final = "ABCAST_SPARK_DRIVER_MEMORY"
+LOCAL_DRIVER_MEMORY: Final = "3g"
+
+# Few shuffle partitions: traces are checked on one machine or a small cluster, and
+# Spark's default of 200 makes every small job pay for 200 near-empty tasks. Adaptive
+# execution coalesces or splits from there.
+_SHUFFLE_PARTITIONS: Final = "8"
+
+
+# Spark's own log4j2 profile prints a banner and WARN lines before `setLogLevel` can run;
+# this profile keeps stderr to errors from the first line on.
+_LOG4J2_PROPERTIES: Final = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+
+
+def _log4j2_config() -> Path:
+    path = Path(tempfile.gettempdir()) / f"abcast-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != _LOG4J2_PROPERTIES:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(_LOG4J2_PROPERTIES)
+        tmp.replace(path)
+    return path
+
+
+def _prepare_environment() -> None:
+    """Environment the JVM and the Python workers read at launch."""
+    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+
+def build_session(
+    master: str | None = None,
+    app_name: str = "abcast",
+    driver_memory: str | None = None,
+) -> SparkSession:
+    """A SparkSession on `master` (default `local[*]`), loopback-bound and quiet.
+
+    `driver_memory` (default: $ABCAST_SPARK_DRIVER_MEMORY, else 3g for a local master)
+    only takes effect when this call starts the JVM (an already running session is
+    returned as it is, with its own settings).
+    """
+    _prepare_environment()
+    master = master or DEFAULT_MASTER
+    if driver_memory is None:
+        driver_memory = os.environ.get(DRIVER_MEMORY_ENV) or (
+            LOCAL_DRIVER_MEMORY if master.startswith("local") else None)
+    from pyspark.sql import SparkSession
+
+    log_option = f"-Dlog4j2.configurationFile=file:{_log4j2_config()}"
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.bindAddress", LOOPBACK)
+        .config("spark.driver.host", LOOPBACK)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", _SHUFFLE_PARTITIONS)
+        .config("spark.sql.adaptive.enabled", "true")
+        # The pipeline lays tables out by (run_id, node) and by (run_id, origin, seq) on
+        # purpose: joins on more keys than that must reuse the layout, not re-shuffle.
+        .config("spark.sql.requireAllClusterKeysForCoPartition", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.driver.extraJavaOptions", log_option)
+        .config("spark.executor.extraJavaOptions", log_option)
+    )
+    if driver_memory is not None:
+        builder = builder.config("spark.driver.memory", driver_memory)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,452 @@
+"""The tables every Spark check reads, derived from the events frame by pure transforms.
+
+Rules: nothing here decides a violation. The layout is chosen so a 10-million-row trace
+is shuffled twice, never collected:
+
+- `context`: one pass over all events, aggregated to (run, group, node, view_id) — a few
+  rows per node. From it: `nodes` (rank in node order, correct?), `row_context` (what a
+  row at (run, group, node, view_id) needs: rank, correct, reference node?, the set of
+  nodes that installed that view) and the run's set of correct nodes.
+- `rows` (shuffle 1): the send/deliver/opt_deliver rows with their row context,
+  hash-partitioned by message.
+- `messages`: one hash aggregation of `rows` per message: sent?, who delivered it (a
+  bitmask: exact under duplicates), who is owed it, its position at the reference node.
+- `deliveries` (shuffle 2): the deliver rows joined with their message's facts,
+  hash-partitioned by node, with one window pass per (node, group, origin) in position
+  order (previous seq, highest seq so far).
+- `first_copies`: deliveries flagged with whether they are the node's first delivery of
+  the message. A stream (node, group, origin) whose seqs only ever increase is settled by
+  that window alone; only the other ("irregular") streams are sorted again by seq.
+
+Definitions follow docs/checks.md and the choices abcast.testing.checks documents: rows
+without origin/seq are skipped, and so are deliver rows without index; a node is correct
+when it has no crash row; the nodes of a run are those with any row in it; a null group is
+a group of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Final
+
+from abcast.pipeline.checks import (
+    MESSAGE_KEY,
+    STREAM_KEY,
+    WORD_BITS,
+    as_mask,
+    join_on,
+    node_order_key,
+    one_hot,
+    restrict,
+    zero_mask,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pyspark.sql import Column, DataFrame
+
+_MESSAGE_KINDS: Final = ("send", "deliver", "opt_deliver")
+# Shuffle 1 partitions by these, a subset of the message key: a join on the message key
+# with `group` compared null-safe can then reuse the partitioning.
+_MESSAGE_PARTITIONING: Final = ("run_id", "origin", "seq")
+_DELIVERY_ID: Final = ("run_id", "node", "index", "t_ns")
+
+
+def _partitions(frame: DataFrame) -> int:
+    # An explicit count: adaptive execution leaves it alone, so two tables partitioned by
+    # the same keys stay co-partitioned (joins between them need no shuffle).
+    return int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or "8")
+
+
+# ---------------------------------------------------------------- context
+
+
+def context_table(events: DataFrame) -> DataFrame:
+    """(run_id, group, node, view_id, is_view) -> `crashed` (0/1: a crash row among them),
+    `deliveries` (deliver rows of messages)."""
+    from pyspark.sql import functions as F
+
+    kind = F.col("kind")
+    is_delivery = ((kind == "deliver") & F.col("index").isNotNull()
+                   & F.col("origin").isNotNull() & F.col("seq").isNotNull())
+    return events.groupBy(
+        "run_id", "group", "node", "view_id", (kind == "view").alias("is_view"),
+    ).agg(F.max((kind == "crash").cast("int")).alias("crashed"),
+          F.sum(is_delivery.cast("bigint")).alias("deliveries"))
+
+
+def node_table(context: DataFrame) -> DataFrame:
+    """(run_id, node) -> `rank` (0-based, node order within the run), `correct`."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    per_node = context.groupBy("run_id", "node").agg(F.max("crashed").alias("crashed"))
+    order = Window.partitionBy("run_id").orderBy(node_order_key(F.col("node")))
+    return per_node.select("run_id", "node", (F.row_number().over(order) - 1).alias("rank"),
+                           (F.col("crashed") == 0).alias("correct"))
+
+
+def word_count(nodes: DataFrame) -> int:
+    """How many 64-bit words a node set of the largest run needs (a tiny action)."""
+    from pyspark.sql import functions as F
+
+    top = nodes.agg(F.max("rank")).first()
+    highest = 0 if top is None or top[0] is None else int(top[0])
+    return highest // WORD_BITS + 1
+
+
+def _mask_agg(rank: Column, words: int, when: Column | None = None) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    return [F.bit_or(w if when is None else F.when(when, w)) for w in one_hot(rank, words)]
+
+
+def correct_masks(nodes: DataFrame, words: int) -> DataFrame:
+    """(run_id) -> `correct_mask`, the run's correct nodes."""
+    from pyspark.sql import functions as F
+
+    parts = _mask_agg(F.col("rank"), words, F.col("correct"))
+    return (nodes.groupBy("run_id").agg(*[p.alias(f"w{i}") for i, p in enumerate(parts)])
+            .select("run_id", as_mask([F.col(f"w{i}") for i in range(words)])
+                    .alias("correct_mask")))
+
+
+def reference_nodes(context: DataFrame, nodes: DataFrame) -> DataFrame:
+    """(run_id, group) -> `ref_rank`: the node with the most deliveries (ties: node order).
+    Total order compares every node with it first; any choice is correct, one that
+    delivered everything is fastest."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    counts = (context.where(~F.col("is_view")).groupBy("run_id", "group", "node")
+              .agg(F.sum("deliveries").alias("deliveries")).where(F.col("deliveries") > 0))
+    ranked = join_on(counts, nodes.select("run_id", "node", "rank"),
+                     [("run_id", "run_id"), ("node", "node")])
+    best = Window.partitionBy("run_id", "group").orderBy(F.col("deliveries").desc(), "rank")
+    return (ranked.withColumn("pick", F.row_number().over(best)).where(F.col("pick") == 1)
+            .select("run_id", "group", F.col("rank").alias("ref_rank")))
+
+
+def row_context(context: DataFrame, nodes: DataFrame, words: int) -> DataFrame:
+    """(run_id, group, node, view_id) -> `rank`, `correct`, `is_ref`, `has_views` (the
+    group has view rows), `installed` (nodes with a view row for this view_id)."""
+    from pyspark.sql import functions as F
+
+    views = context.where(F.col("is_view"))
+    has_views = views.select("run_id", "group").distinct().withColumn("has_views", F.lit(True))
+    installers = join_on(views.where(F.col("view_id").isNotNull()),
+                         nodes.select("run_id", "node", "rank"),
+                         [("run_id", "run_id"), ("node", "node")])
+    parts = _mask_agg(F.col("rank"), words)
+    installed = (installers.groupBy("run_id", "group", "view_id")
+                 .agg(*[p.alias(f"w{i}") for i, p in enumerate(parts)])
+                 .select("run_id", "group", "view_id",
+                         as_mask([F.col(f"w{i}") for i in range(words)]).alias("installed")))
+    keys = context.select("run_id", "group", "node", "view_id").distinct()
+    with_node = join_on(keys, nodes, [("run_id", "run_id"), ("node", "node")])
+    with_views = join_on(with_node, has_views, [("run_id", "run_id"), ("group", "group")],
+                         "left")
+    with_installed = join_on(with_views, installed, [
+        ("run_id", "run_id"), ("group", "group"), ("view_id", "view_id")], "left",
+        null_safe=("group", "view_id"))
+    with_ref = join_on(with_installed, reference_nodes(context, nodes),
+                       [("run_id", "run_id"), ("group", "group")], "left")
+    return with_ref.select(
+        "run_id", "group", "node", "view_id", "rank", "correct",
+        F.coalesce(F.col("ref_rank") == F.col("rank"), F.lit(False)).alias("is_ref"),
+        F.coalesce(F.col("has_views"), F.lit(False)).alias("has_views"),
+        F.coalesce(F.col("installed"), zero_mask(words)).alias("installed"))
+
+
+# ---------------------------------------------------------------- per message
+
+
+def message_rows(events: DataFrame, context_rows: DataFrame) -> DataFrame:
+    """The send/deliver/opt_deliver rows (with origin and seq) and their row context,
+    hash-partitioned by message (shuffle 1)."""
+    from pyspark.sql import functions as F
+
+    rows = events.where(F.col("kind").isin(*_MESSAGE_KINDS) & F.col("origin").isNotNull()
+                        & F.col("seq").isNotNull()).select(
+        *MESSAGE_KEY, "node", "kind", "index", "t_ns", "view_id", "deps", "size")
+    joined = join_on(rows, F.broadcast(context_rows), [
+        ("run_id", "run_id"), ("group", "group"), ("node", "node"), ("view_id", "view_id")],
+        "inner", null_safe=("group", "view_id"))
+    return joined.repartition(_partitions(events), *_MESSAGE_PARTITIONING)
+
+
+def _is_delivery() -> Column:
+    from pyspark.sql import functions as F
+
+    return (F.col("kind") == "deliver") & F.col("index").isNotNull()
+
+
+def _is_own_send() -> Column:
+    from pyspark.sql import functions as F
+
+    return (F.col("kind") == "send") & (F.col("node") == F.col("origin"))
+
+
+_POSITION_BITS: Final = 40
+
+
+def _witness_code() -> Column:
+    """(rank, index) packed in one bigint so `min` picks node order, then position."""
+    from pyspark.sql import functions as F
+
+    return F.shiftleft(F.col("rank").cast("bigint"), _POSITION_BITS) + F.col("index")
+
+
+def witness_rank(code: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.shiftright(code, _POSITION_BITS).cast("int")
+
+
+def witness_index(code: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return code.bitwiseAND(F.lit((1 << _POSITION_BITS) - 1).cast("bigint"))
+
+
+def _one_view(where: Column) -> Column:
+    """All rows matching `where` have one and the same non-null view_id (or none match)."""
+    from pyspark.sql import functions as F
+
+    views = F.when(where, F.col("view_id"))
+    nulls = F.sum((where & F.col("view_id").isNull()).cast("int"))
+    return (nulls == 0) & F.coalesce(F.min(views) == F.max(views), F.lit(True))
+
+
+def message_table(rows: DataFrame, correct: DataFrame, words: int) -> DataFrame:
+    """One row per message, from one hash aggregation of `rows`:
+
+    - `sent` (its origin wrote a send row), `send_t_ns`, `size`, `origin_correct`,
+      `origin_delivered`, `deliveries` (deliver rows), `opt_deliveries`;
+    - `delivered` (nodes with a deliver row), `owed_by_correct` / `owed_by_any` (nodes
+      that installed the view of some delivery by a correct node / by any node),
+      `correct_mask` (the run's correct nodes), `has_views`;
+    - `ref_index`: its first position at the group's reference node;
+    - `low_correct` / `low_any`: the lowest (node order, position) delivery by a correct /
+      any node (decode with `witness_rank`, `witness_index`), and `one_view_correct` /
+      `one_view_any`: whether those deliveries all name one view.
+    """
+    from pyspark.sql import functions as F
+
+    delivery, send = _is_delivery(), _is_own_send()
+    installed = [F.col("installed")[i] for i in range(words)]
+    aggregates = [
+        F.max(send.cast("int")).alias("_sent"),
+        F.min(F.when(send, F.col("t_ns"))).alias("send_t_ns"),
+        F.max(F.when(send, F.col("size"))).alias("size"),
+        F.max(F.when(send, F.col("correct").cast("int"))).alias("_origin_correct"),
+        F.max((delivery & (F.col("node") == F.col("origin"))).cast("int"))
+        .alias("_origin_delivered"),
+        F.sum(delivery.cast("bigint")).alias("deliveries"),
+        F.sum((F.col("kind") == "opt_deliver").cast("bigint")).alias("opt_deliveries"),
+        F.max(F.col("has_views").cast("int")).alias("_has_views"),
+        F.min(F.when(delivery & F.col("is_ref"), F.col("index"))).alias("ref_index"),
+        # The lowest (rank, position) deliverer, correct or any, and whether the deliveries
+        # were all in one view: then it is the witness the agreement checks cite.
+        F.min(F.when(delivery & F.col("correct"), _witness_code())).alias("low_correct"),
+        F.min(F.when(delivery, _witness_code())).alias("low_any"),
+        _one_view(delivery & F.col("correct")).alias("one_view_correct"),
+        _one_view(delivery).alias("one_view_any"),
+        *[a.alias(f"d{i}") for i, a in enumerate(_mask_agg(F.col("rank"), words, delivery))],
+        *[F.bit_or(F.when(delivery & F.col("correct"), w)).alias(f"c{i}")
+          for i, w in enumerate(installed)],
+        *[F.bit_or(F.when(delivery, w)).alias(f"a{i}") for i, w in enumerate(installed)],
+    ]
+    per_message = rows.groupBy(*MESSAGE_KEY).agg(*aggregates)
+    shaped = per_message.select(
+        *MESSAGE_KEY,
+        (F.col("_sent") == 1).alias("sent"), "send_t_ns", "size",
+        (F.col("_origin_correct") == 1).alias("origin_correct"),
+        (F.col("_origin_delivered") == 1).alias("origin_delivered"),
+        "deliveries", "opt_deliveries", (F.col("_has_views") == 1).alias("has_views"),
+        "ref_index", "low_correct", "low_any", "one_view_correct", "one_view_any",
+        as_mask([F.col(f"d{i}") for i in range(words)]).alias("delivered"),
+        as_mask([F.col(f"c{i}") for i in range(words)]).alias("owed_by_correct"),
+        as_mask([F.col(f"a{i}") for i in range(words)]).alias("owed_by_any"))
+    return join_on(shaped, F.broadcast(correct), [("run_id", "run_id")], "left").withColumn(
+        "correct_mask", F.coalesce(F.col("correct_mask"), zero_mask(words)))
+
+
+def merged_deps(rows: DataFrame) -> DataFrame:
+    """One row per sent message with deps: `deps`, its send rows' maps merged to the
+    largest bound per origin (only causal checking needs it; it is the one aggregation
+    here that collects, one small map per send row)."""
+    from pyspark.sql import functions as F
+
+    sends = rows.where(_is_own_send() & F.col("deps").isNotNull())
+    collected = sends.groupBy(*MESSAGE_KEY).agg(F.collect_list("deps").alias("maps"))
+    empty = F.create_map().cast("map<string,bigint>")
+    merged = F.aggregate(F.col("maps"), empty, lambda acc, m: F.map_zip_with(
+        acc, m, lambda _k, a, b: F.greatest(a, b)))
+    return collected.select(*MESSAGE_KEY, F.when(F.size("maps") == 1, F.col("maps")[0])
+                            .otherwise(merged).alias("deps"))
+
+
+# ---------------------------------------------------------------- per delivery
+
+
+def delivery_table(
+    rows: DataFrame,
+    messages: DataFrame,
+    deps: DataFrame | None = None,
+) -> DataFrame:
+    """One row per deliver row: message key, `node`, `rank`, `index`, `t_ns`; from its
+    message `sent` and `ref_index` (and `deps` when given); hash-partitioned by
+    (run_id, node) (shuffle 2);
+    and from one window over its stream (node, group, origin) in position order:
+    `prev_seq`, `prev_index` (the stream's previous delivery) and `max_before` (highest
+    seq delivered earlier in the stream)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    dels = rows.where(_is_delivery()).select(*MESSAGE_KEY, "node", "rank", "index", "t_ns")
+    facts = messages.select(*MESSAGE_KEY, "sent", "ref_index")
+    key_pairs = [(k, k) for k in MESSAGE_KEY]
+    # Both sides are partitioned by message already: a hash join, no shuffle, no sort.
+    joined = join_on(dels, facts.hint("shuffle_hash"), key_pairs, "left")
+    if deps is not None:
+        joined = join_on(joined, deps.hint("shuffle_hash"), key_pairs, "left")
+    by_node = joined.repartition(_partitions(rows), "run_id", "node")
+    stream = Window.partitionBy(*STREAM_KEY).orderBy("index", "t_ns")
+    before = stream.rowsBetween(Window.unboundedPreceding, -1)
+    return by_node.select(
+        "*",
+        F.lag("seq").over(stream).alias("prev_seq"),
+        F.lag("index").over(stream).alias("prev_index"),
+        F.max("seq").over(before).alias("max_before"))
+
+
+def irregular_streams(deliveries: DataFrame) -> DataFrame:
+    """(run_id, node, group, origin) of the streams where some delivery's seq is not above
+    every seq delivered before it in the stream (a repeat or a late one): the only
+    streams whose first deliveries need a second look."""
+    from pyspark.sql import functions as F
+
+    return (deliveries.where(F.col("seq") <= F.col("max_before"))
+            .select(*STREAM_KEY).distinct())
+
+
+def irregular_rows(deliveries: DataFrame, irregular: DataFrame) -> DataFrame:
+    """The deliveries of irregular streams, each with `first` (the node's first delivery
+    of that seq), `copies` (how many times the node delivered it), `positions` (all its
+    positions, ascending) and `below` (the next lower seq the node delivered from the
+    origin), from a window over the stream in seq order."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rows = join_on(deliveries, F.broadcast(irregular), [(k, k) for k in STREAM_KEY],
+                   "left_semi")
+    by_seq = Window.partitionBy(*STREAM_KEY).orderBy("seq", "index", "t_ns")
+    same_seq = Window.partitionBy(*STREAM_KEY, "seq")
+    previous = F.lag("seq").over(by_seq)
+    first = previous.isNull() | (previous != F.col("seq"))
+    flagged = rows.select("*", first.alias("first"), previous.alias("_previous"),
+                          F.count("*").over(same_seq).alias("copies"),
+                          F.array_sort(F.collect_list("index").over(same_seq))
+                          .alias("positions"))
+    return flagged.withColumn("below", F.when(F.col("first"), F.col("_previous"))).drop(
+        "_previous")
+
+
+def first_copies(deliveries: DataFrame, irregular: DataFrame) -> DataFrame:
+    """The node's first delivery of each message (docs/checks.md positions for total and
+    causal order): every row of a regular stream, the flagged ones of irregular streams."""
+    from pyspark.sql import functions as F
+
+    flags = irregular_rows(deliveries, irregular).select(
+        *_DELIVERY_ID, F.col("first").alias("_first"))
+    # Same partitioning on both sides (by run_id, node): a hash join without a shuffle.
+    joined = join_on(deliveries, flags.hint("shuffle_hash"), [(k, k) for k in _DELIVERY_ID],
+                     "left")
+    return joined.where(F.coalesce(F.col("_first"), F.lit(True))).drop("_first")
+
+
+# ---------------------------------------------------------------- the bundle
+
+
+@dataclass(frozen=True, slots=True)
+class TraceTables:
+    """Everything the checks read, derived from one events frame: lazily by
+    `derive_tables`, computed and cached by `materialize_tables`."""
+
+    events: DataFrame
+    words: int
+    nodes: DataFrame
+    rows: DataFrame
+    messages: DataFrame
+    deliveries: DataFrame
+    irregular: DataFrame
+
+    @property
+    def first(self) -> DataFrame:
+        return first_copies(self.deliveries, self.irregular)
+
+    def only(self, run_ids: Sequence[str] | None) -> TraceTables:
+        """The same tables restricted to some runs."""
+        if run_ids is None:
+            return self
+        return replace(
+            self, events=restrict(self.events, run_ids), rows=restrict(self.rows, run_ids),
+            messages=restrict(self.messages, run_ids),
+            deliveries=restrict(self.deliveries, run_ids),
+            irregular=restrict(self.irregular, run_ids))
+
+
+def derive_tables(
+    events: DataFrame,
+    *,
+    with_deps: bool = True,
+    context: DataFrame | None = None,
+) -> TraceTables:
+    """All the tables of one events frame, lazily. The node-set width is computed from
+    the context (a tiny action); `with_deps=False` leaves the merged deps out of
+    `deliveries` (only the causal check reads them)."""
+    context = context_table(events) if context is None else context
+    nodes = node_table(context)
+    width = word_count(nodes)
+    rows = message_rows(events, row_context(context, nodes, width))
+    messages = message_table(rows, correct_masks(nodes, width), width)
+    deliveries = delivery_table(rows, messages, merged_deps(rows) if with_deps else None)
+    return TraceTables(events=events, words=width, nodes=nodes, rows=rows, messages=messages,
+                       deliveries=deliveries, irregular=irregular_streams(deliveries))
+
+
+def materialize_tables(events: DataFrame, *, with_deps: bool = True) -> TraceTables:
+    """`derive_tables`, computed now: the one function here that runs jobs.
+
+    The small tables are checkpointed (their derivations are long chains of tiny
+    shuffles that every later plan would otherwise carry and re-analyse); the message
+    rows, message table and delivery table are cached in Spark's columnar cache (memory,
+    then disk), which keeps their partitioning, so the checks neither re-shuffle them nor
+    read more columns than they use. Call `release` on the result when done.
+    """
+    from pyspark import StorageLevel
+
+    level = StorageLevel.MEMORY_AND_DISK
+    context = context_table(events).localCheckpoint(storageLevel=level)
+    nodes = node_table(context).localCheckpoint(storageLevel=level)
+    width = word_count(nodes)
+    context_rows = row_context(context, nodes, width).localCheckpoint(storageLevel=level)
+    correct = correct_masks(nodes, width).localCheckpoint(storageLevel=level)
+    # One job computes all three: the message rows are scanned and shuffled once, and the
+    # message and delivery tables are built from the cached, message-partitioned rows.
+    rows = message_rows(events, context_rows).persist(level)
+    messages = message_table(rows, correct, width).persist(level)
+    deliveries = delivery_table(rows, messages, merged_deps(rows) if with_deps else None
+                                ).persist(level)
+    deliveries.count()
+    irregular = irregular_streams(deliveries).localCheckpoint(storageLevel=level)
+    return TraceTables(events=events, words=width, nodes=nodes, rows=rows, messages=messages,
+                       deliveries=deliveries, irregular=irregular)
+
+
+def release(tables: TraceTables) -> None:
+    """Drop the cached tables of `materialize_tables`."""
+    for frame in (tables.deliveries, tables.messages, tables.rows):
+        frame.unpersist()

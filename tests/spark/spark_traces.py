@@ -1,0 +1,245 @@
+"""Hand-written traces for the Spark tests: one run per situation, each either clean or
+with a violation planted on purpose, and the counterexample the checker must cite.
+
+Every run claims every guarantee, so every check looks at every run; the in-memory
+checker (abcast.testing) gives the expected count of every other code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from abcast.testing import TraceBuilder
+from abcast.trace.rows import EventRow, RunInfo
+from abcast.trace.schema import GUARANTEES
+from abcast.trace.writer import write_run
+
+ALL = tuple(GUARANTEES)
+
+
+@dataclass(frozen=True, slots=True)
+class Planted:
+    """One violation the checker must report: its code, and the counterexample."""
+
+    code: str
+    nodes: tuple[str, ...]
+    messages: tuple[str, ...]
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    run_id: str
+    rows: list[EventRow]
+    info: RunInfo
+    #: code -> how many units the run has (codes not named: none)
+    counts: dict[str, int]
+    planted: tuple[Planted, ...] = ()
+
+
+def _clean() -> Scenario:
+    b = TraceBuilder("clean")
+    ms = [b.send("n1"), b.send("n2"), b.send("n1"), b.send("n3")]
+    for node in ("n1", "n2", "n3"):  # optimistic deliveries, each before its final one
+        b.opt_deliver(node, "n1", 1)
+    b.deliver_all(["n1", "n2", "n3"], ms)
+    return Scenario("clean", b.rows(), b.run_info(ALL), {})
+
+
+def _crashed_prefix() -> Scenario:
+    b = TraceBuilder("crashed-prefix")
+    ms = [b.send("n1"), b.send("n2"), b.send("n1"), b.send("n2"), b.send("n1")]
+    b.deliver_all(["n1", "n2"], ms)
+    for m in ms[:3]:
+        b.deliver("n3", m[1], m[2])
+    b.crash("n3")
+    return Scenario("crashed-prefix", b.rows(), b.run_info(ALL), {})
+
+
+def _joiner() -> Scenario:
+    b = TraceBuilder("joiner")
+    for node in ("n1", "n2"):
+        b.view(node, 1, ["n1", "n2"])
+    early = [b.send("n1"), b.send("n2")]
+    b.deliver_all(["n1", "n2"], early)
+    for node in ("n1", "n2", "n3"):
+        b.view(node, 2, ["n1", "n2", "n3"])
+    late = [b.send("n1"), b.send("n3"), b.send("n2")]
+    b.deliver_all(["n1", "n2", "n3"], late)
+    return Scenario("joiner", b.rows(), b.run_info(ALL), {})
+
+
+def _duplicate() -> Scenario:
+    b = TraceBuilder("duplicate")
+    ms = [b.send("n1"), b.send("n1")]
+    b.deliver_all(["n1", "n2", "n3"], ms)
+    b.deliver("n2", "n1", 1)  # again, at position 3
+    return Scenario("duplicate", b.rows(), b.run_info(ALL),
+                    {"INTEGRITY_DUPLICATE": 1, "FIFO_ORDER": 1},
+                    (Planted("INTEGRITY_DUPLICATE", ("n2",), ("g/n1:1",), (1, 3)),
+                     Planted("FIFO_ORDER", ("n2",), ("g/n1:2", "g/n1:1"), (2, 3))))
+
+
+def _unknown() -> Scenario:
+    b = TraceBuilder("unknown")
+    a = b.send("n1")
+    b.deliver_all(["n1", "n2", "n3"], [a])
+    b.deliver("n2", "n9", 1)  # n9 never sent anything
+    return Scenario("unknown", b.rows(), b.run_info(ALL),
+                    {"INTEGRITY_UNKNOWN": 1, "AGREEMENT": 2},
+                    (Planted("INTEGRITY_UNKNOWN", ("n2",), ("g/n9:1",), (2,)),
+                     Planted("AGREEMENT", ("n1", "n2"), ("g/n9:1",), (2,))))
+
+
+def _validity() -> Scenario:
+    b = TraceBuilder("validity")
+    a = b.send("n1")
+    b.send("n1")  # nobody, not even n1, delivers it
+    b.deliver_all(["n1", "n2", "n3"], [a])
+    return Scenario("validity", b.rows(), b.run_info(ALL), {"VALIDITY": 1},
+                    (Planted("VALIDITY", ("n1",), ("g/n1:2",), ()),))
+
+
+def _agreement() -> Scenario:
+    b = TraceBuilder("agreement")
+    a, m = b.send("n1"), b.send("n1")
+    b.deliver_all(["n1", "n2", "n3"], [a])
+    b.deliver_all(["n1", "n2"], [m])
+    return Scenario("agreement", b.rows(), b.run_info(ALL), {"AGREEMENT": 1},
+                    (Planted("AGREEMENT", ("n3", "n1"), ("g/n1:2",), (2,)),))
+
+
+def _uniform() -> Scenario:
+    b = TraceBuilder("uniform")
+    a = b.send("n1")
+    b.deliver_all(["n1", "n2", "n3"], [a])
+    b.send("n1")
+    b.deliver("n1", "n1", 2)
+    b.crash("n1")
+    return Scenario("uniform", b.rows(), b.run_info(ALL), {"UNIFORM_AGREEMENT": 2},
+                    (Planted("UNIFORM_AGREEMENT", ("n2", "n1"), ("g/n1:2",), (2,)),
+                     Planted("UNIFORM_AGREEMENT", ("n3", "n1"), ("g/n1:2",), (2,))))
+
+
+def _fifo() -> Scenario:
+    b = TraceBuilder("fifo")
+    ms = [b.send("n1"), b.send("n1"), b.send("n1")]
+    b.deliver_all(["n1"], ms)
+    for seq in (2, 1, 3):
+        b.deliver("n2", "n1", seq)
+    for seq in (1, 3):
+        b.deliver("n3", "n1", seq)
+    return Scenario("fifo", b.rows(), b.run_info(ALL),
+                    {"FIFO_ORDER": 2, "AGREEMENT": 1, "TOTAL_ORDER": 1, "CAUSAL_ORDER": 2},
+                    (Planted("FIFO_ORDER", ("n2",), ("g/n1:2", "g/n1:1"), (1, 2)),
+                     Planted("FIFO_ORDER", ("n3",), ("g/n1:2",), ())))
+
+
+def _causal() -> Scenario:
+    b = TraceBuilder("causal")
+    a = b.send("n1")
+    b.deliver_all(["n1", "n2"], [a])
+    m = b.send("n2", deps={"n1": 1})
+    b.deliver_all(["n1", "n2", "n3"], [m])
+    b.deliver("n3", "n1", 1)
+    return Scenario("causal", b.rows(), b.run_info(ALL), {"CAUSAL_ORDER": 1, "TOTAL_ORDER": 2},
+                    (Planted("CAUSAL_ORDER", ("n3",), ("g/n2:1", "g/n1:1"), (1, 2)),))
+
+
+def _total() -> Scenario:
+    b = TraceBuilder("total")
+    a, m = b.send("n1"), b.send("n2")
+    b.deliver_all(["n1", "n3"], [a, m])
+    b.deliver_all(["n2"], [m, a])
+    return Scenario("total", b.rows(), b.run_info(ALL), {"TOTAL_ORDER": 2},
+                    (Planted("TOTAL_ORDER", ("n1", "n2"), ("g/n1:1", "g/n2:1"), (1, 2, 2, 1)),
+                     Planted("TOTAL_ORDER", ("n2", "n3"), ("g/n2:1", "g/n1:1"), (1, 2, 2, 1))))
+
+
+def _natural_order() -> Scenario:
+    """p < q is node order: n2 before n10 (string order would swap them and count 1)."""
+    b = TraceBuilder("natural-order")
+    a, c = b.send("n2"), b.send("n10")
+    bb, d = b.send("n2"), b.send("n10")
+    b.deliver_all(["n2"], [a, bb, c, d])
+    b.deliver_all(["n10"], [bb, d, a, c])
+    return Scenario("natural-order", b.rows(), b.run_info(ALL),
+                    {"TOTAL_ORDER": 2, "FIFO_ORDER": 2, "CAUSAL_ORDER": 2},
+                    (Planted("TOTAL_ORDER", ("n2", "n10"), ("g/n2:1", "g/n2:2"), (1, 2, 3, 1)),
+                     Planted("TOTAL_ORDER", ("n2", "n10"), ("g/n10:1", "g/n10:2"),
+                             (3, 4, 4, 2))))
+
+
+def _local_order() -> Scenario:
+    b = TraceBuilder("local-order")
+    a = b.send("n1")
+    b.opt_deliver("n1", "n1", 1)
+    b.deliver_all(["n1", "n2", "n3"], [a])
+    b.opt_deliver("n2", "n1", 1)  # after n2's final delivery
+    b.opt_deliver("n3", "n1", 1)
+    return Scenario("local-order", b.rows(), b.run_info(ALL), {"LOCAL_ORDER": 2},
+                    (Planted("LOCAL_ORDER", ("n2",), ("g/n1:1",), (1, 1)),
+                     Planted("LOCAL_ORDER", ("n3",), ("g/n1:1",), (1, 1))))
+
+
+def _views_witness() -> Scenario:
+    """n3 is owed m through n2's delivery (view 2), not n1's (view 1, without n3)."""
+    b = TraceBuilder("views-witness")
+    for node in ("n1", "n2"):
+        b.view(node, 1, ["n1", "n2"])
+    m = b.send("n1")
+    b.deliver("n1", *m[1:])
+    for node in ("n2", "n3"):
+        b.view(node, 2, ["n2", "n3"])
+    b.deliver("n2", *m[1:])
+    return Scenario("views-witness", b.rows(), b.run_info(ALL), {"AGREEMENT": 1},
+                    (Planted("AGREEMENT", ("n3", "n2"), ("g/n1:1",), (1,)),))
+
+
+def _null_group() -> Scenario:
+    b = TraceBuilder("null-group", group=None)  # type: ignore[arg-type]
+    a, m = b.send("n1"), b.send("n2")
+    b.deliver_all(["n1"], [a, m])
+    b.deliver_all(["n2"], [m, a])
+    return Scenario("null-group", b.rows(), b.run_info(ALL), {"TOTAL_ORDER": 1},
+                    (Planted("TOTAL_ORDER", ("n1", "n2"), ("n1:1", "n2:1"), (1, 2, 2, 1)),))
+
+
+def _two_groups() -> Scenario:
+    """Orders across groups are not compared: each group's order is consistent."""
+    b = TraceBuilder("two-groups")
+    a, m = b.send("n1", group="g1"), b.send("n1", group="g2")
+    b.deliver_all(["n1"], [a, m])
+    b.deliver_all(["n2"], [m, a])
+    return Scenario("two-groups", b.rows(), b.run_info(ALL), {})
+
+
+def _wide() -> Scenario:
+    """70 nodes: node sets span two 64-bit words; n70 (rank 69) misses a message."""
+    b = TraceBuilder("wide")
+    nodes = [f"n{i}" for i in range(1, 71)]
+    m = b.send("n1")
+    b.deliver_all(nodes[:-1], [m])
+    # n70 has a row (so it is a node of the run) but no delivery
+    b.recorder.record("n70", "net_recv", 10**9, peer="n1", size=64)
+    return Scenario("wide", b.rows(), b.run_info(ALL), {"AGREEMENT": 1},
+                    (Planted("AGREEMENT", ("n70", "n1"), ("g/n1:1",), (1,)),))
+
+
+SCENARIOS: tuple[Callable[[], Scenario], ...] = (
+    _clean, _crashed_prefix, _joiner, _duplicate, _unknown, _validity, _agreement, _uniform,
+    _fifo, _causal, _total, _natural_order, _local_order, _views_witness, _null_group,
+    _two_groups, _wide,
+)
+
+
+def build_scenarios() -> list[Scenario]:
+    return [make() for make in SCENARIOS]
+
+
+def write_scenarios(out: Path, scenarios: list[Scenario]) -> Path:
+    for s in scenarios:
+        write_run(out, s.rows, s.info)
+    return out

@@ -1,0 +1,113 @@
+"""The Spark checker and the in-memory checker (abcast.testing) implement the same
+definitions (docs/checks.md): on the same traces they must report the same number of
+violations per code per run.
+
+The traces: the hand-written scenarios (clean and planted), seeded random mutations of a
+clean total-order run (dropped, duplicated, swapped and foreign deliveries, crashes,
+causal deps), and small simulated runs (a crash, a joiner, causal order).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from spark_traces import ALL, build_scenarios
+
+from abcast.pipeline.checks import CODES
+from abcast.pipeline.io import read_trace
+from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
+from abcast.pipeline.tables import materialize_tables
+from abcast.sim import SimConfig, run_simulation
+from abcast.testing import TraceBuilder, check_traces, count_by_code
+from abcast.trace.rows import EventRow, RunInfo
+from abcast.trace.writer import read_traces, write_run
+
+pytestmark = pytest.mark.spark
+
+
+def _mutated(seed: int) -> tuple[list[EventRow], RunInfo]:
+    """A total-order run of 4 nodes, then a few random faults planted by seed."""
+    rng = random.Random(seed)
+    b = TraceBuilder(f"mutated-{seed}")
+    nodes = ["n1", "n2", "n3", "n10"]
+    delivered: dict[str, int] = {}
+    order: list[tuple[str | None, str, int]] = []
+    for _ in range(12):
+        origin = rng.choice(nodes)
+        deps = {o: k for o, k in delivered.items() if o != origin and rng.random() < 0.7}
+        order.append(b.send(origin, deps=deps or None))
+        delivered[origin] = delivered.get(origin, 0) + 1
+    crashed = rng.choice([None, "n3"])
+    for node in nodes:
+        mine = list(order)
+        if rng.random() < 0.5:  # drop one
+            mine.pop(rng.randrange(len(mine)))
+        if rng.random() < 0.5:  # swap a neighbour pair
+            i = rng.randrange(len(mine) - 1)
+            mine[i], mine[i + 1] = mine[i + 1], mine[i]
+        if rng.random() < 0.3:  # deliver one twice
+            mine.append(rng.choice(mine))
+        if rng.random() < 0.2:  # deliver a message nobody sent
+            mine.insert(rng.randrange(len(mine)), ("g", "n7", rng.randint(1, 3)))
+        if node == crashed:
+            mine = mine[: rng.randrange(len(mine))]
+        if rng.random() < 0.3:  # an optimistic delivery, perhaps too late
+            b.opt_deliver(node, *order[0][1:])
+        for _group, origin, seq in mine:
+            b.deliver(node, origin, seq)
+        if rng.random() < 0.3:
+            b.opt_deliver(node, *order[1][1:])
+        if node == crashed:
+            b.crash(node)
+    return b.rows(), b.run_info(ALL)
+
+
+def _simulated() -> list[tuple[list[EventRow], RunInfo]]:
+    configs = [
+        SimConfig("sequencer", 3, 12, seed=1, faults="crash=n3@4ms"),
+        SimConfig("matrix", 3, 8, seed=2, faults="join=n4@2ms"),
+        SimConfig("causal", 4, 12, seed=3, faults="drop=0.1"),
+        SimConfig("chandra-toueg", 3, 8, seed=4, faults="crash=n2@3ms"),
+    ]
+    out = []
+    for config in configs:
+        result = run_simulation(config)
+        info = result.run_info()
+        # Claim everything: both checkers must also agree on what the ordering does not
+        # promise (and so may well violate).
+        everything = RunInfo(**{**{f: getattr(info, f) for f in info.__slots__},
+                                "guarantees": ALL})
+        out.append((result.recorder.rows(), everything))
+    return out
+
+
+@pytest.fixture(scope="module")
+def trace_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("agree")
+    for scenario in build_scenarios():
+        write_run(out, scenario.rows, scenario.info)
+    for seed in range(6):
+        write_run(out, *_mutated(seed))
+    for rows, info in _simulated():
+        write_run(out, rows, info)
+    return out
+
+
+def test_spark_and_memory_count_the_same_per_code_per_run(spark: object,
+                                                          trace_dir: Path) -> None:
+    runs, events = read_traces(trace_dir)
+    memory = {run_id: count_by_code(found, CODES)
+              for run_id, found in check_traces(runs, events).items()}
+    assert sum(sum(c.values()) for c in memory.values()) > 20  # violations to agree on
+
+    trace = read_trace(spark, str(trace_dir))  # type: ignore[arg-type]
+    claims = [RunClaim(r.run_id, r.ordering, r.nodes, r.guarantees) for r in runs]
+    verdict = summarize(find_violations(materialize_tables(trace.events),
+                                        runs_by_code(claims)))
+    by_spark = {r.run_id: {code: verdict.counts.get((r.run_id, code), 0) for code in CODES}
+                for r in runs}
+    mismatches = {run: (memory[run], by_spark[run]) for run in memory
+                  if memory[run] != by_spark[run]}
+    assert not mismatches

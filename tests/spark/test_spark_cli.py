@@ -1,0 +1,160 @@
+"""`abcast check` and `abcast report` as commands: exit codes, the JSON line, refusals of
+directories that are not traces (one clear line naming the file or column, no
+traceback), and the report's tables and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from spark_traces import build_scenarios, write_scenarios
+
+from abcast.pipeline.commands import check, report
+from abcast.sim import SimConfig, run_simulation
+from abcast.testing import TraceBuilder
+from abcast.trace.writer import write_run
+
+pytestmark = pytest.mark.spark
+
+
+def _clean_dir(out: Path) -> Path:
+    b = TraceBuilder("clean-run")
+    ms = [b.send("n1"), b.send("n2")]
+    b.deliver_all(["n1", "n2", "n3"], ms)
+    write_run(out, b.rows(), b.run_info(["integrity", "validity", "agreement", "fifo",
+                                         "total"]))
+    return out
+
+
+def _refusal(args: list[str]) -> str:
+    result = CliRunner().invoke(check, args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1
+    return lines[0]
+
+
+# ---------------------------------------------------------------- refusals (no Spark)
+
+
+def test_missing_dir_exits_2(tmp_path: Path) -> None:
+    line = _refusal([str(tmp_path / "nowhere")])
+    assert "not found" in line and "nowhere" in line
+
+
+def test_empty_dir_exits_2_naming_the_missing_part(tmp_path: Path) -> None:
+    assert "events" in _refusal([str(tmp_path)])
+
+
+def test_missing_runs_file_exits_2(tmp_path: Path) -> None:
+    _clean_dir(tmp_path)
+    (tmp_path / "runs.parquet").unlink()
+    assert "runs.parquet" in _refusal([str(tmp_path)])
+
+
+def test_non_parquet_event_file_exits_2_naming_it(tmp_path: Path) -> None:
+    _clean_dir(tmp_path)
+    (tmp_path / "events" / "clean-run" / "n1.parquet").write_text("run_id,node\nr,n1\n")
+    line = _refusal([str(tmp_path)])
+    assert "n1.parquet" in line and "not a Parquet file" in line
+
+
+def test_missing_column_exits_2_naming_it(tmp_path: Path) -> None:
+    _clean_dir(tmp_path)
+    path = tmp_path / "events" / "clean-run" / "n2.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["view_id"]), path)
+    line = _refusal([str(tmp_path), "--json"])
+    assert "n2.parquet" in line and "'view_id'" in line
+
+
+def test_report_refuses_like_check(tmp_path: Path) -> None:
+    result = CliRunner().invoke(report, [str(tmp_path / "nowhere"), "--out",
+                                         str(tmp_path / "r")])
+    assert result.exit_code == 2 and "not found" in result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_runs_file_missing_a_column_exits_2(tmp_path: Path) -> None:
+    _clean_dir(tmp_path)
+    runs = pq.read_table(tmp_path / "runs.parquet")
+    pq.write_table(pa.table({"run_id": runs.column("run_id")}), tmp_path / "runs.parquet")
+    line = _refusal([str(tmp_path)])
+    assert "runs.parquet" in line and "missing column" in line
+
+
+# ---------------------------------------------------------------- checks (Spark)
+
+
+def test_check_clean_dir_exits_0(spark: object, tmp_path: Path) -> None:
+    result = CliRunner().invoke(check, [str(_clean_dir(tmp_path)), "--json"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1  # with --json, stdout is the JSON line alone
+    summary = json.loads(lines[0])
+    assert summary["runs"] == 1 and summary["events"] > 0
+    assert set(summary["violations"].values()) == {0} and summary["examples"] == []
+
+
+def test_check_planted_dir_exits_1_with_counts_and_examples(spark: object,
+                                                            tmp_path: Path) -> None:
+    scenarios = [s for s in build_scenarios() if s.run_id in ("total", "agreement", "clean")]
+    out = write_scenarios(tmp_path, scenarios)
+    result = CliRunner().invoke(check, [str(out), "--json"])
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["runs"] == 3
+    assert summary["events"] == sum(len(s.rows) for s in scenarios)
+    assert summary["violations"]["TOTAL_ORDER"] == 2
+    assert summary["violations"]["AGREEMENT"] == 1
+    assert sum(summary["violations"].values()) == 3
+    example = next(e for e in summary["examples"] if e["code"] == "AGREEMENT")
+    assert example == {"run": "agreement", "code": "AGREEMENT", "nodes": ["n3", "n1"],
+                       "messages": ["g/n1:2"], "positions": [2],
+                       "detail": example["detail"]}
+    assert "TOTAL_ORDER" in result.stderr and "run total" in result.stderr  # the tables
+
+
+# ---------------------------------------------------------------- report (Spark)
+
+
+def test_report_writes_tables_and_plots(spark: object, tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    for nodes in (3, 4):
+        for payload in (16, 512):
+            run = run_simulation(SimConfig("sequencer", nodes, 6, seed=nodes, payload=payload,
+                                           net_trace=True))
+            run.write(traces)
+    b = TraceBuilder("optimistic")
+    m = b.send("n1")
+    b.opt_deliver("n1", "n1", 1)
+    b.opt_deliver("n2", "n1", 1)
+    b.deliver_all(["n1", "n2"], [m])
+    write_run(traces, b.rows(), b.run_info(["integrity"], ordering="optimistic"))
+    out = tmp_path / "report"
+    result = CliRunner().invoke(report, [str(traces), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page = (out / "report.md").read_text()
+    for heading in ("## Runs", "## By configuration", "## Optimistic delivery",
+                    "## Fitted latency model"):
+        assert heading in page
+    assert "| sequencer | sim | 4 | 512 | 1 |" in page  # a configuration row
+    assert "| optimistic | 2 | 100.0% |" in page  # accuracy: both positions match
+    fit = next(line for line in page.splitlines() if line.startswith("| sequencer | 4 |"))
+    assert "—" not in fit.split("|")[3]  # a slope: two group sizes
+    for name in ("latency_vs_nodes.png", "latency_vs_payload.png", "throughput_vs_nodes.png"):
+        png = out / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
+        assert f"]({name})" in page
+
+
+def test_report_skips_plots_of_a_single_point(spark: object, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = CliRunner().invoke(report, [str(_clean_dir(tmp_path / "t")), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page = (out / "report.md").read_text()
+    assert "skipped" in page and not list(out.glob("*.png"))
