@@ -386,14 +386,10 @@ def node(
 def _register_commands() -> None:
     """Commands that live beside their subject; their heavy imports (Spark) stay lazy."""
     from abcast.apps.bank import demo
+    from abcast.pipeline.commands import check, report
 
-    cli.add_command(demo)
-    try:
-        from abcast.pipeline.commands import check, report
-    except ImportError:  # the pipeline package is optional at import time
-        return
-    cli.add_command(check)
-    cli.add_command(report)
+    for command in (demo, check, report):
+        cli.add_command(command)
 
 
 _register_commands()
