@@ -14,36 +14,27 @@ delivered it, however many copies there were, without collecting a list.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Final
 
-from abcast.trace.schema import GUARANTEES
+from abcast.trace.schema import (
+    AGREEMENT,
+    CAUSAL_ORDER,
+    CODES,
+    FIFO_ORDER,
+    GUARANTEE_CODES,
+    GUARANTEES,
+    INTEGRITY_DUPLICATE,
+    INTEGRITY_UNKNOWN,
+    LOCAL_ORDER,
+    TOTAL_ORDER,
+    UNIFORM_AGREEMENT,
+    VALIDITY,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-
-INTEGRITY_DUPLICATE: Final = "INTEGRITY_DUPLICATE"
-INTEGRITY_UNKNOWN: Final = "INTEGRITY_UNKNOWN"
-VALIDITY: Final = "VALIDITY"
-AGREEMENT: Final = "AGREEMENT"
-UNIFORM_AGREEMENT: Final = "UNIFORM_AGREEMENT"
-FIFO_ORDER: Final = "FIFO_ORDER"
-CAUSAL_ORDER: Final = "CAUSAL_ORDER"
-TOTAL_ORDER: Final = "TOTAL_ORDER"
-LOCAL_ORDER: Final = "LOCAL_ORDER"
-
-GUARANTEE_CODES: Final[Mapping[str, tuple[str, ...]]] = {
-    "integrity": (INTEGRITY_DUPLICATE, INTEGRITY_UNKNOWN),
-    "validity": (VALIDITY,),
-    "agreement": (AGREEMENT,),
-    "uniform_agreement": (UNIFORM_AGREEMENT,),
-    "fifo": (FIFO_ORDER,),
-    "causal": (CAUSAL_ORDER,),
-    "total": (TOTAL_ORDER,),
-    "local_order": (LOCAL_ORDER,),
-}
-CODES: Final = tuple(code for g in GUARANTEES for code in GUARANTEE_CODES[g])
 
 VIOLATION_DDL: Final = (
     "run_id string, code string, nodes array<string>, messages array<string>, "
@@ -53,6 +44,21 @@ VIOLATION_COLUMNS: Final = ("run_id", "code", "nodes", "messages", "positions", 
 MESSAGE_KEY: Final = ("run_id", "group", "origin", "seq")
 STREAM_KEY: Final = ("run_id", "node", "group", "origin")
 WORD_BITS: Final = 64
+
+#: the codes are defined in abcast.trace.schema; callers import them from here too
+__all__ = [
+    "AGREEMENT",
+    "CAUSAL_ORDER",
+    "CODES",
+    "FIFO_ORDER",
+    "GUARANTEE_CODES",
+    "INTEGRITY_DUPLICATE",
+    "INTEGRITY_UNKNOWN",
+    "LOCAL_ORDER",
+    "TOTAL_ORDER",
+    "UNIFORM_AGREEMENT",
+    "VALIDITY",
+]
 
 
 def codes_for(guarantees: Sequence[str]) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ and adds one row to `<out>/runs.parquet`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import pyarrow as pa
@@ -19,6 +20,30 @@ GUARANTEES: Final = (
     "integrity", "validity", "agreement", "uniform_agreement", "fifo", "causal", "total",
     "local_order",
 )
+
+# The violation codes each guarantee is checked by (docs/checks.md); both checkers, the
+# in-memory one and Spark, report exactly these.
+INTEGRITY_DUPLICATE: Final = "INTEGRITY_DUPLICATE"
+INTEGRITY_UNKNOWN: Final = "INTEGRITY_UNKNOWN"
+VALIDITY: Final = "VALIDITY"
+AGREEMENT: Final = "AGREEMENT"
+UNIFORM_AGREEMENT: Final = "UNIFORM_AGREEMENT"
+FIFO_ORDER: Final = "FIFO_ORDER"
+CAUSAL_ORDER: Final = "CAUSAL_ORDER"
+TOTAL_ORDER: Final = "TOTAL_ORDER"
+LOCAL_ORDER: Final = "LOCAL_ORDER"
+
+GUARANTEE_CODES: Final[Mapping[str, tuple[str, ...]]] = {
+    "integrity": (INTEGRITY_DUPLICATE, INTEGRITY_UNKNOWN),
+    "validity": (VALIDITY,),
+    "agreement": (AGREEMENT,),
+    "uniform_agreement": (UNIFORM_AGREEMENT,),
+    "fifo": (FIFO_ORDER,),
+    "causal": (CAUSAL_ORDER,),
+    "total": (TOTAL_ORDER,),
+    "local_order": (LOCAL_ORDER,),
+}
+CODES: Final = tuple(code for g in GUARANTEES for code in GUARANTEE_CODES[g])
 
 EVENT_SCHEMA: Final = pa.schema([
     pa.field("run_id", pa.string(), nullable=False),
