@@ -87,12 +87,14 @@ class SimCluster:
     def __init__(
         self, scheduler: Scheduler, network: Network, recorder: TraceRecorder,
         *, net_trace: bool = False, on_deliver: DeliverHook | None = None,
+        on_stop: Callable[[NodeId], None] | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.network = network
         self.recorder = recorder
         self.net_trace = net_trace
         self.on_deliver = on_deliver
+        self.on_stop = on_stop  # a node crashed, was excluded, or left
         self.nodes: dict[NodeId, SimNode] = {}
         self._timer_tokens = 0
         self.protocol_packets = 0
@@ -147,6 +149,8 @@ class SimCluster:
         sim_node.crashed = True
         sim_node.timers.clear()
         self.recorder.record(node, "crash", self._t_ns(), group=sim_node.stack.group)
+        if self.on_stop is not None:
+            self.on_stop(node)
 
     # -- carrying out outputs ----------------------------------------------------------------
     def _apply(self, sim_node: SimNode, outputs: list[Output]) -> None:
@@ -176,6 +180,8 @@ class SimCluster:
                 case InstallView(view) if node not in view.members and sim_node.leaving:
                     sim_node.departed = True  # a graceful leave completed
                     sim_node.timers.clear()
+                    if self.on_stop is not None:
+                        self.on_stop(node)
                     return
                 case InstallView(view) if node not in view.members:
                     # The group gave up on this node (it was suspected and removed): it

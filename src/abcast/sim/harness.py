@@ -165,10 +165,15 @@ def run_simulation(
         delivered += 1
         last_delivery_us = scheduler.now
         if config.rate is None and workload.on_deliver(node, d.origin, d.seq):
-            scheduler.at(scheduler.now, partial(send, node))
+            scheduler.at(scheduler.now, partial(send_when_ready, node))
+
+    def stop_sending(node: NodeId) -> None:
+        """The node crashed, was excluded or left: nobody waits for its messages now."""
+        for ready in workload.on_crash(node) if config.rate is None else []:
+            scheduler.at(scheduler.now, partial(send_when_ready, ready))
 
     cluster = SimCluster(scheduler, network, recorder, net_trace=config.net_trace,
-                         on_deliver=on_deliver)
+                         on_deliver=on_deliver, on_stop=stop_sending)
 
     def send(node: NodeId) -> None:
         sim_node = cluster.nodes[node]
@@ -177,6 +182,12 @@ def run_simulation(
             return
         workload.note_sent(node)
         cluster.broadcast(node, payload)
+
+    def send_when_ready(node: NodeId) -> None:
+        # Several deliveries in one instant each find the node ready; only the first
+        # scheduled send may go, the others find the round already started.
+        if workload.ready(node):
+            send(node)
 
     view = View(1, ids)
     make = stack_factory or (
@@ -194,15 +205,6 @@ def run_simulation(
             node = ids[k % config.nodes]
             scheduler.at(round(k * gap), partial(send, node))
 
-    def stop_sending(node: NodeId) -> None:
-        """The node crashed or left: the others no longer wait for its messages."""
-        for ready in workload.on_crash(node) if config.rate is None else []:
-            scheduler.at(scheduler.now, partial(send, ready))
-
-    def do_crash(node: NodeId) -> None:
-        cluster.crash(node)
-        stop_sending(node)
-
     def do_leave(node: NodeId) -> None:
         cluster.leave(node)
         stop_sending(node)
@@ -212,7 +214,7 @@ def run_simulation(
         cluster.join(make(node, alone), tuple(cluster.alive()))
 
     for crash in plan.crashes:
-        scheduler.at(crash.at_us, partial(do_crash, crash.node))
+        scheduler.at(crash.at_us, partial(cluster.crash, crash.node))
     for leave in plan.leaves:
         scheduler.at(leave.at_us, partial(do_leave, leave.node))
     for join in plan.joins:
