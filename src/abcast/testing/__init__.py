@@ -5,17 +5,6 @@ from __future__ import annotations
 
 from abcast.testing.builders import TraceBuilder
 from abcast.testing.checks import (
-    AGREEMENT,
-    CAUSAL_ORDER,
-    CODES,
-    FIFO_ORDER,
-    GUARANTEE_CODES,
-    INTEGRITY_DUPLICATE,
-    INTEGRITY_UNKNOWN,
-    LOCAL_ORDER,
-    TOTAL_ORDER,
-    UNIFORM_AGREEMENT,
-    VALIDITY,
     Violation,
     check_agreement,
     check_causal,
@@ -30,6 +19,19 @@ from abcast.testing.checks import (
     codes_for,
     count_by_code,
     validate_guarantees,
+)
+from abcast.trace.schema import (
+    AGREEMENT,
+    CAUSAL_ORDER,
+    CODES,
+    FIFO_ORDER,
+    GUARANTEE_CODES,
+    INTEGRITY_DUPLICATE,
+    INTEGRITY_UNKNOWN,
+    LOCAL_ORDER,
+    TOTAL_ORDER,
+    UNIFORM_AGREEMENT,
+    VALIDITY,
 )
 
 __all__ = [

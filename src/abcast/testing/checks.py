@@ -62,21 +62,6 @@ from abcast.trace.schema import (
     VALIDITY,
 )
 
-#: the codes are defined in abcast.trace.schema; callers import them from here too
-__all__ = [
-    "AGREEMENT",
-    "CAUSAL_ORDER",
-    "CODES",
-    "FIFO_ORDER",
-    "GUARANTEE_CODES",
-    "INTEGRITY_DUPLICATE",
-    "INTEGRITY_UNKNOWN",
-    "LOCAL_ORDER",
-    "TOTAL_ORDER",
-    "UNIFORM_AGREEMENT",
-    "VALIDITY",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class Violation:
