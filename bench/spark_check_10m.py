@@ -157,7 +157,8 @@ def _time_check(out: Path, master: str | None) -> tuple[float, dict[str, object]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="trace dir (default: a temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated trace")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the generated trace (a given --out is always kept)")
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--deliveries-per-node", type=int, default=1_250_000)
     parser.add_argument("--master", default=None)
@@ -175,6 +176,9 @@ def main() -> None:
               f"{shape.events / elapsed:,.0f} events/s, exit code {summary['exit_code']}")
         print(f"summary: runs={summary['runs']} events={summary['events']} "
               f"violations={summary['violations']}")
+        found = summary["violations"]
+        if summary["exit_code"] != 0 or (isinstance(found, dict) and any(found.values())):
+            raise SystemExit("the clean trace was not reported clean")
     finally:
         if not args.keep and args.out is None:
             shutil.rmtree(out, ignore_errors=True)

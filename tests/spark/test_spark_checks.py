@@ -101,3 +101,4 @@ def test_trace_dir_reads_back_every_row(spark: object, tmp_path: Path,
     assert trace.events.count() == sum(len(s.rows) for s in scenarios[:2])
     assert sorted(r["run_id"] for r in trace.runs.collect()) == sorted(
         s.run_id for s in scenarios[:2])
+

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from spark_traces import build_scenarios, write_scenarios
 
 from abcast.pipeline.commands import check, report
+from abcast.pipeline.io import join_path, local_path, preflight
 from abcast.sim import SimConfig, run_simulation
 from abcast.testing import TraceBuilder
 from abcast.trace.writer import write_run
@@ -85,6 +86,18 @@ def test_runs_file_missing_a_column_exits_2(tmp_path: Path) -> None:
     pq.write_table(pa.table({"run_id": runs.column("run_id")}), tmp_path / "runs.parquet")
     line = _refusal([str(tmp_path)])
     assert "runs.parquet" in line and "missing column" in line
+
+
+def test_only_local_paths_are_inspected_on_disk(tmp_path: Path) -> None:
+    assert local_path("s3a://bucket/traces") is None
+    assert local_path("hdfs://namenode:8020/traces") is None
+    assert local_path(f"file://{tmp_path}") == tmp_path
+    assert local_path("relative/dir") == Path("relative/dir")
+    assert preflight("s3a://bucket/traces") is None  # Spark judges remote dirs
+    assert join_path("s3a://bucket/t/", "events") == "s3a://bucket/t/events"
+    _clean_dir(tmp_path)
+    rows = preflight(str(tmp_path))
+    assert rows is not None and rows > 0 and preflight(f"file://{tmp_path}") == rows
 
 
 # ---------------------------------------------------------------- checks (Spark)

@@ -4,16 +4,16 @@ INTEGRITY_UNKNOWN, FIFO_ORDER, CAUSAL_ORDER, TOTAL_ORDER (docs/checks.md).
 Rules: each check is a pure transform `TraceTables -> DataFrame` of violation rows, one
 row per unit of its code, with the counterexample layout of abcast.testing.checks. They
 scale out: a node's sequence is never collected; order is read with window functions
-partitioned by node (the delivery table is partitioned by (run_id, node), so they sort but
-never shuffle) and with equi-joins. The common, clean case is settled by the one window
-pass the delivery table already carries; only "irregular" streams (a repeated or late
-seq) and nodes that disagree with the reference order get a second, exact look.
+partitioned by lane (one node in one group; the delivery table is partitioned that way,
+so they sort but never shuffle) and with equi-joins. The common, clean case is settled by
+the window pass the delivery table already carries; only "irregular" streams (a repeated
+or late seq) and nodes that disagree with the reference order get a second, exact look.
 
 TOTAL_ORDER counts adjacent descents for every pair of nodes, which done naively is
 quadratic in the group size. Every node is first compared with one reference order (the
-positions at the group's reference node): two nodes that both deliver in an order
-consistent with it cannot disagree, so only pairs with a node that does not conform are
-walked, and those exactly as docs/checks.md says.
+positions at the group's reference node, `tables.nonconforming_nodes`): two nodes that
+both deliver in an order consistent with it cannot disagree, so only pairs with a node
+that does not conform are walked, and those exactly as docs/checks.md says.
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ from abcast.pipeline.checks import (
     MESSAGE_KEY,
     STREAM_KEY,
     TOTAL_ORDER,
+    empty_violations,
     join_on,
     msg,
     no_positions,
     violations,
 )
-from abcast.pipeline.tables import irregular_rows
+from abcast.pipeline.tables import STREAM
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -48,7 +49,7 @@ def integrity_duplicate(t: TraceTables) -> DataFrame:
     """INTEGRITY_DUPLICATE, one row per (node, message) delivered more than once."""
     from pyspark.sql import functions as F
 
-    found = irregular_rows(t.deliveries, t.irregular).where(
+    found = t.irregular_deliveries.where(
         F.col("first") & (F.col("copies") > 1))
     return violations(
         found, INTEGRITY_DUPLICATE, F.array("node"), F.array(msg("origin", "seq")),
@@ -61,7 +62,7 @@ def integrity_unknown(t: TraceTables) -> DataFrame:
     """INTEGRITY_UNKNOWN, one row per (node, message) delivered but never sent."""
     from pyspark.sql import functions as F
 
-    unsent = t.deliveries.where(~F.coalesce(F.col("sent"), F.lit(False)))
+    unsent = t.notable.where(~F.coalesce(F.col("sent"), F.lit(False)))
     found = unsent.groupBy(*MESSAGE_KEY, "node").agg(
         F.array_sort(F.collect_list("index")).alias("positions"))
     return violations(
@@ -80,7 +81,7 @@ def fifo_order(t: TraceTables) -> DataFrame:
     seq the node delivered from that origin."""
     from pyspark.sql import functions as F
 
-    d = t.deliveries
+    d = t.notable
     descents = d.where(F.col("prev_seq") > F.col("seq"))
     descent_rows = violations(
         descents, FIFO_ORDER, F.array("node"),
@@ -90,10 +91,11 @@ def fifo_order(t: TraceTables) -> DataFrame:
                         msg("origin", "prev_seq"), F.col("prev_index"), msg("origin", "seq"),
                         F.col("index")))
     # A regular stream's seqs only increase: its holes are the gaps between neighbours.
-    regular = join_on(d, F.broadcast(t.irregular), [(k, k) for k in STREAM_KEY], "left_anti")
+    regular = join_on(d, F.broadcast(t.irregular.select(*STREAM)), [(k, k) for k in STREAM],
+                      "left_anti")
     regular_gaps = regular.where(F.col("seq") - F.col("prev_seq") > 1).select(
         *STREAM_KEY, F.col("prev_seq").alias("below"), "seq")
-    irregular_gaps = (irregular_rows(d, t.irregular)
+    irregular_gaps = (t.irregular_deliveries
                       .where(F.col("first") & (F.col("seq") - F.col("below") > 1))
                       .select(*STREAM_KEY, "below", "seq"))
     holes = regular_gaps.unionByName(irregular_gaps).select(
@@ -130,11 +132,11 @@ def _reach(first: DataFrame) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    stream = Window.partitionBy(*STREAM_KEY)
+    stream = Window.partitionBy(*STREAM)
     by_seq = stream.orderBy("seq")
     upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     base = F.min("seq").over(stream) - 1
-    ranked = first.select(*STREAM_KEY, "seq", "index", base.alias("base"),
+    ranked = first.select(*STREAM, "seq", "index", base.alias("base"),
                           F.row_number().over(by_seq).alias("rank_in_stream"),
                           F.max(F.struct("index", "seq")).over(upto).alias("latest"))
     contiguous = (F.col("seq") - F.col("base")) == F.col("rank_in_stream")
@@ -148,24 +150,22 @@ def causal_order(t: TraceTables) -> DataFrame:
     from pyspark.sql import functions as F
 
     first = t.first
-    units = (first.select(*STREAM_KEY, "seq", "index",
+    units = (first.select(*STREAM_KEY, "lane", "seq", "index",
                           F.explode(_bounds(F.col("deps"), F.col("origin"), F.col("seq")))
                           .alias("b"))
-             .select(*STREAM_KEY, "seq", "index", F.col("b.pred").alias("pred"),
+             .select(*STREAM_KEY, "lane", "seq", "index", F.col("b.pred").alias("pred"),
                      F.col("b.k").alias("k"))
              .where(F.col("k") >= 1))
     reach = _reach(first)
-    summary = reach.select(*STREAM_KEY, "base", "first_missing").dropDuplicates(
-        list(STREAM_KEY))
-    key_pairs = [("run_id", "run_id"), ("node", "node"), ("group", "group"),
-                 ("pred", "origin")]
-    with_summary = join_on(units, summary, key_pairs, "left").select(
+    summary = reach.select(*STREAM, "base", "first_missing").dropDuplicates(list(STREAM))
+    pred_stream = [("lane", "lane"), ("pred", "origin")]
+    with_summary = join_on(units, summary, pred_stream, "left").select(
         *units.columns, F.coalesce(F.col("base"), F.lit(0)).alias("base"),
         F.coalesce(F.col("first_missing"), F.lit(1)).alias("first_missing"))
     relevant = with_summary.where(F.col("k") > F.col("base")).withColumn(
         "probe", F.least(F.col("k"), F.col("first_missing") - 1))
-    probes = reach.select(*STREAM_KEY, F.col("seq").alias("probe_seq"), "latest")
-    looked_up = join_on(relevant, probes, [*key_pairs, ("probe", "probe_seq")], "left")
+    probes = reach.select(*STREAM, F.col("seq").alias("probe_seq"), "latest")
+    looked_up = join_on(relevant, probes, [*pred_stream, ("probe", "probe_seq")], "left")
     late = F.coalesce(F.col("latest")["index"] >= F.col("index"), F.lit(False))
     found = looked_up.where((F.col("k") >= F.col("first_missing")) | late)
     # The counterexample predecessor: one q delivered too late, else the first it never did.
@@ -186,19 +186,6 @@ def causal_order(t: TraceTables) -> DataFrame:
 # ---------------------------------------------------------------- total order
 
 
-def nonconforming_nodes(first: DataFrame) -> DataFrame:
-    """(run_id, group, node) of the nodes whose first deliveries are not in increasing
-    `ref_index` order, or that delivered a message the reference node never did."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    by_position = Window.partitionBy("run_id", "node", "group").orderBy("index")
-    steps = first.select("run_id", "group", "node", "ref_index",
-                         F.lag("ref_index").over(by_position).alias("prev_ref"))
-    return (steps.where(F.col("ref_index").isNull() | (F.col("prev_ref") > F.col("ref_index")))
-            .select("run_id", "group", "node").distinct())
-
-
 def total_order(t: TraceTables) -> DataFrame:
     """TOTAL_ORDER: for each pair p < q (node order) in a group, the messages both
     deliver (first deliveries) in p's position order; each adjacent descent of q's
@@ -206,14 +193,15 @@ def total_order(t: TraceTables) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    if t.nonconforming_count == 0:  # every node agrees with the reference order
+        return empty_violations(t.events.sparkSession)
     first = t.first.select(*MESSAGE_KEY, "node", "rank", "index")
-    bad = F.broadcast(nonconforming_nodes(t.first))
+    bad = F.broadcast(t.nonconforming)
     group_pairs = [("run_id", "run_id"), ("group", "group")]
     x = join_on(first, bad, [*group_pairs, ("node", "node")], "left_semi").select(
         *MESSAGE_KEY, F.col("node").alias("x_node"), F.col("rank").alias("x_rank"),
         F.col("index").alias("x_index"))
-    others = join_on(first, bad.select("run_id", "group").distinct(), group_pairs,
-                     "left_semi").select(
+    others = join_on(first, bad, group_pairs, "left_semi").select(
         *MESSAGE_KEY, F.col("node").alias("o_node"), F.col("rank").alias("o_rank"),
         F.col("index").alias("o_index"))
     common = join_on(x, others, [(k, k) for k in MESSAGE_KEY]).where(

@@ -84,7 +84,7 @@ def read_claims(runs: DataFrame) -> tuple[RunClaim, ...]:
 
 def run_check(spark: SparkSession, uri: str, event_rows: int | None) -> CheckOutcome:
     """Read the trace dir, check every run for what it claims, summarise."""
-    from abcast.pipeline.checks import CAUSAL_ORDER
+    from abcast.pipeline.checks import CAUSAL_ORDER, TOTAL_ORDER
     from abcast.pipeline.suite import Verdict, find_violations, runs_by_code, summarize
     from abcast.pipeline.tables import materialize_tables, release
 
@@ -97,7 +97,8 @@ def run_check(spark: SparkSession, uri: str, event_rows: int | None) -> CheckOut
     claimed_runs = sorted({run for runs in checked.values() for run in runs})
     events = trace.events.select(*_CHECK_COLUMNS).where(
         trace.events["run_id"].isin(*claimed_runs))
-    tables = materialize_tables(events, with_deps=CAUSAL_ORDER in checked)
+    tables = materialize_tables(events, with_deps=CAUSAL_ORDER in checked,
+                                with_total=TOTAL_ORDER in checked)
     try:
         verdict = summarize(find_violations(tables, checked))
     finally:

@@ -281,7 +281,9 @@ def collect_report(events: DataFrame, runs: DataFrame, source: str, event_count:
         window_p50_ms=_ms(r["window_q"][0]) if r["window_q"] else None,
         window_p95_ms=_ms(r["window_q"][1]) if r["window_q"] else None,
         window_max_ms=_ms(r["window_max"]),
-    ) for r in optimistic_stats(events).collect()), key=lambda o: o.run_id))
+    ) for r in join_on(optimistic_stats(events), runs.select("run_id"),
+                       [("run_id", "run_id")], "left_semi").collect()),
+        key=lambda o: o.run_id))
     return Report(source=source, events=event_count, runs=run_rows, configs=config_rows,
                   optimistic=optimistic, fits=fit_latency(run_rows))
 

@@ -1,27 +1,30 @@
 """The tables every Spark check reads, derived from the events frame by pure transforms.
 
 Rules: nothing here decides a violation. The layout is chosen so a 10-million-row trace
-is shuffled twice, never collected:
+is shuffled twice, sorted twice, and never collected:
 
 - `context`: one pass over all events, aggregated to (run, group, node, view_id) — a few
   rows per node. From it: `nodes` (rank in node order, correct?), `row_context` (what a
-  row at (run, group, node, view_id) needs: rank, correct, reference node?, the set of
-  nodes that installed that view) and the run's set of correct nodes.
-- `rows` (shuffle 1): the send/deliver/opt_deliver rows with their row context,
-  hash-partitioned by message.
-- `messages`: one hash aggregation of `rows` per message: sent?, who delivered it (a
-  bitmask: exact under duplicates), who is owed it, its position at the reference node.
+  row at (run, group, node, view_id) needs: rank, correct, `lane` — a number for
+  (run, group, node) —, reference node?, the set of nodes that installed that view) and
+  the run's set of correct nodes.
+- `rows`: the send/deliver/opt_deliver rows with their row context; `by_message`
+  hash-partitions them by message (shuffle 1) for the next two tables.
+- `messages`: one hash aggregation per message: sent?, who delivered it (a bitmask:
+  exact under duplicates), who is owed it, its position at the reference node.
 - `deliveries` (shuffle 2): the deliver rows joined with their message's facts,
-  hash-partitioned by node, with one window pass per (node, group, origin) in position
-  order (previous seq, highest seq so far).
-- `first_copies`: deliveries flagged with whether they are the node's first delivery of
-  the message. A stream (node, group, origin) whose seqs only ever increase is settled by
-  that window alone; only the other ("irregular") streams are sorted again by seq.
+  partitioned by lane, with one window pass per stream (node, group, origin) in position
+  order (previous seq, highest seq so far). Windows key on the lane (an int), not on
+  strings, and never re-shuffle.
+- `notable`: the few deliveries that break a stream's rising seqs or were never sent;
+  `irregular` streams (a repeated or late seq), the only ones whose first deliveries
+  need a second look (`irregular_rows`, `first_copies`); `nonconforming` nodes, whose
+  order disagrees with the reference node's (sort 2), the only ones total order walks.
 
 Definitions follow docs/checks.md and the choices abcast.testing.checks documents: rows
 without origin/seq are skipped, and so are deliver rows without index; a node is correct
 when it has no crash row; the nodes of a run are those with any row in it; a null group is
-a group of its own.
+a group of its own. `materialize_tables` is the one function that runs jobs.
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ _MESSAGE_KINDS: Final = ("send", "deliver", "opt_deliver")
 # Shuffle 1 partitions by these, a subset of the message key: a join on the message key
 # with `group` compared null-safe can then reuse the partitioning.
 _MESSAGE_PARTITIONING: Final = ("run_id", "origin", "seq")
-_DELIVERY_ID: Final = ("run_id", "node", "index", "t_ns")
+_DELIVERY_ID: Final = ("lane", "index", "t_ns")
+#: a stream, (run_id, node, group, origin), as the delivery table keys it
+STREAM: Final = ("lane", "origin")
 
 
 def _partitions(frame: DataFrame) -> int:
@@ -129,8 +134,10 @@ def reference_nodes(context: DataFrame, nodes: DataFrame) -> DataFrame:
 
 
 def row_context(context: DataFrame, nodes: DataFrame, words: int) -> DataFrame:
-    """(run_id, group, node, view_id) -> `rank`, `correct`, `is_ref`, `has_views` (the
-    group has view rows), `installed` (nodes with a view row for this view_id)."""
+    """(run_id, group, node, view_id) -> `rank`, `correct`, `lane` (a number for
+    (run_id, group, node)), `is_ref`, `has_views` (the group has view rows), `installed`
+    (nodes with a view row for this view_id)."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     views = context.where(F.col("is_view"))
@@ -152,8 +159,12 @@ def row_context(context: DataFrame, nodes: DataFrame, words: int) -> DataFrame:
         null_safe=("group", "view_id"))
     with_ref = join_on(with_installed, reference_nodes(context, nodes),
                        [("run_id", "run_id"), ("group", "group")], "left")
+    # `lane` numbers (run_id, group, node): one node's deliveries in one group. Windows and
+    # joins over deliveries key on it (an int) instead of three strings.
+    lanes = Window.orderBy("run_id", "group", "node")
     return with_ref.select(
         "run_id", "group", "node", "view_id", "rank", "correct",
+        F.dense_rank().over(lanes).alias("lane"),
         F.coalesce(F.col("ref_rank") == F.col("rank"), F.lit(False)).alias("is_ref"),
         F.coalesce(F.col("has_views"), F.lit(False)).alias("has_views"),
         F.coalesce(F.col("installed"), zero_mask(words)).alias("installed"))
@@ -163,17 +174,22 @@ def row_context(context: DataFrame, nodes: DataFrame, words: int) -> DataFrame:
 
 
 def message_rows(events: DataFrame, context_rows: DataFrame) -> DataFrame:
-    """The send/deliver/opt_deliver rows (with origin and seq) and their row context,
-    hash-partitioned by message (shuffle 1)."""
+    """The send/deliver/opt_deliver rows (with origin and seq) and their row context (a
+    broadcast join: the rows stay where the scan put them)."""
     from pyspark.sql import functions as F
 
     rows = events.where(F.col("kind").isin(*_MESSAGE_KINDS) & F.col("origin").isNotNull()
                         & F.col("seq").isNotNull()).select(
         *MESSAGE_KEY, "node", "kind", "index", "t_ns", "view_id", "deps", "size")
-    joined = join_on(rows, F.broadcast(context_rows), [
+    return join_on(rows, F.broadcast(context_rows), [
         ("run_id", "run_id"), ("group", "group"), ("node", "node"), ("view_id", "view_id")],
         "inner", null_safe=("group", "view_id"))
-    return joined.repartition(_partitions(events), *_MESSAGE_PARTITIONING)
+
+
+def by_message(rows: DataFrame) -> DataFrame:
+    """`rows` hash-partitioned by message (shuffle 1): the message and delivery tables
+    both partition this way, so joining them needs no further shuffle."""
+    return rows.repartition(_partitions(rows), *_MESSAGE_PARTITIONING)
 
 
 def _is_delivery() -> Column:
@@ -258,7 +274,7 @@ def message_table(rows: DataFrame, correct: DataFrame, words: int) -> DataFrame:
           for i, w in enumerate(installed)],
         *[F.bit_or(F.when(delivery, w)).alias(f"a{i}") for i, w in enumerate(installed)],
     ]
-    per_message = rows.groupBy(*MESSAGE_KEY).agg(*aggregates)
+    per_message = by_message(rows).groupBy(*MESSAGE_KEY).agg(*aggregates)
     shaped = per_message.select(
         *MESSAGE_KEY,
         (F.col("_sent") == 1).alias("sent"), "send_t_ns", "size",
@@ -279,7 +295,7 @@ def merged_deps(rows: DataFrame) -> DataFrame:
     here that collects, one small map per send row)."""
     from pyspark.sql import functions as F
 
-    sends = rows.where(_is_own_send() & F.col("deps").isNotNull())
+    sends = by_message(rows.where(_is_own_send() & F.col("deps").isNotNull()))
     collected = sends.groupBy(*MESSAGE_KEY).agg(F.collect_list("deps").alias("maps"))
     empty = F.create_map().cast("map<string,bigint>")
     merged = F.aggregate(F.col("maps"), empty, lambda acc, m: F.map_zip_with(
@@ -296,30 +312,43 @@ def delivery_table(
     messages: DataFrame,
     deps: DataFrame | None = None,
 ) -> DataFrame:
-    """One row per deliver row: message key, `node`, `rank`, `index`, `t_ns`; from its
-    message `sent` and `ref_index` (and `deps` when given); hash-partitioned by
-    (run_id, node) (shuffle 2);
+    """One row per deliver row: message key, `node`, `rank`, `lane`, `index`, `t_ns`;
+    from its message `sent` and `ref_index` (and `deps` when given); hash-partitioned by
+    lane (shuffle 2);
     and from one window over its stream (node, group, origin) in position order:
     `prev_seq`, `prev_index` (the stream's previous delivery) and `max_before` (highest
     seq delivered earlier in the stream)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    dels = rows.where(_is_delivery()).select(*MESSAGE_KEY, "node", "rank", "index", "t_ns")
+    dels = by_message(rows.where(_is_delivery())).select(
+        *MESSAGE_KEY, "node", "rank", "lane", "index", "t_ns")
     facts = messages.select(*MESSAGE_KEY, "sent", "ref_index")
     key_pairs = [(k, k) for k in MESSAGE_KEY]
     # Both sides are partitioned by message already: a hash join, no shuffle, no sort.
     joined = join_on(dels, facts.hint("shuffle_hash"), key_pairs, "left")
     if deps is not None:
         joined = join_on(joined, deps.hint("shuffle_hash"), key_pairs, "left")
-    by_node = joined.repartition(_partitions(rows), "run_id", "node")
-    stream = Window.partitionBy(*STREAM_KEY).orderBy("index", "t_ns")
+    by_lane = joined.repartition(_partitions(rows), "lane")
+    stream = Window.partitionBy(*STREAM).orderBy("index", "t_ns")
     before = stream.rowsBetween(Window.unboundedPreceding, -1)
-    return by_node.select(
+    return by_lane.select(
         "*",
         F.lag("seq").over(stream).alias("prev_seq"),
         F.lag("index").over(stream).alias("prev_index"),
         F.max("seq").over(before).alias("max_before"))
+
+
+def notable_deliveries(deliveries: DataFrame) -> DataFrame:
+    """The few deliveries the integrity and FIFO checks start from: a seq lower than the
+    stream's previous one, a gap after it, a seq not above all earlier ones, or a
+    message never sent. A clean trace has none, so those checks read this small table
+    instead of scanning every delivery."""
+    from pyspark.sql import functions as F
+
+    seq, prev = F.col("seq"), F.col("prev_seq")
+    return deliveries.where((prev > seq) | (seq - prev > 1) | (seq <= F.col("max_before"))
+                            | ~F.coalesce(F.col("sent"), F.lit(False)))
 
 
 def irregular_streams(deliveries: DataFrame) -> DataFrame:
@@ -329,7 +358,7 @@ def irregular_streams(deliveries: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return (deliveries.where(F.col("seq") <= F.col("max_before"))
-            .select(*STREAM_KEY).distinct())
+            .select(*STREAM, *STREAM_KEY).distinct())
 
 
 def irregular_rows(deliveries: DataFrame, irregular: DataFrame) -> DataFrame:
@@ -340,10 +369,10 @@ def irregular_rows(deliveries: DataFrame, irregular: DataFrame) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rows = join_on(deliveries, F.broadcast(irregular), [(k, k) for k in STREAM_KEY],
-                   "left_semi")
-    by_seq = Window.partitionBy(*STREAM_KEY).orderBy("seq", "index", "t_ns")
-    same_seq = Window.partitionBy(*STREAM_KEY, "seq")
+    rows = join_on(deliveries, F.broadcast(irregular.select(*STREAM)),
+                   [(k, k) for k in STREAM], "left_semi")
+    by_seq = Window.partitionBy(*STREAM).orderBy("seq", "index", "t_ns")
+    same_seq = Window.partitionBy(*STREAM, "seq")
     previous = F.lag("seq").over(by_seq)
     first = previous.isNull() | (previous != F.col("seq"))
     flagged = rows.select("*", first.alias("first"), previous.alias("_previous"),
@@ -361,10 +390,24 @@ def first_copies(deliveries: DataFrame, irregular: DataFrame) -> DataFrame:
 
     flags = irregular_rows(deliveries, irregular).select(
         *_DELIVERY_ID, F.col("first").alias("_first"))
-    # Same partitioning on both sides (by run_id, node): a hash join without a shuffle.
+    # Both sides are partitioned by lane: a hash join without a shuffle.
     joined = join_on(deliveries, flags.hint("shuffle_hash"), [(k, k) for k in _DELIVERY_ID],
                      "left")
     return joined.where(F.coalesce(F.col("_first"), F.lit(True))).drop("_first")
+
+
+def nonconforming_nodes(first: DataFrame) -> DataFrame:
+    """(run_id, group, node) of the nodes whose first deliveries are not in increasing
+    `ref_index` order, or that delivered a message the reference node never did. Only
+    pairs with such a node can disagree on order (abcast.pipeline.checks_delivery)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_position = Window.partitionBy("lane").orderBy("index")
+    steps = first.select("run_id", "group", "node", "ref_index",
+                         F.lag("ref_index").over(by_position).alias("prev_ref"))
+    return (steps.where(F.col("ref_index").isNull() | (F.col("prev_ref") > F.col("ref_index")))
+            .select("run_id", "group", "node").distinct())
 
 
 # ---------------------------------------------------------------- the bundle
@@ -372,8 +415,8 @@ def first_copies(deliveries: DataFrame, irregular: DataFrame) -> DataFrame:
 
 @dataclass(frozen=True, slots=True)
 class TraceTables:
-    """Everything the checks read, derived from one events frame: lazily by
-    `derive_tables`, computed and cached by `materialize_tables`."""
+    """Everything the checks read, derived from one events frame by the transforms above
+    and computed by `materialize_tables`."""
 
     events: DataFrame
     words: int
@@ -381,11 +424,26 @@ class TraceTables:
     rows: DataFrame
     messages: DataFrame
     deliveries: DataFrame
+    notable: DataFrame
     irregular: DataFrame
+    nonconforming: DataFrame
+    #: known counts (None: not computed). A 0 lets a check skip work that would find
+    #: nothing: the second look at irregular streams, the pairwise total-order walk.
+    irregular_count: int | None = None
+    nonconforming_count: int | None = None
 
     @property
     def first(self) -> DataFrame:
+        """The first delivery of each message at each node (see `first_copies`)."""
+        if self.irregular_count == 0:
+            return self.deliveries
         return first_copies(self.deliveries, self.irregular)
+
+    @property
+    def irregular_deliveries(self) -> DataFrame:
+        """`irregular_rows` of these tables (empty, without a job, when there are none)."""
+        source = self.deliveries.limit(0) if self.irregular_count == 0 else self.deliveries
+        return irregular_rows(source, self.irregular)
 
     def only(self, run_ids: Sequence[str] | None) -> TraceTables:
         """The same tables restricted to some runs."""
@@ -395,36 +453,26 @@ class TraceTables:
             self, events=restrict(self.events, run_ids), rows=restrict(self.rows, run_ids),
             messages=restrict(self.messages, run_ids),
             deliveries=restrict(self.deliveries, run_ids),
-            irregular=restrict(self.irregular, run_ids))
+            notable=restrict(self.notable, run_ids), irregular=restrict(self.irregular, run_ids),
+            nonconforming=restrict(self.nonconforming, run_ids))
 
 
-def derive_tables(
+def materialize_tables(
     events: DataFrame,
     *,
     with_deps: bool = True,
-    context: DataFrame | None = None,
+    with_total: bool = True,
 ) -> TraceTables:
-    """All the tables of one events frame, lazily. The node-set width is computed from
-    the context (a tiny action); `with_deps=False` leaves the merged deps out of
-    `deliveries` (only the causal check reads them)."""
-    context = context_table(events) if context is None else context
-    nodes = node_table(context)
-    width = word_count(nodes)
-    rows = message_rows(events, row_context(context, nodes, width))
-    messages = message_table(rows, correct_masks(nodes, width), width)
-    deliveries = delivery_table(rows, messages, merged_deps(rows) if with_deps else None)
-    return TraceTables(events=events, words=width, nodes=nodes, rows=rows, messages=messages,
-                       deliveries=deliveries, irregular=irregular_streams(deliveries))
-
-
-def materialize_tables(events: DataFrame, *, with_deps: bool = True) -> TraceTables:
-    """`derive_tables`, computed now: the one function here that runs jobs.
+    """The tables of one events frame, computed now: the one function here that runs
+    jobs. `with_deps=False` leaves the merged deps out of `deliveries` (only the causal
+    check reads them); `with_total=False` leaves the total-order pre-pass lazy (for runs
+    that do not claim total order it would be wasted).
 
     The small tables are checkpointed (their derivations are long chains of tiny
     shuffles that every later plan would otherwise carry and re-analyse); the message
-    rows, message table and delivery table are cached in Spark's columnar cache (memory,
-    then disk), which keeps their partitioning, so the checks neither re-shuffle them nor
-    read more columns than they use. Call `release` on the result when done.
+    and delivery tables are cached in Spark's columnar cache (memory, then disk), which
+    keeps their partitioning, so the checks neither re-shuffle them nor read more
+    columns than they use. Call `release` when done.
     """
     from pyspark import StorageLevel
 
@@ -434,19 +482,30 @@ def materialize_tables(events: DataFrame, *, with_deps: bool = True) -> TraceTab
     width = word_count(nodes)
     context_rows = row_context(context, nodes, width).localCheckpoint(storageLevel=level)
     correct = correct_masks(nodes, width).localCheckpoint(storageLevel=level)
-    # One job computes all three: the message rows are scanned and shuffled once, and the
-    # message and delivery tables are built from the cached, message-partitioned rows.
-    rows = message_rows(events, context_rows).persist(level)
+    rows = message_rows(events, context_rows)
+    # Two jobs: the message table (cached), then the delivery table, which joins the
+    # message rows (scanned and shuffled again: cheaper than caching them) with it.
     messages = message_table(rows, correct, width).persist(level)
+    messages.count()
     deliveries = delivery_table(rows, messages, merged_deps(rows) if with_deps else None
                                 ).persist(level)
     deliveries.count()
-    irregular = irregular_streams(deliveries).localCheckpoint(storageLevel=level)
-    return TraceTables(events=events, words=width, nodes=nodes, rows=rows, messages=messages,
-                       deliveries=deliveries, irregular=irregular)
+    notable = notable_deliveries(deliveries).localCheckpoint(storageLevel=level)
+    irregular = irregular_streams(notable).localCheckpoint(storageLevel=level)
+    irregular_count = irregular.count()
+    tables = TraceTables(events=events, words=width, nodes=nodes, rows=rows,
+                         messages=messages, deliveries=deliveries, notable=notable,
+                         irregular=irregular, irregular_count=irregular_count,
+                         nonconforming=deliveries.limit(0).select("run_id", "group", "node"))
+    if not with_total:  # left lazy: computed only if total_order is asked for anyway
+        return replace(tables, nonconforming=nonconforming_nodes(tables.first))
+    # The one sort of every delivery in position order that total order needs, done once.
+    nonconforming = nonconforming_nodes(tables.first).localCheckpoint(storageLevel=level)
+    return replace(tables, nonconforming=nonconforming,
+                   nonconforming_count=nonconforming.count())
 
 
 def release(tables: TraceTables) -> None:
     """Drop the cached tables of `materialize_tables`."""
-    for frame in (tables.deliveries, tables.messages, tables.rows):
+    for frame in (tables.deliveries, tables.messages):
         frame.unpersist()
