@@ -122,7 +122,12 @@ class Stack:
 
     def receive(self, env: Envelope, now: int) -> list[Output]:
         """An envelope addressed to this group; raises DecodeError for bad headers."""
-        return self.receive_frame(self.codec.decode(env), now)
+        headers = self.codec.headers(env)
+        if not headers:
+            raise RemoteProtocolError(f"frame from {env.sender} carries no header")
+        # Straight to the bottom layer's event: no Frame, no whole-packet Packet.
+        event = Received(env.sender, headers[0], Packet(headers[1:], env.payload))
+        return self._run([(0, event)], now)
 
     def receive_frame(self, frame: Frame, now: int) -> list[Output]:
         packet = frame.packet
@@ -144,15 +149,72 @@ class Stack:
         self, initial: list[tuple[int, Event]], now: int, outputs: list[Output] | None = None
     ) -> list[Output]:
         out: list[Output] = outputs if outputs is not None else []
-        queue: deque[tuple[int, Event]] = deque(initial)
-        layers = self.layers
-        while queue:
-            index, event = queue.popleft()
-            for effect in layers[index].handle(event, now):
-                self._route(index, effect, queue, out)
+        self._drain(deque(initial), now, out)
         return out
 
-    def _route(
+    def _drain(self, queue: deque[tuple[int, Event]], now: int, out: list[Output]) -> None:
+        """Handle queued events breadth-first, routing every effect as it comes.
+
+        This loop runs for every effect of every message, so the effects each message
+        causes are routed inline, by exact type (no isinstance chain, no pattern match, no
+        call per effect); anything else, subclasses of these included, goes through
+        `_route_other`. The annotated rebindings only inform mypy of the type tested.
+        """
+        layers = self.layers
+        top = len(layers) - 1
+        me, group = self.node, self.group
+        pop, push, emit = queue.popleft, queue.append, out.append
+        while queue:
+            index, event = pop()
+            for effect in layers[index].handle(event, now):
+                kind = type(effect)
+                if kind is Send:
+                    send: Send = effect  # type: ignore[assignment]
+                    to, inner = send.to, send.inner
+                    if to == me:
+                        raise LocalProtocolError(f"{layers[index].name} sent to itself")
+                    packet = Packet((send.header, *inner.headers), inner.payload)
+                    if index:
+                        push((index - 1, SendRequested(to, packet, send.control)))
+                    else:
+                        data = encode_frame(group, me, packet, control=send.control)
+                        emit(Transmit((to,), data, send.control))
+                elif kind is Up:
+                    up: Up = effect  # type: ignore[assignment]
+                    if index == top:
+                        raise LocalProtocolError(f"top layer {layers[index].name} sent Up")
+                    headers = up.packet.headers
+                    if not headers:
+                        raise RemoteProtocolError(
+                            f"packet from {up.sender} has no header for "
+                            f"layer {layers[index + 1].name}"
+                        )
+                    rest = Packet(headers[1:], up.packet.payload)
+                    push((index + 1, Received(up.sender, headers[0], rest)))
+                elif kind is Multicast:
+                    multicast: Multicast = effect  # type: ignore[assignment]
+                    dests, inner = multicast.to, multicast.inner
+                    if not dests:
+                        continue
+                    if me in dests:
+                        raise LocalProtocolError(f"{layers[index].name} multicast to itself")
+                    packet = Packet((multicast.header, *inner.headers), inner.payload)
+                    if index:
+                        push((index - 1, MulticastRequested(dests, packet)))
+                    else:
+                        emit(Transmit(dests, encode_frame(group, me, packet)))
+                elif kind is Deliver:
+                    emit(effect)  # type: ignore[arg-type]
+                elif kind is SetTimer:
+                    timer: SetTimer = effect  # type: ignore[assignment]
+                    emit(SetTimer((index, timer.key), timer.at))
+                elif kind is CancelTimer:
+                    cancel: CancelTimer = effect  # type: ignore[assignment]
+                    emit(CancelTimer((index, cancel.key)))
+                else:
+                    self._route_other(index, effect, queue, out)
+
+    def _route_other(
         self, index: int, effect: Effect, queue: deque[tuple[int, Event]], out: list[Output]
     ) -> None:
         match effect:

@@ -118,6 +118,28 @@ class ReliableChannel(Layer):
 
     # -- the core ------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
+        # Exact-type tests for the per-packet events (cheaper than the class patterns of
+        # `match`); everything else, subclasses included, goes through `_handle_other`.
+        kind = type(event)
+        if kind is Received:
+            received: Received = event  # type: ignore[assignment]  # the type test above
+            header = received.header
+            if type(header) is RData:
+                return self._on_data(received.sender, header.seq, received.inner, now)
+            if type(header) is RAck:
+                return self._on_ack(received.sender, header.high, header.sacks, now)
+        elif kind is SendRequested:
+            request: SendRequested = event  # type: ignore[assignment]
+            return self._send(request.to, request.packet, now, request.control)
+        elif kind is MulticastRequested:
+            multicast: MulticastRequested = event  # type: ignore[assignment]
+            effects: list[Effect] = []
+            for dest in multicast.to:
+                effects += self._send(dest, multicast.packet, now)
+            return effects
+        return self._handle_other(event, now)
+
+    def _handle_other(self, event: Event, now: int) -> list[Effect]:
         match event:
             case SendRequested(to, packet, control):
                 return self._send(to, packet, now, control)
@@ -209,7 +231,14 @@ class ReliableChannel(Layer):
         if high >= link.next_seq or any(s >= link.next_seq for s in sacks):
             raise RemoteProtocolError(f"{sender} acked packets never sent to it (high={high})")
         unacked = link.unacked
-        for seq in [s for s in unacked if s <= high]:
+        # Keys were inserted in increasing order and never re-inserted, so the acked
+        # prefix is at the front: stop at the first one above `high`.
+        acked: list[int] = []
+        for seq in unacked:
+            if seq > high:
+                break
+            acked.append(seq)
+        for seq in acked:
             del unacked[seq]
         for seq in sacks:
             unacked.pop(seq, None)

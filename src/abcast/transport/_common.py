@@ -352,6 +352,30 @@ class QueuedTransport(Transport):
             )
         return link.alive and self._state == "open"
 
+    def deliver_all(self, link: Link, frames: list[bytes]) -> bool:
+        """`deliver` for every frame of one read, in order; False (and the rest of them
+        left undelivered) once that link can take no more."""
+        on_frame = self._on_frame
+        if self._state != "open" or not link.alive or on_frame is None:
+            return False
+        stats = self.stats
+        for frame in frames:
+            stats.frames_in += 1
+            stats.bytes_in += len(frame)
+            try:
+                on_frame(link, frame)
+            except RemoteProtocolError as exc:
+                link.drop(f"{type(exc).__name__}: {exc}")
+            except Exception:
+                logger.exception(
+                    "%s: frame handler raised on a frame from %s; frame discarded", self.label,
+                    link.peer,
+                )
+            # The handler may have dropped the link or closed the transport.
+            if not link.alive or self._state != "open":
+                return False
+        return True
+
     def report_drop(self, link: Link, reason: str) -> None:
         """The one log line and the counters of a dropped inbound connection."""
         self.stats.bad_frames += 1

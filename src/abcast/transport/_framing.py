@@ -62,27 +62,37 @@ class FrameReader:
         """(complete frames, error). On an error the frames before it are still valid;
         the reader must not be fed again."""
         buf = self._buf
-        buf += data
-        end_of_data = len(buf)
-        if end_of_data < self._need:
+        if buf:
+            buf += data
+            if len(buf) < self._need:
+                return [], None  # still inside a frame: do not re-parse what we hold
+            src = bytes(buf)
+            buf.clear()
+        elif len(data) < self._need:
+            buf += data
             return [], None
+        else:
+            # The common case of a read that starts on a frame boundary: slice the frames
+            # straight out of it (one copy each), buffering only an incomplete tail.
+            src = data if type(data) is bytes else bytes(data)
         frames: list[bytes] = []
         unpack = PREFIX.unpack_from
+        end_of_data = len(src)
+        limit = self._max
         pos = 0
         need = PREFIX_BYTES
         while end_of_data - pos >= PREFIX_BYTES:
-            (size,) = unpack(buf, pos)
-            if size > self._max:
-                del buf[:pos]
-                return frames, (
-                    f"frame length prefix {size} exceeds max_frame_bytes {self._max}"
-                )
+            (size,) = unpack(src, pos)
+            if size > limit:
+                buf += memoryview(src)[pos:]
+                return frames, f"frame length prefix {size} exceeds max_frame_bytes {limit}"
             end = pos + PREFIX_BYTES + size
             if end > end_of_data:
                 need = end - pos
                 break
-            frames.append(bytes(buf[pos + PREFIX_BYTES : end]))
+            frames.append(src[pos + PREFIX_BYTES : end])
             pos = end
-        del buf[:pos]
+        if pos < end_of_data:
+            buf += memoryview(src)[pos:]
         self._need = need
         return frames, None

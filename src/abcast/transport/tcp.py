@@ -5,11 +5,13 @@ Rules: every node listens; to send to a peer it opens its own outbound connectio
 first frame is a hello (see _common), so each TCP connection carries one direction only.
 Writes are coalesced: `send` only queues, and one `transport.write` per peer and loop
 turn (scheduled with `call_soon`) carries everything queued. TCP_NODELAY is on, since
-coalescing already batches. The asyncio write buffer is the "handed to the wire" part of
-`buffered()`; its limits are set so that `pause/resume_writing` wake `drain`. A lost
-outbound connection is retried with exponential backoff; its queue waits. The inbound
-side refuses, with one log line and a dropped connection, a bad hello or none within
-io_timeout_s, a length prefix above max_frame_bytes, a frame truncated at EOF, and any bytes on an
+coalescing already batches. On the inbound side every frame of one read is cut out of
+it in one pass and handed over in order (`deliver_all`). The asyncio write buffer is
+the "handed to the wire" part of `buffered()`; its limits are set so that
+`pause/resume_writing` wake `drain`. A lost outbound connection is retried with
+exponential backoff; its queue waits. The inbound side refuses, with one log line and a
+dropped connection, a bad hello or none within io_timeout_s, a length prefix above
+max_frame_bytes, a frame truncated at EOF, and any bytes on an
 outbound connection (we never expect the peer to write back).
 """
 
@@ -193,12 +195,13 @@ class _Channel:
         conn, peer = self._conn, self._peer
         if conn is None or not peer.queue:
             return
-        frames = list(peer.queue)
-        size = peer.queued_bytes
-        peer.queue.clear()
+        queue = peer.queue
+        count, size = len(queue), peer.queued_bytes
+        data = encode_frames(queue)  # one write (one syscall) for all of this turn's frames
+        queue.clear()
         peer.queued_bytes = 0
-        conn.write(encode_frames(frames))
-        self._owner.sent(len(frames), size)
+        conn.write(data)
+        self._owner.sent(count, size)
 
     def write_buffer_size(self) -> int:
         return 0 if self._conn is None else self._conn.write_buffer_size()
@@ -299,25 +302,24 @@ class _Inbound(asyncio.Protocol):
             return
         frames, error = self._reader.feed(data)
         owner = self._owner
-        for frame in frames:
-            if self._hello is None:
-                try:
-                    hello = decode_hello(frame)
-                except DecodeError as exc:
-                    link.drop(str(exc))
-                    return
-                self._hello = hello
-                self._cancel_hello_timer()
-                accepted, superseded = owner.admit(hello, link)
-                if superseded is not None:
-                    owner.close_inbound(superseded)
-                if not accepted:
-                    link.retire()
-                    owner.close_inbound(link)
-                    return
-                continue
-            if not owner.deliver(link, frame):
+        if self._hello is None and frames:
+            try:
+                hello = decode_hello(frames[0])
+            except DecodeError as exc:
+                link.drop(str(exc))
                 return
+            self._hello = hello
+            self._cancel_hello_timer()
+            accepted, superseded = owner.admit(hello, link)
+            if superseded is not None:
+                owner.close_inbound(superseded)
+            if not accepted:
+                link.retire()
+                owner.close_inbound(link)
+                return
+            del frames[0]
+        if frames and not owner.deliver_all(link, frames):
+            return
         if error is not None:
             link.drop(error)
 
