@@ -194,8 +194,11 @@ def _views_witness() -> Scenario:
     for node in ("n2", "n3"):
         b.view(node, 2, ["n2", "n3"])
     b.deliver("n2", *m[1:])
-    return Scenario("views-witness", b.rows(), b.run_info(ALL), {"AGREEMENT": 1},
-                    (Planted("AGREEMENT", ("n3", "n2"), ("g/n1:1",), (1,)),))
+    # n1 delivered m in view 1, n2 in view 2: m is also split over two views.
+    return Scenario("views-witness", b.rows(), b.run_info(ALL),
+                    {"AGREEMENT": 1, "SAME_VIEW_DELIVERY": 1},
+                    (Planted("AGREEMENT", ("n3", "n2"), ("g/n1:1",), (1,)),
+                     Planted("SAME_VIEW_DELIVERY", ("n1", "n2"), ("g/n1:1",), (1, 1))))
 
 
 def _null_group() -> Scenario:
@@ -228,10 +231,83 @@ def _wide() -> Scenario:
                     (Planted("AGREEMENT", ("n70", "n1"), ("g/n1:1",), (1,)),))
 
 
+ABC = ("n1", "n2", "n3")
+
+
+def _in_view_one(run_id: str) -> TraceBuilder:
+    b = TraceBuilder(run_id)
+    for node in ABC:
+        b.view(node, 1, ABC)
+    return b
+
+
+def _churn() -> Scenario:
+    """Clean views: two joiners (each built alone in view 0 first, as the simulator
+    does), a leave (no view without itself), a crash inside a view."""
+    b = _in_view_one("churn")
+    first = [b.send("n1"), b.send("n2")]
+    b.deliver_all(ABC, first)
+    b.view("n4", 0, ["n4"])
+    b.view("n5", 0, ["n5"])
+    five = ["n1", "n2", "n3", "n4", "n5"]
+    for node in five:
+        b.view(node, 2, five)
+    second = [b.send("n4"), b.send("n3")]
+    b.deliver_all(five, second)
+    four = ["n1", "n3", "n4", "n5"]  # n2 left
+    for node in four:
+        b.view(node, 3, four)
+    third = [b.send("n5"), b.send("n1")]
+    b.deliver_all(["n1", "n4", "n5"], third)
+    b.deliver("n3", "n5", 1)
+    b.crash("n3")
+    return Scenario("churn", b.rows(), b.run_info(ALL), {})
+
+
+def _view_members() -> Scenario:
+    b = _in_view_one("view-members")
+    b.view("n1", 2, ["n1", "n2"])
+    b.view("n2", 2, ["n1", "n2"])
+    odd = b.view("n3", 2, ["n1", "n3"])
+    fell = b.view("n2", 1, ["n1", "n2", "n3"])
+    return Scenario("view-members", b.rows(), b.run_info(ALL), {"VIEW_CONSISTENCY": 2}, (
+        Planted("VIEW_CONSISTENCY", ("n3", "n1"), (), (odd.index or 0,)),
+        Planted("VIEW_CONSISTENCY", ("n2",), (), (2, fell.index or 0))))
+
+
+def _synchrony() -> Scenario:
+    """n1, n2, n3 move from view 1 to 2 together; n3 missed n2#1 in view 1 and n1
+    missed nothing, so: two units (n3 lacks n2#1; n1 and n2 lack nothing)."""
+    b = _in_view_one("synchrony")
+    ms = [b.send("n1"), b.send("n2"), b.send("n1")]
+    b.deliver_all(["n1", "n2"], ms)
+    b.deliver_all(["n3"], [ms[0]])
+    for node in ABC:
+        b.view(node, 2, ABC)
+    b.deliver_all(["n3"], [ms[2]])  # n1#2 in view 2: split too; n2#1 never
+    return Scenario("synchrony", b.rows(), b.run_info(ALL),
+                    {"VIRTUAL_SYNCHRONY": 2, "SAME_VIEW_DELIVERY": 1, "AGREEMENT": 1}, (
+        Planted("VIRTUAL_SYNCHRONY", ("n3", "n1"), ("g/n2:1",), (2,)),
+        Planted("VIRTUAL_SYNCHRONY", ("n3", "n1"), ("g/n1:2",), (3,)),
+        Planted("SAME_VIEW_DELIVERY", ("n1", "n3"), ("g/n1:2",), (3, 2))))
+
+
+def _sent_later() -> Scenario:
+    """n1 sent m in view 2; n2 and n3 delivered it while still in view 1."""
+    b = _in_view_one("sent-later")
+    b.view("n1", 2, ABC)
+    b.send("n1")
+    b.deliver_all(ABC, [("g", "n1", 1)])
+    return Scenario("sent-later", b.rows(), b.run_info(ALL), {"SAME_VIEW_DELIVERY": 3}, (
+        Planted("SAME_VIEW_DELIVERY", ("n2", "n1"), ("g/n1:1",), (1,)),
+        Planted("SAME_VIEW_DELIVERY", ("n3", "n1"), ("g/n1:1",), (1,)),
+        Planted("SAME_VIEW_DELIVERY", ("n2", "n1"), ("g/n1:1",), (1, 1))))
+
+
 SCENARIOS: tuple[Callable[[], Scenario], ...] = (
     _clean, _crashed_prefix, _joiner, _duplicate, _unknown, _validity, _agreement, _uniform,
     _fifo, _causal, _total, _natural_order, _local_order, _views_witness, _null_group,
-    _two_groups, _wide,
+    _two_groups, _wide, _churn, _view_members, _synchrony, _sent_later,
 )
 
 

@@ -4,7 +4,9 @@ violations per code per run.
 
 The traces: the hand-written scenarios (clean and planted), seeded random mutations of a
 clean total-order run (dropped, duplicated, swapped and foreign deliveries, crashes,
-causal deps), and small simulated runs (a crash, a joiner, causal order).
+causal deps) and of a run through three views (lost and late deliveries, odd member
+lists, repeated or falling views, crashes, later send views), and small simulated runs (a
+crash, a joiner, causal order).
 """
 
 from __future__ import annotations
@@ -64,6 +66,48 @@ def _mutated(seed: int) -> tuple[list[EventRow], RunInfo]:
     return b.rows(), b.run_info(ALL)
 
 
+def _views_mutated(seed: int) -> tuple[list[EventRow], RunInfo]:
+    """Four nodes through three views (a joiner, a leaver), then view faults planted by
+    seed: a lost or late delivery, a node listing other members, a view installed twice
+    or out of order, a crash mid-view, a broadcast recorded in a newer view."""
+    rng = random.Random(1000 + seed)
+    b = TraceBuilder(f"views-{seed}")
+    members = [["n1", "n2", "n3"], ["n1", "n2", "n3", "n10"], ["n1", "n3", "n10"]]
+    b.view("n10", 0, ["n10"])  # the joiner's private start
+    crashed = rng.choice([None, "n3"])
+    for number, view in enumerate(members, start=1):
+        for node in view:
+            listed = list(view)
+            if rng.random() < 0.1:
+                listed = listed[:-1]
+            b.view(node, number, listed)
+            if rng.random() < 0.05:
+                b.view(node, rng.choice([number, number - 1]), view)
+        ms = []
+        for _ in range(rng.randint(1, 4)):
+            origin = rng.choice(view)
+            later = number + 1 if rng.random() < 0.1 else None
+            ms.append(b.send(origin, view_id=later))
+        late: list[tuple[str, tuple[str | None, str, int]]] = []
+        for node in view:
+            for m in ms:
+                roll = rng.random()
+                if roll < 0.1:
+                    continue  # lost
+                if roll < 0.2:
+                    late.append((node, m))  # delivered after the next view is installed
+                    continue
+                b.deliver(node, m[1], m[2])
+        if crashed is not None and number == 2 and rng.random() < 0.5:
+            b.crash(crashed)
+            crashed = None
+        for node, m in late:
+            if number < len(members):
+                b.view(node, number + 1, members[number])
+            b.deliver(node, m[1], m[2])
+    return b.rows(), b.run_info(ALL)
+
+
 def _simulated() -> list[tuple[list[EventRow], RunInfo]]:
     configs = [
         SimConfig("sequencer", 3, 12, seed=1, faults="crash=n3@4ms"),
@@ -90,6 +134,7 @@ def trace_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_run(out, scenario.rows, scenario.info)
     for seed in range(6):
         write_run(out, *_mutated(seed))
+        write_run(out, *_views_mutated(seed))
     for rows, info in _simulated():
         write_run(out, rows, info)
     return out
@@ -101,10 +146,13 @@ def test_spark_and_memory_count_the_same_per_code_per_run(spark: object,
     memory = {run_id: count_by_code(found, CODES)
               for run_id, found in check_traces(runs, events).items()}
     assert sum(sum(c.values()) for c in memory.values()) > 20  # violations to agree on
+    for code in ("VIEW_CONSISTENCY", "VIRTUAL_SYNCHRONY", "SAME_VIEW_DELIVERY"):
+        assert sum(c[code] for c in memory.values()) >= 3, code
 
     trace = read_trace(spark, str(trace_dir))  # type: ignore[arg-type]
     claims = [RunClaim(r.run_id, r.ordering, r.nodes, r.guarantees) for r in runs]
-    verdict = summarize(find_violations(materialize_tables(trace.events),
+    # with_views: the cached view tables (test_spark_checks runs the lazily derived ones)
+    verdict = summarize(find_violations(materialize_tables(trace.events, with_views=True),
                                         runs_by_code(claims)))
     by_spark = {r.run_id: {code: verdict.counts.get((r.run_id, code), 0) for code in CODES}
                 for r in runs}

@@ -10,7 +10,7 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from abcast.ids import sorted_nodes
+from abcast.ids import node_sort_key, sorted_nodes
 from abcast.testing import (
     AGREEMENT,
     CAUSAL_ORDER,
@@ -19,9 +19,12 @@ from abcast.testing import (
     INTEGRITY_DUPLICATE,
     INTEGRITY_UNKNOWN,
     LOCAL_ORDER,
+    SAME_VIEW_DELIVERY,
     TOTAL_ORDER,
     UNIFORM_AGREEMENT,
     VALIDITY,
+    VIEW_CONSISTENCY,
+    VIRTUAL_SYNCHRONY,
     check_events,
     count_by_code,
 )
@@ -118,9 +121,75 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
     opts = [r for r in rows if r.kind == "opt_deliver"]
     counts[LOCAL_ORDER] = len({(o.node, msg(o)) for o in opts for d in dels
                                if d.node == o.node and msg(d) == msg(o) and o.t_ns > d.t_ns})
+    counts.update(reference_view_counts(rows))
     return counts
 
 
+def reference_view_counts(rows: list[EventRow]) -> dict[str, int]:
+    """docs/checks.md "Views", transcribed line by line."""
+    crash_t: dict[str, int] = {}
+    for r in rows:
+        if r.kind == "crash":
+            crash_t[r.node] = min(r.t_ns, crash_t.get(r.node, r.t_ns))
+    judged = [r for r in sorted(rows, key=lambda r: r.t_ns)
+              if r.node not in crash_t or r.t_ns < crash_t[r.node]]
+    views: dict[tuple[str, str | None], list[EventRow]] = defaultdict(list)
+    for r in judged:
+        if r.kind == "view" and r.view_id is not None:
+            views[(r.node, r.group)].append(r)
+    for (node, _), seq in views.items():
+        if seq[0].members is not None and set(seq[0].members) == {node}:
+            del seq[0]
+
+    consistency = 0
+    lists: dict[tuple[str | None, int], dict[tuple[str, ...], set[str]]] = defaultdict(
+        lambda: defaultdict(set))
+    for seq in views.values():
+        for r in seq:
+            if r.members is not None and r.view_id is not None:
+                lists[(r.group, r.view_id)][tuple(sorted(set(r.members)))].add(r.node)
+    for by_set in lists.values():
+        ranked = sorted(by_set, key=lambda ms: (
+            -len(by_set[ms]), node_sort_key(sorted_nodes(list(by_set[ms]))[0]),
+            sorted_nodes(list(by_set[ms]))[0], ms))
+        deviants = {n for ms in ranked[1:] for n in by_set[ms]}
+        consistency += len(deviants)
+    for seq in views.values():
+        consistency += sum(1 for a, b in pairwise(seq) if (b.view_id or 0) <= (a.view_id or 0))
+
+    def delivered(node: str, group: str | None, view: int) -> set[Msg]:
+        return {(r.group, r.origin or "", r.seq or 0) for r in judged
+                if r.kind == "deliver" and r.node == node and r.group == group
+                and r.view_id == view and r.index is not None}
+
+    moved = {(node, group, a.view_id, b.view_id) for (node, group), seq in views.items()
+             for a, b in pairwise(seq) if a.view_id != b.view_id}
+    synchrony: set[tuple[str, str | None, int | None, Msg]] = set()
+    for p, g, v, after in moved:
+        for q, g2, v2, after2 in moved:
+            if p != q and (g, v, after) == (g2, v2, after2) and v is not None:
+                for m in delivered(p, g, v) - delivered(q, g, v):
+                    synchrony.add((q, g, v, m))
+
+    in_view = [r for r in judged if r.kind == "deliver" and r.view_id is not None
+               and r.index is not None]
+    by_message: dict[Msg, set[int]] = defaultdict(set)
+    for r in in_view:
+        by_message[(r.group, r.origin or "", r.seq or 0)].add(r.view_id or 0)
+    split = sum(1 for vs in by_message.values() if len(vs) > 1)
+    send_view: dict[Msg, int] = {}
+    for r in judged:
+        if r.kind == "send" and r.node == r.origin and r.view_id is not None:
+            m = (r.group, r.origin, r.seq or 0)
+            send_view[m] = min(r.view_id, send_view.get(m, r.view_id))
+    early = {(r.node, (r.group, r.origin, r.seq)) for r in in_view
+             if (r.group, r.origin, r.seq) in send_view
+             and (r.view_id or 0) < send_view[(r.group, r.origin or "", r.seq or 0)]}
+    return {VIEW_CONSISTENCY: consistency, VIRTUAL_SYNCHRONY: len(synchrony),
+            SAME_VIEW_DELIVERY: split + len(early)}
+
+
+MEMBER_LISTS = (None, ("self",), ("n1", "n2"), ("n2", "n1", "n3"), ("n1", "n2", "n3"))
 message_ids = st.tuples(st.sampled_from(GROUPS), st.sampled_from(NODES), st.integers(1, 4))
 
 
@@ -134,14 +203,15 @@ def messy_traces(draw: st.DrawFn) -> list[EventRow]:
     for g, o, s in draw(st.lists(st.one_of(st.sampled_from(pool), message_ids), max_size=8)):
         deps = draw(st.dictionaries(st.sampled_from(NODES), st.integers(0, 4), max_size=3))
         t += 1
-        rec.record(o, "send", t, origin=o, seq=s, group=g, deps=deps or None)
+        rec.record(o, "send", t, origin=o, seq=s, group=g, deps=deps or None,
+                   view_id=draw(st.sampled_from((None, 1, 2))))
     ids = st.one_of(st.sampled_from(pool), st.sampled_from(pool), message_ids)
     events = st.one_of(
         st.tuples(st.just("deliver"), st.sampled_from(NODES), ids,
                   st.sampled_from((None, 1, 2))),
         st.tuples(st.just("deliver"), st.sampled_from(NODES), ids, st.just(1)),
         st.tuples(st.just("opt_deliver"), st.sampled_from(NODES), ids, st.none()),
-        st.tuples(st.just("view"), st.sampled_from(NODES), ids, st.sampled_from((1, 2))),
+        st.tuples(st.just("view"), st.sampled_from(NODES), ids, st.sampled_from((0, 1, 2, 3))),
         st.tuples(st.just("crash"), st.sampled_from(NODES), ids, st.none()),
     )
     for kind, node, (g, o, s), view in draw(st.lists(events, min_size=15, max_size=60)):
@@ -149,7 +219,9 @@ def messy_traces(draw: st.DrawFn) -> list[EventRow]:
         if kind in ("deliver", "opt_deliver"):
             rec.record(node, kind, t, origin=o, seq=s, group=g, view_id=view)
         elif kind == "view":
-            rec.record(node, "view", t, group=g, view_id=view)
+            members = draw(st.sampled_from(MEMBER_LISTS))
+            rec.record(node, "view", t, group=g, view_id=view,
+                       members=(node,) if members == ("self",) else members)
         else:
             rec.record(node, "crash", t)
     return rec.rows()
@@ -160,3 +232,48 @@ def messy_traces(draw: st.DrawFn) -> list[EventRow]:
 def test_indexed_checks_count_what_the_definitions_say(rows: list[EventRow]) -> None:
     found = check_events(rows, GUARANTEES)
     assert count_by_code(found, codes=CODES) == reference_counts(rows)
+
+
+@st.composite
+def view_traces(draw: st.DrawFn) -> list[EventRow]:
+    """One group, three nodes stepping through a few views (sometimes out of order, with
+    odd member lists, private starts, crashes), delivering a handful of messages in
+    whatever view they are in, so pairs of nodes often move on together."""
+    rec = TraceRecorder("v")
+    nodes = ("n1", "n2", "n10")
+    pool = [("g", o, s) for o in nodes for s in (1, 2)]
+    t = 0
+    current: dict[str, int | None] = dict.fromkeys(nodes)
+    for _, o, s in pool:
+        t += 1
+        rec.record(o, "send", t, origin=o, seq=s, group="g",
+                   view_id=draw(st.sampled_from((None, 1, 2, 3))))
+    steps = st.one_of(
+        st.tuples(st.just("view"), st.sampled_from(nodes), st.sampled_from((-1, -1, 0, 2))),
+        st.tuples(st.just("view"), st.sampled_from(nodes), st.just(-1)),
+        st.tuples(st.just("deliver"), st.sampled_from(nodes), st.integers(0, len(pool) - 1)),
+        st.tuples(st.just("deliver"), st.sampled_from(nodes), st.integers(0, len(pool) - 1)),
+    )
+    crash = st.tuples(st.just("crash"), st.sampled_from(nodes), st.just(0))
+    for kind, node, arg in draw(st.lists(st.one_of(steps, steps, steps, crash),
+                                         min_size=10, max_size=40)):
+        t += 1
+        if kind == "view":  # -1: the node's next view
+            view = (current[node] or 0) + 1 if arg == -1 else arg
+            members = draw(st.sampled_from(((node,), nodes, nodes, nodes[:2], None)))
+            rec.record(node, "view", t, group="g", view_id=view, members=members)
+            current[node] = view
+        elif kind == "deliver":
+            _, o, s = pool[arg]
+            rec.record(node, "deliver", t, origin=o, seq=s, group="g", view_id=current[node])
+        else:
+            rec.record(node, "crash", t)
+    return rec.rows()
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=view_traces())
+def test_view_checks_count_what_the_definitions_say(rows: list[EventRow]) -> None:
+    found = check_events(rows, ["virtual_synchrony"])
+    codes = (VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY, SAME_VIEW_DELIVERY)
+    assert count_by_code(found, codes=codes) == reference_view_counts(rows)

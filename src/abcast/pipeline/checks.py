@@ -3,8 +3,8 @@
 Rules: the codes, which guarantee claims which codes, the one schema every check returns
 (run_id, code, nodes, messages, positions, detail; one row = one unit of the code), and the
 small Column builders the checks share: printable message ids, node order, null-safe
-joins, and node sets as bitmasks. No check lives here (abcast.pipeline.checks_message and
-checks_order hold them) and nothing here touches data.
+joins, and node sets as bitmasks. No check lives here (abcast.pipeline.checks_message,
+checks_delivery and checks_views hold them) and nothing here touches data.
 
 Node sets are bitmasks: each node of a run has a `rank` (0, 1, … in node order, n2 before
 n10), and a set of nodes is an array<bigint> of `words` 64-bit words, bit `rank % 64` of
@@ -28,9 +28,12 @@ from abcast.trace.schema import (
     INTEGRITY_DUPLICATE,
     INTEGRITY_UNKNOWN,
     LOCAL_ORDER,
+    SAME_VIEW_DELIVERY,
     TOTAL_ORDER,
     UNIFORM_AGREEMENT,
     VALIDITY,
+    VIEW_CONSISTENCY,
+    VIRTUAL_SYNCHRONY,
 )
 
 if TYPE_CHECKING:
@@ -55,9 +58,12 @@ __all__ = [
     "INTEGRITY_DUPLICATE",
     "INTEGRITY_UNKNOWN",
     "LOCAL_ORDER",
+    "SAME_VIEW_DELIVERY",
     "TOTAL_ORDER",
     "UNIFORM_AGREEMENT",
     "VALIDITY",
+    "VIEW_CONSISTENCY",
+    "VIRTUAL_SYNCHRONY",
 ]
 
 

@@ -31,9 +31,11 @@ EXIT_CLEAN: Final = 0
 EXIT_VIOLATIONS: Final = 1
 EXIT_BAD_INPUT: Final = 2
 
-# Columns the checks read; the rest of a trace (peer, members, size of net rows) stays on disk.
+# Columns the checks read; the rest of a trace (peer, size of net rows) stays on disk, and
+# so does `members` unless some run claims virtual synchrony (only the view checks read it).
 _CHECK_COLUMNS: Final = ("run_id", "node", "kind", "origin", "seq", "group", "t_ns",
                          "index", "size", "view_id", "deps")
+_VIEW_COLUMNS: Final = ("members",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,7 @@ def read_claims(runs: DataFrame) -> tuple[RunClaim, ...]:
 
 def run_check(spark: SparkSession, uri: str, event_rows: int | None) -> CheckOutcome:
     """Read the trace dir, check every run for what it claims, summarise."""
-    from abcast.pipeline.checks import CAUSAL_ORDER, TOTAL_ORDER
+    from abcast.pipeline.checks import CAUSAL_ORDER, TOTAL_ORDER, VIEW_CONSISTENCY
     from abcast.pipeline.suite import Verdict, find_violations, runs_by_code, summarize
     from abcast.pipeline.tables import materialize_tables, release
 
@@ -95,10 +97,12 @@ def run_check(spark: SparkSession, uri: str, event_rows: int | None) -> CheckOut
     if not checked:
         return CheckOutcome(runs=claims, events=count, verdict=Verdict({}, ()))
     claimed_runs = sorted({run for runs in checked.values() for run in runs})
-    events = trace.events.select(*_CHECK_COLUMNS).where(
+    columns = _CHECK_COLUMNS + (_VIEW_COLUMNS if VIEW_CONSISTENCY in checked else ())
+    events = trace.events.select(*columns).where(
         trace.events["run_id"].isin(*claimed_runs))
     tables = materialize_tables(events, with_deps=CAUSAL_ORDER in checked,
-                                with_total=TOTAL_ORDER in checked)
+                                with_total=TOTAL_ORDER in checked,
+                                with_views=VIEW_CONSISTENCY in checked)
     try:
         verdict = summarize(find_violations(tables, checked))
     finally:

@@ -22,9 +22,12 @@ from abcast.pipeline.checks import (
     INTEGRITY_DUPLICATE,
     INTEGRITY_UNKNOWN,
     LOCAL_ORDER,
+    SAME_VIEW_DELIVERY,
     TOTAL_ORDER,
     UNIFORM_AGREEMENT,
     VALIDITY,
+    VIEW_CONSISTENCY,
+    VIRTUAL_SYNCHRONY,
     codes_for,
     empty_violations,
 )
@@ -40,6 +43,11 @@ from abcast.pipeline.checks_message import (
     local_order,
     uniform_agreement,
     validity,
+)
+from abcast.pipeline.checks_views import (
+    same_view_delivery,
+    view_consistency,
+    virtual_synchrony,
 )
 
 if TYPE_CHECKING:
@@ -60,6 +68,9 @@ CHECKS: Final[Mapping[str, Callable[[TraceTables], DataFrame]]] = {
     CAUSAL_ORDER: causal_order,
     TOTAL_ORDER: total_order,
     LOCAL_ORDER: local_order,
+    VIEW_CONSISTENCY: view_consistency,
+    VIRTUAL_SYNCHRONY: virtual_synchrony,
+    SAME_VIEW_DELIVERY: same_view_delivery,
 }
 
 

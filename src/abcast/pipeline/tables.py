@@ -207,11 +207,18 @@ def _is_own_send() -> Column:
 _POSITION_BITS: Final = 40
 
 
-def _witness_code() -> Column:
-    """(rank, index) packed in one bigint so `min` picks node order, then position."""
+def witness_code(rank: Column, index: Column) -> Column:
+    """(rank, index) packed in one bigint so `min` picks node order, then position (a
+    fixed-width value: the aggregation stays a hash aggregation)."""
     from pyspark.sql import functions as F
 
-    return F.shiftleft(F.col("rank").cast("bigint"), _POSITION_BITS) + F.col("index")
+    return F.shiftleft(rank.cast("bigint"), _POSITION_BITS) + index
+
+
+def _witness_code() -> Column:
+    from pyspark.sql import functions as F
+
+    return witness_code(F.col("rank"), F.col("index"))
 
 
 def witness_rank(code: Column) -> Column:
@@ -410,6 +417,62 @@ def nonconforming_nodes(first: DataFrame) -> DataFrame:
             .select("run_id", "group", "node").distinct())
 
 
+# ---------------------------------------------------------------- views
+
+
+def crash_times(events: DataFrame) -> DataFrame:
+    """(run_id, node) -> `crash_t`: t_ns of the node's first crash row (crashed nodes
+    only). The view checks judge a crashed node only by its rows before it."""
+    from pyspark.sql import functions as F
+
+    return (events.where(F.col("kind") == "crash").groupBy("run_id", "node")
+            .agg(F.min("t_ns").alias("crash_t")))
+
+
+def judged(frame: DataFrame, crashes: DataFrame) -> DataFrame:
+    """`frame` (with run_id, node, t_ns) without a crashed node's rows from its first
+    crash row on."""
+    from pyspark.sql import functions as F
+
+    cut = join_on(frame, F.broadcast(crashes), [("run_id", "run_id"), ("node", "node")],
+                  "left")
+    return cut.where(F.col("crash_t").isNull() | (F.col("t_ns") < F.col("crash_t"))
+                     ).drop("crash_t")
+
+
+def view_rows(events: DataFrame, crashes: DataFrame) -> DataFrame:
+    """The judged `view` rows with a view_id: run_id, group, node, view_id, t_ns, `index`
+    (0 when null) and `members` as a sorted set (null when the row lists none)."""
+    from pyspark.sql import functions as F
+
+    members = (F.col("members") if "members" in events.columns
+               else F.lit(None).cast("array<string>"))
+    rows = events.where((F.col("kind") == "view") & F.col("view_id").isNotNull()).select(
+        "run_id", "group", "node", "view_id", "t_ns",
+        F.coalesce(F.col("index"), F.lit(0)).cast("bigint").alias("index"),
+        F.array_sort(F.array_distinct(members)).alias("members"))
+    return judged(rows, crashes)
+
+
+def view_message_rows(rows: DataFrame, crashes: DataFrame) -> DataFrame:
+    """The judged `deliver` and `send` rows that name a view (message key, node, rank,
+    kind, index, t_ns, view_id), hash-partitioned by message, each with `send_view`: the
+    lowest view its message's origin names on a send row (a window within the
+    partition)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    picked = rows.where(F.col("view_id").isNotNull()
+                        & F.col("kind").isin("deliver", "send")).select(
+        *MESSAGE_KEY, "node", "rank", "kind", "index", "t_ns", "view_id")
+    partitioned = judged(picked, crashes).repartition(_partitions(rows),
+                                                      *_MESSAGE_PARTITIONING)
+    own_send = (F.col("kind") == "send") & (F.col("node") == F.col("origin"))
+    message = Window.partitionBy(*MESSAGE_KEY)
+    return partitioned.select("*", F.min(F.when(own_send, F.col("view_id"))).over(message)
+                              .alias("send_view"))
+
+
 # ---------------------------------------------------------------- the bundle
 
 
@@ -431,6 +494,10 @@ class TraceTables:
     #: nothing: the second look at irregular streams, the pairwise total-order walk.
     irregular_count: int | None = None
     nonconforming_count: int | None = None
+    #: the view checks' tables (`view_rows`, `view_message_rows`), when materialized;
+    #: None: abcast.pipeline.checks_views derives them on use
+    views: DataFrame | None = None
+    view_messages: DataFrame | None = None
 
     @property
     def first(self) -> DataFrame:
@@ -454,7 +521,10 @@ class TraceTables:
             messages=restrict(self.messages, run_ids),
             deliveries=restrict(self.deliveries, run_ids),
             notable=restrict(self.notable, run_ids), irregular=restrict(self.irregular, run_ids),
-            nonconforming=restrict(self.nonconforming, run_ids))
+            nonconforming=restrict(self.nonconforming, run_ids),
+            views=None if self.views is None else restrict(self.views, run_ids),
+            view_messages=(None if self.view_messages is None
+                           else restrict(self.view_messages, run_ids)))
 
 
 def materialize_tables(
@@ -462,11 +532,14 @@ def materialize_tables(
     *,
     with_deps: bool = True,
     with_total: bool = True,
+    with_views: bool = False,
 ) -> TraceTables:
     """The tables of one events frame, computed now: the one function here that runs
     jobs. `with_deps=False` leaves the merged deps out of `deliveries` (only the causal
     check reads them); `with_total=False` leaves the total-order pre-pass lazy (for runs
-    that do not claim total order it would be wasted).
+    that do not claim total order it would be wasted). `with_views=True` computes the
+    view checks' tables too (cached, like the delivery table); without it they are
+    derived lazily, only if a view check is asked for.
 
     The small tables are checkpointed (their derivations are long chains of tiny
     shuffles that every later plan would otherwise carry and re-analyse); the message
@@ -497,6 +570,12 @@ def materialize_tables(
                          messages=messages, deliveries=deliveries, notable=notable,
                          irregular=irregular, irregular_count=irregular_count,
                          nonconforming=deliveries.limit(0).select("run_id", "group", "node"))
+    if with_views:
+        crashes = crash_times(events).localCheckpoint(storageLevel=level)
+        view_messages = view_message_rows(rows, crashes).persist(level)
+        view_messages.count()
+        tables = replace(tables, views=view_rows(events, crashes).localCheckpoint(
+            storageLevel=level), view_messages=view_messages)
     if not with_total:  # left lazy: computed only if total_order is asked for anyway
         return replace(tables, nonconforming=nonconforming_nodes(tables.first))
     # The one sort of every delivery in position order that total order needs, done once.
@@ -507,5 +586,6 @@ def materialize_tables(
 
 def release(tables: TraceTables) -> None:
     """Drop the cached tables of `materialize_tables`."""
-    for frame in (tables.deliveries, tables.messages):
-        frame.unpersist()
+    for frame in (tables.deliveries, tables.messages, tables.view_messages):
+        if frame is not None:
+            frame.unpersist()

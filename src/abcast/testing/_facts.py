@@ -3,11 +3,12 @@ built on first use and shared by every check of that run.
 
 Rules: vocabulary of docs/checks.md, nothing more. A message is `(group, origin, seq)`;
 a delivery's position is its row's `index`; a node is correct when it has no `crash` row
-in the run. Rows a check cannot place are skipped: a `send`, `deliver` or `opt_deliver`
-row without origin or seq, a `deliver` row without index, a `view` row without view_id
-(for who-installed-which-view; it still tells that its group has views). `group` is
+in the run; `Violation` is the record every check returns. Rows a check cannot place are
+skipped: a `send`, `deliver` or `opt_deliver` row without origin or seq, a `deliver` row
+without index, a `view` row without view_id (for who-installed-which-view; it still
+tells that its group has views). `group` is
 compared as a plain value, so rows with a null group form one group of their own. This
-module decides no violation; abcast.testing.checks does.
+module decides no violation; abcast.testing.checks and checks_views do.
 """
 
 from __future__ import annotations
@@ -30,6 +31,24 @@ StreamKey = tuple[str | None, str]
 def node_order(node: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
     """The node order of the checks (n2 before n10); the raw string breaks ties."""
     return (node_sort_key(node), node)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One unit of one code, with its counterexample (layout: abcast.testing.checks)."""
+
+    run_id: str
+    code: str
+    nodes: tuple[str, ...]
+    messages: tuple[MessageKey, ...]
+    positions: tuple[int, ...]
+    detail: str
+
+
+def show_message(m: MessageKey) -> str:
+    """"origin#seq@group" ("origin#seq" for a null group), for detail text."""
+    group, origin, seq = m
+    return f"{origin}#{seq}" if group is None else f"{origin}#{seq}@{group}"
 
 
 @dataclass(frozen=True, slots=True)

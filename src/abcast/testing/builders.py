@@ -4,8 +4,9 @@ violation in one more.
 Rules: every row goes through a real `TraceRecorder`, so built traces obey the same
 invariants (index, strictly increasing t_ns) as the simulator's and the runtime's. A single
 clock advances `tick_ns` per row across all nodes, so rows are in the order the test
-wrote them. A node's deliveries carry the view_id of the last `view` row it recorded in
-that group (None before any). No checking happens here.
+wrote them. A node's deliveries and sends carry the view_id of the last `view` row it
+recorded in that group (None before any), as the drivers write them. No checking happens
+here.
 """
 
 from __future__ import annotations
@@ -40,14 +41,17 @@ class TraceBuilder:
         *,
         deps: Mapping[str, int] | None = None,
         group: str | None = None,
+        view_id: int | None = None,
     ) -> MessageKey:
-        """`origin` broadcasts its next message (or `seq`); returns the message id."""
+        """`origin` broadcasts its next message (or `seq`), in its current view (or
+        `view_id`); returns the message id."""
         g = self.group if group is None else group
         if seq is None:
             seq = self._next_seq.get((origin, g), 1)
         self._next_seq[(origin, g)] = max(self._next_seq.get((origin, g), 1), seq + 1)
+        view = self._view.get((origin, g)) if view_id is None else view_id
         self.recorder.record(origin, "send", self._tick(), origin=origin, seq=seq, group=g,
-                             size=0, deps=deps)
+                             size=0, deps=deps, view_id=view)
         return (g, origin, seq)
 
     def deliver(

@@ -18,6 +18,8 @@ choices docs/checks.md leaves open are made here, once:
   same as "some opt_deliver row is later than some deliver row");
 - rows a check cannot place are skipped, and a null group is one group of its own
   (abcast.testing._facts says which).
+- the view codes (VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY, SAME_VIEW_DELIVERY) make their
+  own choices, listed in abcast.testing.checks_views.
 
 Counterexample layout (`nodes`, `messages`, `positions`) per code:
 
@@ -32,6 +34,11 @@ Counterexample layout (`nodes`, `messages`, `positions`) per code:
 | CAUSAL_ORDER | (q,) | (m, first missing predecessor) | (m's, predecessor's if ever) |
 | TOTAL_ORDER | (p, q) | (m1, m2) adjacent in p | (p's of m1, m2, q's of m1, m2) |
 | LOCAL_ORDER | (node,) | (m,) | (deliver index, opt_deliver index) |
+| VIEW_CONSISTENCY membership | (node, reference holder) | () | (deviating view row index,) |
+| VIEW_CONSISTENCY order | (node,) | () | (previous, this view row index) |
+| VIRTUAL_SYNCHRONY | (q, p) p moved on with q | (m,) | (p's position of m in v,) |
+| SAME_VIEW_DELIVERY split | (p lowest view, q highest) | (m,) | (p's, q's position) |
+| SAME_VIEW_DELIVERY early | (q, origin) | (m,) | (q's position in the older view,) |
 
 Messages are `(group, origin, seq)` tuples. Nothing here reads files (abcast.trace does).
 """
@@ -40,12 +47,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from itertools import pairwise
 from typing import Final
 
 from abcast.errors import LocalProtocolError
-from abcast.testing._facts import Delivery, MessageKey, RunFacts, StreamKey, node_order
+from abcast.testing._facts import Delivery, RunFacts, StreamKey, Violation, node_order
+from abcast.testing._facts import show_message as _show
+from abcast.testing.checks_views import check_views
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.trace.schema import (
     AGREEMENT,
@@ -62,18 +70,12 @@ from abcast.trace.schema import (
     VALIDITY,
 )
 
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One unit of one code, with its counterexample (layout: the module docstring)."""
-
-    run_id: str
-    code: str
-    nodes: tuple[str, ...]
-    messages: tuple[MessageKey, ...]
-    positions: tuple[int, ...]
-    detail: str
-
+__all__ = [
+    "Violation", "check_agreement", "check_causal", "check_events", "check_fifo",
+    "check_integrity", "check_local_order", "check_total_order", "check_traces",
+    "check_uniform_agreement", "check_validity", "check_virtual_synchrony", "codes_for",
+    "count_by_code", "validate_guarantees",
+]
 
 def validate_guarantees(guarantees: Iterable[str]) -> tuple[str, ...]:
     """The guarantee names, deduplicated, in GUARANTEES order; LocalProtocolError for a
@@ -92,11 +94,6 @@ def validate_guarantees(guarantees: Iterable[str]) -> tuple[str, ...]:
 def codes_for(guarantees: Iterable[str]) -> tuple[str, ...]:
     """The codes a run claiming these guarantees is checked for."""
     return tuple(code for g in validate_guarantees(guarantees) for code in GUARANTEE_CODES[g])
-
-
-def _show(m: MessageKey) -> str:
-    group, origin, seq = m
-    return f"{origin}#{seq}" if group is None else f"{origin}#{seq}@{group}"
 
 
 # ---------------------------------------------------------------- integrity, validity
@@ -270,6 +267,7 @@ _CHECKS: Final[Mapping[str, Callable[[RunFacts], list[Violation]]]] = {
     "causal": _causal,
     "total": _total_order,
     "local_order": _local_order,
+    "virtual_synchrony": check_views,
 }
 
 
@@ -319,6 +317,12 @@ def check_total_order(events: Iterable[EventRow]) -> list[Violation]:
 
 def check_local_order(events: Iterable[EventRow]) -> list[Violation]:
     return _each_run(events, "local_order")
+
+
+def check_virtual_synchrony(events: Iterable[EventRow]) -> list[Violation]:
+    """VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY and SAME_VIEW_DELIVERY
+    (abcast.testing.checks_views)."""
+    return _each_run(events, "virtual_synchrony")
 
 
 def check_events(

@@ -18,7 +18,7 @@ KINDS: Final = (
 
 GUARANTEES: Final = (
     "integrity", "validity", "agreement", "uniform_agreement", "fifo", "causal", "total",
-    "local_order",
+    "local_order", "virtual_synchrony",
 )
 
 # The violation codes each guarantee is checked by (docs/checks.md); both checkers, the
@@ -32,6 +32,9 @@ FIFO_ORDER: Final = "FIFO_ORDER"
 CAUSAL_ORDER: Final = "CAUSAL_ORDER"
 TOTAL_ORDER: Final = "TOTAL_ORDER"
 LOCAL_ORDER: Final = "LOCAL_ORDER"
+VIEW_CONSISTENCY: Final = "VIEW_CONSISTENCY"
+VIRTUAL_SYNCHRONY: Final = "VIRTUAL_SYNCHRONY"
+SAME_VIEW_DELIVERY: Final = "SAME_VIEW_DELIVERY"
 
 GUARANTEE_CODES: Final[Mapping[str, tuple[str, ...]]] = {
     "integrity": (INTEGRITY_DUPLICATE, INTEGRITY_UNKNOWN),
@@ -42,6 +45,7 @@ GUARANTEE_CODES: Final[Mapping[str, tuple[str, ...]]] = {
     "causal": (CAUSAL_ORDER,),
     "total": (TOTAL_ORDER,),
     "local_order": (LOCAL_ORDER,),
+    "virtual_synchrony": (VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY, SAME_VIEW_DELIVERY),
 }
 CODES: Final = tuple(code for g in GUARANTEES for code in GUARANTEE_CODES[g])
 
