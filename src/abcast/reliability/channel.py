@@ -4,8 +4,15 @@ Rules: one sequence space per directed link (this node → peer). The receiver h
 packet up the first time it sees its sequence number, remembers what it has seen as a
 contiguous high-water mark plus the few numbers above it, and acknowledges with a
 delayed cumulative + selective ack. The sender keeps each packet until it is acked and
-retransmits it on a per-packet timeout that backs off exponentially. Acked packets are
-forgotten, so memory is bounded by what is in flight, not by the length of the run.
+retransmits it once its deadline passes. Acked packets are forgotten, so memory is
+bounded by what is in flight, not by the length of the run.
+
+The timeout is adaptive, per link, in the manner of RFC 6298 (abcast.reliability.rto):
+each ack times the oldest packet it newly acknowledges, unless that packet was ever
+retransmitted (Karn's rule); a timeout backs the link's RTO off exponentially until the
+next valid sample; and while the cumulative ack keeps advancing the clock restarts
+(§5.3), so packets that are merely queued behind others — on a busy stream transport,
+say — are not retransmitted just because the queue is long.
 
 What it does not do: order (orderings above hold packets back as they need), relay a
 crashed sender's packets to others (agreement under crashes is the ordering's or the
@@ -19,13 +26,13 @@ protocol packets (the thesis's message counts are about the protocols above).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Final
 
 import msgspec
 
 from abcast.codec import Count, Header, Packet, Seq
 from abcast.effects import CancelTimer, Effect, Send, SetTimer, Up
-from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     Event,
     Excluded,
@@ -38,6 +45,7 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId, View
+from abcast.reliability.rto import RtoEstimator
 from abcast.stack import Layer
 
 
@@ -59,32 +67,62 @@ ChannelHeader = RData | RAck
 
 @dataclass(frozen=True, slots=True)
 class ChannelConfig:
-    """Knobs, in microseconds. Defaults suit both the simulator and loopback."""
+    """Knobs, in microseconds. Defaults suit both the simulator and loopback.
+
+    - ack_delay_us: how long a receiver waits to gather one ack for several packets.
+    - rto_us: the retransmission timeout of a link before its first round-trip sample.
+    - min_rto_us / max_rto_us: the bounds of the adaptive timeout (backoff included);
+      min_rto_us None means rto_us, so the default floor is 60 ms. The floor keeps the
+      simulator's behaviour (its round trips are a few ms, so the estimate sits on the
+      floor there). Over a reliable stream transport (tcp, zmq, grpc, pyro) a frame is
+      lost only when a connection breaks, so a runtime there should raise it (rto_us=1 s,
+      say): retransmissions then only repair breaks and never race a long queue.
+    - max_sacks: selective acks carried by one ack, at most.
+    """
 
     ack_delay_us: int = 2_000
     rto_us: int = 60_000
+    min_rto_us: int | None = None
     max_rto_us: int = 1_000_000
     max_sacks: int = 256
 
     def __post_init__(self) -> None:
-        if min(self.ack_delay_us, self.rto_us, self.max_sacks) <= 0:
-            raise LocalProtocolError(f"channel knobs must be positive: {self}")
-        if self.max_rto_us < self.rto_us:
-            raise LocalProtocolError("max_rto_us must be at least rto_us")
+        if min(self.ack_delay_us, self.rto_us, self.rto_floor_us, self.max_sacks) <= 0:
+            raise ConfigError(f"channel knobs must be positive: {self}")
+        if not self.rto_floor_us <= self.rto_us <= self.max_rto_us:
+            raise ConfigError(
+                f"need min_rto_us <= rto_us <= max_rto_us, got {self.rto_floor_us}, "
+                f"{self.rto_us}, {self.max_rto_us}"
+            )
+        if self.max_sacks > 1024:
+            raise ConfigError("max_sacks above 1024 would not fit an ack's header")
+
+    @property
+    def rto_floor_us(self) -> int:
+        """The smallest timeout the estimate may reach: min_rto_us, or rto_us if unset."""
+        return self.rto_us if self.min_rto_us is None else self.min_rto_us
+
+
+#: a time before any other: a link whose cumulative ack has never advanced
+_NEVER: Final = -(2**62)
 
 
 @dataclass(slots=True)
 class _Pending:
     packet: Packet
+    sent: int  # first transmission: the start of its round-trip sample
     deadline: int
-    rto: int
+    tries: int = 0  # retransmissions so far; Karn's rule: only 0 gives a sample
 
 
 @dataclass(slots=True)
 class _OutLink:
+    timer: RtoEstimator
     next_seq: int = 1
     unacked: dict[int, _Pending] = field(default_factory=dict)
     rto_armed_at: int | None = None
+    #: when the cumulative ack last advanced (RFC 6298 §5.3 restarts the clock there)
+    progress_at: int = _NEVER
 
 
 @dataclass(slots=True)
@@ -115,6 +153,15 @@ class ReliableChannel(Layer):
     def held_above(self) -> int:
         """Sequence numbers remembered above the contiguous high marks."""
         return sum(len(link.above) for link in self._in.values())
+
+    def rto_estimate(self, peer: NodeId) -> RtoEstimator | None:
+        """The link's RTO estimator (SRTT, RTTVAR, current timeout), None before any send."""
+        link = self._out.get(peer)
+        return None if link is None else link.timer
+
+    def _new_out_link(self) -> _OutLink:
+        cfg = self.config
+        return _OutLink(RtoEstimator(cfg.rto_us, cfg.rto_floor_us, cfg.max_rto_us))
 
     # -- the core ------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
@@ -181,15 +228,17 @@ class ReliableChannel(Layer):
             return []  # a peer outside the view: nobody is listening for it there
         link = self._out.get(to)
         if link is None:
-            link = self._out[to] = _OutLink()
+            link = self._out[to] = self._new_out_link()
         seq = link.next_seq
         link.next_seq += 1
-        rto = self.config.rto_us
-        link.unacked[seq] = _Pending(packet, now + rto, rto)
+        deadline = now + link.timer.rto
+        link.unacked[seq] = _Pending(packet, now, deadline)
         effects: list[Effect] = [Send(to, RData(seq), packet, control)]
-        if link.rto_armed_at is None:
-            link.rto_armed_at = now + rto
-            effects.append(SetTimer(("rto", to), now + rto))
+        armed = link.rto_armed_at
+        # The timeout can shrink (a sample after a backoff): move the timer forward then.
+        if armed is None or deadline < armed:
+            link.rto_armed_at = deadline
+            effects.append(SetTimer(("rto", to), deadline))
         return effects
 
     def _on_data(self, sender: NodeId, seq: int, inner: Packet, now: int) -> list[Effect]:
@@ -232,16 +281,27 @@ class ReliableChannel(Layer):
             raise RemoteProtocolError(f"{sender} acked packets never sent to it (high={high})")
         unacked = link.unacked
         # Keys were inserted in increasing order and never re-inserted, so the acked
-        # prefix is at the front: stop at the first one above `high`.
+        # prefix is at the front: stop at the first one above `high`. The oldest packet
+        # acked that was never retransmitted is timed: it waited longest for this ack, so
+        # its round trip is the one the timeout must cover.
         acked: list[int] = []
-        for seq in unacked:
+        timed: _Pending | None = None
+        for seq, pending in unacked.items():
             if seq > high:
                 break
             acked.append(seq)
-        for seq in acked:
-            del unacked[seq]
+            if timed is None and not pending.tries:
+                timed = pending
+        if acked:
+            link.progress_at = now
+            for seq in acked:
+                del unacked[seq]
         for seq in sacks:
-            unacked.pop(seq, None)
+            pending_or_none = unacked.pop(seq, None)
+            if timed is None and pending_or_none is not None and not pending_or_none.tries:
+                timed = pending_or_none
+        if timed is not None:
+            link.timer.sample(now - timed.sent)
         if not unacked and link.rto_armed_at is not None:
             link.rto_armed_at = None
             return [CancelTimer(("rto", sender))]
@@ -252,17 +312,29 @@ class ReliableChannel(Layer):
         if link is None:
             return []
         link.rto_armed_at = None
+        unacked = link.unacked
+        if not unacked:
+            return []
+        timer = link.timer
+        # RFC 6298 §5.3: an ack that advanced the window restarts the clock, so nothing
+        # is retransmitted until a whole RTO has passed without progress.
+        quiet_until = link.progress_at + timer.rto
+        due: list[tuple[int, _Pending]] = []
+        if quiet_until <= now:
+            due = [(seq, p) for seq, p in unacked.items() if p.deadline <= now]
         effects: list[Effect] = []
-        next_deadline: int | None = None
-        for seq, pending in link.unacked.items():
-            if pending.deadline <= now:
-                pending.rto = min(pending.rto * 2, self.config.max_rto_us)
-                pending.deadline = now + pending.rto
+        if due:
+            most_tries = 0
+            for _, pending in due:
+                pending.tries += 1
+                most_tries = max(most_tries, pending.tries)
+            timer.back_off(most_tries)
+            deadline = now + timer.rto
+            for seq, pending in due:
+                pending.deadline = deadline
                 self.retransmissions += 1
                 effects.append(Send(peer, RData(seq), pending.packet, control=True))
-            if next_deadline is None or pending.deadline < next_deadline:
-                next_deadline = pending.deadline
-        if next_deadline is not None:
-            link.rto_armed_at = next_deadline
-            effects.append(SetTimer(("rto", peer), next_deadline))
+        next_deadline = max(min(p.deadline for p in unacked.values()), quiet_until)
+        link.rto_armed_at = next_deadline
+        effects.append(SetTimer(("rto", peer), next_deadline))
         return effects

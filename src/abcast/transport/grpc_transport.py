@@ -121,7 +121,7 @@ class GrpcTransport(QueuedTransport):
                 except DecodeError as exc:
                     link.drop(str(exc))
                     break
-                if not all(self.deliver(link, frame) for frame in frames):
+                if frames and not self.deliver_all(link, frames):
                     break  # dropped or closing: end the call now, not at the next message
         finally:
             reason = self._drop_reasons.pop(link, None)

@@ -107,10 +107,8 @@ class MemoryTransport(QueuedTransport):
         self._inbound[conn.link] = conn
 
     def receive(self, conn: _MemConn, frames: list[bytes], size: int) -> None:
-        link = conn.link
-        for frame in frames:
-            if not self.deliver(link, frame):
-                break
+        if frames:
+            self.deliver_all(conn.link, frames)  # stops early if the link is dropped
         conn.sender.owner.post(conn.sender.batch_done, conn, size)
 
     def conn_closed(self, conn: _MemConn) -> None:

@@ -6,7 +6,9 @@ Inbound: a Pyro daemon runs its request loop in a thread and one worker thread p
 client connection; the hello travels in Pyro's connection handshake (`_pyroHandshake`),
 so `append` is the only remote method. Workers never touch transport state: they
 hand (callback, args) pairs to a thread-safe queue that the loop drains, one
-`call_soon_threadsafe` per burst, preserving the order of each connection's calls.
+`call_soon_threadsafe` per burst, preserving the order of each connection's calls; the
+frames of a burst that follow one another on one connection are handed over in one pass
+(`deliver_all`).
 Outbound: one sender thread per peer owns its Pyro proxy (Pyro5 proxies belong to one
 thread) and performs calls one batch at a time, in order: the loop hands it up to
 batch_bytes of queued frames, the thread makes one `append` call per frame (grouped in
@@ -96,6 +98,8 @@ class PyroTransport(QueuedTransport):
         self._drain_scheduled = False
         self._conn_links: dict[Any, Link] = {}
         self._senders: dict[NodeId, _PyroSender] = {}
+        # One bound method, kept: `_run_posted` recognises deliveries by identity.
+        self._deliver_posted: Callable[[Link, bytes], None] = self._deliver
 
     async def _bind(self) -> str:
         url = self._url
@@ -129,8 +133,25 @@ class PyroTransport(QueuedTransport):
             items = list(self._posted)
             self._posted.clear()
             self._drain_scheduled = False
+        deliver_posted = self._deliver_posted
+        run_link: Link | None = None
+        run: list[bytes] = []
         for callback, args in items:
+            if callback is deliver_posted:
+                link, frame = args
+                if link is not run_link:
+                    self._deliver_run(run_link, run)
+                    run_link, run = link, []
+                run.append(frame)
+                continue
+            self._deliver_run(run_link, run)
+            run_link, run = None, []
             callback(*args)
+        self._deliver_run(run_link, run)
+
+    def _deliver_run(self, link: Link | None, frames: list[bytes]) -> None:
+        if link is not None and frames:
+            self.deliver_all(link, frames)
 
     # ------------------------------------------------------- inbound (worker threads)
 
@@ -158,7 +179,7 @@ class PyroTransport(QueuedTransport):
             limit = self.options.max_frame_bytes
             self.post(link.drop, f"frame of {len(frame)} bytes exceeds max_frame_bytes {limit}")
             raise Pyro5.errors.ProtocolError("frame too large")
-        self.post(self._deliver, link, frame)
+        self.post(self._deliver_posted, link, frame)
 
     def on_disconnect(self, conn: Any) -> None:
         with self._lock:

@@ -96,7 +96,7 @@ class ZmqTransport(QueuedTransport):
                 except DecodeError as exc:
                     link.drop(str(exc))
                     break
-                if not all(self.deliver(link, frame) for frame in frames):
+                if frames and not self.deliver_all(link, frames):
                     break
 
     def _open_link(self, identity: bytes) -> Link:
