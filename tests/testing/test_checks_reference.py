@@ -1,6 +1,7 @@
 """Differential test: on random messy traces (duplicates, holes, unsent messages, crashes,
-views, two groups, optimistic deliveries), the indexed checks count exactly what a naive,
-line-by-line transcription of docs/checks.md counts, unit for unit."""
+views, private starts, two groups, optimistic deliveries), the indexed checks count
+exactly what a naive, line-by-line transcription of docs/checks.md counts, unit for unit
+(joiners' snapshots included)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,30 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
             if (q, m) not in delivered_by and any(owed(q, d) for d in sources):
                 counts[code] += 1
 
+    def admission(q: str, g: str | None) -> int | None:
+        """The first view row after q's last crash row (else its first view row), not
+        counting a first row that lists q alone."""
+        crashes = [r.t_ns for r in rows if r.kind == "crash" and r.node == q]
+        views = [r for r in rows if r.kind == "view" and r.node == q and r.group == g
+                 and r.view_id is not None]
+        later = [r for r in views if not crashes or r.t_ns > max(crashes)]
+        chosen = sorted(later or views, key=lambda r: r.t_ns)
+        if chosen and chosen[0].members is not None and set(chosen[0].members) == {q}:
+            chosen = chosen[1:]
+        return chosen[0].view_id if chosen else None
+
+    def snapshot_top(q: str, g: str | None, o: str) -> int:
+        """The highest s with o#1..s each delivered (by anyone) in a view older than q's
+        admission view."""
+        admitted = admission(q, g)
+        if admitted is None:
+            return 0
+        top = 0
+        while any(r.group == g and r.origin == o and r.seq == top + 1
+                  and r.view_id is not None and r.view_id < admitted for r in dels):
+            top += 1
+        return top
+
     for q in nodes:
         mine = sorted((r for r in dels if r.node == q), key=lambda r: r.index or 0)
         for g in GROUPS:
@@ -82,7 +107,8 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
                 counts[FIFO_ORDER] += sum(1 for a, b in pairwise(seqs) if b < a)
                 present = set(seqs)
                 counts[FIFO_ORDER] += sum(
-                    1 for s in range(min(present) + 1, max(present)) if s not in present)
+                    1 for s in range(min(present) + 1, max(present))
+                    if s not in present and s > snapshot_top(q, g, o))
 
     causal_units: set[tuple[str, Msg, str]] = set()
     for d in dels:
@@ -99,7 +125,7 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
                 continue
             q_seqs = [msg(r)[2] for r in dels
                       if r.node == q and r.group == grp and r.origin == o2]
-            base = min(q_seqs) - 1 if q_seqs else 0
+            base = max(min(q_seqs) - 1 if q_seqs else 0, snapshot_top(q, grp, o2))
             before = {msg(r)[2] for r in dels if r.node == q and r.group == grp and r.origin == o2
                       and (r.index or 0) < i}
             if k > base and any(j not in before for j in range(base + 1, k + 1)):

@@ -14,6 +14,10 @@ quadratic in the group size. Every node is first compared with one reference ord
 positions at the group's reference node, `tables.nonconforming_nodes`): two nodes that
 both deliver in an order consistent with it cannot disagree, so only pairs with a node
 that does not conform are walked, and those exactly as docs/checks.md says.
+
+A joiner's snapshot (docs/checks.md, "Joiners and rejoined nodes") enters only through
+`TraceTables.snapshots`, which exists only when some node can hold a snapshot: without
+it FIFO and causal order run the plain plan, join for join.
 """
 
 from __future__ import annotations
@@ -94,13 +98,16 @@ def fifo_order(t: TraceTables) -> DataFrame:
     regular = join_on(d, F.broadcast(t.irregular.select(*STREAM)), [(k, k) for k in STREAM],
                       "left_anti")
     regular_gaps = regular.where(F.col("seq") - F.col("prev_seq") > 1).select(
-        *STREAM_KEY, F.col("prev_seq").alias("below"), "seq")
+        *STREAM_KEY, "lane", F.col("prev_seq").alias("below"), "seq")
     irregular_gaps = (t.irregular_deliveries
                       .where(F.col("first") & (F.col("seq") - F.col("below") > 1))
-                      .select(*STREAM_KEY, "below", "seq"))
+                      .select(*STREAM_KEY, "lane", "below", "seq"))
     holes = regular_gaps.unionByName(irregular_gaps).select(
-        *STREAM_KEY, F.explode(F.sequence(F.col("below") + 1, F.col("seq") - 1))
+        *STREAM_KEY, "lane", F.explode(F.sequence(F.col("below") + 1, F.col("seq") - 1))
         .alias("missing"))
+    if t.snapshots is not None:  # a joiner's snapshot fills the holes up to its top
+        holes = join_on(holes, F.broadcast(t.snapshots), [(k, k) for k in STREAM], "left"
+                        ).where(F.col("snap").isNull() | (F.col("missing") > F.col("snap")))
     hole_rows = violations(
         holes, FIFO_ORDER, F.array("node"), F.array(msg("origin", "missing")), no_positions(),
         F.format_string("%s delivered seqs of %s around %d but never %s", F.col("node"),
@@ -124,11 +131,12 @@ def _bounds(deps: Column, origin: Column, seq: Column) -> Column:
                                                  e["value"].cast("bigint").alias("k")))
 
 
-def _reach(first: DataFrame) -> DataFrame:
-    """Per first delivery of (node, group, origin o', seq j): `base` (lowest seq of o' the
-    node delivers, minus one), `first_missing` (lowest seq above base it never delivers)
-    and `latest`: struct<index, seq> of the latest-delivered seq among base+1..j (only
-    meaningful while j < first_missing)."""
+def _reach(first: DataFrame, snapshots: DataFrame | None) -> DataFrame:
+    """Per first delivery of (node, group, origin o', seq j) above `base` (lowest seq of
+    o' the node delivers, minus one, raised to the node's snapshot top): `base`,
+    `first_missing` (lowest seq above base it never delivers) and `latest`:
+    struct<index, seq> of the latest-delivered seq among base+1..j (only meaningful while
+    j < first_missing)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -136,9 +144,18 @@ def _reach(first: DataFrame) -> DataFrame:
     by_seq = stream.orderBy("seq")
     upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     base = F.min("seq").over(stream) - 1
-    ranked = first.select(*STREAM, "seq", "index", base.alias("base"),
-                          F.row_number().over(by_seq).alias("rank_in_stream"),
-                          F.max(F.struct("index", "seq")).over(upto).alias("latest"))
+    source = first
+    if snapshots is not None:  # seqs up to the snapshot top are not looked at
+        with_snap = join_on(first.select(*STREAM, "seq", "index"), F.broadcast(snapshots),
+                            [(k, k) for k in STREAM], "left")
+        source = with_snap.select(
+            *STREAM, "seq", "index",
+            F.greatest(base, F.coalesce(F.col("snap"), F.lit(0))).alias("base")
+        ).where(F.col("seq") > F.col("base"))
+        base = F.col("base")
+    ranked = source.select(*STREAM, "seq", "index", base.alias("base"),
+                           F.row_number().over(by_seq).alias("rank_in_stream"),
+                           F.max(F.struct("index", "seq")).over(upto).alias("latest"))
     contiguous = (F.col("seq") - F.col("base")) == F.col("rank_in_stream")
     return ranked.withColumn(
         "first_missing", F.col("base") + F.count_if(contiguous).over(stream) + 1)
@@ -156,12 +173,18 @@ def causal_order(t: TraceTables) -> DataFrame:
              .select(*STREAM_KEY, "lane", "seq", "index", F.col("b.pred").alias("pred"),
                      F.col("b.k").alias("k"))
              .where(F.col("k") >= 1))
-    reach = _reach(first)
+    reach = _reach(first, t.snapshots)
     summary = reach.select(*STREAM, "base", "first_missing").dropDuplicates(list(STREAM))
     pred_stream = [("lane", "lane"), ("pred", "origin")]
+    # Without deliveries above it, a stream's base is the node's snapshot top (or 0).
+    floor: Column = F.lit(0)
+    if t.snapshots is not None:
+        units = join_on(units, F.broadcast(t.snapshots.withColumnRenamed("snap", "floor")),
+                        pred_stream, "left")
+        floor = F.coalesce(F.col("floor"), F.lit(0))
     with_summary = join_on(units, summary, pred_stream, "left").select(
-        *units.columns, F.coalesce(F.col("base"), F.lit(0)).alias("base"),
-        F.coalesce(F.col("first_missing"), F.lit(1)).alias("first_missing"))
+        *units.columns, F.coalesce(F.col("base"), floor).alias("base"),
+        F.coalesce(F.col("first_missing"), floor + 1).alias("first_missing"))
     relevant = with_summary.where(F.col("k") > F.col("base")).withColumn(
         "probe", F.least(F.col("k"), F.col("first_missing") - 1))
     probes = reach.select(*STREAM, F.col("seq").alias("probe_seq"), "latest")

@@ -16,6 +16,9 @@ is shuffled twice, sorted twice, and never collected:
   partitioned by lane, with one window pass per stream (node, group, origin) in position
   order (previous seq, highest seq so far). Windows key on the lane (an int), not on
   strings, and never re-shuffle.
+- `snapshots` (only when some node installed a view later than deliveries happened in):
+  per (lane, origin) the top of the prefix a joiner received as state instead of
+  deliveries (FIFO and causal order read it).
 - `notable`: the few deliveries that break a stream's rising seqs or were never sent;
   `irregular` streams (a repeated or late seq), the only ones whose first deliveries
   need a second look (`irregular_rows`, `first_copies`); `nonconforming` nodes, whose
@@ -473,6 +476,88 @@ def view_message_rows(rows: DataFrame, crashes: DataFrame) -> DataFrame:
                               .alias("send_view"))
 
 
+# ---------------------------------------------------------------- joiners' snapshots
+
+
+def snapshots_possible(context: DataFrame) -> bool:
+    """Whether some node may hold a snapshot (a tiny job over the context table): only
+    when one of its view rows names a view later than the lowest view its group
+    delivered in. A node's admission view is one of its views, so otherwise every
+    snapshot is empty (the common static run: everyone in view 1 from the start)."""
+    from pyspark.sql import functions as F
+
+    known = F.col("view_id").isNotNull()
+    views = (context.where(F.col("is_view") & known).groupBy("run_id", "group", "node")
+             .agg(F.max("view_id").alias("top_view")))
+    delivered = (context.where(~F.col("is_view") & known & (F.col("deliveries") > 0))
+                 .groupBy("run_id", "group").agg(F.min("view_id").alias("low_view")))
+    later = join_on(views, delivered, [("run_id", "run_id"), ("group", "group")]).where(
+        F.col("top_view") > F.col("low_view"))
+    return bool(later.take(1))
+
+
+def admission_views(events: DataFrame) -> DataFrame:
+    """(run_id, group, node) -> `admitted`: the view the node was last admitted in
+    (docs/checks.md, "Joiners and rejoined nodes"): its first view row after its last
+    crash row (all its view rows when none follows one), in t_ns order, not counting a
+    private start (a first row listing the node alone)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    members = (F.col("members") if "members" in events.columns
+               else F.lit(None).cast("array<string>"))
+    views = events.where((F.col("kind") == "view") & F.col("view_id").isNotNull()).select(
+        "run_id", "group", "node", "t_ns", "view_id", members.alias("members"))
+    crashes = (events.where(F.col("kind") == "crash").groupBy("run_id", "node")
+               .agg(F.max("t_ns").alias("last_crash")))
+    cut = join_on(views, F.broadcast(crashes), [("run_id", "run_id"), ("node", "node")],
+                  "left")
+    after = F.col("last_crash").isNull() | (F.col("t_ns") > F.col("last_crash"))
+    lane = Window.partitionBy("run_id", "group", "node")
+    kept = (cut.select("*", after.alias("after"),
+                       F.max(after.cast("int")).over(lane).alias("any_after"))
+            .where(F.col("after") | (F.col("any_after") == 0)))
+    ranked = kept.select("*", F.row_number().over(lane.orderBy("t_ns")).alias("rank"))
+    private = ((F.col("rank") == 1) & F.col("members").isNotNull()
+               & (F.array_distinct(F.col("members")) == F.array(F.col("node"))))
+    return (ranked.where(~F.coalesce(private, F.lit(False)))
+            .groupBy("run_id", "group", "node")
+            .agg(F.min_by("view_id", F.struct("t_ns", "rank")).alias("admitted")))
+
+
+def prefix_views(rows: DataFrame) -> DataFrame:
+    """(run_id, group, origin, `prefix_view`) -> `top`: o#1..top were each delivered (by
+    some node, in some view) and the latest of their lowest delivery views is
+    `prefix_view`; so o#1..top were all delivered before view J iff prefix_view < J."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    low = (rows.where(_is_delivery() & F.col("view_id").isNotNull() & (F.col("seq") >= 1))
+           .groupBy(*MESSAGE_KEY).agg(F.min("view_id").alias("low_view")))
+    by_seq = Window.partitionBy("run_id", "group", "origin").orderBy("seq")
+    upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    ranked = low.select(*MESSAGE_KEY, F.row_number().over(by_seq).alias("rank"),
+                        F.max("low_view").over(upto).alias("prefix_view"))
+    # Seqs are distinct per origin: rank == seq exactly while 1..seq are all there.
+    return (ranked.where(F.col("rank") == F.col("seq"))
+            .groupBy("run_id", "group", "origin", "prefix_view")
+            .agg(F.max("seq").alias("top")))
+
+
+def snapshot_tops(events: DataFrame, rows: DataFrame, context_rows: DataFrame) -> DataFrame:
+    """(lane, origin) -> `snap` (> 0): the top of the node's snapshot of that origin's
+    stream in that group, the highest s such that o#1..s were all delivered in views
+    older than the node's admission view. Lanes without a snapshot have no row."""
+    from pyspark.sql import functions as F
+
+    lanes = context_rows.select("run_id", "group", "node", "lane").distinct()
+    admitted = join_on(admission_views(events), lanes, [
+        ("run_id", "run_id"), ("group", "group"), ("node", "node")])
+    covered = join_on(admitted, prefix_views(rows), [("run_id", "run_id"), ("group", "group")]
+                      ).where(F.col("prefix_view") < F.col("admitted"))
+    return covered.groupBy("lane", "origin").agg(F.max("top").alias("snap"))
+
+
 # ---------------------------------------------------------------- the bundle
 
 
@@ -498,6 +583,9 @@ class TraceTables:
     #: None: abcast.pipeline.checks_views derives them on use
     views: DataFrame | None = None
     view_messages: DataFrame | None = None
+    #: `snapshot_tops` (lane, origin) -> snap; None when `snapshots_possible` says no
+    #: node can hold one (FIFO and causal order then take their plain path)
+    snapshots: DataFrame | None = None
 
     @property
     def first(self) -> DataFrame:
@@ -566,10 +654,18 @@ def materialize_tables(
     notable = notable_deliveries(deliveries).localCheckpoint(storageLevel=level)
     irregular = irregular_streams(notable).localCheckpoint(storageLevel=level)
     irregular_count = irregular.count()
+    # Snapshots exist only where a view changed under deliveries: a trace without view
+    # rows, or with one view throughout, pays one tiny look at the (checkpointed)
+    # context table, nothing more.
+    snapshots = None
+    if snapshots_possible(context):
+        snapshots = snapshot_tops(events, rows, context_rows).localCheckpoint(
+            storageLevel=level)
     tables = TraceTables(events=events, words=width, nodes=nodes, rows=rows,
                          messages=messages, deliveries=deliveries, notable=notable,
                          irregular=irregular, irregular_count=irregular_count,
-                         nonconforming=deliveries.limit(0).select("run_id", "group", "node"))
+                         nonconforming=deliveries.limit(0).select("run_id", "group", "node"),
+                         snapshots=snapshots)
     if with_views:
         crashes = crash_times(events).localCheckpoint(storageLevel=level)
         view_messages = view_message_rows(rows, crashes).persist(level)

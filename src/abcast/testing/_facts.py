@@ -7,7 +7,9 @@ in the run; `Violation` is the record every check returns. Rows a check cannot p
 skipped: a `send`, `deliver` or `opt_deliver` row without origin or seq, a `deliver` row
 without index, a `view` row without view_id (for who-installed-which-view; it still
 tells that its group has views). `group` is
-compared as a plain value, so rows with a null group form one group of their own. This
+compared as a plain value, so rows with a null group form one group of their own. A
+node's snapshot (docs/checks.md, "Joiners and rejoined nodes") is indexed here too: its
+admission view, and per origin the top of the prefix the group delivered before it. This
 module decides no violation; abcast.testing.checks and checks_views do.
 """
 
@@ -63,16 +65,18 @@ class Reach:
     """For one node q and one stream (group, o'): by which position q had delivered all of
     o's messages base+1..j, for each j (docs/checks.md, CAUSAL_ORDER).
 
-    `base` is the lowest seq q delivers from the stream, minus one. Positions are first
-    deliveries; the running maximum over seqs base+1, base+2, … stops at the first hole,
-    beyond which the answer is "never".
+    `base` is the lowest seq q delivers from the stream, minus one, raised to q's snapshot
+    top (`RunFacts.snapshot_top`) when that is higher. Positions are first deliveries;
+    the running maximum over seqs base+1, base+2, … stops at the first hole, beyond
+    which the answer is "never".
     """
 
     __slots__ = ("base", "first_position", "reach")
 
-    def __init__(self, first_position: dict[int, int]) -> None:
+    def __init__(self, first_position: dict[int, int], snapshot_top: int = 0) -> None:
         self.first_position = first_position
-        self.base = min(first_position) - 1
+        lowest = min(first_position) if first_position else snapshot_top + 1
+        self.base = max(lowest - 1, snapshot_top)
         contiguous: list[int] = []
         seq = self.base + 1
         while seq in first_position:
@@ -179,7 +183,8 @@ class RunFacts:
         return out
 
     def reach(self, node: str, stream: StreamKey) -> Reach | None:
-        """The node's Reach for a stream, or None when it delivers nothing from it."""
+        """The node's Reach for a stream, or None when it neither delivers anything from
+        it nor holds any of it in a snapshot."""
         return self._reaches.get((node, stream))
 
     @cached_property
@@ -188,7 +193,77 @@ class RunFacts:
         for node, by_message in self.positions.items():
             for (group, origin, seq), positions in by_message.items():
                 firsts.setdefault((node, (group, origin)), {})[seq] = positions[0]
-        return {key: Reach(first) for key, first in firsts.items()}
+        for key in self.snapshot_tops:
+            firsts.setdefault(key, {})
+        return {key: Reach(first, self.snapshot_top(*key)) for key, first in firsts.items()}
+
+    # ------------------------------------------------------------------ snapshots
+
+    @cached_property
+    def admission_views(self) -> dict[tuple[str, str | None], int]:
+        """(node, group) -> J, the view the node was last admitted in (docs/checks.md,
+        "Joiners and rejoined nodes"): its first `view` row after its last `crash` row
+        (all its view rows when none follows one), in t_ns order, not counting a private
+        start (a first row listing the node alone)."""
+        last_crash: dict[str, int] = {}
+        for r in self.rows:
+            if r.kind == "crash" and r.t_ns > last_crash.get(r.node, r.t_ns - 1):
+                last_crash[r.node] = r.t_ns
+        keyed: dict[tuple[str, str | None], list[EventRow]] = {}
+        for r in self.rows:
+            if r.kind == "view" and r.view_id is not None:
+                keyed.setdefault((r.node, r.group), []).append(r)
+        out: dict[tuple[str, str | None], int] = {}
+        for (node, group), views in keyed.items():
+            crashed_at = last_crash.get(node)
+            later = [r for r in views if crashed_at is None or r.t_ns > crashed_at]
+            chosen = sorted(later or views, key=lambda r: r.t_ns)
+            first = chosen[0]
+            if first.members is not None and set(first.members) == {node}:
+                chosen = chosen[1:]
+            if chosen and chosen[0].view_id is not None:
+                out[(node, group)] = chosen[0].view_id
+        return out
+
+    @cached_property
+    def _prefix_views(self) -> dict[StreamKey, list[int]]:
+        """(group, origin) -> P, where P[s-1] is the highest of the lowest views in which
+        o#1..s were each delivered (by any node), for as long as o#1, o#2, … all were
+        delivered in some view: o#1..s were all delivered before view J iff P[s-1] < J."""
+        low_view: dict[MessageKey, int] = {}
+        for deliveries in self.deliveries.values():
+            for d in deliveries:
+                if d.view_id is not None and d.view_id < low_view.get(d.message, d.view_id + 1):
+                    low_view[d.message] = d.view_id
+        out: dict[StreamKey, list[int]] = {}
+        for group, origin in {(m[0], m[1]) for m in low_view}:
+            prefix: list[int] = []
+            seq = 1
+            while (group, origin, seq) in low_view:
+                view = low_view[(group, origin, seq)]
+                prefix.append(max(view, prefix[-1]) if prefix else view)
+                seq += 1
+            if prefix:
+                out[(group, origin)] = prefix
+        return out
+
+    @cached_property
+    def snapshot_tops(self) -> dict[tuple[str, StreamKey], int]:
+        """(node, (group, origin)) -> the node's snapshot top, when above 0: the highest s
+        such that o#1..s were all delivered, by some node, in views older than the
+        node's admission view J (the state it was given instead of those deliveries)."""
+        out: dict[tuple[str, StreamKey], int] = {}
+        for (node, group), admitted in self.admission_views.items():
+            for (g, origin), prefix in self._prefix_views.items():
+                if g != group:
+                    continue
+                top = bisect_left(prefix, admitted)  # prefix is non-decreasing
+                if top > 0:
+                    out[(node, (group, origin))] = top
+        return out
+
+    def snapshot_top(self, node: str, stream: StreamKey) -> int:
+        return self.snapshot_tops.get((node, stream), 0)
 
     # ------------------------------------------------------------------ views
 

@@ -18,6 +18,10 @@ choices docs/checks.md leaves open are made here, once:
   same as "some opt_deliver row is later than some deliver row");
 - rows a check cannot place are skipped, and a null group is one group of its own
   (abcast.testing._facts says which).
+- a joiner's snapshot (docs/checks.md, "Joiners and rejoined nodes") is a prefix
+  o#1..top per origin (`RunFacts.snapshot_tops`): FIFO_ORDER skips holes up to the top,
+  CAUSAL_ORDER raises `base` to it; a node with `crash` then `recover` rows is one
+  sequence whose snapshot is taken at its last admission.
 - the view codes (VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY, SAME_VIEW_DELIVERY) make their
   own choices, listed in abcast.testing.checks_views.
 
@@ -173,6 +177,8 @@ def _fifo(f: RunFacts) -> list[Violation]:
                         f"then {_show(after.message)} at {after.position}"))
             seqs = {d.message[2] for d in stream}
             low, high = min(seqs), max(seqs)
+            # Seqs up to the snapshot top came in the node's snapshot, not as deliveries.
+            low = max(low, f.snapshot_top(node, (group, origin)))
             for seq in range(low + 1, high):
                 if seq not in seqs:
                     m = (group, origin, seq)
