@@ -1,8 +1,10 @@
 """Wire messages of Chandra-Toueg atomic broadcast (consensus on batches of message ids).
 
 Rules: plain msgspec Structs with the decoder's limits on them; no behaviour. A batch
-(`ids`, `remove`) is what one consensus instance decides: the next messages to deliver,
-in list order, and the members to remove from the view after them.
+(`ids`, `remove`, `add`) is what one consensus instance decides: the next messages to
+deliver, in list order, then the members to remove from the view and the joiners to
+add to it. Membership traffic outside the instances: a joiner's `CtJoin`, a leaver's
+`CtLeave`, and the `CtWelcome` (state and cut) a member sends a joiner once admitted.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Propose(Header, frozen=True):
     ids: IdList
     remove: NodeList
     stable: Count  # every member has delivered instances 1..stable
+    add: NodeList = []
 
 
 class Ack(Header, frozen=True):
@@ -54,12 +57,14 @@ class Estimate(Header, frozen=True):
     remove: NodeList
     ts: Count  # round in which the estimate was adopted; 0 = never adopted one
     delivered: Count
+    add: NodeList = []
 
 
 class Decide(Header, frozen=True):
     k: Seq
     ids: IdList
     remove: NodeList
+    add: NodeList = []
 
 
 class Fetch(Header, frozen=True):
@@ -72,4 +77,33 @@ class Bodies(Header, frozen=True):
     items: Annotated[list[tuple[NodeField, Seq, bytes]], msgspec.Meta(max_length=1_000_000)]
 
 
-CtHeader = CtData | Propose | Ack | Nack | Estimate | Decide | Fetch | Bodies
+class CtJoin(Header, frozen=True):
+    """`joiner` asks to be added: sent by the joiner to its contacts until welcomed, and
+    forwarded once by a contact to the other members (whoever coordinates proposes it)."""
+
+    joiner: NodeField
+
+
+class CtLeave(Header, frozen=True):
+    """The sender leaves: remove it once its broadcasts 1..last are decided."""
+
+    last: Count
+
+
+class CtWelcome(Header, frozen=True):
+    """To a joiner: instance `k` added it; the view after k, the application state right
+    after k's deliveries, and per origin the first seq not decided by k (the cut)."""
+
+    k: Seq
+    view_id: Count
+    members: NodeList
+    decided: Annotated[list[MsgRef], msgspec.Meta(max_length=1_000_000)]
+    state: bytes
+    #: bodies the sender holds at or above the cut (sent before the joiner was a member)
+    pending: Annotated[list[tuple[NodeField, Seq, bytes]], msgspec.Meta(max_length=1_000_000)]
+
+
+CtHeader = (
+    CtData | Propose | Ack | Nack | Estimate | Decide | Fetch | Bodies | CtJoin | CtLeave
+    | CtWelcome
+)

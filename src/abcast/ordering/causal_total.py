@@ -10,7 +10,8 @@ Guarantees: integrity, validity, agreement, fifo, causal, total.
 With a fixed sequencer the vector is already met whenever a message arrives (its
 dependencies were numbered before their origin could deliver them); it is carried so that
 a new sequencer after a fail-over, which learns the old numbers late, still numbers in
-causal order.
+causal order. Membership (join with state transfer, leave, rejoin) is the sequencer's:
+abcast.ordering.sequencer_membership.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from abcast.codec import Header, Seq
 from abcast.ids import NodeId
 from abcast.ordering.causal import DepsField
 from abcast.ordering.sequencer import SOrder
-from abcast.ordering.sequencer_failover import FAILOVER_HEADERS, FailoverSequencer
+from abcast.ordering.sequencer_failover import FAILOVER_HEADERS
+from abcast.ordering.sequencer_membership import MEMBERSHIP_HEADERS, MembershipSequencer
 
 
 class CTData(Header, frozen=True):
@@ -32,9 +34,9 @@ class CTData(Header, frozen=True):
     deps: DepsField = {}
 
 
-class CausalTotal(FailoverSequencer):
+class CausalTotal(MembershipSequencer):
     name = "causal-total"
-    header_type = CTData | SOrder | FAILOVER_HEADERS
+    header_type = CTData | SOrder | FAILOVER_HEADERS | MEMBERSHIP_HEADERS
 
     def data_header(self, seq: int) -> Header:
         return CTData(seq, self.delivered_vector())

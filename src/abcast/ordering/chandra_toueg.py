@@ -1,63 +1,105 @@
 """Chandra-Toueg atomic broadcast: a sequence of consensus instances, each deciding the
-next batch of message ids; every node delivers the batches in instance order.
+next batch of message ids (and membership changes); every node delivers in instance order.
 
-Rules. Messages are multicast by their origin (`CtData`) and kept by every receiver.
-Instance k runs the ◇S consensus of Chandra and Toueg with a rotating coordinator,
-`members[(k + r − 2) mod n]` in round r, and majority quorums of the view in force at
-instance k:
+Rules. Messages are multicast by their origin (`CtData`), kept by every receiver
+(abcast.consensus.bodies). Instance k runs the ◇S consensus of Chandra and Toueg with a
+rotating coordinator, `members[(k + r − 2) mod n]` in round r, and majority quorums of
+the membership in force at instance k:
 
-- round 1 takes the thesis's shortcut: its coordinator proposes the ids it holds
-  directly (no estimate phase — nothing can be locked before the first round);
+- round 1 takes the thesis's shortcut: its coordinator proposes what it holds directly;
 - a node adopts a proposal (estimate := value, ts := r) and acks it only once it holds
   every body in it, so a decided batch's bodies live on at a majority;
 - a coordinator that gathers a majority of acks decides and sends `Decide` to all;
-- a node that suspects the coordinator of its round moves to the next round and sends
-  its estimate to that round's coordinator (copied to every member, so that one that
-  has already decided answers with the decision), who waits for a majority of estimates and
-  proposes the one adopted latest (or, if none was adopted, what it holds itself) —
-  the locking that keeps two rounds from deciding differently;
-- a message about a round or instance this node has left gets the answer it needs
-  (a `Nack` for an old round, the `Decide` for an old instance); messages about a
-  later instance wait until this node gets there.
+- a node that suspects its round's coordinator, hears that another has moved on to a
+  later round, or waits `nudge_us` for a proposal while it has something to propose,
+  moves on and sends its estimate to every member (one that has decided answers with the
+  decision); the coordinator of that round waits for a majority of estimates and
+  proposes the one adopted latest (else what it holds) — the locking that keeps two
+  rounds from deciding differently;
+- a message about an old round or instance gets the answer it needs (`Nack`, `Decide`);
+  one about a later instance waits until this node gets there.
 
-Batches respect FIFO: an origin's seq s is proposed only after its seq s−1 was decided
-or sits earlier in the same batch. A batch may also carry members to remove (those the
-proposer suspects): the view changes at that point of the sequence on every node, so
-views are totally ordered with the messages. A node that finds itself removed installs
-a view without itself and stops (the Isis rule: a member the group gave up on must not
-go on as if it had not). Bodies and decisions are garbage-collected once every member
-has delivered them (`stable`, piggybacked on proposals from the acks' `delivered`).
+Batches respect FIFO (an origin's seq s is proposed only after s−1 is decided or earlier
+in the batch). After its ids a batch may remove members (suspected ones, or leavers once
+their broadcasts are decided) and add joiners (abcast.consensus.membership): every node
+changes view at that point of the order, so views are totally ordered with messages and
+virtual synchrony holds by construction — members that install v and v+1 delivered the
+same batches in v, and every message is delivered in the same view everywhere (not
+necessarily the one it was sent in: it may be decided after a view change). A joiner
+asks a contact (`CtJoin`, the next one every `join_retry_us`); where the batch adding it
+is delivered the old members snapshot the application (`TakeSnapshot`) and the lowest
+sends it a `CtWelcome` — view, state, cut — after which it delivers exactly what is
+ordered after that batch. A removed member delivers through the batch that removes
+it and lingers `linger_us` (its last `Decide` may still need retransmitting) before it
+installs a view without itself: a leaver departs there; a member removed without asking
+stops (the Isis rule). Bodies and decisions are collected once every member has
+delivered them (`stable`, piggybacked on proposals from the acks' `delivered`).
 
-Claims integrity, validity, agreement, uniform agreement, fifo and total order with
-f < n/2 crashes. Failure-free and unbatched it costs 4(n−1) packets per broadcast:
-data, propose, ack and decide, each n−1.
+Partitions: only a side with a majority of the membership decides; the other delivers
+nothing, and a side that suspects a majority proposes no removals. A partition shorter
+than the detector's timeout heals unnoticed; a longer one gets the minority removed, and
+its nodes stop once they hear of it. A leaver cut off that way cannot deliver the end of
+its last view.
+
+Claims integrity, validity, agreement, uniform agreement, fifo, total order and virtual
+synchrony with f < n/2 crashes. Failure-free and unbatched it costs 4(n−1) packets per
+broadcast: data, propose, ack and decide, each n−1.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from typing import Final
 
 from abcast.codec import Packet
+from abcast.consensus.bodies import ANYONE, BodyStore
+from abcast.consensus.membership import EMPTY_BATCH, Batch, MembershipBook, apply_batch
 from abcast.consensus.messages import (
     Ack,
     Bodies,
     CtData,
     CtHeader,
+    CtJoin,
+    CtLeave,
+    CtWelcome,
     Decide,
     Estimate,
     Fetch,
     Nack,
     Propose,
 )
-from abcast.effects import Deliver, Effect, InstallView, Multicast, Send, SetTimer
+from abcast.consensus.rounds import (
+    INSTANCE_HEADERS,
+    Coordination,
+    DecidedBatch,
+    DecisionLog,
+    PendingAdopt,
+    batch_of,
+    decide,
+    estimate,
+    propose,
+)
+from abcast.effects import (
+    CancelTimer,
+    Deliver,
+    Effect,
+    InstallState,
+    InstallView,
+    Multicast,
+    Send,
+    SetTimer,
+    TakeSnapshot,
+)
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     BroadcastRequested,
     Event,
     Excluded,
+    JoinRequested,
+    LeaveRequested,
     Received,
     Restored,
+    SnapshotTaken,
     Suspected,
     TimerFired,
     ViewInstalled,
@@ -65,46 +107,12 @@ from abcast.events import (
 from abcast.ids import MsgId, NodeId, View, sorted_nodes
 from abcast.stack import Layer
 
+__all__ = ["EMPTY_BATCH", "Batch", "ChandraToueg"]
 
-@dataclass(frozen=True, slots=True)
-class Batch:
-    ids: tuple[MsgId, ...] = ()
-    remove: tuple[NodeId, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.ids or self.remove)
-
-
-EMPTY_BATCH = Batch()
-
-
-def _batch(ids: list[tuple[str, int]], remove: list[str]) -> Batch:
-    return Batch(tuple(MsgId(o, s) for o, s in ids), tuple(remove))
-
-
-def _ids(batch: Batch) -> list[tuple[str, int]]:
-    return [(m.origin, m.seq) for m in batch.ids]
-
-
-@dataclass(slots=True)
-class _Coordination:
-    """What the coordinator of the current round has gathered."""
-
-    estimates: dict[NodeId, tuple[Batch, int]] = field(default_factory=dict)
-    acks: set[NodeId] = field(default_factory=set)
-    nacks: set[NodeId] = field(default_factory=set)
-    proposal: Batch | None = None
-
-
-@dataclass(slots=True)
-class _PendingAdopt:
-    round: int
-    batch: Batch
-    coordinator: NodeId
-    fetch_from: NodeId  # who holds the bodies this node lacks
-
-
-ANYONE = "*"  # a fetch sent to every other member
+JOIN_RETRY: Final = "join"
+DEPART: Final = "depart"
+NUDGE: Final = "nudge"
+GIVE_UP: Final = "give-up"  # a leaver told it was removed, still without the decision
 
 
 class ChandraToueg(Layer):
@@ -112,7 +120,8 @@ class ChandraToueg(Layer):
     header_type = CtHeader
 
     def __init__(
-        self, node: NodeId, batch: int | None = None, fetch_delay_us: int = 5_000
+        self, node: NodeId, batch: int | None = None, fetch_delay_us: int = 5_000,
+        join_retry_us: int = 200_000, linger_us: int = 1_000_000, nudge_us: int = 500_000,
     ) -> None:
         super().__init__(node)
         if batch is not None and batch < 1:
@@ -121,33 +130,43 @@ class ChandraToueg(Layer):
         # A proposal can overtake the data it names (the channel does not order links):
         # wait this long for the bodies before asking for them.
         self.fetch_delay_us = fetch_delay_us
-        self._now = 0
-        self._fetch_armed = False
+        self.join_retry_us = join_retry_us
+        self.fetch_retry_us = 40 * fetch_delay_us
+        self.linger_us = linger_us
+        self.retain_us = 10 * linger_us
+        self._departing: View | None = None  # removed: the view to install when we go
+        self._give_up_armed = False
+        self.nudge_us = nudge_us
+        self._nudge_for: tuple[int, int] | None = None  # (instance, round) of the armed nudge
+        self._now, self._fetch_armed = 0, False
         self.view: View | None = None  # the view delivered so far (what the app sees)
         self.members: tuple[NodeId, ...] = ()  # the view consensus runs in (may be ahead)
         self.stopped = False
-        # message bodies by origin, kept until stable
-        self._bodies: dict[NodeId, dict[int, bytes]] = {}
-        self._decided_next: dict[NodeId, int] = {}  # per origin: first seq not yet decided
+        # membership: joining (until welcomed), leaving (until the view without us)
+        self.joining = False
+        self.leaving = False
+        self.book = MembershipBook(node)
+        self._contacts: tuple[NodeId, ...] = ()
+        self._queued: list[tuple[int, bytes]] = []  # broadcasts made while joining
+        self._leave_after_join = False
+        self._last_seq = 0  # the last seq this node broadcast
+        self.store = BodyStore(node)  # message bodies, kept until stable; fetches
         # consensus state for instance self.k
         self.k = 1
         self._round = 1
         self._estimate: Batch | None = None
         self._ts = 0
-        self._coord: _Coordination | None = None
-        self._adopt: _PendingAdopt | None = None
+        self._coord: Coordination | None = None
+        self._adopt: PendingAdopt | None = None
         self._later: dict[int, list[tuple[NodeId, object]]] = {}  # messages of later instances
-        self._decisions: dict[int, Batch] = {}  # kept until stable, to answer stragglers
-        self._to_deliver: deque[tuple[int, Batch, NodeId]] = deque()
+        self.log = DecisionLog()  # decisions kept until stable, to answer stragglers
+        self._to_deliver: deque[DecidedBatch] = deque()
         self.delivered_upto = 0
-        self._known_delivered: dict[NodeId, int] = {}
-        self._gc_upto = 0
         self._suspects: set[NodeId] = set()
-        self._fetching: dict[MsgId, NodeId] = {}
 
     # -- introspection -------------------------------------------------------------------
     def bodies_held(self) -> int:
-        return sum(len(b) for b in self._bodies.values())
+        return self.store.held()
 
     def coordinator(self, k: int, r: int) -> NodeId:
         return self.members[(k + r - 2) % len(self.members)]
@@ -155,6 +174,11 @@ class ChandraToueg(Layer):
     @property
     def majority(self) -> int:
         return len(self.members) // 2 + 1
+
+    @property
+    def removed(self) -> bool:
+        """A decision this node has reached removed it (it delivers up to there only)."""
+        return not self.joining and self.node not in self.members
 
     # -- events --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
@@ -166,23 +190,45 @@ class ChandraToueg(Layer):
                 return []
             case BroadcastRequested(seq, payload):
                 return self._broadcast(seq, payload) + self._settle()
+            case Received(sender, header, inner) if self.joining:
+                return self._receive_joining(sender, header, inner)
             case Received(sender, header, inner):
-                if sender not in self.members and not isinstance(header, (Fetch, Bodies)):
-                    return []
-                return self._receive(sender, header, inner) + self._settle()
+                return self._receive_member(sender, header, inner) + self._settle()
             case Suspected(node):
-                self._suspects.add(node)
-                return self._on_suspect(node) + self._settle()
+                self._suspects.add(node)  # bodies asked of it are asked of everyone now
+                return self._fetch(self.store.sources_lost(node), ANYONE) + self._settle()
             case Restored(node):
                 self._suspects.discard(node)
                 return []
-            case Excluded(by) if by in self.members:
+            case Excluded(by, view_id) if self._excluded_by(by, view_id):
+                if self.leaving:  # the decision is likely on its way: give it time
+                    if self._give_up_armed:
+                        return []
+                    self._give_up_armed = True
+                    return [SetTimer(GIVE_UP, now + 2 * self.linger_us)]
                 return self._stop()  # consensus removed this node in an instance it missed
             case Excluded():
                 return []
+            case TimerFired("nudge"):
+                return self._nudge() + self._settle()
+            case TimerFired("give-up"):
+                return [] if self.removed else self._stop()
+            case JoinRequested(contacts):
+                return self._join(contacts, now)
+            case LeaveRequested():
+                return self._leave() + self._settle()
+            case SnapshotTaken(token, state):
+                welcomes = self.book.welcome(token, state, self.store.above)
+                return [Send(joiner, welcome) for joiner, welcome in welcomes]
             case TimerFired("fetch"):
                 self._fetch_armed = False
                 return self._fetch_missing() + self._settle()
+            case TimerFired("join"):
+                return self._ask_to_join(now)
+            case TimerFired("depart") if self._departing is not None:
+                self.stopped = True
+                self.view = self._departing
+                return [InstallView(self._departing)]
             case TimerFired(_):
                 return []
             case _:
@@ -192,14 +238,29 @@ class ChandraToueg(Layer):
         # Later views are decided here and installed by this layer itself; the only
         # view that comes from outside is the initial one.
         if self.view is None:
-            self.view = view
-            self.members = view.members
+            self.view, self.members = view, view.members
         return []
+
+    def _excluded_by(self, by: NodeId, view_id: int) -> bool:
+        """Whether a member's "you are not in my view" means this node was removed: only
+        if that view is later than ours (an earlier one may predate our joining). A
+        leaver waits a while for the decision itself, to deliver everything before it."""
+        if self.joining or self.removed or self.view is None or by not in self.members:
+            return False
+        return view_id > self.view.view_id
 
     def _broadcast(self, seq: int, payload: bytes) -> list[Effect]:
         if self.view is None:
             raise LocalProtocolError(f"{self.name} on {self.node} has no view yet")
-        self._bodies.setdefault(self.node, {})[seq] = payload
+        if self.leaving:
+            raise LocalProtocolError(f"{self.node} is leaving the group and cannot broadcast")
+        if self.removed:
+            return []  # the group has removed us: this node stops in a moment
+        self._last_seq = max(self._last_seq, seq)
+        if self.joining:
+            self._queued.append((seq, payload))  # multicast once the group has admitted us
+            return []
+        self.store.put(self.node, seq, payload)
         others = tuple(m for m in self.members if m != self.node)
         return [Multicast(others, CtData(seq), Packet((), payload))]
 
@@ -208,80 +269,163 @@ class ChandraToueg(Layer):
         has now reached, deliver, propose, move rounds. A loop, not recursion, because a
         burst of decisions can be thousands long."""
         effects: list[Effect] = []
-        while not self.stopped:
+        while not self.stopped and not self.joining:
             k = self.k
             for sender, header in self._later.pop(k, []):
-                effects += self._receive(sender, header, Packet())
+                if sender in self.members:  # it may have been sent before we knew it
+                    effects += self._receive(sender, header, Packet())
             effects += self._progress()
             if self.k == k and self.k not in self._later:
                 break
         return effects
 
+    # -- membership ----------------------------------------------------------------------
+    def _join(self, contacts: tuple[NodeId, ...], now: int) -> list[Effect]:
+        candidates = tuple(c for c in contacts if c != self.node)
+        if not candidates:
+            raise LocalProtocolError("join needs at least one contact other than this node")
+        fresh = self.k == 1 and self.store.empty() and not self.log
+        if self.joining or self.view is None or len(self.members) != 1 or not fresh:
+            raise LocalProtocolError(f"{self.node} cannot join now: it is in {self.view}")
+        self.joining = True
+        self._contacts = candidates
+        return self._ask_to_join(now)
+
+    def _ask_to_join(self, now: int) -> list[Effect]:
+        if not self.joining:
+            return []
+        # One contact at a time (it forwards the request to the others): fewer asks to
+        # contacts that may have gone, which the open channel retransmits for ever.
+        contact, *rest = self._contacts
+        self._contacts = (*rest, contact)
+        return [Send(contact, CtJoin(self.node)), SetTimer(JOIN_RETRY, now + self.join_retry_us)]
+
+    def _leave(self) -> list[Effect]:
+        if self.joining:
+            self._leave_after_join = True  # the group may already count on us: join first
+            return []
+        if self.leaving or self.removed:
+            return []
+        self.leaving = True
+        self.book.note_leave(self.node, self._last_seq)
+        others = tuple(m for m in self.members if m != self.node)
+        return [Multicast(others, CtLeave(self._last_seq))] if others else []
+
+    def _on_join(self, sender: NodeId, joiner: NodeId) -> list[Effect]:
+        if joiner in self.members:
+            kept = self.book.welcomes.get(joiner)  # a retry: the first welcome got lost
+            return [Send(joiner, kept[1])] if kept is not None and sender == joiner else []
+        if self.leaving or self.removed or not self.book.note_join(joiner, self.members):
+            return []
+        # Whoever coordinates next must know of it to propose it.
+        others = tuple(m for m in self.members if m not in (self.node, sender))
+        return [Multicast(others, CtJoin(joiner))] if others else []
+
+    def _receive_joining(self, sender: NodeId, header: object, inner: Packet) -> list[Effect]:
+        """Before the welcome: keep what the next instances will need, answer nothing."""
+        match header:
+            case CtWelcome():
+                return self._welcomed(sender, header) + self._settle()
+            case CtData(seq):
+                self.store.keep(sender, seq, inner.payload)
+            case Bodies(items):
+                for origin, seq, body in items:
+                    self.store.keep(origin, seq, body)
+            case Propose(k) | Ack(k) | Nack(k) | Estimate(k) | Decide(k):
+                self._later.setdefault(k, []).append((sender, header))
+        return []
+
+    def _welcomed(self, sender: NodeId, welcome: CtWelcome) -> list[Effect]:
+        view = View(welcome.view_id, tuple(welcome.members))
+        if self.node not in view.members or sender not in view.members:
+            raise RemoteProtocolError(f"{sender} welcomed {self.node} into {view}")
+        self.joining = False
+        self.view, self.members = view, view.members
+        k = welcome.k
+        self.k, self.delivered_upto = k + 1, k
+        self.log.start_at(k)
+        self.store.start_at(dict(welcome.decided))
+        for origin, seq, body in welcome.pending:
+            self.store.put(origin, seq, body)
+        self._later = {i: waiting for i, waiting in self._later.items() if i > k}
+        effects: list[Effect] = [CancelTimer(JOIN_RETRY), InstallState(welcome.state),
+                                 InstallView(view)]
+        others = tuple(m for m in self.members if m != self.node)
+        for seq, payload in self._queued:
+            self.store.put(self.node, seq, payload)
+            effects.append(Multicast(others, CtData(seq), Packet((), payload)))
+        self._queued.clear()
+        if self._leave_after_join:
+            effects += self._leave()
+        return effects
+
+    # -- receiving -----------------------------------------------------------------------
+    def _receive_member(self, sender: NodeId, header: object, inner: Packet) -> list[Effect]:
+        match header:
+            case CtJoin(joiner):
+                if sender != joiner and sender not in self.members:
+                    return []  # only the joiner itself or a member may ask
+                return self._on_join(sender, joiner)
+            case CtLeave(last) if sender in self.members:
+                self.book.note_leave(sender, last)
+                return []
+            case Fetch() | Bodies():
+                return self._receive(sender, header, inner)  # the removed may need them too
+            case Propose(k) | Estimate(k) if k < self.k:
+                return self._remind(sender, k)  # a straggler, maybe removed since
+            case _ if self.removed:
+                return []
+            case _ if isinstance(header, INSTANCE_HEADERS) and header.k > self.k:
+                # a joiner may speak in an instance this node has not reached yet
+                self._later.setdefault(header.k, []).append((sender, header))
+                return []
+            case _ if sender not in self.members:
+                return []
+            case _:
+                return self._receive(sender, header, inner)
+
     def _receive(self, sender: NodeId, header: object, inner: Packet) -> list[Effect]:
         match header:
             case CtData(seq):
-                self._store(sender, seq, inner.payload)
+                self.store.put(sender, seq, inner.payload)
                 return []
             case Fetch(ids):
-                return self._answer_fetch(sender, ids)
+                items = self.store.answer(ids)
+                return [Send(sender, Bodies(items))] if items else []
             case Bodies(items):
                 for origin, seq, body in items:
-                    self._store(origin, seq, body)
+                    self.store.put(origin, seq, body)
                 return []
             case Propose(k) | Ack(k) | Nack(k) | Estimate(k) | Decide(k) if k > self.k:
                 self._later.setdefault(k, []).append((sender, header))
                 return []
-            case Decide(k, ids, remove):
-                return [] if k < self.k else self._decide(_batch(ids, remove), sender)
+            case Decide(k, ids, remove, add):
+                return [] if k < self.k else self._decide(batch_of(ids, remove, add), sender)
             case Propose(k) | Estimate(k) if k < self.k:
                 return self._remind(sender, k)
             case Ack(k) | Nack(k) if k < self.k:
                 if isinstance(header, Ack):
                     self._note_delivered(sender, header.delivered)
                 return []
-            case Propose(_, r, ids, remove, stable):
+            case Propose(_, r, ids, remove, stable, add):
                 self._collect_garbage(stable)
-                return self._on_propose(sender, r, _batch(ids, remove))
+                return self._on_propose(sender, r, batch_of(ids, remove, add))
             case Ack(_, r, delivered):
                 self._note_delivered(sender, delivered)
                 return self._on_ack(sender, r)
             case Nack(_, r):
                 return self._on_nack(sender, r)
-            case Estimate(_, r, ids, remove, ts, delivered):
+            case Estimate(_, r, ids, remove, ts, delivered, add):
                 self._note_delivered(sender, delivered)
-                return self._on_estimate(sender, r, _batch(ids, remove), ts)
+                return self._on_estimate(sender, r, batch_of(ids, remove, add), ts)
+            case CtWelcome():
+                return []  # a second welcome (we asked more than once)
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
 
     # -- bodies --------------------------------------------------------------------------
-    def _store(self, origin: NodeId, seq: int, body: bytes) -> None:
-        if seq < self._decided_next.get(origin, 1) and not self._awaits_body(origin, seq):
-            return  # decided and delivered, or collected: a late copy
-        self._bodies.setdefault(origin, {})[seq] = body
-        self._fetching.pop(MsgId(origin, seq), None)
-
-    def _awaits_body(self, origin: NodeId, seq: int) -> bool:
-        return MsgId(origin, seq) in self._fetching
-
-    def _has(self, m: MsgId) -> bool:
-        return m.seq in self._bodies.get(m.origin, {})
-
-    def _missing(self, batch: Batch) -> list[MsgId]:
-        return [m for m in batch.ids if not self._has(m)]
-
     def _fetch(self, missing: list[MsgId], source: NodeId) -> list[Effect]:
-        new = [m for m in missing if m not in self._fetching]
-        if not new:
-            return []
-        if source == self.node or source in self._suspects:
-            source = ANYONE
-        for m in new:
-            self._fetching[m] = source
-        header = Fetch([(m.origin, m.seq) for m in new])
-        if source == ANYONE:
-            others = tuple(o for o in self.members if o != self.node and o not in self._suspects)
-            return [Multicast(others, header)] if others else []
-        return [Send(source, header)]
+        return self.store.fetch(missing, source, self.members, self._suspects)
 
     def _want_bodies(self) -> list[Effect]:
         if self._fetch_armed:
@@ -290,31 +434,23 @@ class ChandraToueg(Layer):
         return [SetTimer("fetch", self._now + self.fetch_delay_us)]
 
     def _fetch_missing(self) -> list[Effect]:
-        effects: list[Effect] = []
+        wanted: list[tuple[list[MsgId], NodeId]] = []
         if self._adopt is not None:
-            effects += self._fetch(self._missing(self._adopt.batch), self._adopt.fetch_from)
-        for _, batch, source in self._to_deliver:
-            effects += self._fetch(self._missing(batch), source)
+            wanted.append((self.store.missing(self._adopt.batch.ids), self._adopt.fetch_from))
+        wanted += [(self.store.missing(d.batch.ids), d.source) for d in self._to_deliver]
+        effects = self.store.refetch(wanted, self.members, self._suspects)
+        if self.store.fetching:
+            self._fetch_armed = True
+            effects.append(SetTimer("fetch", self._now + self.fetch_retry_us))
         return effects
-
-    def _answer_fetch(self, sender: NodeId, ids: list[tuple[str, int]]) -> list[Effect]:
-        items = [(o, s, self._bodies[o][s]) for o, s in ids if s in self._bodies.get(o, {})]
-        return [Send(sender, Bodies(items))] if items else []
 
     # -- proposing -----------------------------------------------------------------------
     def _proposable(self) -> Batch:
-        """What this node would propose: held bodies, contiguous per origin after the
-        decided ones (FIFO), and the members it suspects."""
-        ids: list[MsgId] = []
-        limit = self.max_batch
-        for origin in sorted_nodes(list(self._bodies)):
-            held = self._bodies[origin]
-            seq = self._decided_next.get(origin, 1)
-            while seq in held and (limit is None or len(ids) < limit):
-                ids.append(MsgId(origin, seq))
-                seq += 1
-        remove = tuple(m for m in self.members if m in self._suspects and m != self.node)
-        return Batch(tuple(ids), remove)
+        """What this node would propose: held bodies of members, contiguous per origin
+        after the decided ones (FIFO), and the membership changes it knows of."""
+        ids, next_after, cut_short = self.store.runs(self.members, self.max_batch)
+        remove, add = self.book.changes(self.members, next_after, self._suspects, cut_short)
+        return Batch(tuple(ids), remove, add)
 
     def _active(self) -> bool:
         """Whether this node needs instance k to decide (so it must not wait forever on a
@@ -324,16 +460,30 @@ class ChandraToueg(Layer):
     def _progress(self) -> list[Effect]:
         """Re-check everything that may have been waiting for a body or a proposal."""
         effects = self._deliver_ready()
-        if self.stopped:
+        if self.stopped or self.removed:
             return effects
-        if self._adopt is not None and not self._missing(self._adopt.batch):
+        if self._adopt is not None and not self.store.missing(self._adopt.batch.ids):
             effects += self._adopt_now()
         coordinator = self.coordinator(self.k, self._round)
         if coordinator == self.node:
             effects += self._propose_if_ready()
         elif coordinator in self._suspects and self._active():
             effects += self._next_round(self._round + 1)
+        elif self._nudge_for is None:
+            self._nudge_for = (self.k, self._round)
+            effects.append(SetTimer(NUDGE, self._now + self.nudge_us))
         return effects
+
+    def _nudge(self) -> list[Effect]:
+        """A live coordinator may have nothing to propose while this node has (a joiner
+        lacks the bodies sent before it joined), or its decision may have died with it:
+        after `nudge_us` in one round, move on to the next, whose coordinator hears this
+        node's estimate (and a member that has decided answers with the decision)."""
+        waited = self._nudge_for
+        self._nudge_for = None
+        if waited != (self.k, self._round) or self._adopt is not None or not self._active():
+            return []
+        return self._next_round(self._round + 1)
 
     def _propose_if_ready(self) -> list[Effect]:
         coord = self._coord if self._coord is not None else self._new_coordination()
@@ -364,12 +514,12 @@ class ChandraToueg(Layer):
         stable = self._stable()
         self._collect_garbage(stable)
         others = tuple(m for m in self.members if m != self.node)
-        header = Propose(self.k, self._round, _ids(choice), list(choice.remove), stable)
+        header = propose(self.k, self._round, choice, stable)
         effects: list[Effect] = [Multicast(others, header)]
         return effects + self._on_propose(self.node, self._round, choice, source)
 
-    def _new_coordination(self) -> _Coordination:
-        self._coord = _Coordination()
+    def _new_coordination(self) -> Coordination:
+        self._coord = Coordination()
         return self._coord
 
     # -- the rounds ----------------------------------------------------------------------
@@ -382,8 +532,8 @@ class ChandraToueg(Layer):
         if r < self._round:
             return [Send(sender, Nack(self.k, r))]
         effects: list[Effect] = self._enter_round(r) if r > self._round else []
-        self._adopt = _PendingAdopt(r, batch, sender, source or sender)
-        if self._missing(batch):
+        self._adopt = PendingAdopt(r, batch, sender, source or sender)
+        if self.store.missing(batch.ids):
             return effects + self._want_bodies()
         return effects + self._adopt_now()
 
@@ -405,8 +555,7 @@ class ChandraToueg(Layer):
             return []
         decided = coord.proposal
         others = tuple(m for m in self.members if m != self.node)
-        effects: list[Effect] = [Multicast(others, Decide(self.k, _ids(decided),
-                                                          list(decided.remove)))]
+        effects: list[Effect] = [Multicast(others, decide(self.k, decided))]
         return effects + self._decide(decided, self.node)
 
     def _on_nack(self, sender: NodeId, r: int) -> list[Effect]:
@@ -419,11 +568,12 @@ class ChandraToueg(Layer):
         return []
 
     def _on_estimate(self, sender: NodeId, r: int, batch: Batch, ts: int) -> list[Effect]:
-        if self.coordinator(self.k, r) != self.node:
-            return []  # the copy every member gets, so that those past instance k remind
-        if r < self._round:
-            return []  # a straggler's estimate for a round this node has left
+        # Someone has moved on to round r: follow. Otherwise nodes content with a live
+        # coordinator of an earlier round (heard across a partition the others suspected)
+        # could leave round r without the majority of estimates it needs.
         effects = self._next_round(r) if r > self._round else []
+        if self.coordinator(self.k, r) != self.node or r < self._round:
+            return effects  # the copy every member gets; or a round this node has left
         coord = self._coord if self._coord is not None else self._new_coordination()
         coord.estimates[sender] = (batch, ts)
         return effects + self._propose_if_ready()
@@ -446,56 +596,59 @@ class ChandraToueg(Layer):
             r += 1
         effects = self._enter_round(r)
         coordinator = self.coordinator(self.k, r)
-        estimate = self._estimate if self._estimate is not None else self._proposable()
-        header = Estimate(self.k, self._round, _ids(estimate), list(estimate.remove), self._ts,
-                          self.delivered_upto)
+        mine = self._estimate if self._estimate is not None else self._proposable()
+        header = estimate(self.k, self._round, mine, self._ts, self.delivered_upto)
         # Every member gets it, not only the coordinator: a member that already decided
         # instance k answers with the decision. Without that, a node whose Decide was
-        # lost with its crashed coordinator would wait for estimates nobody sends.
-        others = tuple(m for m in self.members if m != self.node and m not in self._suspects)
+        # lost with its crashed coordinator would wait for estimates nobody sends. Suspects
+        # get it too: a suspicion may be a partition, and they must be able to follow.
+        others = tuple(m for m in self.members if m != self.node)
         effects.append(Multicast(others, header))
         if coordinator == self.node:
             coord = self._new_coordination()
-            coord.estimates[self.node] = (estimate, self._ts)
+            coord.estimates[self.node] = (mine, self._ts)
             effects += self._propose_if_ready()
         return effects
 
-    def _on_suspect(self, node: NodeId) -> list[Effect]:
-        """Bodies asked of the suspect are asked of everyone else instead."""
-        lost = [m for m, source in self._fetching.items() if source == node]
-        for m in lost:
-            del self._fetching[m]
-        return self._fetch(lost, ANYONE)
-
     def _remind(self, sender: NodeId, k: int) -> list[Effect]:
-        decided = self._decisions.get(k)
+        decided = self.log.get(k)
         if decided is None:
             return []
-        return [Send(sender, Decide(k, _ids(decided), list(decided.remove)))]
+        return [Send(sender, decide(k, decided))]
 
     # -- deciding and delivering ---------------------------------------------------------
     def _decide(self, batch: Batch, source: NodeId) -> list[Effect]:
         k = self.k
-        self._decisions[k] = batch
-        for m in batch.ids:
-            if m.seq >= self._decided_next.get(m.origin, 1):
-                self._decided_next[m.origin] = m.seq + 1
-        self._to_deliver.append((k, batch, source))
-        if batch.remove:
-            self.members = tuple(m for m in self.members if m not in batch.remove)
+        self.log.record(k, batch)
+        self.store.decided(batch.ids)
+        before = self.members
+        self.members = apply_batch(before, batch)
+        for gone in before:
+            if gone not in self.members:  # what it sent and we did not decide is dropped
+                self.store.drop_undecided(gone)
+                # ...and the decisions it may still lack are kept a while to remind it
+                self.log.retain(gone, self._now + self.retain_us)
+        self.book.decided(k, batch, before, self.members, self.store.decided_next)
+        for joiner in self.members:
+            if joiner not in before:  # it starts from the state after instance k
+                self.log.note(joiner, k)
+        self._to_deliver.append(DecidedBatch(k, batch, source, before, self.members))
         self.k += 1
         self._round = 1
         self._estimate, self._ts = None, 0
         self._coord = None
         self._adopt = None
-        if self.node not in self.members:
-            return self._stop()
-        return self._want_bodies() if self._missing(batch) else []
+        # A removed node still delivers up to here (a leaver must: its last view owes it
+        # everything before the change), then installs its view without itself.
+        return self._want_bodies() if self.store.missing(batch.ids) else []
 
     def _stop(self) -> list[Effect]:
-        """This node was removed: deliver what it can of what was decided, then install
-        a view without itself (the driver stops a node that is not in its own view)."""
+        """This node was removed in an instance it missed: deliver what it can of what
+        was decided, then install a view without itself (the driver stops a node that
+        is not in its own view)."""
         effects = self._deliver_ready()
+        if self.stopped:
+            return effects
         self.stopped = True
         view = self.view
         if view is not None and self.node in view.members:
@@ -505,38 +658,43 @@ class ChandraToueg(Layer):
 
     def _deliver_ready(self) -> list[Effect]:
         effects: list[Effect] = []
-        while self._to_deliver:
-            k, batch, _ = self._to_deliver[0]
-            if self._missing(batch):
+        while self._to_deliver and not self.stopped and self._departing is None:
+            decided = self._to_deliver[0]
+            batch = decided.batch
+            if self.store.missing(batch.ids):
                 break
             self._to_deliver.popleft()
-            effects.extend(Deliver(m.origin, m.seq, self._bodies[m.origin][m.seq])
-                           for m in batch.ids)
-            self.delivered_upto = k
-            if batch.remove and self.view is not None:
-                members = tuple(m for m in self.view.members if m not in batch.remove)
-                self.view = View(self.view.view_id + 1, members)
-                effects.append(InstallView(self.view))
+            effects.extend(Deliver(m.origin, m.seq, self.store.body(m)) for m in batch.ids)
+            self.delivered_upto = decided.k
+            if decided.after != decided.before and self.view is not None:
+                effects += self._change_view(decided)
+        return effects
+
+    def _change_view(self, decided: DecidedBatch) -> list[Effect]:
+        assert self.view is not None
+        view = View(self.view.view_id + 1, decided.after)
+        if self.node not in decided.after:
+            # Removed: linger a while before the view without us (the driver stops us
+            # there), so that the decision we may just have sent is retransmitted until
+            # it arrives, and stragglers asking about it get it.
+            self._departing = view
+            return [SetTimer(DEPART, self._now + self.linger_us)]
+        self.view = view
+        effects: list[Effect] = [InstallView(view)]
+        token = self.book.draft(decided.k, decided.before, self.view)
+        if token is not None:  # the state right after the deliveries of instance k
+            effects.append(TakeSnapshot(token))
         return effects
 
     # -- stability -----------------------------------------------------------------------
     def _note_delivered(self, node: NodeId, delivered: int) -> None:
-        if delivered > self._known_delivered.get(node, 0):
-            self._known_delivered[node] = delivered
+        self.log.note(node, delivered)
+        if self.book.welcomes:
+            self.book.joiner_progress(node, delivered)
 
     def _stable(self) -> int:
-        known = [self.delivered_upto if m == self.node else self._known_delivered.get(m, 0)
-                 for m in self.members]
-        return min(known, default=0)
+        return self.log.stable(self.members, self.node, self.delivered_upto, self._now)
 
     def _collect_garbage(self, stable: int) -> None:
-        upto = min(stable, self.delivered_upto)
-        while self._gc_upto < upto:
-            self._gc_upto += 1
-            batch = self._decisions.pop(self._gc_upto, None)
-            if batch is None:
-                continue
-            for m in batch.ids:
-                held = self._bodies.get(m.origin)
-                if held is not None:
-                    held.pop(m.seq, None)
+        for batch in self.log.collect(min(stable, self.delivered_upto)):
+            self.store.forget(batch.ids)

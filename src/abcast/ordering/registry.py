@@ -15,14 +15,16 @@ from abcast.errors import ConfigError
 from abcast.group.failure_detector import DetectorConfig, FailureDetectorLayer
 from abcast.ids import GroupName, NodeId, View
 from abcast.ordering._open_channel import OpenChannel
+from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.causal import Causal
 from abcast.ordering.causal_total import CausalTotal
 from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.fifo import Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
-from abcast.ordering.sequencer_failover import FailoverSequencer
+from abcast.ordering.sequencer_membership import MembershipConfig, MembershipSequencer
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.unordered import Unordered
+from abcast.reliability.basic_channel import BasicChannel
 from abcast.reliability.channel import ChannelConfig, ReliableChannel
 from abcast.stack import Layer, Stack
 
@@ -31,6 +33,9 @@ NETWORK_FAULTS = frozenset({"drop", "dup", "delay", "partition", "hold"})
 ALL_FAULTS = NETWORK_FAULTS | {"crash", "join", "leave"}
 
 BASIC = ("integrity", "validity", "agreement")
+#: what best-effort (basic) multicast cannot promise: a lost packet stays lost
+LIVENESS_UNDER_LOSS = frozenset({"validity", "agreement", "uniform_agreement"})
+MULTICASTS = ("reliable", "basic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,14 @@ class OrderingOptions:
     channel: ChannelConfig = field(default_factory=ChannelConfig)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     matrix: MatrixConfig = field(default_factory=MatrixConfig)  # heartbeats; matrix
+    #: "reliable": the reliable channel under the ordering (acks, retransmission);
+    #: "basic": best effort, each packet sent once (abcast.reliability.basic_channel)
+    multicast: str = "reliable"
+
+    def __post_init__(self) -> None:
+        if self.multicast not in MULTICASTS:
+            raise ConfigError(f"multicast must be one of {', '.join(MULTICASTS)}, "
+                              f"not {self.multicast!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,20 +69,27 @@ class OrderingSpec:
     #: crash-tolerant orderings get a failure detector at the bottom of their stack
     needs_detector: bool = False
     #: offers `safe=True` (deliver once a majority holds the order), which adds
-    #: uniform agreement to the claims
+    #: `safe_claims` to the claims
     supports_safe: bool = False
+    safe_claims: tuple[str, ...] = ("uniform_agreement",)
     #: sends timers forever (heartbeats): a simulated run ends once it has settled
     periodic: bool = False
     #: the channel layer under the ordering (open groups need links outside the view)
     channel: Callable[[NodeId, ChannelConfig], Layer] = ReliableChannel
+    #: the failure detector under it, when `needs_detector` (open groups: OpenDetector)
+    detector_layer: Callable[[NodeId, DetectorConfig], Layer] = FailureDetectorLayer
 
     def claimed(self, options: OrderingOptions) -> tuple[str, ...]:
-        """The guarantees a group with these options claims (and is checked for)."""
-        if not options.safe:
-            return self.guarantees
-        if not self.supports_safe:
-            raise ConfigError(f"ordering {self.name!r} has no safe mode")
-        return (*self.guarantees, "uniform_agreement")
+        """The guarantees a group with these options claims (and is checked for). A basic
+        (best-effort) group keeps only the safety properties: integrity and its order."""
+        claims = self.guarantees
+        if options.safe:
+            if not self.supports_safe:
+                raise ConfigError(f"ordering {self.name!r} has no safe mode")
+            claims = (*claims, *(g for g in self.safe_claims if g not in claims))
+        if options.multicast == "basic":
+            claims = tuple(g for g in claims if g not in LIVENESS_UNDER_LOSS)
+        return claims
 
     def refuse_faults(self, kinds: set[str]) -> None:
         """Raise ConfigError naming the faults this ordering cannot honour."""
@@ -84,6 +104,12 @@ class OrderingSpec:
             )
 
 
+#: a sequencer-family member the group left out (a partition's minority) joins again
+_REJOIN = MembershipConfig(rejoin=True)
+#: Without SAFE, a sequencer cut off in a minority may deliver a few messages there
+#: before it learns it was excluded, so virtual synchrony is claimed only with SAFE.
+_SAFE_SEQUENCER = ("uniform_agreement", "virtual_synchrony")
+
 ORDERINGS: dict[str, OrderingSpec] = {
     spec.name: spec
     for spec in (
@@ -97,15 +123,20 @@ ORDERINGS: dict[str, OrderingSpec] = {
         ),
         OrderingSpec(
             "causal", lambda node, _: [Causal(node)], (*BASIC, "fifo", "causal"),
-            NETWORK_FAULTS, lambda n: n - 1,
-            "causal order (vector clocks, holdback until every predecessor is delivered)",
+            NETWORK_FAULTS | {"join", "leave"}, lambda n: n - 1,
+            "causal order (vector clocks, holdback until every predecessor is delivered);"
+            " open group: the leader orders joins and leaves in its causal stream",
+            channel=OpenChannel,
         ),
         OrderingSpec(
             "sequencer",
-            lambda node, opts: [FailoverSequencer(node, opts.batch, safe=opts.safe)],
-            (*BASIC, "fifo", "total"), NETWORK_FAULTS | {"crash"}, lambda n: 2 * (n - 1),
-            "total order from a fixed sequencer (data to all, then numbered ids)",
-            needs_detector=True, supports_safe=True,
+            lambda node, opts: [MembershipSequencer(node, opts.batch, safe=opts.safe,
+                                                    membership=_REJOIN)],
+            (*BASIC, "fifo", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
+            "total order from a fixed sequencer (data to all, then numbered ids); open"
+            " group: the leader admits joiners and leavers by a flush",
+            needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
+            channel=OpenChannel, detector_layer=OpenDetector,
         ),
         OrderingSpec(
             "skeen", lambda node, _: [Skeen(node)], (*BASIC, "total"), NETWORK_FAULTS,
@@ -114,22 +145,24 @@ ORDERINGS: dict[str, OrderingSpec] = {
         ),
         OrderingSpec(
             "causal-total",
-            lambda node, opts: [CausalTotal(node, opts.batch, safe=opts.safe)],
-            (*BASIC, "fifo", "causal", "total"), NETWORK_FAULTS | {"crash"},
-            lambda n: 2 * (n - 1),
+            lambda node, opts: [CausalTotal(node, opts.batch, safe=opts.safe,
+                                            membership=_REJOIN)],
+            (*BASIC, "fifo", "causal", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "total order that respects causality (the sequencer numbers in causal order)",
-            needs_detector=True, supports_safe=True,
+            needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
+            channel=OpenChannel, detector_layer=OpenDetector,
         ),
         OrderingSpec(
             "chandra-toueg", lambda node, opts: [ChandraToueg(node, opts.batch)],
-            (*BASIC, "uniform_agreement", "fifo", "total"), NETWORK_FAULTS | {"crash"},
+            (*BASIC, "uniform_agreement", "fifo", "total", "virtual_synchrony"), ALL_FAULTS,
             lambda n: 4 * (n - 1),
-            "total order by consensus on batches (rotating coordinator, majority quorums)",
-            needs_detector=True,
+            "total order by consensus on batches (rotating coordinator, majority quorums);"
+            " joins, leaves and removals decided in the same sequence",
+            needs_detector=True, channel=OpenChannel, detector_layer=OpenDetector,
         ),
         OrderingSpec(
             "matrix", lambda node, opts: [Matrix(node, opts.matrix)],
-            (*BASIC, "fifo", "total"), NETWORK_FAULTS | {"join", "leave"},
+            (*BASIC, "fifo", "total", "virtual_synchrony"), NETWORK_FAULTS | {"join", "leave"},
             lambda n: n * (n - 1),
             "total order from Lamport matrix clocks and NOPE heartbeats (RepMI); open group",
             periodic=True, channel=OpenChannel,
@@ -151,11 +184,14 @@ def build_stack(
     node: NodeId, group: GroupName, ordering: str, view: View,
     options: OrderingOptions | None = None,
 ) -> Stack:
-    """The standard stack for one group: reliable channel at the bottom (under it a
-    failure detector, for crash-tolerant orderings), the ordering on top."""
+    """The standard stack for one group: the channel at the bottom — reliable, or basic
+    (best effort) when the group asked for it — under it a failure detector for
+    crash-tolerant orderings, the ordering on top."""
     opts = options or OrderingOptions()
     spec = get_ordering(ordering)
-    layers: list[Layer] = [spec.channel(node, opts.channel), *spec.make(node, opts)]
+    channel = (BasicChannel(node, open_group=spec.channel is OpenChannel)
+               if opts.multicast == "basic" else spec.channel(node, opts.channel))
+    layers: list[Layer] = [channel, *spec.make(node, opts)]
     if spec.needs_detector:
-        layers.insert(0, FailureDetectorLayer(node, opts.detector))
+        layers.insert(0, spec.detector_layer(node, opts.detector))
     return Stack(node, group, layers, view)

@@ -51,8 +51,10 @@ class SimNode:
     # The view as this node's application has seen it: one stack call may deliver in the
     # old view and then install a new one, and each row must say which.
     view_id: int = 0
+    members: tuple[NodeId, ...] = ()
     leaving: bool = False
     departed: bool = False  # left gracefully: stopped, but not crashed
+    rejoined: int = 0  # times it was admitted again after the group had left it out
     # The application each node runs in the simulator: a digest chained over every
     # delivery, so two nodes hold equal state exactly when they delivered the same
     # messages in the same order since equal states (state transfer included).
@@ -96,6 +98,7 @@ class SimCluster:
         self.on_deliver = on_deliver
         self.on_stop = on_stop  # a node crashed, was excluded, or left
         self.nodes: dict[NodeId, SimNode] = {}
+        self._removed: set[NodeId] = set()  # nodes some member saw a view leave out
         self._timer_tokens = 0
         self.protocol_packets = 0
         self.control_packets = 0
@@ -193,12 +196,38 @@ class SimCluster:
                     self._apply(sim_node, taken)
                 case InstallState(state):
                     sim_node.app_state = state
+                    if sim_node.view_id > 0:
+                        self._rejoined(sim_node)
                 case InstallView(view):
+                    self._note_removed(set(sim_node.members) - set(view.members))
                     sim_node.view_id = view.view_id
+                    sim_node.members = view.members
                     self.recorder.record(
                         node, "view", self._t_ns(), group=stack.group, view_id=view.view_id,
                         members=view.members,
                     )
+
+    def _note_removed(self, removed: set[NodeId]) -> None:
+        """A member installed a view without these nodes. One cut off by a partition is
+        still running (it rejoins later, or stops once it hears), but the group goes on
+        without it: nobody waits for its broadcasts any more, as for a crashed node."""
+        for node in sorted(removed - self._removed):
+            self._removed.add(node)
+            removed_node = self.nodes.get(node)
+            if self.on_stop is not None and removed_node is not None and not removed_node.stopped:
+                self.on_stop(node)
+
+    def _rejoined(self, sim_node: SimNode) -> None:
+        """A member the group had left out (cut off by a partition) is admitted again
+        with a fresh state: its first incarnation ended where the group gave up on it,
+        so the trace says it crashed and recovered (it is not a correct node), and the
+        workload stops waiting for its broadcasts."""
+        group = sim_node.stack.group
+        self.recorder.record(sim_node.node, "crash", self._t_ns(), group=group)
+        self.recorder.record(sim_node.node, "recover", self._t_ns(), group=group)
+        sim_node.rejoined += 1
+        if self.on_stop is not None:
+            self.on_stop(sim_node.node)
 
     def _fire(self, sim_node: SimNode, key: Hashable, token: int) -> None:
         if sim_node.stopped or sim_node.timers.get(key) != token:

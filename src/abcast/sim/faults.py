@@ -5,6 +5,11 @@ packet, uniform), `crash=NODE@T`, `partition=NODES|NODES@T1-T2` (two-way; `NODES
 is one-way: the left side's packets to the right side are lost), `join=NODE@T`,
 `leave=NODE@T`; NODES are joined by `+`; times take `us`, `ms` or `s`. Every mistake is a
 ConfigError whose message names the bad item, because users type these by hand.
+
+A partition cuts only the links between the nodes it names: a node on neither side (one
+left out of the list, or a joiner) still reaches both sides — a partial partition, which
+a group must survive too, but not a clean split. For a clean split write `*` as one side:
+every node not on the other side, joiners included (`partition=n1+n2|*@1s-4s`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, sorted_nodes
+from abcast.sim.network import REST
 
 _TIME = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s)$")
 _UNIT_US = {"us": 1, "ms": 1_000, "s": 1_000_000}
@@ -28,6 +34,8 @@ class Crash:
 
 @dataclass(frozen=True, slots=True)
 class Partition:
+    """`left`/`right` name nodes; one of them may be `(REST,)`: everybody else."""
+
     left: tuple[NodeId, ...]
     right: tuple[NodeId, ...]
     start_us: int
@@ -71,7 +79,7 @@ class FaultPlan:
         named = {c.node for c in self.crashes} | {j.node for j in self.joins}
         named |= {lv.node for lv in self.leaves}
         for p in self.partitions:
-            named |= set(p.left) | set(p.right)
+            named |= (set(p.left) | set(p.right)) - {REST}
         return named
 
 
@@ -99,6 +107,10 @@ def _node(value: str, item: str) -> NodeId:
 
 
 def _nodes(value: str, item: str) -> tuple[NodeId, ...]:
+    if value == REST:
+        return (REST,)
+    if REST in value.split("+"):
+        raise ConfigError(f"'*' stands alone as a side in fault {item!r}")
     nodes = [_node(v, item) for v in value.split("+")]
     if len(set(nodes)) != len(nodes):
         raise ConfigError(f"a node is named twice in fault {item!r}")
@@ -140,6 +152,8 @@ def _partition(value: str, item: str) -> Partition:
     lnodes, rnodes = _nodes(left, item), _nodes(right, item)
     if set(lnodes) & set(rnodes):
         raise ConfigError(f"a node is on both sides of {item!r}")
+    if lnodes == rnodes == (REST,):
+        raise ConfigError(f"only one side of {item!r} may be '*'")
     return Partition(lnodes, rnodes, start, end, one_way)
 
 

@@ -87,6 +87,8 @@ class SimResult:
     app_states: dict[NodeId, bytes] = field(default_factory=dict)
     #: nodes that left the group gracefully
     departed: tuple[NodeId, ...] = ()
+    #: nodes asked to leave that had not departed when the run ended (still running)
+    leaving: tuple[NodeId, ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -141,9 +143,10 @@ def run_simulation(
     guarantees: tuple[str, ...] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> SimResult:
-    """Run one simulation. `stack_factory`/`guarantees` replace the named ordering's (tests
-    use them to plant broken variants). `on_progress(delivered, expected)` is called now
-    and then."""
+    """Run one simulation. `stack_factory`/`guarantees` replace the named ordering's
+    stack and claims (tests use them to plant broken variants); the faults honoured are
+    always the named ordering's.
+    `on_progress(delivered, expected)` is called now and then."""
     spec = get_ordering(config.ordering)
     plan = parse_faults(config.faults)
     _validate(config, plan, spec)
@@ -257,4 +260,5 @@ def run_simulation(
         events=scheduler.events_run,
         app_states={n: s.app_state for n, s in cluster.nodes.items() if not s.stopped},
         departed=tuple(n for n, s in cluster.nodes.items() if s.departed),
+        leaving=tuple(n for n, s in cluster.nodes.items() if s.leaving and not s.stopped),
     )

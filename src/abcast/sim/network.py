@@ -5,6 +5,11 @@ seeded RNG it is given; it never schedules anything itself. Reordering is what r
 per-packet latency does; `hold`/`release` keep a link's packets back until released (the
 vocabulary of turmoil); a partition loses every packet across it, in one or both
 directions, both when the packet is sent and when it would arrive.
+
+A partition cuts exactly the links between its two sides: a node on neither side keeps
+its links to both (a partial partition — it hears both and can relay between them, as a
+real network's bridge host would). `partition_rest` cuts a side from *every* other node,
+those that start later (joiners) included.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 from abcast.errors import LocalProtocolError
 from abcast.ids import NodeId
@@ -31,6 +37,22 @@ class LinkModel:
 
 DEFAULT_LINK = LinkModel(200, 1_000)
 
+#: a partition side meaning every node not on the other side, joiners included
+REST: Final = "*"
+
+
+def rest_split(
+    left: Iterable[NodeId], right: Iterable[NodeId], one_way: bool
+) -> tuple[tuple[NodeId, ...], str] | None:
+    """For a side against `*`: the named side and the direction cut from it ("both",
+    "out": its packets are lost, "in": packets to it are lost); None for two named sides."""
+    lnodes, rnodes = tuple(left), tuple(right)
+    if rnodes == (REST,):
+        return lnodes, "out" if one_way else "both"
+    if lnodes == (REST,):
+        return rnodes, "in" if one_way else "both"
+    return None
+
 
 class Network:
     def __init__(
@@ -43,6 +65,9 @@ class Network:
         self.dup = dup
         self._links: dict[tuple[NodeId, NodeId], LinkModel] = {}
         self._cut: dict[tuple[NodeId, NodeId], int] = {}  # directed link -> active cuts
+        # (side, direction) -> active cuts between the side and everyone else; direction
+        # "both", "out" (the side's packets are lost) or "in" (packets to it are lost)
+        self._splits: dict[tuple[frozenset[NodeId], str], int] = {}
         self._held: dict[tuple[NodeId, NodeId], list[bytes]] = {}
         self.sent = 0
         self.lost = 0
@@ -55,16 +80,43 @@ class Network:
     def partition(
         self, left: Iterable[NodeId], right: Iterable[NodeId], one_way: bool = False
     ) -> None:
+        """Cut the links between `left` and `right` (only left→right when `one_way`);
+        a side `(REST,)` is every node not on the other side."""
+        if (split := rest_split(left, right, one_way)) is not None:
+            self.partition_rest(*split)
+            return
         for a, b in self._pairs(left, right, one_way):
             self._cut[(a, b)] = self._cut.get((a, b), 0) + 1
 
     def heal(self, left: Iterable[NodeId], right: Iterable[NodeId], one_way: bool = False) -> None:
+        if (split := rest_split(left, right, one_way)) is not None:
+            self.heal_rest(*split)
+            return
         for a, b in self._pairs(left, right, one_way):
             count = self._cut.get((a, b), 0) - 1
             if count > 0:
                 self._cut[(a, b)] = count
             else:
                 self._cut.pop((a, b), None)
+
+    def partition_rest(self, side: Iterable[NodeId], direction: str = "both") -> None:
+        """Cut `side` from every node not in it, now and later started ones."""
+        key = self._split_key(side, direction)
+        self._splits[key] = self._splits.get(key, 0) + 1
+
+    def heal_rest(self, side: Iterable[NodeId], direction: str = "both") -> None:
+        key = self._split_key(side, direction)
+        count = self._splits.get(key, 0) - 1
+        if count > 0:
+            self._splits[key] = count
+        else:
+            self._splits.pop(key, None)
+
+    @staticmethod
+    def _split_key(side: Iterable[NodeId], direction: str) -> tuple[frozenset[NodeId], str]:
+        if direction not in ("both", "out", "in"):
+            raise LocalProtocolError(f"bad partition direction {direction!r}")
+        return frozenset(side), direction
 
     @staticmethod
     def _pairs(
@@ -77,7 +129,15 @@ class Network:
         return pairs
 
     def blocked(self, src: NodeId, dst: NodeId) -> bool:
-        return (src, dst) in self._cut
+        if (src, dst) in self._cut:
+            return True
+        for side, direction in self._splits:
+            inside, outside = src in side, dst in side
+            if inside == outside:
+                continue
+            if direction == "both" or (direction == "out") == inside:
+                return True
+        return False
 
     # -- holds -----------------------------------------------------------------------------
     def hold(self, src: NodeId, dst: NodeId) -> None:

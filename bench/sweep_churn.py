@@ -1,0 +1,206 @@
+"""Sweep: dynamic groups under churn — a join, a leave, a crash and a partition that heals,
+at random times, under drop/dup/delay — many seeds per ordering.
+
+Rules: one task = one seeded `run_simulation` over 6–8 nodes (drawn from the seed, or
+fixed by --nodes) whose fault schedule is drawn from the seed too
+(abcast.sim.churn.churn_faults), so a failing run is replayed from its printed faults. The
+stack is the registry's (`build_stack`: for the sequencer family, the membership-aware
+core over an open detector and channel); a run the registry refuses counts as refused. A
+run is clean when: the trace checks find nothing among the members present for the
+whole run; every such member delivered every message one of them broadcast; the view
+sequences are consistent, virtual synchrony and same-view delivery hold
+(abcast.sim.churn.membership_problems); and the nodes running at the end hold equal
+states. Prints a Markdown table; exit 1 on any unclean run. A benchmark, not a test: it
+never compares times against a limit.
+
+    .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total
+    .venv/bin/python bench/sweep_churn.py --seeds 20 --nodes 6 --safe
+    .venv/bin/python bench/sweep_churn.py --seeds 30 --messages 400 --cut-sequencer \
+        --partition-ms 3000-6000
+    .venv/bin/python bench/sweep_churn.py --seeds 60 --messages 400 --flapping --safe
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from abcast.errors import ConfigError
+from abcast.ordering.registry import OrderingOptions
+from abcast.sim import SimConfig, run_simulation
+from abcast.sim.churn import churn_faults, flapping_faults, judge, present_throughout
+from abcast.testing import check_events, count_by_code
+
+ORDERINGS = ("sequencer", "causal-total", "chandra-toueg")
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    ordering: str
+    seed: int
+    nodes: int
+    messages: int
+    safe: bool
+    partition_ms: tuple[int, int] = (1_500, 3_000)
+    cut_leader: bool = False
+    clean_split: bool = False
+    flapping: bool = False
+
+    def faults(self) -> str:
+        if self.flapping:
+            return flapping_faults(random.Random(self.seed), self.nodes)
+        return churn_faults(random.Random(self.seed), self.nodes,
+                            partition_ms=self.partition_ms, cut_leader=self.cut_leader,
+                            clean_split=self.clean_split)
+
+    def command(self) -> str:
+        safe = ", options=OrderingOptions(safe=True)" if self.safe else ""
+        return (f"SimConfig({self.ordering!r}, nodes={self.nodes}, messages={self.messages}, "
+                f"seed={self.seed}, faults={self.faults()!r}{safe})")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    task: Task
+    violations: dict[str, int]
+    problems: dict[str, int]
+    complete: bool
+    refused: str = ""
+    views: int = 0
+    rejoins: int = 0
+    #: abcast.testing's view checks over the whole trace (every node, crashed ones up to
+    #: their crash): informational, the cut-off incarnations included
+    view_checks: dict[str, int] = field(default_factory=dict)
+    #: the claimed guarantees over the whole trace, as `abcast sim` reports them:
+    #: informational (a non-SAFE sequencer cut off in a minority delivers there)
+    claimed_checks: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        return not self.refused and not self.violations and not self.problems and self.complete
+
+
+def run_one(task: Task) -> Outcome:
+    start = time.perf_counter()
+    config = SimConfig(task.ordering, nodes=task.nodes, messages=task.messages, seed=task.seed,
+                       faults=task.faults(), options=OrderingOptions(safe=task.safe))
+    try:
+        result = run_simulation(config)
+    except ConfigError as exc:
+        return Outcome(task, {}, {}, False, refused=str(exc))
+    violations, problems = judge(result)
+    rows = result.recorder.rows()
+    present = present_throughout(rows, config.node_ids())
+    sent = {(r.origin, r.seq) for r in rows if r.kind == "send" and r.node in present}
+    complete = result.quiescent and all(
+        sent <= {(r.origin, r.seq) for r in result.recorder.rows_of(n) if r.kind == "deliver"}
+        for n in present)
+    views = len({r.view_id for r in rows if r.kind == "view"})
+    rejoins = sum(1 for r in rows if r.kind == "recover")
+    view_checks = count_by_code(check_events(rows, ("virtual_synchrony",), result.run_id))
+    return Outcome(task, count_by_code(violations), dict(Counter(p.code for p in problems)),
+                   complete, views=views, rejoins=rejoins, view_checks=view_checks,
+                   claimed_checks=result.counts, wall_s=time.perf_counter() - start)
+
+
+def table(outcomes: list[Outcome], orderings: list[str]) -> list[str]:
+    lines = ["| ordering | mode | seeds | clean | refused | violations (present throughout) "
+             "| membership problems | incomplete | mean views | rejoins "
+             "| view checks, whole trace | claimed checks, whole trace | wall time (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for ordering in orderings:
+        for safe in sorted({o.task.safe for o in outcomes}):
+            mine = [o for o in outcomes if o.task.ordering == ordering and o.task.safe == safe]
+            if not mine:
+                continue
+            viol: Counter[str] = Counter()
+            probs: Counter[str] = Counter()
+            whole: Counter[str] = Counter()
+            claimed: Counter[str] = Counter()
+            for o in mine:
+                viol.update(o.violations)
+                probs.update(o.problems)
+                whole.update(o.view_checks)
+                claimed.update(o.claimed_checks)
+            ran = [o for o in mine if not o.refused]
+            lines.append(
+                f"| {ordering} | {'safe' if safe else 'plain'} | {len(mine)} "
+                f"| {sum(o.clean for o in mine)} | {sum(bool(o.refused) for o in mine)} "
+                f"| {dict(viol) or 0} | {dict(probs) or 0} "
+                f"| {sum(not o.complete for o in ran)} "
+                f"| {sum(o.views for o in ran) / max(len(ran), 1):.1f} "
+                f"| {sum(o.rejoins for o in ran)} | {dict(whole) or 0} "
+                f"| {dict(claimed) or 0} | {sum(o.wall_s for o in mine):.0f} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--seeds", type=int, default=300)
+    p.add_argument("--first-seed", type=int, default=1)
+    p.add_argument("--nodes", type=int, default=None,
+                   help="group size (default: 6, 7 or 8, drawn from the seed)")
+    p.add_argument("--orderings", default=",".join(ORDERINGS))
+    p.add_argument("--messages", type=int, default=200)
+    p.add_argument("--safe", action="store_true", help="SAFE delivery (sequencer family)")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--partition-ms", default="1500-3000",
+                   help="how long the minority is cut off, LO-HI ms (drawn per seed)")
+    p.add_argument("--cut-sequencer", action="store_true",
+                   help="the cut-off minority holds n1, the first sequencer")
+    p.add_argument("--clean-split", action="store_true",
+                   help="cut the minority from every other node, the joiner too (else the "
+                        "joiner, named on neither side, bridges the two)")
+    p.add_argument("--flapping", action="store_true",
+                   help="harsher schedules: 2-4 overlapping partitions, one or two joiners "
+                        "(abcast.sim.churn.flapping_faults; the partition options are unused)")
+    args = p.parse_args(argv)
+    lo, _, hi = args.partition_ms.partition("-")
+    partition_ms = (int(lo), int(hi or lo))
+    orderings = [o.strip() for o in args.orderings.split(",") if o.strip()]
+    todo = [
+        Task(o, seed, args.nodes or random.Random(seed).choice((6, 7, 8)), args.messages,
+             args.safe and o != "chandra-toueg", partition_ms, args.cut_sequencer,
+             args.clean_split, args.flapping)
+        for seed in range(args.first_seed, args.first_seed + args.seeds) for o in orderings
+    ]
+    console = Console(stderr=True)
+    outcomes: list[Outcome] = []
+    started = time.perf_counter()
+    progress = Progress(TextColumn("[bold]churn sweep"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=console)
+    with progress:
+        bar = progress.add_task("runs", total=len(todo))
+        if args.workers > 1:
+            with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+                for out in pool.imap_unordered(run_one, todo):
+                    outcomes.append(out)
+                    progress.update(bar, advance=1)
+        else:
+            for task in todo:
+                outcomes.append(run_one(task))
+                progress.update(bar, advance=1)
+    print("\n".join(table(outcomes, orderings)))
+    print(f"\n{len(outcomes)} runs, {args.messages} messages each, "
+          f"{time.perf_counter() - started:.0f} s elapsed.")
+    bad = [o for o in outcomes if not o.clean]
+    refused = {o.refused for o in bad if o.refused}
+    for reason in sorted(refused):
+        print(f"- refused: {reason}")
+    for o in [o for o in bad if not o.refused][:20]:
+        what = {**o.violations, **o.problems} or "incomplete"
+        print(f"- {what}: {o.task.command()}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

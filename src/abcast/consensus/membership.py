@@ -1,0 +1,179 @@
+"""Membership changes decided by Chandra-Toueg consensus: what a member proposes and how
+a decided batch changes the membership, plus the state a joiner is welcomed with.
+
+Rules. A batch decided by instance k carries message ids, then `remove`, then `add`; every
+member applies it the same way (`apply_batch`: a pure function of the members before and
+the batch), so every member switches view at the same point of the total order. What a
+member *proposes* is local knowledge kept here:
+
+- a joiner's request (`CtJoin`, forwarded once to the other members so that whoever
+  coordinates can propose it) until a decision adds it;
+- a leaver's request (`CtLeave(last)`): "remove me once my broadcasts 1..last are
+  decided" — in the batch that decides the last of them at the latest, so the leaver
+  delivers all of its own messages before its view without itself;
+- suspected members (the failure detector's verdicts, passed in).
+
+A batch that adds a joiner fixes the *cut*: per origin, the first seq not decided by k.
+Where a member delivers that batch it takes a snapshot of the application (the state
+right after k's deliveries) and builds the `CtWelcome` — k, the view after it, the cut
+and the state. The lowest old member of the new view sends it at once; every old member
+keeps its copy until the joiner is known to have delivered past k, to answer the
+joiner's retries if the first welcome died with its sender.
+
+What it does not know: rounds, quorums, bodies or time (abcast.ordering.chandra_toueg).
+Node ids are not reused within a group: a node removed once is never proposed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from abcast.consensus.messages import CtWelcome
+from abcast.errors import LocalProtocolError
+from abcast.ids import MsgId, NodeId, View, sorted_nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one consensus instance decides: deliver `ids` in order, then remove `remove`
+    from the membership and add `add` to it."""
+
+    ids: tuple[MsgId, ...] = ()
+    remove: tuple[NodeId, ...] = ()
+    add: tuple[NodeId, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.ids or self.remove or self.add)
+
+
+EMPTY_BATCH = Batch()
+
+
+def apply_batch(members: tuple[NodeId, ...], batch: Batch) -> tuple[NodeId, ...]:
+    """The membership after `batch` (the same on every member: nothing local in it)."""
+    if not batch.remove and not batch.add:
+        return members
+    kept = [m for m in members if m not in batch.remove]
+    added = [a for a in batch.add if a not in kept and a not in batch.remove]
+    return sorted_nodes(kept + added)
+
+
+@dataclass(frozen=True, slots=True)
+class _Draft:
+    """A welcome waiting for the application's snapshot."""
+
+    k: int
+    joiners: tuple[NodeId, ...]
+    view: View
+    cut: tuple[tuple[NodeId, int], ...]
+    send: bool  # this node is the one that sends it at once
+
+
+class MembershipBook:
+    def __init__(self, node: NodeId) -> None:
+        self.node = node
+        self.joiners: dict[NodeId, None] = {}  # asked to join, not yet added (in order)
+        self.leavers: dict[NodeId, int] = {}  # asked to leave: their last broadcast seq
+        self.gone: set[NodeId] = set()  # removed from the group here: never re-added
+        self.welcomes: dict[NodeId, tuple[int, CtWelcome]] = {}  # joiner -> (k, welcome)
+        self._cuts: dict[int, tuple[tuple[NodeId, int], ...]] = {}
+        self._drafts: dict[int, _Draft] = {}
+        self._tokens = 0
+
+    # -- requests ------------------------------------------------------------------------
+    def note_join(self, joiner: NodeId, members: tuple[NodeId, ...]) -> bool:
+        """Record a join request; True when it is new here (forward it then)."""
+        if joiner in members or joiner in self.gone or joiner in self.joiners:
+            return False
+        self.joiners[joiner] = None
+        return True
+
+    def note_leave(self, leaver: NodeId, last: int) -> None:
+        self.leavers[leaver] = max(last, self.leavers.get(leaver, 0))
+
+    def pending(self) -> bool:
+        return bool(self.joiners or self.leavers)
+
+    def changes(
+        self, members: tuple[NodeId, ...], next_after: Mapping[NodeId, int],
+        suspects: Iterable[NodeId], cut_short: Iterable[NodeId] = (),
+    ) -> tuple[tuple[NodeId, ...], tuple[NodeId, ...]]:
+        """(remove, add) this node would propose, given per origin the first seq that
+        would still be undecided after the batch's ids. A member is removed only in a
+        batch that holds all of its messages this node has (none is `cut_short` by the
+        batch limit): what it sent and nobody proposed before its removal is dropped,
+        and a leaver must have delivered its own broadcasts before it departs."""
+        waiting = set(cut_short)
+        suspected = [m for m in members if m in set(suspects) and m != self.node
+                     and m not in waiting]
+        # A side that suspects a majority of the view is the minority of a partition (or
+        # the group has lost its quorum): removing the others would only make sense if
+        # they had all crashed, and if this proposal were decided after the partition
+        # heals it would expel the majority. Leave removals alone.
+        if len(members) - len(suspected) < len(members) // 2 + 1:
+            suspected = []
+        leaving = [m for m in members if m in self.leavers and m not in waiting
+                   and next_after.get(m, 1) > self.leavers[m]]
+        remove = [m for m in members if m in suspected or m in leaving]
+        add = [j for j in self.joiners if j not in members and j not in self.gone]
+        return tuple(remove), tuple(add)
+
+    # -- decisions -----------------------------------------------------------------------
+    def decided(
+        self, k: int, batch: Batch, before: tuple[NodeId, ...], after: tuple[NodeId, ...],
+        decided_next: Mapping[NodeId, int],
+    ) -> None:
+        """Instance k decided `batch`, taking the membership from `before` to `after`."""
+        for m in before:
+            if m not in after:
+                self.gone.add(m)
+                self.leavers.pop(m, None)
+                self.welcomes.pop(m, None)
+        added = [a for a in after if a not in before]
+        for a in added:
+            self.joiners.pop(a, None)
+        if added:
+            self._cuts[k] = tuple(sorted(decided_next.items()))
+
+    def draft(
+        self, k: int, before: tuple[NodeId, ...], view: View
+    ) -> int | None:
+        """Where this node delivers instance k that added members to `before` giving
+        `view`: a token for the snapshot to take (None when this node was not an old
+        member, or nobody was added)."""
+        joiners = tuple(m for m in view.members if m not in before)
+        cut = self._cuts.pop(k, None)
+        if not joiners or cut is None or self.node not in before:
+            return None
+        old = [m for m in view.members if m in before]
+        self._tokens += 1
+        self._drafts[self._tokens] = _Draft(k, joiners, view, cut, send=old[0] == self.node)
+        return self._tokens
+
+    def welcome(
+        self, token: int, state: bytes,
+        pending: Callable[[Mapping[NodeId, int]], list[tuple[NodeId, int, bytes]]],
+    ) -> list[tuple[NodeId, CtWelcome]]:
+        """The snapshot for `token` arrived: keep a welcome for each joiner (with the
+        `pending` bodies at or above the cut); return the ones to send now."""
+        draft = self._drafts.pop(token, None)
+        if draft is None:
+            raise LocalProtocolError(f"{self.node} took no snapshot with token {token}")
+        view = draft.view
+        message = CtWelcome(draft.k, view.view_id, list(view.members),
+                            [(o, s) for o, s in draft.cut], state, pending(dict(draft.cut)))
+        out = []
+        for joiner in draft.joiners:
+            if joiner in view.members:
+                self.welcomes[joiner] = (draft.k, message)
+                if draft.send:
+                    out.append((joiner, message))
+        return out
+
+    def joiner_progress(self, joiner: NodeId, delivered: int) -> None:
+        """The joiner reports instances up to `delivered`: at its welcome's k or past it,
+        it has installed the state, so the kept copy can go."""
+        kept = self.welcomes.get(joiner)
+        if kept is not None and delivered >= kept[0]:
+            del self.welcomes[joiner]

@@ -1,0 +1,136 @@
+"""Basic multicast: the channel slot of a group created with `multicast="basic"` — best
+effort, each packet sent once, never acknowledged or retransmitted.
+
+Rules: one sequence space per directed link, as in the reliable channel, but used only to
+drop duplicates (the network may duplicate; an ordering above must still see each packet
+at most once). The receiver remembers a contiguous high-water mark plus the numbers
+above it; a packet that never comes leaves a hole, and once more than `window` numbers
+wait above a hole the mark jumps past it (that packet is lost for good), so memory stays
+bounded however much is lost. No control traffic at all: no acks, no timers.
+
+What a basic group can then claim (abcast.ordering.registry): the safety properties of
+its ordering — integrity, and fifo/causal/total where the ordering has them, since a
+holdback never delivers past a missing message — but not validity or agreement: a lost
+packet is lost, and whatever waits on it waits for ever. Without loss it delivers like
+the reliable channel, at n−1 packets per multicast and no acks.
+
+A closed group's channel drops packets to and from nodes outside the view; an open
+group's (`open_group=True`, for orderings that admit joiners themselves) lets them
+through and leaves the decision to the ordering above.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from abcast.codec import Header, Packet, Seq
+from abcast.effects import Effect, Send, Up
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.events import (
+    Event,
+    Excluded,
+    MulticastRequested,
+    Received,
+    Restored,
+    SendRequested,
+    Suspected,
+    TimerFired,
+    ViewInstalled,
+)
+from abcast.ids import NodeId
+from abcast.stack import Layer
+
+#: numbers remembered above a hole before the hole is given up
+WINDOW: Final = 1_024
+
+
+class BData(Header, frozen=True):
+    """A packet of the layer above, numbered on this link (for duplicate detection)."""
+
+    seq: Seq
+
+
+@dataclass(slots=True)
+class _InLink:
+    high: int = 0
+    above: set[int] = field(default_factory=set)
+
+
+class BasicChannel(Layer):
+    name = "basic-channel"
+    header_type = BData
+
+    def __init__(self, node: NodeId, open_group: bool = False, window: int = WINDOW) -> None:
+        super().__init__(node)
+        if window < 1:
+            raise LocalProtocolError("window must be >= 1")
+        self.open_group = open_group
+        self.window = window
+        self._next: dict[NodeId, int] = {}
+        self._in: dict[NodeId, _InLink] = {}
+        self._members: frozenset[NodeId] = frozenset()
+        self.duplicates = 0
+        self.given_up = 0  # packets counted as lost when the mark jumped past them
+
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        match event:
+            case SendRequested(to, packet, control):
+                return self._send(to, packet, control)
+            case MulticastRequested(to, packet):
+                return [e for dest in to for e in self._send(dest, packet, False)]
+            case Received(sender, BData(seq), inner):
+                return self._on_data(sender, seq, inner)
+            case Received(sender, header, _):
+                raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
+            case ViewInstalled(view):
+                self._members = frozenset(view.members)
+                if not self.open_group:
+                    self._forget_outside()
+                return []
+            case Suspected() | Restored() | Excluded() | TimerFired():
+                return []
+            case _:
+                raise LocalProtocolError(f"{self.name} cannot handle {event!r}")
+
+    def _allowed(self, peer: NodeId) -> bool:
+        return self.open_group or peer in self._members
+
+    def _forget_outside(self) -> None:
+        for links in (self._next, self._in):
+            for peer in [p for p in links if p not in self._members]:
+                del links[peer]
+
+    def _send(self, to: NodeId, packet: Packet, control: bool) -> list[Effect]:
+        if not self._allowed(to):
+            return []
+        seq = self._next.get(to, 0) + 1
+        self._next[to] = seq
+        return [Send(to, BData(seq), packet, control)]
+
+    def _on_data(self, sender: NodeId, seq: int, inner: Packet) -> list[Effect]:
+        if not self._allowed(sender):
+            return []
+        link = self._in.get(sender)
+        if link is None:
+            link = self._in[sender] = _InLink()
+        if seq <= link.high or seq in link.above:
+            self.duplicates += 1
+            return []
+        link.above.add(seq)
+        while link.high + 1 in link.above:
+            link.high += 1
+            link.above.discard(link.high)
+        if len(link.above) > self.window:
+            self._give_up_holes(link)
+        return [Up(sender, inner)]
+
+    def _give_up_holes(self, link: _InLink) -> None:
+        """Too much waits above the lowest hole: that packet is not coming."""
+        lowest = min(link.above)
+        self.given_up += lowest - link.high - 1
+        link.high = lowest
+        link.above.discard(lowest)
+        while link.high + 1 in link.above:
+            link.high += 1
+            link.above.discard(link.high)

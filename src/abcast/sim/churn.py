@@ -1,0 +1,260 @@
+"""Churn in the simulator: random churn schedules, and the properties a run with joins,
+leaves, crashes and partitions must keep.
+
+Rules: this module draws fault schedules and judges finished runs; it never builds a stack
+(the registry's `build_stack` does: for the sequencer family, an open detector and
+channel under the membership-aware core, which rejoins when cut off) and never runs one
+(abcast.sim.harness does). The judging has three parts.
+
+- The trace checks (abcast.testing) over the members *present for the whole run* — in
+  every view anybody installed, never crashed, never left. The other nodes' `send` rows
+  stay (what they broadcast is known), their deliveries and views go, and each gets a
+  `crash` row, so the checks owe them nothing and expect nothing of them.
+- Membership properties over every *incarnation* (a node's rows up to a `recover` row,
+  and after it, are two processes), as `Problem`s: VIEW_CONSISTENCY (one view id, one
+  member list, everywhere), VIEW_ORDER (each incarnation's view ids only grow, and the
+  members present throughout install the same sequence), VIRTUAL_SYNCHRONY (incarnations
+  that install v and then the same next view delivered the same set in v) and
+  SAME_VIEW_DELIVERY (every correct incarnation that delivers a message delivers it in
+  the same view).
+- STATE: the nodes running at the end of a settled run (not on their way out) hold equal
+  application states
+  (the simulated application chains a digest over its deliveries, so a joiner that got
+  a message twice, or missed one, holds another state).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import pairwise
+
+from abcast.ids import MsgId, NodeId, sorted_nodes
+from abcast.sim.harness import SimResult
+from abcast.testing import Violation, check_events
+from abcast.trace.rows import EventRow
+
+# -- random churn schedules ----------------------------------------------------------------
+
+
+def churn_faults(rng: random.Random, nodes: int, *, span_ms: int = 1_500,
+                 network: str = "drop=0.03,dup=0.02,delay=1-20ms",
+                 partition_ms: tuple[int, int] = (1_500, 3_000),
+                 cut_leader: bool = False, clean_split: bool = False) -> str:
+    """One join, one leave, one crash and one partition that heals, at random times in
+    the first `span_ms`, over n1..n<nodes>, under `network` faults. The partition puts a
+    random minority apart (never the crashed node) for `partition_ms` (long enough, by
+    default, that the majority removes it); with `cut_leader` the minority holds n1, the
+    first sequencer. The joiner is n<nodes+1>, named on neither side of the partition:
+    it keeps its links to both (a partial partition; see abcast.sim.faults) — unless
+    `clean_split`, where the other side is `*`, the joiner with it."""
+    ids = [f"n{i}" for i in range(1, nodes + 1)]
+    if cut_leader:
+        crashed, leaver = rng.sample(ids[1:], 2)
+    else:
+        crashed, leaver = rng.sample(ids, 2)
+    rest = [n for n in ids if n not in (crashed, leaver)]
+    size = rng.randint(1, max(1, (nodes - 2) // 2 - 1))
+    if cut_leader:
+        minority = ["n1", *rng.sample([n for n in rest if n != "n1"], size - 1)]
+    else:
+        minority = rng.sample(rest, size)
+    majority = ["*"] if clean_split else [n for n in ids if n not in minority]
+    start = rng.randint(0, span_ms)
+    length = rng.randint(*partition_ms)
+    items = [
+        network,
+        f"join=n{nodes + 1}@{rng.randint(0, span_ms)}ms",
+        f"leave={leaver}@{rng.randint(0, span_ms)}ms",
+        f"crash={crashed}@{rng.randint(0, span_ms)}ms",
+        f"partition={'+'.join(sorted_nodes(minority))}|{'+'.join(sorted_nodes(majority))}"
+        f"@{start}ms-{start + length}ms",
+    ]
+    return ",".join(i for i in items if i)
+
+
+def flapping_faults(rng: random.Random, nodes: int, *,
+                    network: str = "drop=0.03,dup=0.02,delay=1-20ms") -> str:
+    """Harsher churn: two to four partitions one after another, overlapping, each a
+    random minority (n1, the first sequencer, in about half of them) cut from the rest —
+    by `*` (joiners too) or by naming the rest (joiners bridge) — for 0.2–4 s; one or
+    two joiners, a crash and a leave at random times in the first 6 s."""
+    ids = [f"n{i}" for i in range(1, nodes + 1)]
+    items = [network]
+    t = 0
+    for _ in range(rng.randint(2, 4)):
+        t += rng.randint(300, 2_500)
+        side = rng.sample(ids, rng.randint(1, max(1, (nodes - 1) // 2)))
+        if rng.random() < 0.5 and "n1" not in side:
+            side[0] = "n1"
+        length = rng.randint(200, 4_000)
+        rest = "*" if rng.random() < 0.6 else "+".join(n for n in ids if n not in side)
+        items.append(f"partition={'+'.join(sorted_nodes(side))}|{rest}@{t}ms-{t + length}ms")
+    items.append(f"join=n{nodes + 1}@{rng.randint(0, 4_000)}ms")
+    if rng.random() < 0.5:
+        items.append(f"join=n{nodes + 2}@{rng.randint(0, 6_000)}ms")
+    crashed, leaver = rng.sample(ids, 2)
+    items.append(f"crash={crashed}@{rng.randint(0, 6_000)}ms")
+    items.append(f"leave={leaver}@{rng.randint(0, 6_000)}ms")
+    return ",".join(i for i in items if i)
+
+
+# -- judging a run ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A membership property that does not hold, with what shows it."""
+
+    code: str
+    detail: str
+
+
+@dataclass(slots=True)
+class _Incarnation:
+    node: NodeId
+    number: int
+    views: list[tuple[int, tuple[NodeId, ...]]]
+    delivered_in: dict[int, set[MsgId]]  # view id → messages delivered in it
+    view_of: dict[MsgId, int]  # first delivery's view
+    crashed: bool = False
+
+
+def incarnations(rows: Iterable[EventRow]) -> list[_Incarnation]:
+    """Each node's rows split at its `recover` rows, in recording order."""
+    out: list[_Incarnation] = []
+    current: dict[NodeId, _Incarnation] = {}
+    for row in rows:
+        inc = current.get(row.node)
+        if inc is None or row.kind == "recover":
+            inc = _Incarnation(row.node, (inc.number + 1) if inc else 1, [], {}, {})
+            current[row.node] = inc
+            out.append(inc)
+        match row.kind:
+            case "view" if row.view_id is not None:
+                inc.views.append((row.view_id, tuple(row.members or ())))
+            case "deliver" if row.origin is not None and row.seq is not None:
+                mid = MsgId(row.origin, row.seq)
+                view_id = row.view_id or 0
+                inc.delivered_in.setdefault(view_id, set()).add(mid)
+                inc.view_of.setdefault(mid, view_id)
+            case "crash":
+                inc.crashed = True
+            case _:
+                pass
+    return out
+
+
+def present_throughout(rows: list[EventRow], initial: Iterable[NodeId]) -> set[NodeId]:
+    """The initial members in every view anybody installed that never crashed or left."""
+    keep = set(initial)
+    for row in rows:
+        if row.kind == "view" and row.view_id:
+            keep &= set(row.members or ())
+        elif row.kind in ("crash", "recover"):
+            keep.discard(row.node)
+    return keep
+
+
+def checked_rows(rows: list[EventRow], keep: set[NodeId]) -> list[EventRow]:
+    """The rows the trace checks judge: everything of `keep`; of the others their
+    `send` rows and a `crash` row each (they are owed nothing)."""
+    out = [r for r in rows if r.node in keep or r.kind == "send"]
+    others = sorted({r.node for r in rows} - keep)
+    last_t = max((r.t_ns for r in rows), default=0)
+    run_id = rows[0].run_id if rows else ""
+    group = next((r.group for r in rows if r.group is not None), None)
+    for k, node in enumerate(others, 1):
+        out.append(EventRow(run_id, node, "crash", None, None, group, last_t + k, None))
+    return out
+
+
+def violations_among_present(result: SimResult) -> list[Violation]:
+    rows = result.recorder.rows()
+    keep = present_throughout(rows, result.config.node_ids())
+    return check_events(checked_rows(rows, keep), result.guarantees, result.run_id)
+
+
+def membership_problems(result: SimResult) -> list[Problem]:
+    rows = result.recorder.rows()
+    problems: list[Problem] = []
+    incs = incarnations(rows)
+    problems += view_consistency(incs)
+    problems += view_order(incs, present_throughout(rows, result.config.node_ids()))
+    problems += virtual_synchrony(incs)
+    problems += same_view_delivery(incs)
+    if result.quiescent:
+        problems += equal_states(result)
+    return problems
+
+
+def view_consistency(incs: list[_Incarnation]) -> list[Problem]:
+    seen: dict[int, set[tuple[NodeId, ...]]] = defaultdict(set)
+    for inc in incs:
+        for view_id, members in inc.views:
+            if view_id > 0:
+                seen[view_id].add(members)
+    return [Problem("VIEW_CONSISTENCY", f"view {v} has member lists {sorted(m)}")
+            for v, m in sorted(seen.items()) if len(m) > 1]
+
+
+def view_order(incs: list[_Incarnation], present: set[NodeId]) -> list[Problem]:
+    problems = [
+        Problem("VIEW_ORDER", f"{inc.node}#{inc.number} installs views {ids}")
+        for inc in incs
+        if (ids := [v for v, _ in inc.views]) != sorted(set(ids))
+    ]
+    sequences = {tuple(v for v, _ in inc.views) for inc in incs if inc.node in present}
+    if len(sequences) > 1:
+        problems.append(Problem("VIEW_ORDER", f"members present throughout differ: "
+                                              f"{sorted(sequences)}"))
+    return problems
+
+
+def virtual_synchrony(incs: list[_Incarnation]) -> list[Problem]:
+    # (view, next view) → the set delivered in view, per incarnation
+    moves: dict[tuple[int, int], dict[str, frozenset[MsgId]]] = defaultdict(dict)
+    for inc in incs:
+        ids = [v for v, _ in inc.views]
+        for v, w in pairwise(ids):
+            moves[(v, w)][f"{inc.node}#{inc.number}"] = frozenset(inc.delivered_in.get(v, ()))
+    problems = []
+    for (v, w), sets in sorted(moves.items()):
+        if len(set(sets.values())) > 1:
+            sizes = {who: len(s) for who, s in sets.items()}
+            problems.append(Problem("VIRTUAL_SYNCHRONY",
+                                    f"moving from view {v} to {w}: delivered sets differ {sizes}"))
+    return problems
+
+
+def same_view_delivery(incs: list[_Incarnation]) -> list[Problem]:
+    views: dict[MsgId, set[int]] = defaultdict(set)
+    for inc in incs:
+        if inc.crashed:
+            continue
+        for mid, view_id in inc.view_of.items():
+            views[mid].add(view_id)
+    return [Problem("SAME_VIEW_DELIVERY", f"{mid.origin}#{mid.seq} delivered in views {sorted(v)}")
+            for mid, v in sorted(views.items()) if len(v) > 1]
+
+
+def equal_states(result: SimResult) -> list[Problem]:
+    # A node still on its way out holds what it delivered before it froze to leave.
+    states = {n: s for n, s in result.app_states.items() if n not in result.leaving}
+    if len(set(states.values())) <= 1:
+        return []
+    groups: dict[bytes, list[NodeId]] = defaultdict(list)
+    for node, state in states.items():
+        groups[state].append(node)
+    return [Problem("STATE", f"application states differ: {sorted(groups.values())}")]
+
+
+#: what `judge` returns: violations among the members present throughout, and problems
+Verdict = tuple[list[Violation], list[Problem]]
+Judge = Callable[[SimResult], Verdict]
+
+
+def judge(result: SimResult) -> Verdict:
+    return violations_among_present(result), membership_problems(result)
