@@ -3,11 +3,11 @@
 Rules: one TCP connection per client, kept by a background task that reconnects with
 exponential backoff (jittered, capped) whenever it drops, for as long as the client is
 open. On every (re)connection it first re-asserts what this client already holds, its
-node id (by token) and its group memberships, so a registry that restarted empty learns
-them again before anything else is asked. Requests wait while the registry is away and
-are re-sent on the next connection (every request is idempotent), so a running group
-never notices the registry dying: only calls that need an answer wait for it to come
-back. A refusal from the registry raises ConfigError with the registry's reason.
+node id (by token, with its address) and its group memberships, so a registry that
+restarted empty learns them again before anything else is asked. Requests wait while the
+registry is away and are re-sent on the next connection (every request is idempotent),
+so a running group never notices the registry dying: only calls that need an answer
+wait for it to come back. A refusal from the registry raises ConfigError with the registry's reason.
 
 It knows the registry protocol (messages.py) and nothing about transports or stacks.
 """
@@ -26,14 +26,21 @@ from typing import Final
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError
 from abcast.ids import NodeId
 from abcast.registry.messages import (
+    Announce,
     Done,
     GroupInfo,
+    GroupList,
+    GroupSummary,
     Join,
     Leave,
+    ListGroups,
+    Locate,
+    Located,
     Lookup,
     Refused,
     Register,
     Registered,
+    Remove,
     Reply,
     Request,
     WaitDone,
@@ -62,6 +69,7 @@ class RegistryClient:
         self._max = max_backoff_s
         self.token = secrets.token_hex(16)
         self.node: NodeId | None = None
+        self.address: str | None = None
         self._joined: dict[str, tuple[str, int | None]] = {}
         self._pending: dict[int, asyncio.Future[Reply]] = {}
         self._rids = itertools.count(1)
@@ -80,15 +88,46 @@ class RegistryClient:
 
     # ----------------------------------------------------------------- the calls
 
-    async def register(self, claim: NodeId | None = None) -> NodeId:
-        """This node's id: `claim` if given (and free), else the next n<k>."""
+    async def register(self, claim: NodeId | None = None, address: str | None = None) -> NodeId:
+        """This node's id: `claim` if given (and free), else the next n<k>. `address`
+        (the node's transport URL) lets peers find it (`locate`); registering again
+        with the id already held adds or changes it."""
         if self.node is not None and claim not in (None, self.node):
             raise LocalProtocolError(f"this client is already registered as {self.node}")
-        reply = await self._request(lambda rid: Register(rid, self.token, claim or self.node))
+        if address is not None:
+            self.address = address
+        reply = await self._request(
+            lambda rid: Register(rid, self.token, claim or self.node, self.address))
         if not isinstance(reply, Registered):
             raise ConfigError(f"registry answered {type(reply).__name__} to a registration")
         self.node = reply.node
         return reply.node
+
+    async def locate(self, node: NodeId) -> str | None:
+        """The address `node` registered (None if it registered none)."""
+        reply = await self._request(lambda rid: Locate(rid, node))
+        if not isinstance(reply, Located):
+            raise ConfigError(f"registry answered {type(reply).__name__} to a Locate")
+        return reply.address or None
+
+    async def announce(
+        self, group: str, ordering: str, view_id: int, members: dict[NodeId, str], *,
+        create: bool = False, options: bytes = b"",
+    ) -> GroupInfo:
+        """Publish a dynamic group's view (this node must be in it); see messages.Announce."""
+        node = self._registered()
+        return await self._info(lambda rid: Announce(
+            rid, node, self.token, group, ordering, view_id, dict(members), create, options))
+
+    async def list_groups(self) -> list[GroupSummary]:
+        reply = await self._request(ListGroups)
+        if not isinstance(reply, GroupList):
+            raise ConfigError(f"registry answered {type(reply).__name__} to ListGroups")
+        return list(reply.groups)
+
+    async def remove(self, group: str) -> GroupInfo:
+        """Forget `group` at the registry (its members are not told; see Remove)."""
+        return await self._info(lambda rid: Remove(rid, group))
 
     async def join(self, group: str, address: str, size: int | None = None) -> GroupInfo:
         node = self._registered()
@@ -217,7 +256,7 @@ class RegistryClient:
         """Re-assert this client's id and memberships on a fresh connection."""
         if self.node is None:
             return
-        requests: list[Request] = [Register(0, self.token, self.node)]
+        requests: list[Request] = [Register(0, self.token, self.node, self.address)]
         requests += [
             Join(0, self.node, self.token, group, address, size)
             for group, (address, size) in self._joined.items()

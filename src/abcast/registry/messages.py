@@ -46,6 +46,9 @@ class Register(_Message, frozen=True):
 
     token: Token
     claim: NodeField | None = None
+    #: the node's transport URL, for peers that must reach it without a group's
+    #: member table (members of later views resolve it with `Locate`)
+    address: Address | None = None
 
 
 class Join(_Message, frozen=True):
@@ -86,7 +89,43 @@ class WaitDone(_Message, frozen=True):
     count: Size
 
 
-Request = Register | Join | Leave | Lookup | Done | WaitDone
+class Locate(_Message, frozen=True):
+    """Where is `node` reachable (the address it registered)?"""
+
+    node: NodeField
+
+
+class Announce(_Message, frozen=True):
+    """The leader of a dynamic group publishes its current view: the ordering, the view
+    id and the members with their addresses. A view older than the one held is ignored
+    (the reply shows the newer one); `create` makes a new group, refused if one of that
+    name exists, and is the only way back for a removed name."""
+
+    node: NodeField
+    token: Token
+    group: GroupField
+    ordering: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    view_id: Annotated[int, msgspec.Meta(ge=1, le=2**62)]
+    members: Annotated[dict[NodeField, Address], msgspec.Meta(min_length=1, max_length=65_536)]
+    create: bool = False
+    #: the creator's ordering options, opaque here (msgpack; joiners build the same stack)
+    options: Annotated[bytes, msgspec.Meta(max_length=16_384)] = b""
+
+
+class ListGroups(_Message, frozen=True):
+    """Every group the registry knows."""
+
+
+class Remove(_Message, frozen=True):
+    """Forget `group`; its leader's later announcements are refused (until the registry
+    restarts: removals live in memory like everything else)."""
+
+    group: GroupField
+
+
+Request = (
+    Register | Join | Leave | Lookup | Done | WaitDone | Locate | Announce | ListGroups | Remove
+)
 
 # ------------------------------------------------------------------------ replies
 
@@ -105,6 +144,28 @@ class GroupInfo(_Message, frozen=True):
     leader: str
     size: Size | None = None
     done: Annotated[list[NodeField], msgspec.Meta(max_length=65_536)] = []
+    ordering: str = ""  # dynamic groups: the ordering their creator chose
+    view_id: int = 0  # dynamic groups: the latest view their leader announced
+    options: bytes = b""  # dynamic groups: their ordering options (see Announce)
+
+
+class Located(_Message, frozen=True):
+    node: NodeField
+    address: str  # "" when the node registered no address
+
+
+class GroupSummary(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One line of `ListGroups`."""
+
+    group: GroupField
+    ordering: str
+    view_id: int
+    leader: str
+    members: int
+
+
+class GroupList(_Message, frozen=True):
+    groups: Annotated[list[GroupSummary], msgspec.Meta(max_length=65_536)]
 
 
 class Refused(_Message, frozen=True):
@@ -113,7 +174,7 @@ class Refused(_Message, frozen=True):
     reason: Annotated[str, msgspec.Meta(max_length=1024)]
 
 
-Reply = Registered | GroupInfo | Refused
+Reply = Registered | GroupInfo | Refused | Located | GroupList
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _request_decoder: Final = msgspec.msgpack.Decoder(Request)

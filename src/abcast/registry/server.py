@@ -6,7 +6,15 @@ URL), its declared size and its leader (the lowest member), and answers "wait un
 group has N members" and "wait until N members are done". Entries outlive the
 connection that made them: a node whose registry connection drops is still a member (no
 failure detection here). A client that comes back to a restarted registry re-registers
-its id and re-joins its groups (see client.py), which is how the state returns.
+its id (and address) and re-joins its groups (see client.py), which is how the state
+returns.
+
+Dynamic groups (created, joined and left at run time) are not joined member by member:
+their leader announces each view (`Announce`: ordering, view id, members → addresses),
+which replaces the member table unless it is older than the one held, and re-announces
+it now and then, so a restarted registry learns them again. `Remove` forgets a group
+and refuses its later announcements (a tombstone, in memory like the rest); `Locate`
+answers a node's registered address, `ListGroups` every group.
 
 Bad input (garbage, an oversize length prefix, a truncated message, an unknown message
 type) gets one log line on "abcast.registry", that connection is closed and
@@ -27,14 +35,21 @@ from abcast.errors import ConfigError, DecodeError, LocalProtocolError
 from abcast.ids import NodeId, node_sort_key, sorted_nodes
 from abcast.registry.messages import (
     MAX_MESSAGE_BYTES,
+    Announce,
     Done,
     GroupInfo,
+    GroupList,
+    GroupSummary,
     Join,
     Leave,
+    ListGroups,
+    Locate,
+    Located,
     Lookup,
     Refused,
     Register,
     Registered,
+    Remove,
     Reply,
     Request,
     WaitDone,
@@ -53,6 +68,9 @@ class _Group:
     members: dict[NodeId, str] = field(default_factory=dict)
     size: int | None = None
     done: set[NodeId] = field(default_factory=set)
+    ordering: str = ""  # set for dynamic groups (announced by their leader)
+    view_id: int = 0
+    options: bytes = b""
 
 
 @dataclass(slots=True)
@@ -87,6 +105,8 @@ class RegistryServer:
         self._owner: dict[NodeId, str] = {}  # node id → token
         self._by_token: dict[str, NodeId] = {}
         self._groups: dict[str, _Group] = {}
+        self._addresses: dict[NodeId, str] = {}
+        self._removed: set[str] = set()
         self._changed = asyncio.Event()
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.recovery_grace_s = recovery_grace_s
@@ -142,7 +162,14 @@ class RegistryServer:
             return GroupInfo(rid, group, {}, "")
         members = {n: g.members[n] for n in sorted_nodes(list(g.members))}
         leader = next(iter(members), "")
-        return GroupInfo(rid, group, members, leader, g.size, list(sorted_nodes(g.done)))
+        return GroupInfo(rid, group, members, leader, g.size, list(sorted_nodes(g.done)),
+                         g.ordering, g.view_id, g.options)
+
+    def group_names(self) -> list[str]:
+        return sorted(self._groups)
+
+    def address_of(self, node: NodeId) -> str | None:
+        return self._addresses.get(node)
 
     # ----------------------------------------------------------------- connections
 
@@ -221,8 +248,28 @@ class RegistryServer:
 
     def _handle(self, request: Request) -> Reply:
         match request:
-            case Register(rid, token, claim):
-                return self._register(rid, token, claim)
+            case Register(rid, token, claim, address):
+                reply = self._register(rid, token, claim)
+                if isinstance(reply, Registered) and address is not None:
+                    self._addresses[reply.node] = address
+                return reply
+            case Locate(rid, node):
+                return Located(rid, node, self._addresses.get(node, ""))
+            case Announce(rid, node, token, group, ordering, view_id, members, create, opts):
+                reply = self._announce(rid, node, token, group, ordering, view_id, members,
+                                       create)
+                if isinstance(reply, GroupInfo) and reply.view_id == view_id:
+                    self._groups[group].options = opts
+                    reply = self.group_info(group, rid)
+                return reply
+            case ListGroups(rid):
+                return GroupList(rid, [self._summary(name) for name in sorted(self._groups)])
+            case Remove(rid, group):
+                if self._groups.pop(group, None) is not None:
+                    log.info("removed group %s", group)
+                    self._bump()
+                self._removed.add(group)
+                return self.group_info(group, rid)
             case Join(rid, node, token, group, address, size):
                 return self._join(rid, node, token, group, address, size)
             case Leave(rid, node, token, group):
@@ -293,6 +340,42 @@ class RegistryServer:
             log.info("%s joined %s at %s", node, group, address)
             self._bump()
         return self.group_info(group, rid)
+
+    def _announce(
+        self, rid: int, node: NodeId, token: str, group: str, ordering: str, view_id: int,
+        members: dict[NodeId, str], create: bool,
+    ) -> Reply:
+        if self._owner.get(node) != token:
+            return Refused(rid, f"{node} is not registered with this token: register first")
+        if node not in members:
+            return Refused(rid, f"{node} announced a view of {group!r} without itself")
+        g = self._groups.get(group)
+        if create:
+            retried = g is not None and g.view_id == view_id == 1 and g.members == members
+            if g is not None and g.members and not retried:
+                return Refused(rid, f"group {group!r} already exists")
+            self._removed.discard(group)
+        elif group in self._removed:
+            return Refused(rid, f"group {group!r} was removed")
+        if g is None:
+            g = self._groups[group] = _Group()
+        elif g.ordering and g.ordering != ordering:
+            return Refused(rid, f"group {group!r} uses ordering {g.ordering!r}, not {ordering!r}")
+        if view_id < g.view_id:
+            return self.group_info(group, rid)  # a stale leader: show it the newer view
+        if (g.view_id, g.members, g.ordering) != (view_id, members, ordering):
+            g.ordering, g.view_id, g.members = ordering, view_id, dict(members)
+            log.info("%s announced view %d of %s: %s", node, view_id, group,
+                     " ".join(sorted_nodes(list(members))))
+            self._bump()
+        for member, address in members.items():
+            self._addresses.setdefault(member, address)  # a node's own word comes first
+        return self.group_info(group, rid)
+
+    def _summary(self, name: str) -> GroupSummary:
+        g = self._groups[name]
+        leader = sorted_nodes(list(g.members))[0] if g.members else ""
+        return GroupSummary(name, g.ordering, g.view_id, leader, len(g.members))
 
     def node_ids(self) -> list[NodeId]:
         return sorted(self._owner, key=node_sort_key)

@@ -16,6 +16,11 @@ local copy.
         print(await acc.get())      # after this node's writes
 
 Any ordering that claims total order works (matrix, sequencer, skeen, chandra-toueg…).
+In a dynamic group the handle is the group's application, and its state moves to every
+joiner by itself:
+
+    acc = ReplicatedHandle(Account())
+    group = await Group.join("bank", registry=url, app=acc)  # or Group.create(...)
 The sans-IO core is `Replica`; `ReplicatedHandle` is the asyncio facade; `sim` runs
 replicas as the simulator's application.
 

@@ -12,6 +12,11 @@ for a group made without one, from a task that reads `group.deliveries()` (`atta
 A delivery that is not an operation of this class is logged and counted, never raised
 into the group's driver.
 
+A handle is also a group application (`Group.create/join(..., app=handle)`): it binds
+itself, applies deliveries synchronously, and answers `get_state`/`set_state`, so the
+object's state moves to every joiner at the exact point of the group's order where it
+was admitted.
+
 It needs from the group only `node`, `broadcast_nowait(payload) -> MsgId` and, for
 `attach`, `deliveries()`; nothing here knows orderings, transports or the wire.
 """
@@ -79,6 +84,16 @@ class ReplicatedHandle(Generic[T]):
             raise LocalProtocolError("this replicated object is already bound to a group")
         self._group = group
         self._replica.node = group.node
+
+    def get_state(self) -> bytes:
+        """The copy's state, for a joiner (the group's snapshot hook)."""
+        return self._replica.state()
+
+    def set_state(self, state: bytes) -> None:
+        """Replace the copy's state with a member's snapshot (this node just joined)."""
+        self._replica.load(state)
+        if self._changed is not None:
+            self._changed.set()
 
     def start_reading(self) -> None:
         """Apply the group's deliveries from a task (a group made without on_deliver)."""

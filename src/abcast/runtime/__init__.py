@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from abcast.runtime.driver import DeliveredPrefix, GroupDriver
-from abcast.runtime.group import Group
+from abcast.runtime.driver import AppHooks, DeliveredPrefix, GroupDriver
+from abcast.runtime.group import Group, GroupApp, Registrar
 from abcast.runtime.node import MonotonicClock, Node, NodeStats
 
-__all__ = ["DeliveredPrefix", "Group", "GroupDriver", "MonotonicClock", "Node", "NodeStats"]
+__all__ = [
+    "AppHooks",
+    "DeliveredPrefix",
+    "Group",
+    "GroupApp",
+    "GroupDriver",
+    "MonotonicClock",
+    "Node",
+    "NodeStats",
+    "Registrar",
+]

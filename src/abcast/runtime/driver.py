@@ -8,7 +8,20 @@ rows as the simulator: a `send` row before each broadcast with `deps` taken from
 node's delivered prefixes, a `deliver`/`opt_deliver` row per delivery, a `view` row per
 installed view, all with t_ns = time.time_ns(). `receive` raises RemoteProtocolError
 (DecodeError included) before carrying out anything, so the caller can drop the link
-that sent the frame. It knows nothing about sockets, registries or the application API.
+that sent the frame.
+
+State transfer and membership go to the application through `AppHooks`, each at its
+exact place among the stack's outputs (outputs are carried out one at a time, in order):
+`TakeSnapshot` is answered at once with `get_state()` (so the snapshot holds exactly the
+deliveries before it), `InstallState` calls `set_state(state)` before any delivery
+after it (a state for a node that was already a member — one the group cut off and
+admitted again — writes `crash` and `recover` rows first, as the simulator does),
+`InstallView` calls `on_view(view)`. A view without this node ends the
+group here, as in the simulator: after a `leave()` that is a graceful departure, else
+the group gave up on this node (a peer's `NotifyExcluded` makes the ordering install
+such a view) and it must stop (the Isis rule; a `crash` row is written, as the
+simulator does); either way `on_removed(view, graceful)` is called and the driver
+closes. It knows nothing about sockets, registries or the application API.
 """
 
 from __future__ import annotations
@@ -16,12 +29,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from abcast.codec import Envelope
-from abcast.effects import CancelTimer, Deliver, InstallView, Output, SetTimer, Stage, Transmit
+from abcast.effects import (
+    CancelTimer,
+    Deliver,
+    InstallState,
+    InstallView,
+    Output,
+    SetTimer,
+    Stage,
+    TakeSnapshot,
+    Transmit,
+)
 from abcast.errors import LocalProtocolError
-from abcast.ids import NodeId
+from abcast.ids import NodeId, View
 from abcast.stack import Stack
 from abcast.trace.recorder import TraceRecorder
 
@@ -29,6 +53,24 @@ if TYPE_CHECKING:
     from abcast.runtime.node import MonotonicClock
 
 DeliverHook = Callable[[Deliver], None]
+
+
+@dataclass(frozen=True, slots=True)
+class AppHooks:
+    """What the application is told besides deliveries (every field optional).
+
+    `get_state` answers a snapshot for a joiner (a group that can be joined needs it,
+    else joiners start empty); `set_state` installs a joiner's starting state;
+    `on_view` hears every installed view this node is in; `on_removed(view, graceful)`
+    hears the view that no longer holds this node (graceful: after its own leave)."""
+
+    get_state: Callable[[], bytes] | None = None
+    set_state: Callable[[bytes], None] | None = None
+    on_view: Callable[[View], None] | None = None
+    on_removed: Callable[[View, bool], None] | None = None
+
+
+NO_HOOKS = AppHooks()
 
 
 class Host(Protocol):
@@ -75,7 +117,10 @@ class DeliveredPrefix:
 
 
 class GroupDriver:
-    def __init__(self, host: Host, stack: Stack, on_deliver: DeliverHook | None = None) -> None:
+    def __init__(
+        self, host: Host, stack: Stack, on_deliver: DeliverHook | None = None,
+        hooks: AppHooks = NO_HOOKS,
+    ) -> None:
         if stack.node != host.id:
             raise LocalProtocolError(f"stack of {stack.node} driven by node {host.id}")
         self.host = host
@@ -85,6 +130,11 @@ class GroupDriver:
         self.view_id = stack.view.view_id
         self.name = stack.group
         self.on_deliver = on_deliver
+        self.hooks = hooks
+        self.leaving = False
+        self.removed: View | None = None  # the view without this node, once installed
+        self.snapshots = 0  # states handed to joiners
+        self.rejoins = 0  # times this node was admitted again after being cut off
         self.prefix = DeliveredPrefix()
         self.delivered = 0  # FINAL deliveries
         self.protocol_packets = 0
@@ -119,6 +169,23 @@ class GroupDriver:
         self._apply(outputs)
         return seq
 
+    def join(self, contacts: tuple[NodeId, ...]) -> None:
+        """Ask to be admitted through any of `contacts`; the stack was built with a view
+        holding only this node. (An ordering that cannot admit members ignores it, which
+        is why `Group.join` checks the ordering's `tolerates` first.)"""
+        self._require_running()
+        self._apply(self.stack.join(contacts, self.host.clock.now_us()))
+
+    def leave(self) -> None:
+        """Start a graceful leave; `on_removed(view, True)` says when it is done."""
+        self._require_running()
+        self.leaving = True
+        self._apply(self.stack.leave(self.host.clock.now_us()))
+
+    def _require_running(self) -> None:
+        if self._loop is None or self.closed:
+            raise LocalProtocolError(f"group {self.name!r} is not running on {self.host.id}")
+
     def receive(self, env: Envelope) -> None:
         """One frame of this group; RemoteProtocolError if the stack refuses it."""
         outputs = self.stack.receive(env, self.host.clock.now_us())
@@ -141,6 +208,8 @@ class GroupDriver:
             return
         host = self.host
         for out in outputs:
+            if self.closed:
+                return  # removed from the group by an earlier output of this batch
             match out:
                 case Transmit(to, data, control):
                     if control:
@@ -167,6 +236,8 @@ class GroupDriver:
                     handle = self._timers.pop(key, None)
                     if handle is not None:
                         handle.cancel()
+                case InstallView(view) if host.id not in view.members:
+                    self._removed(view)
                 case InstallView(view):
                     self.view_id = view.view_id
                     recorder = host.recorder
@@ -175,6 +246,40 @@ class GroupDriver:
                             host.id, "view", time.time_ns(), group=self.name,
                             view_id=view.view_id, members=view.members,
                         )
+                    if self.hooks.on_view is not None:
+                        self.hooks.on_view(view)
+                case TakeSnapshot(token):
+                    get_state = self.hooks.get_state
+                    state = get_state() if get_state is not None else b""
+                    self.snapshots += 1
+                    self._apply(self.stack.snapshot_taken(token, state, host.clock.now_us()))
+                case InstallState(state):
+                    if self.view_id > 0:
+                        self._rejoined()
+                    if self.hooks.set_state is not None:
+                        self.hooks.set_state(state)
+
+    def _rejoined(self) -> None:
+        """A member the group had left out (cut off) is admitted again with a fresh
+        state: as in the simulator, its first incarnation ended there, so the trace says
+        it crashed and recovered (it is not a member present throughout)."""
+        self.rejoins += 1
+        recorder = self.host.recorder
+        if recorder is not None:
+            now = time.time_ns()
+            recorder.record(self.host.id, "crash", now, group=self.name)
+            recorder.record(self.host.id, "recover", now, group=self.name)
+
+    def _removed(self, view: View) -> None:
+        graceful = self.leaving
+        self.removed = view
+        recorder = self.host.recorder
+        if not graceful and recorder is not None:
+            # The simulator's rule: a member the group gave up on counts as crashed.
+            recorder.record(self.host.id, "crash", time.time_ns(), group=self.name)
+        self.close()
+        if self.hooks.on_removed is not None:
+            self.hooks.on_removed(view, graceful)
 
     def _set_timer(self, key: Hashable, at: int) -> None:
         loop = self._loop

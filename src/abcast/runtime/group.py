@@ -1,32 +1,53 @@
 """`Group`: the application's handle on one process group — broadcast, and iterate over
-deliveries in the order the group's ordering guarantees.
+deliveries in the order the group's ordering guarantees; create, join and leave it.
 
 Rules: a group lives on a `Node` (its own, made from `transport`/`registry`/`node`, or a
-shared one passed as `host`, since one node may host several groups). Its members are
-fixed when it opens: either given (`node="n1", peers={"n2": "tcp://…"}`, for tests and
-groups spanning machines by hand) or learned from the registry (join, then wait until
-the group's declared `size` have joined). The stack is `build_stack(node, group,
-ordering, view, options)`, so any registered ordering works by name. Deliveries go to
-`on_deliver` if given (called on the loop, in delivery order; it must not block), else
-to a queue read by `deliveries()`. `broadcast` waits for the transport's backpressure
-(`drain`) first; `broadcast_nowait` does not. Membership changes after open belong to
-the group layer, not here.
+shared one passed as `host`, since one node may host several groups, each with its own
+ordering, all frames on the node's one transport). Three ways in:
+
+- static (`Group(...).open()`): members fixed when it opens, either given
+  (`node="n1", peers={"n2": "tcp://…"}`) or learned from the registry (join, then wait
+  until the group's declared `size` have joined);
+- `Group.create(name, ordering=…, registry=…)`: a dynamic group of one, this node its
+  leader; the creator picks the ordering and its options, which the registry keeps;
+- `Group.join(name, registry=…)`: finds the group (ordering, options, members) in the
+  registry, starts a stack whose view holds only this node, asks the members to admit
+  it and returns once a view holding it is installed, its state (if the group
+  transfers state) set before that.
+
+`leave()` is graceful: the group installs a view without this node, then it closes.
+In a dynamic group the leader keeps the registry's record right (`Registrar`, below).
+Addresses of members that join later are found through the registry
+(abcast.runtime.node), so nothing but node ids travels with a join.
+
+The application is told, besides deliveries (`on_deliver`, called on the loop in
+delivery order, or a queue read by `deliveries()`): `get_state()` when a joiner needs a
+snapshot, `set_state(state)` when this node joined, `on_view(view)` for every view
+change (the last one, without this node, ends the group here). `app=` takes one object
+with those methods (a `ReplicatedHandle`: a replicated object's state then moves to
+joiners with no more code). `broadcast` waits for the transport's backpressure
+(`drain`) first; `broadcast_nowait` does not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Final
+from typing import Any, Final, Protocol
+
+import msgspec
 
 from abcast.effects import Deliver
-from abcast.errors import ConfigError, LocalProtocolError
+from abcast.errors import AbcastError, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
 from abcast.registry.client import RegistryClient
-from abcast.runtime.driver import GroupDriver
+from abcast.registry.messages import GroupInfo
+from abcast.reliability.channel import ChannelConfig
+from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.node import Node
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Transport
@@ -35,11 +56,63 @@ log: Final = logging.getLogger("abcast.runtime")
 
 DEFAULT_TRANSPORT: Final = "tcp://127.0.0.1:0"
 LEAVE_TIMEOUT_S: Final = 2.0
+#: how long a graceful leave may take before the group is closed anyway
+GRACEFUL_LEAVE_TIMEOUT_S: Final = 10.0
+#: how long `Group.join` waits to be admitted, unless join_timeout_s says otherwise
+JOIN_TIMEOUT_S: Final = 30.0
+#: a removed member's address is kept this long (its last frames may need resending)
+PRUNE_AFTER_S: Final = 15.0
+#: how often a leader checks the registry still holds its group
+RECHECK_S: Final = 1.0
+
+
+class GroupApp(Protocol):
+    """An application object a group drives (`app=`): a `ReplicatedHandle`, say."""
+
+    def on_deliver(self, delivery: Deliver) -> None: ...
+
+    def get_state(self) -> bytes: ...
+
+    def set_state(self, state: bytes) -> None: ...
+
+    def bind(self, group: Any) -> None: ...
+
+
+#: Over real transports (TCP, ZeroMQ, gRPC, Pyro, in-memory) a frame is lost only with
+#: its connection, while a busy process can stall for tens of ms: the simulator's 60 ms
+#: retransmission floor would fire on queueing delay alone (measured: retransmission
+#: storms at ~2.5 k msgs/s). A group that keeps the default channel gets a 1 s floor.
+STREAM_CHANNEL: Final = ChannelConfig(rto_us=1_000_000, max_rto_us=4_000_000)
+
+
+def for_streams(options: OrderingOptions | None) -> OrderingOptions:
+    """The options a runtime stack is built with: the default channel becomes
+    STREAM_CHANNEL; a channel configured on purpose is kept."""
+    opts = options or OrderingOptions()
+    if opts.channel == ChannelConfig():
+        return dataclasses.replace(opts, channel=STREAM_CHANNEL)
+    return opts
+
+
+def encode_options(options: OrderingOptions | None) -> bytes:
+    return msgspec.msgpack.encode(options or OrderingOptions())
+
+
+def decode_options(data: bytes) -> OrderingOptions:
+    if not data:
+        return OrderingOptions()
+    try:
+        return msgspec.msgpack.decode(data, type=OrderingOptions)
+    except msgspec.MsgspecError as exc:
+        raise ConfigError(f"the registry holds unreadable ordering options: {exc}") from None
 
 
 class Group:
     """`async with Group("bank", ordering="sequencer", registry="tcp://127.0.0.1:7400",
-    size=3) as g: await g.broadcast(b"deposit 300"); async for m in g.deliveries(): …`"""
+    size=3) as g: await g.broadcast(b"deposit 300"); async for m in g.deliveries(): …`
+
+    Dynamic: `g = await Group.create("chat", ordering="matrix", registry=url)`,
+    `g = await Group.join("chat", registry=url)`, `await g.leave()`."""
 
     def __init__(
         self,
@@ -57,6 +130,11 @@ class Group:
         wan: str | None = None,
         on_deliver: Callable[[Deliver], None] | None = None,
         join_timeout_s: float | None = None,
+        get_state: Callable[[], bytes] | None = None,
+        set_state: Callable[[bytes], None] | None = None,
+        on_view: Callable[[View], None] | None = None,
+        app: GroupApp | None = None,
+        recheck_s: float = RECHECK_S,
     ) -> None:
         if not isinstance(name, str) or not 1 <= len(name) <= 128:
             raise ConfigError(f"group name must be a 1..128 char string, got {name!r}")
@@ -75,12 +153,21 @@ class Group:
             raise ConfigError(f"group {name!r} needs peers={{node: url}} or a registry")
         if host is None and registry is None and node is None:
             raise ConfigError("a group without a registry needs node= (this node's id)")
+        if app is not None and any(
+            x is not None for x in (on_deliver, get_state, set_state)
+        ):
+            raise ConfigError("give either app= or on_deliver/get_state/set_state, not both")
         self.name = name
         self.ordering = ordering
         self.options = options
         self.size = size
         self._peers = dict(peers) if peers is not None else None
-        self._user_hook = on_deliver
+        self._app = app
+        self._user_hook = app.on_deliver if app is not None else on_deliver
+        self._get_state = app.get_state if app is not None else get_state
+        self._set_state = app.set_state if app is not None else set_state
+        self._on_view = on_view
+        self._recheck_s = recheck_s
         self._join_timeout_s = join_timeout_s
         self._own_host = host is None
         self._host = host or Node(
@@ -90,7 +177,34 @@ class Group:
         self._driver: GroupDriver | None = None
         self._registered = False
         self._queue: asyncio.Queue[Deliver | None] | None = None
+        self._mode = "static"  # static | create | join
+        self._ordering_given: str | None = None  # join: the ordering the caller expects
+        self._admitted: asyncio.Event | None = None
+        self._departed: asyncio.Event | None = None
+        self._registrar: Registrar | None = None
+        self.removed_view: View | None = None  # the view without this node, if any
+        self.refused: str | None = None  # why the registry stopped taking our record
         self._state = "new"
+
+    # ----------------------------------------------------------------- dynamic groups
+
+    @classmethod
+    async def create(cls, name: str, *, ordering: str, **kwargs: Any) -> Group:
+        """A new dynamic group of one (this node, its leader), registered under `name`;
+        ConfigError if the registry already has a group of that name."""
+        group = cls(name, ordering=ordering, **kwargs)
+        group._mode = "create"
+        return await group.open()
+
+    @classmethod
+    async def join(cls, name: str, *, ordering: str | None = None, **kwargs: Any) -> Group:
+        """Join the dynamic group `name` as the registry describes it (ordering and
+        options from its creator; passing `ordering` only checks it). Returns once a
+        view holding this node is installed."""
+        group = cls(name, ordering=ordering or "fifo", **kwargs)
+        group._mode = "join"
+        group._ordering_given = ordering
+        return await group.open()
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -102,18 +216,21 @@ class Group:
         try:
             if self._own_host:
                 await host.start()
-            host.reserve(self.name)
-            async with asyncio.timeout(self._join_timeout_s):
-                members = await self._members(host)
-            host.add_peers(members)
-            view = View(1, tuple(members))
-            stack = build_stack(host.id, self.name, self.ordering, view, self.options)
+            if self._app is not None:
+                self._app.bind(self)
             if self._user_hook is None:
                 self._queue = asyncio.Queue()
-            self._driver = GroupDriver(host, stack, self._on_deliver)
-            host.attach(self._driver)
+            if self._mode == "static":
+                await self._open_static(host)
+            elif self._mode == "create":
+                await self._open_created(host)
+            else:
+                await self._open_joined(host)
         except BaseException:
             host.unreserve(self.name)
+            await self._stop_registrar()
+            if self._driver is not None:
+                host.detach(self.name)
             await self._leave_registry()
             if self._own_host:
                 await host.close()
@@ -122,11 +239,117 @@ class Group:
         self._state = "open"
         return self
 
+    async def _open_static(self, host: Node) -> None:
+        host.reserve(self.name)
+        async with asyncio.timeout(self._join_timeout_s):
+            members = await self._members(host)
+        host.add_peers(members)
+        self._attach(host, View(1, tuple(members)))
+
+    def _attach(self, host: Node, view: View) -> GroupDriver:
+        stack = build_stack(host.id, self.name, self.ordering, view, for_streams(self.options))
+        hooks = AppHooks(get_state=self._get_state, set_state=self._set_state,
+                         on_view=self._view_installed, on_removed=self._removed)
+        self._admitted = asyncio.Event()
+        self._departed = asyncio.Event()
+        self._driver = GroupDriver(host, stack, self._on_deliver, hooks)
+        host.attach(self._driver)
+        return self._driver
+
+    def _dynamic_registry(self, host: Node) -> RegistryClient:
+        if host.registry is None:
+            raise ConfigError(f"a dynamic group ({self.name!r}) needs a registry")
+        if self._peers is not None or self.size is not None:
+            raise ConfigError("peers= and size= are for static groups, not create/join")
+        return host.registry
+
+    async def _open_created(self, host: Node) -> None:
+        registry = self._dynamic_registry(host)
+        options = encode_options(self.options)
+        host.reserve(self.name)
+        self._attach(host, View(1, (host.id,)))
+        await registry.announce(self.name, self.ordering, 1, {host.id: host.address},
+                                create=True, options=options)
+        self._start_registrar(registry, options)
+
+    async def _open_joined(self, host: Node) -> None:
+        registry = self._dynamic_registry(host)
+        info = await registry.lookup(self.name)
+        if not info.ordering or not info.members:
+            raise ConfigError(f"the registry has no group {self.name!r} (create it first)")
+        given = self._ordering_given
+        if given is not None and given != info.ordering:
+            raise ConfigError(f"group {self.name!r} uses ordering {info.ordering!r}, "
+                              f"not {given!r}")
+        spec = get_ordering(info.ordering)
+        if "join" not in spec.tolerates:
+            raise ConfigError(f"ordering {info.ordering!r} cannot admit members at run time")
+        self.ordering = info.ordering
+        if self.options is None:
+            self.options = decode_options(info.options)
+        if host.id in info.members:
+            raise ConfigError(f"{host.id} is already a member of {self.name!r}")
+        host.reserve(self.name)
+        contacts = self._contacts(host, info)
+        driver = self._attach(host, View(0, (host.id,)))
+        driver.join(contacts)
+        assert self._admitted is not None and self._departed is not None
+        log.info("%s asks %s to join %s", host.id, ",".join(contacts), self.name)
+        async with asyncio.timeout(self._join_timeout_s or JOIN_TIMEOUT_S):
+            await self._admitted.wait()
+        self._start_registrar(registry, info.options or encode_options(self.options))
+
+    def _contacts(self, host: Node, info: GroupInfo) -> tuple[NodeId, ...]:
+        host.add_peers({m: url for m, url in info.members.items() if m != host.id})
+        # The leader first: it is the likeliest to be alive (it keeps the record fresh).
+        return tuple(m for m in info.members if m != host.id)
+
+    def _start_registrar(self, registry: RegistryClient, options: bytes) -> None:
+        host = self._host
+        self._registrar = Registrar(
+            registry, self.name, self.ordering, options, host.id, host.address,
+            lambda: self._require_driver_any().stack.view, host.peer_url,
+            recheck_s=self._recheck_s, on_refused=self._refused,
+        )
+        self._registrar.start()
+
+    async def _stop_registrar(self) -> None:
+        registrar, self._registrar = self._registrar, None
+        if registrar is not None:
+            await registrar.stop()
+
+    async def leave(self) -> None:
+        """Leave gracefully: the group installs a view without this node (what this node
+        sent before is delivered everywhere), then the group closes here. For an ordering
+        that cannot leave gracefully this is `close()`. The last member of a dynamic group
+        removes it from the registry as it leaves."""
+        driver = self._require_driver()
+        departed = self._departed
+        last = self._mode != "static" and driver.stack.view.members == (self.node,)
+        if self.removed_view is not None:
+            pass  # the group already went on without us
+        elif "leave" in get_ordering(self.ordering).tolerates and departed is not None:
+            driver.leave()
+            try:
+                async with asyncio.timeout(GRACEFUL_LEAVE_TIMEOUT_S):
+                    await departed.wait()
+            except TimeoutError:
+                log.warning("%s: the leave from %s was not confirmed in %.0f s; closing",
+                            self.node, self.name, GRACEFUL_LEAVE_TIMEOUT_S)
+        registry = self._host.registry
+        if last and registry is not None and registry.connected:
+            await self._stop_registrar()
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(LEAVE_TIMEOUT_S):
+                    await registry.remove(self.name)
+        await self.close()
+
     async def close(self) -> None:
         if self._state in ("closed", "new"):
             self._state = "closed"
             return
         self._state = "closed"
+        await self._stop_registrar()
         self._host.detach(self.name)
         if self._queue is not None:
             self._queue.put_nowait(None)
@@ -135,7 +358,9 @@ class Group:
             await self._host.close()
 
     async def __aenter__(self) -> Group:
-        return await self.open()
+        if self._state == "new":
+            return await self.open()
+        return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
@@ -169,6 +394,39 @@ class Group:
             async with asyncio.timeout(LEAVE_TIMEOUT_S):
                 await registry.leave(self.name)
 
+    # ----------------------------------------------------------------- membership events
+
+    def _view_installed(self, view: View) -> None:
+        if self._mode == "join" and view.view_id == 0:
+            return  # the joiner's own starting view, before the group admitted it
+        if self._admitted is not None:
+            self._admitted.set()
+        if self._registrar is not None:
+            self._registrar.view_changed()
+        loop = asyncio.get_running_loop()
+        loop.call_later(PRUNE_AFTER_S, self._host.prune_peers)
+        if self._on_view is not None:
+            self._on_view(view)
+
+    def _removed(self, view: View, graceful: bool) -> None:
+        self.removed_view = view
+        if not graceful:
+            log.warning("%s was removed from %s by the group (view %d)", self.node,
+                        self.name, view.view_id)
+        if self._departed is not None:
+            self._departed.set()
+        asyncio.get_running_loop().call_soon(self._host.detach, self.name)
+        if self._queue is not None:
+            self._queue.put_nowait(None)  # deliveries() ends: nothing more comes here
+        if self._registrar is not None:
+            # The next leader announces the view without us; we stop at once.
+            asyncio.get_running_loop().create_task(self._stop_registrar())
+        if self._on_view is not None:
+            self._on_view(view)
+
+    def _refused(self, reason: str) -> None:
+        self.refused = reason
+
     # ----------------------------------------------------------------- the API
 
     @property
@@ -195,6 +453,15 @@ class Group:
     @property
     def driver(self) -> GroupDriver:
         return self._require_driver()
+
+    @property
+    def registrar(self) -> Registrar | None:
+        return self._registrar
+
+    @property
+    def active(self) -> bool:
+        """Open and still a member (not removed, not departed)."""
+        return self._state == "open" and self.removed_view is None
 
     @property
     def delivered(self) -> int:
@@ -236,3 +503,118 @@ class Group:
         if self._driver is None or self._state != "open":
             raise LocalProtocolError(f"group {self.name!r} is {self._state}, not open")
         return self._driver
+
+    def _require_driver_any(self) -> GroupDriver:
+        if self._driver is None:
+            raise LocalProtocolError(f"group {self.name!r} has no stack yet")
+        return self._driver
+
+
+class Registrar:
+    """A dynamic group's leader keeps the registry's record of the group true.
+
+    The leader is the lowest member of the current view (`View.leader`), so after a
+    leave or a crash the survivors agree on the next one without an election of their own:
+    whoever the ordering's next view puts first takes over. On every view change the
+    leader announces the view (ordering, options, view id, members → addresses) at once;
+    every `recheck_s` it looks the group up and announces again if the registry's record
+    differs from its view — which is how a registry that restarted and lost everything, or
+    a record left stale by a leader that crashed mid-announce, is put right. Non-leaders
+    only watch (they become leader by a view change, which wakes them). The registry
+    ignores an announcement older than the view it holds, so two leaders for a moment (an
+    old one that has not yet installed the view without itself) cannot roll it back.
+
+    A removed group (`abcast group remove`) refuses announcements: the registrar then stops
+    and calls `on_refused` with the reason. It knows the registry client and the node's
+    addresses, nothing of stacks or orderings.
+    """
+
+    def __init__(
+        self, registry: RegistryClient, group: str, ordering: str, options: bytes,
+        me: NodeId, my_address: str, current_view: Callable[[], View],
+        peer_url: Callable[[NodeId], str | None], *, recheck_s: float = RECHECK_S,
+        on_refused: Callable[[str], None] | None = None,
+    ) -> None:
+        if recheck_s <= 0:
+            raise ConfigError(f"recheck_s must be positive, got {recheck_s}")
+        self.registry = registry
+        self.group = group
+        self.ordering = ordering
+        self.options = options
+        self.me = me
+        self.my_address = my_address
+        self.current_view = current_view
+        self.peer_url = peer_url
+        self.recheck_s = recheck_s
+        self.on_refused = on_refused
+        self.announcements = 0  # announces sent (view changes and repairs)
+        self.repairs = 0  # of which: the registry's record had gone stale or missing
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._changed.set()  # the first view counts as a change
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"registrar-{self.group}")
+
+    def view_changed(self) -> None:
+        self._changed.set()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.recheck_s):
+                    await self._changed.wait()
+            changed = self._changed.is_set()
+            self._changed.clear()
+            try:
+                await self._ensure(force=changed)
+            except ConfigError as exc:
+                if "was removed" in str(exc):
+                    log.warning("%s stops registering %s: %s", self.me, self.group, exc)
+                    if self.on_refused is not None:
+                        self.on_refused(str(exc))
+                    return
+                log.warning("%s could not register %s: %s", self.me, self.group, exc)
+            except AbcastError as exc:
+                log.warning("%s could not register %s: %s", self.me, self.group, exc)
+
+    async def _ensure(self, *, force: bool) -> None:
+        view = self.current_view()
+        if view.leader != self.me or self.me not in view.members:
+            return
+        if not force:
+            info = await self.registry.lookup(self.group)
+            if (info.view_id, info.ordering, sorted(info.members)) == (
+                    view.view_id, self.ordering, sorted(view.members)):
+                return
+            if info.view_id > view.view_id:
+                return  # a newer view is there: ours is on its way, or we are out of date
+            self.repairs += 1
+            log.info("%s re-registers %s (the registry had view %d, we are at %d)",
+                     self.me, self.group, info.view_id, view.view_id)
+        members = await self._addresses(view)
+        if self.current_view() != view:
+            self._changed.set()  # the view moved on while we looked addresses up
+            return
+        self.announcements += 1
+        await self.registry.announce(self.group, self.ordering, view.view_id, members,
+                                     options=self.options)
+
+    async def _addresses(self, view: View) -> dict[NodeId, str]:
+        members: dict[NodeId, str] = {}
+        for member in view.members:
+            url = self.my_address if member == self.me else self.peer_url(member)
+            if url is None:
+                url = await self.registry.locate(member)
+            if url is not None:
+                members[member] = url
+        return members

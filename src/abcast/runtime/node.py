@@ -10,12 +10,22 @@ leave every group's state as it was. Frames for a group that is still joining ar
 (up to a bound) and handed over once it starts; frames for a group closed here are
 ignored quietly (peers still retransmit and ack while a run winds down).
 
+Addresses: a node with a registry registers its transport URL there once it is up, and
+a frame for a peer whose address it does not know yet (a member that joined a group
+after this node opened it, or one a welcome named) is queued (up to a bound) while the
+peer's address is asked of the registry (`locate`), then sent. So a joiner needs to
+announce itself to no one: whoever must reach it finds it. Without a registry every
+peer must be added by hand (`add_peers`), as before. `prune_peers` lets go of peers no
+hosted group's view holds (a removed or crashed member).
+
 What it does not know: orderings (GroupDriver and build_stack), the application API
 (abcast.runtime.group), or how transports move bytes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -37,6 +47,11 @@ log: Final = logging.getLogger("abcast.runtime")
 #: frames held per group that is still joining; beyond it they are dropped (and later
 #: retransmitted by the sender's reliable channel)
 MAX_HELD_FRAMES: Final = 100_000
+#: frames queued for one peer whose address is still being looked up
+MAX_UNRESOLVED_FRAMES: Final = 10_000
+#: how long, and how often, the registry is asked for an address it does not know yet
+RESOLVE_FOR_S: Final = 10.0
+RESOLVE_EVERY_S: Final = 0.1
 
 
 class MonotonicClock:
@@ -68,6 +83,8 @@ class NodeStats:
     late_frames: int = 0  # frames for a group already closed here (ignored)
     held_frames: int = 0  # frames kept for a group that was still joining
     overflow_frames: int = 0  # frames dropped because that hold was full
+    resolved_peers: int = 0  # peers whose address came from the registry
+    unresolved_frames: int = 0  # frames dropped: their peer's address was never found
 
 
 def wrap_wan(transport: Transport, matrix_file: str | os.PathLike[str]) -> Transport:
@@ -108,6 +125,8 @@ class Node:
         self._joining: dict[str, list[tuple[Link, Envelope]]] = {}
         self._closed_groups: set[str] = set()
         self._peer_urls: dict[NodeId, str] = {}
+        self._unresolved: dict[NodeId, list[bytes]] = {}
+        self._resolvers: dict[NodeId, asyncio.Task[None]] = {}
         self._state = "new"
 
     # ----------------------------------------------------------------- lifecycle
@@ -153,6 +172,8 @@ class Node:
                 self._id = self._claim
             self._transport = transport
             self._address = await transport.start(self.id, self._on_frame)
+            if self.registry is not None:
+                await self.registry.register(self._id, self._address)
         except BaseException:
             self._state = "closed"
             await transport.close()
@@ -167,6 +188,10 @@ class Node:
         if self._state in ("closing", "closed"):
             return
         self._state = "closing"
+        for task in self._resolvers.values():
+            task.cancel()
+        self._resolvers.clear()
+        self._unresolved.clear()
         for driver in self._groups.values():
             driver.close()
         self._closed_groups.update(self._groups)
@@ -223,6 +248,10 @@ class Node:
             return
         driver.close()
         self._closed_groups.add(group)
+        self.prune_peers()
+
+    def prune_peers(self) -> None:
+        """Let go of every peer that no hosted group's current view holds."""
         if self._state != "open":
             return
         needed = {m for d in self._groups.values() for m in d.stack.view.members}
@@ -238,12 +267,59 @@ class Node:
                 continue  # add_peer again would reconnect for no reason
             self.transport.add_peer(peer, url)
             self._peer_urls[peer] = url
+            queued = self._unresolved.pop(peer, None)
+            resolver = self._resolvers.pop(peer, None)
+            if resolver is not None:
+                resolver.cancel()
+            for data in queued or ():
+                self.transport.send(peer, data)
+
+    def peer_url(self, peer: NodeId) -> str | None:
+        """`peer`'s address, if frames for it go out at once."""
+        return self._peer_urls.get(peer)
 
     def transmit(self, dst: NodeId, data: bytes) -> None:
         transport = self._transport
         if transport is None or self._state != "open":
             return  # shutting down: the frames would be discarded anyway
-        transport.send(dst, data)
+        if dst in self._peer_urls or self.registry is None:
+            transport.send(dst, data)
+            return
+        queued = self._unresolved.get(dst)
+        if queued is None:
+            queued = self._unresolved[dst] = []
+            self._resolvers[dst] = asyncio.get_running_loop().create_task(
+                self._resolve(dst), name=f"resolve-{dst}")
+        if len(queued) < MAX_UNRESOLVED_FRAMES:
+            queued.append(data)
+        else:
+            self.stats.unresolved_frames += 1  # the reliable channel sends it again
+
+    async def _resolve(self, peer: NodeId) -> None:
+        registry = self.registry
+        assert registry is not None
+        try:
+            async with asyncio.timeout(RESOLVE_FOR_S):
+                while True:
+                    address = await registry.locate(peer)
+                    if address is not None:
+                        break
+                    await asyncio.sleep(RESOLVE_EVERY_S)
+        except TimeoutError:
+            dropped = self._unresolved.pop(peer, [])
+            self._resolvers.pop(peer, None)
+            self.stats.unresolved_frames += len(dropped)
+            log.warning("%s: no address for %s after %.0f s; dropped %d frames",
+                        self._id, peer, RESOLVE_FOR_S, len(dropped))
+            return
+        except LocalProtocolError:
+            return  # the registry client was closed: the node is shutting down
+        self._resolvers.pop(peer, None)
+        if self._state == "open":
+            self.stats.resolved_peers += 1
+            log.info("%s found %s at %s through the registry", self._id, peer, address)
+            with contextlib.suppress(LocalProtocolError):
+                self.add_peers({peer: address})
 
     # ----------------------------------------------------------------- inbound frames
 

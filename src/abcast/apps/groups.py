@@ -1,0 +1,309 @@
+"""`abcast group …`: dynamic groups from a terminal — create, join, leave, list, members,
+remove.
+
+Rules: `create` and `join` open a line session on one node: every line typed is
+broadcast to the group, every delivery is printed as `<origin>> <text>` in the group's
+delivery order (one's own lines too, when the group has ordered them), every view
+change as `* view <id>: <members>`. `/members` prints the current view; `/leave`,
+end of input (Ctrl-D), Ctrl-C (SIGINT) or SIGTERM leave the group gracefully, print
+`left <group>` and exit 0. A session the group removed (this node was suspected) prints
+`* removed from <group>` and exits 1. `list`, `members` and `remove` only talk to the
+registry. Every command needs `--registry` (or ABCAST_REGISTRY). Exit code 2 and one
+line on stderr for bad arguments, a refusal (a name taken, a group unknown) or a
+registry that does not answer within `--timeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, Final, NoReturn
+
+import click
+
+from abcast.effects import Deliver
+from abcast.errors import AbcastError, ConfigError
+from abcast.ids import View
+from abcast.ordering.registry import ORDERINGS, OrderingOptions
+
+EXIT_REMOVED: Final = 1
+EXIT_USAGE: Final = 2
+
+registry_option = click.option(
+    "--registry", "registry_url", required=True, envvar="ABCAST_REGISTRY",
+    show_envvar=True, help="The registry (tcp://host:port), e.g. from `abcast registry`.")
+timeout_option = click.option(
+    "--timeout", default=10.0, show_default=True, type=click.FloatRange(0, min_open=True),
+    help="Seconds to wait for the registry (and, for join, to be admitted).")
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"abcast: error: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def _error(message: str) -> int:
+    click.echo(f"abcast: error: {message}", err=True)
+    return EXIT_USAGE
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+@click.group("group")
+def group() -> None:
+    """Dynamic groups: create one, join it from another terminal, send lines, leave."""
+
+
+# ---------------------------------------------------------------- sessions
+
+
+class _Stdin:
+    """Lines from standard input on the event loop (raw reads, so that two lines that
+    arrive together are both seen); None marks the end of input."""
+
+    def __init__(self) -> None:
+        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._pending = b""
+        self._fd = sys.stdin.fileno()
+        asyncio.get_running_loop().add_reader(self._fd, self._read)
+
+    def _read(self) -> None:
+        chunk = os.read(self._fd, 65536)
+        if not chunk:
+            asyncio.get_running_loop().remove_reader(self._fd)
+            if self._pending:
+                self.lines.put_nowait(self._pending.decode(errors="replace"))
+            self.lines.put_nowait(None)
+            return
+        *whole, self._pending = (self._pending + chunk).split(b"\n")
+        for line in whole:
+            self.lines.put_nowait(line.decode(errors="replace").rstrip("\r"))
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(self._fd)
+
+
+def _show_delivery(delivery: Deliver) -> None:
+    _say(f"{delivery.origin}> {delivery.payload.decode(errors='replace')}")
+
+
+def _show_view(me: Callable[[], str | None]) -> Callable[[View], None]:
+    def show(view: View) -> None:
+        if me() in view.members or me() is None:
+            _say(f"* view {view.view_id}: {' '.join(view.members)}")
+
+    return show
+
+
+async def _session(
+    name: str, *, create: bool, registry_url: str, ordering: str | None, transport: str,
+    node: str | None, options: OrderingOptions | None, timeout: float,
+) -> int:
+    from abcast.runtime.group import Group
+
+    me: list[str] = []
+    kwargs: dict[str, Any] = {
+        "registry": registry_url, "transport": transport, "node": node,
+        "on_deliver": _show_delivery, "on_view": _show_view(lambda: me[0] if me else None),
+        "options": options, "join_timeout_s": timeout,
+    }
+    async with asyncio.timeout(timeout):
+        if create:
+            assert ordering is not None
+            g = await Group.create(name, ordering=ordering, **kwargs)
+        else:
+            g = await Group.join(name, ordering=ordering, **kwargs)
+    me.append(g.node)
+    stdin = _Stdin()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # A signal is a /leave: the member says goodbye instead of vanishing.
+        loop.add_signal_handler(sig, stdin.lines.put_nowait, "/leave")
+    _say(f"{'created' if create else 'joined'} {name} as {g.node} (ordering {g.ordering}); "
+         "type lines to send, /leave to leave")
+    try:
+        while g.active:
+            getter = asyncio.ensure_future(stdin.lines.get())
+            watcher = asyncio.ensure_future(_until_inactive(g))
+            done, _ = await asyncio.wait({getter, watcher},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for task in (getter, watcher):
+                if task not in done:
+                    task.cancel()
+            if getter not in done:
+                break  # the group went on without us
+            line = getter.result()
+            if line is None or line.strip() == "/leave":
+                break
+            if line.strip() == "/members":
+                view = g.view
+                _say(f"* view {view.view_id}: {' '.join(view.members)} (leader {view.leader})")
+            elif line:
+                await g.broadcast(line.encode())
+        if not g.active and g.removed_view is not None:
+            _say(f"* removed from {name}")
+            return EXIT_REMOVED
+        await g.leave()
+        _say(f"left {name}")
+        return 0
+    except asyncio.CancelledError:
+        # Ctrl-C or SIGTERM: leave gracefully anyway, then let the cancellation go on.
+        with contextlib.suppress(Exception):
+            if g.active:
+                await g.leave()
+                _say(f"left {name}")
+        raise
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        stdin.close()
+        await g.close()
+
+
+async def _until_inactive(g: Any) -> None:
+    while g.active:
+        await asyncio.sleep(0.1)
+
+
+def _options(batch: int | None, safe: bool) -> OrderingOptions | None:
+    if batch is None and not safe:
+        return None
+    return OrderingOptions(batch=batch, safe=safe)
+
+
+def _run(main: Any) -> int:
+    from abcast.cli import _run_async
+
+    try:
+        code: int = _run_async(main)
+    except TimeoutError:
+        _fail("timed out (is the registry running, and the group's members reachable?)")
+    except AbcastError as exc:
+        _fail(str(exc))
+    return code
+
+
+@group.command()
+@click.argument("name")
+@registry_option
+@click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)),
+              help="The group's ordering (joiners use the same; they need one that "
+                   "admits members at run time, e.g. matrix).")
+@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True,
+              help="Address this node listens on (registered with the registry).")
+@click.option("--node", default=None, help="Claim this node id (default: assigned).")
+@click.option("--batch", default=None, type=click.IntRange(1),
+              help="Message ids per order packet (sequencer family).")
+@click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
+@timeout_option
+def create(name: str, registry_url: str, ordering: str, transport: str, node: str | None,
+           batch: int | None, safe: bool, timeout: float) -> None:
+    """Create group NAME (this node its first member and leader) and open a session."""
+    sys.exit(_run(_session(name, create=True, registry_url=registry_url, ordering=ordering,
+                           transport=transport, node=node, options=_options(batch, safe),
+                           timeout=timeout)))
+
+
+@group.command()
+@click.argument("name")
+@registry_option
+@click.option("--ordering", default=None, type=click.Choice(sorted(ORDERINGS)),
+              help="Only check that the group uses this ordering.")
+@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True)
+@click.option("--node", default=None, help="Claim this node id (default: assigned).")
+@timeout_option
+def join(name: str, registry_url: str, ordering: str | None, transport: str,
+         node: str | None, timeout: float) -> None:
+    """Join group NAME (found through the registry) and open a session."""
+    sys.exit(_run(_session(name, create=False, registry_url=registry_url, ordering=ordering,
+                           transport=transport, node=node, options=None, timeout=timeout)))
+
+
+@group.command(name="list")
+@registry_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per group.")
+@timeout_option
+def list_groups(registry_url: str, as_json: bool, timeout: float) -> None:
+    """The groups the registry knows: name, ordering, view, leader, member count."""
+
+    async def main() -> int:
+        async with _client(registry_url) as client, asyncio.timeout(timeout):
+            groups = await client.list_groups()
+        for g in groups:
+            if as_json:
+                _say(json.dumps({"group": g.group, "ordering": g.ordering or None,
+                                 "view_id": g.view_id, "leader": g.leader,
+                                 "members": g.members}))
+            else:
+                _say(f"{g.group}  ordering={g.ordering or '-'}  view={g.view_id}  "
+                     f"leader={g.leader or '-'}  members={g.members}")
+        if not groups and not as_json:
+            _say("no groups")
+        return 0
+
+    sys.exit(_run(main()))
+
+
+@group.command()
+@click.argument("name")
+@registry_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@timeout_option
+def members(name: str, registry_url: str, as_json: bool, timeout: float) -> None:
+    """The members of group NAME as its leader last registered them."""
+
+    async def main() -> int:
+        async with _client(registry_url) as client, asyncio.timeout(timeout):
+            info = await client.lookup(name)
+        if not info.members:
+            return _error(f"the registry has no group {name!r}")
+        if as_json:
+            _say(json.dumps({"group": name, "ordering": info.ordering or None,
+                             "view_id": info.view_id, "leader": info.leader,
+                             "members": info.members}))
+            return 0
+        _say(f"{name}: ordering={info.ordering or '-'} view={info.view_id} "
+             f"leader={info.leader}")
+        for member, address in info.members.items():
+            _say(f"  {member}  {address}")
+        return 0
+
+    sys.exit(_run(main()))
+
+
+@group.command()
+@click.argument("name")
+@registry_option
+@timeout_option
+def remove(name: str, registry_url: str, timeout: float) -> None:
+    """Remove group NAME from the registry: nobody can join it any more and its leader
+    stops registering it; running members go on until they leave."""
+
+    async def main() -> int:
+        async with _client(registry_url) as client, asyncio.timeout(timeout):
+            known = {g.group for g in await client.list_groups()}
+            await client.remove(name)
+        if name not in known:
+            return _error(f"the registry has no group {name!r}")
+        _say(f"removed {name}")
+        return 0
+
+    sys.exit(_run(main()))
+
+
+def _client(url: str) -> Any:
+    from abcast.registry.client import RegistryClient
+
+    try:
+        return RegistryClient(url)
+    except ConfigError as exc:
+        _fail(str(exc))

@@ -1,0 +1,132 @@
+"""One member process of the churn test (test_runtime_churn.py): creates or joins a
+dynamic group holding a replicated hash-chained log, writes to it in a closed loop,
+and obeys lines on stdin:
+
+    stop    stop writing            leave   leave the group gracefully
+    report  print the log's state   exit    close and exit
+
+It prints one JSON object per line on stdout (`ready`, `report`, `left`). Every trace row
+goes to <out>/<pid>.rows as a JSON line the moment it is recorded (an unbuffered write,
+so the rows survive a SIGKILL: the `send` row of a message is on disk before its frame
+can leave this process)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import msgspec
+
+from abcast import Group, View
+from abcast.replicated import ReplicatedHandle, read, replicated, write
+from abcast.trace.recorder import TraceRecorder
+from abcast.trace.rows import EventRow
+
+
+@replicated
+class ChainLog:
+    """Equal digests mean the same writes were executed in the same order."""
+
+    def __init__(self) -> None:
+        self.digest = ""
+        self.count = 0
+
+    @write
+    def append(self, item: str) -> int:
+        self.digest = hashlib.sha256((self.digest + item).encode()).hexdigest()
+        self.count += 1
+        return self.count
+
+    @read
+    def state(self) -> tuple[str, int]:
+        return self.digest, self.count
+
+
+def emit(**fields: object) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+class RowFile:
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._encode = msgspec.json.Encoder().encode
+
+    def __call__(self, row: EventRow) -> None:
+        os.write(self._fd, self._encode(row) + b"\n")
+
+
+async def main(args: argparse.Namespace) -> None:
+    recorder = TraceRecorder(args.run_id, sink=RowFile(Path(args.out) / f"{os.getpid()}.rows"),
+                             keep_rows=False)
+    handle = ReplicatedHandle(ChainLog())
+    views: list[View] = []
+    common = {"registry": args.registry, "transport": "tcp://127.0.0.1:0", "app": handle,
+              "recorder": recorder, "on_view": views.append, "recheck_s": 0.2}
+    if args.create:
+        group = await Group.create(args.group, ordering=args.ordering, **common)
+    else:
+        group = await Group.join(args.group, **common)
+    emit(event="ready", node=group.node, members=list(group.members))
+    lines: asyncio.Queue[str] = asyncio.Queue()
+    pending = bytearray()
+
+    def read_stdin() -> None:
+        # Raw reads: a buffered readline() would keep a second line in Python's buffer,
+        # where a readable-fd callback never sees it.
+        chunk = os.read(sys.stdin.fileno(), 4096)
+        if not chunk:
+            lines.put_nowait("")  # EOF: the test went away
+            loop.remove_reader(sys.stdin.fileno())
+            return
+        pending.extend(chunk)
+        while b"\n" in pending:
+            line, _, rest = bytes(pending).partition(b"\n")
+            pending[:] = rest
+            lines.put_nowait(line.decode() or "report")
+
+    loop = asyncio.get_running_loop()
+    loop.add_reader(sys.stdin.fileno(), read_stdin)
+    writing = True
+
+    async def write_loop() -> None:
+        k = 0
+        while writing and group.active:
+            k += 1
+            await handle.append(f"{group.node}:{k}")
+            await asyncio.sleep(args.pause)
+
+    writer = asyncio.create_task(write_loop())
+    while True:
+        command = (await lines.get()).strip()
+        if command in ("stop", "leave", ""):
+            writing = False
+            await asyncio.gather(writer, return_exceptions=True)
+        if command == "leave":
+            await group.leave()
+            emit(event="left", node=group.node, graceful=group.removed_view is not None)
+        elif command == "report":
+            digest, count = handle.local.digest, handle.local.count
+            emit(event="report", node=group.node, digest=digest, count=count,
+                 members=list(views[-1].members) if views else [], active=group.active)
+        elif command in ("exit", ""):
+            break
+    await handle.close()
+    await group.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--registry", required=True)
+    parser.add_argument("--group", default="churn")
+    parser.add_argument("--ordering", default="matrix")
+    parser.add_argument("--create", action="store_true")
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--pause", type=float, default=0.03)
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,93 @@
+"""How a node reaches peers nobody introduced: frames for a peer without a known address
+wait while the registry is asked, go out in order once it answers (even if the peer
+registers only later), and are dropped — counted, logged once — if it never does."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from abcast import Node, RegistryServer
+from abcast.codec import Packet, encode_frame
+from abcast.errors import LocalProtocolError
+from abcast.registry import RegistryClient
+from abcast.runtime import node as node_module
+from abcast.transport import Link, transport_from_url
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+def _frame(k: int) -> bytes:
+    return encode_frame("g", "n1", Packet((), b"%d" % k))
+
+
+def test_frames_wait_for_an_address_the_peer_registers_later_and_arrive_in_order() -> None:
+    async def main() -> list[bytes]:
+        async with RegistryServer() as server:
+            a = await Node("tcp://127.0.0.1:0", registry=server.url).start()
+            assert a.id == "n1" and server.address_of("n1") == a.address
+            for k in range(50):
+                a.transmit("n2", _frame(k))  # n2 does not exist yet
+            await asyncio.sleep(0.3)  # a few lookups come back empty
+            got: list[bytes] = []
+
+            def on_frame(_link: Link, data: bytes) -> None:
+                got.append(data)
+            client = RegistryClient(server.url)
+            assert await client.register("n2") == "n2"
+            b = transport_from_url("tcp://127.0.0.1:0")
+            await client.register("n2", await b.start("n2", on_frame))
+            await _until(lambda: len(got) == 50)
+            assert a.stats.resolved_peers == 1 and a.stats.unresolved_frames == 0
+            assert a.peer_url("n2") == client.address
+            a.transmit("n2", _frame(50))  # known now: straight out
+            await _until(lambda: len(got) == 51)
+            await b.close()
+            await client.close()
+            await a.close()
+            return got
+
+    got = asyncio.run(main())
+    assert got == [_frame(k) for k in range(51)]
+
+
+def test_frames_for_a_peer_nobody_knows_are_dropped_counted_and_logged_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(node_module, "RESOLVE_FOR_S", 0.3)
+
+    async def main() -> tuple[int, int]:
+        async with RegistryServer() as server:
+            a = await Node("mem://", registry=server.url).start()
+            for k in range(7):
+                a.transmit("n9", _frame(k))
+            await _until(lambda: a.stats.unresolved_frames == 7)
+            stats = (a.stats.unresolved_frames, a.stats.resolved_peers)
+            await a.close()
+            return stats
+
+    with caplog.at_level(logging.WARNING, logger="abcast.runtime"):
+        assert asyncio.run(main()) == (7, 0)
+    warnings = [r.getMessage() for r in caplog.records if "no address for n9" in r.getMessage()]
+    assert len(warnings) == 1 and "dropped 7 frames" in warnings[0]
+
+
+def test_without_a_registry_an_unknown_peer_is_a_local_error() -> None:
+    async def main() -> None:
+        a = await Node("mem://", node="n1").start()
+        try:
+            with pytest.raises(LocalProtocolError):
+                a.transmit("n2", _frame(0))
+        finally:
+            await a.close()
+
+    asyncio.run(main())

@@ -1,0 +1,176 @@
+"""Churn on real processes over TCP: five member processes (one creates the group, four
+join) write to a replicated log under load; one member goes away — SIGKILLed for an
+ordering that survives crashes, a graceful leave for matrix (which claims no crash
+tolerance: a silent member holds everyone up) — and a sixth process joins while the
+others keep writing. At the end every surviving copy, the joiner's included, holds the
+same log (same writes, same order: a hash chain), and the trace of the whole run
+(the killed process's rows included, up to its death) passes abcast.testing.checks for
+the ordering's claims."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from abcast import RegistryServer
+from abcast.ordering.registry import ORDERINGS
+from abcast.testing import check_events
+from abcast.trace.rows import EventRow
+from abcast.trace.schema import GUARANTEES
+
+pytestmark = pytest.mark.timeout(90)
+
+MEMBER = Path(__file__).with_name("churn_member.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cases() -> Iterator[Any]:
+    yield pytest.param("matrix", "leave", id="matrix-leave")
+    for name in ("sequencer", "chandra-toueg", "causal-total"):
+        spec = ORDERINGS.get(name)
+        can = spec is not None and {"join", "crash"} <= spec.tolerates
+        yield pytest.param(name, "kill", id=f"{name}-kill", marks=pytest.mark.skipif(
+            not can, reason=f"{name} does not tolerate join and crash (yet)"))
+
+
+class Member:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.node = ""
+
+    async def expect(self, event: str, timeout_s: float = 20.0) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(timeout_s):
+            while True:
+                line = await self.proc.stdout.readline()
+                if not line:
+                    raise AssertionError(f"member {self.node or '?'} exited "
+                                         f"(code {await self.proc.wait()})")
+                message: dict[str, Any] = json.loads(line)
+                if message.get("event") == event:
+                    return message
+
+    def tell(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command.encode() + b"\n")
+
+
+async def _spawn(registry: str, ordering: str, out: Path, run_id: str,
+                 create: bool) -> Member:
+    args = [sys.executable, str(MEMBER), "--registry", registry, "--ordering", ordering,
+            "--out", str(out), "--run-id", run_id]
+    if create:
+        args.append("--create")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    with open(out / "stderr.log", "ab") as log:
+        proc = await asyncio.create_subprocess_exec(
+            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=log, env=env)
+    member = Member(proc)
+    member.node = (await member.expect("ready"))["node"]
+    return member
+
+
+async def _churn(ordering: str, fault: str, out: Path, run_id: str) -> dict[str, Any]:
+    members: list[Member] = []
+    async with RegistryServer() as server:
+        try:
+            for k in range(5):
+                members.append(await _spawn(server.url, ordering, out, run_id, k == 0))
+            await asyncio.sleep(1.0)  # load on the full group
+            victim = members[0]  # the leader: the next one must take over the registry
+            crashed_at = 0
+            if fault == "kill":
+                victim.proc.send_signal(signal.SIGKILL)
+                crashed_at = time.time_ns()
+                await victim.proc.wait()
+            else:
+                victim.tell("leave")
+                assert (await victim.expect("left"))["graceful"]
+            survivors = [m for m in members if m is not victim]
+            joiner = await _spawn(server.url, ordering, out, run_id, False)
+            survivors.append(joiner)
+            await asyncio.sleep(1.0)  # load with the joiner in
+            for m in survivors:
+                m.tell("stop")
+            reports: list[dict[str, Any]] = []
+            async with asyncio.timeout(45):
+                while True:
+                    for m in survivors:
+                        m.tell("report")
+                    reports = [await m.expect("report") for m in survivors]
+                    if len({(r["digest"], r["count"], tuple(r["members"]))
+                            for r in reports}) == 1:
+                        break
+                    await asyncio.sleep(0.2)
+            info = server.group_info("churn")
+            for m in [*members, joiner]:
+                if m.proc.returncode is None:
+                    m.tell("exit")
+            for m in [*members, joiner]:
+                async with asyncio.timeout(20):
+                    await m.proc.wait()
+            return {"reports": reports, "victim": victim.node, "joiner": joiner.node,
+                    "crashed_at": crashed_at, "registry": info,
+                    "codes": [m.proc.returncode for m in survivors]}
+        finally:
+            for m in members:
+                if m.proc.returncode is None:
+                    m.proc.kill()
+                    await m.proc.wait()
+
+
+def _rows(out: Path) -> list[EventRow]:
+    decoder = msgspec.json.Decoder(EventRow)
+    return [decoder.decode(line) for path in sorted(out.glob("*.rows"))
+            for line in path.read_bytes().splitlines() if line]
+
+
+@pytest.mark.parametrize(("ordering", "fault"), list(_cases()))
+def test_a_joiner_under_load_ends_with_the_same_replicated_state(
+    ordering: str, fault: str, tmp_path: Path,
+) -> None:
+    run_id = f"churn-{ordering}"
+    result = asyncio.run(_churn(ordering, fault, tmp_path, run_id))
+    reports = result["reports"]
+    victim, joiner = result["victim"], result["joiner"]
+    assert result["codes"] == [0] * len(reports)
+    assert len(reports) == 5 and reports[-1]["node"] == joiner
+    assert len({r["digest"] for r in reports}) == 1 and reports[0]["count"] > 0
+    members = reports[0]["members"]
+    assert joiner in members and victim not in members and len(members) == 5
+    # The registry's record followed the views (the leader re-registers each one).
+    assert sorted(result["registry"].members) == sorted(members)
+
+    rows = _rows(tmp_path)
+    if result["crashed_at"]:
+        rows.append(EventRow(run_id, victim, "crash", None, None, "churn",
+                             result["crashed_at"], 1))
+    sent_by_victim = sum(1 for r in rows if r.kind == "send" and r.node == victim)
+    delivered_by_joiner = sum(1 for r in rows if r.kind == "deliver" and r.node == joiner)
+    assert sent_by_victim > 0 and delivered_by_joiner > 0
+    # The joiner executed only what came after its admission; its state came by snapshot.
+    assert delivered_by_joiner < reports[-1]["count"]
+    # Virtual synchrony too, whether or not the ordering claims it: members that move
+    # together from one view to the next delivered the same messages in it.
+    vs = ("virtual_synchrony",) if "virtual_synchrony" in GUARANTEES else ()
+    assert check_events(rows, (*ORDERINGS[ordering].guarantees, *vs), run_id) == []
+    # The same trace with two of the joiner's deliveries swapped must be caught.
+    mine = [i for i, r in enumerate(rows) if r.kind == "deliver" and r.node == joiner]
+    a, b = rows[mine[0]], rows[mine[1]]
+    rows[mine[0]] = dataclasses.replace(a, origin=b.origin, seq=b.seq)
+    rows[mine[1]] = dataclasses.replace(b, origin=a.origin, seq=a.seq)
+    planted = check_events(rows, ORDERINGS[ordering].guarantees, run_id)
+    assert (a.origin, a.seq) != (b.origin, b.seq)
+    assert "TOTAL_ORDER" in {v.code for v in planted}

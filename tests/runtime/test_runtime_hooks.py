@@ -1,0 +1,223 @@
+"""The driver's application hooks: a snapshot is taken exactly between the deliveries
+before and after it, a joiner's state is installed before what follows it, views reach
+`on_view`, and a view without this node ends the group here (gracefully after a leave,
+as a crash otherwise) — driven by a scripted core, no network."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from abcast.codec import Header
+from abcast.effects import Deliver, Effect, InstallState, InstallView, SetTimer, TakeSnapshot
+from abcast.errors import LocalProtocolError
+from abcast.events import (
+    BroadcastRequested,
+    Event,
+    JoinRequested,
+    LeaveRequested,
+    SnapshotTaken,
+    TimerFired,
+    ViewInstalled,
+)
+from abcast.ids import NodeId, View
+from abcast.runtime.driver import AppHooks, GroupDriver
+from abcast.runtime.node import MonotonicClock
+from abcast.stack import Layer, Stack
+from abcast.trace.recorder import TraceRecorder
+
+pytestmark = pytest.mark.timeout(20)
+
+
+class _Nothing(Header, frozen=True):
+    pass
+
+
+class _Script(Layer):
+    """A core whose outputs the test dictates: a broadcast of b"snap" delivers m1, asks
+    for a snapshot and delivers m2; a join installs a state, a view, then delivers;
+    a leave (or the timer "kick") installs a view without this node and delivers once
+    more (which must never reach the application)."""
+
+    name = "script"
+    header_type = _Nothing
+
+    def __init__(self, node: NodeId) -> None:
+        super().__init__(node)
+        self.snapshots: list[tuple[int, bytes]] = []
+
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        match event:
+            case ViewInstalled():
+                return []
+            case BroadcastRequested(seq, b"snap"):
+                return [Deliver(self.node, seq, b"m1"), TakeSnapshot(7),
+                        Deliver(self.node, seq + 100, b"m2")]
+            case SnapshotTaken(token, state):
+                self.snapshots.append((token, state))
+                return []
+            case JoinRequested(contacts):
+                view = View(5, (self.node, *contacts))
+                return [InstallState(b"S"), InstallView(view), Deliver("n9", 1, b"after")]
+            case LeaveRequested():
+                return self._gone()
+            case TimerFired("kick"):
+                return self._gone()
+            case _:
+                return []
+
+    def _gone(self) -> list[Effect]:
+        return [InstallView(View(9, ("n9",))), Deliver("n9", 2, b"too late")]
+
+
+class _Host:
+    def __init__(self) -> None:
+        self.id = "n1"
+        self.clock = MonotonicClock()
+        self.recorder: TraceRecorder | None = TraceRecorder("hooks")
+
+    def transmit(self, dst: NodeId, data: bytes) -> None:
+        raise AssertionError("nothing is sent in this test")
+
+
+class _App:
+    """Records every call, in order; its state is the list of payloads it delivered."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.delivered: list[bytes] = []
+
+    def on_deliver(self, d: Deliver) -> None:
+        self.delivered.append(d.payload)
+        self.log.append(f"deliver {d.payload.decode()}")
+
+    def get_state(self) -> bytes:
+        self.log.append("snapshot")
+        return b",".join(self.delivered)
+
+    def set_state(self, state: bytes) -> None:
+        self.log.append(f"state {state.decode()}")
+
+    def on_view(self, view: View) -> None:
+        self.log.append(f"view {view.view_id}")
+
+    def on_removed(self, view: View, graceful: bool) -> None:
+        self.log.append(f"removed {view.view_id} graceful={graceful}")
+
+    def hooks(self) -> AppHooks:
+        return AppHooks(self.get_state, self.set_state, self.on_view, self.on_removed)
+
+
+def _driver(app: _App, first_view: int = 1) -> tuple[GroupDriver, _Script, _Host]:
+    host = _Host()
+    layer = _Script("n1")
+    stack = Stack("n1", "g", [layer], View(first_view, ("n1",)))
+    return GroupDriver(host, stack, app.on_deliver, app.hooks()), layer, host
+
+
+def test_a_snapshot_holds_exactly_the_deliveries_before_it() -> None:
+    app = _App()
+    driver, layer, _ = _driver(app)
+
+    async def main() -> None:
+        driver.start()
+        driver.broadcast(b"snap")
+
+    asyncio.run(main())
+    assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
+    assert layer.snapshots == [(7, b"m1")]  # m2 came after the cut
+    assert driver.snapshots == 1
+
+
+def test_a_joiner_installs_its_state_then_the_view_then_delivers() -> None:
+    app = _App()
+    driver, _, host = _driver(app, first_view=0)  # a joiner starts in a view of its own
+
+    async def main() -> None:
+        driver.start()
+        driver.join(("n2", "n3"))
+
+    asyncio.run(main())
+    assert app.log == ["view 0", "state S", "view 5", "deliver after"]
+    assert host.recorder is not None
+    assert [r.kind for r in host.recorder.rows()] == ["view", "view", "deliver"]
+    views = [(r.view_id, r.members) for r in host.recorder.rows() if r.kind == "view"]
+    assert views == [(0, ("n1",)), (5, ("n1", "n2", "n3"))]
+    delivered = [r for r in host.recorder.rows() if r.kind == "deliver"]
+    assert [r.view_id for r in delivered] == [5]  # labelled with the view it came in
+
+
+def test_a_graceful_leave_ends_the_group_and_nothing_after_reaches_the_app() -> None:
+    app = _App()
+    driver, _, host = _driver(app)
+
+    async def main() -> None:
+        driver.start()
+        driver.leave()
+
+    asyncio.run(main())
+    assert app.log == ["view 1", "removed 9 graceful=True"]
+    assert driver.closed and driver.removed == View(9, ("n9",))
+    assert host.recorder is not None
+    assert [r.kind for r in host.recorder.rows()] == ["view"]  # no crash row for a leaver
+    with pytest.raises(LocalProtocolError, match="closed"):
+        driver.broadcast(b"x")
+
+
+def test_a_node_the_group_removed_stops_and_its_trace_says_crashed() -> None:
+    app = _App()
+    driver, _, host = _driver(app)
+
+    async def main() -> None:
+        driver.start()
+        driver._apply([SetTimer((0, "kick"), host.clock.now_us())])
+        async with asyncio.timeout(5):
+            while not driver.closed:
+                await asyncio.sleep(0.005)
+
+    asyncio.run(main())
+    assert app.log == ["view 1", "removed 9 graceful=False"]
+    assert host.recorder is not None
+    assert [r.kind for r in host.recorder.rows()] == ["view", "crash"]
+
+
+def test_join_and_leave_need_a_running_driver() -> None:
+    app = _App()
+    driver, _, _ = _driver(app)
+    with pytest.raises(LocalProtocolError, match="not running"):
+        driver.join(("n2",))
+    with pytest.raises(LocalProtocolError, match="not running"):
+        driver.leave()
+
+
+def test_without_hooks_a_snapshot_is_empty_and_a_state_is_ignored() -> None:
+    host = _Host()
+    layer = _Script("n1")
+    driver = GroupDriver(host, Stack("n1", "g", [layer], View(1, ("n1",))))
+
+    async def main() -> None:
+        driver.start()
+        driver.broadcast(b"snap")
+        driver.join(("n2",))
+
+    asyncio.run(main())
+    assert layer.snapshots == [(7, b"")]
+    assert driver.view_id == 5
+
+
+def test_a_state_for_a_node_already_admitted_marks_a_new_incarnation_in_the_trace() -> None:
+    """A member the group cut off and admitted again (the sequencer's rejoin): its trace
+    must not pass it off as present throughout, exactly as the simulator records it."""
+    app = _App()
+    driver, _, host = _driver(app)
+
+    async def main() -> None:
+        driver.start()  # view 1: already a member
+        driver._apply([InstallState(b"again")])
+
+    asyncio.run(main())
+    assert app.log == ["view 1", "state again"]
+    assert host.recorder is not None
+    assert [r.kind for r in host.recorder.rows()] == ["view", "crash", "recover"]
+    assert driver.rejoins == 1 and not driver.closed
