@@ -50,7 +50,8 @@ def cli() -> None:
 @click.option("--messages", default=1000, show_default=True, type=click.IntRange(0))
 @click.option("--seed", default=1, show_default=True, type=int)
 @click.option("--faults", default="", help="e.g. drop=0.1,dup=0.05,delay=1-30ms,"
-              "crash=n2@300ms,partition=n1+n2|n3@100ms-400ms")
+              "crash=n2@300ms,partition=n1+n2|n3@100ms-400ms (a side '*': every other"
+              " node, joiners included)")
 @click.option("--payload", default=64, show_default=True, type=click.IntRange(0),
               help="Payload bytes per message.")
 @click.option("--rate", default=None, type=float,
@@ -58,14 +59,17 @@ def cli() -> None:
 @click.option("--batch", default=None, type=click.IntRange(1),
               help="Message ids per order packet (sequencer family; default adaptive).")
 @click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
+@click.option("--multicast", default="reliable", show_default=True,
+              type=click.Choice(["reliable", "basic"]),
+              help="basic: best effort, no retransmission (drops validity and agreement).")
 @click.option("--net-trace", is_flag=True, help="Record net_send/net_recv rows.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Trace directory (runs.parquet + events/).")
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line is a JSON summary.")
 def sim(
     ordering: str, nodes: int, messages: int, seed: int, faults: str, payload: int,
-    rate: float | None, batch: int | None, safe: bool, net_trace: bool, out: Path,
-    as_json: bool,
+    rate: float | None, batch: int | None, safe: bool, multicast: str, net_trace: bool,
+    out: Path, as_json: bool,
 ) -> None:
     """Simulate N nodes broadcasting M messages round-robin; write and check the trace."""
     from abcast.sim import SimConfig, run_simulation
@@ -73,7 +77,7 @@ def sim(
     config = SimConfig(
         ordering=ordering, nodes=nodes, messages=messages, seed=seed, faults=faults,
         payload=payload, rate=rate, net_trace=net_trace,
-        options=OrderingOptions(batch=batch, safe=safe),
+        options=OrderingOptions(batch=batch, safe=safe, multicast=multicast),
     )
     console = Console(stderr=True)
     try:
@@ -386,9 +390,11 @@ def node(
 def _register_commands() -> None:
     """Commands that live beside their subject; their heavy imports (Spark) stay lazy."""
     from abcast.apps.bank import demo
+    from abcast.apps.groups import group
+    from abcast.evaluation.cli import bench
     from abcast.pipeline.commands import check, report
 
-    for command in (demo, check, report):
+    for command in (bench, demo, group, check, report):
         cli.add_command(command)
 
 

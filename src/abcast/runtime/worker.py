@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from array import array
@@ -122,9 +123,20 @@ def decode_report(line: bytes) -> NodeReport:
 
 
 def emit(report: NodeReport) -> None:
-    """One JSON line on stdout (the launcher's pipe)."""
-    sys.stdout.buffer.write(_report_encoder.encode(report) + b"\n")
-    sys.stdout.buffer.flush()
+    """One JSON line on stdout (the launcher's pipe).
+
+    Written straight to fd 1, made blocking, until every byte is out: a result line
+    carries every stamped latency (often several pipe buffers' worth), and through
+    `sys.stdout.buffer` after a uvloop run such a line was seen cut off at a multiple of
+    64 KiB with no error raised — the launcher then read a truncated report."""
+    line = _report_encoder.encode(report) + b"\n"
+    sys.stdout.flush()
+    fd = sys.stdout.fileno()
+    if not os.get_blocking(fd):
+        os.set_blocking(fd, True)
+    view = memoryview(line)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 class PipeControl:

@@ -1,0 +1,11 @@
+"""`abcast bench`: the evaluation — the thesis's experiments on real processes, the peers
+beside them, every trace checked by the Spark pipeline, one report.
+
+Rules: `grid` decides which runs to make; `runner` makes them (clusters through
+abcast.runtime.launcher, pings through `ping`, peers through `peers`); `analysis`
+derives the model column, the knee and the peer ratios; `report` writes the Markdown page
+and the plots; `cli` is the click command. Spark and matplotlib are imported only where
+they are used, so importing this package is cheap.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,169 @@
+"""`abcast bench`: the click command (the top-level CLI registers it with
+`cli.add_command(bench)`; until then `python -m abcast.evaluation`).
+
+Rules: wiring only — pick the grid, run it with rich progress bars on stderr, check the
+traces with Spark (one session), write bench.json, report.md and the plots into --out,
+then print the report's path and a short summary on stdout. Exit code 0 when no check
+found a violation and every run completed (open-loop runs past saturation may fall
+over: the report shows it), 1 otherwise, 2 for a bad option.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Final
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from abcast.evaluation.analysis import load_curves, peer_ratios
+from abcast.evaluation.grid import Grid, GridSpec, Phase, build_grid, full_spec, quick_spec
+from abcast.evaluation.peers import REDIS_INSTALL, find_redis_server
+from abcast.evaluation.report import write_report
+from abcast.evaluation.results import BenchResult, is_clean, save
+from abcast.evaluation.runner import BenchRunner, spark_check
+
+EXIT_CLEAN: Final = 0
+EXIT_FAILED: Final = 1
+
+
+class RichProgress:
+    """Two bars: the whole bench, and the section running now."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        self._progress = progress
+        self._overall: TaskID = progress.add_task("bench", total=total)
+        self._section: TaskID | None = None
+
+    def begin(self, section: str, total: int) -> None:
+        if self._section is not None:
+            self._progress.remove_task(self._section)
+        self._section = self._progress.add_task(section, total=total)
+
+    def step(self, label: str) -> None:
+        self._progress.update(self._overall, description=f"bench: {label}")
+
+    def advance(self) -> None:
+        self._progress.advance(self._overall)
+        if self._section is not None:
+            self._progress.advance(self._section)
+
+
+def planned_steps(grid: Grid) -> int:
+    curves = {(e.ordering, e.nodes) for e in grid.of(Phase.LOAD)}
+    return (len(grid.spec.middlewares) + len(grid.experiments) + len(curves)
+            + len(grid.peers) + 1)
+
+
+def run_bench(spec: GridSpec, out: Path, *, quick: bool, master: str | None,
+              use_spark: bool, console: Console) -> BenchResult:
+    grid = build_grid(spec)
+    # gRPC's C core logs every closed connection at INFO on the nodes' stderr (inherited),
+    # which would scroll the progress bars away
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    notes: list[str] = []
+    if any(p.peer == "redis" for p in grid.peers) and find_redis_server() is None:
+        notes.append(f"redis-server is not installed, the Redis peer is skipped: "
+                     f"install it with `{REDIS_INSTALL}`")
+        console.print(f"[yellow]{notes[-1]}[/]")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bars:
+        progress = RichProgress(bars, planned_steps(grid))
+        result = asyncio.run(BenchRunner(grid, out, progress).run())
+        result = replace(result, quick=quick, notes=tuple(notes))
+        if use_spark:
+            progress.begin("Spark check", 1)
+            progress.step("Spark check of every trace (one session)")
+            result = spark_check(result, out / "traces", master)
+            progress.advance()
+    return result
+
+
+def summary_lines(result: BenchResult) -> list[str]:
+    lines = []
+    for curve in load_curves(result.runs):
+        lines.append(f"{curve.ordering:>14} n={curve.nodes}: saturation "
+                     f"{_rate(curve.knee.saturation)} msg/s, knee at "
+                     f"{_rate(curve.knee.offered)} offered")
+    for base in result.of(Phase.BASELINE):
+        e = base.experiment
+        p50 = base.figures.p50_us
+        lines.append(f"{e.ordering:>14} n={e.nodes}: closed-loop p50 "
+                     f"{'—' if p50 is None else f'{p50:,.0f} µs'}")
+    for peer in result.peers:
+        if peer.skipped:
+            lines.append(f"peer {peer.experiment.peer}: skipped — {peer.skipped}")
+    for r in peer_ratios(result):
+        lines.append(f"{r.ordering} / {r.peer}: throughput {_times(r.throughput_ratio)}, "
+                     f"p50 {_times(r.p50_ratio)}")
+    bad = [r for r in result.runs if not is_clean(r)]
+    traced = [r for r in result.runs if r.experiment.trace]
+    checked = sum(1 for r in traced if r.spark_violations is not None)
+    lines.append(f"runs: {len(result.runs)}, incomplete or in violation: {len(bad)}; "
+                 f"Spark checked {checked}/{len(traced)} traced runs"
+                 + (f" ({result.spark_error})" if result.spark_error else ""))
+    return lines
+
+
+def _times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+@click.command("bench")
+@click.option("--quick", is_flag=True, help="A reduced grid (about two minutes).")
+@click.option("--out", "out", default="bench-out", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for traces, bench.json, report.md and the plots.")
+@click.option("--master", default=None, metavar="URL",
+              help="Spark master URL for the trace check (default: embedded local[*]).")
+@click.option("--spark/--no-spark", "use_spark", default=True, show_default=True,
+              help="Check every trace with the Spark pipeline.")
+@click.option("--peers/--no-peers", "with_peers", default=True, show_default=True,
+              help="Measure PySyncObj and Redis Streams in the same run.")
+def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
+          with_peers: bool) -> None:
+    """Run the evaluation on real processes over loopback: the thesis's latency tables with
+    the model beside them, a message-size sweep, throughput vs offered load with its knee,
+    the peers (PySyncObj, Redis Streams), every trace checked by Spark, and a report."""
+    spec = quick_spec() if quick else full_spec()
+    if not with_peers:
+        spec = replace(spec, peers=())
+    console = Console(stderr=True)
+    out.mkdir(parents=True, exist_ok=True)
+    result = run_bench(spec, out, quick=quick, master=master, use_spark=use_spark,
+                       console=console)
+    save(result, out / "bench.json")
+    page = write_report(result, out)
+    click.echo(f"report: {page}")
+    for line in summary_lines(result):
+        click.echo(f"  {line}")
+    sys.exit(EXIT_FAILED if bench_failed(result) else EXIT_CLEAN)
+
+
+def bench_failed(result: BenchResult) -> bool:
+    """A violation anywhere, a run that did not finish (except open-loop runs pushed past
+    saturation: falling over there is a finding the report shows, not a bench failure),
+    or no Spark verdict."""
+    for run in result.runs:
+        if any(run.violations.values()) or run.checked_clean is False:
+            return True
+        if not run.complete and run.experiment.phase is not Phase.LOAD:
+            return True
+    return result.spark_error is not None

@@ -1,0 +1,216 @@
+"""The experiment grid of `abcast bench`: which runs to make, in what order, with what knobs.
+
+Rules: pure data, no processes, no clock. A `GridSpec` holds the knobs (the quick and the
+full one are `quick_spec()` and `full_spec()`); `build_grid` turns it into `Experiment`s
+grouped by `Phase`:
+
+- TABLE: the thesis's Tables 4–6, closed-loop round-robin, every ordering × middleware ×
+  n, 100-byte payloads, traced (the latency is read from the checked trace);
+- SIZES: the message-size sweep (closed loop, traced);
+- BASELINE: closed loop at the peers' payload and n, untraced (the p50 latency compared
+  with the peers);
+- LOAD: open loop at rising offered rates per ordering and n, untraced (production
+  settings: throughput);
+- VERIFY: built later by `verification_run`, once the load curve's knee is known — the
+  same offered rate again with tracing on, so Spark checks what the untraced run did;
+- peers: `PeerExperiment`s (PySyncObj and Redis Streams) with the same payload and n.
+
+What this module does not know: how a run is launched, measured or checked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Final
+
+from abcast.errors import ConfigError
+from abcast.ordering.registry import get_ordering
+from abcast.runtime.cluster import ClusterConfig
+
+ORDERINGS: Final = ("sequencer", "skeen", "chandra-toueg")
+MIDDLEWARES: Final = ("tcp", "zmq", "grpc", "pyro")
+TABLE_NODES: Final = (2, 4, 6)
+TABLE_PAYLOAD: Final = 100
+PEERS: Final = ("pysyncobj-default", "pysyncobj-tuned", "redis")
+#: PySyncObj with default timers commits about one round-robin round per 100-ms append
+#: period (~15 messages/s closed loop): its closed-loop run is kept this short
+SLOW_PEER_CLOSED_MESSAGES: Final = 150
+
+
+class Phase(StrEnum):
+    TABLE = "table"
+    SIZES = "sizes"
+    BASELINE = "baseline"
+    LOAD = "load"
+    VERIFY = "verify"
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """One cluster run of abcast."""
+
+    phase: Phase
+    ordering: str
+    transport: str
+    nodes: int
+    payload: int
+    messages: int
+    rate: float | None = None  # broadcasts/s over the whole group; None: closed loop
+    trace: bool = True
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.rate is None
+
+    def label(self) -> str:
+        load = "closed" if self.rate is None else f"{self.rate:,.0f}/s"
+        trace = "" if self.trace else ", untraced"
+        return (f"{self.phase} {self.ordering}/{self.transport} n={self.nodes} "
+                f"{self.payload} B {load}{trace}")
+
+    def cluster_config(self, out: Path, timeout_s: float, *, registry: str | None = None,
+                       group: str = "g") -> ClusterConfig:
+        """With a shared `registry`, every run needs a `group` name of its own."""
+        return ClusterConfig(
+            nodes=self.nodes, ordering=self.ordering, transport=self.transport,
+            messages=self.messages, out=out, payload=self.payload, rate=self.rate,
+            trace=self.trace, timeout_s=timeout_s, registry=registry, group=group)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerExperiment:
+    """One run of a peer system (3 processes for PySyncObj, N readers for Redis)."""
+
+    peer: str  # one of PEERS
+    nodes: int
+    payload: int
+    messages: int
+    rate: float | None = None  # None: closed-loop round-robin
+
+    def label(self) -> str:
+        load = "closed" if self.rate is None else f"{self.rate:,.0f}/s"
+        return f"peer {self.peer} n={self.nodes} {self.payload} B {load}"
+
+
+@dataclass(frozen=True, slots=True)
+class GridSpec:
+    orderings: tuple[str, ...] = ORDERINGS
+    middlewares: tuple[str, ...] = MIDDLEWARES
+    table_nodes: tuple[int, ...] = TABLE_NODES
+    table_messages: int = 600
+    sizes: tuple[int, ...] = (10, 100, 1024, 4096, 16384, 65536)
+    size_orderings: tuple[str, ...] = ORDERINGS
+    size_nodes: int = 3
+    size_messages: int = 300
+    sweep_transport: str = "tcp"  # of the size sweep, the baseline and the load curves
+    compare_nodes: int = 3  # n of the baseline, the peers and the tracing check
+    compare_payload: int = 64
+    baseline_messages: int = 3000
+    load_orderings: tuple[str, ...] = ORDERINGS
+    load_nodes: tuple[int, ...] = (3, 4, 6)
+    load_rates: tuple[float, ...] = (1000, 2000, 4000, 8000, 16000, 32000)
+    load_seconds: float = 2.0  # offered-load duration of one open-loop run
+    load_min_messages: int = 1000
+    load_max_messages: int = 40_000
+    peers: tuple[str, ...] = PEERS
+    peer_messages: int = 3000
+    peer_rate: float = 100_000.0  # offered far above any peer's capacity: its saturation
+    peer_load_messages: int = 40_000
+    ping_rounds: int = 400
+    timeout_s: float = 120.0
+    # An open-loop run past saturation that has not finished by then is stuck (a node
+    # suspected and removed), not slow: it would otherwise hold the bench for timeout_s.
+    load_timeout_s: float = 45.0
+
+    def validate(self) -> None:
+        for name in (*self.orderings, *self.size_orderings, *self.load_orderings):
+            get_ordering(name)
+        unknown = [p for p in self.peers if p not in PEERS]
+        if unknown:
+            raise ConfigError(f"unknown peers {unknown}; choose from {', '.join(PEERS)}")
+        if any(n < 2 for n in (*self.table_nodes, *self.load_nodes, self.size_nodes,
+                               self.compare_nodes)):
+            raise ConfigError("every group in the grid needs at least 2 nodes")
+        if any(r <= 0 or not math.isfinite(r) for r in self.load_rates):
+            raise ConfigError("offered rates must be positive")
+        if list(self.load_rates) != sorted(self.load_rates):
+            raise ConfigError("offered rates must rise")
+        if min(self.timeout_s, self.load_timeout_s) <= 0:
+            raise ConfigError("timeouts must be positive")
+
+    def timeout_of(self, exp: Experiment) -> float:
+        return self.load_timeout_s if exp.phase is Phase.LOAD else self.timeout_s
+
+    def load_messages(self, rate: float) -> int:
+        """Enough messages to offer `rate` for `load_seconds`, within the bounds."""
+        wanted = math.ceil(rate * self.load_seconds)
+        return max(self.load_min_messages, min(self.load_max_messages, wanted))
+
+
+def quick_spec() -> GridSpec:
+    """A reduced grid that fits in about two minutes on a 2-core machine."""
+    return GridSpec(
+        table_nodes=(2, 4), table_messages=100,
+        sizes=(10, 1024, 65536), size_orderings=("sequencer",), size_messages=100,
+        baseline_messages=600,
+        load_orderings=("sequencer",), load_nodes=(3,), load_rates=(2000, 6000, 18000),
+        load_seconds=0.6, load_min_messages=600, load_max_messages=6000,
+        peers=("pysyncobj-tuned", "redis"), peer_messages=600, peer_load_messages=10_000,
+        ping_rounds=200, timeout_s=60.0, load_timeout_s=20.0,
+    )
+
+
+def full_spec() -> GridSpec:
+    return GridSpec()
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    spec: GridSpec
+    experiments: tuple[Experiment, ...]
+    peers: tuple[PeerExperiment, ...]
+
+    def of(self, phase: Phase) -> tuple[Experiment, ...]:
+        return tuple(e for e in self.experiments if e.phase is phase)
+
+
+def build_grid(spec: GridSpec) -> Grid:
+    """Every run of the bench except the verification runs, in the order they run."""
+    spec.validate()
+    runs: list[Experiment] = []
+    for ordering in spec.orderings:
+        for middleware in spec.middlewares:
+            for n in spec.table_nodes:
+                runs.append(Experiment(Phase.TABLE, ordering, middleware, n, TABLE_PAYLOAD,
+                                       spec.table_messages))
+    for ordering in spec.size_orderings:
+        for size in spec.sizes:
+            runs.append(Experiment(Phase.SIZES, ordering, spec.sweep_transport,
+                                   spec.size_nodes, size, spec.size_messages))
+    for ordering in spec.load_orderings:
+        runs.append(Experiment(Phase.BASELINE, ordering, spec.sweep_transport, spec.compare_nodes,
+                               spec.compare_payload, spec.baseline_messages, trace=False))
+    for ordering in spec.load_orderings:
+        for n in spec.load_nodes:
+            for rate in spec.load_rates:
+                runs.append(Experiment(Phase.LOAD, ordering, spec.sweep_transport, n,
+                                       spec.compare_payload, spec.load_messages(rate),
+                                       rate=rate, trace=False))
+    peers: list[PeerExperiment] = []
+    for peer in spec.peers:
+        closed = (min(spec.peer_messages, SLOW_PEER_CLOSED_MESSAGES)
+                  if peer == "pysyncobj-default" else spec.peer_messages)
+        peers.append(PeerExperiment(peer, spec.compare_nodes, spec.compare_payload, closed))
+        peers.append(PeerExperiment(peer, spec.compare_nodes, spec.compare_payload,
+                                    spec.peer_load_messages, rate=spec.peer_rate))
+    return Grid(spec, tuple(runs), tuple(peers))
+
+
+def verification_run(load_run: Experiment, spec: GridSpec) -> Experiment:
+    """The traced twin of an untraced open-loop run: same offered rate, same messages."""
+    if load_run.phase is not Phase.LOAD:
+        raise ConfigError(f"only open-loop load runs are verified, not {load_run.label()}")
+    return replace(load_run, phase=Phase.VERIFY, trace=True)

@@ -1,0 +1,341 @@
+"""The bench report: `report.md` and its PNG plots, from a `BenchResult`.
+
+Rules: rendering only — every figure shown comes from abcast.evaluation.results and
+abcast.evaluation.analysis; nothing is measured or re-derived here. The page opens with
+the thesis's Tables 4–6 (mean TO-broadcast latency, one table per ordering, n × middleware,
+the model's prediction beside each cell), then measured vs model, the message-size
+sweep, throughput vs offered load with the knee, the tracing-on verification, the peers
+and their ratios, and every run with its checks. A missing figure prints as "—". Plots
+use matplotlib's Agg backend (imported only in `draw_plots`); a machine without
+matplotlib gets the page without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from abcast.evaluation.analysis import (
+    TRACKING,
+    LoadCurve,
+    ModelCell,
+    load_curves,
+    model_cells,
+    peer_ratios,
+    slope_checks,
+)
+from abcast.evaluation.grid import TABLE_PAYLOAD, Phase
+from abcast.evaluation.results import BenchResult, RunMeasurement, is_clean
+
+THESIS_TABLES: Final = {"sequencer": 4, "skeen": 5, "chandra-toueg": 6}
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _ms(us: float | None, digits: int = 3) -> str:
+    return "—" if us is None else f"{us / 1000:,.{digits}f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]
+
+
+def _verdict(run: RunMeasurement) -> str:
+    if not run.complete:
+        return "INCOMPLETE"
+    found = {**run.violations, **(run.spark_violations or {})}
+    if any(found.values()):
+        return ", ".join(f"{c}={n}" for c, n in sorted(found.items()) if n)
+    if run.spark_violations is not None:
+        return "clean (Spark)"
+    return "clean (launcher)" if run.experiment.trace else "untraced"
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _thesis_tables(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]:
+    lines = ["## Mean TO-broadcast latency (thesis Tables 4–6)", "",
+             f"Closed-loop round-robin, {TABLE_PAYLOAD}-byte messages, real processes on "
+             "loopback, traced and checked. Each cell: measured mean latency in ms, and in "
+             "brackets the model s·(n−1)·T_msg + T_overhead (T_msg from the ping below, "
+             "T_overhead fitted per ordering × middleware; * = fitted on that cell alone, "
+             "so equal by construction).", ""]
+    table_cells = {(c.ordering, c.transport, c.nodes): c for c in cells}
+    runs = result.of(Phase.TABLE)
+    orderings = sorted({r.experiment.ordering for r in runs},
+                       key=lambda o: THESIS_TABLES.get(o, 99))
+    middlewares = list(dict.fromkeys(r.experiment.transport for r in runs))
+    sizes = sorted({r.experiment.nodes for r in runs})
+    for ordering in orderings:
+        number = THESIS_TABLES.get(ordering)
+        lines += [f"**{'Table ' + str(number) + ' — ' if number else ''}{ordering}**", ""]
+        rows = []
+        for n in sizes:
+            row = [str(n)]
+            for mw in middlewares:
+                c = table_cells.get((ordering, mw, n))
+                if c is None or c.measured_us is None:
+                    row.append("—")
+                    continue
+                star = "*" if c.exact_by_fit else ""
+                row.append(f"{_ms(c.measured_us)} ({_ms(c.predicted_us)}{star})")
+            rows.append(row)
+        lines += _table(["n", *middlewares], rows)
+    return lines
+
+
+def _model_section(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]:
+    t_msg = result.t_msg_us()
+    lines = ["## Measured vs model", "",
+             "T_msg is half the median round trip of a 100-byte frame between two "
+             "processes over that middleware.", ""]
+    lines += _table(["middleware", "rounds", "RTT p50 µs", "RTT mean µs", "T_msg µs", "note"],
+                    [[p.transport, str(p.rounds), _num(p.rtt_p50_us, 1),
+                      _num(p.rtt_mean_us, 1), _num(p.t_msg_us, 1), p.error or ""]
+                     for p in result.pings])
+    lines += ["Growth per extra node: least squares of the measured means over n−1, against "
+              "the model's s·T_msg. T_overhead: the fitted constant.", ""]
+    overheads = {(c.ordering, c.transport): c.overhead_us for c in cells}
+    lines += _table(
+        ["ordering", "middleware", "cells", "measured µs/node", "model s·T_msg µs/node",
+         "T_overhead µs"],
+        [[s.ordering, s.transport, str(s.points), _num(s.measured_slope_us, 1),
+          _num(s.model_slope_us, 1), _num(overheads.get((s.ordering, s.transport)), 1)]
+         for s in slope_checks(cells, t_msg)])
+    return lines
+
+
+def _size_section(result: BenchResult) -> list[str]:
+    runs = result.of(Phase.SIZES)
+    if not runs:
+        return []
+    lines = ["## Message size sweep", "", "Closed loop, traced, tcp.", ""]
+    lines += _table(
+        ["ordering", "n", "payload B", "mean ms", "p50 ms", "p99 ms", "throughput msg/s",
+         "check"],
+        [[r.experiment.ordering, str(r.experiment.nodes), f"{r.experiment.payload:,}",
+          _ms(r.figures.mean_us), _ms(r.figures.p50_us), _ms(r.figures.p99_us),
+          _num(r.figures.throughput, 0), _verdict(r)] for r in runs])
+    return lines
+
+
+def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]:
+    if not curves:
+        return []
+    lines = ["## Throughput vs offered load", "",
+             "Open loop, tracing off (production settings), tcp. Delivered: messages "
+             "ordered per second, go → last delivery. The knee (◆) is the last offered "
+             f"rate delivered at ≥ {TRACKING:.0%} before the curve falls behind; "
+             "saturation is the highest delivered rate.", ""]
+    rows = []
+    for c in curves:
+        for p in c.points:
+            mark = " ◆" if c.knee.offered == p.offered else ""
+            rows.append([c.ordering, str(c.nodes), f"{p.offered:,.0f}{mark}",
+                         _num(p.delivered, 0), _ms(p.p50_us)])
+    lines += _table(["ordering", "n", "offered msg/s", "delivered msg/s", "p50 ms"], rows)
+    lines += _table(
+        ["ordering", "n", "knee offered msg/s", "saturation msg/s", "saturated in range"],
+        [[c.ordering, str(c.nodes), _num(c.knee.offered, 0), _num(c.knee.saturation, 0),
+          "yes" if c.knee.saturated else "no (knee beyond the highest rate)"]
+         for c in curves])
+    return lines
+
+
+def _verify_section(result: BenchResult) -> list[str]:
+    verify = result.of(Phase.VERIFY)
+    if not verify:
+        return []
+    untraced = {(r.experiment.ordering, r.experiment.nodes, r.experiment.rate): r
+                for r in result.of(Phase.LOAD)}
+    lines = ["## Tracing on, at the same offered rate", "",
+             "Each curve's knee run again with tracing on; its trace is checked by Spark.", ""]
+    rows = []
+    for r in verify:
+        e = r.experiment
+        twin = untraced.get((e.ordering, e.nodes, e.rate))
+        rows.append([e.ordering, str(e.nodes), _num(e.rate, 0),
+                     _num(twin.figures.throughput if twin else None, 0),
+                     _num(r.figures.throughput, 0), _verdict(r)])
+    lines += _table(["ordering", "n", "offered msg/s", "untraced msg/s", "traced msg/s",
+                     "check"], rows)
+    return lines
+
+
+def _peer_section(result: BenchResult) -> list[str]:
+    if not result.peers:
+        return []
+    lines = ["## Peers, same machine, same run", "",
+             "PySyncObj: 3-node Raft, a log appended through `@replicated` (default timers, "
+             "and tuned: appendEntriesPeriod = autoTickPeriod = 5 ms). Redis Streams: XADD "
+             "to one stream, every node XREAD-blocks it (the server is the sequencer). "
+             "Same payloads, same round-robin workload; the open loop keeps at most 2,000 "
+             "of a node's messages unapplied.", ""]
+    rows = []
+    for p in result.peers:
+        e = p.experiment
+        status = (f"skipped: {p.skipped}" if p.skipped else
+                  "ok" if p.complete else "INCOMPLETE " + "; ".join(p.errors))
+        rows.append([e.peer, str(e.nodes), str(e.payload),
+                     "closed" if e.rate is None else f"open {e.rate:,.0f}/s", f"{e.messages:,}",
+                     _num(p.figures.throughput, 0), _ms(p.figures.p50_us),
+                     _ms(p.figures.p99_us), status])
+    lines += _table(["peer", "n", "payload B", "load", "messages", "throughput msg/s",
+                     "p50 ms", "p99 ms", "status"], rows)
+    ratios = peer_ratios(result)
+    if ratios:
+        lines += ["abcast / peer: throughput is abcast's saturation (open loop, untraced) over "
+                  "the peer's open-loop throughput; p50 is the closed-loop p50 over the "
+                  "peer's (below 1×: abcast answers sooner).", ""]
+        lines += _table(
+            ["ordering", "peer", "abcast msg/s", "peer msg/s", "throughput ratio",
+             "abcast p50 ms", "peer p50 ms", "p50 ratio"],
+            [[r.ordering, r.peer, _num(r.abcast_throughput, 0), _num(r.peer_throughput, 0),
+              _ratio(r.throughput_ratio), _ms(r.abcast_p50_us), _ms(r.peer_p50_us),
+              _ratio(r.p50_ratio)] for r in ratios])
+    return lines
+
+
+def _runs_section(result: BenchResult) -> list[str]:
+    lines = ["## Every run", ""]
+    lines += _table(
+        ["phase", "ordering", "mw", "n", "B", "load", "run", "msg/s", "p50 ms",
+         "packets/bcast", "retrans.", "check", "errors"],
+        [[r.experiment.phase.value, r.experiment.ordering, r.experiment.transport,
+          str(r.experiment.nodes), str(r.experiment.payload),
+          "closed" if r.experiment.rate is None else f"{r.experiment.rate:,.0f}/s",
+          r.run_id or "—", _num(r.figures.throughput, 0), _ms(r.figures.p50_us),
+          _num(r.packets_per_broadcast, 2), str(r.retransmissions), _verdict(r),
+          "; ".join(r.errors)[:200]] for r in result.runs])
+    return lines
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    title: str
+    file_name: str
+
+
+def render_markdown(result: BenchResult, plots: Sequence[Plot] = ()) -> str:
+    cells = model_cells(result.of(Phase.TABLE), result.t_msg_us())
+    curves = load_curves(result.runs)
+    traced = [r for r in result.runs if r.experiment.trace]
+    checked = [r for r in traced if r.spark_violations is not None]
+    bad = [r for r in result.runs if not is_clean(r)]
+    spark = (f"Spark checked {len(checked)} of {len(traced)} traced runs"
+             f" in {result.spark_s:.1f} s" if result.spark_s is not None else
+             "Spark did not run")
+    lines = [f"# abcast bench{' (quick)' if result.quick else ''}", "",
+             f"{len(result.runs)} cluster runs, {len(result.peers)} peer runs, "
+             f"{len(result.pings)} pings in {result.wall_s:.0f} s. {spark}"
+             f"{': ' + result.spark_error if result.spark_error else '.'} "
+             f"Runs incomplete or in violation: {len(bad)}.", ""]
+    lines += [f"- {note}" for note in result.notes]
+    if result.notes:
+        lines.append("")
+    if result.phase_s:
+        spent = [f"{name} {seconds:.0f} s" for name, seconds in result.phase_s.items()]
+        if result.spark_s is not None:
+            spent.append(f"Spark {result.spark_s:.0f} s")
+        lines += ["Time per section: " + ", ".join(spent) + ".", ""]
+    lines += _thesis_tables(result, cells)
+    lines += _model_section(result, cells)
+    lines += _size_section(result)
+    lines += _load_section(result, curves)
+    lines += _verify_section(result)
+    lines += _peer_section(result)
+    if plots:
+        lines += ["## Plots", ""]
+        for plot in plots:
+            lines += [f"![{plot.title}]({plot.file_name})", ""]
+    lines += _runs_section(result)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------- plots
+
+
+def draw_plots(result: BenchResult, out: Path) -> list[Plot]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    plots: list[Plot] = []
+    cells = model_cells(result.of(Phase.TABLE), result.t_msg_us())
+    pairs = sorted({(c.ordering, c.transport) for c in cells if c.measured_us is not None})
+    if pairs:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for ordering, mw in pairs:
+            pts = sorted((c.nodes, c.measured_us, c.predicted_us) for c in cells
+                         if (c.ordering, c.transport) == (ordering, mw)
+                         and c.measured_us is not None)
+            line = ax.plot([p[0] for p in pts], [p[1] / 1000 for p in pts], "o-",
+                           label=f"{ordering}/{mw}")[0]
+            model = [(p[0], p[2] / 1000) for p in pts if p[2] is not None]
+            if model:
+                ax.plot(*zip(*model, strict=True), "--", color=line.get_color(), alpha=0.5)
+        ax.set(xlabel="n (nodes)", ylabel="mean latency (ms)",
+               title="TO-broadcast latency (dashed: model)")
+        ax.legend(fontsize=7, ncol=2)
+        plots.append(_save(fig, out, "latency_vs_n.png", "Latency vs n, measured and model"))
+    sizes = result.of(Phase.SIZES)
+    if sizes:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for ordering in sorted({r.experiment.ordering for r in sizes}):
+            by_size = sorted((r.experiment.payload, r.figures.mean_us) for r in sizes
+                             if r.experiment.ordering == ordering
+                             and r.figures.mean_us is not None)
+            if by_size:
+                ax.plot([p[0] for p in by_size], [p[1] / 1000 for p in by_size], "o-",
+                        label=ordering)
+        ax.set(xscale="log", xlabel="payload (bytes)", ylabel="mean latency (ms)",
+               title="Message size sweep")
+        ax.legend()
+        plots.append(_save(fig, out, "latency_vs_size.png", "Latency vs message size"))
+    curves = load_curves(result.runs)
+    if curves:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        top = max(p.offered for c in curves for p in c.points)
+        ax.plot([0, top], [0, top], ":", color="grey", label="delivered = offered")
+        for c in curves:
+            curve = [(p.offered, p.delivered) for p in c.points if p.delivered is not None]
+            if not curve:
+                continue
+            line = ax.plot(*zip(*curve, strict=True), "o-", label=f"{c.ordering} n={c.nodes}")[0]
+            knee = next((p for p in c.points if p.offered == c.knee.offered), None)
+            if knee is not None and knee.delivered is not None:
+                ax.plot([knee.offered], [knee.delivered], "D", markersize=11,
+                        color=line.get_color(), markerfacecolor="none")
+        ax.set(xlabel="offered (broadcasts/s)", ylabel="delivered (messages/s)",
+               title="Throughput vs offered load (◇ knee)")
+        ax.legend(fontsize=8)
+        plots.append(_save(fig, out, "throughput_vs_load.png", "Throughput vs offered load"))
+    return plots
+
+
+def _save(fig: object, out: Path, name: str, title: str) -> Plot:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(out / name, dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
+    plt.close(fig)  # type: ignore[arg-type]
+    return Plot(title, name)
+
+
+def write_report(result: BenchResult, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "report.md"
+    page.write_text(render_markdown(result, draw_plots(result, out)))
+    return page

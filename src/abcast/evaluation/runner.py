@@ -1,0 +1,231 @@
+"""Running the grid: pings, cluster runs, the verification runs at the knee, the peers, and
+then one Spark check of every trace the bench wrote.
+
+Rules: runs go one at a time (the machine has 2 cores; two runs at once would measure
+each other), all against one in-process registry (a group name per run). A load curve
+stops early once it is clearly past its knee (`SATURATED_AFTER`). Cluster runs go
+through abcast.runtime.launcher.run_cluster on real processes over loopback; traced
+runs write into `<out>/traces`, the one trace directory Spark checks at the end with
+abcast.pipeline's `run_check` in one session. A failed run is a measurement with its
+errors, never an exception that ends the bench. Progress is reported through a
+`Progress` callback (the CLI draws rich bars from it); this module prints nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from statistics import fmean
+from typing import Final, Protocol
+
+from abcast.evaluation.analysis import LoadPoint, load_curves
+from abcast.evaluation.grid import Experiment, Grid, Phase, verification_run
+from abcast.evaluation.peers import find_redis_server, run_peer
+from abcast.evaluation.ping import ping
+from abcast.evaluation.results import (
+    BenchResult,
+    Figures,
+    PeerMeasurement,
+    PingMeasurement,
+    RunMeasurement,
+)
+from abcast.registry.server import RegistryServer
+from abcast.runtime.cluster import ClusterResult
+from abcast.runtime.launcher import run_cluster
+from abcast.testing import count_by_code
+
+log: Final = logging.getLogger("abcast.bench")
+TRACES_DIR: Final = "traces"
+#: a load curve stops after this many rates in a row delivered below the offered rate
+#: (or after one incomplete run): past the knee, higher rates only lengthen the queue
+SATURATED_AFTER: Final = 2
+
+
+class Progress(Protocol):
+    def begin(self, section: str, total: int) -> None: ...
+    def step(self, label: str) -> None: ...
+    def advance(self) -> None: ...
+
+
+class SilentProgress:
+    def begin(self, section: str, total: int) -> None:
+        pass
+
+    def step(self, label: str) -> None:
+        pass
+
+    def advance(self) -> None:
+        pass
+
+
+def measurement_of(exp: Experiment, result: ClusterResult) -> RunMeasurement:
+    summary = result.summary()
+    lat = result.latencies_ns
+    throughput = summary["throughput_msgs_per_s"]
+    p50, p99 = summary["latency_p50_us"], summary["latency_p99_us"]
+    packets = summary["packets_per_broadcast"]
+    return RunMeasurement(
+        experiment=exp, run_id=result.run_id,
+        figures=Figures(
+            throughput=float(throughput) if isinstance(throughput, (int, float)) else None,
+            mean_us=fmean(lat) / 1e3 if lat else None,
+            p50_us=float(p50) if isinstance(p50, (int, float)) else None,
+            p99_us=float(p99) if isinstance(p99, (int, float)) else None),
+        complete=result.complete,
+        packets_per_broadcast=float(packets) if isinstance(packets, (int, float)) else None,
+        retransmissions=sum(o.retransmissions for o in result.outcomes),
+        violations=count_by_code(result.violations),
+        errors=tuple(result.errors))
+
+
+async def run_experiment(exp: Experiment, traces: Path, timeout_s: float, *,
+                         registry: str | None = None, group: str = "g") -> RunMeasurement:
+    try:
+        result = await run_cluster(exp.cluster_config(traces, timeout_s, registry=registry,
+                                                      group=group))
+    except Exception as exc:  # one broken cell is a gap in the table, not the end
+        log.exception("run %s failed", exp.label())
+        return RunMeasurement(exp, "", Figures(), False,
+                              errors=(f"{type(exc).__name__}: {exc}",))
+    return measurement_of(exp, result)
+
+
+@dataclass(slots=True)
+class BenchRunner:
+    grid: Grid
+    out: Path
+    progress: Progress
+    registry_url: str | None = None
+    runs_made: int = 0
+    phase_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def traces(self) -> Path:
+        return self.out / TRACES_DIR
+
+    async def run(self) -> BenchResult:
+        started = time.monotonic()
+        self.traces.mkdir(parents=True, exist_ok=True)
+        pings = await self._pings()
+        # One registry for every run (a group name each) saves a process start per run.
+        registry = RegistryServer()
+        self.registry_url = await registry.start()
+        try:
+            runs: list[RunMeasurement] = []
+            for phase in (Phase.TABLE, Phase.SIZES, Phase.BASELINE, Phase.LOAD):
+                runs += await self._phase(phase.value, list(self.grid.of(phase)))
+            runs += await self._phase("verify", self._verification_runs(runs))
+        finally:
+            await registry.close()
+        peers = await self._peers()
+        return BenchResult(quick=False, runs=tuple(runs), peers=tuple(peers),
+                           pings=tuple(pings), wall_s=time.monotonic() - started,
+                           phase_s=dict(self.phase_s))
+
+    async def _pings(self) -> list[PingMeasurement]:
+        middlewares = self.grid.spec.middlewares
+        self.progress.begin("ping (T_msg)", len(middlewares))
+        pings = []
+        started = time.monotonic()
+        for scheme in middlewares:
+            self.progress.step(f"ping {scheme}")
+            pings.append(await ping(scheme, self.grid.spec.ping_rounds))
+            self.progress.advance()
+        self.phase_s["ping"] = time.monotonic() - started
+        return pings
+
+    async def _phase(self, name: str, experiments: list[Experiment]) -> list[RunMeasurement]:
+        if not experiments:
+            return []
+        self.progress.begin(name, len(experiments))
+        started = time.monotonic()
+        done: list[RunMeasurement] = []
+        past_knee: dict[tuple[str, int], int] = {}  # load curve → runs that fell behind
+        for exp in experiments:
+            curve = (exp.ordering, exp.nodes)
+            if exp.phase is Phase.LOAD and past_knee.get(curve, 0) >= SATURATED_AFTER:
+                self.progress.advance()  # saturated: higher rates only queue up more
+                continue
+            self.progress.step(exp.label())
+            self.runs_made += 1
+            run = await run_experiment(exp, self.traces, self.grid.spec.timeout_of(exp),
+                                       registry=self.registry_url,
+                                       group=f"bench-{self.runs_made}")
+            done.append(run)
+            if exp.phase is Phase.LOAD and exp.rate is not None:
+                tracking = LoadPoint(exp.rate, run.figures.throughput if run.complete
+                                     else None).tracking
+                past_knee[curve] = (0 if tracking else past_knee.get(curve, 0) + 1
+                                    ) if run.complete else SATURATED_AFTER
+            self.progress.advance()
+        self.phase_s[name] = time.monotonic() - started
+        return done
+
+    def _verification_runs(self, runs: list[RunMeasurement]) -> list[Experiment]:
+        """Per load curve, the untraced run at its knee (the lowest rate when it has
+        none) again with tracing on."""
+        by_point = {(r.experiment.ordering, r.experiment.nodes, r.experiment.rate): r
+                    for r in runs if r.experiment.phase is Phase.LOAD}
+        chosen = []
+        for curve in load_curves(runs):
+            rate = curve.knee.offered if curve.knee.offered is not None else (
+                curve.points[0].offered)
+            load_run = by_point.get((curve.ordering, curve.nodes, rate))
+            if load_run is not None:
+                chosen.append(verification_run(load_run.experiment, self.grid.spec))
+        return chosen
+
+    async def _peers(self) -> list[PeerMeasurement]:
+        if not self.grid.peers:
+            return []
+        self.progress.begin("peers", len(self.grid.peers))
+        redis_binary = find_redis_server()
+        started = time.monotonic()
+        done = []
+        for exp in self.grid.peers:
+            self.progress.step(exp.label())
+            done.append(await run_peer(exp, self.grid.spec.timeout_s, redis_binary))
+            self.progress.advance()
+        self.phase_s["peers"] = time.monotonic() - started
+        return done
+
+
+def spark_check(result: BenchResult, traces: Path, master: str | None = None,
+                on_start: Callable[[], None] | None = None) -> BenchResult:
+    """Check every traced run with the Spark pipeline (one session) and attach each run's
+    violation counts; a Spark failure is reported in `spark_error`, runs stay unchecked.
+    A session already running (tests share one) is used and left running."""
+    traced = [r for r in result.runs if r.experiment.trace and r.run_id]
+    if not traced:
+        return result
+    started = time.monotonic()
+    try:
+        from abcast.pipeline.commands import run_check
+        from abcast.pipeline.io import preflight
+        from abcast.pipeline.session import build_session
+
+        if on_start is not None:
+            on_start()
+        from pyspark import SparkContext
+
+        rows = preflight(str(traces))
+        owned = SparkContext._active_spark_context is None  # a running session stays up
+        spark = build_session(master, app_name="abcast-bench")
+        try:
+            outcome = run_check(spark, str(traces), rows)
+        finally:
+            if owned:
+                spark.stop()
+    except Exception as exc:
+        log.exception("the Spark check failed")
+        return replace(result, spark_error=f"{type(exc).__name__}: {exc}",
+                       spark_s=time.monotonic() - started)
+    checked = {claim.run_id for claim in outcome.runs}
+    runs = tuple(
+        replace(r, spark_violations=dict(outcome.verdict.of_run(r.run_id)))
+        if r.experiment.trace and r.run_id in checked else r
+        for r in result.runs)
+    return replace(result, runs=runs, spark_s=time.monotonic() - started)

@@ -1,0 +1,72 @@
+"""Fake bench results for the analysis and report tests: measured figures chosen so the
+expected outputs are known exactly."""
+
+from __future__ import annotations
+
+from abcast.evaluation.analysis import model_factor
+from abcast.evaluation.grid import TABLE_PAYLOAD, Experiment, PeerExperiment, Phase
+from abcast.evaluation.results import (
+    BenchResult,
+    Figures,
+    PeerMeasurement,
+    PingMeasurement,
+    RunMeasurement,
+)
+
+T_MSG_US = {"tcp": 30.0, "zmq": 100.0}
+OVERHEAD_US = 500.0
+CAPACITY = 7000.0  # the planted saturation of the fake load curve
+RATES = (1000.0, 2000.0, 4000.0, 8000.0, 16000.0)
+
+
+def table_run(ordering: str, transport: str, n: int, mean_us: float,
+              violations: dict[str, int] | None = None) -> RunMeasurement:
+    exp = Experiment(Phase.TABLE, ordering, transport, n, TABLE_PAYLOAD, 100)
+    return RunMeasurement(exp, f"{ordering}-{transport}-n{n}", Figures(1000.0, mean_us,
+                                                                       mean_us, mean_us),
+                          True, violations=violations or {}, spark_violations={})
+
+
+def exact_model_runs() -> list[RunMeasurement]:
+    """Table cells that follow T = s·(n−1)·T_msg + OVERHEAD_US exactly."""
+    runs = []
+    for ordering in ("sequencer", "skeen", "chandra-toueg"):
+        for transport, t_msg in T_MSG_US.items():
+            for n in (2, 4, 6):
+                factor = model_factor(ordering)
+                assert factor is not None
+                runs.append(table_run(ordering, transport, n,
+                                      factor * (n - 1) * t_msg + OVERHEAD_US))
+    return runs
+
+
+def load_run(rate: float, delivered: float, *, complete: bool = True) -> RunMeasurement:
+    exp = Experiment(Phase.LOAD, "sequencer", "tcp", 3, 64, 1000, rate=rate, trace=False)
+    return RunMeasurement(exp, f"load-{rate:g}", Figures(delivered, 900.0, 800.0, 2000.0),
+                          complete)
+
+
+def fake_result() -> BenchResult:
+    runs = exact_model_runs()
+    runs.append(RunMeasurement(
+        Experiment(Phase.BASELINE, "sequencer", "tcp", 3, 64, 600, trace=False), "base",
+        Figures(5000.0, 700.0, 600.0, 1500.0), True))
+    runs += [RunMeasurement(Experiment(Phase.SIZES, "sequencer", "tcp", 3, size, 100),
+                            f"size-{size}", Figures(900.0, 800.0 + size / 100, 800.0, 900.0),
+                            True, spark_violations={})
+             for size in (10, 1024, 65536)]
+    runs += [load_run(rate, min(rate, CAPACITY) * 0.98) for rate in RATES]
+    runs.append(RunMeasurement(
+        Experiment(Phase.VERIFY, "sequencer", "tcp", 3, 64, 1000, rate=4000.0), "verify",
+        Figures(3900.0, 900.0, 800.0, 2000.0), True, spark_violations={}))
+    peers = (
+        PeerMeasurement(PeerExperiment("pysyncobj-tuned", 3, 64, 600), Figures(250.0, 11000.0,
+                                                                               12000.0, 13000.0),
+                        True),
+        PeerMeasurement(PeerExperiment("pysyncobj-tuned", 3, 64, 10000, rate=1e5),
+                        Figures(3500.0, 9e4, 9e4, 2e5), True),
+        PeerMeasurement(PeerExperiment("redis", 3, 64, 600), Figures(), False,
+                        skipped="redis-server is not installed: apt-get install redis-server"),
+    )
+    pings = tuple(PingMeasurement(t, 100, 2 * v, 2 * v) for t, v in T_MSG_US.items())
+    return BenchResult(True, tuple(runs), peers, pings, wall_s=100.0, spark_s=20.0)

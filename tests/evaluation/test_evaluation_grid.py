@@ -1,0 +1,101 @@
+"""The experiment grid: the thesis's table cells, the sweeps, the verification twin."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from abcast.errors import ConfigError
+from abcast.evaluation.grid import (
+    MIDDLEWARES,
+    ORDERINGS,
+    TABLE_NODES,
+    TABLE_PAYLOAD,
+    GridSpec,
+    Phase,
+    build_grid,
+    full_spec,
+    quick_spec,
+    verification_run,
+)
+
+
+def test_full_table_is_every_ordering_by_middleware_by_n_closed_and_traced() -> None:
+    grid = build_grid(full_spec())
+    table = grid.of(Phase.TABLE)
+    cells = {(e.ordering, e.transport, e.nodes) for e in table}
+    assert cells == {(o, m, n) for o in ORDERINGS for m in MIDDLEWARES for n in TABLE_NODES}
+    assert len(table) == len(cells)
+    assert all(e.payload == TABLE_PAYLOAD and e.closed_loop and e.trace for e in table)
+
+
+def test_size_sweep_spans_10_bytes_to_64_kib() -> None:
+    sizes = {e.payload for e in build_grid(full_spec()).of(Phase.SIZES)}
+    assert min(sizes) == 10 and max(sizes) == 64 * 1024
+
+
+@pytest.mark.parametrize("spec", [quick_spec(), full_spec()], ids=["quick", "full"])
+def test_load_runs_are_open_loop_untraced_and_rise_per_curve(spec: GridSpec) -> None:
+    grid = build_grid(spec)
+    load = grid.of(Phase.LOAD)
+    assert load and all(not e.trace and e.rate is not None for e in load)
+    curves: dict[tuple[str, int], list[float]] = {}
+    for e in load:
+        assert e.rate is not None
+        curves.setdefault((e.ordering, e.nodes), []).append(e.rate)
+    for rates in curves.values():
+        assert rates == sorted(rates) and len(set(rates)) == len(rates) >= 3
+    # the peers are compared at the baseline's n and payload
+    base = grid.of(Phase.BASELINE)
+    assert {(p.nodes, p.payload) for p in grid.peers} == {(b.nodes, b.payload) for b in base}
+
+
+def test_quick_grid_is_a_reduction_of_the_full_one() -> None:
+    quick, full = build_grid(quick_spec()), build_grid(full_spec())
+    assert len(quick.experiments) < len(full.experiments)
+    assert {e.ordering for e in quick.of(Phase.TABLE)} == set(ORDERINGS)
+    assert {e.transport for e in quick.of(Phase.TABLE)} == set(MIDDLEWARES)
+    assert any(p.rate is None for p in quick.peers) and any(p.rate for p in quick.peers)
+
+
+def test_open_loop_message_count_follows_rate_within_bounds() -> None:
+    spec = replace(full_spec(), load_seconds=2.0, load_min_messages=500,
+                   load_max_messages=10_000)
+    assert spec.load_messages(100) == 500
+    assert spec.load_messages(1000) == 2000
+    assert spec.load_messages(1e6) == 10_000
+
+
+def test_verification_run_is_the_traced_twin_of_a_load_run() -> None:
+    spec = quick_spec()
+    load = build_grid(spec).of(Phase.LOAD)[0]
+    twin = verification_run(load, spec)
+    assert twin.phase is Phase.VERIFY and twin.trace
+    assert (twin.rate, twin.messages, twin.nodes, twin.payload) == (
+        load.rate, load.messages, load.nodes, load.payload)
+    with pytest.raises(ConfigError):
+        verification_run(build_grid(spec).of(Phase.TABLE)[0], spec)
+
+
+@pytest.mark.parametrize("change", [
+    {"orderings": ("no-such-ordering",)},
+    {"peers": ("zookeeper",)},
+    {"table_nodes": (1, 2)},
+    {"load_rates": (4000.0, 2000.0)},
+    {"load_rates": (0.0, 10.0)},
+    {"load_timeout_s": 0.0},
+])
+def test_bad_specs_are_refused(change: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        build_grid(replace(full_spec(), **change))  # type: ignore[arg-type]
+
+
+def test_open_loop_runs_get_the_shorter_timeout() -> None:
+    spec = replace(full_spec(), timeout_s=100.0, load_timeout_s=10.0)
+    grid = build_grid(spec)
+    assert {spec.timeout_of(e) for e in grid.of(Phase.LOAD)} == {10.0}
+    others = [e for e in grid.experiments if e.phase is not Phase.LOAD]
+    assert {spec.timeout_of(e) for e in others} == {100.0}
+    twin = verification_run(grid.of(Phase.LOAD)[0], spec)
+    assert spec.timeout_of(twin) == 100.0  # at the knee it must finish: no excuse

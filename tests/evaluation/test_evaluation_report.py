@@ -1,0 +1,90 @@
+"""The report page and its plots, rendered from a small fake result set."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from evaluation_fakes import OVERHEAD_US, T_MSG_US, fake_result
+
+from abcast.evaluation.cli import bench_failed
+from abcast.evaluation.grid import Phase
+from abcast.evaluation.report import render_markdown, write_report
+from abcast.evaluation.results import load, save
+
+
+def _section(page: str, heading: str) -> str:
+    start = page.index(heading)
+    end = page.find("\n## ", start + 1)
+    return page[start:] if end < 0 else page[start:end]
+
+
+def test_first_section_is_the_thesis_tables_with_the_model_beside_each_cell() -> None:
+    page = render_markdown(fake_result())
+    first = page.index("\n## ")
+    assert page[first:].startswith("\n## Mean TO-broadcast latency (thesis Tables 4–6)")
+    tables = _section(page, "## Mean TO-broadcast latency")
+    for number, ordering in ((4, "sequencer"), (5, "skeen"), (6, "chandra-toueg")):
+        assert f"Table {number} — {ordering}" in tables
+    assert "| n | tcp | zmq |" in tables
+    # sequencer, zmq, n=6: 2·5·100 µs + 500 µs = 1.5 ms measured, and the model agrees
+    expected = (2 * 5 * T_MSG_US["zmq"] + OVERHEAD_US) / 1000
+    assert "| 6 | " in tables and f"{expected:.3f} ({expected:.3f})" in tables
+
+
+def test_knee_is_marked_on_its_row_only() -> None:
+    load = _section(render_markdown(fake_result()), "## Throughput vs offered load")
+    marked = [line for line in load.splitlines() if "◆" in line and line.startswith("|")]
+    assert marked == [line for line in load.splitlines() if "| 4,000 ◆ |" in line]
+    assert len(marked) == 1
+
+
+def test_peers_show_ratios_and_the_skip_reason() -> None:
+    peers = _section(render_markdown(fake_result()), "## Peers")
+    assert "skipped: redis-server is not installed: apt-get install redis-server" in peers
+    ratio_row = next(line for line in peers.splitlines()
+                     if line.startswith("| sequencer | pysyncobj-tuned"))
+    assert "1.96×" in ratio_row  # 7000·0.98 / 3500
+    assert "0.05×" in ratio_row  # 600 µs / 12000 µs
+
+
+def test_verification_row_pairs_the_untraced_and_traced_runs() -> None:
+    verify = _section(render_markdown(fake_result()), "## Tracing on")
+    assert "| sequencer | 3 | 4,000 | 3,920 | 3,900 | clean (Spark) |" in verify
+
+
+def test_write_report_draws_the_plots_it_links(tmp_path: Path) -> None:
+    page = write_report(fake_result(), tmp_path)
+    text = page.read_text()
+    linked = [line.split("](")[1].rstrip(")") for line in text.splitlines()
+              if line.startswith("![")]
+    assert len(linked) == 3
+    for name in linked:
+        assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_results_round_trip_through_bench_json(tmp_path: Path) -> None:
+    result = fake_result()
+    save(result, tmp_path / "bench.json")
+    assert load(tmp_path / "bench.json") == result
+    assert render_markdown(load(tmp_path / "bench.json")) == render_markdown(result)
+
+
+def test_exit_status_fails_on_violations_and_unfinished_runs_but_not_on_overload() -> None:
+    result = fake_result()
+    assert not bench_failed(result)
+    runs = list(result.runs)
+    load_index = next(i for i, r in enumerate(runs) if r.experiment.phase is Phase.LOAD)
+    runs[load_index] = replace(runs[load_index], complete=False)  # fell over past the knee
+    assert not bench_failed(replace(result, runs=tuple(runs)))
+    table_index = next(i for i, r in enumerate(runs) if r.experiment.phase is Phase.TABLE)
+    unfinished = list(runs)
+    unfinished[table_index] = replace(runs[table_index], complete=False)
+    assert bench_failed(replace(result, runs=tuple(unfinished)))
+    violating = list(runs)
+    violating[load_index] = replace(runs[load_index], violations={"TOTAL_ORDER": 1})
+    assert bench_failed(replace(result, runs=tuple(violating)))
+    spark_found = list(runs)
+    spark_found[table_index] = replace(runs[table_index], spark_violations={"AGREEMENT": 2})
+    assert bench_failed(replace(result, runs=tuple(spark_found)))
+    assert bench_failed(replace(result, spark_error="Java is missing"))
