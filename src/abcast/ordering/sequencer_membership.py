@@ -370,6 +370,10 @@ class MembershipSequencer(FailoverSequencer):
         resend, self._resend = self._resend, {}
         for seq in sorted(s for s in resend if s > done):
             effects += self._broadcast(seq, resend[seq])
+        # The group may have numbered one of them already (another member held its body)
+        # and that order was among the buffered packets replayed above, before the body
+        # was back here: nothing else would deliver it if no more traffic comes.
+        effects += self._deliver_ready()
         queued, self._queued = self._queued, []
         for seq, payload in queued:
             effects += self._broadcast(seq, payload)
