@@ -98,6 +98,13 @@ class Stack:
         """How many messages this node has broadcast in this group."""
         return self._next_seq - 1
 
+    @property
+    def cut_off(self) -> bool:
+        """A layer says the group removed this node before its leave was decided (a
+        leaver cut off by a partition): its departure is then a removal, not a graceful
+        leave, and drivers record it as such."""
+        return any(getattr(layer, "cut_off", False) is True for layer in self.layers)
+
     def start(self, now: int) -> list[Output]:
         """Give every layer the initial view, bottom first."""
         return self._run([(i, ViewInstalled(self.view)) for i in range(len(self.layers))],

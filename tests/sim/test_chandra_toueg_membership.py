@@ -270,3 +270,58 @@ def test_changing_view_before_the_batch_is_caught() -> None:
 def test_the_standard_stack_is_open() -> None:
     stack = build_stack("n1", "g", "chandra-toueg", View(1, ("n1",)))
     assert [type(layer) for layer in stack.layers] == [OpenDetector, OpenChannel, ChandraToueg]
+
+
+# -- a leaver cut off by a partition ----------------------------------------------------
+
+# n2 asks to leave while n1+n2 are cut off in a minority: the majority removes them before
+# n2's leave (or its last broadcast) is decided. Seed 2 lost the end of n2's last view
+# (AGREEMENT), seed 7 its last broadcast (VALIDITY), both while n2 passed for departed.
+CUT_OFF_LEAVER = (
+    "drop=0.03,dup=0.02,delay=1-20ms,partition=n4+n5|n1+n2+n3+n6@834ms-1302ms,"
+    "partition=n1+n2|*@3055ms-6192ms,join=n7@3426ms,crash=n4@1899ms,leave=n2@5200ms"
+)
+
+
+class ClaimsItLeft(ChandraToueg):
+    """Planted: a leaver removed before its leave was decided still says it left."""
+
+    @property
+    def cut_off(self) -> bool:
+        return False
+
+    @cut_off.setter
+    def cut_off(self, value: bool) -> None:
+        pass
+
+
+@pytest.mark.parametrize("seed", [2, 7])
+def test_a_leaver_removed_before_its_leave_was_decided_is_removed_not_departed(
+    seed: int,
+) -> None:
+    result = run(6, seed, CUT_OFF_LEAVER, messages=200)
+    assert "n2" in crashed(result)  # the trace shows the removal (the Isis rule)
+    assert "n2" not in result.departed
+
+
+def test_a_member_removed_before_it_broadcasts_and_leaves_is_removed_not_departed() -> None:
+    # The group removes n1 (cut off with n2, n4) at about 5.1 s; n1 hears of it only after
+    # the heal, broadcasts once more (lost: the group no longer counts it) and then asks
+    # to leave: that was no graceful leave.
+    faults = ("drop=0.03,dup=0.02,delay=1-20ms,partition=n1+n3+n6|n2+n4+n5+n7@1401ms-1645ms,"
+              "partition=n4+n6|*@3677ms-6340ms,partition=n1+n2+n4|n3+n5+n6+n7@3983ms-5574ms,"
+              "join=n8@240ms,crash=n2@4206ms,leave=n1@5627ms")
+    result = run(7, 12, faults, messages=200)
+    assert "n1" in crashed(result)
+    assert result.departed == ()
+
+
+def test_a_cut_off_leaver_that_claims_it_left_is_caught() -> None:
+    found = 0
+    for seed in (2, 7):
+        result = run_simulation(
+            SimConfig("chandra-toueg", nodes=6, messages=200, seed=seed, faults=CUT_OFF_LEAVER),
+            stack_factory=_stack_of(ClaimsItLeft),
+        )
+        found += result.counts.get("AGREEMENT", 0) + result.counts.get("VALIDITY", 0)
+    assert found > 0

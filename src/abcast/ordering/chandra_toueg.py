@@ -38,8 +38,10 @@ delivered them (`stable`, piggybacked on proposals from the acks' `delivered`).
 Partitions: only a side with a majority of the membership decides; the other delivers
 nothing, and a side that suspects a majority proposes no removals. A partition shorter
 than the detector's timeout heals unnoticed; a longer one gets the minority removed, and
-its nodes stop once they hear of it. A leaver cut off that way cannot deliver the end of
-its last view.
+its nodes stop once they hear of it. A leaver cut off that way was not let go: a leave is
+taken only with the leaver's last broadcast, so one removed before that (or excluded
+with no decision in sight, or whose last batches' bodies the group has collected) sets
+`cut_off` and the driver counts it removed, as the Isis rule has it, not departed.
 
 Claims integrity, validity, agreement, uniform agreement, fifo, total order and virtual
 synchrony with f < n/2 crashes. Failure-free and unbatched it costs 4(n−1) packets per
@@ -136,6 +138,7 @@ class ChandraToueg(Layer):
         self.retain_us = 10 * linger_us
         self._departing: View | None = None  # removed: the view to install when we go
         self._give_up_armed = False
+        self.cut_off = False  # removed before our leave was decided (the driver reads it)
         self.nudge_us = nudge_us
         self._nudge_for: tuple[int, int] | None = None  # (instance, round) of the armed nudge
         self._now, self._fetch_armed = 0, False
@@ -212,7 +215,7 @@ class ChandraToueg(Layer):
             case TimerFired("nudge"):
                 return self._nudge() + self._settle()
             case TimerFired("give-up"):
-                return [] if self.removed else self._stop()
+                return self._give_up()
             case JoinRequested(contacts):
                 return self._join(contacts, now)
             case LeaveRequested():
@@ -255,7 +258,8 @@ class ChandraToueg(Layer):
         if self.leaving:
             raise LocalProtocolError(f"{self.node} is leaving the group and cannot broadcast")
         if self.removed:
-            return []  # the group has removed us: this node stops in a moment
+            self.cut_off = True  # removed: we stop in a moment, and this is lost with us
+            return []
         self._last_seq = max(self._last_seq, seq)
         if self.joining:
             self._queued.append((seq, payload))  # multicast once the group has admitted us
@@ -304,7 +308,10 @@ class ChandraToueg(Layer):
         if self.joining:
             self._leave_after_join = True  # the group may already count on us: join first
             return []
-        if self.leaving or self.removed:
+        if self.leaving:
+            return []
+        if self.removed:  # removed before it asked: it cannot be let go any more
+            self.leaving = self.cut_off = True
             return []
         self.leaving = True
         self.book.note_leave(self.node, self._last_seq)
@@ -639,8 +646,21 @@ class ChandraToueg(Layer):
         self._coord = None
         self._adopt = None
         # A removed node still delivers up to here (a leaver must: its last view owes it
-        # everything before the change), then installs its view without itself.
-        return self._want_bodies() if self.store.missing(batch.ids) else []
+        # everything before the change), then installs its view without itself — unless
+        # bodies it lacks were collected meanwhile: it gives up after a while.
+        effects = self._want_bodies() if self.store.missing(batch.ids) else []
+        if self.node in before and self.removed:
+            self._give_up_armed = True
+            effects.append(SetTimer(GIVE_UP, self._now + 2 * self.linger_us))
+        return effects
+
+    def _give_up(self) -> list[Effect]:
+        """Excluded while leaving and no decision came; or it did, but bodies it needs
+        were collected once the group stopped counting us: our last view's end is lost."""
+        if self._departing is not None:
+            return []  # delivered through the batch that removed us: DEPART follows
+        self.cut_off = self.leaving
+        return self._stop()
 
     def _stop(self) -> list[Effect]:
         """This node was removed in an instance it missed: deliver what it can of what
@@ -678,6 +698,10 @@ class ChandraToueg(Layer):
             # there), so that the decision we may just have sent is retransmitted until
             # it arrives, and stragglers asking about it get it.
             self._departing = view
+            # A leave is taken only with the leaver's last broadcast (membership.py): with
+            # some undecided, it was removed as suspected and they are dropped.
+            own_undecided = self.store.decided_next.get(self.node, 1) <= self._last_seq
+            self.cut_off = self.cut_off or (self.leaving and own_undecided)
             return [SetTimer(DEPART, self._now + self.linger_us)]
         self.view = view
         effects: list[Effect] = [InstallView(view)]

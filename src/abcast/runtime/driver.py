@@ -271,7 +271,8 @@ class GroupDriver:
             recorder.record(self.host.id, "recover", now, group=self.name)
 
     def _removed(self, view: View) -> None:
-        graceful = self.leaving
+        # A leaver the group removed before its leave was decided did not leave gracefully.
+        graceful = self.leaving and not self.stack.cut_off
         self.removed = view
         recorder = self.host.recorder
         if not graceful and recorder is not None:

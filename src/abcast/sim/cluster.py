@@ -38,6 +38,12 @@ log = logging.getLogger("abcast.sim")
 DeliverHook = Callable[[NodeId, Deliver], None]
 
 
+def _let_go(sim_node: SimNode) -> bool:
+    """Whether a node leaving its view left gracefully: it asked to, and no layer says
+    the group removed it before its leave was decided (`cut_off`: then it was removed)."""
+    return sim_node.leaving and not sim_node.stack.cut_off
+
+
 @dataclass(slots=True)
 class SimNode:
     node: NodeId
@@ -180,7 +186,7 @@ class SimCluster:
                     self.scheduler.at(at, partial(self._fire, sim_node, key, token))
                 case CancelTimer(key):
                     sim_node.timers.pop(key, None)
-                case InstallView(view) if node not in view.members and sim_node.leaving:
+                case InstallView(view) if node not in view.members and _let_go(sim_node):
                     sim_node.departed = True  # a graceful leave completed
                     sim_node.timers.clear()
                     if self.on_stop is not None:
