@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from spark_traces import ALL, build_scenarios
 
-from abcast.pipeline.checks import CODES
 from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
 from abcast.pipeline.tables import materialize_tables
 from abcast.sim import SimConfig, run_simulation
 from abcast.testing import TraceBuilder, check_traces, count_by_code
 from abcast.trace.rows import EventRow, RunInfo
+from abcast.trace.schema import CODES
 from abcast.trace.writer import read_traces, write_run
 
 pytestmark = pytest.mark.spark

@@ -19,21 +19,8 @@ from functools import reduce
 from typing import TYPE_CHECKING, Final
 
 from abcast.trace.schema import (
-    AGREEMENT,
-    CAUSAL_ORDER,
-    CODES,
-    FIFO_ORDER,
     GUARANTEE_CODES,
     GUARANTEES,
-    INTEGRITY_DUPLICATE,
-    INTEGRITY_UNKNOWN,
-    LOCAL_ORDER,
-    SAME_VIEW_DELIVERY,
-    TOTAL_ORDER,
-    UNIFORM_AGREEMENT,
-    VALIDITY,
-    VIEW_CONSISTENCY,
-    VIRTUAL_SYNCHRONY,
 )
 
 if TYPE_CHECKING:
@@ -47,25 +34,6 @@ VIOLATION_COLUMNS: Final = ("run_id", "code", "nodes", "messages", "positions", 
 MESSAGE_KEY: Final = ("run_id", "group", "origin", "seq")
 STREAM_KEY: Final = ("run_id", "node", "group", "origin")
 WORD_BITS: Final = 64
-
-#: the codes are defined in abcast.trace.schema; callers import them from here too
-__all__ = [
-    "AGREEMENT",
-    "CAUSAL_ORDER",
-    "CODES",
-    "FIFO_ORDER",
-    "GUARANTEE_CODES",
-    "INTEGRITY_DUPLICATE",
-    "INTEGRITY_UNKNOWN",
-    "LOCAL_ORDER",
-    "SAME_VIEW_DELIVERY",
-    "TOTAL_ORDER",
-    "UNIFORM_AGREEMENT",
-    "VALIDITY",
-    "VIEW_CONSISTENCY",
-    "VIRTUAL_SYNCHRONY",
-]
-
 
 def codes_for(guarantees: Sequence[str]) -> tuple[str, ...]:
     """The codes a run claiming these guarantees is checked for (unknown names ignored)."""

@@ -25,13 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from abcast.pipeline.checks import (
-    CAUSAL_ORDER,
-    FIFO_ORDER,
-    INTEGRITY_DUPLICATE,
-    INTEGRITY_UNKNOWN,
     MESSAGE_KEY,
     STREAM_KEY,
-    TOTAL_ORDER,
     empty_violations,
     join_on,
     msg,
@@ -39,6 +34,13 @@ from abcast.pipeline.checks import (
     violations,
 )
 from abcast.pipeline.tables import STREAM
+from abcast.trace.schema import (
+    CAUSAL_ORDER,
+    FIFO_ORDER,
+    INTEGRITY_DUPLICATE,
+    INTEGRITY_UNKNOWN,
+    TOTAL_ORDER,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

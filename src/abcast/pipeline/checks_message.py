@@ -13,11 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from abcast.pipeline.checks import (
-    AGREEMENT,
-    LOCAL_ORDER,
     MESSAGE_KEY,
-    UNIFORM_AGREEMENT,
-    VALIDITY,
     join_on,
     mask_and,
     mask_empty,
@@ -29,6 +25,7 @@ from abcast.pipeline.checks import (
     violations,
 )
 from abcast.pipeline.tables import witness_index, witness_rank
+from abcast.trace.schema import AGREEMENT, LOCAL_ORDER, UNIFORM_AGREEMENT, VALIDITY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -14,23 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from abcast.pipeline.checks import (
-    AGREEMENT,
-    CAUSAL_ORDER,
-    CODES,
-    FIFO_ORDER,
-    INTEGRITY_DUPLICATE,
-    INTEGRITY_UNKNOWN,
-    LOCAL_ORDER,
-    SAME_VIEW_DELIVERY,
-    TOTAL_ORDER,
-    UNIFORM_AGREEMENT,
-    VALIDITY,
-    VIEW_CONSISTENCY,
-    VIRTUAL_SYNCHRONY,
-    codes_for,
-    empty_violations,
-)
+from abcast.pipeline.checks import codes_for, empty_violations
 from abcast.pipeline.checks_delivery import (
     causal_order,
     fifo_order,
@@ -48,6 +32,21 @@ from abcast.pipeline.checks_views import (
     same_view_delivery,
     view_consistency,
     virtual_synchrony,
+)
+from abcast.trace.schema import (
+    AGREEMENT,
+    CAUSAL_ORDER,
+    CODES,
+    FIFO_ORDER,
+    INTEGRITY_DUPLICATE,
+    INTEGRITY_UNKNOWN,
+    LOCAL_ORDER,
+    SAME_VIEW_DELIVERY,
+    TOTAL_ORDER,
+    UNIFORM_AGREEMENT,
+    VALIDITY,
+    VIEW_CONSISTENCY,
+    VIRTUAL_SYNCHRONY,
 )
 
 if TYPE_CHECKING:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from abcast.runtime.driver import AppHooks, DeliveredPrefix, GroupDriver
+from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.group import Group, GroupApp, Registrar
 from abcast.runtime.node import MonotonicClock, Node, NodeStats
+from abcast.trace.recorder import DeliveredPrefix
 
 __all__ = [
     "AppHooks",

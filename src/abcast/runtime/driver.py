@@ -47,7 +47,7 @@ from abcast.effects import (
 from abcast.errors import LocalProtocolError
 from abcast.ids import NodeId, View
 from abcast.stack import Stack
-from abcast.trace.recorder import TraceRecorder
+from abcast.trace.recorder import DeliveredPrefix, TraceRecorder
 
 if TYPE_CHECKING:
     from abcast.runtime.node import MonotonicClock
@@ -86,34 +86,6 @@ class Host(Protocol):
     def recorder(self) -> TraceRecorder | None: ...
 
     def transmit(self, dst: NodeId, data: bytes) -> None: ...
-
-
-class DeliveredPrefix:
-    """Per origin, the highest k such that 1..k were delivered here (the `deps` of DESIGN
-    §4), computed exactly as the simulator does."""
-
-    __slots__ = ("_above", "_prefix")
-
-    def __init__(self) -> None:
-        self._prefix: dict[NodeId, int] = {}
-        self._above: dict[NodeId, set[int]] = {}
-
-    def note(self, origin: NodeId, seq: int) -> None:
-        k = self._prefix.get(origin, 0)
-        if seq <= k:
-            return  # a message delivered twice (opt_deliver then deliver) adds nothing
-        if seq != k + 1:
-            self._above.setdefault(origin, set()).add(seq)
-            return
-        k = seq
-        above = self._above.get(origin)
-        while above and k + 1 in above:
-            k += 1
-            above.discard(k)
-        self._prefix[origin] = k
-
-    def deps(self, me: NodeId) -> dict[NodeId, int]:
-        return {o: k for o, k in self._prefix.items() if k > 0 and o != me}
 
 
 class GroupDriver:

@@ -31,7 +31,7 @@ from abcast.ids import NodeId
 from abcast.sim.network import Network
 from abcast.sim.scheduler import Scheduler
 from abcast.stack import Stack
-from abcast.trace.recorder import TraceRecorder
+from abcast.trace.recorder import DeliveredPrefix, TraceRecorder
 
 log = logging.getLogger("abcast.sim")
 
@@ -50,9 +50,7 @@ class SimNode:
     stack: Stack
     crashed: bool = False
     timers: dict[Hashable, int] = field(default_factory=dict)
-    # per origin: highest k such that 1..k are delivered here, and what lies above it
-    prefix: dict[NodeId, int] = field(default_factory=dict)
-    above: dict[NodeId, set[int]] = field(default_factory=dict)
+    prefix: DeliveredPrefix = field(default_factory=DeliveredPrefix)
     bad_frames: int = 0
     # The view as this node's application has seen it: one stack call may deliver in the
     # old view and then install a new one, and each row must say which.
@@ -75,21 +73,11 @@ class SimNode:
         self.app_state = hashlib.sha256(self.app_state + head + payload).digest()
 
     def note_delivered(self, origin: NodeId, seq: int) -> None:
-        k = self.prefix.get(origin, 0)
-        if seq != k + 1:
-            self.above.setdefault(origin, set()).add(seq)
-            return
-        k = seq
-        above = self.above.get(origin)
-        while above and k + 1 in above:
-            k += 1
-            above.discard(k)
-        self.prefix[origin] = k
+        self.prefix.note(origin, seq)
 
     def deps(self) -> dict[NodeId, int]:
         """What this node had delivered from others, as contiguous prefixes."""
-        return {o: k for o, k in self.prefix.items() if k > 0 and o != self.node}
-
+        return self.prefix.deps(self.node)
 
 class SimCluster:
     def __init__(

@@ -9,6 +9,8 @@ that is not larger than the node's previous one is bumped to previous + 1. The c
 rely on t_ns ordering all of a node's rows; two events in the same simulated microsecond,
 or a wall clock that steps back, must not make that order ambiguous.
 
+`DeliveredPrefix` computes the `deps` of `send` rows for both drivers.
+
 It knows nothing about files (abcast.trace.writer) or what the rows mean (abcast.testing).
 Not thread-safe: one recorder belongs to one event loop or one simulator.
 """
@@ -19,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from abcast.errors import LocalProtocolError
-from abcast.ids import sorted_nodes
+from abcast.ids import NodeId, sorted_nodes
 from abcast.trace.rows import EventRow
 from abcast.trace.schema import KINDS
 
@@ -147,3 +149,31 @@ class TraceRecorder:
 
     def __len__(self) -> int:
         return self._count
+
+
+class DeliveredPrefix:
+    """Per origin, the highest k such that 1..k were delivered here (the `deps` of DESIGN
+    §4), computed exactly as the simulator does."""
+
+    __slots__ = ("_above", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix: dict[NodeId, int] = {}
+        self._above: dict[NodeId, set[int]] = {}
+
+    def note(self, origin: NodeId, seq: int) -> None:
+        k = self._prefix.get(origin, 0)
+        if seq <= k:
+            return  # a message delivered twice (opt_deliver then deliver) adds nothing
+        if seq != k + 1:
+            self._above.setdefault(origin, set()).add(seq)
+            return
+        k = seq
+        above = self._above.get(origin)
+        while above and k + 1 in above:
+            k += 1
+            above.discard(k)
+        self._prefix[origin] = k
+
+    def deps(self, me: NodeId) -> dict[NodeId, int]:
+        return {o: k for o, k in self._prefix.items() if k > 0 and o != me}
