@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from abcast.batching import pack
 from abcast.codec import Header
 from abcast.effects import Deliver, Effect, InstallState, InstallView, SetTimer, TakeSnapshot
 from abcast.errors import LocalProtocolError
@@ -51,15 +52,16 @@ class _Script(Layer):
         match event:
             case ViewInstalled():
                 return []
-            case BroadcastRequested(seq, b"snap"):
-                return [Deliver(self.node, seq, b"m1"), TakeSnapshot(7),
-                        Deliver(self.node, seq + 100, b"m2")]
+            case BroadcastRequested(seq, _):  # the batch of one b"snap"
+                return [Deliver(self.node, seq, pack(1, [b"m1"])), TakeSnapshot(7),
+                        Deliver(self.node, seq + 100, pack(2, [b"m2"]))]
             case SnapshotTaken(token, state):
                 self.snapshots.append((token, state))
                 return []
             case JoinRequested(contacts):
                 view = View(5, (self.node, *contacts))
-                return [InstallState(b"S"), InstallView(view), Deliver("n9", 1, b"after")]
+                return [InstallState(b"S"), InstallView(view),
+                        Deliver("n9", 1, pack(1, [b"after"]))]
             case LeaveRequested():
                 return self._gone()
             case TimerFired("kick"):
@@ -68,7 +70,7 @@ class _Script(Layer):
                 return []
 
     def _gone(self) -> list[Effect]:
-        return [InstallView(View(9, ("n9",))), Deliver("n9", 2, b"too late")]
+        return [InstallView(View(9, ("n9",))), Deliver("n9", 2, pack(2, [b"too late"]))]
 
 
 class _Host:
@@ -123,6 +125,7 @@ def test_a_snapshot_holds_exactly_the_deliveries_before_it() -> None:
     async def main() -> None:
         driver.start()
         driver.broadcast(b"snap")
+        driver.flush()
 
     asyncio.run(main())
     assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
@@ -199,6 +202,7 @@ def test_without_hooks_a_snapshot_is_empty_and_a_state_is_ignored() -> None:
     async def main() -> None:
         driver.start()
         driver.broadcast(b"snap")
+        driver.flush()
         driver.join(("n2",))
 
     asyncio.run(main())

@@ -22,16 +22,26 @@ the group gave up on this node (a peer's `NotifyExcluded` makes the ordering ins
 such a view) and it must stop (the Isis rule; a `crash` row is written, as the
 simulator does); either way `on_removed(view, graceful)` is called and the driver
 closes. It knows nothing about sockets, registries or the application API.
+
+Batching (abcast.batching): `broadcast` queues the payload and numbers it at once; the
+queued broadcasts leave as one ordered message at the end of the loop turn (`call_soon`),
+or earlier when the batch is full, and every member unpacks a delivered batch into one
+delivery per message. A burst of broadcasts in one turn therefore costs the ordering one
+message, and a lone broadcast waits for nothing. `join`, `leave` and `flush` send what is
+queued first. A batch that does not unpack is logged and skipped — every member skips it
+alike, so their sequences stay equal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from abcast.batching import Batcher, BatchLimits, unpack
 from abcast.codec import Envelope
 from abcast.effects import (
     CancelTimer,
@@ -44,7 +54,7 @@ from abcast.effects import (
     TakeSnapshot,
     Transmit,
 )
-from abcast.errors import LocalProtocolError
+from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View
 from abcast.stack import Stack
 from abcast.trace.recorder import DeliveredPrefix, TraceRecorder
@@ -53,6 +63,8 @@ if TYPE_CHECKING:
     from abcast.runtime.node import MonotonicClock
 
 DeliverHook = Callable[[Deliver], None]
+
+log = logging.getLogger("abcast.runtime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +103,7 @@ class Host(Protocol):
 class GroupDriver:
     def __init__(
         self, host: Host, stack: Stack, on_deliver: DeliverHook | None = None,
-        hooks: AppHooks = NO_HOOKS,
+        hooks: AppHooks = NO_HOOKS, batch_limits: BatchLimits | None = None,
     ) -> None:
         if stack.node != host.id:
             raise LocalProtocolError(f"stack of {stack.node} driven by node {host.id}")
@@ -112,6 +124,9 @@ class GroupDriver:
         self.protocol_packets = 0
         self.control_packets = 0
         self.closed = False
+        self.bad_batches = 0  # delivered batches that did not unpack (skipped)
+        self._batcher = Batcher(batch_limits)
+        self._flush_scheduled = False
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -122,36 +137,62 @@ class GroupDriver:
         self._loop = asyncio.get_running_loop()
         self._apply(self.stack.start(self.host.clock.now_us()))
 
+    @property
+    def broadcasts(self) -> int:
+        """Messages this node has broadcast in the group (queued ones included)."""
+        return self._batcher.broadcasts
+
     def broadcast(self, payload: bytes) -> int:
-        """Broadcast now; returns this node's sequence number for the message."""
+        """Queue a broadcast for the end of this loop turn; returns this node's sequence
+        number for the message."""
         if self.closed:
             raise LocalProtocolError(f"group {self.name!r} is closed on {self.host.id}")
-        stack = self.stack
-        seq = stack.broadcasts + 1
+        loop = self._loop
+        if loop is None:
+            raise LocalProtocolError(f"group {self.name!r} is not running on {self.host.id}")
+        batcher = self._batcher
+        seq = batcher.add(payload)
         recorder = self.host.recorder
         if recorder is not None:
+            node = self.stack.node
             recorder.record(
-                stack.node, "send", time.time_ns(), origin=stack.node, seq=seq,
-                group=self.name, size=len(payload), view_id=self.view_id,
-                deps=self.prefix.deps(stack.node),
+                node, "send", time.time_ns(), origin=node, seq=seq, group=self.name,
+                size=len(payload), view_id=self.view_id, deps=self.prefix.deps(node),
             )
-        got, outputs = stack.broadcast(payload, self.host.clock.now_us())
-        if got != seq:
-            raise LocalProtocolError(f"stack numbered broadcast {got}, expected {seq}")
-        self._apply(outputs)
+        if batcher.full:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush_soon)
         return seq
+
+    def flush(self) -> None:
+        """Hand every queued broadcast to the ordering now."""
+        batcher, stack, clock = self._batcher, self.stack, self.host.clock
+        while not self.closed:
+            batch = batcher.take()
+            if batch is None:
+                return
+            _, outputs = stack.broadcast(batch, clock.now_us())
+            self._apply(outputs)
+
+    def _flush_soon(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
 
     def join(self, contacts: tuple[NodeId, ...]) -> None:
         """Ask to be admitted through any of `contacts`; the stack was built with a view
         holding only this node. (An ordering that cannot admit members ignores it, which
         is why `Group.join` checks the ordering's `tolerates` first.)"""
         self._require_running()
+        self.flush()
         self._apply(self.stack.join(contacts, self.host.clock.now_us()))
 
     def leave(self) -> None:
         """Start a graceful leave; `on_removed(view, True)` says when it is done."""
         self._require_running()
         self.leaving = True
+        self.flush()
         self._apply(self.stack.leave(self.host.clock.now_us()))
 
     def _require_running(self) -> None:
@@ -164,6 +205,8 @@ class GroupDriver:
         self._apply(outputs)
 
     def close(self) -> None:
+        if not self.closed and self.removed is None:
+            self.flush()  # what was broadcast before close() is not lost in the queue
         self.closed = True
         for handle in self._timers.values():
             handle.cancel()
@@ -190,18 +233,8 @@ class GroupDriver:
                         self.protocol_packets += len(to)
                     for dst in to:
                         host.transmit(dst, data)
-                case Deliver(origin, seq, payload, stage):
-                    recorder = host.recorder
-                    if recorder is not None:
-                        recorder.record(
-                            host.id, stage.value, time.time_ns(), origin=origin, seq=seq,
-                            group=self.name, size=len(payload), view_id=self.view_id,
-                        )
-                    self.prefix.note(origin, seq)
-                    if stage is Stage.FINAL:
-                        self.delivered += 1
-                    if self.on_deliver is not None:
-                        self.on_deliver(out)
+                case Deliver():
+                    self._deliver(out)
                 case SetTimer(key, at):
                     self._set_timer(key, at)
                 case CancelTimer(key):
@@ -230,6 +263,32 @@ class GroupDriver:
                         self._rejoined()
                     if self.hooks.set_state is not None:
                         self.hooks.set_state(state)
+
+    def _deliver(self, batch: Deliver) -> None:
+        try:
+            deliveries = unpack(batch)
+        except RemoteProtocolError as exc:
+            self.bad_batches += 1
+            log.error("group %s on %s: skipping a delivered message: %s",
+                      self.name, self.host.id, exc)
+            return
+        host, prefix, on_deliver = self.host, self.prefix, self.on_deliver
+        recorder = host.recorder
+        final = batch.stage is Stage.FINAL
+        for delivery in deliveries:
+            if recorder is not None:
+                recorder.record(
+                    host.id, delivery.stage.value, time.time_ns(), origin=delivery.origin,
+                    seq=delivery.seq, group=self.name, size=len(delivery.payload),
+                    view_id=self.view_id,
+                )
+            prefix.note(delivery.origin, delivery.seq)
+            if final:
+                self.delivered += 1
+            if on_deliver is not None:
+                on_deliver(delivery)
+            if self.closed:
+                return  # the application closed the group from its delivery callback
 
     def _rejoined(self) -> None:
         """A member the group had left out (cut off) is admitted again with a fresh

@@ -417,19 +417,32 @@ class _Run:
         self._group().broadcast_nowait(self.payload())
 
     async def _paced(self, rate: float) -> None:
+        """Offer this node's share of `rate` on schedule. Each loop turn broadcasts every
+        message that is due by then (they leave as one batch), then waits for the
+        transport to drain and for the next one to fall due: behind schedule the node
+        catches up in bursts instead of one loop turn per message, and past saturation
+        the backlog waits here, not in socket buffers and retransmission queues."""
         group = self._group()
         members = group.members
-        index = members.index(self.node.id)
+        share = len(members)
+        ks = range(members.index(self.node.id), self.config.messages, share)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        for k in range(index, self.config.messages, len(members)):
-            # Behind schedule, still yield once per message: a burst that never lets the
-            # loop run starves receiving and timers (heartbeats, acks) on this node.
-            delay = start + k / rate - loop.time()
-            await asyncio.sleep(max(0.0, delay))
-            if self.stopped:
-                return
-            await group.broadcast(self.payload())
+        next_k = 0  # index into ks
+        while next_k < len(ks) and not self.stopped:
+            due = min(len(ks), next_k + self._BURST)
+            now = loop.time()
+            # a message is due once its slot k/rate has passed
+            while next_k < due and start + ks[next_k] / rate <= now:
+                group.broadcast_nowait(self.payload())
+                next_k += 1
+            await self.node.transport.drain()
+            if next_k < len(ks):
+                await asyncio.sleep(max(0.0, start + ks[next_k] / rate - loop.time()))
+
+    #: at most this many broadcasts per loop turn: a node far behind schedule still lets
+    #: receiving and timers (heartbeats, acks) run between its bursts
+    _BURST = 1024
 
     def on_deliver(self, d: Deliver) -> None:
         if d.stage is not Stage.FINAL:
@@ -455,7 +468,7 @@ class _Run:
         group = self._group()
         driver = group.driver
         return WorkerOutcome(
-            node=self.node.id, delivered=self.delivered, broadcasts=driver.stack.broadcasts,
+            node=self.node.id, delivered=self.delivered, broadcasts=driver.broadcasts,
             complete=self.delivered >= self.config.messages,
             protocol_packets=driver.protocol_packets, control_packets=driver.control_packets,
             retransmissions=driver.retransmissions, bad_frames=self.node.stats.bad_frames,
