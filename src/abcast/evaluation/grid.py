@@ -111,10 +111,13 @@ class GridSpec:
     baseline_messages: int = 3000
     load_orderings: tuple[str, ...] = ORDERINGS
     load_nodes: tuple[int, ...] = (3, 4, 6)
-    load_rates: tuple[float, ...] = (1000, 2000, 4000, 8000, 16000, 32000)
-    load_seconds: float = 2.0  # offered-load duration of one open-loop run
-    load_min_messages: int = 1000
-    load_max_messages: int = 40_000
+    # The first rate is low enough that about one message is in flight at a time (its p50
+    # is the latency of a lone message); the last is above any ordering's saturation.
+    load_rates: tuple[float, ...] = (1000, 10_000, 30_000, 100_000, 200_000, 400_000,
+                                     800_000)
+    load_seconds: float = 1.5  # offered-load duration of one open-loop run
+    load_min_messages: int = 1500
+    load_max_messages: int = 450_000
     peers: tuple[str, ...] = PEERS
     peer_messages: int = 3000
     peer_rate: float = 100_000.0  # offered far above any peer's capacity: its saturation
@@ -156,8 +159,9 @@ def quick_spec() -> GridSpec:
         table_nodes=(2, 4), table_messages=100,
         sizes=(10, 1024, 65536), size_orderings=("sequencer",), size_messages=100,
         baseline_messages=600,
-        load_orderings=("sequencer",), load_nodes=(3,), load_rates=(2000, 6000, 18000),
-        load_seconds=0.6, load_min_messages=600, load_max_messages=6000,
+        load_orderings=("sequencer",), load_nodes=(3,),
+        load_rates=(1000, 30_000, 300_000, 1_000_000),
+        load_seconds=0.5, load_min_messages=600, load_max_messages=200_000,
         peers=("pysyncobj-tuned", "redis"), peer_messages=600, peer_load_messages=10_000,
         ping_rounds=200, timeout_s=60.0, load_timeout_s=20.0,
     )

@@ -282,7 +282,8 @@ class GroupDriver:
                     seq=delivery.seq, group=self.name, size=len(delivery.payload),
                     view_id=self.view_id,
                 )
-            prefix.note(delivery.origin, delivery.seq)
+                # the prefixes only feed the `deps` of send rows: untraced, skip the cost
+                prefix.note(delivery.origin, delivery.seq)
             if final:
                 self.delivered += 1
             if on_deliver is not None:
