@@ -66,10 +66,12 @@ def named(faults: str, kind: str) -> set[str]:
 
 
 def run(
-    nodes: int, seed: int, faults: str, messages: int = 250, rate: float | None = None
+    nodes: int, seed: int, faults: str, messages: int = 250, rate: float | None = None,
+    *, rejoin: bool = True,
 ) -> SimResult:
     result = run_simulation(SimConfig("chandra-toueg", nodes=nodes, messages=messages,
-                                      seed=seed, faults=faults, rate=rate))
+                                      seed=seed, faults=faults, rate=rate),
+                            stack_factory=None if rejoin else _stack_of(ChandraToueg, False))
     where = f"abcast sim --ordering chandra-toueg --nodes {nodes} --seed {seed} --faults {faults}"
     assert result.violations == [], (where, result.counts)
     assert vs_problems(result.recorder.rows()) == [], where
@@ -153,9 +155,10 @@ def test_a_short_partition_heals_and_the_minority_catches_up(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_a_long_partition_removes_the_minority(seed: int) -> None:
+def test_without_rejoin_a_long_partition_removes_the_minority_for_good(seed: int) -> None:
+    # (with rejoin, the default, they come back: tests/sim/test_ct_rejoin_partition.py)
     result = run(5, seed, "drop=0.03,delay=1-10ms,partition=n4+n5|n1+n2+n3@100ms-3s",
-                 rate=100)
+                 rate=100, rejoin=False)
     rows = result.recorder.rows()
     sent_during = {(r.origin, r.seq) for r in rows if r.kind == "send"
                    and 100_000_000 <= r.t_ns < 3_000_000_000}
@@ -197,14 +200,19 @@ def test_a_side_that_suspects_a_majority_proposes_no_removals() -> None:
     assert book.changes(members, {}, ("n1", "n2")) == (("n1", "n2"), ())
 
 
-def test_a_joiner_is_proposed_until_added_and_never_after_removal() -> None:
+def test_a_joiner_is_proposed_until_added_and_after_removal_only_on_its_own_ask() -> None:
     book = MembershipBook("n1")
     assert book.note_join("n9", ("n1", "n2")) and not book.note_join("n9", ("n1", "n2"))
     assert book.changes(("n1", "n2"), {}, ()) == ((), ("n9",))
     book.decided(3, Batch(add=("n9",)), ("n1", "n2"), ("n1", "n2", "n9"), {})
     assert not book.joiners
+    assert not book.note_join("n9", ("n1", "n2", "n9"))  # a member already
     book.decided(4, Batch(remove=("n9",)), ("n1", "n2", "n9"), ("n1", "n2"), {})
-    assert not book.note_join("n9", ("n1", "n2"))
+    # a forward may be the old ask that admitted it, retransmitted after a heal
+    assert not book.note_join("n9", ("n1", "n2"), direct=False)
+    assert book.changes(("n1", "n2"), {}, ()) == ((), ())
+    assert book.note_join("n9", ("n1", "n2"), direct=True)  # it comes back
+    assert book.changes(("n1", "n2"), {}, ()) == ((), ("n9",))
 
 
 # -- planted bugs ------------------------------------------------------------------------
@@ -236,9 +244,11 @@ class ChangesViewFirst(ChandraToueg):
         return [*views, *deliveries, *rest]
 
 
-def _stack_of(core: type[ChandraToueg]) -> Callable[[NodeId, View], Stack]:
+def _stack_of(
+    core: type[ChandraToueg], rejoin: bool = True
+) -> Callable[[NodeId, View], Stack]:
     def make(node: NodeId, view: View) -> Stack:
-        layers = [OpenDetector(node), OpenChannel(node), core(node)]
+        layers = [OpenDetector(node), OpenChannel(node), core(node, rejoin=rejoin)]
         return Stack(node, "g", layers, view)
     return make
 
@@ -272,7 +282,8 @@ def test_the_standard_stack_is_open() -> None:
     assert [type(layer) for layer in stack.layers] == [OpenDetector, OpenChannel, ChandraToueg]
 
 
-# -- a leaver cut off by a partition ----------------------------------------------------
+# -- a leaver cut off by a partition, without rejoin -------------------------------------
+# (with rejoin it comes back and leaves from there: tests/sim/test_ct_rejoin_leaver.py)
 
 # n2 asks to leave while n1+n2 are cut off in a minority: the majority removes them before
 # n2's leave (or its last broadcast) is decided. Seed 2 lost the end of n2's last view
@@ -299,7 +310,7 @@ class ClaimsItLeft(ChandraToueg):
 def test_a_leaver_removed_before_its_leave_was_decided_is_removed_not_departed(
     seed: int,
 ) -> None:
-    result = run(6, seed, CUT_OFF_LEAVER, messages=200)
+    result = run(6, seed, CUT_OFF_LEAVER, messages=200, rejoin=False)
     assert "n2" in crashed(result)  # the trace shows the removal (the Isis rule)
     assert "n2" not in result.departed
 
@@ -311,7 +322,7 @@ def test_a_member_removed_before_it_broadcasts_and_leaves_is_removed_not_departe
     faults = ("drop=0.03,dup=0.02,delay=1-20ms,partition=n1+n3+n6|n2+n4+n5+n7@1401ms-1645ms,"
               "partition=n4+n6|*@3677ms-6340ms,partition=n1+n2+n4|n3+n5+n6+n7@3983ms-5574ms,"
               "join=n8@240ms,crash=n2@4206ms,leave=n1@5627ms")
-    result = run(7, 12, faults, messages=200)
+    result = run(7, 12, faults, messages=200, rejoin=False)
     assert "n1" in crashed(result)
     assert result.departed == ()
 
@@ -321,7 +332,7 @@ def test_a_cut_off_leaver_that_claims_it_left_is_caught() -> None:
     for seed in (2, 7):
         result = run_simulation(
             SimConfig("chandra-toueg", nodes=6, messages=200, seed=seed, faults=CUT_OFF_LEAVER),
-            stack_factory=_stack_of(ClaimsItLeft),
+            stack_factory=_stack_of(ClaimsItLeft, rejoin=False),
         )
         found += result.counts.get("AGREEMENT", 0) + result.counts.get("VALIDITY", 0)
     assert found > 0

@@ -20,8 +20,12 @@ and the state. The lowest old member of the new view sends it at once; every old
 keeps its copy until the joiner is known to have delivered past k, to answer the
 joiner's retries if the first welcome died with its sender.
 
+A removed node may ask again (abcast.consensus.lifecycle: a member cut off by a
+partition, or falsely suspected, comes back): it is proposed again only on its own
+request to this node, not on a member's forward, because a forward can be an old one —
+retransmitted across a partition that healed — of the ask that admitted it before.
+
 What it does not know: rounds, quorums, bodies or time (abcast.ordering.chandra_toueg).
-Node ids are not reused within a group: a node removed once is never proposed again.
 """
 
 from __future__ import annotations
@@ -75,17 +79,36 @@ class MembershipBook:
         self.node = node
         self.joiners: dict[NodeId, None] = {}  # asked to join, not yet added (in order)
         self.leavers: dict[NodeId, int] = {}  # asked to leave: their last broadcast seq
-        self.gone: set[NodeId] = set()  # removed from the group here: never re-added
+        self.gone: set[NodeId] = set()  # removed from the group here (re-added if it asks)
         self.welcomes: dict[NodeId, tuple[int, CtWelcome]] = {}  # joiner -> (k, welcome)
         self._cuts: dict[int, tuple[tuple[NodeId, int], ...]] = {}
         self._drafts: dict[int, _Draft] = {}
         self._tokens = 0
+        self._void: set[int] = set()  # snapshots asked for by an incarnation now over
+
+    def restart(self) -> None:
+        """This node comes back as a new incarnation: what the old one knew of requests
+        and welcomes is void (snapshots it asked for may still come back: ignored)."""
+        self._void.update(self._drafts)
+        self.joiners.clear()
+        self.leavers.clear()
+        self.gone.clear()
+        self.welcomes.clear()
+        self._cuts.clear()
+        self._drafts.clear()
 
     # -- requests ------------------------------------------------------------------------
-    def note_join(self, joiner: NodeId, members: tuple[NodeId, ...]) -> bool:
-        """Record a join request; True when it is new here (forward it then)."""
-        if joiner in members or joiner in self.gone or joiner in self.joiners:
+    def note_join(
+        self, joiner: NodeId, members: tuple[NodeId, ...], *, direct: bool = True
+    ) -> bool:
+        """Record a join request (`direct`: from the joiner itself, not forwarded);
+        True when it is new here (forward it then)."""
+        if joiner in members or joiner in self.joiners:
             return False
+        if joiner in self.gone:
+            if not direct:
+                return False
+            self.gone.discard(joiner)
         self.joiners[joiner] = None
         return True
 
@@ -158,6 +181,9 @@ class MembershipBook:
         """The snapshot for `token` arrived: keep a welcome for each joiner (with the
         `pending` bodies at or above the cut); return the ones to send now."""
         draft = self._drafts.pop(token, None)
+        if draft is None and token in self._void:
+            self._void.discard(token)
+            return []
         if draft is None:
             raise LocalProtocolError(f"{self.node} took no snapshot with token {token}")
         view = draft.view

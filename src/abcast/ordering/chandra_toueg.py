@@ -25,23 +25,21 @@ their broadcasts are decided) and add joiners (abcast.consensus.membership): eve
 changes view at that point of the order, so views are totally ordered with messages and
 virtual synchrony holds by construction — members that install v and v+1 delivered the
 same batches in v, and every message is delivered in the same view everywhere (not
-necessarily the one it was sent in: it may be decided after a view change). A joiner
-asks a contact (`CtJoin`, the next one every `join_retry_us`); where the batch adding it
-is delivered the old members snapshot the application (`TakeSnapshot`) and the lowest
-sends it a `CtWelcome` — view, state, cut — after which it delivers exactly what is
-ordered after that batch. A removed member delivers through the batch that removes
-it and lingers `linger_us` (its last `Decide` may still need retransmitting) before it
-installs a view without itself: a leaver departs there; a member removed without asking
-stops (the Isis rule). Bodies and decisions are collected once every member has
-delivered them (`stable`, piggybacked on proposals from the acks' `delivered`).
+necessarily the one it was sent in: it may be decided after a view change). What a
+node does about its own membership — joining through a contact and a `CtWelcome` (view,
+snapshot, cut), leaving, and being removed — lives in abcast.consensus.lifecycle. Bodies
+and decisions are collected once every member has delivered them (`stable`, piggybacked
+on proposals from the acks' `delivered`).
 
 Partitions: only a side with a majority of the membership decides; the other delivers
 nothing, and a side that suspects a majority proposes no removals. A partition shorter
-than the detector's timeout heals unnoticed; a longer one gets the minority removed, and
-its nodes stop once they hear of it. A leaver cut off that way was not let go: a leave is
-taken only with the leaver's last broadcast, so one removed before that (or excluded
-with no decision in sight, or whose last batches' bodies the group has collected) sets
-`cut_off` and the driver counts it removed, as the Isis rule has it, not departed.
+than the detector's timeout heals unnoticed; a longer one gets the minority removed.
+Its nodes hear of it once the partition heals (the decision, or a member's "not in my
+view") and, with `rejoin` (the default), ask to join again: the group admits them by
+consensus like any joiner, with a snapshot, and they send again their broadcasts it had
+not decided. A member falsely suspected (its packets lost or late) comes back the same
+way. Without `rejoin` they stop (the Isis rule). A member back is no longer suspected
+here: the detector watches it afresh.
 
 Claims integrity, validity, agreement, uniform agreement, fifo, total order and virtual
 synchrony with f < n/2 crashes. Failure-free and unbatched it costs 4(n−1) packets per
@@ -51,11 +49,18 @@ broadcast: data, propose, ack and decide, each n−1.
 from __future__ import annotations
 
 from collections import deque
-from typing import Final
 
 from abcast.codec import Packet
 from abcast.consensus.bodies import ANYONE, BodyStore
-from abcast.consensus.membership import EMPTY_BATCH, Batch, MembershipBook, apply_batch
+from abcast.consensus.lifecycle import (
+    DEPART,
+    FETCH,
+    GIVE_UP,
+    JOIN_RETRY,
+    NUDGE,
+    MemberLifecycle,
+)
+from abcast.consensus.membership import EMPTY_BATCH, Batch, apply_batch
 from abcast.consensus.messages import (
     Ack,
     Bodies,
@@ -82,10 +87,8 @@ from abcast.consensus.rounds import (
     propose,
 )
 from abcast.effects import (
-    CancelTimer,
     Deliver,
     Effect,
-    InstallState,
     InstallView,
     Multicast,
     Send,
@@ -107,53 +110,38 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import MsgId, NodeId, View, sorted_nodes
-from abcast.stack import Layer
 
 __all__ = ["EMPTY_BATCH", "Batch", "ChandraToueg"]
 
-JOIN_RETRY: Final = "join"
-DEPART: Final = "depart"
-NUDGE: Final = "nudge"
-GIVE_UP: Final = "give-up"  # a leaver told it was removed, still without the decision
 
-
-class ChandraToueg(Layer):
+class ChandraToueg(MemberLifecycle):
     name = "chandra-toueg"
     header_type = CtHeader
 
     def __init__(
         self, node: NodeId, batch: int | None = None, fetch_delay_us: int = 5_000,
         join_retry_us: int = 200_000, linger_us: int = 1_000_000, nudge_us: int = 500_000,
+        *, rejoin: bool = True,
     ) -> None:
-        super().__init__(node)
+        # `rejoin`: a member the group removed asks to join again (else it stops). On by
+        # default, unlike the sequencer core's knob: this ordering's only stack, the
+        # registry's, is open (detector and channel let a non-member's packets up), which
+        # is what a rejoin needs; the sequencer family gets it on from the registry.
+        super().__init__(node, join_retry_us, linger_us, rejoin)
         if batch is not None and batch < 1:
             raise LocalProtocolError("batch must be >= 1")
         self.max_batch = batch
         # A proposal can overtake the data it names (the channel does not order links):
         # wait this long for the bodies before asking for them.
         self.fetch_delay_us = fetch_delay_us
-        self.join_retry_us = join_retry_us
         self.fetch_retry_us = 40 * fetch_delay_us
-        self.linger_us = linger_us
         self.retain_us = 10 * linger_us
-        self._departing: View | None = None  # removed: the view to install when we go
-        self._give_up_armed = False
-        self.cut_off = False  # removed before our leave was decided (the driver reads it)
         self.nudge_us = nudge_us
-        self._nudge_for: tuple[int, int] | None = None  # (instance, round) of the armed nudge
-        self._now, self._fetch_armed = 0, False
-        self.view: View | None = None  # the view delivered so far (what the app sees)
-        self.members: tuple[NodeId, ...] = ()  # the view consensus runs in (may be ahead)
-        self.stopped = False
-        # membership: joining (until welcomed), leaving (until the view without us)
-        self.joining = False
-        self.leaving = False
-        self.book = MembershipBook(node)
-        self._contacts: tuple[NodeId, ...] = ()
-        self._queued: list[tuple[int, bytes]] = []  # broadcasts made while joining
-        self._leave_after_join = False
-        self._last_seq = 0  # the last seq this node broadcast
-        self.store = BodyStore(node)  # message bodies, kept until stable; fetches
+        self._suspects: set[NodeId] = set()
+        self._restart_consensus()
+
+    def _restart_consensus(self) -> None:
+        self.store = BodyStore(self.node)  # message bodies, kept until stable; fetches
         # consensus state for instance self.k
         self.k = 1
         self._round = 1
@@ -161,11 +149,12 @@ class ChandraToueg(Layer):
         self._ts = 0
         self._coord: Coordination | None = None
         self._adopt: PendingAdopt | None = None
-        self._later: dict[int, list[tuple[NodeId, object]]] = {}  # messages of later instances
+        self._later = {}  # messages of instances this node has not reached
         self.log = DecisionLog()  # decisions kept until stable, to answer stragglers
-        self._to_deliver: deque[DecidedBatch] = deque()
+        self._to_deliver = deque()
         self.delivered_upto = 0
-        self._suspects: set[NodeId] = set()
+        self._nudge_for: tuple[int, int] | None = None  # (instance, round) of the armed nudge
+        self._fetch_armed = False
 
     # -- introspection -------------------------------------------------------------------
     def bodies_held(self) -> int:
@@ -177,11 +166,6 @@ class ChandraToueg(Layer):
     @property
     def majority(self) -> int:
         return len(self.members) // 2 + 1
-
-    @property
-    def removed(self) -> bool:
-        """A decision this node has reached removed it (it delivers up to there only)."""
-        return not self.joining and self.node not in self.members
 
     # -- events --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
@@ -204,17 +188,12 @@ class ChandraToueg(Layer):
                 self._suspects.discard(node)
                 return []
             case Excluded(by, view_id) if self._excluded_by(by, view_id):
-                if self.leaving:  # the decision is likely on its way: give it time
-                    if self._give_up_armed:
-                        return []
-                    self._give_up_armed = True
-                    return [SetTimer(GIVE_UP, now + 2 * self.linger_us)]
-                return self._stop()  # consensus removed this node in an instance it missed
+                return self._on_excluded()  # removed in an instance this node missed
             case Excluded():
                 return []
-            case TimerFired("nudge"):
+            case TimerFired(key) if key == NUDGE:
                 return self._nudge() + self._settle()
-            case TimerFired("give-up"):
+            case TimerFired(key) if key == GIVE_UP:
                 return self._give_up()
             case JoinRequested(contacts):
                 return self._join(contacts, now)
@@ -223,15 +202,13 @@ class ChandraToueg(Layer):
             case SnapshotTaken(token, state):
                 welcomes = self.book.welcome(token, state, self.store.above)
                 return [Send(joiner, welcome) for joiner, welcome in welcomes]
-            case TimerFired("fetch"):
+            case TimerFired(key) if key == FETCH:
                 self._fetch_armed = False
                 return self._fetch_missing() + self._settle()
-            case TimerFired("join"):
+            case TimerFired(key) if key == JOIN_RETRY:
                 return self._ask_to_join(now)
-            case TimerFired("depart") if self._departing is not None:
-                self.stopped = True
-                self.view = self._departing
-                return [InstallView(self._departing)]
+            case TimerFired(key) if key == DEPART:
+                return self._depart()
             case TimerFired(_):
                 return []
             case _:
@@ -244,24 +221,16 @@ class ChandraToueg(Layer):
             self.view, self.members = view, view.members
         return []
 
-    def _excluded_by(self, by: NodeId, view_id: int) -> bool:
-        """Whether a member's "you are not in my view" means this node was removed: only
-        if that view is later than ours (an earlier one may predate our joining). A
-        leaver waits a while for the decision itself, to deliver everything before it."""
-        if self.joining or self.removed or self.view is None or by not in self.members:
-            return False
-        return view_id > self.view.view_id
-
     def _broadcast(self, seq: int, payload: bytes) -> list[Effect]:
         if self.view is None:
             raise LocalProtocolError(f"{self.name} on {self.node} has no view yet")
         if self.leaving:
             raise LocalProtocolError(f"{self.node} is leaving the group and cannot broadcast")
-        if self.removed:
+        self._last_seq = max(self._last_seq, seq)
+        if self.removed and not self.rejoin:
             self.cut_off = True  # removed: we stop in a moment, and this is lost with us
             return []
-        self._last_seq = max(self._last_seq, seq)
-        if self.joining:
+        if self.joining or self.removed:
             self._queued.append((seq, payload))  # multicast once the group has admitted us
             return []
         self.store.put(self.node, seq, payload)
@@ -281,89 +250,6 @@ class ChandraToueg(Layer):
             effects += self._progress()
             if self.k == k and self.k not in self._later:
                 break
-        return effects
-
-    # -- membership ----------------------------------------------------------------------
-    def _join(self, contacts: tuple[NodeId, ...], now: int) -> list[Effect]:
-        candidates = tuple(c for c in contacts if c != self.node)
-        if not candidates:
-            raise LocalProtocolError("join needs at least one contact other than this node")
-        fresh = self.k == 1 and self.store.empty() and not self.log
-        if self.joining or self.view is None or len(self.members) != 1 or not fresh:
-            raise LocalProtocolError(f"{self.node} cannot join now: it is in {self.view}")
-        self.joining = True
-        self._contacts = candidates
-        return self._ask_to_join(now)
-
-    def _ask_to_join(self, now: int) -> list[Effect]:
-        if not self.joining:
-            return []
-        # One contact at a time (it forwards the request to the others): fewer asks to
-        # contacts that may have gone, which the open channel retransmits for ever.
-        contact, *rest = self._contacts
-        self._contacts = (*rest, contact)
-        return [Send(contact, CtJoin(self.node)), SetTimer(JOIN_RETRY, now + self.join_retry_us)]
-
-    def _leave(self) -> list[Effect]:
-        if self.joining:
-            self._leave_after_join = True  # the group may already count on us: join first
-            return []
-        if self.leaving:
-            return []
-        if self.removed:  # removed before it asked: it cannot be let go any more
-            self.leaving = self.cut_off = True
-            return []
-        self.leaving = True
-        self.book.note_leave(self.node, self._last_seq)
-        others = tuple(m for m in self.members if m != self.node)
-        return [Multicast(others, CtLeave(self._last_seq))] if others else []
-
-    def _on_join(self, sender: NodeId, joiner: NodeId) -> list[Effect]:
-        if joiner in self.members:
-            kept = self.book.welcomes.get(joiner)  # a retry: the first welcome got lost
-            return [Send(joiner, kept[1])] if kept is not None and sender == joiner else []
-        if self.leaving or self.removed or not self.book.note_join(joiner, self.members):
-            return []
-        # Whoever coordinates next must know of it to propose it.
-        others = tuple(m for m in self.members if m not in (self.node, sender))
-        return [Multicast(others, CtJoin(joiner))] if others else []
-
-    def _receive_joining(self, sender: NodeId, header: object, inner: Packet) -> list[Effect]:
-        """Before the welcome: keep what the next instances will need, answer nothing."""
-        match header:
-            case CtWelcome():
-                return self._welcomed(sender, header) + self._settle()
-            case CtData(seq):
-                self.store.keep(sender, seq, inner.payload)
-            case Bodies(items):
-                for origin, seq, body in items:
-                    self.store.keep(origin, seq, body)
-            case Propose(k) | Ack(k) | Nack(k) | Estimate(k) | Decide(k):
-                self._later.setdefault(k, []).append((sender, header))
-        return []
-
-    def _welcomed(self, sender: NodeId, welcome: CtWelcome) -> list[Effect]:
-        view = View(welcome.view_id, tuple(welcome.members))
-        if self.node not in view.members or sender not in view.members:
-            raise RemoteProtocolError(f"{sender} welcomed {self.node} into {view}")
-        self.joining = False
-        self.view, self.members = view, view.members
-        k = welcome.k
-        self.k, self.delivered_upto = k + 1, k
-        self.log.start_at(k)
-        self.store.start_at(dict(welcome.decided))
-        for origin, seq, body in welcome.pending:
-            self.store.put(origin, seq, body)
-        self._later = {i: waiting for i, waiting in self._later.items() if i > k}
-        effects: list[Effect] = [CancelTimer(JOIN_RETRY), InstallState(welcome.state),
-                                 InstallView(view)]
-        others = tuple(m for m in self.members if m != self.node)
-        for seq, payload in self._queued:
-            self.store.put(self.node, seq, payload)
-            effects.append(Multicast(others, CtData(seq), Packet((), payload)))
-        self._queued.clear()
-        if self._leave_after_join:
-            effects += self._leave()
         return effects
 
     # -- receiving -----------------------------------------------------------------------
@@ -438,7 +324,7 @@ class ChandraToueg(Layer):
         if self._fetch_armed:
             return []
         self._fetch_armed = True
-        return [SetTimer("fetch", self._now + self.fetch_delay_us)]
+        return [SetTimer(FETCH, self._now + self.fetch_delay_us)]
 
     def _fetch_missing(self) -> list[Effect]:
         wanted: list[tuple[list[MsgId], NodeId]] = []
@@ -448,7 +334,7 @@ class ChandraToueg(Layer):
         effects = self.store.refetch(wanted, self.members, self._suspects)
         if self.store.fetching:
             self._fetch_armed = True
-            effects.append(SetTimer("fetch", self._now + self.fetch_retry_us))
+            effects.append(SetTimer(FETCH, self._now + self.fetch_retry_us))
         return effects
 
     # -- proposing -----------------------------------------------------------------------
@@ -632,13 +518,17 @@ class ChandraToueg(Layer):
         self.members = apply_batch(before, batch)
         for gone in before:
             if gone not in self.members:  # what it sent and we did not decide is dropped
-                self.store.drop_undecided(gone)
+                if gone != self.node:  # a rejoiner sends its own again
+                    self.store.drop_undecided(gone)
                 # ...and the decisions it may still lack are kept a while to remind it
                 self.log.retain(gone, self._now + self.retain_us)
         self.book.decided(k, batch, before, self.members, self.store.decided_next)
         for joiner in self.members:
             if joiner not in before:  # it starts from the state after instance k
                 self.log.note(joiner, k)
+                # A member removed as suspected and back: the detector watches it afresh
+                # (and says nothing of the old suspicion), so must this view of it.
+                self._suspects.discard(joiner)
         self._to_deliver.append(DecidedBatch(k, batch, source, before, self.members))
         self.k += 1
         self._round = 1
@@ -652,28 +542,6 @@ class ChandraToueg(Layer):
         if self.node in before and self.removed:
             self._give_up_armed = True
             effects.append(SetTimer(GIVE_UP, self._now + 2 * self.linger_us))
-        return effects
-
-    def _give_up(self) -> list[Effect]:
-        """Excluded while leaving and no decision came; or it did, but bodies it needs
-        were collected once the group stopped counting us: our last view's end is lost."""
-        if self._departing is not None:
-            return []  # delivered through the batch that removed us: DEPART follows
-        self.cut_off = self.leaving
-        return self._stop()
-
-    def _stop(self) -> list[Effect]:
-        """This node was removed in an instance it missed: deliver what it can of what
-        was decided, then install a view without itself (the driver stops a node that
-        is not in its own view)."""
-        effects = self._deliver_ready()
-        if self.stopped:
-            return effects
-        self.stopped = True
-        view = self.view
-        if view is not None and self.node in view.members:
-            self.view = View(view.view_id + 1, view.others(self.node))
-            effects.append(InstallView(self.view))
         return effects
 
     def _deliver_ready(self) -> list[Effect]:
@@ -694,15 +562,7 @@ class ChandraToueg(Layer):
         assert self.view is not None
         view = View(self.view.view_id + 1, decided.after)
         if self.node not in decided.after:
-            # Removed: linger a while before the view without us (the driver stops us
-            # there), so that the decision we may just have sent is retransmitted until
-            # it arrives, and stragglers asking about it get it.
-            self._departing = view
-            # A leave is taken only with the leaver's last broadcast (membership.py): with
-            # some undecided, it was removed as suspected and they are dropped.
-            own_undecided = self.store.decided_next.get(self.node, 1) <= self._last_seq
-            self.cut_off = self.cut_off or (self.leaving and own_undecided)
-            return [SetTimer(DEPART, self._now + self.linger_us)]
+            return self._left_out(view)  # abcast.consensus.lifecycle
         self.view = view
         effects: list[Effect] = [InstallView(view)]
         token = self.book.draft(decided.k, decided.before, self.view)
