@@ -98,6 +98,10 @@ def summary_lines(result: BenchResult) -> list[str]:
         lines.append(f"{curve.ordering:>14} n={curve.nodes}: saturation "
                      f"{_rate(curve.knee.saturation)} msg/s, knee at "
                      f"{_rate(curve.knee.offered)} offered")
+        lowest = min(curve.points, key=lambda p: p.offered, default=None)
+        if lowest is not None and lowest.p50_us is not None:
+            lines.append(f"{curve.ordering:>14} n={curve.nodes}: p50 {lowest.p50_us:,.0f} µs "
+                         f"at {_rate(lowest.offered)} msg/s offered (about one in flight)")
     for base in result.of(Phase.BASELINE):
         e = base.experiment
         p50 = base.figures.p50_us

@@ -136,7 +136,10 @@ def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]
              "Open loop, tracing off (production settings), tcp. Delivered: messages "
              "ordered per second, go → last delivery. The knee (◆) is the last offered "
              f"rate delivered at ≥ {TRACKING:.0%} before the curve falls behind; "
-             "saturation is the highest delivered rate.", ""]
+             "saturation is the highest delivered rate. Broadcasts made in one loop turn "
+             "leave as one batch, so past the knee each ordered message carries many. The "
+             "lowest offered rate keeps about one message in flight: its p50 is the latency "
+             "of a lone message.", ""]
     rows = []
     for c in curves:
         for p in c.points:
