@@ -48,6 +48,16 @@ _decode = msgspec.msgpack.Decoder(Batch).decode
 
 
 @dataclass(frozen=True, slots=True)
+class Packed:
+    """A batch leaving: messages `first`, `first + 1`, … with these payloads, and the
+    bytes the ordering carries for them."""
+
+    first: int
+    payloads: list[bytes]
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class BatchLimits:
     max_messages: int = DEFAULT_MAX_MESSAGES
     max_bytes: int = DEFAULT_MAX_BYTES
@@ -95,9 +105,9 @@ class Batcher:
         return (len(self._pending) >= limits.max_messages
                 or self._pending_bytes >= limits.max_bytes)
 
-    def take(self) -> bytes | None:
-        """The next batch to broadcast (encoded), or None when nothing is pending. Call
-        until None to send everything; each batch respects the limits."""
+    def take(self) -> Packed | None:
+        """The next batch to broadcast, or None when nothing is pending. Call until None
+        to send everything; each batch respects the limits."""
         pending = self._pending
         if not pending:
             return None
@@ -119,7 +129,7 @@ class Batcher:
             self._pending_bytes -= size
         first = self._first
         self._first += len(chosen)
-        return pack(first, chosen)
+        return Packed(first, chosen, pack(first, chosen))
 
 
 def pack(first: int, payloads: list[bytes]) -> bytes:

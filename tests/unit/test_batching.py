@@ -29,9 +29,11 @@ def test_batches_unpack_to_every_broadcast_once_in_order_within_the_limits(
     for turn in rounds:
         for payload in turn:
             sent.append((batcher.add(payload), payload))
-        while (data := batcher.take()) is not None:
+        while (packed := batcher.take()) is not None:
             core_seq += 1
-            batch = unpack(Deliver("n1", core_seq, data))
+            batch = unpack(Deliver("n1", core_seq, packed.data))
+            assert [d.payload for d in batch] == packed.payloads
+            assert batch[0].seq == packed.first
             sizes = [len(d.payload) for d in batch]
             assert 1 <= len(batch) <= lim.max_messages
             # over the byte limit only when one payload alone exceeds it

@@ -4,7 +4,7 @@ Rules: this is the real-time twin of the simulator's `SimNode` (abcast.sim.clust
 turns `Transmit` into transport sends (through its `Node`), `SetTimer`/`CancelTimer` into
 loop timers (`SetTimer.at` is absolute µs on the node's monotonic clock), and
 `Deliver`/`InstallView` into trace rows and application deliveries, writing the same
-rows as the simulator: a `send` row before each broadcast with `deps` taken from this
+rows as the simulator: a `send` row per message as it leaves with `deps` taken from this
 node's delivered prefixes, a `deliver`/`opt_deliver` row per delivery, a `view` row per
 installed view, all with t_ns = time.time_ns(). `receive` raises RemoteProtocolError
 (DecodeError included) before carrying out anything, so the caller can drop the link
@@ -27,9 +27,9 @@ Batching (abcast.batching): `broadcast` queues the payload and numbers it at onc
 queued broadcasts leave as one ordered message at the end of the loop turn (`call_soon`),
 or earlier when the batch is full, and every member unpacks a delivered batch into one
 delivery per message. A burst of broadcasts in one turn therefore costs the ordering one
-message, and a lone broadcast waits for nothing. `join`, `leave` and `flush` send what is
-queued first. A batch that does not unpack is logged and skipped — every member skips it
-alike, so their sequences stay equal.
+message, and a lone broadcast waits for nothing. `join`, `leave` and `close` send what
+is queued first; `send` rows are written when a batch leaves. A batch that does not
+unpack is logged and skipped — every member skips it alike, so their sequences stay equal.
 """
 
 from __future__ import annotations
@@ -152,13 +152,6 @@ class GroupDriver:
             raise LocalProtocolError(f"group {self.name!r} is not running on {self.host.id}")
         batcher = self._batcher
         seq = batcher.add(payload)
-        recorder = self.host.recorder
-        if recorder is not None:
-            node = self.stack.node
-            recorder.record(
-                node, "send", time.time_ns(), origin=node, seq=seq, group=self.name,
-                size=len(payload), view_id=self.view_id, deps=self.prefix.deps(node),
-            )
         if batcher.full:
             self.flush()
         elif not self._flush_scheduled:
@@ -167,13 +160,25 @@ class GroupDriver:
         return seq
 
     def flush(self) -> None:
-        """Hand every queued broadcast to the ordering now."""
+        """Hand every queued broadcast to the ordering now.
+
+        The `send` rows are written here, not in `broadcast`: frames handled between the
+        two may deliver messages or install a view, and a message's row must name the
+        view it was really sent in and the deliveries it really follows."""
         batcher, stack, clock = self._batcher, self.stack, self.host.clock
         while not self.closed:
             batch = batcher.take()
             if batch is None:
                 return
-            _, outputs = stack.broadcast(batch, clock.now_us())
+            recorder = self.host.recorder
+            if recorder is not None:
+                node, view_id = stack.node, self.view_id
+                deps, now_ns = self.prefix.deps(node), time.time_ns()
+                for seq, payload in enumerate(batch.payloads, batch.first):
+                    recorder.record(node, "send", now_ns, origin=node, seq=seq,
+                                    group=self.name, size=len(payload), view_id=view_id,
+                                    deps=deps)
+            _, outputs = stack.broadcast(batch.data, clock.now_us())
             self._apply(outputs)
 
     def _flush_soon(self) -> None:
