@@ -73,22 +73,34 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
             if (q, m) not in delivered_by and any(owed(q, d) for d in sources):
                 counts[code] += 1
 
-    def admission(q: str, g: str | None) -> int | None:
-        """The first view row after q's last crash row (else its first view row), not
-        counting a first row that lists q alone."""
-        crashes = [r.t_ns for r in rows if r.kind == "crash" and r.node == q]
-        views = [r for r in rows if r.kind == "view" and r.node == q and r.group == g
-                 and r.view_id is not None]
-        later = [r for r in views if not crashes or r.t_ns > max(crashes)]
-        chosen = sorted(later or views, key=lambda r: r.t_ns)
-        if chosen and chosen[0].members is not None and set(chosen[0].members) == {q}:
-            chosen = chosen[1:]
-        return chosen[0].view_id if chosen else None
+    def start(q: str, t: int) -> int | None:
+        """The t_ns of the recover row that began q's incarnation at t (None: the first)."""
+        recovers = [r.t_ns for r in rows if r.kind == "recover" and r.node == q and r.t_ns <= t]
+        return max(recovers) if recovers else None
 
-    def snapshot_top(q: str, g: str | None, o: str) -> int:
-        """The highest s with o#1..s each delivered (by anyone) in a view older than q's
-        admission view."""
-        admitted = admission(q, g)
+    def own_admission(q: str, g: str | None, s: int | None) -> int | None:
+        """The first view row of q's incarnation begun at s, not counting a first row
+        that lists q alone."""
+        views = sorted((r for r in rows if r.kind == "view" and r.node == q and r.group == g
+                        and r.view_id is not None and start(q, r.t_ns) == s),
+                       key=lambda r: r.t_ns)
+        if views and views[0].members is not None and set(views[0].members) == {q}:
+            views = views[1:]
+        return views[0].view_id if views else None
+
+    def admission(q: str, g: str | None, t: int) -> int | None:
+        """Of q's incarnation at t, else of the latest earlier one that has one."""
+        starts = [None, *sorted(r.t_ns for r in rows if r.kind == "recover" and r.node == q)]
+        for candidate in reversed(starts[: starts.index(start(q, t)) + 1]):
+            found = own_admission(q, g, candidate)
+            if found is not None:
+                return found
+        return None
+
+    def snapshot_top(q: str, g: str | None, o: str, t: int) -> int:
+        """The highest s with o#1..s each delivered (by anyone) in a view older than the
+        admission view of q's incarnation at t."""
+        admitted = admission(q, g, t)
         if admitted is None:
             return 0
         top = 0
@@ -106,9 +118,16 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
                     continue
                 counts[FIFO_ORDER] += sum(1 for a, b in pairwise(seqs) if b < a)
                 present = set(seqs)
+                stream = [r for r in mine if r.group == g and r.origin == o]
+
+                def judged_at(s: int, stream: list[EventRow] = stream) -> int:
+                    """t_ns of q's first delivery of the seq just above the hole s."""
+                    above = min(msg(r)[2] for r in stream if msg(r)[2] > s)
+                    return next(r.t_ns for r in stream if msg(r)[2] == above)
+
                 counts[FIFO_ORDER] += sum(
                     1 for s in range(min(present) + 1, max(present))
-                    if s not in present and s > snapshot_top(q, g, o))
+                    if s not in present and s > snapshot_top(q, g, o, judged_at(s)))
 
     causal_units: set[tuple[str, Msg, str]] = set()
     for d in dels:
@@ -125,7 +144,9 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
                 continue
             q_seqs = [msg(r)[2] for r in dels
                       if r.node == q and r.group == grp and r.origin == o2]
-            base = max(min(q_seqs) - 1 if q_seqs else 0, snapshot_top(q, grp, o2))
+            first = min((r for r in dels if r.node == q and msg(r) == m),
+                        key=lambda r: (r.index or 0, r.t_ns))
+            base = max(min(q_seqs) - 1 if q_seqs else 0, snapshot_top(q, grp, o2, first.t_ns))
             before = {msg(r)[2] for r in dels if r.node == q and r.group == grp and r.origin == o2
                       and (r.index or 0) < i}
             if k > base and any(j not in before for j in range(base + 1, k + 1)):
@@ -239,6 +260,7 @@ def messy_traces(draw: st.DrawFn) -> list[EventRow]:
         st.tuples(st.just("opt_deliver"), st.sampled_from(NODES), ids, st.none()),
         st.tuples(st.just("view"), st.sampled_from(NODES), ids, st.sampled_from((0, 1, 2, 3))),
         st.tuples(st.just("crash"), st.sampled_from(NODES), ids, st.none()),
+        st.tuples(st.just("recover"), st.sampled_from(NODES), ids, st.none()),
     )
     for kind, node, (g, o, s), view in draw(st.lists(events, min_size=15, max_size=60)):
         t += 1
@@ -249,7 +271,7 @@ def messy_traces(draw: st.DrawFn) -> list[EventRow]:
             rec.record(node, "view", t, group=g, view_id=view,
                        members=(node,) if members == ("self",) else members)
         else:
-            rec.record(node, "crash", t)
+            rec.record(node, kind, t)
     return rec.rows()
 
 

@@ -17,12 +17,14 @@ that does not conform are walked, and those exactly as docs/checks.md says.
 
 A joiner's snapshot (docs/checks.md, "Joiners and rejoined nodes") enters only through
 `TraceTables.snapshots`, which exists only when some node can hold a snapshot: without
-it FIFO and causal order run the plain plan, join for join.
+it FIFO and causal order run the plain plan, join for join. A node holds one snapshot
+per incarnation (its `recover` rows begin new ones); a row is judged with the one the
+node held at the row's t_ns (`_governing_snapshot`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from abcast.pipeline.checks import (
     MESSAGE_KEY,
@@ -46,6 +48,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from abcast.pipeline.tables import TraceTables
+
+
+# `since` is null for what a node did without a snapshot: a key of its own in joins
+_NULL_SAFE: Final = ("group", "since")
 
 
 # ---------------------------------------------------------------- integrity
@@ -99,17 +105,19 @@ def fifo_order(t: TraceTables) -> DataFrame:
     # A regular stream's seqs only increase: its holes are the gaps between neighbours.
     regular = join_on(d, F.broadcast(t.irregular.select(*STREAM)), [(k, k) for k in STREAM],
                       "left_anti")
+    # Each gap ends at the node's first delivery of the seq above it (its t_ns places it
+    # in an incarnation).
     regular_gaps = regular.where(F.col("seq") - F.col("prev_seq") > 1).select(
-        *STREAM_KEY, "lane", F.col("prev_seq").alias("below"), "seq")
+        *STREAM_KEY, "lane", F.col("prev_seq").alias("below"), "seq", "t_ns")
     irregular_gaps = (t.irregular_deliveries
                       .where(F.col("first") & (F.col("seq") - F.col("below") > 1))
-                      .select(*STREAM_KEY, "lane", "below", "seq"))
+                      .select(*STREAM_KEY, "lane", "below", "seq", "t_ns"))
     holes = regular_gaps.unionByName(irregular_gaps).select(
-        *STREAM_KEY, "lane", F.explode(F.sequence(F.col("below") + 1, F.col("seq") - 1))
-        .alias("missing"))
-    if t.snapshots is not None:  # a joiner's snapshot fills the holes up to its top
-        holes = join_on(holes, F.broadcast(t.snapshots), [(k, k) for k in STREAM], "left"
-                        ).where(F.col("snap").isNull() | (F.col("missing") > F.col("snap")))
+        *STREAM_KEY, "lane", "t_ns",
+        F.explode(F.sequence(F.col("below") + 1, F.col("seq") - 1)).alias("missing"))
+    if t.snapshots is not None:  # that incarnation's snapshot fills the holes up to its top
+        holes = _governing_snapshot(holes, t.snapshots, "origin").where(
+            F.col("snap").isNull() | (F.col("missing") > F.col("snap")))
     hole_rows = violations(
         holes, FIFO_ORDER, F.array("node"), F.array(msg("origin", "missing")), no_positions(),
         F.format_string("%s delivered seqs of %s around %d but never %s", F.col("node"),
@@ -133,29 +141,47 @@ def _bounds(deps: Column, origin: Column, seq: Column) -> Column:
                                                  e["value"].cast("bigint").alias("k")))
 
 
+def _governing_snapshot(frame: DataFrame, snapshots: DataFrame, origin: str) -> DataFrame:
+    """`frame` (with lane, t_ns and an origin column) with `since` and `snap` of the
+    snapshot the node held at t_ns for that origin's stream (`tables.snapshot_tops`; both
+    null when it held none). One row per row of `frame`: a stream's intervals are
+    disjoint."""
+    from pyspark.sql import functions as F
+
+    snaps = snapshots.select(*[F.col(c).alias(f"__s_{c}") for c in snapshots.columns])
+    t_ns = F.col("t_ns")
+    during = ((F.col("lane") == F.col("__s_lane")) & (F.col(origin) == F.col("__s_origin"))
+              & (F.col("__s_since") <= t_ns)
+              & (F.col("__s_until").isNull() | (t_ns < F.col("__s_until"))))
+    return frame.join(F.broadcast(snaps), during, "left").select(
+        *[F.col(f"`{c}`") for c in frame.columns], F.col("__s_since").alias("since"),
+        F.col("__s_snap").alias("snap"))
+
+
 def _reach(first: DataFrame, snapshots: DataFrame | None) -> DataFrame:
-    """Per first delivery of (node, group, origin o', seq j) above `base` (lowest seq of
-    o' the node delivers, minus one, raised to the node's snapshot top): `base`,
+    """Per first delivery of (node, group, origin o', seq j) above `base`, for each
+    snapshot the node held of o' (`since`: null for none, base = the lowest seq of o' the
+    node delivers, minus one; else base raised to that snapshot's top): `base`,
     `first_missing` (lowest seq above base it never delivers) and `latest`:
     struct<index, seq> of the latest-delivered seq among base+1..j (only meaningful while
     j < first_missing)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    stream = Window.partitionBy(*STREAM)
+    lowest = F.min("seq").over(Window.partitionBy(*STREAM)) - 1
+    plain = first.select(*STREAM, "seq", "index", F.lit(None).cast("bigint").alias("since"),
+                         lowest.alias("base"))
+    source = plain
+    if snapshots is not None:  # seqs up to a snapshot's top are not looked at under it
+        tops = F.broadcast(snapshots.select(*STREAM, "since", "snap"))
+        copies = join_on(plain.drop("since"), tops, [(k, k) for k in STREAM])
+        source = plain.unionByName(copies.select(
+            *STREAM, "seq", "index", "since", F.greatest("base", "snap").alias("base")
+        ).where(F.col("seq") > F.col("base")))
+    stream = Window.partitionBy(*STREAM, "since")
     by_seq = stream.orderBy("seq")
     upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    base = F.min("seq").over(stream) - 1
-    source = first
-    if snapshots is not None:  # seqs up to the snapshot top are not looked at
-        with_snap = join_on(first.select(*STREAM, "seq", "index"), F.broadcast(snapshots),
-                            [(k, k) for k in STREAM], "left")
-        source = with_snap.select(
-            *STREAM, "seq", "index",
-            F.greatest(base, F.coalesce(F.col("snap"), F.lit(0))).alias("base")
-        ).where(F.col("seq") > F.col("base"))
-        base = F.col("base")
-    ranked = source.select(*STREAM, "seq", "index", base.alias("base"),
+    ranked = source.select(*STREAM, "since", "seq", "index", "base",
                            F.row_number().over(by_seq).alias("rank_in_stream"),
                            F.max(F.struct("index", "seq")).over(upto).alias("latest"))
     contiguous = (F.col("seq") - F.col("base")) == F.col("rank_in_stream")
@@ -165,32 +191,36 @@ def _reach(first: DataFrame, snapshots: DataFrame | None) -> DataFrame:
 
 def causal_order(t: TraceTables) -> DataFrame:
     """CAUSAL_ORDER: one row per (node q, message m, predecessor origin o') where q's
-    first delivery of m comes before q delivered all of o''s messages base+1..k."""
+    first delivery of m comes before q delivered all of o''s messages base+1..k (base
+    raised to the top of the snapshot q held of o' then, if any)."""
     from pyspark.sql import functions as F
 
     first = t.first
-    units = (first.select(*STREAM_KEY, "lane", "seq", "index",
+    units = (first.select(*STREAM_KEY, "lane", "seq", "index", "t_ns",
                           F.explode(_bounds(F.col("deps"), F.col("origin"), F.col("seq")))
                           .alias("b"))
-             .select(*STREAM_KEY, "lane", "seq", "index", F.col("b.pred").alias("pred"),
+             .select(*STREAM_KEY, "lane", "seq", "index", "t_ns", F.col("b.pred").alias("pred"),
                      F.col("b.k").alias("k"))
              .where(F.col("k") >= 1))
     reach = _reach(first, t.snapshots)
-    summary = reach.select(*STREAM, "base", "first_missing").dropDuplicates(list(STREAM))
+    # A unit reads the reach kept for the snapshot q held of o' when it delivered m.
     pred_stream = [("lane", "lane"), ("pred", "origin")]
-    # Without deliveries above it, a stream's base is the node's snapshot top (or 0).
-    floor: Column = F.lit(0)
+    floor: Column = F.lit(0)  # a stream's base without deliveries above it
     if t.snapshots is not None:
-        units = join_on(units, F.broadcast(t.snapshots.withColumnRenamed("snap", "floor")),
-                        pred_stream, "left")
+        units = _governing_snapshot(units, t.snapshots, "pred").withColumnRenamed(
+            "snap", "floor")
         floor = F.coalesce(F.col("floor"), F.lit(0))
-    with_summary = join_on(units, summary, pred_stream, "left").select(
+        pred_stream.append(("since", "since"))
+    keys = [b for _, b in pred_stream]
+    summary = reach.select(*keys, "base", "first_missing").dropDuplicates(keys)
+    with_summary = join_on(units, summary, pred_stream, "left", null_safe=_NULL_SAFE).select(
         *units.columns, F.coalesce(F.col("base"), floor).alias("base"),
         F.coalesce(F.col("first_missing"), floor + 1).alias("first_missing"))
     relevant = with_summary.where(F.col("k") > F.col("base")).withColumn(
         "probe", F.least(F.col("k"), F.col("first_missing") - 1))
-    probes = reach.select(*STREAM, F.col("seq").alias("probe_seq"), "latest")
-    looked_up = join_on(relevant, probes, [*pred_stream, ("probe", "probe_seq")], "left")
+    probes = reach.select(*keys, F.col("seq").alias("probe_seq"), "latest")
+    looked_up = join_on(relevant, probes, [*pred_stream, ("probe", "probe_seq")], "left",
+                        null_safe=_NULL_SAFE)
     late = F.coalesce(F.col("latest")["index"] >= F.col("index"), F.lit(False))
     found = looked_up.where((F.col("k") >= F.col("first_missing")) | late)
     # The counterexample predecessor: one q delivered too late, else the first it never did.

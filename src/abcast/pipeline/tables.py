@@ -17,8 +17,9 @@ is shuffled twice, sorted twice, and never collected:
   order (previous seq, highest seq so far). Windows key on the lane (an int), not on
   strings, and never re-shuffle.
 - `snapshots` (only when some node installed a view later than deliveries happened in):
-  per (lane, origin) the top of the prefix a joiner received as state instead of
-  deliveries (FIFO and causal order read it).
+  per (lane, origin) and incarnation of the node (a time interval: `recover` rows begin
+  incarnations) the top of the prefix it received as state instead of deliveries (FIFO
+  and causal order read it).
 - `notable`: the few deliveries that break a stream's rising seqs or were never sent;
   `irregular` streams (a repeated or late seq), the only ones whose first deliveries
   need a second look (`irregular_rows`, `first_copies`); `nonconforming` nodes, whose
@@ -496,11 +497,18 @@ def snapshots_possible(context: DataFrame) -> bool:
     return bool(later.take(1))
 
 
+#: `since` of a node's first incarnation (the later ones begin at its `recover` rows)
+FIRST_INCARNATION: Final = -(2**63)
+
+
 def admission_views(events: DataFrame) -> DataFrame:
-    """(run_id, group, node) -> `admitted`: the view the node was last admitted in
-    (docs/checks.md, "Joiners and rejoined nodes"): its first view row after its last
-    crash row (all its view rows when none follows one), in t_ns order, not counting a
-    private start (a first row listing the node alone)."""
+    """(run_id, group, node, `since`) -> `until`, `admitted`: per incarnation of the node
+    with an admission view J (docs/checks.md, "Joiners and rejoined nodes": its first view
+    row in t_ns order, not counting a private start, a first row listing the node alone).
+    The node's `recover` rows begin incarnations: `since` is the t_ns of the one that
+    began it (FIRST_INCARNATION: none), `until` the next entry's `since` (null: none), so
+    one without a J keeps the one before it's: a row at t_ns is governed by the entry
+    with since <= t_ns < until."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -508,21 +516,24 @@ def admission_views(events: DataFrame) -> DataFrame:
                else F.lit(None).cast("array<string>"))
     views = events.where((F.col("kind") == "view") & F.col("view_id").isNotNull()).select(
         "run_id", "group", "node", "t_ns", "view_id", members.alias("members"))
-    crashes = (events.where(F.col("kind") == "crash").groupBy("run_id", "node")
-               .agg(F.max("t_ns").alias("last_crash")))
-    cut = join_on(views, F.broadcast(crashes), [("run_id", "run_id"), ("node", "node")],
-                  "left")
-    after = F.col("last_crash").isNull() | (F.col("t_ns") > F.col("last_crash"))
-    lane = Window.partitionBy("run_id", "group", "node")
-    kept = (cut.select("*", after.alias("after"),
-                       F.max(after.cast("int")).over(lane).alias("any_after"))
-            .where(F.col("after") | (F.col("any_after") == 0)))
-    ranked = kept.select("*", F.row_number().over(lane.orderBy("t_ns")).alias("rank"))
+    recovers = (events.where(F.col("kind") == "recover").groupBy("run_id", "node")
+                .agg(F.collect_list("t_ns").alias("recovers")))
+    placed = join_on(views, F.broadcast(recovers), [("run_id", "run_id"), ("node", "node")],
+                     "left")
+    since = F.coalesce(F.array_max(F.filter(F.col("recovers"), lambda r: r <= F.col("t_ns"))),
+                       F.lit(FIRST_INCARNATION).cast("bigint"))
+    incarnation = Window.partitionBy("run_id", "group", "node", "since")
+    ranked = (placed.select("run_id", "group", "node", "t_ns", "view_id", "members",
+                            since.alias("since"))
+              .select("*", F.row_number().over(incarnation.orderBy("t_ns")).alias("rank")))
     private = ((F.col("rank") == 1) & F.col("members").isNotNull()
                & (F.array_distinct(F.col("members")) == F.array(F.col("node"))))
-    return (ranked.where(~F.coalesce(private, F.lit(False)))
-            .groupBy("run_id", "group", "node")
-            .agg(F.min_by("view_id", F.struct("t_ns", "rank")).alias("admitted")))
+    admitted = (ranked.where(~F.coalesce(private, F.lit(False)))
+                .groupBy("run_id", "group", "node", "since")
+                .agg(F.min_by("view_id", F.struct("t_ns", "rank")).alias("admitted")))
+    later = Window.partitionBy("run_id", "group", "node").orderBy("since")
+    return admitted.select("run_id", "group", "node", "since",
+                           F.lead("since").over(later).alias("until"), "admitted")
 
 
 def prefix_views(rows: DataFrame) -> DataFrame:
@@ -545,9 +556,10 @@ def prefix_views(rows: DataFrame) -> DataFrame:
 
 
 def snapshot_tops(events: DataFrame, rows: DataFrame, context_rows: DataFrame) -> DataFrame:
-    """(lane, origin) -> `snap` (> 0): the top of the node's snapshot of that origin's
-    stream in that group, the highest s such that o#1..s were all delivered in views
-    older than the node's admission view. Lanes without a snapshot have no row."""
+    """(lane, origin, `since`) -> `until`, `snap` (> 0): the top of the node's snapshot of
+    that stream from `since` until `until` (`admission_views`), the highest s such that
+    o#1..s were all delivered in views older than the admission view it then had. No
+    row: no snapshot; a row at t_ns is judged with the one where since <= t_ns < until."""
     from pyspark.sql import functions as F
 
     lanes = context_rows.select("run_id", "group", "node", "lane").distinct()
@@ -555,7 +567,7 @@ def snapshot_tops(events: DataFrame, rows: DataFrame, context_rows: DataFrame) -
         ("run_id", "run_id"), ("group", "group"), ("node", "node")])
     covered = join_on(admitted, prefix_views(rows), [("run_id", "run_id"), ("group", "group")]
                       ).where(F.col("prefix_view") < F.col("admitted"))
-    return covered.groupBy("lane", "origin").agg(F.max("top").alias("snap"))
+    return covered.groupBy("lane", "origin", "since", "until").agg(F.max("top").alias("snap"))
 
 
 # ---------------------------------------------------------------- the bundle
@@ -583,8 +595,9 @@ class TraceTables:
     #: None: abcast.pipeline.checks_views derives them on use
     views: DataFrame | None = None
     view_messages: DataFrame | None = None
-    #: `snapshot_tops` (lane, origin) -> snap; None when `snapshots_possible` says no
-    #: node can hold one (FIFO and causal order then take their plain path)
+    #: `snapshot_tops` (lane, origin, since) -> until, snap; None when
+    #: `snapshots_possible` says no node can hold one (FIFO and causal order then take
+    #: their plain path)
     snapshots: DataFrame | None = None
 
     @property

@@ -8,14 +8,16 @@ skipped: a `send`, `deliver` or `opt_deliver` row without origin or seq, a `deli
 without index, a `view` row without view_id (for who-installed-which-view; it still
 tells that its group has views). `group` is
 compared as a plain value, so rows with a null group form one group of their own. A
-node's snapshot (docs/checks.md, "Joiners and rejoined nodes") is indexed here too: its
-admission view, and per origin the top of the prefix the group delivered before it. This
-module decides no violation; abcast.testing.checks and checks_views do.
+node's snapshots (docs/checks.md, "Joiners and rejoined nodes") are indexed here too: its
+incarnations (delimited by its `recover` rows), the admission view of each, and per origin
+the top of the prefix the group delivered before it; a delivery is judged with the
+snapshot of the incarnation it was written in. This module decides no violation;
+abcast.testing.checks and checks_views do.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,6 +30,8 @@ from abcast.trace.rows import EventRow
 MessageKey = tuple[str | None, str, int]
 #: (group, origin): one origin's stream of messages in one group
 StreamKey = tuple[str | None, str]
+#: where a node's first incarnation begins (the later ones begin at its `recover` rows)
+FIRST_INCARNATION = -(2**63)
 
 
 def node_order(node: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
@@ -59,14 +63,17 @@ class Delivery:
     message: MessageKey
     position: int
     view_id: int | None
+    #: when it was written: places it in one of the node's incarnations
+    t_ns: int
 
 
 class Reach:
     """For one node q and one stream (group, o'): by which position q had delivered all of
     o's messages base+1..j, for each j (docs/checks.md, CAUSAL_ORDER).
 
-    `base` is the lowest seq q delivers from the stream, minus one, raised to q's snapshot
-    top (`RunFacts.snapshot_top`) when that is higher. Positions are first deliveries;
+    `base` is the lowest seq q delivers from the stream, minus one, raised to the top of
+    the snapshot it is judged with (`RunFacts.snapshot_top`: the one of the incarnation
+    of the delivery asking) when that is higher. Positions are first deliveries;
     the running maximum over seqs base+1, base+2, … stops at the first hole, beyond
     which the answer is "never".
     """
@@ -101,6 +108,8 @@ class RunFacts:
     def __init__(self, run_id: str, rows: Iterable[EventRow]) -> None:
         self.run_id = run_id
         self.rows = list(rows)
+        # filled on demand: one per (node, stream, snapshot top) a check asks for
+        self._reaches: dict[tuple[str, StreamKey, int], Reach | None] = {}
 
     # ------------------------------------------------------------------ nodes
 
@@ -143,7 +152,7 @@ class RunFacts:
         for r in self.rows:
             if r.kind != "deliver" or r.origin is None or r.seq is None or r.index is None:
                 continue
-            d = Delivery(r.node, (r.group, r.origin, r.seq), r.index, r.view_id)
+            d = Delivery(r.node, (r.group, r.origin, r.seq), r.index, r.view_id, r.t_ns)
             keyed.setdefault(r.node, []).append((r.index, r.t_ns, d))
         out: dict[str, list[Delivery]] = {}
         for node in sorted(keyed, key=node_order):
@@ -164,6 +173,18 @@ class RunFacts:
         return out
 
     @cached_property
+    def _first_times(self) -> dict[tuple[str, MessageKey], int]:
+        """(node, message) -> t_ns of the node's first delivery of it."""
+        out: dict[tuple[str, MessageKey], int] = {}
+        for node, deliveries in self.deliveries.items():
+            for d in deliveries:
+                out.setdefault((node, d.message), d.t_ns)
+        return out
+
+    def first_delivery_t(self, node: str, message: MessageKey) -> int:
+        return self._first_times[(node, message)]
+
+    @cached_property
     def deliverers(self) -> dict[MessageKey, list[Delivery]]:
         """message → its deliveries by any node (node order, then position)."""
         out: dict[MessageKey, list[Delivery]] = {}
@@ -182,48 +203,80 @@ class RunFacts:
                 mine.setdefault(d.message, d.position)
         return out
 
-    def reach(self, node: str, stream: StreamKey) -> Reach | None:
-        """The node's Reach for a stream, or None when it neither delivers anything from
-        it nor holds any of it in a snapshot."""
-        return self._reaches.get((node, stream))
+    def reach(self, node: str, stream: StreamKey, snapshot_top: int = 0) -> Reach | None:
+        """The node's Reach for a stream, judged with a snapshot of that top (the one of
+        the incarnation asking), or None when it neither delivers anything from the
+        stream nor holds any of it in that snapshot."""
+        key = (node, stream, snapshot_top)
+        if key not in self._reaches:
+            first = self._first_seq_positions.get((node, stream))
+            self._reaches[key] = (None if first is None and snapshot_top == 0
+                                  else Reach(first or {}, snapshot_top))
+        return self._reaches[key]
 
     @cached_property
-    def _reaches(self) -> dict[tuple[str, StreamKey], Reach]:
+    def _first_seq_positions(self) -> dict[tuple[str, StreamKey], dict[int, int]]:
+        """(node, stream) -> seq -> the node's first position of it."""
         firsts: dict[tuple[str, StreamKey], dict[int, int]] = {}
         for node, by_message in self.positions.items():
             for (group, origin, seq), positions in by_message.items():
                 firsts.setdefault((node, (group, origin)), {})[seq] = positions[0]
-        for key in self.snapshot_tops:
-            firsts.setdefault(key, {})
-        return {key: Reach(first, self.snapshot_top(*key)) for key, first in firsts.items()}
+        return firsts
 
     # ------------------------------------------------------------------ snapshots
 
     @cached_property
-    def admission_views(self) -> dict[tuple[str, str | None], int]:
-        """(node, group) -> J, the view the node was last admitted in (docs/checks.md,
-        "Joiners and rejoined nodes"): its first `view` row after its last `crash` row
-        (all its view rows when none follows one), in t_ns order, not counting a private
-        start (a first row listing the node alone)."""
-        last_crash: dict[str, int] = {}
+    def recoveries(self) -> dict[str, list[int]]:
+        """node -> the t_ns of its `recover` rows, ascending: where each incarnation after
+        its first begins (a row at or after one belongs to the incarnation it begins)."""
+        out: dict[str, list[int]] = {}
         for r in self.rows:
-            if r.kind == "crash" and r.t_ns > last_crash.get(r.node, r.t_ns - 1):
-                last_crash[r.node] = r.t_ns
-        keyed: dict[tuple[str, str | None], list[EventRow]] = {}
+            if r.kind == "recover":
+                out.setdefault(r.node, []).append(r.t_ns)
+        return {node: sorted(times) for node, times in out.items()}
+
+    def incarnation_start(self, node: str, t_ns: int) -> int:
+        """The t_ns of the `recover` row that began the node's incarnation holding time
+        t_ns, or FIRST_INCARNATION for its first incarnation."""
+        starts = self.recoveries.get(node, [])
+        k = bisect_right(starts, t_ns)
+        return starts[k - 1] if k else FIRST_INCARNATION
+
+    @cached_property
+    def admissions(self) -> dict[tuple[str, str | None], tuple[list[int], list[int]]]:
+        """(node, group) -> (starts, views): the incarnations that have an admission view
+        (docs/checks.md, "Joiners and rejoined nodes"), in time order: where each began
+        (`incarnation_start`) and its admission view J, the view_id of its first `view`
+        row in that incarnation, in t_ns order, not counting a private start (a first
+        row listing the node alone)."""
+        keyed: dict[tuple[str, str | None, int], list[EventRow]] = {}
         for r in self.rows:
             if r.kind == "view" and r.view_id is not None:
-                keyed.setdefault((r.node, r.group), []).append(r)
-        out: dict[tuple[str, str | None], int] = {}
-        for (node, group), views in keyed.items():
-            crashed_at = last_crash.get(node)
-            later = [r for r in views if crashed_at is None or r.t_ns > crashed_at]
-            chosen = sorted(later or views, key=lambda r: r.t_ns)
-            first = chosen[0]
+                start = self.incarnation_start(r.node, r.t_ns)
+                keyed.setdefault((r.node, r.group, start), []).append(r)
+        chosen: dict[tuple[str, str | None], list[tuple[int, int]]] = {}
+        for (node, group, start), views in keyed.items():
+            ordered = sorted(views, key=lambda r: r.t_ns)
+            first = ordered[0]
             if first.members is not None and set(first.members) == {node}:
-                chosen = chosen[1:]
-            if chosen and chosen[0].view_id is not None:
-                out[(node, group)] = chosen[0].view_id
+                ordered = ordered[1:]
+            if ordered and ordered[0].view_id is not None:
+                chosen.setdefault((node, group), []).append((start, ordered[0].view_id))
+        out: dict[tuple[str, str | None], tuple[list[int], list[int]]] = {}
+        for key, entries in chosen.items():
+            entries.sort()
+            out[key] = ([start for start, _ in entries], [view for _, view in entries])
         return out
+
+    def admission_view(self, node: str, group: str | None, t_ns: int) -> int | None:
+        """J of the node's incarnation holding time t_ns; an incarnation without one of
+        its own keeps the one before it's. None when no incarnation up to it has one."""
+        found = self.admissions.get((node, group))
+        if found is None:
+            return None
+        starts, views = found
+        k = bisect_right(starts, self.incarnation_start(node, t_ns))
+        return views[k - 1] if k else None
 
     @cached_property
     def _prefix_views(self) -> dict[StreamKey, list[int]]:
@@ -247,23 +300,15 @@ class RunFacts:
                 out[(group, origin)] = prefix
         return out
 
-    @cached_property
-    def snapshot_tops(self) -> dict[tuple[str, StreamKey], int]:
-        """(node, (group, origin)) -> the node's snapshot top, when above 0: the highest s
-        such that o#1..s were all delivered, by some node, in views older than the
-        node's admission view J (the state it was given instead of those deliveries)."""
-        out: dict[tuple[str, StreamKey], int] = {}
-        for (node, group), admitted in self.admission_views.items():
-            for (g, origin), prefix in self._prefix_views.items():
-                if g != group:
-                    continue
-                top = bisect_left(prefix, admitted)  # prefix is non-decreasing
-                if top > 0:
-                    out[(node, (group, origin))] = top
-        return out
-
-    def snapshot_top(self, node: str, stream: StreamKey) -> int:
-        return self.snapshot_tops.get((node, stream), 0)
+    def snapshot_top(self, node: str, stream: StreamKey, t_ns: int) -> int:
+        """The top of the snapshot the node held at time t_ns, the one its incarnation
+        then was admitted with: the highest s such that o#1..s were all delivered, by
+        some node, in views older than that admission view (0 without one)."""
+        admitted = self.admission_view(node, stream[0], t_ns)
+        prefix = self._prefix_views.get(stream)
+        if admitted is None or prefix is None:
+            return 0
+        return bisect_left(prefix, admitted)  # prefix is non-decreasing
 
     # ------------------------------------------------------------------ views
 

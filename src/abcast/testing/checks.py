@@ -9,9 +9,9 @@ choices docs/checks.md leaves open are made here, once:
 - node order (TOTAL_ORDER's p < q) is abcast.ids node order (n2 before n10), ties by
   the raw string;
 - where a node delivered a message more than once, its position for TOTAL_ORDER is its
-  first delivery; for CAUSAL_ORDER the unit is judged at the first delivery too, which
-  counts the same as "violated at any of its deliveries" (a later copy has more before
-  it, so it can only be violated when the first one is);
+  first delivery; for CAUSAL_ORDER the unit is judged at the first delivery too, with
+  the snapshot of that delivery's incarnation (within one incarnation this counts the
+  same as "violated at any of its deliveries": a later copy has more before it);
 - a delivered message without a `send` row still has its origin's earlier broadcasts
   as causal predecessors (its deps are empty);
 - LOCAL_ORDER compares the latest `opt_deliver` with the earliest `deliver` of m (the
@@ -19,9 +19,11 @@ choices docs/checks.md leaves open are made here, once:
 - rows a check cannot place are skipped, and a null group is one group of its own
   (abcast.testing._facts says which).
 - a joiner's snapshot (docs/checks.md, "Joiners and rejoined nodes") is a prefix
-  o#1..top per origin (`RunFacts.snapshot_tops`): FIFO_ORDER skips holes up to the top,
-  CAUSAL_ORDER raises `base` to it; a node with `crash` then `recover` rows is one
-  sequence whose snapshot is taken at its last admission.
+  o#1..top per origin (`RunFacts.snapshot_top`), one per incarnation (a node's
+  `recover` rows begin new ones): FIFO_ORDER skips the holes of a gap up to the top of
+  the incarnation of its first delivery of the seq above the gap, CAUSAL_ORDER raises
+  `base` to the top of the incarnation of q's first delivery of m. Positions and
+  descents still run over the node's whole sequence.
 - the view codes (VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY, SAME_VIEW_DELIVERY) make their
   own choices, listed in abcast.testing.checks_views.
 
@@ -167,25 +169,43 @@ def _fifo(f: RunFacts) -> list[Violation]:
         streams: dict[StreamKey, list[Delivery]] = {}
         for d in deliveries:
             streams.setdefault((d.message[0], d.message[1]), []).append(d)
-        for (group, origin), stream in streams.items():
-            for before, after in pairwise(stream):
-                if after.message[2] < before.message[2]:
-                    out.append(Violation(
-                        f.run_id, FIFO_ORDER, (node,), (before.message, after.message),
-                        (before.position, after.position),
-                        f"{node} delivered {_show(before.message)} at {before.position} "
-                        f"then {_show(after.message)} at {after.position}"))
-            seqs = {d.message[2] for d in stream}
-            low, high = min(seqs), max(seqs)
-            # Seqs up to the snapshot top came in the node's snapshot, not as deliveries.
-            low = max(low, f.snapshot_top(node, (group, origin)))
-            for seq in range(low + 1, high):
-                if seq not in seqs:
-                    m = (group, origin, seq)
-                    out.append(Violation(
-                        f.run_id, FIFO_ORDER, (node,), (m,), (),
-                        f"{node} delivered {origin}'s seqs {low}..{high} but never "
-                        f"{_show(m)}"))
+        for stream_key, stream in streams.items():
+            out.extend(_descents(f, node, stream))
+            out.extend(_holes(f, node, stream_key, stream))
+    return out
+
+
+def _descents(f: RunFacts, node: str, stream: list[Delivery]) -> list[Violation]:
+    return [Violation(
+        f.run_id, FIFO_ORDER, (node,), (before.message, after.message),
+        (before.position, after.position),
+        f"{node} delivered {_show(before.message)} at {before.position} "
+        f"then {_show(after.message)} at {after.position}")
+        for before, after in pairwise(stream) if after.message[2] < before.message[2]]
+
+
+def _holes(f: RunFacts, node: str, stream_key: StreamKey,
+           stream: list[Delivery]) -> list[Violation]:
+    """Each seq missing between two the node delivered, judged in the incarnation of its
+    first delivery of the seq just above the gap: up to that incarnation's snapshot top
+    it came as state, not as a delivery."""
+    group, origin = stream_key
+    first: dict[int, Delivery] = {}
+    for d in stream:  # position order: the first copy of each seq stays
+        first.setdefault(d.message[2], d)
+    out: list[Violation] = []
+    seqs = sorted(first)
+    for below, above in pairwise(seqs):
+        if above - below < 2:
+            continue
+        upper = first[above]
+        top = f.snapshot_top(node, stream_key, upper.t_ns)
+        for seq in range(max(below, top) + 1, above):
+            m = (group, origin, seq)
+            out.append(Violation(
+                f.run_id, FIFO_ORDER, (node,), (m,), (),
+                f"{node} delivered {origin}'s seqs {below} and {above} (at {upper.position}) "
+                f"but never {_show(m)}"))
     return out
 
 
@@ -198,6 +218,7 @@ def _causal(f: RunFacts) -> list[Violation]:
         for m, positions in by_message.items():
             group, origin, seq = m
             i = positions[0]
+            at = f.first_delivery_t(node, m)
             bounds = dict(f.sent.get(m, {}))
             if seq - 1 > bounds.get(origin, 0):
                 bounds[origin] = seq - 1
@@ -205,7 +226,8 @@ def _causal(f: RunFacts) -> list[Violation]:
                 k = bounds[pred_origin]
                 if k < 1:
                     continue
-                reach = f.reach(node, (group, pred_origin))
+                stream = (group, pred_origin)
+                reach = f.reach(node, stream, f.snapshot_top(node, stream, at))
                 missing = 1 if reach is None else reach.first_missing(k, i)
                 if missing is None:
                     continue
