@@ -18,6 +18,16 @@ never compares times against a limit.
     .venv/bin/python bench/sweep_churn.py --seeds 30 --messages 400 --cut-sequencer \
         --partition-ms 3000-6000
     .venv/bin/python bench/sweep_churn.py --seeds 60 --messages 400 --flapping --safe
+    .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total --evs
+
+With --evs (partitions="evs", abcast.ordering.sequencer_merge) both sides of the
+partition go on and merge on heal. The workload is then open-loop (--rate, default 40
+broadcasts/s: the closed round-robin would wait for the other side's messages, which a
+merged member gets as state, never as deliveries), a run ends once idle for --stall-s, and
+the checks are abcast.sim.churn's under evs: the claims over the whole trace, agreement,
+FIFO and causal order per lineage (epoch between merges, side), the merge views, equal
+states after the merge; complete = every lineage's judged members delivered every
+message one of them broadcast in it.
 """
 
 from __future__ import annotations
@@ -36,8 +46,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from abcast.errors import ConfigError
 from abcast.ordering.registry import OrderingOptions
 from abcast.sim import SimConfig, run_simulation
-from abcast.sim.churn import churn_faults, flapping_faults, judge, present_throughout
+from abcast.sim.churn import (
+    churn_faults,
+    flapping_faults,
+    judge,
+    lineages,
+    merge_views,
+    present_throughout,
+)
 from abcast.testing import check_events, count_by_code
+from abcast.trace.rows import EventRow
 
 ORDERINGS = ("sequencer", "causal-total", "chandra-toueg")
 
@@ -53,6 +71,20 @@ class Task:
     cut_leader: bool = False
     clean_split: bool = False
     flapping: bool = False
+    evs: bool = False
+    rate: float = 40.0  # broadcasts per second, under evs
+    stall_us: int = 8_000_000  # an evs run ends once idle this long
+
+    def options(self) -> OrderingOptions:
+        return OrderingOptions(safe=self.safe, partitions="evs" if self.evs else "primary")
+
+    def config(self) -> SimConfig:
+        if not self.evs:
+            return SimConfig(self.ordering, nodes=self.nodes, messages=self.messages,
+                             seed=self.seed, faults=self.faults(), options=self.options())
+        return SimConfig(self.ordering, nodes=self.nodes, messages=self.messages,
+                         seed=self.seed, faults=self.faults(), options=self.options(),
+                         rate=self.rate, stall_us=self.stall_us)
 
     def faults(self) -> str:
         if self.flapping:
@@ -63,6 +95,9 @@ class Task:
 
     def command(self) -> str:
         safe = ", options=OrderingOptions(safe=True)" if self.safe else ""
+        if self.evs:
+            safe = (f", options={self.options()!r}, rate={self.rate}, "
+                    f"stall_us={self.stall_us}")
         return (f"SimConfig({self.ordering!r}, nodes={self.nodes}, messages={self.messages}, "
                 f"seed={self.seed}, faults={self.faults()!r}{safe})")
 
@@ -76,6 +111,7 @@ class Outcome:
     refused: str = ""
     views: int = 0
     rejoins: int = 0
+    merges: int = 0
     #: abcast.testing's view checks over the whole trace (every node, crashed ones up to
     #: their crash): informational, the cut-off incarnations included
     view_checks: dict[str, int] = field(default_factory=dict)
@@ -91,35 +127,45 @@ class Outcome:
 
 def run_one(task: Task) -> Outcome:
     start = time.perf_counter()
-    config = SimConfig(task.ordering, nodes=task.nodes, messages=task.messages, seed=task.seed,
-                       faults=task.faults(), options=OrderingOptions(safe=task.safe))
+    config = task.config()
     try:
         result = run_simulation(config)
     except ConfigError as exc:
         return Outcome(task, {}, {}, False, refused=str(exc))
     violations, problems = judge(result)
     rows = result.recorder.rows()
-    present = present_throughout(rows, config.node_ids())
-    sent = {(r.origin, r.seq) for r in rows if r.kind == "send" and r.node in present}
-    complete = result.quiescent and all(
-        sent <= {(r.origin, r.seq) for r in result.recorder.rows_of(n) if r.kind == "deliver"}
-        for n in present)
+    if task.evs:
+        gone = (*result.departed, *result.leaving)
+        complete = all(_complete(lin.rows, lin.members)
+                       for lin in lineages(rows, config.node_ids(), gone))
+    else:
+        present = present_throughout(rows, config.node_ids())
+        complete = result.quiescent and _complete(rows, present)
     views = len({r.view_id for r in rows if r.kind == "view"})
     rejoins = sum(1 for r in rows if r.kind == "recover")
     view_checks = count_by_code(check_events(rows, ("virtual_synchrony",), result.run_id))
     return Outcome(task, count_by_code(violations), dict(Counter(p.code for p in problems)),
-                   complete, views=views, rejoins=rejoins, view_checks=view_checks,
+                   complete, views=views, rejoins=rejoins, merges=len(merge_views(rows)),
+                   view_checks=view_checks,
                    claimed_checks=result.counts, wall_s=time.perf_counter() - start)
+
+
+def _complete(rows: list[EventRow], members: set[str]) -> bool:
+    """Every member delivered every message one of them broadcast (in these rows)."""
+    sent = {(r.origin, r.seq) for r in rows if r.kind == "send" and r.node in members}
+    return all(sent <= {(r.origin, r.seq) for r in rows if r.kind == "deliver" and r.node == n}
+               for n in members)
 
 
 def table(outcomes: list[Outcome], orderings: list[str]) -> list[str]:
     lines = ["| ordering | mode | seeds | clean | refused | violations (present throughout) "
-             "| membership problems | incomplete | mean views | rejoins "
+             "| membership problems | incomplete | mean views | rejoins | merges "
              "| view checks, whole trace | claimed checks, whole trace | wall time (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for ordering in orderings:
-        for safe in sorted({o.task.safe for o in outcomes}):
-            mine = [o for o in outcomes if o.task.ordering == ordering and o.task.safe == safe]
+        for safe, evs in sorted({(o.task.safe, o.task.evs) for o in outcomes}):
+            mine = [o for o in outcomes if o.task.ordering == ordering
+                    and (o.task.safe, o.task.evs) == (safe, evs)]
             if not mine:
                 continue
             viol: Counter[str] = Counter()
@@ -133,12 +179,13 @@ def table(outcomes: list[Outcome], orderings: list[str]) -> list[str]:
                 claimed.update(o.claimed_checks)
             ran = [o for o in mine if not o.refused]
             lines.append(
-                f"| {ordering} | {'safe' if safe else 'plain'} | {len(mine)} "
+                f"| {ordering} | {'evs' if evs else 'safe' if safe else 'plain'} | {len(mine)} "
                 f"| {sum(o.clean for o in mine)} | {sum(bool(o.refused) for o in mine)} "
                 f"| {dict(viol) or 0} | {dict(probs) or 0} "
                 f"| {sum(not o.complete for o in ran)} "
                 f"| {sum(o.views for o in ran) / max(len(ran), 1):.1f} "
-                f"| {sum(o.rejoins for o in ran)} | {dict(whole) or 0} "
+                f"| {sum(o.rejoins for o in ran)} | {sum(o.merges for o in ran)} "
+                f"| {dict(whole) or 0} "
                 f"| {dict(claimed) or 0} | {sum(o.wall_s for o in mine):.0f} |")
     return lines
 
@@ -163,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flapping", action="store_true",
                    help="harsher schedules: 2-4 overlapping partitions, one or two joiners "
                         "(abcast.sim.churn.flapping_faults; the partition options are unused)")
+    p.add_argument("--evs", action="store_true",
+                   help="partitions='evs': both sides go on and merge on heal (sequencer "
+                        "family; an open-loop workload, see above)")
+    p.add_argument("--rate", type=float, default=40.0,
+                   help="with --evs: broadcasts per second over the group")
+    p.add_argument("--stall-s", type=float, default=8.0,
+                   help="with --evs: a run ends once nothing was delivered for this long")
     args = p.parse_args(argv)
     lo, _, hi = args.partition_ms.partition("-")
     partition_ms = (int(lo), int(hi or lo))
@@ -170,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     todo = [
         Task(o, seed, args.nodes or random.Random(seed).choice((6, 7, 8)), args.messages,
              args.safe and o != "chandra-toueg", partition_ms, args.cut_sequencer,
-             args.clean_split, args.flapping)
+             args.clean_split, args.flapping, args.evs, args.rate,
+             round(args.stall_s * 1_000_000))
         for seed in range(args.first_seed, args.first_seed + args.seeds) for o in orderings
     ]
     console = Console(stderr=True)

@@ -62,25 +62,30 @@ def cli() -> None:
 @click.option("--multicast", default="reliable", show_default=True,
               type=click.Choice(["reliable", "basic"]),
               help="basic: best effort, no retransmission (drops validity and agreement).")
+@click.option("--partitions", default="primary", show_default=True,
+              type=click.Choice(["primary", "evs"]),
+              help="evs: every partition goes on and they merge on heal (sequencer, "
+                   "causal-total); primary: only a majority goes on.")
 @click.option("--net-trace", is_flag=True, help="Record net_send/net_recv rows.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Trace directory (runs.parquet + events/).")
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line is a JSON summary.")
 def sim(
     ordering: str, nodes: int, messages: int, seed: int, faults: str, payload: int,
-    rate: float | None, batch: int | None, safe: bool, multicast: str, net_trace: bool,
-    out: Path, as_json: bool,
+    rate: float | None, batch: int | None, safe: bool, multicast: str, partitions: str,
+    net_trace: bool, out: Path, as_json: bool,
 ) -> None:
     """Simulate N nodes broadcasting M messages round-robin; write and check the trace."""
     from abcast.sim import SimConfig, run_simulation
 
-    config = SimConfig(
-        ordering=ordering, nodes=nodes, messages=messages, seed=seed, faults=faults,
-        payload=payload, rate=rate, net_trace=net_trace,
-        options=OrderingOptions(batch=batch, safe=safe, multicast=multicast),
-    )
     console = Console(stderr=True)
     try:
+        config = SimConfig(
+            ordering=ordering, nodes=nodes, messages=messages, seed=seed, faults=faults,
+            payload=payload, rate=rate, net_trace=net_trace,
+            options=OrderingOptions(batch=batch, safe=safe, multicast=multicast,
+                                    partitions=partitions),
+        )
         with _Progress(console, "simulating") as advance:
             result = run_simulation(config, on_progress=advance)
         result.write(out)

@@ -4,7 +4,9 @@ Down (to the layer below): `Send`, `Multicast`. Up: `Up` (to the layer above), `
 (to the application; only the top layer emits it). Sideways: `SetTimer`/`CancelTimer`
 in the layer's own key space, `InstallView` (to every other layer and the application),
 `Suspect`/`Restore` (failure-detector verdicts for the layers above), `NotifyExcluded`
-(a peer says the group has removed this node).
+(a peer says the group has removed this node). To the application: `TakeSnapshot`,
+`InstallState`, and `MergeStates` (extended virtual synchrony: fold the states two or
+more partitions reached into one).
 
 At the bottom of a stack, `Send`/`Multicast` become `Transmit` (encoded bytes for the
 driver), and timer keys are namespaced by layer.
@@ -101,10 +103,25 @@ class TakeSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class InstallState:
-    """A joiner's starting state (from a member's `TakeSnapshot`): the application
+    """A joiner's starting state (from a member's `TakeSnapshot`), or the state of a
+    merge view (`merged`: partitions healed, `MergeStates` made it): the application
     replaces its state with it before any delivery that follows this effect."""
 
     state: bytes
+    merged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MergeStates:
+    """Extended virtual synchrony: partitions that went on apart are merging, and these
+    are their states (each side's snapshot at its last delivery, the side holding the
+    lowest member first). The driver answers at once with `StatesMerged(token, state)`:
+    the application's merge hook applied to them, or, without a hook, `states[0]` (the
+    other sides' partition-time updates are then lost, as in JGroups without a state
+    merge)."""
+
+    token: int
+    states: tuple[bytes, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +135,9 @@ class Transmit:
 
 Effect = (
     Send | Multicast | Up | Deliver | SetTimer | CancelTimer | InstallView | Suspect | Restore
-    | NotifyExcluded | TakeSnapshot | InstallState
+    | NotifyExcluded | TakeSnapshot | InstallState | MergeStates
 )
-Output = Transmit | Deliver | SetTimer | CancelTimer | InstallView | TakeSnapshot | InstallState
+Output = (
+    Transmit | Deliver | SetTimer | CancelTimer | InstallView | TakeSnapshot | InstallState
+    | MergeStates
+)

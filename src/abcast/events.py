@@ -103,8 +103,16 @@ class SnapshotTaken:
     state: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class StatesMerged:
+    """The application's answer to a `MergeStates` effect: the merged state."""
+
+    token: int
+    state: bytes
+
+
 Event = (
     BroadcastRequested | SendRequested | MulticastRequested | Received | TimerFired
     | ViewInstalled | Suspected | Restored | Excluded | JoinRequested | LeaveRequested
-    | SnapshotTaken
+    | SnapshotTaken | StatesMerged
 )

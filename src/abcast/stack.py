@@ -23,6 +23,7 @@ from abcast.effects import (
     Effect,
     InstallState,
     InstallView,
+    MergeStates,
     Multicast,
     NotifyExcluded,
     Output,
@@ -46,6 +47,7 @@ from abcast.events import (
     Restored,
     SendRequested,
     SnapshotTaken,
+    StatesMerged,
     Suspected,
     TimerFired,
     ViewInstalled,
@@ -126,6 +128,10 @@ class Stack:
     def snapshot_taken(self, token: int, state: bytes, now: int) -> list[Output]:
         """The application's answer to a `TakeSnapshot(token)` output."""
         return self._run([(len(self.layers) - 1, SnapshotTaken(token, state))], now)
+
+    def states_merged(self, token: int, state: bytes, now: int) -> list[Output]:
+        """The application's answer to a `MergeStates(token, states)` output."""
+        return self._run([(len(self.layers) - 1, StatesMerged(token, state))], now)
 
     def receive(self, env: Envelope, now: int) -> list[Output]:
         """An envelope addressed to this group; raises DecodeError for bad headers."""
@@ -254,7 +260,7 @@ class Stack:
                     )
                 rest = Packet(packet.headers[1:], packet.payload)
                 queue.append((index + 1, Received(sender, packet.headers[0], rest)))
-            case Deliver() | TakeSnapshot() | InstallState():
+            case Deliver() | TakeSnapshot() | InstallState() | MergeStates():
                 out.append(effect)
             case SetTimer(key, at):
                 out.append(SetTimer((index, key), at))

@@ -203,6 +203,23 @@ def reference_view_counts(rows: list[EventRow]) -> dict[str, int]:
         consistency += len(deviants)
     for seq in views.values():
         consistency += sum(1 for a, b in pairwise(seq) if (b.view_id or 0) <= (a.view_id or 0))
+    # A merge view (nodes moved into it from two or more different views) is installed by
+    # every member of its reference set that has no crash row.
+    entered: dict[tuple[str | None, int], set[int]] = defaultdict(set)
+    for (_, group), seq in views.items():
+        for a, b in pairwise(seq):
+            if a.view_id is not None and b.view_id is not None and a.view_id != b.view_id:
+                entered[(group, b.view_id)].add(a.view_id)
+    installed = {(r.node, r.group, r.view_id) for seq in views.values() for r in seq}
+    for (group, view_id), sources in entered.items():
+        by_set = lists.get((group, view_id))
+        if len(sources) < 2 or not by_set:
+            continue
+        reference = min(by_set, key=lambda ms: (
+            -len(by_set[ms]), node_sort_key(sorted_nodes(list(by_set[ms]))[0]),
+            sorted_nodes(list(by_set[ms]))[0], ms))
+        consistency += sum(1 for n in reference
+                           if n not in crash_t and (n, group, view_id) not in installed)
 
     def delivered(node: str, group: str | None, view: int) -> set[Msg]:
         return {(r.group, r.origin or "", r.seq or 0) for r in judged

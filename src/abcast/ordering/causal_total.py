@@ -11,7 +11,8 @@ With a fixed sequencer the vector is already met whenever a message arrives (its
 dependencies were numbered before their origin could deliver them); it is carried so that
 a new sequencer after a fail-over, which learns the old numbers late, still numbers in
 causal order. Membership (join with state transfer, leave, rejoin) is the sequencer's:
-abcast.ordering.sequencer_membership.
+abcast.ordering.sequencer_membership; so are partitions (`evs`: both sides go on and
+merge on heal, abcast.ordering.sequencer_merge).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from abcast.ids import NodeId
 from abcast.ordering.causal import DepsField
 from abcast.ordering.sequencer import SOrder
 from abcast.ordering.sequencer_failover import FAILOVER_HEADERS
-from abcast.ordering.sequencer_membership import MEMBERSHIP_HEADERS, MembershipSequencer
+from abcast.ordering.sequencer_membership import MEMBERSHIP_HEADERS
+from abcast.ordering.sequencer_merge import MERGE_HEADERS, EvsSequencer
 
 
 class CTData(Header, frozen=True):
@@ -34,9 +36,9 @@ class CTData(Header, frozen=True):
     deps: DepsField = {}
 
 
-class CausalTotal(MembershipSequencer):
+class CausalTotal(EvsSequencer):
     name = "causal-total"
-    header_type = CTData | SOrder | FAILOVER_HEADERS | MEMBERSHIP_HEADERS
+    header_type = CTData | SOrder | FAILOVER_HEADERS | MEMBERSHIP_HEADERS | MERGE_HEADERS
 
     def data_header(self, seq: int) -> Header:
         return CTData(seq, self.delivered_vector())

@@ -21,7 +21,8 @@ from abcast.ordering.causal_total import CausalTotal
 from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.fifo import Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
-from abcast.ordering.sequencer_membership import MembershipConfig, MembershipSequencer
+from abcast.ordering.sequencer_membership import MembershipConfig
+from abcast.ordering.sequencer_merge import EvsSequencer
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.basic_channel import BasicChannel
@@ -36,6 +37,14 @@ BASIC = ("integrity", "validity", "agreement")
 #: what best-effort (basic) multicast cannot promise: a lost packet stays lost
 LIVENESS_UNDER_LOSS = frozenset({"validity", "agreement", "uniform_agreement"})
 MULTICASTS = ("reliable", "basic")
+#: "primary": only a majority partition goes on; "evs": every partition goes on and they
+#: merge on heal (extended virtual synchrony, abcast.ordering.sequencer_merge)
+PARTITIONS = ("primary", "evs")
+#: Under evs, two sides deliver different sets in the view they split from, and a merged
+#: member never delivers what the other side delivered apart (it gets the merged state):
+#: agreement, FIFO and causal order hold within each lineage of views between merges
+#: (abcast.sim.churn judges them so), not over the whole trace.
+EVS_LINEAGE_ONLY = frozenset({"agreement", "uniform_agreement", "fifo", "causal"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +59,21 @@ class OrderingOptions:
     #: "reliable": the reliable channel under the ordering (acks, retransmission);
     #: "basic": best effort, each packet sent once (abcast.reliability.basic_channel)
     multicast: str = "reliable"
+    #: what a partition does: "primary" (only a majority goes on; the rest rejoin with
+    #: state transfer) or "evs" (both sides go on, merge views on heal; sequencer family)
+    partitions: str = "primary"
 
     def __post_init__(self) -> None:
         if self.multicast not in MULTICASTS:
             raise ConfigError(f"multicast must be one of {', '.join(MULTICASTS)}, "
                               f"not {self.multicast!r}")
+        if self.partitions not in PARTITIONS:
+            raise ConfigError(f"partitions must be one of {', '.join(PARTITIONS)}, "
+                              f"not {self.partitions!r}")
+
+    @property
+    def evs(self) -> bool:
+        return self.partitions == "evs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +97,28 @@ class OrderingSpec:
     channel: Callable[[NodeId, ChannelConfig], Layer] = ReliableChannel
     #: the failure detector under it, when `needs_detector` (open groups: OpenDetector)
     detector_layer: Callable[[NodeId, DetectorConfig], Layer] = FailureDetectorLayer
+    #: offers `partitions="evs"` (every partition goes on; merge views on heal)
+    supports_evs: bool = False
+
+    def check_options(self, options: OrderingOptions) -> None:
+        """Raise ConfigError for options this ordering cannot honour."""
+        if options.evs and not self.supports_evs:
+            able = ", ".join(sorted(n for n, s in ORDERINGS.items() if s.supports_evs))
+            raise ConfigError(
+                f"ordering {self.name!r} cannot run partitions='evs' (only a primary "
+                f"partition goes on there); extended virtual synchrony needs one of: {able}")
 
     def claimed(self, options: OrderingOptions) -> tuple[str, ...]:
         """The guarantees a group with these options claims (and is checked for). A basic
-        (best-effort) group keeps only the safety properties: integrity and its order."""
+        (best-effort) group keeps only the safety properties: integrity and its order.
+        Under evs, the properties that hold only per lineage of views are not claimed
+        for the whole trace, and virtual synchrony is (each side's views are apart)."""
+        self.check_options(options)
         claims = self.guarantees
-        if options.safe:
+        if options.evs:
+            claims = (*(g for g in claims if g not in EVS_LINEAGE_ONLY), "virtual_synchrony")
+            claims = tuple(dict.fromkeys(claims))
+        elif options.safe:
             if not self.supports_safe:
                 raise ConfigError(f"ordering {self.name!r} has no safe mode")
             claims = (*claims, *(g for g in self.safe_claims if g not in claims))
@@ -130,13 +165,13 @@ ORDERINGS: dict[str, OrderingSpec] = {
         ),
         OrderingSpec(
             "sequencer",
-            lambda node, opts: [MembershipSequencer(node, opts.batch, safe=opts.safe,
-                                                    membership=_REJOIN)],
+            lambda node, opts: [EvsSequencer(node, opts.batch, safe=opts.safe,
+                                             membership=_REJOIN, evs=opts.evs)],
             (*BASIC, "fifo", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "total order from a fixed sequencer (data to all, then numbered ids); open"
             " group: the leader admits joiners and leavers by a flush",
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
-            channel=OpenChannel, detector_layer=OpenDetector,
+            channel=OpenChannel, detector_layer=OpenDetector, supports_evs=True,
         ),
         OrderingSpec(
             "skeen", lambda node, _: [Skeen(node)], (*BASIC, "total"), NETWORK_FAULTS,
@@ -146,11 +181,11 @@ ORDERINGS: dict[str, OrderingSpec] = {
         OrderingSpec(
             "causal-total",
             lambda node, opts: [CausalTotal(node, opts.batch, safe=opts.safe,
-                                            membership=_REJOIN)],
+                                            membership=_REJOIN, evs=opts.evs)],
             (*BASIC, "fifo", "causal", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "total order that respects causality (the sequencer numbers in causal order)",
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
-            channel=OpenChannel, detector_layer=OpenDetector,
+            channel=OpenChannel, detector_layer=OpenDetector, supports_evs=True,
         ),
         OrderingSpec(
             "chandra-toueg", lambda node, opts: [ChandraToueg(node, opts.batch)],
@@ -189,6 +224,7 @@ def build_stack(
     crash-tolerant orderings, the ordering on top."""
     opts = options or OrderingOptions()
     spec = get_ordering(ordering)
+    spec.check_options(opts)
     channel = (BasicChannel(node, open_group=spec.channel is OpenChannel)
                if opts.multicast == "basic" else spec.channel(node, opts.channel))
     layers: list[Layer] = [channel, *spec.make(node, opts)]

@@ -18,18 +18,21 @@ current view that the coordinator itself does not suspect:
 
 Only a majority of the current view may install the next one (primary partition): a
 coordinator that can reach fewer gives its flush up until a suspicion is taken back, so
-the two sides of a partition never both go on. A member's state reporting a view at or
-past the target restarts the attempt with a higher target; a proposed member suspected
-mid-flush restarts it without that member; a member that already answered another
-coordinator's attempt says so (`VcBusy`) and the attempt restarts above it. Views
-follow each other closely under churn, so packets of neighbouring flushes cross: a
-member whose state is older than the coordinator's view is sent the `VcInstall` that
-made that view (it installs it, frozen, and answers again); a coordinator that asks for
-a view a member already has is sent that view's `VcInstall`; an install for an attempt
-a member answered is taken even after it answered a later one; orders, safe points and
-acks that reach a frozen member are kept for the view being installed, and so is a
-prepare from a coordinator of a view beyond the next (a joiner that leads it), answered
-once the view in between is installed; the install fixes the safe point for everyone.
+the two sides of a partition never both go on (unless `partitionable`: extended virtual
+synchrony, whose hooks — quorum, view ids, outcome — are
+abcast.ordering.sequencer_merge's). The outcome is abcast.ordering._flush_outcome's. A
+member's state reporting a view at or past the target restarts the attempt with a higher
+target; a proposed member suspected mid-flush restarts it without that member; a member
+that already answered another coordinator's attempt says so (`VcBusy`) and the attempt
+restarts above it. Views follow each other closely under churn, so packets of
+neighbouring flushes cross: a member whose state is older than the coordinator's view is
+sent the `VcInstall` that made that view (it installs it, frozen, and answers again); a
+coordinator that asks for a view a member already has is sent that view's `VcInstall`;
+an install for an attempt a member answered is taken even after it answered a later one;
+orders, safe points and acks that reach a frozen member are kept for the view being
+installed, and so is a prepare from a coordinator of a view beyond the next (a joiner
+that leads it), answered once the view in between is installed; the install fixes the
+safe point for everyone.
 So each message is delivered in one view everywhere. A member the new view leaves out
 learns it from the failure detector (`Excluded`) and stops
 (abcast.ordering.sequencer_membership adds joins, leaves and coming back). Delivered
@@ -71,6 +74,7 @@ from abcast.events import (
     TimerFired,
 )
 from abcast.ids import MsgId, NodeId, View
+from abcast.ordering._flush_outcome import admission_order, settle
 from abcast.ordering.causal import DepsField
 from abcast.ordering.sequencer import Sequencer, SOrder
 
@@ -95,6 +99,8 @@ class VcState(Header, frozen=True):
     #: the highest target this member answered *another* coordinator for before: that
     #: coordinator may have installed it (alone, cut off right after concluding)
     prior: Count = 0
+    #: SAFE: the highest safe point this member heard announced
+    safe: Count = 0
 
 
 class VcInstall(Header, frozen=True):
@@ -105,6 +111,9 @@ class VcInstall(Header, frozen=True):
     ids: Annotated[list[tuple[NodeField, Seq]], msgspec.Meta(max_length=_MANY)]
     bodies: Annotated[list[tuple[NodeField, Seq, bytes]], msgspec.Meta(max_length=_MANY)]
     safe: Count  # numbers up to here may be delivered at once (SAFE mode)
+    #: the new view's first number when above the outcome's last + 1 (evs: numbers the
+    #: old sequencer gave beyond the outcome are never reused)
+    next_number: Count = 0
 
 
 class SStable(Header, frozen=True):
@@ -331,7 +340,7 @@ class FailoverSequencer(Sequencer):
         view = self.view
         assert view is not None
         holds = sorted((self._holds.get(m, 0) for m in view.members), reverse=True)
-        safe = holds[view.majority - 1]
+        safe = holds[self.safe_quorum(view) - 1]
         if safe <= self._safe_upto:
             return []
         self._safe_upto = safe
@@ -396,15 +405,15 @@ class FailoverSequencer(Sequencer):
         alive = [m for m in view.members if m not in self._suspects]
         if not alive or alive[0] != self.node:
             return []  # someone lower will coordinate (or I will, once I suspect them)
-        if len(alive) < view.majority:
+        if len(alive) < view.majority and not self.partitionable:
             # Primary partition: a minority never installs a view of its own. Give the
             # flush up (it waits for members we cannot hear); `Restored` brings it back.
             self._flush = None
             return []
         # Attempts only grow, across coordinators too, so members tell a newer one apart.
         self._attempts = max(self._attempts, self._answered[1]) + 1
-        flush = _Flush(max(target, self._flush.target if self._flush else 0),
-                       self._attempts, tuple(alive))
+        target = self.next_view_id(max(target, self._flush.target if self._flush else 0))
+        flush = _Flush(target, self._attempts, tuple(alive))
         self._flush = flush
         others = tuple(m for m in flush.members if m != self.node)
         prepare = VcPrepare(flush.target, flush.attempt, list(flush.members))
@@ -430,7 +439,7 @@ class FailoverSequencer(Sequencer):
                 for mid, body in self._bodies.items()]
         held += [(mid.origin, mid.seq, {}, body) for mid, body in self._log.values()]
         return VcState(target, attempt, view.view_id, self.delivered_through(),
-                       dict(self._delivered), numbers, held, prior)
+                       dict(self._delivered), numbers, held, prior, self._safe_upto)
 
     def _on_prepare(
         self, sender: NodeId, target: int, attempt: int, members: tuple[NodeId, ...]
@@ -501,41 +510,39 @@ class FailoverSequencer(Sequencer):
     def concluding(self, flush: _Flush, install: VcInstall) -> None:
         """Called on the coordinator just before it installs the outcome itself."""
 
+    # -- hooks for extended virtual synchrony (abcast.ordering.sequencer_merge) -----------
+    #: every partition may install views of its own (no majority needed)
+    partitionable = False
+
+    def safe_quorum(self, view: View) -> int:
+        """SAFE: how many members must hold a number before it is delivered."""
+        return view.majority
+
+    def next_view_id(self, target: int) -> int:
+        """The id a flush aiming at `target` installs (at least `target`)."""
+        return target
+
+    def outcome(
+        self, states: list[VcState], members: tuple[NodeId, ...]
+    ) -> tuple[int, list[MsgId], dict[MsgId, bytes], int]:
+        """What the members whose `states` these are deliver before leaving their view:
+        (first number, ids in number order, their bodies, safe point)."""
+        low, ids, bodies, high = settle(states, _admission_order)
+        return low + 1, ids, bodies, self._possibly_safe(states, high)
+
+    def fresh_number(self, states: list[VcState], last: int) -> int:
+        """The next view's first number, after an outcome ending at `last`."""
+        return last + 1
+
     # -- concluding: one outcome for everyone ---------------------------------------------
     def _conclude(self, flush: _Flush) -> list[Effect]:
         states = [flush.states[m] for m in flush.members if m in flush.states]
-        numbers: dict[int, MsgId] = {}
-        bodies: dict[MsgId, bytes] = {}
-        deps: dict[MsgId, Mapping[NodeId, int]] = {}
-        done: dict[NodeId, int] = {}
-        for st in states:
-            for number, origin, seq in st.numbers:
-                numbers.setdefault(number, MsgId(origin, seq))
-            for origin, seq, d, body in st.held:
-                bodies.setdefault(MsgId(origin, seq), body)
-                if d:
-                    deps.setdefault(MsgId(origin, seq), d)
-            for origin, seq in st.per_origin.items():
-                done[origin] = max(done.get(origin, 0), seq)
-        low = min(st.delivered for st in states)
-        high = max(st.delivered for st in states)
-        ids: list[MsgId] = []
-        number = low + 1
-        while (mid := numbers.get(number)) is not None and (mid in bodies or number <= high):
-            ids.append(mid)
-            number += 1
-        numbered = set(ids) | {mid for g, mid in numbers.items() if g <= low}
-        for mid in ids:
-            done[mid.origin] = max(done.get(mid.origin, 0), mid.seq)
-        ids += _admission_order(
-            [m for m in bodies if m not in numbered and m.seq > done.get(m.origin, 0)],
-            done, deps,
-        )
+        first, ids, bodies, safe = self.outcome(states, flush.members)
         install = VcInstall(
-            flush.target, flush.attempt, list(self.next_members(flush)), low + 1,
+            flush.target, flush.attempt, list(self.next_members(flush)), first,
             [(m.origin, m.seq) for m in ids],
-            [(m.origin, m.seq, bodies[m]) for m in ids if m in bodies],
-            self._possibly_safe(states, high),
+            [(m.origin, m.seq, bodies[m]) for m in ids if m in bodies], safe,
+            self.fresh_number(states, first + len(ids) - 1),
         )
         self._flush = None
         others = tuple(m for m in flush.members if m != self.node and m not in flush.fresh)
@@ -577,6 +584,10 @@ class FailoverSequencer(Sequencer):
         # member delivers the same numbers in the old view (virtual synchrony).
         self._safe_upto = install.safe if self.safe else last
         effects = self._deliver_ready()  # the old view's messages, in the old view
+        if install.next_number > last + 1 and self.delivered_through() == last:
+            last = install.next_number - 1
+            self._next_delivery = install.next_number
+            self._safe_upto = max(self._safe_upto, last)
         new_view = View(install.view_id, tuple(install.members))
         if self.node not in new_view.members:
             return effects + self.left_out(view, new_view, last)
@@ -638,26 +649,6 @@ def _held_through(state: VcState) -> int:
     return number
 
 
-def _admission_order(
-    pending: list[MsgId], done: dict[NodeId, int], deps: Mapping[MsgId, Mapping[NodeId, int]]
-) -> list[MsgId]:
-    """Unnumbered messages in an order a sequencer could have numbered them: each origin's
-    in sequence, each after its causal dependencies; what can never be ready (its
-    predecessor is lost with a crashed node) is left out."""
-    waiting = {m: True for m in sorted(pending, key=lambda m: (m.seq, m.origin))}
-    released = dict(done)
-    out: list[MsgId] = []
-    progress = True
-    while waiting and progress:
-        progress = False
-        for mid in list(waiting):
-            if released.get(mid.origin, 0) != mid.seq - 1:
-                continue
-            if any(released.get(o, 0) < k for o, k in deps.get(mid, {}).items()):
-                continue
-            del waiting[mid]
-            released[mid.origin] = mid.seq
-            out.append(mid)
-            progress = True
-    return out
-
+#: how unnumbered messages are ordered in a flush (a module name, so tests can plant a
+#: forgetful variant)
+_admission_order = admission_order

@@ -45,6 +45,9 @@ across a partition, retransmitted by the channel once it heals, after the group 
 the joiner again. A joiner therefore remembers the latest view it was told leaves it out
 (`SFarewell`, `Excluded`) and refuses a welcome into that view or an older one.
 
+Under extended virtual synchrony (abcast.ordering.sequencer_merge) a member is never
+cut off: a view of another side that leaves it out is a partition, and the sides merge.
+
 What it does not know: how the application encodes its state (bytes in, bytes out), and
 who runs the registry (contacts are given).
 """

@@ -111,27 +111,62 @@ def node_views(t: TraceTables) -> DataFrame:
         F.lag("index").over(in_time).alias("prev_index"))
 
 
-def view_consistency(t: TraceTables) -> DataFrame:
-    """VIEW_CONSISTENCY: one row per (node, group, view) whose member set differs from the
-    view's reference set (most holders, then lowest holder, then smallest set), and one
-    per view row whose view_id does not rise above the node's previous one."""
+def _references(views: DataFrame) -> DataFrame:
+    """Per view: its reference set (most holders, then lowest holder, then smallest
+    set) as `ref_members`, `ref_holders`, `ref_node` (its lowest holder), and `_sets`
+    (how many member sets its rows list)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    views = node_views(t)
     listed = views.where(F.col("members").isNotNull())
     per_set = listed.groupBy(*_VIEW_KEY, "members").agg(
         F.countDistinct("node").alias("holders"),
         F.min(F.struct("rank", "node")).alias("low"))
     best = Window.partitionBy(*_VIEW_KEY).orderBy(
         F.col("holders").desc(), F.col("low.rank"), F.col("members"))
-    reference = (per_set.select("*", F.row_number().over(best).alias("_pick"),
-                                F.count("*").over(Window.partitionBy(*_VIEW_KEY))
-                                .alias("_sets"))
-                 .where((F.col("_pick") == 1) & (F.col("_sets") > 1))
-                 .select(*_VIEW_KEY, F.col("members").alias("ref_members"),
-                         F.col("holders").alias("ref_holders"),
-                         F.col("low.node").alias("ref_node")))
+    return (per_set.select("*", F.row_number().over(best).alias("_pick"),
+                           F.count("*").over(Window.partitionBy(*_VIEW_KEY)).alias("_sets"))
+            .where(F.col("_pick") == 1)
+            .select(*_VIEW_KEY, "_sets", F.col("members").alias("ref_members"),
+                    F.col("holders").alias("ref_holders"), F.col("low.node").alias("ref_node")))
+
+
+def _missed_merges(t: TraceTables, views: DataFrame, references: DataFrame) -> DataFrame:
+    """One row per (node, group, merge view) — a view nodes moved into from two or more
+    different views — whose reference set lists the node, which has no crash row and
+    never installs the view."""
+    from pyspark.sql import functions as F
+
+    moved = views.where(F.col("prev_view").isNotNull() & (F.col("prev_view") != F.col("view_id")))
+    merges = (moved.groupBy(*_VIEW_KEY).agg(F.countDistinct("prev_view").alias("_sources"))
+              .where(F.col("_sources") > 1).select(*_VIEW_KEY))
+    listed = join_on(references, merges, _pairs(*_VIEW_KEY), "left_semi").select(
+        *_VIEW_KEY, "ref_members", "ref_holders", "ref_node",
+        F.explode("ref_members").alias("node"))
+    installed = views.select(*_VIEW_KEY, "node").distinct()
+    missed = join_on(listed, installed, _pairs(*_VIEW_KEY, "node"), "left_anti")
+    crashed = crash_times(t.events).select("run_id", "node")
+    missed = join_on(missed, crashed, _pairs("run_id", "node"), "left_anti")
+    return violations(
+        missed, VIEW_CONSISTENCY, F.array("node", "ref_node"),
+        F.array().cast("array<string>"), F.array().cast("array<bigint>"),
+        F.format_string("merge view %d%s lists %s, which never installed it (installed by "
+                        "%s and %d more as [%s])", F.col("view_id"), _in_group(F.col("group")),
+                        F.col("node"), F.col("ref_node"), F.col("ref_holders") - 1,
+                        F.array_join(F.col("ref_members"), ",")))
+
+
+def view_consistency(t: TraceTables) -> DataFrame:
+    """VIEW_CONSISTENCY: one row per (node, group, view) whose member set differs from the
+    view's reference set (most holders, then lowest holder, then smallest set), one per
+    view row whose view_id does not rise above the node's previous one, and one per
+    member of a merge view's reference set without a crash row that never installs it."""
+    from pyspark.sql import functions as F
+
+    views = node_views(t)
+    listed = views.where(F.col("members").isNotNull())
+    references = _references(views)
+    reference = references.where(F.col("_sets") > 1).drop("_sets")
     compared = join_on(listed, F.broadcast(reference), _pairs(*_VIEW_KEY),
                        null_safe=("group",))
     deviants = (compared.where(F.col("members") != F.col("ref_members"))
@@ -151,7 +186,7 @@ def view_consistency(t: TraceTables) -> DataFrame:
         F.format_string("%s installed view %d%s then view %d: view ids must strictly "
                         "increase", F.col("node"), F.col("prev_view"),
                         _in_group(F.col("group")), F.col("view_id")))
-    return membership.unionByName(order)
+    return membership.unionByName(order).unionByName(_missed_merges(t, views, references))
 
 
 # ---------------------------------------------------------------- deliveries per view

@@ -48,6 +48,7 @@ from abcast.effects import (
     Deliver,
     InstallState,
     InstallView,
+    MergeStates,
     Output,
     SetTimer,
     Stage,
@@ -72,7 +73,10 @@ class AppHooks:
     """What the application is told besides deliveries (every field optional).
 
     `get_state` answers a snapshot for a joiner (a group that can be joined needs it,
-    else joiners start empty); `set_state` installs a joiner's starting state;
+    else joiners start empty); `set_state` installs a joiner's starting state (and a
+    merge view's merged state); `merge_state(states)` merges the states partitions
+    reached apart (`partitions="evs"`; the side holding the lowest member first —
+    without it that side's state is kept);
     `on_view` hears every installed view this node is in; `on_removed(view, graceful)`
     hears the view that no longer holds this node (graceful: after its own leave)."""
 
@@ -80,6 +84,7 @@ class AppHooks:
     set_state: Callable[[bytes], None] | None = None
     on_view: Callable[[View], None] | None = None
     on_removed: Callable[[View, bool], None] | None = None
+    merge_state: Callable[[list[bytes]], bytes] | None = None
 
 
 NO_HOOKS = AppHooks()
@@ -263,8 +268,12 @@ class GroupDriver:
                     state = get_state() if get_state is not None else b""
                     self.snapshots += 1
                     self._apply(self.stack.snapshot_taken(token, state, host.clock.now_us()))
-                case InstallState(state):
-                    if self.view_id > 0:
+                case MergeStates(token, states):
+                    merge = self.hooks.merge_state
+                    merged = merge(list(states)) if merge is not None else states[0]
+                    self._apply(self.stack.states_merged(token, merged, host.clock.now_us()))
+                case InstallState(state, merged):
+                    if self.view_id > 0 and not merged:
                         self._rejoined()
                     if self.hooks.set_state is not None:
                         self.hooks.set_state(state)

@@ -23,7 +23,10 @@ Addresses of members that join later are found through the registry
 The application is told, besides deliveries (`on_deliver`, called on the loop in
 delivery order, or a queue read by `deliveries()`): `get_state()` when a joiner needs a
 snapshot, `set_state(state)` when this node joined, `on_view(view)` for every view
-change (the last one, without this node, ends the group here). `app=` takes one object
+change (the last one, without this node, ends the group here), and — in a group made
+with `partitions="evs"`, whose partitions go on apart and merge on heal —
+`merge_state(states)` when they merge (without it the side holding the lowest member
+keeps its state). `app=` takes one object
 with those methods (a `ReplicatedHandle`: a replicated object's state then moves to
 joiners with no more code). `broadcast` waits for the transport's backpressure
 (`drain`) first; `broadcast_nowait` does not.
@@ -135,6 +138,8 @@ class Group:
         on_view: Callable[[View], None] | None = None,
         app: GroupApp | None = None,
         recheck_s: float = RECHECK_S,
+        partitions: str | None = None,
+        merge_state: Callable[[list[bytes]], bytes] | None = None,
     ) -> None:
         if not isinstance(name, str) or not 1 <= len(name) <= 128:
             raise ConfigError(f"group name must be a 1..128 char string, got {name!r}")
@@ -157,9 +162,18 @@ class Group:
             x is not None for x in (on_deliver, get_state, set_state)
         ):
             raise ConfigError("give either app= or on_deliver/get_state/set_state, not both")
+        if partitions is not None:
+            # "evs": every partition goes on and they merge on heal (sequencer family);
+            # the registry keeps it with the other options, so joiners run the same.
+            options = dataclasses.replace(options or OrderingOptions(), partitions=partitions)
+        if options is not None:
+            get_ordering(ordering).check_options(options)
         self.name = name
         self.ordering = ordering
         self.options = options
+        #: extended virtual synchrony: the application's state merge (the sides' states,
+        #: the side holding the lowest member first); None keeps that side's state
+        self._merge_state = merge_state
         self.size = size
         self._peers = dict(peers) if peers is not None else None
         self._app = app
@@ -249,7 +263,8 @@ class Group:
     def _attach(self, host: Node, view: View) -> GroupDriver:
         stack = build_stack(host.id, self.name, self.ordering, view, for_streams(self.options))
         hooks = AppHooks(get_state=self._get_state, set_state=self._set_state,
-                         on_view=self._view_installed, on_removed=self._removed)
+                         on_view=self._view_installed, on_removed=self._removed,
+                         merge_state=self._merge_state)
         self._admitted = asyncio.Event()
         self._departed = asyncio.Event()
         self._driver = GroupDriver(host, stack, self._on_deliver, hooks)

@@ -2,7 +2,10 @@
 
 Rules: this is the simulator's driver, the twin of the asyncio runtime. It turns
 `Transmit` into packets through the `Network`, timers into scheduler entries, and
-`Deliver`/`InstallView` into trace rows — the same rows the runtime writes. Bad frames
+`Deliver`/`InstallView` into trace rows — the same rows the runtime writes — and answers
+the application's effects (`TakeSnapshot`, `InstallState`, `MergeStates`) for the
+simulated application (a digest chained over deliveries; merging states digests them in
+the order given). Bad frames
 are logged and counted, never raised: a peer cannot crash a node. Crashed nodes stop:
 their timers die and packets to them are lost.
 """
@@ -21,6 +24,7 @@ from abcast.effects import (
     Deliver,
     InstallState,
     InstallView,
+    MergeStates,
     Output,
     SetTimer,
     TakeSnapshot,
@@ -72,6 +76,11 @@ class SimNode:
         head = f"{origin}:{seq}:".encode()
         self.app_state = hashlib.sha256(self.app_state + head + payload).digest()
 
+    def merge_states(self, states: tuple[bytes, ...]) -> bytes:
+        """The simulated application's merge hook: one digest over the sides' states, in
+        the order given (every member then holds the same merged state)."""
+        return hashlib.sha256(b"merge:" + b"".join(states)).digest()
+
     def note_delivered(self, origin: NodeId, seq: int) -> None:
         self.prefix.note(origin, seq)
 
@@ -80,6 +89,10 @@ class SimNode:
         return self.prefix.deps(self.node)
 
 class SimCluster:
+    #: the simulated application has a merge hook (`SimNode.merge_states`); without it a
+    #: merge keeps the state of the side holding the lowest member (`states[0]`)
+    state_merge: bool = True
+
     def __init__(
         self, scheduler: Scheduler, network: Network, recorder: TraceRecorder,
         *, net_trace: bool = False, on_deliver: DeliverHook | None = None,
@@ -188,9 +201,12 @@ class SimCluster:
                 case TakeSnapshot(token):
                     taken = stack.snapshot_taken(token, sim_node.app_state, self.scheduler.now)
                     self._apply(sim_node, taken)
-                case InstallState(state):
+                case MergeStates(token, states):
+                    merged = sim_node.merge_states(states) if self.state_merge else states[0]
+                    self._apply(sim_node, stack.states_merged(token, merged, self.scheduler.now))
+                case InstallState(state, merged):
                     sim_node.app_state = state
-                    if sim_node.view_id > 0:
+                    if sim_node.view_id > 0 and not merged:
                         self._rejoined(sim_node)
                 case InstallView(view):
                     self._note_removed(set(sim_node.members) - set(view.members))

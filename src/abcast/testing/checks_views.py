@@ -10,7 +10,9 @@ docs/checks.md makes are made here the same way:
   joiner before admission) and is dropped from its views;
 - member lists compare as sets; a null list is installed but never compared;
 - rows with a null `view_id`, and deliver rows without origin, seq or index, are
-  skipped; a view row without `index` shows position 0.
+  skipped; a view row without `index` shows position 0;
+- a merge view (entered from two or more different views: extended virtual synchrony)
+  must be installed by every member its reference set lists that has no `crash` row.
 
 Nothing here reads files; abcast.testing.checks wires these into `check_events`.
 """
@@ -126,6 +128,24 @@ class ViewFacts:
 # ---------------------------------------------------------------- view consistency
 
 
+def _reference(by_set: dict[Members, set[str]]) -> tuple[Members, set[str]]:
+    """A view's reference set and its holders: most holders, then the lowest holder in
+    node order, then the set in list order."""
+    return min(by_set.items(), key=lambda kv: (
+        -len(kv[1]), node_order(min(kv[1], key=node_order)), kv[0]))
+
+
+def _holders(vf: ViewFacts) -> dict[tuple[Group, int], dict[Members, set[str]]]:
+    """(group, view_id) -> member set -> the nodes whose rows list it."""
+    holders: dict[tuple[Group, int], dict[Members, set[str]]] = {}
+    for views in vf.views.values():
+        for v in views:
+            if v.members is not None:
+                holders.setdefault((v.group, v.view_id), {}).setdefault(
+                    v.members, set()).add(v.node)
+    return holders
+
+
 def _membership(vf: ViewFacts) -> list[Violation]:
     # (group, view_id) -> member set -> holders; and each node's first row per set
     holders: dict[tuple[Group, int], dict[Members, set[str]]] = {}
@@ -141,8 +161,7 @@ def _membership(vf: ViewFacts) -> list[Violation]:
     for (group, view_id), by_set in holders.items():
         if len(by_set) < 2:
             continue
-        reference, ref_nodes = min(by_set.items(), key=lambda kv: (
-            -len(kv[1]), node_order(min(kv[1], key=node_order)), kv[0]))
+        reference, ref_nodes = _reference(by_set)
         ref_holder = min(ref_nodes, key=node_order)
         deviants: dict[str, tuple[int, Members]] = {}
         for members, nodes in by_set.items():
@@ -176,10 +195,43 @@ def _view_order(vf: ViewFacts) -> list[Violation]:
     return out
 
 
+def merge_views(vf: ViewFacts) -> set[tuple[Group, int]]:
+    """(group, view_id) of the views nodes moved into from two or more different views."""
+    sources: dict[tuple[Group, int], set[int]] = {}
+    for (_node, group), views in vf.views.items():
+        for before, after in pairwise(views):
+            if after.view_id != before.view_id:
+                sources.setdefault((group, after.view_id), set()).add(before.view_id)
+    return {key for key, came_from in sources.items() if len(came_from) > 1}
+
+
+def _missed_merges(vf: ViewFacts) -> list[Violation]:
+    installed = {(v.node, v.group, v.view_id) for views in vf.views.values() for v in views}
+    holders = _holders(vf)
+    out: list[Violation] = []
+    for group, view_id in merge_views(vf):
+        by_set = holders.get((group, view_id))
+        if not by_set:
+            continue
+        reference, ref_nodes = _reference(by_set)
+        ref_holder = min(ref_nodes, key=node_order)
+        where = "" if group is None else f" of {group}"
+        for node in sorted(reference, key=node_order):
+            if node in vf.crash_t_ns or (node, group, view_id) in installed:
+                continue
+            out.append(Violation(
+                vf.run_id, VIEW_CONSISTENCY, (node, ref_holder), (), (),
+                f"merge view {view_id}{where} lists {node}, which never installed it "
+                f"(installed by {ref_holder} and {len(ref_nodes) - 1} more as "
+                f"{_show_members(reference)})"))
+    return out
+
+
 def view_consistency(vf: ViewFacts) -> list[Violation]:
-    """VIEW_CONSISTENCY: a node listing a view's members unlike the reference set, and
-    each view row of a node whose view_id does not rise."""
-    return [*_membership(vf), *_view_order(vf)]
+    """VIEW_CONSISTENCY: a node listing a view's members unlike the reference set, each
+    view row of a node whose view_id does not rise, and each member of a merge view's
+    reference set without a crash row that never installs it."""
+    return [*_membership(vf), *_view_order(vf), *_missed_merges(vf)]
 
 
 # ---------------------------------------------------------------- virtual synchrony

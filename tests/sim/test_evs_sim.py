@@ -1,0 +1,210 @@
+"""Extended virtual synchrony in the simulator (`partitions="evs"`, sequencer family): a
+partition splits a 6–8 node group, both sides go on delivering in views of their own,
+and on heal every member installs one merge view and ends with the same state; churn
+(a join, a leave, a crash and a partition that heals) over seeds stays clean under
+abcast.sim.churn's evs judging; planted faults (a merge that drops the merged state)
+are found; orderings that cannot do evs refuse it."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from abcast.cli import cli
+from abcast.effects import Effect, InstallState, MergeStates
+from abcast.errors import ConfigError
+from abcast.ids import NodeId, View
+from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
+from abcast.ordering.sequencer_merge import VIEW_ID_SPAN, EvsSequencer, MInstall, evs_view_id
+from abcast.sim import SimConfig, SimResult, run_simulation
+from abcast.sim.churn import churn_faults, judge, lineages, merge_views
+from abcast.sim.cluster import SimCluster
+from abcast.stack import Stack
+
+EVS = OrderingOptions(partitions="evs")
+FAMILY = ("sequencer", "causal-total")
+
+
+def split_run(ordering: str, nodes: int, left: list[str], seed: int = 1, *,
+              start_ms: int = 300, end_ms: int = 2_300) -> SimResult:
+    faults = (f"drop=0.02,delay=1-15ms,partition={'+'.join(left)}|*@{start_ms}ms-{end_ms}ms")
+    return run_simulation(SimConfig(ordering, nodes=nodes, messages=30 * nodes, seed=seed,
+                                    faults=faults, rate=60.0, options=EVS,
+                                    stall_us=4_000_000))
+
+
+def views_of(result: SimResult) -> dict[str, list[tuple[int, tuple[str, ...]]]]:
+    out: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
+    for row in result.recorder.rows():
+        if row.kind == "view" and row.view_id is not None:
+            out.setdefault(row.node, []).append((row.view_id, tuple(row.members or ())))
+    return out
+
+
+@pytest.mark.parametrize("ordering", FAMILY)
+@pytest.mark.parametrize(("nodes", "left"), [(6, ["n1", "n2", "n3"]), (8, ["n2", "n5"])])
+def test_both_sides_deliver_apart_then_all_install_one_merge_view(
+        ordering: str, nodes: int, left: list[str]) -> None:
+    result = split_run(ordering, nodes, left)
+    ids = [f"n{i}" for i in range(1, nodes + 1)]
+    right = [n for n in ids if n not in left]
+    views = views_of(result)
+    rows = result.recorder.rows()
+    for side in (left, right):
+        # Each side installed a view of exactly its members...
+        side_views = {v for n in side for v, members in views[n] if set(members) == set(side)}
+        assert len(side_views) >= 1, (side, views)
+        # ...and delivered in it messages its own members broadcast during the split.
+        delivered = {(r.node, r.origin) for r in rows
+                     if r.kind == "deliver" and r.view_id in side_views}
+        assert {o for _, o in delivered} & set(side), side
+        assert {n for n, _ in delivered} == set(side)
+    # One merge view, installed by everyone, above both sides' views.
+    last = {views[n][-1] for n in ids}
+    assert len(last) == 1
+    merge_id, members = last.pop()
+    assert set(members) == set(ids)
+    assert merge_id > max(v for n in ids for v, _ in views[n][:-1])
+    assert merge_views(rows) == {merge_id}
+    # Equal states after the merge, and the judge finds nothing.
+    assert len(set(result.app_states.values())) == 1
+    assert judge(result) == ([], [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ordering", FAMILY)
+def test_churn_with_a_partition_that_heals_is_clean_over_seeds(ordering: str) -> None:
+    for seed in range(1, 9):
+        nodes = random.Random(seed).choice((6, 7, 8))
+        faults = churn_faults(random.Random(seed), nodes)
+        config = SimConfig(ordering, nodes=nodes, messages=200, seed=seed, faults=faults,
+                           rate=40.0, options=EVS, stall_us=8_000_000)
+        result = run_simulation(config)
+        violations, problems = judge(result)
+        assert (violations, problems) == ([], []), config
+        gone = (*result.departed, *result.leaving)
+        for lineage in lineages(result.recorder.rows(), config.node_ids(), gone):
+            sent = {(r.origin, r.seq) for r in lineage.rows
+                    if r.kind == "send" and r.node in lineage.members}
+            for node in lineage.members:
+                got = {(r.origin, r.seq) for r in lineage.rows
+                       if r.kind == "deliver" and r.node == node}
+                assert sent <= got, (config, lineage.epoch, node)
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(seed=st.integers(1, 10_000), nodes=st.integers(6, 8), data=st.data())
+def test_any_split_heals_into_one_view_with_one_state(seed: int, nodes: int,
+                                                      data: st.DataObject) -> None:
+    ids = [f"n{i}" for i in range(1, nodes + 1)]
+    left = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=nodes - 1,
+                              unique=True))
+    start = data.draw(st.integers(0, 800))
+    result = split_run("causal-total", nodes, sorted(left), seed, start_ms=start,
+                       end_ms=start + data.draw(st.integers(1_500, 3_000)))
+    assert judge(result) == ([], [])
+    assert len({views_of(result)[n][-1] for n in ids}) == 1
+    assert len(set(result.app_states.values())) == 1
+
+
+def test_without_a_merge_hook_the_side_of_the_lowest_member_keeps_its_state(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SimCluster, "state_merge", False)
+    asked: list[tuple[NodeId, tuple[bytes, ...]]] = []
+    answered: list[bytes] = []
+    emit = EvsSequencer._maybe_merge_states
+    answer = Stack.states_merged
+
+    def recording_emit(self: EvsSequencer, merge: object) -> list[Effect]:
+        out = emit(self, merge)  # type: ignore[arg-type]
+        asked.extend((self.node, e.states) for e in out if isinstance(e, MergeStates))
+        return out
+
+    def recording_answer(self: Stack, token: int, state: bytes, now: int) -> list[object]:
+        answered.append(state)
+        return answer(self, token, state, now)  # type: ignore[return-value]
+
+    monkeypatch.setattr(EvsSequencer, "_maybe_merge_states", recording_emit)
+    monkeypatch.setattr(Stack, "states_merged", recording_answer)
+    result = split_run("sequencer", 6, ["n4", "n5", "n6"])
+    assert len(asked) == 1
+    coordinator, states = asked[0]
+    assert coordinator == "n1" and len(states) == 2 and states[0] != states[1]
+    assert answered == [states[0]]  # the side holding n1 keeps its state
+    assert len(set(result.app_states.values())) == 1
+    assert judge(result) == ([], [])
+
+
+class _ForgetsMergedState(EvsSequencer):
+    """Planted: installs the merge view but never the merged state."""
+
+    def _on_merge_install(self, install: MInstall) -> list[Effect]:
+        return [e for e in super()._on_merge_install(install)
+                if not isinstance(e, InstallState)]
+
+
+def test_a_merge_that_drops_the_merged_state_is_found() -> None:
+    def make(node: NodeId, view: View) -> Stack:
+        stack = build_stack(node, "g", "sequencer", view, EVS)
+        top = _ForgetsMergedState(node, evs=True)
+        return Stack(node, "g", [*stack.layers[:-1], top], view)
+
+    config = SimConfig("sequencer", nodes=6, messages=180, seed=1, rate=60.0, options=EVS,
+                       faults="drop=0.02,delay=1-15ms,partition=n1+n2+n3|*@300ms-2300ms",
+                       stall_us=4_000_000)
+    _, problems = judge(run_simulation(config, stack_factory=make))
+    assert "STATE" in {p.code for p in problems}
+
+
+@given(target=st.integers(1, 2**40), a=st.integers(1, 500), b=st.integers(1, 500))
+def test_evs_view_ids_are_at_least_the_target_and_differ_by_coordinator(
+        target: int, a: int, b: int) -> None:
+    first, second = evs_view_id(target, f"n{a}"), evs_view_id(target, f"n{b}")
+    assert target <= first < target + VIEW_ID_SPAN
+    assert first % VIEW_ID_SPAN == zlib.crc32(f"n{a}".encode()) % VIEW_ID_SPAN
+    assert (first == second) == (a == b)
+
+
+@pytest.mark.parametrize("ordering", ["skeen", "chandra-toueg", "matrix", "causal", "fifo"])
+def test_orderings_without_evs_refuse_it(ordering: str) -> None:
+    with pytest.raises(ConfigError, match=r"cannot run partitions='evs'.*causal-total"):
+        build_stack("n1", "g", ordering, View(1, ("n1", "n2")), EVS)
+    with pytest.raises(ConfigError, match="cannot run partitions='evs'"):
+        run_simulation(SimConfig(ordering, nodes=3, messages=3, seed=1, options=EVS))
+
+
+def test_unknown_partition_modes_are_refused_and_evs_claims_per_lineage() -> None:
+    with pytest.raises(ConfigError, match="partitions must be one of primary, evs"):
+        OrderingOptions(partitions="majority")
+    claims = get_ordering("causal-total").claimed(EVS)
+    assert set(claims) == {"integrity", "validity", "total", "virtual_synchrony"}
+
+
+def test_cli_sim_takes_partitions(tmp_path: object) -> None:
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["sim", "--ordering", "sequencer", "--partitions", "evs",
+                             "--nodes", "6", "--messages", "120", "--rate", "60", "--faults",
+                             "delay=1-10ms,partition=n1+n2|*@200ms-2200ms",
+                             "--out", f"{tmp_path}/ok"])
+    assert ok.exit_code == 0, ok.output
+    refused = runner.invoke(cli, ["sim", "--ordering", "skeen", "--partitions", "evs",
+                                  "--out", f"{tmp_path}/no"])
+    assert refused.exit_code != 0 and "cannot run partitions='evs'" in refused.output
+
+
+def test_a_runtime_group_takes_partitions_and_checks_them() -> None:
+    from abcast.runtime.group import Group
+
+    peers = {"n2": "tcp://127.0.0.1:1"}
+    group = Group("g", ordering="causal-total", node="n1", peers=peers, partitions="evs",
+                  merge_state=lambda states: states[0])
+    assert group.options is not None and group.options.evs
+    with pytest.raises(ConfigError, match="cannot run partitions='evs'"):
+        Group("g", ordering="skeen", node="n1", peers=peers, partitions="evs")
+    with pytest.raises(ConfigError, match="partitions must be one of"):
+        Group("g", ordering="sequencer", node="n1", peers=peers, partitions="both")

@@ -1,0 +1,107 @@
+"""The Spark checker under extended virtual synchrony: on traces where partitions go on
+apart and merge — hand-written (clean, a merge view a correct member misses, a message
+both sides deliver in different orders, two sides reusing one view id) and simulated
+(`partitions="evs"`, clean and with one node's merge view taken out) — it reports the
+planted units and exactly the in-memory checker's count per code per run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from abcast.ordering.registry import OrderingOptions
+from abcast.pipeline.io import read_trace
+from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
+from abcast.pipeline.tables import materialize_tables
+from abcast.sim import SimConfig, run_simulation
+from abcast.testing import TraceBuilder, check_traces, count_by_code
+from abcast.trace.rows import EventRow, RunInfo
+from abcast.trace.schema import CODES, TOTAL_ORDER, VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY
+from abcast.trace.writer import read_traces, write_run
+
+pytestmark = pytest.mark.spark
+
+ALL4 = ("n1", "n2", "n3", "n4")
+#: what an evs run claims over the whole trace (OrderingSpec.claimed)
+EVS_CLAIMS = ("integrity", "validity", "total", "virtual_synchrony")
+
+
+def _split_and_merge(run_id: str, *, swapped: bool = False, right_view: int = 11,
+                     skip_merge: str = "", crash: str = "") -> tuple[list[EventRow], RunInfo]:
+    b = TraceBuilder(run_id)
+    for node in ALL4:
+        b.view(node, 1, ALL4)
+    first = [b.send("n1"), b.send("n3")]
+    b.deliver_all(ALL4[:2], first)
+    b.deliver_all(ALL4[2:], first[::-1] if swapped else first)
+    for node in ALL4[:2]:
+        b.view(node, 10, ALL4[:2])
+    for node in ALL4[2:]:
+        b.view(node, right_view, ALL4[2:])
+    b.deliver_all(ALL4[:2], [b.send("n2")])
+    b.deliver_all(ALL4[2:], [b.send("n4")])
+    if crash:
+        b.crash(crash)
+    merged = [n for n in ALL4 if n not in (skip_merge, crash)]
+    for node in merged:
+        b.view(node, 20, ALL4)
+    b.deliver_all(merged, [b.send("n1")])
+    return b.rows(), b.run_info(EVS_CLAIMS, nodes=4)
+
+
+def _simulated() -> tuple[list[EventRow], RunInfo]:
+    config = SimConfig("sequencer", nodes=5, messages=60, seed=3, rate=60.0,
+                       faults="delay=1-10ms,partition=n1+n2|n3+n4+n5@200ms-2200ms",
+                       options=OrderingOptions(partitions="evs"), stall_us=3_000_000)
+    result = run_simulation(config)
+    return result.recorder.rows(), result.run_info()
+
+
+def _without_merge_row(rows: list[EventRow], info: RunInfo, node: str
+                       ) -> tuple[list[EventRow], RunInfo]:
+    """The simulated run, renamed, with `node`'s last view row (the merge view) out."""
+    last = max(i for i, r in enumerate(rows) if r.node == node and r.kind == "view")
+    cut = [replace(r, run_id="sim-missed") for i, r in enumerate(rows) if i != last]
+    return cut, replace(info, run_id="sim-missed")
+
+
+@pytest.fixture(scope="module")
+def evs_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("evs")
+    write_run(out, *_split_and_merge("clean"))
+    write_run(out, *_split_and_merge("missed", skip_merge="n4"))
+    write_run(out, *_split_and_merge("crashed", crash="n4"))
+    write_run(out, *_split_and_merge("swapped", swapped=True))
+    write_run(out, *_split_and_merge("reused", right_view=10))
+    rows, info = _simulated()
+    write_run(out, rows, info)
+    write_run(out, *_without_merge_row(rows, info, "n5"))
+    return out
+
+
+def test_spark_finds_the_planted_evs_faults_and_agrees_with_memory(
+        spark: object, evs_traces: Path) -> None:
+    runs, events = read_traces(evs_traces)
+    memory = {run_id: {c: n for c, n in count_by_code(found, CODES).items() if n}
+              for run_id, found in check_traces(runs, events).items()}
+    sim_id = next(r.run_id for r in runs if r.run_id.startswith("sequencer-"))
+    assert memory["clean"] == {} and memory["crashed"] == {} and memory[sim_id] == {}
+    assert memory["missed"] == {VIEW_CONSISTENCY: 1}
+    assert memory["swapped"] == {TOTAL_ORDER: 4}
+    # (one id, two memberships: the two sides also look like one cohort moving 10 -> 20)
+    assert memory["reused"] == {VIEW_CONSISTENCY: 2, VIRTUAL_SYNCHRONY: 4}
+    assert memory["sim-missed"].get(VIEW_CONSISTENCY) == 1
+
+    trace = read_trace(spark, str(evs_traces))  # type: ignore[arg-type]
+    claims = [RunClaim(r.run_id, r.ordering, r.nodes, r.guarantees) for r in runs]
+    verdict = summarize(find_violations(materialize_tables(trace.events, with_views=True),
+                                        runs_by_code(claims)))
+    by_spark = {r.run_id: {c: n for c in CODES
+                           if (n := verdict.counts.get((r.run_id, c), 0))} for r in runs}
+    assert by_spark == memory
+    missed = [e for e in verdict.examples
+              if e.run_id == "missed" and e.code == VIEW_CONSISTENCY]
+    assert missed and list(missed[0].nodes) == ["n4", "n1"]
+    assert "merge view 20" in missed[0].detail
