@@ -118,6 +118,10 @@ class GridSpec:
     load_seconds: float = 1.5  # offered-load duration of one open-loop run
     load_min_messages: int = 1500
     load_max_messages: int = 450_000
+    # The traced twin of a load run offers the same rate but at most this many messages:
+    # a trace row costs more than a delivery, so a traced node at the knee falls behind,
+    # and hundreds of thousands of rows add minutes to the run and to Spark for nothing.
+    verify_max_messages: int = 60_000
     peers: tuple[str, ...] = PEERS
     peer_messages: int = 3000
     peer_rate: float = 100_000.0  # offered far above any peer's capacity: its saturation
@@ -217,4 +221,5 @@ def verification_run(load_run: Experiment, spec: GridSpec) -> Experiment:
     """The traced twin of an untraced open-loop run: same offered rate, same messages."""
     if load_run.phase is not Phase.LOAD:
         raise ConfigError(f"only open-loop load runs are verified, not {load_run.label()}")
-    return replace(load_run, phase=Phase.VERIFY, trace=True)
+    return replace(load_run, phase=Phase.VERIFY, trace=True,
+                   messages=min(load_run.messages, spec.verify_max_messages))
