@@ -1,7 +1,7 @@
 """Micro-benchmarks of the per-message hot path, below the runtime: codec, one core step,
 the reliable channel alone, and a TCP transport write (issue 8).
 
-Usage: .venv/bin/python bench/micro_hotpath.py [--only codec,core,channel,tcp]
+Usage: .venv/bin/python bench/micro_hotpath.py [--only codec,core,channel,tcp,lone]
            [--messages N] [--burst B] [--ordering sequencer] [--profile [TOP]] [--uvloop]
 
 What each line measures (all in one process, best of --repeat runs; the CPU-bound parts
@@ -17,8 +17,16 @@ are timed in process CPU time, so other load on the machine disturbs them less):
 - channel: two `ReliableChannel` cores alone: packets a → b in bursts, one delayed ack
   per burst back to a. µs per packet (send + receive + its share of the ack).
 - tcp: frames/s from one sender to one receiver over loopback (one process, one loop),
-  with writes coalesced once per loop turn (the transport's behaviour) and with one
-  `write` per frame (the coalescing turned off by a patch, for comparison).
+  with writes coalesced per loop turn (the transport's behaviour: the turn's first frame
+  at once, the rest in one write) and with one `write` per frame (the coalescing turned
+  off by a patch, for comparison).
+- lone: the runtime's whole per-message path for a message alone in flight: three real
+  nodes (Node + Group, tcp on loopback) in one process on one loop broadcast one message
+  at a time, round robin, 1 ms apart (the cluster command's `--rate 1000`). Printed: the
+  p50 of every delivery's latency (broadcast call to delivery callback) and the CPU per
+  message of the whole process. One loop serialises the three nodes, so this is the CPU
+  of the critical path plus the acks, without the cross-process wake-ups of
+  `abcast cluster`.
 
 `--profile` runs the core step under cProfile and prints the top functions by own time.
 Nothing is asserted; figures vary with the machine's load, so compare runs made side by
@@ -313,13 +321,77 @@ def bench_tcp(frames: int, repeat: int, use_uvloop: bool, size: int = 100) -> No
           f"  {cpu:5.2f} µs CPU/frame")
 
 
+# ------------------------------------------------------------------------------- lone
+
+
+async def _lone_once(ordering: str, messages: int, gap_s: float) -> tuple[list[int], float]:
+    """Three nodes (Node + Group over tcp, one process, one loop) send one message at a
+    time, round robin, `gap_s` apart: (each delivery's latency in ns, CPU µs per message)."""
+    from abcast.runtime.group import Group
+    from abcast.runtime.node import Node
+
+    ids = ("n1", "n2", "n3")
+    sent_at: dict[tuple[str, int], int] = {}
+    latencies: list[int] = []
+    pending = [0]
+    idle = asyncio.Event()
+
+    def on_deliver(delivery: Deliver) -> None:
+        latencies.append(time.perf_counter_ns() - sent_at[(delivery.origin, delivery.seq)])
+        pending[0] -= 1
+        if not pending[0]:
+            idle.set()
+
+    nodes = [Node("tcp://127.0.0.1:0", node=n) for n in ids]
+    for node in nodes:
+        await node.start()
+    groups: list[Any] = []
+    for node in nodes:
+        peers = {other.id: other.address for other in nodes if other is not node}
+        groups.append(await Group(GROUP, ordering=ordering, host=node, peers=peers,
+                                  on_deliver=on_deliver).open())
+    cpu = 0.0
+    try:
+        for k in range(messages + messages // 10):
+            if k == messages // 10:  # the first tenth warms up (connections, caches)
+                latencies.clear()
+                cpu_started = cpu_clock()
+            idle.clear()
+            pending[0] = len(ids)
+            group = groups[k % len(ids)]
+            sent_at[(group.node, group.driver.broadcasts + 1)] = time.perf_counter_ns()
+            group.broadcast_nowait(PAYLOAD)
+            await asyncio.wait_for(idle.wait(), 10)
+            await asyncio.sleep(gap_s)
+        cpu = cpu_clock() - cpu_started
+    finally:
+        for group in groups:
+            await group.close()
+        for node in nodes:
+            await node.close()
+    return latencies, cpu / messages * 1e6
+
+
+def bench_lone(ordering: str, messages: int, repeat: int, use_uvloop: bool) -> None:
+    loop_name = "uvloop" if use_uvloop else "asyncio"
+    runs = [_run(_lone_once(ordering, messages, 0.001), use_uvloop) for _ in range(repeat)]
+    p50s = []
+    for latencies, _ in runs:
+        latencies.sort()
+        p50s.append(latencies[len(latencies) // 2] / 1e3)
+    cpu = min(r[1] for r in runs)
+    print(f"  lone   {ordering} n=3 tcp, one process, {loop_name:7}  p50 {min(p50s):6.1f} µs"
+          f" (runs: {', '.join(f'{p:.0f}' for p in p50s)})  {cpu:6.1f} µs CPU/msg"
+          f" incl. 1 ms gaps' timers")
+
+
 # ------------------------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> int:
     doc = __doc__ or ""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--only", default="codec,core,channel,tcp")
+    parser.add_argument("--only", default="codec,core,channel,tcp,lone")
     parser.add_argument("--messages", type=int, default=20_000, help="messages per core run")
     parser.add_argument("--burst", type=int, default=0, help="broadcasts per burst (0: 1 and 64)")
     parser.add_argument("--ordering", default="sequencer")
@@ -341,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
             bench_channel(args.messages * 5, burst, args.repeat)
     if "tcp" in parts:
         bench_tcp(200_000, args.repeat, args.uvloop)
+    if "lone" in parts:
+        bench_lone(args.ordering, min(args.messages, 2_000), args.repeat, args.uvloop)
     if args.profile:
         profile_core(args.ordering, args.messages, bursts[-1], args.profile)
     return 0

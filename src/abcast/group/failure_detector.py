@@ -17,6 +17,7 @@ traffic, not protocol packets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from abcast.codec import Count, Header, Packet
 from abcast.effects import (
@@ -62,6 +63,9 @@ class NotMember(Header, frozen=True):
 
 
 FdHeader = Fd | Heartbeat | NotMember
+
+#: the header of every passing packet: it has no fields, so one instance serves them all
+FD: Final = Fd()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +119,45 @@ class FailureDetectorLayer(Layer):
         return self._s.peers[peer].timeout
 
     def handle(self, event: Event, now: int) -> list[Effect]:
+        # Every packet of the node passes here twice (down and up), so the per-packet
+        # events are dispatched by exact type first; everything else, subclasses
+        # included, goes through `_handle_other`. Hearing and sending only stamp a time:
+        # no timer moves per packet, the tick compares the stamps when it fires.
+        kind = type(event)
+        if kind is Received:
+            received: Received = event  # type: ignore[assignment]  # the type test above
+            sender = received.sender
+            st = self._s.peers.get(sender)
+            if st is not None and not st.suspected and type(received.header) is Fd:
+                st.last_heard = now
+                return [Up(sender, received.inner)]
+            return self._heard(sender, received.header, received.inner, now)
+        if kind is SendRequested:
+            request: SendRequested = event  # type: ignore[assignment]
+            to = request.to
+            st = self._s.peers.get(to)
+            if st is not None:
+                st.last_sent = now
+            return [Send(to, FD, request.packet, request.control)]
+        if kind is MulticastRequested:
+            multicast: MulticastRequested = event  # type: ignore[assignment]
+            peers = self._s.peers
+            for peer in multicast.to:
+                st = peers.get(peer)
+                if st is not None:
+                    st.last_sent = now
+            return [Multicast(multicast.to, FD, multicast.packet)]
+        return self._handle_other(event, now)
+
+    def _handle_other(self, event: Event, now: int) -> list[Effect]:
         match event:
             case SendRequested(to, packet, control):
                 self._sent(to, now)
-                return [Send(to, Fd(), packet, control)]
+                return [Send(to, FD, packet, control)]
             case MulticastRequested(to, packet):
                 for peer in to:
                     self._sent(peer, now)
-                return [Multicast(to, Fd(), packet)]
+                return [Multicast(to, FD, packet)]
             case Received(sender, header, inner):
                 return self._heard(sender, header, inner, now)
             case TimerFired(key) if key == TICK:
@@ -153,15 +188,14 @@ class FailureDetectorLayer(Layer):
     def _heard(self, sender: NodeId, header: object, inner: Packet, now: int) -> list[Effect]:
         effects: list[Effect] = []
         st = self._s.peers.get(sender)
-        if st is None and not isinstance(header, NotMember):
-            return self._not_a_member(sender, now)
-        if st is not None:
-            st.last_heard = now
-            if st.suspected:
-                st.suspected = False
-                st.mistakes += 1
-                st.timeout += self.config.timeout_increment_us
-                effects.append(Restore(sender))
+        if st is None:
+            return self._from_stranger(sender, header, inner, now)
+        st.last_heard = now
+        if st.suspected:
+            st.suspected = False
+            st.mistakes += 1
+            st.timeout += self.config.timeout_increment_us
+            effects.append(Restore(sender))
         match header:
             case Fd():
                 effects.append(Up(sender, inner))
@@ -170,11 +204,18 @@ class FailureDetectorLayer(Layer):
             case NotMember(view_id):
                 # A member of my view installed a later one without me: the group has
                 # removed me (the layers above decide what that means).
-                if st is not None:
-                    effects.append(NotifyExcluded(sender, view_id))
+                effects.append(NotifyExcluded(sender, view_id))
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
         return effects
+
+    def _from_stranger(
+        self, sender: NodeId, header: object, inner: Packet, now: int
+    ) -> list[Effect]:
+        """A packet from a node outside the view: answered with `NotMember`, dropped."""
+        if isinstance(header, NotMember):
+            return []  # a non-member's verdict about me means nothing
+        return self._not_a_member(sender, now)
 
     def _not_a_member(self, sender: NodeId, now: int) -> list[Effect]:
         """Tell a node outside my view so — at most once a period, however much it sends —

@@ -30,7 +30,7 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId, View
-from abcast.reliability.channel import ChannelConfig, RData, ReliableChannel
+from abcast.reliability.channel import ChannelConfig, RAck, RData, ReliableChannel
 
 #: how long a removed member's link is kept (µs): several maximum retransmission timeouts
 LINGER_US: Final = 10_000_000
@@ -50,6 +50,9 @@ class OpenChannel(ReliableChannel):
         self._guests: set[NodeId] = set()
         self._lingering: set[NodeId] = set()
         self._gone: set[NodeId] = set()
+        #: the widened view last installed in the plain channel; between calls it always
+        #: equals `_allowed()` (every change of the sets reinstalls), except before the
+        #: first view, when it is empty — so "in it" means "needs no admission"
         self._installed: frozenset[NodeId] = frozenset()
 
     # -- introspection -------------------------------------------------------------------
@@ -61,6 +64,38 @@ class OpenChannel(ReliableChannel):
 
     # -- the core ------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
+        # The per-packet events first, by exact type: a peer already in the installed
+        # (widened) view needs no admission, and the plain channel's handlers are called
+        # directly. Anything else — a stranger, a view, a timer, subclasses — takes the
+        # general path below.
+        installed = self._installed
+        kind = type(event)
+        if kind is Received:
+            received: Received = event  # type: ignore[assignment]  # the type test above
+            header = received.header
+            if received.sender in installed:
+                if type(header) is RData:
+                    return self._on_data(received.sender, header.seq, received.inner, now)
+                if type(header) is RAck:
+                    return self._on_ack(received.sender, header.high, header.sacks, now)
+        elif kind is SendRequested:
+            request: SendRequested = event  # type: ignore[assignment]
+            if request.to in installed:
+                return self._send(request.to, request.packet, now, request.control)
+        elif kind is MulticastRequested:
+            multicast: MulticastRequested = event  # type: ignore[assignment]
+            if all(peer in installed for peer in multicast.to):
+                effects: list[Effect] = []
+                for dest in multicast.to:
+                    effects += self._send(dest, multicast.packet, now)
+                return effects
+        elif kind is TimerFired:
+            key = event.key  # type: ignore[union-attr]
+            if type(key) is tuple and key and key[0] != "linger":
+                return super().handle(event, now)  # an ack or rto timer of the plain channel
+        return self._handle_general(event, now)
+
+    def _handle_general(self, event: Event, now: int) -> list[Effect]:
         match event:
             case ViewInstalled(view):
                 return self._on_view(view, now)

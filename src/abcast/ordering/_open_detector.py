@@ -9,13 +9,17 @@ installs the view that holds it. Here such a packet is still answered with `NotM
 (at most once a period; that is how a member the group removed while it was cut off
 learns it) and is also handed up; the layers above decide what a non-member may say.
 It never starts watching a non-member: only a view makes a node a peer.
+
+Only the stranger case differs, so only that hook is overridden: a member's packet takes
+the plain detector's path, with no extra dispatch here.
 """
 
 from __future__ import annotations
 
+from abcast.codec import Packet
 from abcast.effects import Effect, Up
-from abcast.events import Event, Received
 from abcast.group.failure_detector import FailureDetectorLayer, Fd
+from abcast.ids import NodeId
 
 
 class OpenDetector(FailureDetectorLayer):
@@ -24,9 +28,9 @@ class OpenDetector(FailureDetectorLayer):
     def is_peer(self, node: str) -> bool:
         return node in self._s.peers
 
-    def handle(self, event: Event, now: int) -> list[Effect]:
-        match event:
-            case Received(sender, Fd(), inner) if sender not in self._s.peers:
-                return [*self._not_a_member(sender, now), Up(sender, inner)]
-            case _:
-                return super().handle(event, now)
+    def _from_stranger(
+        self, sender: NodeId, header: object, inner: Packet, now: int
+    ) -> list[Effect]:
+        if isinstance(header, Fd):
+            return [*self._not_a_member(sender, now), Up(sender, inner)]
+        return super()._from_stranger(sender, header, inner, now)

@@ -3,8 +3,10 @@ direction and peer.
 
 Rules: every node listens; to send to a peer it opens its own outbound connection whose
 first frame is a hello (see _common), so each TCP connection carries one direction only.
-Writes are coalesced: `send` only queues, and one `transport.write` per peer and loop
-turn (scheduled with `call_soon`) carries everything queued. TCP_NODELAY is on, since
+Writes are coalesced: `send` queues, and at most two `transport.write`s per peer and
+loop turn carry everything queued — the turn's first frame at once when the socket is
+idle (a lone message does not wait a loop turn at every hop), everything after it in one
+write at the next turn (one `call_soon` per transport and turn). TCP_NODELAY is on, since
 coalescing already batches. On the inbound side every frame of one read is cut out of
 it in one pass and handed over in order (`deliver_all`). The asyncio write buffer is
 the "handed to the wire" part of `buffered()`; its limits are set so that
@@ -25,7 +27,7 @@ from typing import ClassVar, cast
 from abcast.errors import ConfigError, DecodeError
 from abcast.ids import NodeId
 from abcast.transport._common import Hello, PeerState, QueuedTransport, decode_hello, encode_hello
-from abcast.transport._framing import FrameReader, encode_frames
+from abcast.transport._framing import PREFIX, FrameReader, encode_frames
 from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
 
 _HELLO_ROOM = 512  # the reader must accept a hello even if max_frame_bytes is tiny
@@ -53,6 +55,8 @@ class TcpTransport(QueuedTransport):
         self._server: asyncio.Server | None = None
         self._channels: dict[NodeId, _Channel] = {}
         self._inbound: dict[Link, _Inbound] = {}
+        #: channels with frames queued this loop turn; one callback flushes them all
+        self._dirty: list[_Channel] = []
 
     async def _bind(self) -> str:
         url = self._url
@@ -80,6 +84,19 @@ class TcpTransport(QueuedTransport):
 
     def _frames_queued(self, peer: PeerState) -> None:
         self._channels[peer.node].schedule_flush()
+
+    def end_turn_later(self, channel: _Channel) -> None:
+        """Call `channel.turn_ended` at the next loop turn, with every other channel that
+        sent in this one: a multicast costs one loop callback, not one a peer."""
+        dirty = self._dirty
+        if not dirty:
+            self.loop.call_soon(self._end_turn)
+        dirty.append(channel)
+
+    def _end_turn(self) -> None:
+        dirty, self._dirty = self._dirty, []
+        for channel in dirty:
+            channel.turn_ended()
 
     def _inflight(self, peer: PeerState) -> int:
         channel = self._channels.get(peer.node)
@@ -115,6 +132,7 @@ class _Channel:
         "_conn",
         "_connecting",
         "_flush_scheduled",
+        "_in_turn",
         "_owner",
         "_peer",
         "_retry",
@@ -127,6 +145,7 @@ class _Channel:
         self._connecting: asyncio.Task[None] | None = None
         self._retry: asyncio.TimerHandle | None = None
         self._flush_scheduled = False
+        self._in_turn = False  # this channel already wrote in this loop turn
         self._closed = False
         self._attempt = 0  # a connection from an older attempt is stale when it completes
 
@@ -186,9 +205,24 @@ class _Channel:
         self._owner.progressed()  # the write buffer of the lost connection is gone
 
     def schedule_flush(self) -> None:
-        if not self._flush_scheduled and self._conn is not None:
-            self._flush_scheduled = True
-            self._owner.loop.call_soon(self._flush)
+        """Frames were queued. The first of a loop turn goes out at once if the socket
+        is idle (a lone message waits for no loop turn); what follows in the same turn
+        is coalesced into one write at the next turn."""
+        conn = self._conn
+        if conn is None or self._flush_scheduled:
+            return
+        if not self._in_turn:
+            self._in_turn = True
+            self._owner.end_turn_later(self)
+            if not conn.write_buffer_size():
+                self._flush()
+                return
+        self._flush_scheduled = True
+
+    def turn_ended(self) -> None:
+        self._in_turn = False
+        if self._flush_scheduled:
+            self._flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -197,7 +231,9 @@ class _Channel:
             return
         queue = peer.queue
         count, size = len(queue), peer.queued_bytes
-        data = encode_frames(queue)  # one write (one syscall) for all of this turn's frames
+        # one write (one syscall) for all of this turn's frames; a lone frame (the common
+        # case at low load) skips the join
+        data = PREFIX.pack(size) + queue[0] if count == 1 else encode_frames(queue)
         queue.clear()
         peer.queued_bytes = 0
         conn.write(data)
