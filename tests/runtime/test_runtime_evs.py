@@ -1,0 +1,120 @@
+"""Extended virtual synchrony on the real runtime: four nodes in one process over mem://
+transports that can be cut in two. During the cut each side keeps ordering its own
+broadcasts; after the heal every node installs one merge view holding all four and the
+state the application's `merge_state` made of the two sides — so every replica ends
+equal and holds both sides' partition-time messages."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from abcast import Delivery, Group, Node
+from abcast.group.failure_detector import DetectorConfig
+from abcast.ids import NodeId, View
+from abcast.ordering.registry import OrderingOptions
+from abcast.transport.memory import MemoryTransport
+
+pytestmark = pytest.mark.timeout(90)
+
+IDS = ("n1", "n2", "n3", "n4")
+LEFT, RIGHT = {"n1", "n2"}, {"n3", "n4"}
+# a prompt detector: the cut is noticed in about half a second
+DETECTOR = DetectorConfig(period_us=50_000, timeout_us=500_000, timeout_increment_us=250_000)
+
+
+class CuttableMemory(MemoryTransport):
+    """mem:// whose frames to the nodes in `blocked` are lost (a partition)."""
+
+    def __init__(self) -> None:
+        super().__init__("mem://")
+        self.blocked: set[NodeId] = set()
+
+    def send(self, node: NodeId, data: bytes) -> None:
+        if node not in self.blocked:
+            super().send(node, data)
+
+
+class Replica:
+    """A replicated set of lines: delivered payloads; its state is the sorted lines."""
+
+    def __init__(self) -> None:
+        self.lines: set[bytes] = set()
+        self.views: list[View] = []
+
+    def on_deliver(self, d: Delivery) -> None:
+        self.lines.add(d.payload)
+
+    def get_state(self) -> bytes:
+        return b"\n".join(sorted(self.lines))
+
+    def set_state(self, state: bytes) -> None:
+        self.lines = set(state.split(b"\n")) if state else set()
+
+    @staticmethod
+    def merge_state(states: list[bytes]) -> bytes:
+        union: set[bytes] = set()
+        for state in states:
+            union |= set(state.split(b"\n")) if state else set()
+        return b"\n".join(sorted(union))
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+def test_both_sides_of_a_partition_go_on_and_merge_into_one_state() -> None:
+    replicas = {n: Replica() for n in IDS}
+    transports = {n: CuttableMemory() for n in IDS}
+
+    async def main() -> None:
+        nodes = [await Node(transports[n], node=n).start() for n in IDS]
+        groups = []
+        for node in nodes:
+            r = replicas[node.id]
+            peers = {o.id: o.address for o in nodes if o is not node}
+            groups.append(await Group(
+                "g", ordering="sequencer", host=node, peers=peers,
+                options=OrderingOptions(detector=DETECTOR), partitions="evs",
+                on_deliver=r.on_deliver, get_state=r.get_state, set_state=r.set_state,
+                on_view=r.views.append, merge_state=Replica.merge_state,
+            ).open())
+        by_id = {g.node: g for g in groups}
+        for g in groups:
+            await g.broadcast(b"before " + g.node.encode())
+        await _until(lambda: all(len(r.lines) == 4 for r in replicas.values()), 20)
+
+        for n in IDS:  # cut {n1, n2} | {n3, n4}
+            transports[n].blocked = RIGHT if n in LEFT else LEFT
+        await _until(lambda: all(
+            r.views and set(r.views[-1].members) == (LEFT if n in LEFT else RIGHT)
+            for n, r in replicas.items()), 20)
+        for n in IDS:  # each side orders its own broadcasts while cut
+            await by_id[n].broadcast(b"during " + n.encode())
+        await _until(lambda: all(len(r.lines) == 6 for r in replicas.values()), 20)
+
+        for n in IDS:
+            transports[n].blocked = set()
+        await _until(lambda: all(
+            r.views and set(r.views[-1].members) == set(IDS) and len(r.lines) == 8
+            for r in replicas.values()), 40)
+        for g in groups:
+            await g.broadcast(b"after " + g.node.encode())
+        await _until(lambda: all(len(r.lines) == 12 for r in replicas.values()), 20)
+        for g in groups:
+            await g.close()
+        for node in nodes:
+            await node.close()
+
+    asyncio.run(main())
+    states = {n: r.get_state() for n, r in replicas.items()}
+    assert len(set(states.values())) == 1, states
+    expected = {b"%s %s" % (when, n.encode()) for n in IDS
+                for when in (b"before", b"during", b"after")}
+    assert replicas["n1"].lines == expected
+    merge_views = {r.views[-1] for r in replicas.values()}
+    assert len(merge_views) == 1  # the same merge view everywhere
