@@ -3,8 +3,9 @@
 Rules: the workload is the simulator's (abcast.workload.RoundRobin): closed loop (a node
 broadcasts its round-r message once it has delivered every round r−1 message) or open
 loop (`rate` broadcasts per second over the whole group, each node sending its own share
-on schedule). Each node knows the expected total M and is done once it has delivered all
-M; it then keeps serving (retransmissions, acks) until told to stop, because others may
+on schedule). Each node knows the expected total M and is done once its state covers all
+M — delivered, or received in a snapshot when the group cut it off and admitted it again;
+it then keeps serving (retransmissions, acks) until told to stop, because others may
 still need it. The start/done/stop handshake goes through a `Control`: the launcher's pipe
 (`PipeControl`, JSON lines on stdout, commands on stdin), in-process events
 (`LocalControl`, one-process clusters) or the registry (`RegistryControl`, nodes started
@@ -335,7 +336,8 @@ async def run_worker(
         control = make_control(node)
         run = _Run(config, node)
         group = Group(config.group, ordering=config.ordering, host=node, size=config.size,
-                      options=config.options, on_deliver=run.on_deliver)
+                      options=config.options, on_deliver=run.on_deliver,
+                      get_state=run.get_state, set_state=run.set_state)
         await group.open()
         try:
             run.group = group
@@ -376,6 +378,12 @@ class _Run:
         self.keep_latencies = self.stamp and config.out is None
         self.closed_loop = config.rate is None
         self.expected = config.messages
+        # The node's replicated state: how many messages of each origin it holds. A node
+        # the group cut off and admitted again (a false suspicion under load) gets the
+        # others' counts as a snapshot instead of those deliveries, so it is complete
+        # once its state covers every message, not once it delivered every one itself.
+        self.per_origin: dict[NodeId, int] = {}
+        self.covered = 0
         self._pacer: asyncio.Task[None] | None = None
         self._early: list[tuple[NodeId, int]] = []  # delivered before the workload existed
         if config.messages == 0:
@@ -453,7 +461,10 @@ class _Run:
         if d.stage is not _FINAL:
             return
         now = time.time_ns()
-        self.delivered = delivered = self.delivered + 1
+        self.delivered += 1
+        self.covered = covered = self.covered + 1
+        per_origin = self.per_origin
+        per_origin[d.origin] = per_origin.get(d.origin, 0) + 1
         self.last_deliver_ns = now
         if self.keep_latencies:
             payload = d.payload
@@ -466,7 +477,17 @@ class _Run:
             # Not from inside the stack's outputs: broadcast on the next loop turn, as the
             # simulator schedules it at the same instant.
             asyncio.get_running_loop().call_soon(self.send_next)
-        if delivered >= self.expected:
+        if covered >= self.expected:
+            self.finished.set()
+
+    def get_state(self) -> bytes:
+        return msgspec.msgpack.encode(self.per_origin)
+
+    def set_state(self, state: bytes) -> None:
+        per_origin = msgspec.msgpack.decode(state, type=dict[str, int]) if state else {}
+        self.per_origin = per_origin
+        self.covered = sum(per_origin.values())
+        if self.covered >= self.expected:
             self.finished.set()
 
     def outcome(self) -> WorkerOutcome:
@@ -476,7 +497,7 @@ class _Run:
         driver = group.driver
         return WorkerOutcome(
             node=self.node.id, delivered=self.delivered, broadcasts=driver.broadcasts,
-            complete=self.delivered >= self.config.messages,
+            complete=self.covered >= self.config.messages,
             protocol_packets=driver.protocol_packets, control_packets=driver.control_packets,
             retransmissions=driver.retransmissions, bad_frames=self.node.stats.bad_frames,
             transport_bad_frames=self.node.transport.stats.bad_frames,
