@@ -10,14 +10,18 @@ more partitions reached into one).
 
 At the bottom of a stack, `Send`/`Multicast` become `Transmit` (encoded bytes for the
 driver), and timer keys are namespaced by layer.
+
+Each record is a frozen `msgspec.Struct` with gc=False, not a dataclass: several are built
+per packet, and a Struct is built about 8x faster (measured: 77 ns against ~600 ns).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Hashable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from abcast.codec import EMPTY, Packet
 from abcast.ids import NodeId, View
@@ -28,81 +32,69 @@ class Stage(enum.Enum):
     OPTIMISTIC = "opt_deliver"
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+class Send(msgspec.Struct, frozen=True, gc=False):
     to: NodeId
     header: Any
     inner: Packet = EMPTY
     control: bool = False  # reliability traffic: not counted as a protocol packet
 
 
-@dataclass(frozen=True, slots=True)
-class Multicast:
+class Multicast(msgspec.Struct, frozen=True, gc=False):
     to: tuple[NodeId, ...]
     header: Any
     inner: Packet = EMPTY
 
 
-@dataclass(frozen=True, slots=True)
-class Up:
+class Up(msgspec.Struct, frozen=True, gc=False):
     sender: NodeId
     packet: Packet
 
 
-@dataclass(frozen=True, slots=True)
-class Deliver:
+class Deliver(msgspec.Struct, frozen=True, gc=False):
     origin: NodeId
     seq: int
     payload: bytes
     stage: Stage = Stage.FINAL
 
 
-@dataclass(frozen=True, slots=True)
-class SetTimer:
+class SetTimer(msgspec.Struct, frozen=True, gc=False):
     """Fire `key` at absolute time `at` (µs); setting an armed key moves it."""
 
     key: Hashable
     at: int
 
 
-@dataclass(frozen=True, slots=True)
-class CancelTimer:
+class CancelTimer(msgspec.Struct, frozen=True, gc=False):
     key: Hashable
 
 
-@dataclass(frozen=True, slots=True)
-class InstallView:
+class InstallView(msgspec.Struct, frozen=True, gc=False):
     view: View
 
 
-@dataclass(frozen=True, slots=True)
-class Suspect:
+class Suspect(msgspec.Struct, frozen=True, gc=False):
     node: NodeId
 
 
-@dataclass(frozen=True, slots=True)
-class Restore:
+class Restore(msgspec.Struct, frozen=True, gc=False):
     node: NodeId
 
 
-@dataclass(frozen=True, slots=True)
-class NotifyExcluded:
+class NotifyExcluded(msgspec.Struct, frozen=True, gc=False):
     """`by`, a member of this node's view, says this node is not in its (later) view."""
 
     by: NodeId
     view_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class TakeSnapshot:
+class TakeSnapshot(msgspec.Struct, frozen=True, gc=False):
     """Ask the application for its state now, between the deliveries before this effect
     and those after it; the driver answers at once with `SnapshotTaken(token, state)`."""
 
     token: int
 
 
-@dataclass(frozen=True, slots=True)
-class InstallState:
+class InstallState(msgspec.Struct, frozen=True, gc=False):
     """A joiner's starting state (from a member's `TakeSnapshot`), or the state of a
     merge view (`merged`: partitions healed, `MergeStates` made it): the application
     replaces its state with it before any delivery that follows this effect."""
@@ -111,8 +103,7 @@ class InstallState:
     merged: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class MergeStates:
+class MergeStates(msgspec.Struct, frozen=True, gc=False):
     """Extended virtual synchrony: partitions that went on apart are merging, and these
     are their states (each side's snapshot at its last delivery, the side holding the
     lowest member first). The driver answers at once with `StatesMerged(token, state)`:
@@ -124,8 +115,7 @@ class MergeStates:
     states: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Transmit:
+class Transmit(msgspec.Struct, frozen=True, gc=False):
     """Bottom of the stack: bytes for the transport to carry to each node in `to`."""
 
     to: tuple[NodeId, ...]

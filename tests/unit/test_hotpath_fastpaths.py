@@ -43,19 +43,19 @@ from abcast.reliability.channel import ChannelConfig, RAck, RData, ReliableChann
 from abcast.stack import Layer
 
 
-class SlowReceived(Received):
+class SlowReceived(Received, frozen=True, gc=False):
     """Takes the general path only."""
 
 
-class SlowSendRequested(SendRequested):
+class SlowSendRequested(SendRequested, frozen=True, gc=False):
     """Takes the general path only."""
 
 
-class SlowMulticastRequested(MulticastRequested):
+class SlowMulticastRequested(MulticastRequested, frozen=True, gc=False):
     """Takes the general path only."""
 
 
-class SlowTimerFired(TimerFired):
+class SlowTimerFired(TimerFired, frozen=True, gc=False):
     """Takes the general path only."""
 
 

@@ -25,7 +25,7 @@ class High(Header, frozen=True):
     n: int
 
 
-class LoudSend(Send):
+class LoudSend(Send, frozen=True, gc=False):
     """A subclass: must take the general route and still behave as a Send."""
 
 

@@ -76,7 +76,7 @@ from abcast.events import (
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering._flush_outcome import admission_order, settle
 from abcast.ordering.causal import DepsField
-from abcast.ordering.sequencer import Sequencer, SOrder
+from abcast.ordering.sequencer import SData, Sequencer, SOrder
 
 NodeList = Annotated[list[NodeField], msgspec.Meta(max_length=4096)]
 _MANY = 10_000_000
@@ -223,6 +223,14 @@ class FailoverSequencer(Sequencer):
             return []
         leader = self.view.leader if self.view is not None else None
         members = self.view.members if self.view is not None else ()
+        # Steady state, by exact type: a member's data or the sequencer's order while not
+        # frozen takes no case of the match below but the last one.
+        if type(event) is Received and not self._frozen:
+            header_type = type(event.header)
+            sender = event.sender
+            if ((header_type is SData and sender in members)
+                    or (header_type is SOrder and sender == leader)):
+                return super().handle(event, now) + self._after_event()
         match event:
             case BroadcastRequested(seq, payload) if self._frozen:
                 self._queued.append((seq, payload))

@@ -83,6 +83,7 @@ from abcast.events import (
     TimerFired,
 )
 from abcast.ids import MsgId, NodeId, View
+from abcast.ordering.sequencer import SData, SOrder
 from abcast.ordering.sequencer_failover import (
     FailoverSequencer,
     NodeList,
@@ -174,6 +175,10 @@ class _WelcomeDraft:
     safe: int
 
 
+#: the packets of a member in a steady view: none of the membership cases applies
+_STEADY: Final = frozenset({SData, SOrder})
+
+
 class MembershipSequencer(FailoverSequencer):
     """The fail-over sequencer with join, leave and rejoin (the `sequencer` ordering)."""
 
@@ -220,6 +225,9 @@ class MembershipSequencer(FailoverSequencer):
         self._now = now
         if self.stopped:
             return []
+        if (type(event) is Received and self.status == "member"
+                and type(event.header) in _STEADY):
+            return super().handle(event, now)  # steady state: skip both matches below
         match event:
             case JoinRequested(contacts):
                 return self._join(contacts, now)

@@ -1,0 +1,184 @@
+"""The steady-state fast paths of the sequencer family change nothing but their cost.
+
+`FailoverSequencer.handle` and `MembershipSequencer.handle` send a member's `SData` and
+the leader's `SOrder` straight to the plain sequencer when nothing else can apply
+(status "member", not frozen), by exact type. An instance of a `Received` subclass never
+takes those shortcuts, so the general `match` chains still see it. Each test runs a real
+simulation — loss, duplicates, joins, leaves, crashes, partitions — and shadows every
+sequencer layer with a twin deep-copied before its first event: the layer gets each event
+as it is (fast path), the twin the same event as a subclass instance (general path).
+Effects, errors and the whole state must be equal after every event. A planted shortcut
+that skips the leader check must be caught.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import msgspec
+import pytest
+
+from abcast.effects import Effect
+from abcast.errors import AbcastError
+from abcast.events import Event, Received
+from abcast.ordering.causal_total import CausalTotal
+from abcast.ordering.registry import OrderingOptions
+from abcast.ordering.sequencer import SData, Sequencer, SOrder
+from abcast.ordering.sequencer_failover import FailoverSequencer
+from abcast.ordering.sequencer_merge import EvsSequencer
+from abcast.sim import SimConfig, SimResult, run_simulation
+from abcast.stack import Layer
+
+NET = "drop=0.03,dup=0.02,delay=1-20ms"
+
+Handle = Callable[[Any, Event, int], list[Effect]]
+
+
+class SlowReceived(Received, frozen=True, gc=False):
+    """Takes the general path only."""
+
+
+def slow(event: Event) -> Event:
+    if type(event) is Received:
+        return SlowReceived(event.sender, event.header, event.inner)
+    return event
+
+
+def plain(value: Any) -> Any:
+    """A comparable picture of a value: slow events read as plain ones, sets and dicts
+    in sorted order (a deep copy may lay them out differently), objects by their fields."""
+    if isinstance(value, SlowReceived):
+        value = Received(value.sender, value.header, value.inner)
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, msgspec.Struct):
+        fields = value.__struct_fields__
+        return (type(value).__name__, tuple(plain(getattr(value, f)) for f in fields))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__,
+                tuple(plain(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    if isinstance(value, dict):
+        return ("dict", sorted(((repr(plain(k)), plain(v)) for k, v in value.items()),
+                               key=lambda kv: kv[0]))
+    if isinstance(value, (set, frozenset)):
+        return ("set", sorted(repr(plain(v)) for v in value))
+    if isinstance(value, (list, tuple, deque)):
+        return (type(value).__name__, tuple(plain(v) for v in value))
+    if hasattr(value, "__dict__"):
+        return (type(value).__name__, plain(vars(value)))
+    slots = getattr(type(value), "__slots__", None)
+    if slots is not None:
+        return (type(value).__name__, tuple(plain(getattr(value, s, None)) for s in slots))
+    return repr(value)
+
+
+def outcome(handle: Handle, layer: Layer, event: Event, now: int) -> tuple[str, Any]:
+    try:
+        return "effects", handle(layer, event, now)
+    except AbcastError as exc:  # the message may name the event's class: Slow… or not
+        return type(exc).__name__, str(exc).replace("SlowReceived", "Received")
+
+
+@dataclasses.dataclass
+class Shadow:
+    """What the shadowing saw: events compared, and how many were steady-state ones."""
+
+    events: int = 0
+    steady: int = 0
+    busy: bool = False  # inside a compared call: the layers' own re-entrant calls pass
+    twins: dict[int, tuple[Layer, Layer]] = dataclasses.field(default_factory=dict)
+
+
+@contextmanager
+def shadowed(monkeypatch: pytest.MonkeyPatch, kind: type[Layer]) -> Iterator[Shadow]:
+    """Compare every `kind.handle` call on a layer with the same call on its twin."""
+    original: Handle = kind.handle
+    shadow = Shadow()
+
+    def handle(layer: Layer, event: Event, now: int) -> list[Effect]:
+        if type(layer) is not kind or shadow.busy:
+            return original(layer, event, now)  # a replay of kept events: part of the call
+        pair = shadow.twins.get(id(layer))
+        if pair is None:  # keep the layer too, so its id is not reused
+            pair = shadow.twins[id(layer)] = (layer, copy.deepcopy(layer))
+        twin = pair[1]
+        shadow.busy = True
+        try:
+            got = outcome(original, layer, event, now)
+            want = outcome(original, twin, slow(event), now)
+        finally:
+            shadow.busy = False
+        where = f"{getattr(layer, 'node', '?')} at {now}: {event!r}"
+        assert plain(got) == plain(want), where
+        assert plain(vars(layer)) == plain(vars(twin)), where
+        shadow.events += 1
+        shadow.steady += (type(event) is Received
+                          and type(event.header) in (SData, SOrder))
+        kind_of_outcome, value = got
+        if kind_of_outcome != "effects":
+            raise AbcastError(value)  # the simulations raise nothing: seen as a failure
+        effects: list[Effect] = value
+        return effects
+
+    monkeypatch.setattr(kind, "handle", handle)
+    yield shadow
+
+
+def simulate(ordering: str, nodes: int, faults: str, *, seed: int, safe: bool = False,
+             partitions: str = "primary", messages: int = 80) -> SimResult:
+    options = OrderingOptions(safe=safe, partitions=partitions)
+    return run_simulation(SimConfig(ordering, nodes=nodes, messages=messages, seed=seed,
+                                    faults=faults, options=options))
+
+
+SCENARIOS = {
+    "steady": (3, NET, "primary"),
+    "the-sequencer-crashes": (4, f"{NET},crash=n1@60ms", "primary"),
+    "join-and-leave": (4, f"{NET},join=n5@30ms,leave=n2@50ms", "primary"),
+    "the-sequencer-leaves-while-a-join-waits": (5, f"{NET},join=n6@40ms,leave=n1@41ms",
+                                                "primary"),
+    "a-minority-is-cut-off-and-rejoins": (5, f"{NET},partition=n1+n2|n3+n4+n5@60ms-1500ms",
+                                          "primary"),
+    "partitions-merge-evs": (4, f"{NET},partition=n1+n2|n3+n4@60ms-1500ms", "evs"),
+}
+KINDS: dict[str, type[Layer]] = {"sequencer": EvsSequencer, "causal-total": CausalTotal}
+
+
+@pytest.mark.parametrize("safe", [False, True], ids=["plain", "safe"])
+@pytest.mark.parametrize("ordering", sorted(KINDS))
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_sequencer_fast_paths_match_the_general_path(
+    monkeypatch: pytest.MonkeyPatch, name: str, ordering: str, safe: bool
+) -> None:
+    nodes, faults, partitions = SCENARIOS[name]
+    with shadowed(monkeypatch, KINDS[ordering]) as shadow:
+        result = simulate(ordering, nodes, faults, seed=len(name), safe=safe,
+                          partitions=partitions)
+    assert result.quiescent
+    assert len(shadow.twins) >= nodes
+    # Steady-state data and orders are a good share: the fast paths were exercised.
+    assert shadow.steady > shadow.events // 10 > 0
+
+
+def test_a_fast_path_that_skips_the_leader_check_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted: any `SOrder` (not only the leader's) skips the fail-over cases, so an order
+    from the next view's sequencer is applied at once instead of kept for that view."""
+    correct = FailoverSequencer.handle
+
+    def broken(layer: FailoverSequencer, event: Event, now: int) -> list[Effect]:
+        if type(event) is Received and type(event.header) is SOrder and not layer.stopped:
+            layer._now = now
+            return Sequencer.handle(layer, event, now) + layer._after_event()
+        return correct(layer, event, now)
+
+    monkeypatch.setattr(FailoverSequencer, "handle", broken)
+    with pytest.raises(AssertionError), shadowed(monkeypatch, EvsSequencer):
+        for seed in range(1, 6):
+            simulate("sequencer", 4, f"{NET},crash=n1@60ms", seed=seed)
