@@ -72,19 +72,18 @@ class BatchLimits:
 class Batcher:
     """Numbers one origin's broadcasts and packs the pending ones into batches."""
 
-    __slots__ = ("_first", "_next_seq", "_pending", "_pending_bytes", "limits")
+    __slots__ = ("_first", "_pending", "_pending_bytes", "limits")
 
     def __init__(self, limits: BatchLimits | None = None) -> None:
         self.limits = limits or BatchLimits()
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._first = 1  # application seq of the first pending message
-        self._next_seq = 1
 
     @property
     def broadcasts(self) -> int:
         """Messages broadcast so far (pending ones included)."""
-        return self._next_seq - 1
+        return self._first - 1 + len(self._pending)
 
     @property
     def pending(self) -> int:
@@ -92,11 +91,10 @@ class Batcher:
 
     def add(self, payload: bytes) -> int:
         """Queue one broadcast; returns its application sequence number."""
-        seq = self._next_seq
-        self._next_seq += 1
-        self._pending.append(payload)
+        pending = self._pending
+        pending.append(payload)
         self._pending_bytes += len(payload)
-        return seq
+        return self._first - 1 + len(pending)
 
     @property
     def full(self) -> bool:

@@ -43,7 +43,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from abcast.batching import Batcher, BatchLimits, unpack
+from abcast.batching import Batcher, unpack
 from abcast.codec import Envelope
 from abcast.effects import (
     CancelTimer,
@@ -110,7 +110,7 @@ class Host(Protocol):
 class GroupDriver:
     def __init__(
         self, host: Host, stack: Stack, on_deliver: DeliverHook | None = None,
-        hooks: AppHooks = NO_HOOKS, batch_limits: BatchLimits | None = None,
+        hooks: AppHooks = NO_HOOKS,
     ) -> None:
         if stack.node != host.id:
             raise LocalProtocolError(f"stack of {stack.node} driven by node {host.id}")
@@ -132,7 +132,7 @@ class GroupDriver:
         self.control_packets = 0
         self.closed = False
         self.bad_batches = 0  # delivered batches that did not unpack (skipped)
-        self._batcher = Batcher(batch_limits)
+        self._batcher = Batcher()
         self._flush_scheduled = False
         self._timers: dict[Hashable, _Timer] = {}
         self._loop: asyncio.AbstractEventLoop | None = None

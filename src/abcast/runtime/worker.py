@@ -375,6 +375,9 @@ class _Run:
         self.last_deliver_ns = 0
         self.latencies = array("q")
         self.stamp = config.payload >= STAMP_BYTES
+        # the zero bytes after the send-time stamp (all of it when there is no stamp),
+        # made once: a payload is built per broadcast
+        self._padding = bytes(config.payload - STAMP_BYTES if self.stamp else config.payload)
         self.keep_latencies = self.stamp and config.out is None
         self.closed_loop = config.rate is None
         self.expected = config.messages
@@ -414,10 +417,9 @@ class _Run:
             self._pacer = asyncio.create_task(self._paced(self.config.rate))
 
     def payload(self) -> bytes:
-        size = self.config.payload
         if not self.stamp:
-            return bytes(size)
-        return time.time_ns().to_bytes(STAMP_BYTES, "big") + bytes(size - STAMP_BYTES)
+            return self._padding
+        return time.time_ns().to_bytes(STAMP_BYTES, "big") + self._padding
 
     def send_next(self) -> None:
         workload = self.workload
