@@ -1,8 +1,9 @@
 """The driver's application hooks: a snapshot is taken exactly between the deliveries
 before and after it, a joiner's state is installed before what follows it, views reach
 `on_view`, a view without this node ends the group here (gracefully after a leave,
-as a crash otherwise), and partitions that merge get the application's `merge_state` —
-driven by a scripted core, no network."""
+as a crash otherwise), partitions that merge get the application's `merge_state`, and
+outputs are carried out in the order the application and the group need — driven by a
+scripted core, no network."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ from collections.abc import Callable
 import pytest
 
 from abcast.batching import pack
-from abcast.codec import Header
+from abcast.codec import FLAG_CONTROL, Header, decode_envelope
 from abcast.effects import (
     Deliver,
     Effect,
     InstallState,
     InstallView,
     MergeStates,
+    Multicast,
+    Send,
     SetTimer,
     TakeSnapshot,
 )
@@ -312,3 +315,113 @@ def test_without_a_hook_the_first_sides_state_is_kept() -> None:
     log, layer, _ = _merge_run(None)
     assert layer.answers == [(3, SIDES[0])]
     assert log[1] == f"state {SIDES[0].decode()}"
+
+
+# ---------------------------------------------------------------- output order, batching
+# The driver carries a delivery out only after the protocol packets and timers that
+# follow it (the group should not wait for this node's application), but before any
+# view, state, snapshot or control packet after it; and the first broadcast of a loop
+# turn leaves at once, except from inside an application callback.
+
+
+class _Announcer(Layer):
+    """A broadcast delivers m1, announces it, installs view 2, delivers m2, acks (a
+    control packet), delivers m3 and announces again; the timer "deliver" delivers m4."""
+
+    name = "announcer"
+    header_type = _Nothing
+
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        match event:
+            case BroadcastRequested(seq, _):
+                return [Deliver("n1", seq, pack(1, [b"m1"])),
+                        Multicast(("n2", "n3"), _Nothing()),
+                        InstallView(View(2, ("n1", "n2", "n3"))),
+                        Deliver("n1", seq + 1, pack(2, [b"m2"])),
+                        Send("n2", _Nothing(), control=True),
+                        Deliver("n1", seq + 2, pack(3, [b"m3"])),
+                        Multicast(("n2",), _Nothing())]
+            case TimerFired("deliver"):
+                return [Deliver("n2", 1, pack(1, [b"m4"]))]
+        return []
+
+
+class _SendingHost(_Host):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.recorder = None
+        self.log = log
+
+    def transmit(self, dst: NodeId, data: bytes) -> None:
+        control = decode_envelope(data).flags & FLAG_CONTROL
+        self.log.append(f"{'ack' if control else 'send'} {dst}")
+
+
+def _announcing_driver(
+    on_deliver: Callable[[Deliver], None] | None = None,
+) -> tuple[GroupDriver, list[str]]:
+    log: list[str] = []
+    stack = Stack("n1", "g", [_Announcer("n1")], View(1, ("n1", "n2", "n3")))
+
+    def deliver(d: Deliver) -> None:
+        log.append(f"deliver {d.payload.decode()}")
+        if on_deliver is not None:
+            on_deliver(d)
+
+    hooks = AppHooks(on_view=lambda v: log.append(f"view {v.view_id}"))
+    return GroupDriver(_SendingHost(log), stack, deliver, hooks), log
+
+
+def test_packets_announcing_a_delivery_leave_before_the_application_hears_it() -> None:
+    driver, log = _announcing_driver()
+
+    async def main() -> None:
+        driver.start()
+        log.clear()
+        driver.broadcast(b"x")
+
+    asyncio.run(main())
+    assert log == ["send n2", "send n3", "deliver m1", "view 2",
+                   "deliver m2", "ack n2", "send n2", "deliver m3"]
+
+
+def test_the_first_broadcast_of_a_turn_leaves_at_once_and_the_rest_together() -> None:
+    driver, _ = _announcing_driver()
+    counts: list[int] = []
+
+    async def main() -> None:
+        driver.start()
+        for payload in (b"a", b"b", b"c"):
+            driver.broadcast(payload)
+            counts.append(driver.stack.broadcasts)
+        await asyncio.sleep(0)  # the turn ends: b and c leave as one batch
+        counts.append(driver.stack.broadcasts)
+
+    asyncio.run(main())
+    assert counts == [1, 1, 1, 2]
+    assert driver.broadcasts == 3
+
+
+def test_a_broadcast_from_a_delivery_callback_waits_for_the_end_of_the_turn() -> None:
+    inside: list[int] = []
+    driver: GroupDriver | None = None
+
+    def reply(d: Deliver) -> None:
+        assert driver is not None
+        if d.payload == b"m4":  # once: the reply's own deliveries do not answer again
+            driver.broadcast(b"reply")
+            inside.append(driver.stack.broadcasts)  # not yet: the stack is mid-output
+
+    driver, log = _announcing_driver(reply)
+
+    async def main() -> None:
+        driver.start()
+        driver._apply([SetTimer((0, "deliver"), driver.host.clock.now_us())])
+        async with asyncio.timeout(5):
+            while "deliver m4" not in log:
+                await asyncio.sleep(0.001)
+        await asyncio.sleep(0)
+        inside.append(driver.stack.broadcasts)
+
+    asyncio.run(main())
+    assert inside == [0, 1]

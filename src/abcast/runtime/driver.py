@@ -133,7 +133,8 @@ class GroupDriver:
         self.closed = False
         self.bad_batches = 0  # delivered batches that did not unpack (skipped)
         self._batcher = Batcher()
-        self._flush_scheduled = False
+        self._flush_scheduled = False  # a `_flush_soon` is due at the end of this turn
+        self._applying = False  # carrying out a stack call's outputs (maybe in a callback)
         self._timers: dict[Hashable, _Timer] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -164,6 +165,14 @@ class GroupDriver:
         elif not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush_soon)
+            # The first broadcast of a loop turn leaves at once and the rest of the turn's
+            # wait for `_flush_soon` (a burst costs the ordering two messages): a lone
+            # message waits for no loop turn. Not from inside the outputs of a stack
+            # call (an application callback): the stack is already past outputs the
+            # driver has not carried out yet, so a send row written now could name a
+            # view or deliveries the application has not seen.
+            if not self._applying:
+                self.flush()
         return seq
 
     def flush(self) -> None:
@@ -233,10 +242,33 @@ class GroupDriver:
     def _apply(self, outputs: list[Output]) -> None:
         if self.closed:
             return
+        applying, self._applying = self._applying, True
+        try:
+            self._carry_out(outputs)
+        finally:
+            self._applying = applying
+
+    def _carry_out(self, outputs: list[Output]) -> None:
+        """One at a time, in order, except that a `Deliver` waits behind the protocol
+        `Transmit`s and timers that follow it: the stack emits a delivery as soon as the
+        top layer decides it and the packets announcing it only once they have come down
+        every layer, so carrying them out in order would make the whole group wait for
+        this node's application callback (the sequencer's own delivery, measured ~15 µs
+        of a lone message's ~250). Nothing the application sees moves: deliveries keep
+        their order and still come before any view, state or snapshot output after them."""
         host = self.host
+        held: list[Deliver] = []
         for out in outputs:
             if self.closed:
                 return  # removed from the group by an earlier output of this batch
+            kind = type(out)
+            if kind is Deliver:
+                held.append(out)  # type: ignore[arg-type]
+                continue
+            if held and kind is not SetTimer and kind is not CancelTimer and (
+                kind is not Transmit or out.control  # type: ignore[union-attr]
+            ) and not self._deliver_held(held):
+                return
             match out:
                 case Transmit(to, data, control):
                     if control:
@@ -245,8 +277,6 @@ class GroupDriver:
                         self.protocol_packets += len(to)
                     for dst in to:
                         host.transmit(dst, data)
-                case Deliver():
-                    self._deliver(out)
                 case SetTimer(key, at):
                     self._set_timer(key, at)
                 case CancelTimer(key):
@@ -277,6 +307,17 @@ class GroupDriver:
                         self._rejoined()
                     if self.hooks.set_state is not None:
                         self.hooks.set_state(state)
+        if held:
+            self._deliver_held(held)
+
+    def _deliver_held(self, held: list[Deliver]) -> bool:
+        """Carry out (and clear) the held deliveries; False once the group is closed."""
+        for batch in held:
+            if self.closed:
+                return False
+            self._deliver(batch)
+        held.clear()
+        return not self.closed
 
     def _deliver(self, batch: Deliver) -> None:
         try:
