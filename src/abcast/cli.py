@@ -200,6 +200,9 @@ def _transport_schemes() -> list[str]:
               help="Payload bytes per message (>= 8 stamps the send time into it).")
 @click.option("--rate", default=None, type=float,
               help="Open loop: broadcasts per second over the whole group.")
+@click.option("--serial", is_flag=True,
+              help="One message in flight: message k leaves once its sender delivered "
+                   "message k-1 (the lone-message latency).")
 @click.option("--trace", default="on", show_default=True, type=click.Choice(["on", "off"]),
               help="off: record only counters and latencies, write no trace.")
 @click.option("--wan", default=None, type=click.Path(dir_okay=False),
@@ -221,7 +224,7 @@ def _transport_schemes() -> list[str]:
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
 def cluster(
     nodes: int, ordering: str, scheme: str, messages: int, payload: int, rate: float | None,
-    trace: str, wan: str | None, batch: int | None, safe: bool, suspect_after: int,
+    serial: bool, trace: str, wan: str | None, batch: int | None, safe: bool, suspect_after: int,
     registry: str | None, timeout: float, out: Path, as_json: bool, verbose: bool,
 ) -> None:
     """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
@@ -231,7 +234,7 @@ def cluster(
     _logging(verbose)
     config = ClusterConfig(
         nodes=nodes, ordering=ordering, transport=scheme, messages=messages, out=out,
-        payload=payload, rate=rate, trace=trace == "on", wan=wan,
+        payload=payload, rate=rate, serial=serial, trace=trace == "on", wan=wan,
         options=_options(batch, safe, suspect_after), timeout_s=timeout, registry=registry,
     )
     console = Console(stderr=True)
@@ -337,6 +340,8 @@ def registry(
 @click.option("--payload", default=64, show_default=True, type=click.IntRange(0))
 @click.option("--rate", default=None, type=float,
               help="Open loop: broadcasts per second over the whole group.")
+@click.option("--serial", is_flag=True,
+              help="One message in flight: send message k once message k-1 is delivered.")
 @click.option("--node", "claim", default=None, help="Claim this node id (default: assigned).")
 @click.option("--run-id", default=None, help="Trace run id shared by every node of the run.")
 @click.option("--out", default=None, type=click.Path(file_okay=False, path_type=Path),
@@ -354,7 +359,7 @@ def registry(
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
 def node(
     registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
-    payload: int, rate: float | None, claim: str | None, run_id: str | None,
+    payload: int, rate: float | None, serial: bool, claim: str | None, run_id: str | None,
     out: Path | None, trace: str, wan: str | None, batch: int | None, safe: bool,
     suspect_after: int | None, control: str, verbose: bool,
 ) -> None:
@@ -373,10 +378,12 @@ def node(
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a node is stuck
     if rate is not None and not rate > 0:
         fail("--rate must be positive")
+    if serial and rate is not None:
+        fail("--serial is a closed loop: it takes no --rate")
     config = WorkerConfig(
         group=group, ordering=ordering, transport=transport, size=size, messages=messages,
         registry=registry_url, run_id=run_id or f"{group}-{ordering}-n{size}-m{messages}",
-        node=claim, payload=payload, rate=rate,
+        node=claim, payload=payload, rate=rate, serial=serial,
         out=out if trace == "on" else None, options=_options(batch, safe, suspect_after),
         wan=wan,
     )

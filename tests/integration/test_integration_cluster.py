@@ -88,6 +88,51 @@ def test_open_loop_sends_on_schedule_and_still_delivers_everything(tmp_path: Pat
     assert [r.workload for r in read_runs(tmp_path)] == ["open-1000/s"]
 
 
+def _send_and_deliver_times(out: Path) -> tuple[
+    list[str], dict[tuple[str, int], int], dict[tuple[str, str, int], int],
+]:
+    """Members in workload order, send t_ns per (origin, seq), deliver t_ns per (node,
+    origin, seq), from the one run in `out`."""
+    runs, events = read_traces(out)
+    assert len(runs) == 1
+    sends = {(e.node, e.seq or 0): e.t_ns for e in events if e.kind == "send"}
+    delivers = {(e.node, e.origin or "", e.seq or 0): e.t_ns
+                for e in events if e.kind == "deliver"}
+    members = sorted({e.node for e in events}, key=lambda n: int(n.removeprefix("n")))
+    return members, sends, delivers
+
+
+@pytest.mark.timeout(90)
+def test_serial_keeps_one_message_in_flight(tmp_path: Path) -> None:
+    messages = 60
+    proc = _cluster("--nodes", "3", "--ordering", "sequencer", "--transport", "tcp",
+                    "--messages", str(messages), "--serial", "--out", str(tmp_path))
+    summary = _summary(proc)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary["delivered"] == 3 * messages and summary["violations"] == {}
+    assert [r.workload for r in read_runs(tmp_path)] == ["serial-round-robin"]
+    members, sends, delivers = _send_and_deliver_times(tmp_path)
+    n = len(members)
+    for k in range(1, messages):  # message k leaves after its sender delivered k-1
+        origin, before = members[k % n], members[(k - 1) % n]
+        sent = sends[(origin, k // n + 1)]
+        assert sent >= delivers[(origin, before, (k - 1) // n + 1)], k
+
+
+@pytest.mark.timeout(90)
+def test_open_loop_slots_interleave_across_node_processes(tmp_path: Path) -> None:
+    # every node starts its schedule at the instant `go` names, so at 200 msgs/s the
+    # group sends n1, n2, n3, n1, ... 5 ms apart (with independent starts the phases
+    # fall anywhere and nodes' slots collide)
+    messages = 45
+    proc = _cluster("--nodes", "3", "--ordering", "fifo", "--transport", "tcp",
+                    "--messages", str(messages), "--rate", "200", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    members, sends, _ = _send_and_deliver_times(tmp_path)
+    order = [origin for (origin, _seq), _t in sorted(sends.items(), key=lambda kv: kv[1])]
+    assert order == [members[k % 3] for k in range(messages)]
+
+
 @pytest.mark.timeout(60)
 def test_wan_emulation_delays_links_without_breaking_anything(tmp_path: Path) -> None:
     from abcast.transport.wan import EXAMPLE_MATRIX
@@ -109,6 +154,7 @@ def test_wan_emulation_delays_links_without_breaking_anything(tmp_path: Path) ->
         (["--wan", "/nonexistent/wan.toml"], "does not exist"),
         (["--nodes", "0"], "0 is not in the range"),
         (["--ordering", "nope"], "'nope' is not one of"),
+        (["--serial", "", "--rate", "10"], "--serial is a closed loop"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_clear_line(
@@ -118,7 +164,8 @@ def test_bad_arguments_exit_2_with_one_clear_line(
             "--out": str(tmp_path)}
     for flag, value in zip(args[::2], args[1::2], strict=True):
         base[flag] = value
-    proc = subprocess.run([*ABCAST, "cluster", *[x for kv in base.items() for x in kv]],
+    argv = [x for kv in base.items() for x in kv if x]  # "": a flag without a value
+    proc = subprocess.run([*ABCAST, "cluster", *argv],
                           check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert message in proc.stderr

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from abcast.errors import ConfigError
 from abcast.ordering.registry import OrderingOptions, get_ordering
-from abcast.runtime.worker import WorkerOutcome
+from abcast.runtime.worker import WorkerOutcome, workload_name
 from abcast.testing import Violation, count_by_code
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.transport import known_schemes, transport_from_url
@@ -36,6 +36,7 @@ class ClusterConfig:
     out: Path
     payload: int = 64
     rate: float | None = None  # broadcasts per second over the whole group; None: closed
+    serial: bool = False  # closed loop with one message in flight (see WorkerConfig)
     trace: bool = True
     wan: str | None = None
     options: OrderingOptions = field(default_factory=OrderingOptions)
@@ -53,7 +54,7 @@ class ClusterConfig:
 
     @property
     def workload(self) -> str:
-        return "closed-round-robin" if self.rate is None else f"open-{self.rate:g}/s"
+        return workload_name(self.rate, self.serial)
 
     def validate(self) -> None:
         if self.nodes < 1:
@@ -64,6 +65,8 @@ class ClusterConfig:
             raise ConfigError("--payload must be >= 0")
         if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
             raise ConfigError("--rate must be a positive number of broadcasts per second")
+        if self.serial and self.rate is not None:
+            raise ConfigError("--serial is a closed loop: it takes no --rate")
         if self.timeout_s <= 0:
             raise ConfigError("--timeout must be positive")
         get_ordering(self.ordering)

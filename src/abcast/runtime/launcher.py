@@ -3,7 +3,8 @@
 Rules: for network transports it starts the registry and each node as OS processes
 (`sys.executable -m abcast.cli registry|node …`) on 127.0.0.1 and drives them through
 their pipes: nodes report `ready`, `done` and their `result` as JSON lines on stdout and
-are told `go` and `stop` on stdin. For mem:// (an in-process hub) the registry and the
+are told `go <start_ns>` (one wall-clock instant at which all start their workload)
+and `stop` on stdin. For mem:// (an in-process hub) the registry and the
 nodes are tasks of this process, driven through a `LocalBarrier`. Either way: all ready →
 go → all done (every node delivered all M) → stop → gather results → read the trace the
 nodes wrote, check it, commit its runs row. Nothing outlives the run: every child process
@@ -19,6 +20,7 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
@@ -57,6 +59,13 @@ ABCAST: Final = (sys.executable, "-m", "abcast.cli")
 START_TIMEOUT_S: Final = 60.0
 WIND_DOWN_S: Final = 60.0
 PIPE_LIMIT: Final = 64 * 1024 * 1024  # a result line carries every stamped latency
+#: how far ahead of `go` the nodes' common start lies: time for every node to read it
+GO_LEAD_NS: Final = 20_000_000
+
+
+def start_instant_ns() -> int:
+    """The wall-clock instant every node of a run starts its workload at."""
+    return time.time_ns() + GO_LEAD_NS
 
 
 class _AbortedError(Exception):
@@ -183,6 +192,8 @@ def node_command(config: ClusterConfig, registry_url: str, run_id: str) -> list[
     ]
     if config.rate is not None:
         cmd += ["--rate", repr(config.rate)]
+    if config.serial:
+        cmd.append("--serial")
     cmd += ["--out", str(config.out)] if config.trace else ["--trace", "off"]
     if config.wan is not None:
         cmd += ["--wan", config.wan]
@@ -260,8 +271,9 @@ async def _run_processes(
             readers.append(asyncio.create_task(_read_reports(proc, label, tally)))
 
         def go() -> None:
+            line = f"go {start_instant_ns()}\n".encode()
             for proc in procs:
-                _tell(proc, b"go\n")
+                _tell(proc, line)
 
         def handle() -> ClusterHandle:
             return ClusterHandle(registry_url, dict(tally.ready), tally.finished,
@@ -322,7 +334,7 @@ async def _run_in_process(
     worker_config = WorkerConfig(
         group=config.group, ordering=config.ordering, transport=config.bind_url(),
         size=config.nodes, messages=config.messages, registry=registry_url, run_id=run_id,
-        payload=config.payload, rate=config.rate,
+        payload=config.payload, rate=config.rate, serial=config.serial,
         out=config.out if config.trace else None, options=config.options, wan=config.wan,
     )
 
@@ -347,8 +359,12 @@ async def _run_in_process(
     tasks = [asyncio.create_task(one(i), name=f"node-{i + 1}") for i in range(config.nodes)]
     mirroring = asyncio.create_task(mirror())
     try:
+        def go() -> None:
+            barrier.start_ns = start_instant_ns()
+            barrier.go.set()
+
         await _orchestrate(
-            tally, config, barrier.go.set,
+            tally, config, go,
             lambda: ClusterHandle(registry_url, dict(barrier.ready), barrier.finished,
                                   registry_server=server),
             on_go,

@@ -48,6 +48,13 @@ STAMP_BYTES: Final = 8
 _FINAL: Final = Stage.FINAL
 
 
+def workload_name(rate: float | None, serial: bool) -> str:
+    """The workload as the runs table names it."""
+    if serial:
+        return "serial-round-robin"
+    return "closed-round-robin" if rate is None else f"open-{rate:g}/s"
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     group: str
@@ -60,6 +67,9 @@ class WorkerConfig:
     node: NodeId | None = None  # an id to claim; None: the registry assigns one
     payload: int = 64
     rate: float | None = None  # broadcasts per second over the whole group; None: closed
+    # closed loop with one message in flight: global message k (node k mod N's) leaves
+    # once its sender delivered message k-1, so each latency is a lone message's
+    serial: bool = False
     out: Path | None = None  # trace directory; None: tracing off
     options: OrderingOptions = field(default_factory=OrderingOptions)
     wan: str | None = None
@@ -89,7 +99,9 @@ class StoppedError(Exception):
 
 class Control(Protocol):
     async def ready(self, node: NodeId, address: str) -> None: ...
-    async def wait_go(self) -> None: ...
+    async def wait_go(self) -> int | None:
+        """Wait for `go`; returns the wall-clock instant (ns) at which every node starts
+        its workload, or None for "now"."""
     async def done(self, node: NodeId) -> None: ...
     def stop_requested(self) -> asyncio.Event: ...
 
@@ -142,12 +154,14 @@ def emit(report: NodeReport) -> None:
 
 
 class PipeControl:
-    """The launcher's pipe: reports on stdout, `go`/`stop` lines on stdin (EOF = stop).
+    """The launcher's pipe: reports on stdout, `go [start_ns]`/`stop` lines on stdin (EOF
+    = stop).
 
     `start()` begins reading stdin at once, so a node still joining can be stopped too."""
 
     def __init__(self) -> None:
         self._go = asyncio.Event()
+        self._start_ns: int | None = None
         self._stop = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
 
@@ -162,8 +176,9 @@ class PipeControl:
     async def _read_stdin(self, reader: asyncio.StreamReader) -> None:
         while True:
             line = await reader.readline()
-            command = line.strip()
+            command, _, argument = line.strip().partition(b" ")
             if command == b"go":
+                self._start_ns = int(argument) if argument.isdigit() else None
                 self._go.set()
             elif command == b"stop" or not line:
                 self._stop.set()
@@ -172,10 +187,11 @@ class PipeControl:
     async def ready(self, node: NodeId, address: str) -> None:
         emit(Ready(node, address))
 
-    async def wait_go(self) -> None:
+    async def wait_go(self) -> int | None:
         await _first(self._go, self._stop)
         if not self._go.is_set():
             raise StoppedError("stopped before the run started")
+        return self._start_ns
 
     async def done(self, node: NodeId) -> None:
         emit(Finished(node))
@@ -199,6 +215,7 @@ class LocalBarrier:
     all_ready: asyncio.Event = field(default_factory=asyncio.Event)
     all_done: asyncio.Event = field(default_factory=asyncio.Event)
     go: asyncio.Event = field(default_factory=asyncio.Event)
+    start_ns: int | None = None  # set before `go`: when every node starts its workload
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -211,10 +228,11 @@ class LocalControl:
         if len(self.barrier.ready) >= self.barrier.expected:
             self.barrier.all_ready.set()
 
-    async def wait_go(self) -> None:
+    async def wait_go(self) -> int | None:
         await _first(self.barrier.go, self.barrier.stop)
         if not self.barrier.go.is_set():
             raise StoppedError("stopped before the run started")
+        return self.barrier.start_ns
 
     async def done(self, node: NodeId) -> None:
         self.barrier.finished.add(node)
@@ -238,8 +256,8 @@ class RegistryControl:
     async def ready(self, node: NodeId, address: str) -> None:
         emit(Ready(node, address))
 
-    async def wait_go(self) -> None:
-        return  # the group opened only once all `size` members had joined
+    async def wait_go(self) -> int | None:
+        return None  # the group opened only once all `size` members had joined
 
     async def done(self, node: NodeId) -> None:
         emit(Finished(node))
@@ -343,8 +361,7 @@ async def run_worker(
             run.group = group
             run.prepare()
             await control.ready(node.id, node.address)
-            await control.wait_go()
-            run.begin()
+            run.begin(await control.wait_go())
             stop = control.stop_requested()
             await _first(run.finished, stop)
             if run.finished.is_set() and not stop.is_set():
@@ -379,7 +396,11 @@ class _Run:
         # made once: a payload is built per broadcast
         self._padding = bytes(config.payload - STAMP_BYTES if self.stamp else config.payload)
         self.keep_latencies = self.stamp and config.out is None
-        self.closed_loop = config.rate is None
+        self.closed_loop = config.rate is None and not config.serial
+        # serial: the (origin, seq) whose delivery lets this node send its next message,
+        # and whether it came before this node's start (peers may start a little sooner)
+        self.serial_trigger: tuple[NodeId, int] | None = None
+        self._serial_released = False
         self.expected = config.messages
         # The node's replicated state: how many messages of each origin it holds. A node
         # the group cut off and admitted again (a false suspicion under load) gets the
@@ -388,6 +409,7 @@ class _Run:
         self.per_origin: dict[NodeId, int] = {}
         self.covered = 0
         self._pacer: asyncio.Task[None] | None = None
+        self._starting: asyncio.TimerHandle | None = None
         self._early: list[tuple[NodeId, int]] = []  # delivered before the workload existed
         if config.messages == 0:
             self.finished.set()
@@ -401,20 +423,42 @@ class _Run:
         """The group is open: set up the workload, counting what was delivered so far
         (peers that got `go` earlier may already have broadcast)."""
         workload = self.workload = RoundRobin(self._group().members, self.config.messages)
+        if self.config.serial:
+            self._arm_serial()
+            self._serial_released = self.serial_trigger in self._early
         for origin, seq in self._early:
             workload.on_deliver(self.node.id, origin, seq)
         self._early.clear()
 
-    def begin(self) -> None:
+    def begin(self, start_ns: int | None = None) -> None:
+        """Start the workload at wall-clock `start_ns` (now if None or past). The launcher
+        gives every node the same instant, so an open loop's slots interleave across the
+        group as the rate says: at 1,000 msgs/s one message every millisecond, not three
+        nodes' messages at phases that happen to collide."""
+        loop = asyncio.get_running_loop()
+        delay_s = 0.0 if start_ns is None else max(0.0, (start_ns - time.time_ns()) / 1e9)
+        # the loop-clock twin of start_ns: the pacer's slots count from it, not from when
+        # the timer below happens to fire (uvloop's timers are only millisecond-precise)
+        start = loop.time() + delay_s
+        self._starting = loop.call_later(delay_s, self._start, start)
+
+    def _start(self, start: float) -> None:
+        self._starting = None
+        if self.stopped:
+            return
         self.go_ns = time.time_ns()
         if self.workload is None:
             self.prepare()
         assert self.workload is not None
-        if self.config.rate is None:
+        if self.config.serial:
+            if self.serial_trigger is None or self._serial_released:
+                self._serial_released = False
+                self.send_next()  # message 0, or one released before this node started
+        elif self.config.rate is None:
             if self.node.id in self.workload.initial():
                 asyncio.get_running_loop().call_soon(self.send_next)
         else:
-            self._pacer = asyncio.create_task(self._paced(self.config.rate))
+            self._pacer = asyncio.create_task(self._paced(self.config.rate, start))
 
     def payload(self) -> bytes:
         if not self.stamp:
@@ -428,8 +472,26 @@ class _Run:
             return
         workload.note_sent(me)
         self._group().broadcast_nowait(self.payload())
+        if self.config.serial:
+            self._arm_serial()
 
-    async def _paced(self, rate: float) -> None:
+    def _arm_serial(self) -> None:
+        """Serial loop: note which delivery releases this node's next message (global
+        message k−1 for its next k), or None for the run's very first message."""
+        workload = self.workload
+        assert workload is not None
+        members = workload.nodes
+        n, me = len(members), self.node.id
+        k = workload.sent_by(me) * n + members.index(me)  # this node's next message
+        if k == 0:
+            self.serial_trigger = None
+        elif k < workload.messages:
+            before = k - 1
+            self.serial_trigger = (members[before % n], before // n + 1)
+        else:
+            self.serial_trigger = ("", 0)  # done sending: no delivery releases anything
+
+    async def _paced(self, rate: float, start: float) -> None:
         """Offer this node's share of `rate` on schedule. Each loop turn broadcasts every
         message that is due by then (they leave as one batch), then waits for the
         transport to drain and for the next one to fall due: behind schedule the node
@@ -440,7 +502,6 @@ class _Run:
         share = len(members)
         ks = range(members.index(self.node.id), self.config.messages, share)
         loop = asyncio.get_running_loop()
-        start = loop.time()
         next_k = 0  # index into ks
         while next_k < len(ks) and not self.stopped:
             due = min(len(ks), next_k + self._BURST)
@@ -479,6 +540,11 @@ class _Run:
             # Not from inside the stack's outputs: broadcast on the next loop turn, as the
             # simulator schedules it at the same instant.
             asyncio.get_running_loop().call_soon(self.send_next)
+        elif self.serial_trigger is not None and self.serial_trigger == (d.origin, d.seq):
+            if self.go_ns:
+                asyncio.get_running_loop().call_soon(self.send_next)
+            else:
+                self._serial_released = True  # sent once this node starts
         if covered >= self.expected:
             self.finished.set()
 
@@ -493,6 +559,8 @@ class _Run:
             self.finished.set()
 
     def outcome(self) -> WorkerOutcome:
+        if self._starting is not None:
+            self._starting.cancel()
         if self._pacer is not None:
             self._pacer.cancel()
         group = self._group()
@@ -545,7 +613,7 @@ async def run_manual_node(config: WorkerConfig) -> WorkerOutcome:
             run_id=config.run_id, ordering=config.ordering,
             transport=parse_url(config.transport).scheme, nodes=config.size,
             payload_bytes=config.payload,
-            workload="closed-round-robin" if config.rate is None else f"open-{config.rate:g}/s",
+            workload=workload_name(config.rate, config.serial),
             seed=None, faults=None, guarantees=spec.guarantees, started_ns=outcome.go_ns,
             duration_ns=max(0, outcome.last_deliver_ns - outcome.go_ns),
         ))
