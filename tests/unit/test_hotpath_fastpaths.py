@@ -6,13 +6,16 @@ subclasses never take those fast paths (the general path still matches them by c
 so driving two copies of a layer with the same seeded random history — one with plain
 events, one with the same events as subclasses — must give equal effects, equal errors
 and equal state at every step. Histories mix sends, multicasts, data and acks (some
-duplicated, some for packets never sent), timers, strangers and view changes.
+duplicated, some for packets never sent), data carrying acks (mostly valid, a few for
+packets never sent), timers, strangers and view changes; the channels run with
+standalone acks and with piggybacked ones.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -97,7 +100,8 @@ def channel_event(rng: random.Random, sent: dict[str, int], view_id: int) -> Eve
     if roll < 0.35:
         return MulticastRequested(tuple(rng.sample(PEERS, rng.randrange(1, 3))), packet(rng))
     if roll < 0.6:
-        return Received(peer, RData(rng.randrange(1, 12)), packet(rng))
+        return Received(peer, RData(rng.randrange(1, 12), carried_ack(rng, sent, peer)),
+                        packet(rng))
     if roll < 0.75:
         # Mostly acks for what was sent; now and then one for packets never sent (an error)
         top = sent.get(peer, 0) + (rng.random() < 0.05)
@@ -111,6 +115,15 @@ def channel_event(rng: random.Random, sent: dict[str, int], view_id: int) -> Eve
     if roll < 0.93:
         return TimerFired(("other", peer))  # no layer's timer: an error on both paths
     return ViewInstalled(View(view_id, rng.choice(VIEWS)))
+
+
+def carried_ack(rng: random.Random, sent: dict[str, int], peer: str) -> int:
+    """The ack a data packet piggybacks: half carry none; the rest mostly one for what
+    was sent, now and then one above it (an error on both paths)."""
+    if rng.random() < 0.5:
+        return 0
+    top = sent.get(peer, 0) + (rng.random() < 0.05)
+    return rng.randrange(0, top + 1)
 
 
 def channel_state(layer: ReliableChannel) -> tuple[Any, ...]:
@@ -128,15 +141,24 @@ def note_sends(sent: dict[str, int], effects: list[Effect]) -> None:
             sent[effect.to] = max(sent.get(effect.to, 0), effect.header.seq)
 
 
-def compare_channels(make: Callable[[], ReliableChannel], seed: int, steps: int) -> int:
-    """Drive two copies alike; return how many steps went through a fast path."""
+@dataclass(frozen=True, slots=True)
+class Exercised:
+    """What a compared history went through (so a test can tell it was not vacuous)."""
+
+    fast_steps: int  # events of the kinds a fast path takes
+    acks_carried: int  # data packets sent with a piggybacked ack
+    carried_refused: int  # received data whose carried ack was refused (an error)
+
+
+def compare_channels(make: Callable[[], ReliableChannel], seed: int, steps: int) -> Exercised:
+    """Drive two copies alike; say what the history exercised."""
     rng = random.Random(seed)
     fast, general = make(), make()
     start = ViewInstalled(View(1, VIEWS[0]))
     assert outcome(fast, start, 0) == outcome(general, start, 0)
     sent: dict[str, int] = {}
     now = view_id = 1
-    fast_steps = 0
+    fast_steps = acks_carried = carried_refused = 0
     for _ in range(steps):
         now += rng.randrange(0, 3_000)
         view_id += 1
@@ -146,24 +168,47 @@ def compare_channels(make: Callable[[], ReliableChannel], seed: int, steps: int)
         assert channel_state(fast) == channel_state(general), f"seed {seed}: {event!r}"
         if got[0] == "effects":
             note_sends(sent, got[1])
+            acks_carried += sum(isinstance(e, Send) and isinstance(e.header, RData)
+                                and e.header.ack > 0 for e in got[1])
+        elif type(event) is Received and isinstance(event.header, RData) and event.header.ack:
+            carried_refused += got[0] == "RemoteProtocolError"
         fast_steps += type(event) in (Received, SendRequested, MulticastRequested, TimerFired)
-    return fast_steps
+    return Exercised(fast_steps, acks_carried, carried_refused)
 
 
 CHANNEL_CFG = ChannelConfig(ack_delay_us=500, rto_us=2_000, max_rto_us=16_000)
+PIGGYBACK_CFG = ChannelConfig(ack_delay_us=500, rto_us=2_000, max_rto_us=16_000,
+                              piggyback_acks=True)
+CHANNEL_CFGS = pytest.mark.parametrize(
+    "cfg", [CHANNEL_CFG, PIGGYBACK_CFG], ids=["standalone-acks", "piggybacked-acks"])
 
 
+@CHANNEL_CFGS
 @pytest.mark.parametrize("seed", range(12))
-def test_reliable_channel_fast_paths_match_the_general_path(seed: int) -> None:
-    assert compare_channels(lambda: ReliableChannel(ME, CHANNEL_CFG), seed, 400) > 200
+def test_reliable_channel_fast_paths_match_the_general_path(
+    seed: int, cfg: ChannelConfig
+) -> None:
+    assert compare_channels(lambda: ReliableChannel(ME, cfg), seed, 400).fast_steps > 200
 
 
+@CHANNEL_CFGS
 @pytest.mark.parametrize("seed", range(12))
-def test_open_channel_fast_paths_match_the_general_path(seed: int) -> None:
+def test_open_channel_fast_paths_match_the_general_path(seed: int, cfg: ChannelConfig) -> None:
     def make() -> ReliableChannel:
-        return OpenChannel(ME, CHANNEL_CFG, linger_us=5_000)
+        return OpenChannel(ME, cfg, linger_us=5_000)
 
-    assert compare_channels(make, seed, 400) > 200
+    assert compare_channels(make, seed, 400).fast_steps > 200
+
+
+@pytest.mark.parametrize("kind", [ReliableChannel, OpenChannel])
+def test_piggybacked_histories_carry_acks_and_refuse_bad_ones(
+    kind: Callable[[str, ChannelConfig], ReliableChannel],
+) -> None:
+    """Over the seeds above, both paths were compared sending acks on data and refusing
+    carried acks for packets never sent (not a vacuous comparison)."""
+    runs = [compare_channels(lambda: kind(ME, PIGGYBACK_CFG), seed, 400) for seed in range(12)]
+    assert sum(r.acks_carried for r in runs) > 50
+    assert sum(r.carried_refused for r in runs) > 10
 
 
 DETECTOR_CFG = DetectorConfig(period_us=1_000, timeout_us=4_000, timeout_increment_us=1_000)

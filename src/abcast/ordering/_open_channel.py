@@ -75,7 +75,8 @@ class OpenChannel(ReliableChannel):
             header = received.header
             if received.sender in installed:
                 if type(header) is RData:
-                    return self._on_data(received.sender, header.seq, received.inner, now)
+                    return self._on_data(
+                        received.sender, header.seq, received.inner, now, header.ack)
                 if type(header) is RAck:
                     return self._on_ack(received.sender, header.high, header.sacks, now)
         elif kind is SendRequested:
