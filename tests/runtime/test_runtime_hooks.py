@@ -320,8 +320,8 @@ def test_without_a_hook_the_first_sides_state_is_kept() -> None:
 # ---------------------------------------------------------------- output order, batching
 # The driver carries a delivery out only after the protocol packets and timers that
 # follow it (the group should not wait for this node's application), but before any
-# view, state, snapshot or control packet after it; and the first broadcast of a loop
-# turn leaves at once, except from inside an application callback.
+# view, state, snapshot or control packet after it; and `send_queued` sends a turn's
+# broadcasts at once, as one batch, except from inside an application callback.
 
 
 class _Announcer(Layer):
@@ -385,7 +385,7 @@ def test_packets_announcing_a_delivery_leave_before_the_application_hears_it() -
                    "deliver m2", "ack n2", "send n2", "deliver m3"]
 
 
-def test_the_first_broadcast_of_a_turn_leaves_at_once_and_the_rest_together() -> None:
+def test_send_queued_sends_the_turns_broadcasts_at_once_as_one_batch() -> None:
     driver, _ = _announcing_driver()
     counts: list[int] = []
 
@@ -394,15 +394,17 @@ def test_the_first_broadcast_of_a_turn_leaves_at_once_and_the_rest_together() ->
         for payload in (b"a", b"b", b"c"):
             driver.broadcast(payload)
             counts.append(driver.stack.broadcasts)
-        await asyncio.sleep(0)  # the turn ends: b and c leave as one batch
+        driver.send_queued()
+        counts.append(driver.stack.broadcasts)
+        await asyncio.sleep(0)  # the turn ends: nothing is left to send
         counts.append(driver.stack.broadcasts)
 
     asyncio.run(main())
-    assert counts == [1, 1, 1, 2]
+    assert counts == [0, 0, 0, 1, 1]
     assert driver.broadcasts == 3
 
 
-def test_a_broadcast_from_a_delivery_callback_waits_for_the_end_of_the_turn() -> None:
+def test_inside_a_delivery_callback_send_queued_waits_for_the_end_of_the_turn() -> None:
     inside: list[int] = []
     driver: GroupDriver | None = None
 
@@ -410,6 +412,7 @@ def test_a_broadcast_from_a_delivery_callback_waits_for_the_end_of_the_turn() ->
         assert driver is not None
         if d.payload == b"m4":  # once: the reply's own deliveries do not answer again
             driver.broadcast(b"reply")
+            driver.send_queued()
             inside.append(driver.stack.broadcasts)  # not yet: the stack is mid-output
 
     driver, log = _announcing_driver(reply)

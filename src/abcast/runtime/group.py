@@ -496,6 +496,12 @@ class Group:
         """Broadcast without waiting for backpressure (callbacks, closed loops)."""
         return MsgId(self._host.id, self._require_driver().broadcast(bytes(payload)))
 
+    def send_queued(self) -> None:
+        """Send this loop turn's broadcasts now (still as one batch) instead of at the end
+        of the turn: for a sender that knows its burst is over. Inside a delivery
+        callback it waits for the end of the turn all the same."""
+        self._require_driver().send_queued()
+
     async def deliveries(self) -> AsyncIterator[Deliver]:
         """Every delivery, in delivery order, until the group closes."""
         queue = self._queue

@@ -510,6 +510,7 @@ class _Run:
             while next_k < due and start + ks[next_k] / rate <= now:
                 group.broadcast_nowait(self.payload())
                 next_k += 1
+            group.send_queued()  # the burst is over: no need to wait for the turn's end
             await self.node.transport.drain()
             if next_k < len(ks):
                 await asyncio.sleep(max(0.0, start + ks[next_k] / rate - loop.time()))
