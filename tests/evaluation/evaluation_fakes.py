@@ -55,6 +55,10 @@ def fake_result() -> BenchResult:
                             f"size-{size}", Figures(900.0, 800.0 + size / 100, 800.0, 900.0),
                             True, spark_violations={})
              for size in (10, 1024, 65536)]
+    runs += [RunMeasurement(Experiment(Phase.LONE, "sequencer", "tcp", 3, 64, 1000, trace=False,
+                                       serial=True, event_loop=loop),
+                            f"lone-{loop}", Figures(5000.0, 210.0, p50, 600.0), True)
+             for loop, p50 in (("asyncio", 190.0), ("uvloop", 160.0))]
     runs += [load_run(rate, min(rate, CAPACITY) * 0.98) for rate in RATES]
     runs.append(RunMeasurement(
         Experiment(Phase.VERIFY, "sequencer", "tcp", 3, 64, 1000, rate=4000.0), "verify",

@@ -24,7 +24,7 @@ from abcast.evaluation.runner import TRACES_DIR, BenchRunner, SilentProgress, sp
 TINY = GridSpec(
     orderings=("sequencer",), middlewares=("mem",), table_nodes=(2, 3), table_messages=20,
     sizes=(10, 4096), size_orderings=("sequencer",), size_nodes=2, size_messages=20,
-    sweep_transport="mem", compare_nodes=2, baseline_messages=40,
+    sweep_transport="mem", compare_nodes=2, baseline_messages=40, lone_messages=40,
     load_orderings=("sequencer",), load_nodes=(2,),
     load_rates=(200.0, 400.0, 800.0), load_seconds=0.2, load_min_messages=40,
     load_max_messages=160, peers=(), ping_rounds=20, timeout_s=30.0,

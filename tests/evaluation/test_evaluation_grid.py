@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from abcast.evaluation.grid import (
     quick_spec,
     verification_run,
 )
+from abcast.runtime.cluster import installed_event_loops
 
 
 def test_full_table_is_every_ordering_by_middleware_by_n_closed_and_traced() -> None:
@@ -49,6 +51,24 @@ def test_load_runs_are_open_loop_untraced_and_rise_per_curve(spec: GridSpec) -> 
     # the peers are compared at the baseline's n and payload
     base = grid.of(Phase.BASELINE)
     assert {(p.nodes, p.payload) for p in grid.peers} == {(b.nodes, b.payload) for b in base}
+
+
+def test_the_lone_message_runs_one_in_flight_on_every_installed_loop() -> None:
+    for spec in (quick_spec(), full_spec()):
+        lone = build_grid(spec).of(Phase.LONE)
+        assert {(e.ordering, e.event_loop) for e in lone} == {
+            (o, loop) for o in spec.load_orderings for loop in installed_event_loops()}
+        assert all(e.serial and not e.trace and e.rate is None for e in lone)
+        assert {(e.nodes, e.payload, e.transport) for e in lone} == {
+            (spec.compare_nodes, spec.compare_payload, spec.sweep_transport)}
+        for e in lone:
+            config = e.cluster_config(Path("out"), 10.0)
+            assert config.serial and config.event_loop == e.event_loop
+            config.validate()
+    mem = build_grid(replace(quick_spec(), sweep_transport="mem")).of(Phase.LONE)
+    assert [e.event_loop for e in mem] == [None]  # in-process: the launcher's own loop
+    with pytest.raises(ConfigError, match="event loops"):
+        build_grid(replace(quick_spec(), lone_loops=("trio",)))
 
 
 def test_quick_grid_is_a_reduction_of_the_full_one() -> None:

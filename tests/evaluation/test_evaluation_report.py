@@ -7,7 +7,7 @@ from pathlib import Path
 
 from evaluation_fakes import OVERHEAD_US, T_MSG_US, fake_result
 
-from abcast.evaluation.cli import bench_failed
+from abcast.evaluation.cli import bench_failed, summary_lines
 from abcast.evaluation.grid import Phase
 from abcast.evaluation.report import render_markdown, write_report
 from abcast.evaluation.results import load, save
@@ -46,6 +46,18 @@ def test_peers_show_ratios_and_the_skip_reason() -> None:
                      if line.startswith("| sequencer | pysyncobj-tuned"))
     assert "1.96×" in ratio_row  # 7000·0.98 / 3500
     assert "0.05×" in ratio_row  # 600 µs / 12000 µs
+
+
+def test_the_lone_message_section_gives_each_event_loop_its_row() -> None:
+    page = render_markdown(fake_result())
+    lone = _section(page, "## A lone message")
+    assert "| sequencer | 3 | 64 | asyncio | 190 | 600 | 210 |" in lone
+    assert "| sequencer | 3 | 64 | uvloop | 160 | 600 | 210 |" in lone
+    every_run = _section(page, "## Every run")
+    assert "serial, uvloop" in every_run
+    summary = summary_lines(fake_result())
+    assert "sequencer n=3: lone message p50 160 µs on uvloop (one in flight)" in "\n".join(
+        summary)
 
 
 def test_verification_row_pairs_the_untraced_and_traced_runs() -> None:

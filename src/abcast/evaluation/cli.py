@@ -101,7 +101,13 @@ def summary_lines(result: BenchResult) -> list[str]:
         lowest = min(curve.points, key=lambda p: p.offered, default=None)
         if lowest is not None and lowest.p50_us is not None:
             lines.append(f"{curve.ordering:>14} n={curve.nodes}: p50 {lowest.p50_us:,.0f} µs "
-                         f"at {_rate(lowest.offered)} msg/s offered (about one in flight)")
+                         f"at {_rate(lowest.offered)} msg/s offered")
+    for lone in result.of(Phase.LONE):
+        e = lone.experiment
+        p50 = lone.figures.p50_us
+        lines.append(f"{e.ordering:>14} n={e.nodes}: lone message p50 "
+                     f"{'—' if p50 is None else f'{p50:,.0f} µs'} on {e.event_loop} "
+                     "(one in flight)")
     for base in result.of(Phase.BASELINE):
         e = base.experiment
         p50 = base.figures.p50_us

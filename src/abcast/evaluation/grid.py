@@ -9,6 +9,9 @@ grouped by `Phase`:
 - SIZES: the message-size sweep (closed loop, traced);
 - BASELINE: closed loop at the peers' payload and n, untraced (the p50 latency compared
   with the peers);
+- LONE: one message in flight (the serial workload: message k leaves once its sender
+  delivered k−1) at the peers' payload and n, untraced, on each installed event loop —
+  the latency of a lone message;
 - LOAD: open loop at rising offered rates per ordering and n, untraced (production
   settings: throughput);
 - VERIFY: built later by `verification_run`, once the load curve's knee is known — the
@@ -28,7 +31,7 @@ from typing import Final
 
 from abcast.errors import ConfigError
 from abcast.ordering.registry import get_ordering
-from abcast.runtime.cluster import ClusterConfig
+from abcast.runtime.cluster import EVENT_LOOPS, ClusterConfig, installed_event_loops
 
 ORDERINGS: Final = ("sequencer", "skeen", "chandra-toueg")
 MIDDLEWARES: Final = ("tcp", "zmq", "grpc", "pyro")
@@ -44,6 +47,7 @@ class Phase(StrEnum):
     TABLE = "table"
     SIZES = "sizes"
     BASELINE = "baseline"
+    LONE = "lone"
     LOAD = "load"
     VERIFY = "verify"
 
@@ -60,16 +64,20 @@ class Experiment:
     messages: int
     rate: float | None = None  # broadcasts/s over the whole group; None: closed loop
     trace: bool = True
+    serial: bool = False  # closed loop with one message in flight
+    event_loop: str | None = None  # of the node processes; None: uvloop when installed
 
     @property
     def closed_loop(self) -> bool:
         return self.rate is None
 
     def label(self) -> str:
-        load = "closed" if self.rate is None else f"{self.rate:,.0f}/s"
+        load = "serial" if self.serial else (
+            "closed" if self.rate is None else f"{self.rate:,.0f}/s")
         trace = "" if self.trace else ", untraced"
+        loop = "" if self.event_loop is None else f", {self.event_loop}"
         return (f"{self.phase} {self.ordering}/{self.transport} n={self.nodes} "
-                f"{self.payload} B {load}{trace}")
+                f"{self.payload} B {load}{trace}{loop}")
 
     def cluster_config(self, out: Path, timeout_s: float, *, registry: str | None = None,
                        group: str = "g") -> ClusterConfig:
@@ -77,6 +85,7 @@ class Experiment:
         return ClusterConfig(
             nodes=self.nodes, ordering=self.ordering, transport=self.transport,
             messages=self.messages, out=out, payload=self.payload, rate=self.rate,
+            serial=self.serial, event_loop=self.event_loop,
             trace=self.trace, timeout_s=timeout_s, registry=registry, group=group)
 
 
@@ -109,6 +118,8 @@ class GridSpec:
     compare_nodes: int = 3  # n of the baseline, the peers and the tracing check
     compare_payload: int = 64
     baseline_messages: int = 3000
+    lone_loops: tuple[str, ...] = EVENT_LOOPS  # those not installed are left out
+    lone_messages: int = 3000
     load_orderings: tuple[str, ...] = ORDERINGS
     load_nodes: tuple[int, ...] = (3, 4, 6)
     # The first rate is low enough that about one message is in flight at a time (its p50
@@ -145,6 +156,10 @@ class GridSpec:
             raise ConfigError("offered rates must be positive")
         if list(self.load_rates) != sorted(self.load_rates):
             raise ConfigError("offered rates must rise")
+        unknown_loops = [loop for loop in self.lone_loops if loop not in EVENT_LOOPS]
+        if unknown_loops:
+            raise ConfigError(f"unknown event loops {unknown_loops}; choose from "
+                              f"{', '.join(EVENT_LOOPS)}")
         if min(self.timeout_s, self.load_timeout_s) <= 0:
             raise ConfigError("timeouts must be positive")
 
@@ -162,7 +177,7 @@ def quick_spec() -> GridSpec:
     return GridSpec(
         table_nodes=(2, 4), table_messages=100,
         sizes=(10, 1024, 65536), size_orderings=("sequencer",), size_messages=100,
-        baseline_messages=600,
+        baseline_messages=600, lone_messages=1000,
         load_orderings=("sequencer",), load_nodes=(3,),
         load_rates=(1000, 30_000, 300_000, 1_000_000),
         load_seconds=0.5, load_min_messages=600, load_max_messages=200_000,
@@ -201,6 +216,15 @@ def build_grid(spec: GridSpec) -> Grid:
     for ordering in spec.load_orderings:
         runs.append(Experiment(Phase.BASELINE, ordering, spec.sweep_transport, spec.compare_nodes,
                                spec.compare_payload, spec.baseline_messages, trace=False))
+    # a mem:// cluster runs in this process, on its loop: one run, not one per loop
+    loops: list[str | None] = [None] if spec.sweep_transport == "mem" else [
+        loop for loop in spec.lone_loops if loop in installed_event_loops()]
+    for ordering in spec.load_orderings:
+        for loop in loops:
+            runs.append(Experiment(Phase.LONE, ordering, spec.sweep_transport,
+                                   spec.compare_nodes, spec.compare_payload,
+                                   spec.lone_messages, trace=False, serial=True,
+                                   event_loop=loop))
     for ordering in spec.load_orderings:
         for n in spec.load_nodes:
             for rate in spec.load_rates:

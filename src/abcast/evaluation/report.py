@@ -26,7 +26,7 @@ from abcast.evaluation.analysis import (
     peer_ratios,
     slope_checks,
 )
-from abcast.evaluation.grid import TABLE_PAYLOAD, Phase
+from abcast.evaluation.grid import TABLE_PAYLOAD, Experiment, Phase
 from abcast.evaluation.results import BenchResult, RunMeasurement, is_clean
 
 THESIS_TABLES: Final = {"sequencer": 4, "skeen": 5, "chandra-toueg": 6}
@@ -137,9 +137,10 @@ def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]
              "ordered per second, go → last delivery. The knee (◆) is the last offered "
              f"rate delivered at ≥ {TRACKING:.0%} before the curve falls behind; "
              "saturation is the highest delivered rate. Broadcasts made in one loop turn "
-             "leave as one batch, so past the knee each ordered message carries many. The "
-             "lowest offered rate keeps about one message in flight: its p50 is the latency "
-             "of a lone message.", ""]
+             "leave as one batch, so past the knee each ordered message carries many. At the "
+             "lowest offered rate messages leave 1 ms apart, mostly one in flight, and an "
+             "idle node is woken for each (the next section has the lone message proper).",
+             ""]
     rows = []
     for c in curves:
         for p in c.points:
@@ -152,6 +153,25 @@ def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]
         [[c.ordering, str(c.nodes), _num(c.knee.offered, 0), _num(c.knee.saturation, 0),
           "yes" if c.knee.saturated else "no (knee beyond the highest rate)"]
          for c in curves])
+    return lines
+
+
+def _lone_section(result: BenchResult) -> list[str]:
+    runs = result.of(Phase.LONE)
+    if not runs:
+        return []
+    lines = ["## A lone message", "",
+             "One message in flight (the serial workload: message k leaves once its sender "
+             "delivered k−1, round robin), tcp, tracing off, on each event loop. Latency: "
+             "broadcast → delivery, over every delivery on every node (for the sequencer "
+             "most deliveries are two hops: origin → sequencer → the others).", ""]
+    lines += _table(
+        ["ordering", "n", "payload B", "event loop", "p50 µs", "p99 µs", "mean µs",
+         "messages/s", "status"],
+        [[r.experiment.ordering, str(r.experiment.nodes), str(r.experiment.payload),
+          r.experiment.event_loop or "default", _num(r.figures.p50_us, 0),
+          _num(r.figures.p99_us, 0), _num(r.figures.mean_us, 0), _num(r.figures.throughput, 0),
+          "ok" if r.complete else "INCOMPLETE " + "; ".join(r.errors)[:200]] for r in runs])
     return lines
 
 
@@ -216,11 +236,17 @@ def _runs_section(result: BenchResult) -> list[str]:
          "packets/bcast", "retrans.", "check", "errors"],
         [[r.experiment.phase.value, r.experiment.ordering, r.experiment.transport,
           str(r.experiment.nodes), str(r.experiment.payload),
-          "closed" if r.experiment.rate is None else f"{r.experiment.rate:,.0f}/s",
-          r.run_id or "—", _num(r.figures.throughput, 0), _ms(r.figures.p50_us),
+          _load_of(r.experiment), r.run_id or "—", _num(r.figures.throughput, 0),
+          _ms(r.figures.p50_us),
           _num(r.packets_per_broadcast, 2), str(r.retransmissions), _verdict(r),
           "; ".join(r.errors)[:200]] for r in result.runs])
     return lines
+
+
+def _load_of(e: Experiment) -> str:
+    if e.serial:
+        return f"serial, {e.event_loop}" if e.event_loop else "serial"
+    return "closed" if e.rate is None else f"{e.rate:,.0f}/s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +281,7 @@ def render_markdown(result: BenchResult, plots: Sequence[Plot] = ()) -> str:
     lines += _model_section(result, cells)
     lines += _size_section(result)
     lines += _load_section(result, curves)
+    lines += _lone_section(result)
     lines += _verify_section(result)
     lines += _peer_section(result)
     if plots:

@@ -115,7 +115,7 @@ class BenchRunner:
         self.registry_url = await registry.start()
         try:
             runs: list[RunMeasurement] = []
-            for phase in (Phase.TABLE, Phase.SIZES, Phase.BASELINE, Phase.LOAD):
+            for phase in (Phase.TABLE, Phase.SIZES, Phase.BASELINE, Phase.LONE, Phase.LOAD):
                 runs += await self._phase(phase.value, list(self.grid.of(phase)))
             runs += await self._phase("verify", self._verification_runs(runs))
         finally:

@@ -13,11 +13,13 @@ knows nothing about processes or sockets.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from abcast.errors import ConfigError
 from abcast.ordering.registry import OrderingOptions, get_ordering
@@ -25,6 +27,14 @@ from abcast.runtime.worker import WorkerOutcome, workload_name
 from abcast.testing import Violation, count_by_code
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.transport import known_schemes, transport_from_url
+
+EVENT_LOOPS: Final = ("asyncio", "uvloop")
+
+
+def installed_event_loops() -> tuple[str, ...]:
+    """The event loops node processes can run on here."""
+    has_uvloop = importlib.util.find_spec("uvloop") is not None
+    return EVENT_LOOPS if has_uvloop else ("asyncio",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +47,8 @@ class ClusterConfig:
     payload: int = 64
     rate: float | None = None  # broadcasts per second over the whole group; None: closed
     serial: bool = False  # closed loop with one message in flight (see WorkerConfig)
+    # the node processes' event loop ("asyncio" or "uvloop"); None: uvloop when installed
+    event_loop: str | None = None
     trace: bool = True
     wan: str | None = None
     options: OrderingOptions = field(default_factory=OrderingOptions)
@@ -67,6 +79,15 @@ class ClusterConfig:
             raise ConfigError("--rate must be a positive number of broadcasts per second")
         if self.serial and self.rate is not None:
             raise ConfigError("--serial is a closed loop: it takes no --rate")
+        if self.event_loop is not None:
+            if self.event_loop not in EVENT_LOOPS:
+                raise ConfigError(f"unknown event loop {self.event_loop!r}; choose one of: "
+                                  f"{', '.join(EVENT_LOOPS)}")
+            if self.event_loop not in installed_event_loops():
+                raise ConfigError("--loop uvloop needs uvloop (pip install uvloop)")
+            if self.in_process:
+                raise ConfigError("--loop chooses the node processes' loop; a mem cluster "
+                                  "runs in this process, on its loop")
         if self.timeout_s <= 0:
             raise ConfigError("--timeout must be positive")
         get_ordering(self.ordering)

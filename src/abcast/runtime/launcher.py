@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -261,10 +262,12 @@ async def _run_processes(
         else:
             registry_url = config.registry
         cmd = node_command(config, registry_url, run_id)
+        env = None if config.event_loop is None else {
+            **os.environ, "ABCAST_LOOP": config.event_loop}
         for i in range(config.nodes):
             proc = await asyncio.create_subprocess_exec(
                 *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                limit=PIPE_LIMIT,
+                limit=PIPE_LIMIT, env=env,
             )
             procs.append(proc)
             label = f"node process {i + 1} (pid {proc.pid})"
