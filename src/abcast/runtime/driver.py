@@ -254,38 +254,38 @@ class GroupDriver:
             self._applying = applying
 
     def _carry_out(self, outputs: list[Output]) -> None:
-        """One at a time, in order, except that a `Deliver` waits behind the protocol
-        `Transmit`s and timers that follow it: the stack emits a delivery as soon as the
-        top layer decides it and the packets announcing it only once they have come down
-        every layer, so carrying them out in order would make the whole group wait for
-        this node's application callback (the sequencer's own delivery, measured ~15 µs
-        of a lone message's ~250). Nothing the application sees moves: deliveries keep
-        their order and still come before any view, state or snapshot output after them."""
+        """One at a time, in order, except that protocol `Transmit`s go ahead of the
+        deliveries and timers before them: the stack emits a delivery (and the timers of
+        the layers above) as soon as a layer decides it, and the packets announcing it
+        only once they have come down every layer, so carrying them out in order would
+        make the whole group wait for this node's application callback and timer
+        bookkeeping (at the sequencer ~20 µs of a lone message's ~170). Nothing the
+        application sees moves: deliveries keep their order and still come before any
+        view, state, snapshot or control packet after them, and timers keep theirs."""
         host = self.host
-        held: list[Deliver] = []
+        held: list[Output] = []  # deliveries and timers waiting for the packets after them
         for out in outputs:
             if self.closed:
                 return  # removed from the group by an earlier output of this batch
             kind = type(out)
-            if kind is Deliver:
-                held.append(out)  # type: ignore[arg-type]
+            if kind is Transmit and not out.control:  # type: ignore[union-attr]
+                transmit: Transmit = out  # type: ignore[assignment]
+                self.protocol_packets += len(transmit.to)
+                for dst in transmit.to:
+                    host.transmit(dst, transmit.data)
                 continue
-            if held and kind is not SetTimer and kind is not CancelTimer and (
-                kind is not Transmit or out.control  # type: ignore[union-attr]
-            ) and not self._deliver_held(held):
+            if kind is Deliver or kind is SetTimer or kind is CancelTimer:
+                held.append(out)
+                continue
+            if held and not self._carry_out_held(held):
                 return
             match out:
-                case Transmit(to, data, control):
-                    if control:
-                        self.control_packets += len(to)
-                    else:
-                        self.protocol_packets += len(to)
+                case Transmit(to, data):  # a control packet (acks, retransmissions)
+                    self.control_packets += len(to)
                     for dst in to:
                         host.transmit(dst, data)
-                case SetTimer(key, at):
-                    self._set_timer(key, at)
-                case CancelTimer(key):
-                    self._cancel_timer(key)
+                case Deliver() | SetTimer() | CancelTimer():  # a subclass: no holding
+                    self._carry_out_held([out])
                 case InstallView(view) if host.id not in view.members:
                     self._removed(view)
                 case InstallView(view):
@@ -313,14 +313,21 @@ class GroupDriver:
                     if self.hooks.set_state is not None:
                         self.hooks.set_state(state)
         if held:
-            self._deliver_held(held)
+            self._carry_out_held(held)
 
-    def _deliver_held(self, held: list[Deliver]) -> bool:
-        """Carry out (and clear) the held deliveries; False once the group is closed."""
-        for batch in held:
+    def _carry_out_held(self, held: list[Output]) -> bool:
+        """Carry out (and clear) the held deliveries and timers, in their order; False
+        once the group is closed."""
+        for out in held:
             if self.closed:
                 return False
-            self._deliver(batch)
+            kind = type(out)
+            if kind is Deliver:
+                self._deliver(out)  # type: ignore[arg-type]
+            elif kind is SetTimer:
+                self._set_timer(out.key, out.at)  # type: ignore[union-attr]
+            else:
+                self._cancel_timer(out.key)  # type: ignore[union-attr]
         held.clear()
         return not self.closed
 
