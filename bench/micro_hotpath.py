@@ -9,7 +9,7 @@ are timed in process CPU time, so other load on the machine disturbs them less):
 
 - codec: `encode_frame` of a sequencer data frame (Fd, RData, SData headers + 64-byte
   payload) and of an order frame; `decode_envelope` + the stack's header decode of each.
-- core: a 3-node group (`build_stack`, the runtime's stack) driven without IO, the way
+- core: a 3-node group (`build_stack` with the runtime's options) driven without IO, the way
   the simulator does it: node n1..n3 broadcast round robin, every Transmit is encoded,
   decoded and received by its destination at once, and every `burst` broadcasts the
   clock moves on and due timers fire (delayed acks, heartbeats). Printed: µs of CPU per
@@ -54,6 +54,7 @@ from abcast.ids import NodeId, View
 from abcast.ordering.registry import build_stack
 from abcast.ordering.sequencer import SData, SOrder
 from abcast.reliability.channel import RAck, RData, ReliableChannel
+from abcast.runtime.group import for_streams
 from abcast.stack import Stack
 from abcast.transport import Link, Transport, transport_from_url
 
@@ -108,7 +109,9 @@ class Pump:
     def __init__(self, ordering: str, nodes: int) -> None:
         ids = tuple(f"n{i}" for i in range(1, nodes + 1))
         view = View(1, ids)
-        self.stacks: dict[NodeId, Stack] = {n: build_stack(n, GROUP, ordering, view) for n in ids}
+        options = for_streams(None)  # the runtime's channel (piggybacked acks, 1 s rto)
+        self.stacks: dict[NodeId, Stack] = {
+            n: build_stack(n, GROUP, ordering, view, options) for n in ids}
         self.order = ids
         self.now = 0
         self.delivered = 0
