@@ -1,12 +1,14 @@
 """One node of a benchmark run: join the group, run the round-robin workload, report.
 
 Rules: the workload is the simulator's (abcast.workload.RoundRobin): closed loop (a node
-broadcasts its round-r message once it has delivered every round r−1 message) or open
+broadcasts its round-r message once it has delivered every round r−1 message), open
 loop (`rate` broadcasts per second over the whole group, each node sending its own share
-on schedule). Each node knows the expected total M and is done once its state covers all
-M — delivered, or received in a snapshot when the group cut it off and admitted it again;
-it then keeps serving (retransmissions, acks) until told to stop, because others may
-still need it. The start/done/stop handshake goes through a `Control`: the launcher's pipe
+on a schedule that starts at the instant `go` names, the same on every node) or serial
+(one message in flight: message k leaves once its sender delivered message k−1). Each
+node knows the expected total M and is done once its state covers all M — delivered, or
+received in a snapshot when the group cut it off and admitted it again; it then keeps
+serving (retransmissions, acks) until told to stop, because others may still need it.
+The start/done/stop handshake goes through a `Control`: the launcher's pipe
 (`PipeControl`, JSON lines on stdout, commands on stdin), in-process events
 (`LocalControl`, one-process clusters) or the registry (`RegistryControl`, nodes started
 by hand). With tracing off nothing is recorded but counters and the latency of each
