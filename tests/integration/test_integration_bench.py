@@ -1,6 +1,7 @@
-"""`abcast bench` on real processes over loopback, tiny: one table cell, the baseline and a
-two-point load curve over tcp, with the verification run at its knee — the path the
-quick and full benches take, at a size that runs in seconds."""
+"""`abcast bench` on real processes over loopback, tiny: one table cell, the baseline, the
+lone message on each installed event loop and a two-point load curve over tcp, with the
+verification run at its knee — the path the quick and full benches take, at a size that
+runs in seconds."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from abcast.evaluation.grid import GridSpec, Phase, build_grid
 from abcast.evaluation.report import write_report
 from abcast.evaluation.results import is_clean
 from abcast.evaluation.runner import BenchRunner, SilentProgress
+from abcast.runtime.cluster import installed_event_loops
 
 TCP_TINY = GridSpec(
     orderings=("sequencer",), middlewares=("tcp",), table_nodes=(2,), table_messages=30,
-    sizes=(), size_orderings=(), compare_nodes=2, baseline_messages=40,
+    sizes=(), size_orderings=(), compare_nodes=2, baseline_messages=40, lone_messages=40,
     load_orderings=("sequencer",), load_nodes=(2,), load_rates=(100.0, 200.0),
     load_seconds=0.3, load_min_messages=30, load_max_messages=60, peers=(),
     ping_rounds=20, timeout_s=30.0,
@@ -27,10 +29,14 @@ def test_tiny_tcp_bench_runs_every_cell_clean(tmp_path: Path) -> None:
     result = asyncio.run(BenchRunner(grid, tmp_path, SilentProgress()).run())
     assert [r for r in result.runs if not is_clean(r)] == []
     assert {r.experiment.phase for r in result.runs} == {
-        Phase.TABLE, Phase.BASELINE, Phase.LOAD, Phase.VERIFY}
+        Phase.TABLE, Phase.BASELINE, Phase.LONE, Phase.LOAD, Phase.VERIFY}
+    lone = result.of(Phase.LONE)
+    assert [r.experiment.event_loop for r in lone] == list(installed_event_loops())
+    assert all(r.figures.p50_us is not None for r in lone)
     (curve,) = load_curves(result.runs)
     assert all(p.delivered is not None for p in curve.points)
     (ping,) = result.pings
     assert ping.transport == "tcp" and ping.error is None
     page = write_report(result, tmp_path / "report").read_text()
     assert "Table 4 — sequencer" in page and "| tcp |" in page
+    assert "## A lone message" in page
