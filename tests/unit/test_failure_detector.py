@@ -57,6 +57,40 @@ def test_any_packet_is_a_sign_of_life() -> None:
         assert not [e for e in fd.handle(TimerFired("tick"), now) if isinstance(e, Suspect)]
 
 
+def test_a_pause_of_this_node_is_not_the_peers_silence() -> None:
+    # The node stalls from 10 to 500 (its tick, due at 20, fires at 500): b and c spoke
+    # at 10 and their later packets wait unread. Nobody is suspected on the late tick;
+    # b speaks right after it (its queued packets are read), c stays silent and is
+    # suspected a timeout after the credit, not at once.
+    fd = _fd()
+    fd.handle(TimerFired("tick"), 10)  # on time: the next is due at 20
+    fd.handle(Received("b", Fd(), Packet((), b"x")), 10)
+    fd.handle(Received("c", Fd(), Packet((), b"x")), 10)
+    assert not [e for e in fd.handle(TimerFired("tick"), 500) if isinstance(e, Suspect)]
+    fd.handle(Received("b", Fd(), Packet((), b"queued")), 501)
+    suspected: dict[str, int] = {}
+    for now in range(510, 600, 10):
+        fd.handle(Received("b", Heartbeat(), Packet()), now)
+        for e in fd.handle(TimerFired("tick"), now):
+            if isinstance(e, Suspect):
+                suspected.setdefault(e.node, now)
+    # c was last heard at 10, credited with the 480 pause: silent past its timeout of
+    # 50 after 540
+    assert suspected == {"c": 550}
+
+
+def test_on_time_ticks_get_no_credit() -> None:
+    # The same silence without a pause: c (and b) are suspected on the first tick past
+    # their timeout, as before.
+    fd = _fd()
+    suspected: dict[str, int] = {}
+    for now in range(10, 100, 10):
+        for e in fd.handle(TimerFired("tick"), now):
+            if isinstance(e, Suspect):
+                suspected.setdefault(e.node, now)
+    assert suspected == {"b": 60, "c": 60}
+
+
 def test_control_flag_passes_through() -> None:
     fd = _fd()
     (send,) = fd.handle(SendRequested("b", Packet((), b""), control=True), 1)

@@ -10,6 +10,13 @@ each time: after finitely many mistakes it stops suspecting correct peers, which
 what an eventually-strong (◇S) detector promises. It never decides membership; the
 layers above do, from its verdicts.
 
+Its own pauses are not the peers' silence: a tick that fires more than a period after
+it was due means this node was stalled (a collected heap, a long trace write, no CPU),
+and whatever the peers sent meanwhile still waits unread — uvloop even runs due timers
+before it polls the sockets. The pause is credited to every peer before the tick
+judges (as Cassandra's detector ignores a long local pause); a peer that really went
+quiet is then suspected that much later. In the simulator ticks are never late.
+
 It adds a one-field header to every packet passing down; heartbeats are control
 traffic, not protocol packets.
 """
@@ -99,6 +106,7 @@ class _Peer:
 class _State:
     peers: dict[NodeId, _Peer] = field(default_factory=dict)
     ticking: bool = False
+    tick_due: int = 0  # when the armed tick was asked for
     view_id: int = 0
     noticed: dict[NodeId, int] = field(default_factory=dict)  # non-member -> last notice
 
@@ -177,7 +185,8 @@ class FailureDetectorLayer(Layer):
         }
         if self._s.peers and not self._s.ticking:
             self._s.ticking = True
-            return [SetTimer(TICK, now + self.config.period_us)]
+            self._s.tick_due = now + self.config.period_us
+            return [SetTimer(TICK, self._s.tick_due)]
         return []
 
     def _sent(self, peer: NodeId, now: int) -> None:
@@ -227,6 +236,10 @@ class FailureDetectorLayer(Layer):
         return [Send(sender, NotMember(self._s.view_id), control=True)]
 
     def _tick(self, now: int) -> list[Effect]:
+        paused = now - self._s.tick_due
+        if paused > self.config.period_us:  # this node was stalled: see the rules above
+            for st in self._s.peers.values():
+                st.last_heard = min(now, st.last_heard + paused)
         effects: list[Effect] = []
         idle = [p for p, st in self._s.peers.items() if now - st.last_sent >= self.config.period_us]
         for peer in idle:
@@ -237,7 +250,8 @@ class FailureDetectorLayer(Layer):
                 st.suspected = True
                 effects.append(Suspect(peer))
         if self._s.peers:
-            effects.append(SetTimer(TICK, now + self.config.period_us))
+            self._s.tick_due = now + self.config.period_us
+            effects.append(SetTimer(TICK, self._s.tick_due))
         else:
             self._s.ticking = False
         return effects
