@@ -119,20 +119,6 @@ def test_serial_keeps_one_message_in_flight(tmp_path: Path) -> None:
         assert sent >= delivers[(origin, before, (k - 1) // n + 1)], k
 
 
-@pytest.mark.timeout(90)
-def test_open_loop_slots_interleave_across_node_processes(tmp_path: Path) -> None:
-    # every node starts its schedule at the instant `go` names, so at 200 msgs/s the
-    # group sends n1, n2, n3, n1, ... 5 ms apart (with independent starts the phases
-    # fall anywhere and nodes' slots collide)
-    messages = 45
-    proc = _cluster("--nodes", "3", "--ordering", "fifo", "--transport", "tcp",
-                    "--messages", str(messages), "--rate", "200", "--out", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    members, sends, _ = _send_and_deliver_times(tmp_path)
-    order = [origin for (origin, _seq), _t in sorted(sends.items(), key=lambda kv: kv[1])]
-    assert order == [members[k % 3] for k in range(messages)]
-
-
 @pytest.mark.timeout(60)
 def test_wan_emulation_delays_links_without_breaking_anything(tmp_path: Path) -> None:
     from abcast.transport.wan import EXAMPLE_MATRIX
