@@ -122,8 +122,8 @@ class GridSpec:
     lone_messages: int = 3000
     load_orderings: tuple[str, ...] = ORDERINGS
     load_nodes: tuple[int, ...] = (3, 4, 6)
-    # The first rate is low enough that about one message is in flight at a time (its p50
-    # is the latency of a lone message); the last is above any ordering's saturation.
+    # The first rate is low enough that mostly one message is in flight (the LONE runs
+    # measure a lone message without rate timers); the last is above any saturation.
     load_rates: tuple[float, ...] = (1000, 10_000, 30_000, 100_000, 200_000, 400_000,
                                      800_000)
     load_seconds: float = 1.5  # offered-load duration of one open-loop run

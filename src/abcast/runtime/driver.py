@@ -13,7 +13,8 @@ installed view, all with t_ns = time.time_ns(). `receive` raises RemoteProtocolE
 that sent the frame.
 
 State transfer and membership go to the application through `AppHooks`, each at its
-exact place among the stack's outputs (outputs are carried out one at a time, in order):
+exact place among the stack's outputs (outputs are carried out one at a time, in order,
+except that protocol packets go ahead of the deliveries and timers before them):
 `TakeSnapshot` is answered at once with `get_state()` (so the snapshot holds exactly the
 deliveries before it), `InstallState` calls `set_state(state)` before any delivery
 after it (a state for a node that was already a member — one the group cut off and
@@ -27,11 +28,12 @@ closes. It knows nothing about sockets, registries or the application API.
 
 Batching (abcast.batching): `broadcast` queues the payload and numbers it at once; the
 queued broadcasts leave as one ordered message at the end of the loop turn (`call_soon`),
-or earlier when the batch is full, and every member unpacks a delivered batch into one
-delivery per message. A burst of broadcasts in one turn therefore costs the ordering one
-message, and a lone broadcast waits for nothing. `join`, `leave` and `close` send what
-is queued first; `send` rows are written when a batch leaves. A batch that does not
-unpack is logged and skipped — every member skips it alike, so their sequences stay equal.
+or earlier when the batch is full or the sender calls `send_queued`, and every member
+unpacks a delivered batch into one delivery per message. A burst of broadcasts in one
+turn therefore costs the ordering one message, and a lone broadcast waits one loop turn
+at most. `join`, `leave` and `close` send what is queued first; `send` rows are written
+when a batch leaves. A batch that does not unpack is logged and skipped — every member
+skips it alike, so their sequences stay equal.
 """
 
 from __future__ import annotations
