@@ -473,8 +473,10 @@ class _Run:
         if self.stopped or workload is None or workload.sent_by(me) >= workload.total_of(me):
             return
         workload.note_sent(me)
-        self._group().broadcast_nowait(self.payload())
+        group = self._group()
+        group.broadcast_nowait(self.payload())
         if self.config.serial:
+            group.send_queued()  # alone by construction: no turn's end to wait for
             self._arm_serial()
 
     def _arm_serial(self) -> None:
