@@ -16,38 +16,18 @@ from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
 from abcast.pipeline.tables import materialize_tables
 from abcast.sim import SimConfig, run_simulation
-from abcast.testing import TraceBuilder, check_traces, count_by_code
+from abcast.testing import check_traces, count_by_code
+from abcast.testing.builders import EVS_CLAIMS, split_and_merge
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.trace.schema import CODES, TOTAL_ORDER, VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY
 from abcast.trace.writer import read_traces, write_run
 
 pytestmark = pytest.mark.spark
 
-ALL4 = ("n1", "n2", "n3", "n4")
-#: what an evs run claims over the whole trace (OrderingSpec.claimed)
-EVS_CLAIMS = ("integrity", "validity", "total", "virtual_synchrony")
-
-
 def _split_and_merge(run_id: str, *, swapped: bool = False, right_view: int = 11,
                      skip_merge: str = "", crash: str = "") -> tuple[list[EventRow], RunInfo]:
-    b = TraceBuilder(run_id)
-    for node in ALL4:
-        b.view(node, 1, ALL4)
-    first = [b.send("n1"), b.send("n3")]
-    b.deliver_all(ALL4[:2], first)
-    b.deliver_all(ALL4[2:], first[::-1] if swapped else first)
-    for node in ALL4[:2]:
-        b.view(node, 10, ALL4[:2])
-    for node in ALL4[2:]:
-        b.view(node, right_view, ALL4[2:])
-    b.deliver_all(ALL4[:2], [b.send("n2")])
-    b.deliver_all(ALL4[2:], [b.send("n4")])
-    if crash:
-        b.crash(crash)
-    merged = [n for n in ALL4 if n not in (skip_merge, crash)]
-    for node in merged:
-        b.view(node, 20, ALL4)
-    b.deliver_all(merged, [b.send("n1")])
+    b = split_and_merge(run_id, right_order_swapped=swapped, right_view=right_view,
+                        skip_merge=skip_merge, crash=crash)
     return b.rows(), b.run_info(EVS_CLAIMS, nodes=4)
 
 

@@ -19,6 +19,7 @@ from abcast.pipeline.tables import TraceTables, materialize_tables, release
 from abcast.sim import SimConfig, run_simulation
 from abcast.sim.churn import flapping_faults
 from abcast.testing import TraceBuilder, check_traces, count_by_code
+from abcast.testing.builders import rejoined_then_crashed
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.trace.schema import CAUSAL_ORDER, FIFO_ORDER
 from abcast.trace.writer import read_traces, write_run
@@ -29,35 +30,8 @@ ORDER_CODES = (FIFO_ORDER, CAUSAL_ORDER)
 CLAIMS = ("fifo", "causal")
 
 
-def _rejoined_then_crashed(run_id: str, *, skip_after: bool = False,
-                           skip_before: bool = False,
-                           recover_again: bool = False) -> tuple[list[EventRow], RunInfo]:
-    """n3 delivers n1#1..3 in view 1, is cut off (n1#4..6 in views 2, 3), rejoins (crash,
-    recover) in view 4 with n1#1..6 as state, delivers n1#7, n1#8, n2#1 (deps n1#1..8)
-    and really crashes. `skip_after`: without n1#7; `skip_before`: without n1#2;
-    `recover_again`: another crash and recover right after view 4, no view after them."""
-    b = TraceBuilder(run_id)
-    everyone = ["n1", "n2", "n3"]
-    for node in everyone:
-        b.view(node, 1, everyone)
-    first = [b.send("n1") for _ in range(3)]
-    b.deliver_all(["n1", "n2"], first)
-    b.deliver_all(["n3"], [first[0], first[2]] if skip_before else first)
-    for view, count in ((2, 2), (3, 1)):
-        for node in ("n1", "n2"):
-            b.view(node, view, ["n1", "n2"])
-        b.deliver_all(["n1", "n2"], [b.send("n1") for _ in range(count)])
-    b.crash("n3")
-    b.recover("n3")
-    for node in everyone:
-        b.view(node, 4, everyone)
-    if recover_again:
-        b.crash("n3")
-        b.recover("n3")
-    later = [b.send("n1"), b.send("n1"), b.send("n2", deps={"n1": 8})]
-    b.deliver_all(["n1", "n2"], later)
-    b.deliver_all(["n3"], later[1:] if skip_after else later)
-    b.crash("n3")
+def _rejoined_then_crashed(run_id: str, **faults: bool) -> tuple[list[EventRow], RunInfo]:
+    b = rejoined_then_crashed(run_id, **faults)
     return b.rows(), b.run_info(CLAIMS)
 
 

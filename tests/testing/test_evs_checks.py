@@ -13,38 +13,9 @@ from abcast.testing import (
     check_events,
     count_by_code,
 )
+from abcast.testing.builders import EVS_CLAIMS, split_and_merge
 
-EVS_CLAIMS = ("integrity", "validity", "total", "virtual_synchrony")
 ALL4 = ("n1", "n2", "n3", "n4")
-LEFT, RIGHT = ("n1", "n2"), ("n3", "n4")
-
-
-def split_and_merge(
-    *, right_order_swapped: bool = False, right_view: int = 11, skip_merge: str = "",
-    crash: str = "",
-) -> TraceBuilder:
-    """Four nodes in view 1 deliver n1#1 and n3#1; {n1,n2} go on in view 10 and {n3,n4}
-    in `right_view`, each side delivering a message of its own; all merge into view 20
-    and deliver n2#2 there."""
-    b = TraceBuilder("evs")
-    for node in ALL4:
-        b.view(node, 1, ALL4)
-    first = [b.send("n1"), b.send("n3")]
-    b.deliver_all(ALL4[:2], first)
-    b.deliver_all(ALL4[2:], first[::-1] if right_order_swapped else first)
-    for node in LEFT:
-        b.view(node, 10, LEFT)
-    for node in RIGHT:
-        b.view(node, right_view, RIGHT)
-    b.deliver_all(LEFT, [b.send("n2")])
-    b.deliver_all(RIGHT, [b.send("n4")])
-    if crash:
-        b.crash(crash)
-    merged = [n for n in ALL4 if n not in (skip_merge, crash)]
-    for node in merged:
-        b.view(node, 20, ALL4)
-    b.deliver_all(merged, [b.send("n1")])
-    return b
 
 
 def counts(b: TraceBuilder) -> dict[str, int]:

@@ -25,6 +25,7 @@ from abcast.testing import (
     check_fifo,
     count_by_code,
 )
+from abcast.testing.builders import rejoined_then_crashed
 from abcast.trace import EventRow, TraceRecorder
 
 ORDER_CODES = (FIFO_ORDER, CAUSAL_ORDER)
@@ -33,44 +34,6 @@ Msg = tuple[str | None, str, int]
 
 def _order_counts(rows: list[EventRow]) -> dict[str, int]:
     return count_by_code(check_fifo(rows) + check_causal(rows), ORDER_CODES)
-
-
-def rejoined_then_crashed(*, skip_after: bool = False, skip_before: bool = False,
-                          recover_again: bool = False) -> TraceBuilder:
-    """n1..n3 deliver n1#1..3 in view 1; n3 is cut off while n1, n2 deliver n1#4..6 in
-    views 2 and 3; n3 rejoins (crash, recover) in view 4 with n1#1..6 as state; all
-    deliver n1#7, n1#8 and n2#1 (which depends on n1#8); then n3 really crashes (a last
-    crash row, no view after it).
-
-    `skip_after`: n3 never delivers n1#7 (a hole of its second incarnation).
-    `skip_before`: n3 never delivered n1#2 in view 1 (a hole of its first incarnation,
-    inside what its second one got as state). `recover_again`: n3 writes another crash
-    and recover right after installing view 4, with no view row after them: its third
-    incarnation, which delivers n1#7 on, keeps the admission of the second."""
-    b = TraceBuilder("rejoin-crash")
-    everyone = ["n1", "n2", "n3"]
-    for node in everyone:
-        b.view(node, 1, everyone)
-    first = [b.send("n1") for _ in range(3)]
-    b.deliver_all(["n1", "n2"], first)
-    b.deliver_all(["n3"], [first[0], first[2]] if skip_before else first)
-    for view in (2, 3):
-        for node in ("n1", "n2"):
-            b.view(node, view, ["n1", "n2"])
-        b.deliver_all(["n1", "n2"], [b.send("n1"), b.send("n1")] if view == 2
-                      else [b.send("n1")])
-    b.crash("n3")
-    b.recover("n3")
-    for node in everyone:
-        b.view(node, 4, everyone)
-    if recover_again:
-        b.crash("n3")
-        b.recover("n3")
-    later = [b.send("n1"), b.send("n1"), b.send("n2", deps={"n1": 8})]
-    b.deliver_all(["n1", "n2"], later)
-    b.deliver_all(["n3"], later[1:] if skip_after else later)
-    b.crash("n3")
-    return b
 
 
 def test_rejoin_crash_a_clean_rejoined_then_crashed_node_has_no_hole() -> None:

@@ -71,13 +71,18 @@ class Experiment:
     def closed_loop(self) -> bool:
         return self.rate is None
 
+    @property
+    def load(self) -> str:
+        """The workload in a few characters: serial, closed or the offered rate."""
+        if self.serial:
+            return "serial"
+        return "closed" if self.rate is None else f"{self.rate:,.0f}/s"
+
     def label(self) -> str:
-        load = "serial" if self.serial else (
-            "closed" if self.rate is None else f"{self.rate:,.0f}/s")
         trace = "" if self.trace else ", untraced"
         loop = "" if self.event_loop is None else f", {self.event_loop}"
         return (f"{self.phase} {self.ordering}/{self.transport} n={self.nodes} "
-                f"{self.payload} B {load}{trace}{loop}")
+                f"{self.payload} B {self.load}{trace}{loop}")
 
     def cluster_config(self, out: Path, timeout_s: float, *, registry: str | None = None,
                        group: str = "g") -> ClusterConfig:

@@ -244,9 +244,7 @@ def _runs_section(result: BenchResult) -> list[str]:
 
 
 def _load_of(e: Experiment) -> str:
-    if e.serial:
-        return f"serial, {e.event_loop}" if e.event_loop else "serial"
-    return "closed" if e.rate is None else f"{e.rate:,.0f}/s"
+    return e.load if e.event_loop is None else f"{e.load}, {e.event_loop}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -481,19 +481,16 @@ class _Run:
 
     def _arm_serial(self) -> None:
         """Serial loop: note which delivery releases this node's next message (global
-        message k−1 for its next k), or None for the run's very first message."""
+        message k−1 for its next k); None when nothing does — the run's very first
+        message (sent at the start) or none left to send."""
         workload = self.workload
         assert workload is not None
         members = workload.nodes
         n, me = len(members), self.node.id
         k = workload.sent_by(me) * n + members.index(me)  # this node's next message
-        if k == 0:
-            self.serial_trigger = None
-        elif k < workload.messages:
-            before = k - 1
-            self.serial_trigger = (members[before % n], before // n + 1)
-        else:
-            self.serial_trigger = ("", 0)  # done sending: no delivery releases anything
+        before = k - 1
+        self.serial_trigger = (
+            (members[before % n], before // n + 1) if 0 < k < workload.messages else None)
 
     async def _paced(self, rate: float, start: float) -> None:
         """Offer this node's share of `rate` on schedule. Each loop turn broadcasts every

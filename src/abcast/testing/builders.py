@@ -111,3 +111,79 @@ class TraceBuilder:
             started_ns=0,
             duration_ns=self._now,
         )
+
+
+# -- scenarios both checkers are held to --------------------------------------------------
+# The in-memory and the Spark tests judge these same traces, so each is written once.
+
+#: what an extended-virtual-synchrony run claims over a whole trace (OrderingSpec.claimed)
+EVS_CLAIMS = ("integrity", "validity", "total", "virtual_synchrony")
+
+
+def rejoined_then_crashed(run_id: str = "rejoin-crash", *, skip_after: bool = False,
+                          skip_before: bool = False,
+                          recover_again: bool = False) -> TraceBuilder:
+    """n1..n3 deliver n1#1..3 in view 1; n3 is cut off while n1, n2 deliver n1#4..6 in
+    views 2 and 3; n3 rejoins (crash, recover) in view 4 with n1#1..6 as state; all
+    deliver n1#7, n1#8 and n2#1 (which depends on n1#8); then n3 really crashes (a last
+    crash row, no view after it).
+
+    `skip_after`: n3 never delivers n1#7 (a hole of its second incarnation).
+    `skip_before`: n3 never delivered n1#2 in view 1 (a hole of its first incarnation,
+    inside what its second one got as state). `recover_again`: n3 writes another crash
+    and recover right after installing view 4, with no view row after them: its third
+    incarnation, which delivers n1#7 on, keeps the admission of the second."""
+    b = TraceBuilder(run_id)
+    everyone = ["n1", "n2", "n3"]
+    for node in everyone:
+        b.view(node, 1, everyone)
+    first = [b.send("n1") for _ in range(3)]
+    b.deliver_all(["n1", "n2"], first)
+    b.deliver_all(["n3"], [first[0], first[2]] if skip_before else first)
+    for view, count in ((2, 2), (3, 1)):
+        for node in ("n1", "n2"):
+            b.view(node, view, ["n1", "n2"])
+        b.deliver_all(["n1", "n2"], [b.send("n1") for _ in range(count)])
+    b.crash("n3")
+    b.recover("n3")
+    for node in everyone:
+        b.view(node, 4, everyone)
+    if recover_again:
+        b.crash("n3")
+        b.recover("n3")
+    later = [b.send("n1"), b.send("n1"), b.send("n2", deps={"n1": 8})]
+    b.deliver_all(["n1", "n2"], later)
+    b.deliver_all(["n3"], later[1:] if skip_after else later)
+    b.crash("n3")
+    return b
+
+
+def split_and_merge(
+    run_id: str = "evs", *, right_order_swapped: bool = False, right_view: int = 11,
+    skip_merge: str = "", crash: str = "",
+) -> TraceBuilder:
+    """Four nodes in view 1 deliver n1#1 and n3#1; {n1,n2} go on in view 10 and {n3,n4}
+    in `right_view`, each side delivering a message of its own; all merge into view 20
+    and deliver n1#2 there. `right_order_swapped`: {n3,n4} delivered the view-1 messages
+    the other way round; `skip_merge`: that node never installs the merge view; `crash`:
+    that node crashes before the merge."""
+    everyone, left, right = ("n1", "n2", "n3", "n4"), ("n1", "n2"), ("n3", "n4")
+    b = TraceBuilder(run_id)
+    for node in everyone:
+        b.view(node, 1, everyone)
+    first = [b.send("n1"), b.send("n3")]
+    b.deliver_all(left, first)
+    b.deliver_all(right, first[::-1] if right_order_swapped else first)
+    for node in left:
+        b.view(node, 10, left)
+    for node in right:
+        b.view(node, right_view, right)
+    b.deliver_all(left, [b.send("n2")])
+    b.deliver_all(right, [b.send("n4")])
+    if crash:
+        b.crash(crash)
+    merged = [n for n in everyone if n not in (skip_merge, crash)]
+    for node in merged:
+        b.view(node, 20, everyone)
+    b.deliver_all(merged, [b.send("n1")])
+    return b
