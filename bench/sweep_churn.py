@@ -19,6 +19,7 @@ never compares times against a limit.
         --partition-ms 3000-6000
     .venv/bin/python bench/sweep_churn.py --seeds 60 --messages 400 --flapping --safe
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total --evs
+    .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total --relay
 
 With --evs (partitions="evs", abcast.ordering.sequencer_merge) both sides of the
 partition go on and merge on heal. The workload is then open-loop (--rate, default 40
@@ -74,9 +75,11 @@ class Task:
     evs: bool = False
     rate: float = 40.0  # broadcasts per second, under evs
     stall_us: int = 8_000_000  # an evs run ends once idle this long
+    relay: bool = False  # sequencer family: the origin sends to the sequencer only
 
     def options(self) -> OrderingOptions:
-        return OrderingOptions(safe=self.safe, partitions="evs" if self.evs else "primary")
+        return OrderingOptions(safe=self.safe, partitions="evs" if self.evs else "primary",
+                               relay=self.relay)
 
     def config(self) -> SimConfig:
         if not self.evs:
@@ -94,12 +97,13 @@ class Task:
                             clean_split=self.clean_split)
 
     def command(self) -> str:
-        safe = ", options=OrderingOptions(safe=True)" if self.safe else ""
+        extra = ""
+        if self.safe or self.evs or self.relay:
+            extra = f", options={self.options()!r}"
         if self.evs:
-            safe = (f", options={self.options()!r}, rate={self.rate}, "
-                    f"stall_us={self.stall_us}")
+            extra += f", rate={self.rate}, stall_us={self.stall_us}"
         return (f"SimConfig({self.ordering!r}, nodes={self.nodes}, messages={self.messages}, "
-                f"seed={self.seed}, faults={self.faults()!r}{safe})")
+                f"seed={self.seed}, faults={self.faults()!r}{extra})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                         "family; an open-loop workload, see above)")
     p.add_argument("--rate", type=float, default=40.0,
                    help="with --evs: broadcasts per second over the group")
+    p.add_argument("--relay", action="store_true",
+                   help="the sequencer family in relay mode (the origin sends to the "
+                        "sequencer only); chandra-toueg runs as usual")
     p.add_argument("--stall-s", type=float, default=8.0,
                    help="with --evs: a run ends once nothing was delivered for this long")
     args = p.parse_args(argv)
@@ -225,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         Task(o, seed, args.nodes or random.Random(seed).choice((6, 7, 8)), args.messages,
              args.safe and o != "chandra-toueg", partition_ms, args.cut_sequencer,
              args.clean_split, args.flapping, args.evs, args.rate,
-             round(args.stall_s * 1_000_000))
+             round(args.stall_s * 1_000_000), args.relay and o != "chandra-toueg")
         for seed in range(args.first_seed, args.first_seed + args.seeds) for o in orderings
     ]
     console = Console(stderr=True)

@@ -59,6 +59,9 @@ def cli() -> None:
 @click.option("--batch", default=None, type=click.IntRange(1),
               help="Message ids per order packet (sequencer family; default adaptive).")
 @click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
+@click.option("--relay", is_flag=True,
+              help="Sequencer family: the origin sends to the sequencer only, which relays "
+                   "the message with its number (n packets per broadcast, not 2(n-1)).")
 @click.option("--multicast", default="reliable", show_default=True,
               type=click.Choice(["reliable", "basic"]),
               help="basic: best effort, no retransmission (drops validity and agreement).")
@@ -72,8 +75,8 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line is a JSON summary.")
 def sim(
     ordering: str, nodes: int, messages: int, seed: int, faults: str, payload: int,
-    rate: float | None, batch: int | None, safe: bool, multicast: str, partitions: str,
-    net_trace: bool, out: Path, as_json: bool,
+    rate: float | None, batch: int | None, safe: bool, relay: bool, multicast: str,
+    partitions: str, net_trace: bool, out: Path, as_json: bool,
 ) -> None:
     """Simulate N nodes broadcasting M messages round-robin; write and check the trace."""
     from abcast.sim import SimConfig, run_simulation
@@ -84,7 +87,7 @@ def sim(
             ordering=ordering, nodes=nodes, messages=messages, seed=seed, faults=faults,
             payload=payload, rate=rate, net_trace=net_trace,
             options=OrderingOptions(batch=batch, safe=safe, multicast=multicast,
-                                    partitions=partitions),
+                                    partitions=partitions, relay=relay),
         )
         with _Progress(console, "simulating") as advance:
             result = run_simulation(config, on_progress=advance)
@@ -170,16 +173,18 @@ def _logging(verbose: bool) -> None:
                         else "%(name)s: %(message)s", stream=sys.stderr)
 
 
-def _options(batch: int | None, safe: bool, suspect_after_ms: int | None) -> OrderingOptions:
+def _options(
+    batch: int | None, safe: bool, suspect_after_ms: int | None, relay: bool = False
+) -> OrderingOptions:
     if suspect_after_ms is None:
-        return OrderingOptions(batch=batch, safe=safe)
+        return OrderingOptions(batch=batch, safe=safe, relay=relay)
     from abcast.group.failure_detector import DetectorConfig
 
     defaults = DetectorConfig()
     timeout_us = suspect_after_ms * 1000
     detector = DetectorConfig(period_us=min(defaults.period_us, timeout_us // 2),
                               timeout_us=timeout_us)
-    return OrderingOptions(batch=batch, safe=safe, detector=detector)
+    return OrderingOptions(batch=batch, safe=safe, detector=detector, relay=relay)
 
 
 def _transport_schemes() -> list[str]:
@@ -212,6 +217,9 @@ def _transport_schemes() -> list[str]:
 @click.option("--batch", default=None, type=click.IntRange(1),
               help="Message ids per order packet (sequencer family; default adaptive).")
 @click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
+@click.option("--relay", is_flag=True,
+              help="Sequencer family: the origin sends to the sequencer only, which relays "
+                   "the message with its number (n packets per broadcast, not 2(n-1)).")
 @click.option("--suspect-after", default=2000, show_default=True, type=click.IntRange(50),
               help="Milliseconds of silence before a crash-tolerant ordering's failure "
                    "detector suspects a peer. No crashes are injected here, so a false "
@@ -227,7 +235,7 @@ def _transport_schemes() -> list[str]:
 def cluster(
     nodes: int, ordering: str, scheme: str, messages: int, payload: int, rate: float | None,
     serial: bool, trace: str, event_loop: str | None, wan: str | None, batch: int | None,
-    safe: bool, suspect_after: int, registry: str | None, timeout: float, out: Path,
+    safe: bool, relay: bool, suspect_after: int, registry: str | None, timeout: float, out: Path,
     as_json: bool, verbose: bool,
 ) -> None:
     """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
@@ -239,7 +247,8 @@ def cluster(
         nodes=nodes, ordering=ordering, transport=scheme, messages=messages, out=out,
         payload=payload, rate=rate, serial=serial, trace=trace == "on", wan=wan,
         event_loop=event_loop,
-        options=_options(batch, safe, suspect_after), timeout_s=timeout, registry=registry,
+        options=_options(batch, safe, suspect_after, relay), timeout_s=timeout,
+        registry=registry,
     )
     console = Console(stderr=True)
     try:
@@ -354,6 +363,7 @@ def registry(
 @click.option("--wan", default=None, type=click.Path(dir_okay=False))
 @click.option("--batch", default=None, type=click.IntRange(1))
 @click.option("--safe", is_flag=True)
+@click.option("--relay", is_flag=True)
 @click.option("--suspect-after", default=None, type=click.IntRange(50),
               help="Failure detector timeout in ms (default: the ordering's own).")
 @click.option("--control", default="registry", show_default=True,
@@ -365,7 +375,7 @@ def node(
     registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
     payload: int, rate: float | None, serial: bool, claim: str | None, run_id: str | None,
     out: Path | None, trace: str, wan: str | None, batch: int | None, safe: bool,
-    suspect_after: int | None, control: str, verbose: bool,
+    relay: bool, suspect_after: int | None, control: str, verbose: bool,
 ) -> None:
     """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
     from abcast.runtime.worker import (
@@ -388,7 +398,8 @@ def node(
         group=group, ordering=ordering, transport=transport, size=size, messages=messages,
         registry=registry_url, run_id=run_id or f"{group}-{ordering}-n{size}-m{messages}",
         node=claim, payload=payload, rate=rate, serial=serial,
-        out=out if trace == "on" else None, options=_options(batch, safe, suspect_after),
+        out=out if trace == "on" else None,
+        options=_options(batch, safe, suspect_after, relay),
         wan=wan,
     )
     runner = run_pipe_node if control == "pipe" else run_manual_node

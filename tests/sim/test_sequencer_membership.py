@@ -213,7 +213,8 @@ class OrdersLeakIntoTheFlush(CausalTotal):
         if (isinstance(event, Received) and isinstance(event.header, SOrder)
                 and view is not None and event.sender == view.leader and self._frozen):
             self._now = now
-            return self._on_order(event.sender, event.header.first, event.header.ids)
+            order = event.header
+            return self._on_order(event.sender, order.first, order.ids, order.bodies)
         return super().handle(event, now)
 
 

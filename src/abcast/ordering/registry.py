@@ -62,6 +62,9 @@ class OrderingOptions:
     #: what a partition does: "primary" (only a majority goes on; the rest rejoin with
     #: state transfer) or "evs" (both sides go on, merge views on heal; sequencer family)
     partitions: str = "primary"
+    #: the origin sends to the sequencer only, which relays the body with its number
+    #: (unicast-broadcast: n packets per broadcast, not 2(n−1)); sequencer family
+    relay: bool = False
 
     def __post_init__(self) -> None:
         if self.multicast not in MULTICASTS:
@@ -99,6 +102,8 @@ class OrderingSpec:
     detector_layer: Callable[[NodeId, DetectorConfig], Layer] = FailureDetectorLayer
     #: offers `partitions="evs"` (every partition goes on; merge views on heal)
     supports_evs: bool = False
+    #: offers `relay=True` (the sequencer relays each body with its number)
+    supports_relay: bool = False
 
     def check_options(self, options: OrderingOptions) -> None:
         """Raise ConfigError for options this ordering cannot honour."""
@@ -107,6 +112,10 @@ class OrderingSpec:
             raise ConfigError(
                 f"ordering {self.name!r} cannot run partitions='evs' (only a primary "
                 f"partition goes on there); extended virtual synchrony needs one of: {able}")
+        if options.relay and not self.supports_relay:
+            able = ", ".join(sorted(n for n, s in ORDERINGS.items() if s.supports_relay))
+            raise ConfigError(f"ordering {self.name!r} has no sequencer to relay through; "
+                              f"relay=True needs one of: {able}")
 
     def claimed(self, options: OrderingOptions) -> tuple[str, ...]:
         """The guarantees a group with these options claims (and is checked for). A basic
@@ -166,12 +175,14 @@ ORDERINGS: dict[str, OrderingSpec] = {
         OrderingSpec(
             "sequencer",
             lambda node, opts: [EvsSequencer(node, opts.batch, safe=opts.safe,
-                                             membership=_REJOIN, evs=opts.evs)],
+                                             membership=_REJOIN, evs=opts.evs,
+                                             relay=opts.relay)],
             (*BASIC, "fifo", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "total order from a fixed sequencer (data to all, then numbered ids); open"
             " group: the leader admits joiners and leavers by a flush",
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
             channel=OpenChannel, detector_layer=OpenDetector, supports_evs=True,
+            supports_relay=True,
         ),
         OrderingSpec(
             "skeen", lambda node, _: [Skeen(node)], (*BASIC, "total"), NETWORK_FAULTS,
@@ -181,11 +192,13 @@ ORDERINGS: dict[str, OrderingSpec] = {
         OrderingSpec(
             "causal-total",
             lambda node, opts: [CausalTotal(node, opts.batch, safe=opts.safe,
-                                            membership=_REJOIN, evs=opts.evs)],
+                                            membership=_REJOIN, evs=opts.evs,
+                                            relay=opts.relay)],
             (*BASIC, "fifo", "causal", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "total order that respects causality (the sequencer numbers in causal order)",
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
             channel=OpenChannel, detector_layer=OpenDetector, supports_evs=True,
+            supports_relay=True,
         ),
         OrderingSpec(
             "chandra-toueg", lambda node, opts: [ChandraToueg(node, opts.batch)],

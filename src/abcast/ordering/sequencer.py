@@ -8,29 +8,37 @@ the number and the body. 2(n−1) packets per broadcast, the sequencer's own mes
 included (it numbers those locally). Guarantees: integrity, validity, agreement, fifo,
 total.
 
+Relay (`relay=True`; Défago's unicast-broadcast, where the thesis's is
+broadcast-broadcast): the origin sends its message to the sequencer only, and the order
+packet carries the bodies with the ids. n packets per broadcast (n−1 for the
+sequencer's own), and a member that did not send a message handles one packet for it
+instead of two: fewer wake-ups on a loaded host, a lower latency for a lone message. The
+sequencer sends every byte, so at saturation it is the first to run out. The origin
+keeps its body until it delivers it, as before, so a fail-over still finds every
+unnumbered message at its origin; an order's bodies for messages a member holds or has
+delivered are ignored.
+
 FIFO: the reliable channel below hands packets up in any order, so the sequencer numbers
 an origin's messages only in the origin's own order (a holdback before numbering;
 `causal_total` swaps it for a causal one). Batching: after each event it handles, the
 sequencer numbers everything that became ready and sends the ids in order packets of at
-most `batch` ids (None: one packet per handled event, up to MAX_ORDER_IDS ids).
+most `batch` ids (None: one packet per handled event, up to MAX_ORDER_IDS ids; relayed,
+also at most RELAY_ORDER_BYTES of bodies).
 
-State kept for a future fail-over: every node keeps the numbers it knows and the bodies
-it holds until it delivers them, and its delivery point (`delivered_through`); the
-sequencer keeps its recent order packets (`recent_orders`) so that they can be sent
-again. No crash handling yet: a sequencer taking over needs the survivors' numbers and
-bodies first, which is the membership work's to collect.
+State a fail-over needs (abcast.ordering.sequencer_failover collects it): every node
+keeps the numbers it knows and the bodies it holds until it delivers them, and its
+delivery point (`delivered_through`). Crashes, joins and leaves are the subclasses'.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
 import msgspec
 
 from abcast.codec import Header, NodeField, Packet, Seq
-from abcast.effects import Deliver, Effect, Multicast
+from abcast.effects import Deliver, Effect, Multicast, Send
 from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View
@@ -39,8 +47,9 @@ from abcast.stack import Layer
 
 #: most ids one order packet carries (the decoder refuses more)
 MAX_ORDER_IDS: Final = 4096
-#: order packets the sequencer keeps for re-sending
-RECENT_ORDERS: Final = 4096
+#: body bytes one relayed order packet carries at most (a larger body goes alone): far
+#: below the transports' frame limit, however many ids became ready at once
+RELAY_ORDER_BYTES: Final = 1024 * 1024
 
 _NO_DEPS: Final[Mapping[NodeId, int]] = {}
 
@@ -51,11 +60,13 @@ class SData(Header, frozen=True):
     seq: Seq
 
 
-class SOrder(Header, frozen=True):
-    """The sequencer's verdict: `ids[i]` gets global number `first + i`."""
+class SOrder(Header, frozen=True, omit_defaults=True):
+    """The sequencer's verdict: `ids[i]` gets global number `first + i`; in relay mode
+    `bodies[i]` is that message (else `bodies` is empty)."""
 
     first: Seq
     ids: Annotated[list[tuple[NodeField, Seq]], msgspec.Meta(max_length=MAX_ORDER_IDS)]
+    bodies: Annotated[list[bytes], msgspec.Meta(max_length=MAX_ORDER_IDS)] = []
 
 
 def check_batch(batch: int | None) -> int | None:
@@ -69,9 +80,10 @@ class Sequencer(Layer):
     name = "sequencer"
     header_type = SData | SOrder
 
-    def __init__(self, node: NodeId, batch: int | None = None) -> None:
+    def __init__(self, node: NodeId, batch: int | None = None, *, relay: bool = False) -> None:
         super().__init__(node)
         self.batch = check_batch(batch)
+        self.relay = relay
         self.view: View | None = None
         self._others: tuple[NodeId, ...] = ()
         # every node: what it knows and has not delivered yet
@@ -82,7 +94,6 @@ class Sequencer(Layer):
         # the sequencer's role: admission in origin (or causal) order, then numbering
         self._admission: CausalHoldback[None] = CausalHoldback()
         self._next_number = 1
-        self.recent_orders: deque[SOrder] = deque(maxlen=RECENT_ORDERS)
         self.order_packets = 0
 
     # -- introspection -------------------------------------------------------------------
@@ -154,8 +165,8 @@ class Sequencer(Layer):
         match event:
             case BroadcastRequested(seq, payload):
                 return self._broadcast(seq, payload)
-            case Received(sender, SOrder(first, ids), _):
-                return self._on_order(sender, first, ids)
+            case Received(sender, SOrder(first, ids, bodies), _):
+                return self._on_order(sender, first, ids, bodies)
             case Received(sender, header, inner):
                 data = self.parse_data(header)
                 if data is None:
@@ -178,9 +189,16 @@ class Sequencer(Layer):
     def _broadcast(self, seq: int, payload: bytes) -> list[Effect]:
         view = self._require_view()
         header = self.data_header(seq)
-        effects: list[Effect] = [Multicast(self._others, header, Packet((), payload))]
         self._bodies[MsgId(self.node, seq)] = payload
-        if view.leader == self.node and self.may_number():
+        leader = view.leader
+        effects: list[Effect]
+        if not self.relay:
+            effects = [Multicast(self._others, header, Packet((), payload))]
+        elif leader != self.node:
+            effects = [Send(leader, header, Packet((), payload))]
+        else:
+            effects = []  # our order packet carries it
+        if leader == self.node and self.may_number():
             # What we delivered, we numbered: our own message's dependencies are met.
             effects.extend(self._admit(self.node, seq, _NO_DEPS))
         return effects
@@ -209,28 +227,52 @@ class Sequencer(Layer):
     def _number(self, ids: list[tuple[NodeId, int]]) -> list[Effect]:
         """Sequencer only: give `ids` the next numbers, announce them, deliver."""
         effects: list[Effect] = []
-        others = self._others
         size = self.batch or MAX_ORDER_IDS
-        numbers = self._numbers
-        for start in range(0, len(ids), size):
-            chunk = ids[start:start + size]
-            first = self._next_number
-            for offset, (o, s) in enumerate(chunk):
-                numbers[first + offset] = MsgId(o, s)
-            self._next_number = first + len(chunk)
-            order = SOrder(first, chunk)
-            self.recent_orders.append(order)
-            if others:
-                self.order_packets += 1
-                effects.append(Multicast(others, order))
+        if not self.relay:
+            for start in range(0, len(ids), size):
+                effects += self._announce(ids[start:start + size], [])
+            effects.extend(self._deliver_ready())
+            return effects
+        bodies = self._bodies
+        chunk: list[tuple[NodeId, int]] = []
+        carried: list[bytes] = []
+        carried_bytes = 0
+        for origin, seq in ids:
+            body = bodies[MsgId(origin, seq)]
+            if chunk and (len(chunk) >= size
+                          or carried_bytes + len(body) > RELAY_ORDER_BYTES):
+                effects += self._announce(chunk, carried)
+                chunk, carried, carried_bytes = [], [], 0
+            chunk.append((origin, seq))
+            carried.append(body)
+            carried_bytes += len(body)
+        if chunk:
+            effects += self._announce(chunk, carried)
         effects.extend(self._deliver_ready())
         return effects
 
-    def _on_order(self, sender: NodeId, first: int, ids: list[tuple[str, int]]) -> list[Effect]:
+    def _announce(self, chunk: list[tuple[NodeId, int]], carried: list[bytes]) -> list[Effect]:
+        """Number `chunk` from the next free number on; one order packet to the others."""
+        first = self._next_number
+        numbers = self._numbers
+        for offset, (origin, seq) in enumerate(chunk):
+            numbers[first + offset] = MsgId(origin, seq)
+        self._next_number = first + len(chunk)
+        if not self._others:
+            return []
+        self.order_packets += 1
+        return [Multicast(self._others, SOrder(first, chunk, carried))]
+
+    def _on_order(
+        self, sender: NodeId, first: int, ids: list[tuple[str, int]], bodies: list[bytes]
+    ) -> list[Effect]:
         view = self._require_view()
         if sender != view.leader or sender == self.node:
             raise RemoteProtocolError(f"{sender} sent an order but the sequencer is {view.leader}")
-        numbers = self._numbers
+        if bodies and len(bodies) != len(ids):
+            raise RemoteProtocolError(
+                f"{sender} sent an order of {len(ids)} ids with {len(bodies)} bodies")
+        numbers, held, delivered = self._numbers, self._bodies, self._delivered
         for offset, (origin, seq) in enumerate(ids):
             number = first + offset
             if number < self._next_delivery:
@@ -243,6 +285,8 @@ class Sequencer(Layer):
                     f"{known.origin}#{known.seq}"
                 )
             numbers[number] = mid
+            if bodies and mid not in held and seq > delivered.get(origin, 0):
+                held[mid] = bodies[offset]
         return self._deliver_ready()
 
     def _deliver_ready(self) -> list[Effect]:

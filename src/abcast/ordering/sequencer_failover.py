@@ -169,9 +169,9 @@ class FailoverSequencer(Sequencer):
 
     def __init__(
         self, node: NodeId, batch: int | None = None, *, safe: bool = False,
-        stable_period_us: int = 50_000,
+        stable_period_us: int = 50_000, relay: bool = False,
     ) -> None:
-        super().__init__(node, batch)
+        super().__init__(node, batch, relay=relay)
         self.safe = safe
         self.stable_period_us = stable_period_us
         self._suspects: set[NodeId] = set()

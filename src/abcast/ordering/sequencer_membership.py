@@ -188,8 +188,10 @@ class MembershipSequencer(FailoverSequencer):
     def __init__(
         self, node: NodeId, batch: int | None = None, *, safe: bool = False,
         stable_period_us: int = 50_000, membership: MembershipConfig | None = None,
+        relay: bool = False,
     ) -> None:
-        super().__init__(node, batch, safe=safe, stable_period_us=stable_period_us)
+        super().__init__(node, batch, safe=safe, stable_period_us=stable_period_us,
+                         relay=relay)
         self.membership = membership or MembershipConfig()
         #: member → (leaving → departing) → stopped; joining → member
         self.status = "member"

@@ -215,7 +215,7 @@ class EvsSequencer(MembershipSequencer):
     def __init__(
         self, node: NodeId, batch: int | None = None, *, safe: bool = False,
         stable_period_us: int = 50_000, membership: MembershipConfig | None = None,
-        evs: bool = False, merge: MergeConfig | None = None,
+        evs: bool = False, merge: MergeConfig | None = None, relay: bool = False,
     ) -> None:
         if evs and membership is not None and membership.rejoin:
             # A leaver cut off by a partition just goes (it was leaving); a member never
@@ -223,7 +223,7 @@ class EvsSequencer(MembershipSequencer):
             membership = replace(membership, rejoin=False)
         # Under evs delivery waits for the whole view to hold a number (see the rules).
         super().__init__(node, batch, safe=safe or evs, stable_period_us=stable_period_us,
-                         membership=membership)
+                         membership=membership, relay=relay)
         self.evs = evs
         self.partitionable = evs
         self.merge_config = merge or MergeConfig()

@@ -90,7 +90,7 @@ class ClusterConfig:
                                   "runs in this process, on its loop")
         if self.timeout_s <= 0:
             raise ConfigError("--timeout must be positive")
-        get_ordering(self.ordering)
+        get_ordering(self.ordering).check_options(self.options)  # before any node starts
         if self.transport not in known_schemes():
             raise ConfigError(f"unknown transport {self.transport!r}; choose one of: "
                               f"{', '.join(known_schemes())}")

@@ -202,6 +202,8 @@ def node_command(config: ClusterConfig, registry_url: str, run_id: str) -> list[
         cmd += ["--batch", str(config.options.batch)]
     if config.options.safe:
         cmd.append("--safe")
+    if config.options.relay:
+        cmd.append("--relay")
     cmd += ["--suspect-after", str(config.options.detector.timeout_us // 1000)]
     return cmd
 
