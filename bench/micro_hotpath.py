@@ -2,7 +2,8 @@
 the reliable channel alone, and a TCP transport write (issue 8).
 
 Usage: .venv/bin/python bench/micro_hotpath.py [--only codec,core,channel,tcp,lone]
-           [--messages N] [--burst B] [--ordering sequencer] [--profile [TOP]] [--uvloop]
+           [--messages N] [--burst B] [--ordering sequencer] [--relay] [--profile [TOP]]
+           [--uvloop]
 
 What each line measures (all in one process, best of --repeat runs; the CPU-bound parts
 are timed in process CPU time, so other load on the machine disturbs them less):
@@ -28,6 +29,7 @@ are timed in process CPU time, so other load on the machine disturbs them less):
   of the critical path plus the acks, without the cross-process wake-ups of
   `abcast cluster`.
 
+`--relay` builds the core and lone groups in relay mode (sequencer family).
 `--profile` runs the core step under cProfile and prints the top functions by own time.
 Nothing is asserted; figures vary with the machine's load, so compare runs made side by
 side.
@@ -51,7 +53,7 @@ from abcast.effects import Deliver, Output, SetTimer, Transmit
 from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
 from abcast.group.failure_detector import Fd
 from abcast.ids import NodeId, View
-from abcast.ordering.registry import build_stack
+from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer import SData, SOrder
 from abcast.reliability.channel import RAck, RData, ReliableChannel
 from abcast.runtime.group import for_streams
@@ -106,10 +108,11 @@ class Pump:
     """A group of stacks on a perfect in-memory network (no loss, FIFO, zero latency):
     frames go to their destination at once, timers fire when the clock passes them."""
 
-    def __init__(self, ordering: str, nodes: int) -> None:
+    def __init__(self, ordering: str, nodes: int, relay: bool = False) -> None:
         ids = tuple(f"n{i}" for i in range(1, nodes + 1))
         view = View(1, ids)
-        options = for_streams(None)  # the runtime's channel (piggybacked acks, 1 s rto)
+        # the runtime's channel (piggybacked acks, 1 s rto)
+        options = for_streams(OrderingOptions(relay=relay))
         self.stacks: dict[NodeId, Stack] = {
             n: build_stack(n, GROUP, ordering, view, options) for n in ids}
         self.order = ids
@@ -169,11 +172,11 @@ class Pump:
             self.tick(2_500)
 
 
-def bench_core(ordering: str, messages: int, burst: int, repeat: int) -> None:
+def bench_core(ordering: str, messages: int, burst: int, repeat: int, relay: bool) -> None:
     nodes = 3
 
     def once() -> float:
-        pump = Pump(ordering, nodes)
+        pump = Pump(ordering, nodes, relay)
         started = cpu_clock()
         pump.run(messages, burst)
         elapsed = cpu_clock() - started
@@ -185,13 +188,14 @@ def bench_core(ordering: str, messages: int, burst: int, repeat: int) -> None:
     elapsed = best_of(repeat, once)
     per_msg = elapsed / messages * 1e6
     frames = once.frames / messages  # type: ignore[attr-defined]
-    print(f"  core   {ordering} n={nodes} burst={burst:<4}  {per_msg:6.1f} µs/msg for the group"
+    name = f"{ordering} relay" if relay else ordering
+    print(f"  core   {name} n={nodes} burst={burst:<4}  {per_msg:6.1f} µs/msg for the group"
           f"  ({per_msg / nodes:5.1f} µs per node, {frames:.2f} frames/msg,"
           f" {1e6 / per_msg * nodes:,.0f} msgs/s if the group had {nodes} cores)")
 
 
-def profile_core(ordering: str, messages: int, burst: int, top: int) -> None:
-    pump = Pump(ordering, 3)
+def profile_core(ordering: str, messages: int, burst: int, top: int, relay: bool) -> None:
+    pump = Pump(ordering, 3, relay)
     profiler = cProfile.Profile(cpu_clock)
     profiler.enable()
     pump.run(messages, burst)
@@ -327,7 +331,9 @@ def bench_tcp(frames: int, repeat: int, use_uvloop: bool, size: int = 100) -> No
 # ------------------------------------------------------------------------------- lone
 
 
-async def _lone_once(ordering: str, messages: int, gap_s: float) -> tuple[list[int], float]:
+async def _lone_once(
+    ordering: str, messages: int, gap_s: float, relay: bool = False
+) -> tuple[list[int], float]:
     """Three nodes (Node + Group over tcp, one process, one loop) send one message at a
     time, round robin, `gap_s` apart: (each delivery's latency in ns, CPU µs per message)."""
     from abcast.runtime.group import Group
@@ -352,6 +358,7 @@ async def _lone_once(ordering: str, messages: int, gap_s: float) -> tuple[list[i
     for node in nodes:
         peers = {other.id: other.address for other in nodes if other is not node}
         groups.append(await Group(GROUP, ordering=ordering, host=node, peers=peers,
+                                  options=OrderingOptions(relay=relay),
                                   on_deliver=on_deliver).open())
     cpu = 0.0
     try:
@@ -375,15 +382,17 @@ async def _lone_once(ordering: str, messages: int, gap_s: float) -> tuple[list[i
     return latencies, cpu / messages * 1e6
 
 
-def bench_lone(ordering: str, messages: int, repeat: int, use_uvloop: bool) -> None:
+def bench_lone(ordering: str, messages: int, repeat: int, use_uvloop: bool, relay: bool) -> None:
     loop_name = "uvloop" if use_uvloop else "asyncio"
-    runs = [_run(_lone_once(ordering, messages, 0.001), use_uvloop) for _ in range(repeat)]
+    runs = [_run(_lone_once(ordering, messages, 0.001, relay), use_uvloop)
+            for _ in range(repeat)]
     p50s = []
     for latencies, _ in runs:
         latencies.sort()
         p50s.append(latencies[len(latencies) // 2] / 1e3)
     cpu = min(r[1] for r in runs)
-    print(f"  lone   {ordering} n=3 tcp, one process, {loop_name:7}  p50 {min(p50s):6.1f} µs"
+    name = f"{ordering} relay" if relay else ordering
+    print(f"  lone   {name} n=3 tcp, one process, {loop_name:7}  p50 {min(p50s):6.1f} µs"
           f" (runs: {', '.join(f'{p:.0f}' for p in p50s)})  {cpu:6.1f} µs CPU/msg"
           f" incl. 1 ms gaps' timers")
 
@@ -401,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", type=int, nargs="?", const=25, default=0, metavar="TOP")
     parser.add_argument("--uvloop", action="store_true", help="tcp on uvloop")
+    parser.add_argument("--relay", action="store_true",
+                        help="sequencer family: the origin sends to the sequencer only")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
     bursts = [args.burst] if args.burst else [1, 64]
@@ -410,16 +421,17 @@ def main(argv: list[str] | None = None) -> int:
         bench_codec(100_000, args.repeat)
     if "core" in parts:
         for burst in bursts:
-            bench_core(args.ordering, args.messages, burst, args.repeat)
+            bench_core(args.ordering, args.messages, burst, args.repeat, args.relay)
     if "channel" in parts:
         for burst in bursts:
             bench_channel(args.messages * 5, burst, args.repeat)
     if "tcp" in parts:
         bench_tcp(200_000, args.repeat, args.uvloop)
     if "lone" in parts:
-        bench_lone(args.ordering, min(args.messages, 2_000), args.repeat, args.uvloop)
+        bench_lone(args.ordering, min(args.messages, 2_000), args.repeat, args.uvloop,
+                   args.relay)
     if args.profile:
-        profile_core(args.ordering, args.messages, bursts[-1], args.profile)
+        profile_core(args.ordering, args.messages, bursts[-1], args.profile, args.relay)
     return 0
 
 

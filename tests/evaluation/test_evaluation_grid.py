@@ -56,17 +56,19 @@ def test_load_runs_are_open_loop_untraced_and_rise_per_curve(spec: GridSpec) -> 
 def test_the_lone_message_runs_one_in_flight_on_every_installed_loop() -> None:
     for spec in (quick_spec(), full_spec()):
         lone = build_grid(spec).of(Phase.LONE)
-        assert {(e.ordering, e.event_loop) for e in lone} == {
-            (o, loop) for o in spec.load_orderings for loop in installed_event_loops()}
+        assert {(e.ordering, e.event_loop, e.relay) for e in lone} == {
+            (o, loop, relay) for o in spec.load_orderings for loop in installed_event_loops()
+            for relay in ((False, True) if o == "sequencer" else (False,))}
         assert all(e.serial and not e.trace and e.rate is None for e in lone)
         assert {(e.nodes, e.payload, e.transport) for e in lone} == {
             (spec.compare_nodes, spec.compare_payload, spec.sweep_transport)}
         for e in lone:
             config = e.cluster_config(Path("out"), 10.0)
             assert config.serial and config.event_loop == e.event_loop
+            assert config.options.relay == e.relay
             config.validate()
-    mem = build_grid(replace(quick_spec(), sweep_transport="mem")).of(Phase.LONE)
-    assert [e.event_loop for e in mem] == [None]  # in-process: the launcher's own loop
+    mem = build_grid(replace(quick_spec(), sweep_transport="mem", lone_relay=False))
+    assert [e.event_loop for e in mem.of(Phase.LONE) if e.ordering == "sequencer"] == [None]
     with pytest.raises(ConfigError, match="event loops"):
         build_grid(replace(quick_spec(), lone_loops=("trio",)))
 

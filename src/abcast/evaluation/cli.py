@@ -105,7 +105,7 @@ def summary_lines(result: BenchResult) -> list[str]:
     for lone in result.of(Phase.LONE):
         e = lone.experiment
         p50 = lone.figures.p50_us
-        lines.append(f"{e.ordering:>14} n={e.nodes}: lone message p50 "
+        lines.append(f"{e.variant:>15} n={e.nodes}: lone message p50 "
                      f"{'—' if p50 is None else f'{p50:,.0f} µs'} on "
                      f"{e.event_loop or 'the default loop'} (one in flight)")
     for base in result.of(Phase.BASELINE):

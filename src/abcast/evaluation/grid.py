@@ -11,7 +11,7 @@ grouped by `Phase`:
   with the peers);
 - LONE: one message in flight (the serial workload: message k leaves once its sender
   delivered k−1) at the peers' payload and n, untraced, on each installed event loop —
-  the latency of a lone message;
+  the latency of a lone message; orderings with a relay mode are run in it too;
 - LOAD: open loop at rising offered rates per ordering and n, untraced (production
   settings: throughput);
 - VERIFY: built later by `verification_run`, once the load curve's knee is known — the
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Final
 
 from abcast.errors import ConfigError
-from abcast.ordering.registry import get_ordering
+from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.runtime.cluster import EVENT_LOOPS, ClusterConfig, installed_event_loops
 
 ORDERINGS: Final = ("sequencer", "skeen", "chandra-toueg")
@@ -66,6 +66,12 @@ class Experiment:
     trace: bool = True
     serial: bool = False  # closed loop with one message in flight
     event_loop: str | None = None  # of the node processes; None: uvloop when installed
+    relay: bool = False  # sequencer family: the origin sends to the sequencer only
+
+    @property
+    def variant(self) -> str:
+        """The ordering as the report names it: with "relay" when it relays."""
+        return f"{self.ordering} relay" if self.relay else self.ordering
 
     @property
     def closed_loop(self) -> bool:
@@ -81,7 +87,7 @@ class Experiment:
     def label(self) -> str:
         trace = "" if self.trace else ", untraced"
         loop = "" if self.event_loop is None else f", {self.event_loop}"
-        return (f"{self.phase} {self.ordering}/{self.transport} n={self.nodes} "
+        return (f"{self.phase} {self.variant}/{self.transport} n={self.nodes} "
                 f"{self.payload} B {self.load}{trace}{loop}")
 
     def cluster_config(self, out: Path, timeout_s: float, *, registry: str | None = None,
@@ -91,6 +97,7 @@ class Experiment:
             nodes=self.nodes, ordering=self.ordering, transport=self.transport,
             messages=self.messages, out=out, payload=self.payload, rate=self.rate,
             serial=self.serial, event_loop=self.event_loop,
+            options=OrderingOptions(relay=self.relay),
             trace=self.trace, timeout_s=timeout_s, registry=registry, group=group)
 
 
@@ -125,6 +132,7 @@ class GridSpec:
     baseline_messages: int = 3000
     lone_loops: tuple[str, ...] = EVENT_LOOPS  # those not installed are left out
     lone_messages: int = 3000
+    lone_relay: bool = True  # also run the orderings that can relay in relay mode
     load_orderings: tuple[str, ...] = ORDERINGS
     load_nodes: tuple[int, ...] = (3, 4, 6)
     # The first rate is low enough that mostly one message is in flight (the LONE runs
@@ -225,11 +233,14 @@ def build_grid(spec: GridSpec) -> Grid:
     loops: list[str | None] = [None] if spec.sweep_transport == "mem" else [
         loop for loop in spec.lone_loops if loop in installed_event_loops()]
     for ordering in spec.load_orderings:
-        for loop in loops:
-            runs.append(Experiment(Phase.LONE, ordering, spec.sweep_transport,
-                                   spec.compare_nodes, spec.compare_payload,
-                                   spec.lone_messages, trace=False, serial=True,
-                                   event_loop=loop))
+        relays = [False, True] if spec.lone_relay and get_ordering(ordering).supports_relay \
+            else [False]
+        for relay in relays:
+            for loop in loops:
+                runs.append(Experiment(Phase.LONE, ordering, spec.sweep_transport,
+                                       spec.compare_nodes, spec.compare_payload,
+                                       spec.lone_messages, trace=False, serial=True,
+                                       event_loop=loop, relay=relay))
     for ordering in spec.load_orderings:
         for n in spec.load_nodes:
             for rate in spec.load_rates:

@@ -163,12 +163,15 @@ def _lone_section(result: BenchResult) -> list[str]:
     lines = ["## A lone message", "",
              "One message in flight (the serial workload: message k leaves once its sender "
              "delivered k−1, round robin), tcp, tracing off, on each event loop. Latency: "
-             "broadcast → delivery, over every delivery on every node (for the sequencer "
-             "most deliveries are two hops: origin → sequencer → the others).", ""]
+             "broadcast → delivery, over every delivery on every node. For the sequencer a "
+             "delivery is one hop (at the sequencer, or of its own message) or two (origin "
+             "→ sequencer → the others; 4 of 9 deliveries at n = 3). In relay mode the "
+             "origin sends to the sequencer only and the order carries the message, so a "
+             "member handles one packet per message instead of two.", ""]
     lines += _table(
         ["ordering", "n", "payload B", "event loop", "p50 µs", "p99 µs", "mean µs",
          "messages/s", "status"],
-        [[r.experiment.ordering, str(r.experiment.nodes), str(r.experiment.payload),
+        [[r.experiment.variant, str(r.experiment.nodes), str(r.experiment.payload),
           r.experiment.event_loop or "default", _num(r.figures.p50_us, 0),
           _num(r.figures.p99_us, 0), _num(r.figures.mean_us, 0), _num(r.figures.throughput, 0),
           "ok" if r.complete else "INCOMPLETE " + "; ".join(r.errors)[:200]] for r in runs])
