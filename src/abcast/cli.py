@@ -212,6 +212,10 @@ def _transport_schemes() -> list[str]:
               help="off: record only counters and latencies, write no trace.")
 @click.option("--loop", "event_loop", default=None, type=click.Choice(["asyncio", "uvloop"]),
               help="The node processes' event loop (default: uvloop when installed).")
+@click.option("--busy-poll", "busy_poll_us", default=0, show_default=True,
+              type=click.IntRange(0, 1_000_000),
+              help="µs the node processes keep polling their sockets after each read or "
+                   "write instead of sleeping (lower latency, more CPU); 0: off.")
 @click.option("--wan", default=None, type=click.Path(dir_okay=False),
               help="Emulate WAN links (transport/wan.py) as this file describes.")
 @click.option("--batch", default=None, type=click.IntRange(1),
@@ -234,9 +238,9 @@ def _transport_schemes() -> list[str]:
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
 def cluster(
     nodes: int, ordering: str, scheme: str, messages: int, payload: int, rate: float | None,
-    serial: bool, trace: str, event_loop: str | None, wan: str | None, batch: int | None,
-    safe: bool, relay: bool, suspect_after: int, registry: str | None, timeout: float, out: Path,
-    as_json: bool, verbose: bool,
+    serial: bool, trace: str, event_loop: str | None, busy_poll_us: int, wan: str | None,
+    batch: int | None, safe: bool, relay: bool, suspect_after: int, registry: str | None,
+    timeout: float, out: Path, as_json: bool, verbose: bool,
 ) -> None:
     """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
     from abcast.runtime.cluster import ClusterConfig
@@ -246,7 +250,7 @@ def cluster(
     config = ClusterConfig(
         nodes=nodes, ordering=ordering, transport=scheme, messages=messages, out=out,
         payload=payload, rate=rate, serial=serial, trace=trace == "on", wan=wan,
-        event_loop=event_loop,
+        event_loop=event_loop, busy_poll_us=busy_poll_us,
         options=_options(batch, safe, suspect_after, relay), timeout_s=timeout,
         registry=registry,
     )

@@ -59,6 +59,10 @@ def fake_result() -> BenchResult:
                                        serial=True, event_loop=loop),
                             f"lone-{loop}", Figures(5000.0, 210.0, p50, 600.0), True)
              for loop, p50 in (("asyncio", 190.0), ("uvloop", 160.0))]
+    runs.append(RunMeasurement(
+        Experiment(Phase.LONE, "sequencer", "tcp", 3, 64, 1000, trace=False, serial=True,
+                   event_loop="uvloop", relay=True, busy_poll_us=200),
+        "lone-relay-poll", Figures(5000.0, 150.0, 95.0, 400.0), True))
     runs += [load_run(rate, min(rate, CAPACITY) * 0.98) for rate in RATES]
     runs.append(RunMeasurement(
         Experiment(Phase.VERIFY, "sequencer", "tcp", 3, 64, 1000, rate=4000.0), "verify",

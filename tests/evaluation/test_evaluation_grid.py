@@ -56,9 +56,12 @@ def test_load_runs_are_open_loop_untraced_and_rise_per_curve(spec: GridSpec) -> 
 def test_the_lone_message_runs_one_in_flight_on_every_installed_loop() -> None:
     for spec in (quick_spec(), full_spec()):
         lone = build_grid(spec).of(Phase.LONE)
-        assert {(e.ordering, e.event_loop, e.relay) for e in lone} == {
-            (o, loop, relay) for o in spec.load_orderings for loop in installed_event_loops()
-            for relay in ((False, True) if o == "sequencer" else (False,))}
+        assert {(e.ordering, e.event_loop, e.relay, e.busy_poll_us) for e in lone} == {
+            (o, loop, relay, poll) for o in spec.load_orderings
+            for loop in installed_event_loops()
+            for relay in ((False, True) if o == "sequencer" else (False,))
+            for poll in spec.lone_busy_poll_us}
+        assert 0 in spec.lone_busy_poll_us and any(spec.lone_busy_poll_us)
         assert all(e.serial and not e.trace and e.rate is None for e in lone)
         assert {(e.nodes, e.payload, e.transport) for e in lone} == {
             (spec.compare_nodes, spec.compare_payload, spec.sweep_transport)}
@@ -66,11 +69,16 @@ def test_the_lone_message_runs_one_in_flight_on_every_installed_loop() -> None:
             config = e.cluster_config(Path("out"), 10.0)
             assert config.serial and config.event_loop == e.event_loop
             assert config.options.relay == e.relay
+            assert ("busy_poll_us" in config.bind_url()) == bool(e.busy_poll_us)
             config.validate()
     mem = build_grid(replace(quick_spec(), sweep_transport="mem", lone_relay=False))
-    assert [e.event_loop for e in mem.of(Phase.LONE) if e.ordering == "sequencer"] == [None]
+    # in-process: the launcher's own loop, no sockets to poll
+    assert [(e.event_loop, e.busy_poll_us) for e in mem.of(Phase.LONE)
+            if e.ordering == "sequencer"] == [(None, 0)]
     with pytest.raises(ConfigError, match="event loops"):
         build_grid(replace(quick_spec(), lone_loops=("trio",)))
+    with pytest.raises(ConfigError, match="busy-poll"):
+        build_grid(replace(quick_spec(), lone_busy_poll_us=(-1,)))
 
 
 def test_quick_grid_is_a_reduction_of_the_full_one() -> None:

@@ -51,13 +51,16 @@ def test_peers_show_ratios_and_the_skip_reason() -> None:
 def test_the_lone_message_section_gives_each_event_loop_its_row() -> None:
     page = render_markdown(fake_result())
     lone = _section(page, "## A lone message")
-    assert "| sequencer | 3 | 64 | asyncio | 190 | 600 | 210 |" in lone
-    assert "| sequencer | 3 | 64 | uvloop | 160 | 600 | 210 |" in lone
+    assert "| sequencer | 3 | 64 | asyncio | 0 | 190 | 600 | 210 |" in lone
+    assert "| sequencer | 3 | 64 | uvloop | 0 | 160 | 600 | 210 |" in lone
+    assert "| sequencer relay | 3 | 64 | uvloop | 200 | 95 | 400 | 150 |" in lone
     every_run = _section(page, "## Every run")
     assert "serial, uvloop" in every_run
-    summary = summary_lines(fake_result())
-    assert "sequencer n=3: lone message p50 160 µs on uvloop (one in flight)" in "\n".join(
-        summary)
+    assert "| sequencer relay | tcp | 3 | 64 | serial, uvloop, busy-poll 200 µs |" in every_run
+    summary = "\n".join(summary_lines(fake_result()))
+    assert "sequencer n=3: lone message p50 160 µs on uvloop (one in flight)" in summary
+    assert ("sequencer relay n=3: lone message p50 95 µs on uvloop, busy-poll 200 µs "
+            "(one in flight)") in summary
 
 
 def test_verification_row_pairs_the_untraced_and_traced_runs() -> None:

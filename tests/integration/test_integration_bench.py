@@ -31,8 +31,10 @@ def test_tiny_tcp_bench_runs_every_cell_clean(tmp_path: Path) -> None:
     assert {r.experiment.phase for r in result.runs} == {
         Phase.TABLE, Phase.BASELINE, Phase.LONE, Phase.LOAD, Phase.VERIFY}
     lone = result.of(Phase.LONE)
-    assert [(r.experiment.relay, r.experiment.event_loop) for r in lone] == [
-        (relay, loop) for relay in (False, True) for loop in installed_event_loops()]
+    assert [(r.experiment.relay, r.experiment.busy_poll_us, r.experiment.event_loop)
+            for r in lone] == [(relay, poll, loop) for relay in (False, True)
+                               for poll in TCP_TINY.lone_busy_poll_us
+                               for loop in installed_event_loops()]
     assert all(r.figures.p50_us is not None for r in lone)
     (curve,) = load_curves(result.runs)
     assert all(p.delivered is not None for p in curve.points)

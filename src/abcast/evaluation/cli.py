@@ -105,9 +105,10 @@ def summary_lines(result: BenchResult) -> list[str]:
     for lone in result.of(Phase.LONE):
         e = lone.experiment
         p50 = lone.figures.p50_us
+        poll = f", busy-poll {e.busy_poll_us} µs" if e.busy_poll_us else ""
         lines.append(f"{e.variant:>15} n={e.nodes}: lone message p50 "
                      f"{'—' if p50 is None else f'{p50:,.0f} µs'} on "
-                     f"{e.event_loop or 'the default loop'} (one in flight)")
+                     f"{e.event_loop or 'the default loop'}{poll} (one in flight)")
     for base in result.of(Phase.BASELINE):
         e = base.experiment
         p50 = base.figures.p50_us

@@ -11,7 +11,8 @@ grouped by `Phase`:
   with the peers);
 - LONE: one message in flight (the serial workload: message k leaves once its sender
   delivered k−1) at the peers' payload and n, untraced, on each installed event loop —
-  the latency of a lone message; orderings with a relay mode are run in it too;
+  the latency of a lone message; orderings with a relay mode are run in it too, and
+  every run again with the node transports busy-polling (`lone_busy_poll_us`);
 - LOAD: open loop at rising offered rates per ordering and n, untraced (production
   settings: throughput);
 - VERIFY: built later by `verification_run`, once the load curve's knee is known — the
@@ -67,6 +68,7 @@ class Experiment:
     serial: bool = False  # closed loop with one message in flight
     event_loop: str | None = None  # of the node processes; None: uvloop when installed
     relay: bool = False  # sequencer family: the origin sends to the sequencer only
+    busy_poll_us: int = 0  # the node transports' busy-poll window; 0: they sleep when idle
 
     @property
     def variant(self) -> str:
@@ -87,8 +89,9 @@ class Experiment:
     def label(self) -> str:
         trace = "" if self.trace else ", untraced"
         loop = "" if self.event_loop is None else f", {self.event_loop}"
+        poll = f", busy-poll {self.busy_poll_us} µs" if self.busy_poll_us else ""
         return (f"{self.phase} {self.variant}/{self.transport} n={self.nodes} "
-                f"{self.payload} B {self.load}{trace}{loop}")
+                f"{self.payload} B {self.load}{trace}{loop}{poll}")
 
     def cluster_config(self, out: Path, timeout_s: float, *, registry: str | None = None,
                        group: str = "g") -> ClusterConfig:
@@ -96,7 +99,7 @@ class Experiment:
         return ClusterConfig(
             nodes=self.nodes, ordering=self.ordering, transport=self.transport,
             messages=self.messages, out=out, payload=self.payload, rate=self.rate,
-            serial=self.serial, event_loop=self.event_loop,
+            serial=self.serial, event_loop=self.event_loop, busy_poll_us=self.busy_poll_us,
             options=OrderingOptions(relay=self.relay),
             trace=self.trace, timeout_s=timeout_s, registry=registry, group=group)
 
@@ -133,6 +136,8 @@ class GridSpec:
     lone_loops: tuple[str, ...] = EVENT_LOOPS  # those not installed are left out
     lone_messages: int = 3000
     lone_relay: bool = True  # also run the orderings that can relay in relay mode
+    #: busy-poll windows (µs) each lone run is made with; 0: the default, sleeping loops
+    lone_busy_poll_us: tuple[int, ...] = (0, 200)
     load_orderings: tuple[str, ...] = ORDERINGS
     load_nodes: tuple[int, ...] = (3, 4, 6)
     # The first rate is low enough that mostly one message is in flight (the LONE runs
@@ -173,6 +178,8 @@ class GridSpec:
         if unknown_loops:
             raise ConfigError(f"unknown event loops {unknown_loops}; choose from "
                               f"{', '.join(EVENT_LOOPS)}")
+        if any(not 0 <= us <= 1_000_000 for us in self.lone_busy_poll_us):
+            raise ConfigError("busy-poll windows must be in 0..1000000 µs")
         if min(self.timeout_s, self.load_timeout_s) <= 0:
             raise ConfigError("timeouts must be positive")
 
@@ -229,18 +236,22 @@ def build_grid(spec: GridSpec) -> Grid:
     for ordering in spec.load_orderings:
         runs.append(Experiment(Phase.BASELINE, ordering, spec.sweep_transport, spec.compare_nodes,
                                spec.compare_payload, spec.baseline_messages, trace=False))
-    # a mem:// cluster runs in this process, on its loop: one run, not one per loop
-    loops: list[str | None] = [None] if spec.sweep_transport == "mem" else [
+    # a mem:// cluster runs in this process, on its loop, without sockets: one run, not
+    # one per loop and busy-poll window
+    in_process = spec.sweep_transport == "mem"
+    loops: list[str | None] = [None] if in_process else [
         loop for loop in spec.lone_loops if loop in installed_event_loops()]
+    polls = [0] if in_process else list(spec.lone_busy_poll_us)
     for ordering in spec.load_orderings:
         relays = [False, True] if spec.lone_relay and get_ordering(ordering).supports_relay \
             else [False]
         for relay in relays:
-            for loop in loops:
-                runs.append(Experiment(Phase.LONE, ordering, spec.sweep_transport,
-                                       spec.compare_nodes, spec.compare_payload,
-                                       spec.lone_messages, trace=False, serial=True,
-                                       event_loop=loop, relay=relay))
+            for poll in polls:
+                for loop in loops:
+                    runs.append(Experiment(Phase.LONE, ordering, spec.sweep_transport,
+                                           spec.compare_nodes, spec.compare_payload,
+                                           spec.lone_messages, trace=False, serial=True,
+                                           event_loop=loop, relay=relay, busy_poll_us=poll))
     for ordering in spec.load_orderings:
         for n in spec.load_nodes:
             for rate in spec.load_rates:

@@ -167,12 +167,16 @@ def _lone_section(result: BenchResult) -> list[str]:
              "delivery is one hop (at the sequencer, or of its own message) or two (origin "
              "→ sequencer → the others; 4 of 9 deliveries at n = 3). In relay mode the "
              "origin sends to the sequencer only and the order carries the message, so a "
-             "member handles one packet per message instead of two.", ""]
+             "member handles one packet per message instead of two. Busy poll: after each "
+             "read or write a node's loop keeps polling its sockets for that many µs instead "
+             "of sleeping (`--busy-poll`), so a frame is not kept waiting for an idle CPU "
+             "to wake up; it costs CPU while the group is idle.", ""]
     lines += _table(
-        ["ordering", "n", "payload B", "event loop", "p50 µs", "p99 µs", "mean µs",
-         "messages/s", "status"],
+        ["ordering", "n", "payload B", "event loop", "busy poll µs", "p50 µs", "p99 µs",
+         "mean µs", "messages/s", "status"],
         [[r.experiment.variant, str(r.experiment.nodes), str(r.experiment.payload),
-          r.experiment.event_loop or "default", _num(r.figures.p50_us, 0),
+          r.experiment.event_loop or "default", str(r.experiment.busy_poll_us),
+          _num(r.figures.p50_us, 0),
           _num(r.figures.p99_us, 0), _num(r.figures.mean_us, 0), _num(r.figures.throughput, 0),
           "ok" if r.complete else "INCOMPLETE " + "; ".join(r.errors)[:200]] for r in runs])
     return lines
@@ -237,7 +241,7 @@ def _runs_section(result: BenchResult) -> list[str]:
     lines += _table(
         ["phase", "ordering", "mw", "n", "B", "load", "run", "msg/s", "p50 ms",
          "packets/bcast", "retrans.", "check", "errors"],
-        [[r.experiment.phase.value, r.experiment.ordering, r.experiment.transport,
+        [[r.experiment.phase.value, r.experiment.variant, r.experiment.transport,
           str(r.experiment.nodes), str(r.experiment.payload),
           _load_of(r.experiment), r.run_id or "—", _num(r.figures.throughput, 0),
           _ms(r.figures.p50_us),
@@ -247,7 +251,8 @@ def _runs_section(result: BenchResult) -> list[str]:
 
 
 def _load_of(e: Experiment) -> str:
-    return e.load if e.event_loop is None else f"{e.load}, {e.event_loop}"
+    load = e.load if e.event_loop is None else f"{e.load}, {e.event_loop}"
+    return f"{load}, busy-poll {e.busy_poll_us} µs" if e.busy_poll_us else load
 
 
 @dataclass(frozen=True, slots=True)

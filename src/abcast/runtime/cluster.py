@@ -49,6 +49,8 @@ class ClusterConfig:
     serial: bool = False  # closed loop with one message in flight (see WorkerConfig)
     # the node processes' event loop ("asyncio" or "uvloop"); None: uvloop when installed
     event_loop: str | None = None
+    #: the node transports' busy-poll window in µs (TransportOptions.busy_poll_us); 0 off
+    busy_poll_us: int = 0
     trace: bool = True
     wan: str | None = None
     options: OrderingOptions = field(default_factory=OrderingOptions)
@@ -62,7 +64,10 @@ class ClusterConfig:
         return self.transport == "mem"
 
     def bind_url(self) -> str:
-        return "mem://" if self.in_process else f"{self.transport}://127.0.0.1:0"
+        if self.in_process:
+            return "mem://"
+        query = f"?busy_poll_us={self.busy_poll_us}" if self.busy_poll_us else ""
+        return f"{self.transport}://127.0.0.1:0{query}"
 
     @property
     def workload(self) -> str:
@@ -88,6 +93,9 @@ class ClusterConfig:
             if self.in_process:
                 raise ConfigError("--loop chooses the node processes' loop; a mem cluster "
                                   "runs in this process, on its loop")
+        if self.busy_poll_us and self.in_process:
+            raise ConfigError("--busy-poll keeps node processes polling their sockets; a mem "
+                              "cluster has neither")
         if self.timeout_s <= 0:
             raise ConfigError("--timeout must be positive")
         get_ordering(self.ordering).check_options(self.options)  # before any node starts

@@ -8,6 +8,12 @@ to it, close an inbound connection. Everything here runs on the transport's loop
 thread; thread-based transports hop onto it with `call_soon_threadsafe` before touching
 anything here.
 
+Busy polling (`TransportOptions.busy_poll_us`): every read and write restarts a window
+in which a callback re-schedules itself on each loop turn, so the loop polls its sockets
+without blocking; each turn yields the CPU (`sched_yield`) so that a poller never holds
+off a task that has work, which on a machine with fewer cores than busy processes would
+cost more than the sleep it saves.
+
 The supersede rule: every outbound connection starts with a hello naming (node,
 incarnation, conn_seq). One node has at most one live inbound connection at a receiver:
 a newer hello from the same node retires the older connection, and frames still arriving
@@ -17,8 +23,10 @@ on it are discarded, so a reconnect can lose frames at the break but never reord
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import secrets
+import time
 from abc import abstractmethod
 from collections import deque
 from typing import Annotated, Final
@@ -193,6 +201,35 @@ class PeerState:
         return count
 
 
+class BusyPoll:
+    """Keeps a loop polling, not sleeping, for `budget_us` after each `touch`."""
+
+    __slots__ = ("_armed", "_budget_ns", "_loop", "_until")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, budget_us: int) -> None:
+        self._loop = loop
+        self._budget_ns = budget_us * 1000
+        self._until = 0
+        self._armed = False
+
+    def touch(self) -> None:
+        self._until = time.perf_counter_ns() + self._budget_ns
+        if not self._armed:
+            self._armed = True
+            self._loop.call_soon(self._poll)
+
+    def stop(self) -> None:
+        self._until = 0
+
+    def _poll(self) -> None:
+        # A pending callback makes the loop poll with a zero timeout on its next turn.
+        if time.perf_counter_ns() < self._until:
+            os.sched_yield()
+            self._loop.call_soon(self._poll)
+        else:
+            self._armed = False
+
+
 class QueuedTransport(Transport):
     """The shared half of every transport; subclasses implement the `_wire` hooks."""
 
@@ -211,6 +248,7 @@ class QueuedTransport(Transport):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._peers: dict[NodeId, PeerState] = {}
         self._progress = Progress()
+        self._busy: BusyPoll | None = None  # see BusyPoll; set once started
 
     # ----------------------------------------------------------- public contract
 
@@ -250,6 +288,8 @@ class QueuedTransport(Transport):
         self._node = node
         self._on_frame = on_frame
         self._loop = asyncio.get_running_loop()
+        if self.options.busy_poll_us:
+            self._busy = BusyPoll(self._loop, self.options.busy_poll_us)
         self._state = "starting"
         try:
             self._address = await self._bind()
@@ -324,6 +364,8 @@ class QueuedTransport(Transport):
             self._state = "closed"
             return
         self._state = "closing"
+        if self._busy is not None:
+            self._busy.stop()
         for peer in self._peers.values():
             self.stats.discarded_frames += peer.discard()
         try:
@@ -339,6 +381,8 @@ class QueuedTransport(Transport):
         """Hand one inbound frame to on_frame; False once that link can take no more."""
         if self._state != "open" or not link.alive or self._on_frame is None:
             return False
+        if self._busy is not None:
+            self._busy.touch()
         self.stats.frames_in += 1
         self.stats.bytes_in += len(frame)
         try:
@@ -358,6 +402,8 @@ class QueuedTransport(Transport):
         on_frame = self._on_frame
         if self._state != "open" or not link.alive or on_frame is None:
             return False
+        if self._busy is not None:
+            self._busy.touch()
         stats = self.stats
         for frame in frames:
             stats.frames_in += 1
@@ -411,6 +457,8 @@ class QueuedTransport(Transport):
         return delay
 
     def sent(self, frames: int, size: int) -> None:
+        if self._busy is not None:
+            self._busy.touch()
         self.stats.frames_out += frames
         self.stats.bytes_out += size
         self._progress.notify()
