@@ -95,12 +95,12 @@ def run_bench(spec: GridSpec, out: Path, *, quick: bool, master: str | None,
 def summary_lines(result: BenchResult) -> list[str]:
     lines = []
     for curve in load_curves(result.runs):
-        lines.append(f"{curve.ordering:>14} n={curve.nodes}: saturation "
+        lines.append(f"{curve.ordering:>15} n={curve.nodes}: saturation "
                      f"{_rate(curve.knee.saturation)} msg/s, knee at "
                      f"{_rate(curve.knee.offered)} offered")
         lowest = min(curve.points, key=lambda p: p.offered, default=None)
         if lowest is not None and lowest.p50_us is not None:
-            lines.append(f"{curve.ordering:>14} n={curve.nodes}: p50 {lowest.p50_us:,.0f} µs "
+            lines.append(f"{curve.ordering:>15} n={curve.nodes}: p50 {lowest.p50_us:,.0f} µs "
                          f"at {_rate(lowest.offered)} msg/s offered")
     for lone in result.of(Phase.LONE):
         e = lone.experiment
@@ -112,7 +112,7 @@ def summary_lines(result: BenchResult) -> list[str]:
     for base in result.of(Phase.BASELINE):
         e = base.experiment
         p50 = base.figures.p50_us
-        lines.append(f"{e.ordering:>14} n={e.nodes}: closed-loop p50 "
+        lines.append(f"{e.ordering:>15} n={e.nodes}: closed-loop p50 "
                      f"{'—' if p50 is None else f'{p50:,.0f} µs'}")
     for peer in result.peers:
         if peer.skipped:
