@@ -4,6 +4,8 @@ the command that installs it, and the bench goes on."""
 from __future__ import annotations
 
 import asyncio
+import socket
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +43,18 @@ def test_figures_count_each_message_once_over_the_whole_span() -> None:
     figures = figures_of(results, messages=4000)
     assert figures.throughput == pytest.approx(2000.0)
     assert figures.p50_us == 2.0 and figures.mean_us == 2.5
+
+
+def test_peer_ports_are_free_and_below_the_ephemeral_range(tmp_path: Path) -> None:
+    """A peer binds its port only later, in its own process: an ephemeral port could be
+    taken by an outgoing connection before that."""
+    low = peers.ephemeral_low()
+    for _ in range(20):
+        port = peers.free_port()
+        assert 1024 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("40000\t60999\n")
+    assert peers.ephemeral_low(str(ranges)) == 40000
+    assert peers.ephemeral_low(str(tmp_path / "missing")) == 32768

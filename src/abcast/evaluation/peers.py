@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import random
 import shutil
 import socket
 import sys
@@ -36,11 +37,35 @@ START_TIMEOUT_S: Final = 30.0
 PIPE_LIMIT: Final = 64 * 1024 * 1024
 
 
+#: ports handed to peers are drawn from here, below the kernel's ephemeral range
+_PEER_PORTS: Final = 8192
+
+
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The lowest port the kernel gives outgoing connections (32768 if unknown)."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free port for a peer that binds it later, in its own process. Not an ephemeral
+    one: until the peer binds it, any outgoing connection — the peers' own among them —
+    may take it as its local port, and the peer then cannot listen (a full bench run
+    lost its PySyncObj closed-loop run so: one of three nodes never became ready)."""
+    high = ephemeral_low()
+    low = max(1024, high - _PEER_PORTS)
+    for _ in range(100):
+        port = random.randrange(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ConnectionError(f"no free port in {low}..{high - 1} for a peer")
 
 
 def missing_requirement(peer: str, redis_binary: str | None) -> str | None:
