@@ -12,6 +12,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_churn_sweep import interleavings
 from test_sequencer_failover import crash_the_sequencer, survivors_got_everything
 
 from abcast.codec import Packet
@@ -59,21 +60,11 @@ def test_seeded_churn_keeps_every_property(ordering: str) -> None:
         clean(result)
 
 
-@st.composite
-def interleavings(draw: st.DrawFn) -> str:
-    """A join, a leave and a crash close together; the crashed node is often the
-    sequencer, whose unnumbered messages relay mode keeps only at their origins."""
-    leaver, crashed = draw(st.lists(st.sampled_from(["n1", "n1", "n2", "n3", "n4", "n5"]),
-                                    min_size=2, max_size=2, unique=True))
-    t = st.integers(min_value=0, max_value=120)
-    return (f"drop=0.03,dup=0.02,delay=1-20ms,join=n6@{draw(t)}ms,"
-            f"leave={leaver}@{draw(t)}ms,crash={crashed}@{draw(t)}ms")
-
-
 @settings(max_examples=6, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(faults=interleavings(), ordering=st.sampled_from(FAMILY))
 def test_drawn_interleavings_of_join_leave_and_crash(faults: str, ordering: str) -> None:
+    """test_churn_sweep's drawn join, leave and crash, close together, in relay mode."""
     result = run_simulation(SimConfig(ordering, nodes=5, messages=80, seed=len(faults),
                                       faults=faults, options=RELAY))
     clean(result)
