@@ -213,7 +213,7 @@ def _transport_schemes() -> list[str]:
 @click.option("--loop", "event_loop", default=None, type=click.Choice(["asyncio", "uvloop"]),
               help="The node processes' event loop (default: uvloop when installed).")
 @click.option("--busy-poll", "busy_poll_us", default=0, show_default=True,
-              type=click.IntRange(0, 1_000_000),
+              type=click.IntRange(0, 10_000),
               help="µs the node processes keep polling their sockets after each read or "
                    "write instead of sleeping (lower latency, more CPU); 0: off.")
 @click.option("--wan", default=None, type=click.Path(dir_okay=False),

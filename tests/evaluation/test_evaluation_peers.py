@@ -49,11 +49,12 @@ def test_peer_ports_are_free_and_below_the_ephemeral_range(tmp_path: Path) -> No
     """A peer binds its port only later, in its own process: an ephemeral port could be
     taken by an outgoing connection before that."""
     low = peers.ephemeral_low()
-    for _ in range(20):
-        port = peers.free_port()
-        assert 1024 <= port < low
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", port))
+    for _ in range(10):
+        ports = peers.free_ports(6)
+        assert len(set(ports)) == 6 and all(1024 <= port < low for port in ports)
+        for port in ports:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
     ranges = tmp_path / "ip_local_port_range"
     ranges.write_text("40000\t60999\n")
     assert peers.ephemeral_low(str(ranges)) == 40000

@@ -61,11 +61,13 @@ def test_seeded_churn_keeps_every_property(ordering: str) -> None:
 
 
 @st.composite
-def interleavings(draw: st.DrawFn) -> str:
+def interleavings(draw: st.DrawFn, pool: tuple[str, ...] = ("n1", "n2", "n3", "n4", "n5"),
+                  ) -> str:
     """A join, a leave and a crash on 5 nodes, at times drawn close together (the
-    interesting cases: one change arriving while another's flush runs)."""
-    leaver, crashed = draw(st.lists(st.sampled_from(["n1", "n2", "n3", "n4", "n5"]),
-                                    min_size=2, max_size=2, unique=True))
+    interesting cases: one change arriving while another's flush runs); the leaver and
+    the crashed node are drawn from `pool` (a node named twice is drawn more often)."""
+    leaver, crashed = draw(st.lists(st.sampled_from(pool), min_size=2, max_size=2,
+                                    unique=True))
     t = st.integers(min_value=0, max_value=120)
     return (f"drop=0.03,dup=0.02,delay=1-20ms,join=n6@{draw(t)}ms,"
             f"leave={leaver}@{draw(t)}ms,crash={crashed}@{draw(t)}ms")

@@ -62,9 +62,11 @@ def test_seeded_churn_keeps_every_property(ordering: str) -> None:
 
 @settings(max_examples=6, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
-@given(faults=interleavings(), ordering=st.sampled_from(FAMILY))
+@given(faults=interleavings(("n1", "n1", "n1", "n2", "n3", "n4", "n5")),
+       ordering=st.sampled_from(FAMILY))
 def test_drawn_interleavings_of_join_leave_and_crash(faults: str, ordering: str) -> None:
-    """test_churn_sweep's drawn join, leave and crash, close together, in relay mode."""
+    """test_churn_sweep's drawn join, leave and crash, close together, in relay mode, the
+    sequencer (n1) drawn most often: its unnumbered messages are only at their origins."""
     result = run_simulation(SimConfig(ordering, nodes=5, messages=80, seed=len(faults),
                                       faults=faults, options=RELAY))
     clean(result)
@@ -119,7 +121,8 @@ def test_an_order_delivers_its_bodies_and_ignores_one_already_held() -> None:
     assert [d.payload for d in again] == [b"kept"]
 
 
-@pytest.mark.parametrize(("body", "orders"), [(b"x" * 64, [3]), (b"x" * 600_000, [1, 1, 1])])
+@pytest.mark.parametrize(("body", "orders"), [
+    (b"x" * 64, [3]), (b"x" * 100_000, [2, 1]), (b"x" * 600_000, [1, 1, 1])])
 def test_bodies_released_together_leave_in_order_packets_of_bounded_bytes(
     body: bytes, orders: list[int],
 ) -> None:

@@ -14,6 +14,7 @@ from transport_harness import SCHEMES, Inbox, Nodes, bind_url, numbered, run
 from abcast.errors import ConfigError
 from abcast.transport import TransportOptions, _common, transport_from_url
 from abcast.transport._common import BusyPoll, QueuedTransport
+from abcast.transport.base import MAX_BUSY_POLL_US
 
 
 class FakeLoop:
@@ -77,7 +78,7 @@ def test_the_option_comes_from_a_url_query_and_is_bounded() -> None:
     assert isinstance(transport, QueuedTransport)
     assert transport.options.busy_poll_us == 150
     assert TransportOptions().busy_poll_us == 0
-    for bad in (-1, 1_000_001):
+    for bad in (-1, MAX_BUSY_POLL_US + 1):
         with pytest.raises(ConfigError, match="busy_poll_us"):
             TransportOptions(busy_poll_us=bad)
 
@@ -87,7 +88,8 @@ def test_the_option_comes_from_a_url_query_and_is_bounded() -> None:
 def test_a_link_in_order_with_busy_polling_and_no_poller_after_close(scheme: str) -> None:
     async def main() -> None:
         inbox = Inbox()
-        options = TransportOptions(busy_poll_us=500)
+        # the longest window: still open after close unless close stops it
+        options = TransportOptions(busy_poll_us=MAX_BUSY_POLL_US)
         async with Nodes() as nodes:
             a = await nodes.start(scheme, "a", Inbox(), options, bind_url(scheme))
             b = await nodes.start(scheme, "b", inbox, options, bind_url(scheme))

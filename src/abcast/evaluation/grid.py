@@ -33,6 +33,7 @@ from typing import Final
 from abcast.errors import ConfigError
 from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.runtime.cluster import EVENT_LOOPS, ClusterConfig, installed_event_loops
+from abcast.transport.base import MAX_BUSY_POLL_US
 
 ORDERINGS: Final = ("sequencer", "skeen", "chandra-toueg")
 MIDDLEWARES: Final = ("tcp", "zmq", "grpc", "pyro")
@@ -178,8 +179,8 @@ class GridSpec:
         if unknown_loops:
             raise ConfigError(f"unknown event loops {unknown_loops}; choose from "
                               f"{', '.join(EVENT_LOOPS)}")
-        if any(not 0 <= us <= 1_000_000 for us in self.lone_busy_poll_us):
-            raise ConfigError("busy-poll windows must be in 0..1000000 µs")
+        if any(not 0 <= us <= MAX_BUSY_POLL_US for us in self.lone_busy_poll_us):
+            raise ConfigError(f"busy-poll windows must be in 0..{MAX_BUSY_POLL_US} µs")
         if min(self.timeout_s, self.load_timeout_s) <= 0:
             raise ConfigError("timeouts must be positive")
 

@@ -50,22 +50,37 @@ def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
         return 32768
 
 
-def free_port() -> int:
-    """A free port for a peer that binds it later, in its own process. Not an ephemeral
-    one: until the peer binds it, any outgoing connection — the peers' own among them —
-    may take it as its local port, and the peer then cannot listen (a full bench run
-    lost its PySyncObj closed-loop run so: one of three nodes never became ready)."""
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports for peers that bind them later, in their own
+    processes. Not ephemeral ones: until a peer binds its port, any outgoing connection —
+    the peers' own among them — may take it as its local port, and the peer then cannot
+    listen (a full bench run lost its PySyncObj closed-loop run so: one of three nodes
+    never became ready)."""
     high = ephemeral_low()
     low = max(1024, high - _PEER_PORTS)
-    for _ in range(100):
+    if high - low < 16 * count:  # an odd port range: leave the choice to the kernel
+        return [_kernel_port() for _ in range(count)]
+    ports: list[int] = []
+    for _ in range(100 * count):
         port = random.randrange(low, high)
+        if port in ports:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
-    raise ConnectionError(f"no free port in {low}..{high - 1} for a peer")
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise ConnectionError(f"no {count} free ports in {low}..{high - 1} for the peers")
+
+
+def _kernel_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def missing_requirement(peer: str, redis_binary: str | None) -> str | None:
@@ -94,7 +109,7 @@ class RedisServer:
         self._proc: asyncio.subprocess.Process | None = None
 
     async def __aenter__(self) -> RedisServer:
-        self.port = free_port()
+        (self.port,) = free_ports(1)
         self._proc = await asyncio.create_subprocess_exec(
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
@@ -238,6 +253,6 @@ async def run_peer(exp: PeerExperiment, timeout_s: float,
                           for i in range(exp.nodes)], timeout_s)
         except ConnectionError as exc:
             return PeerMeasurement(exp, Figures(), False, errors=(str(exc),))
-    addresses = [f"127.0.0.1:{free_port()}" for _ in range(exp.nodes)]
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(exp.nodes)]
     return await _run_processes(
         exp, [worker_command(exp, i, addresses=addresses) for i in range(exp.nodes)], timeout_s)

@@ -47,9 +47,10 @@ from abcast.stack import Layer
 
 #: most ids one order packet carries (the decoder refuses more)
 MAX_ORDER_IDS: Final = 4096
-#: body bytes one relayed order packet carries at most (a larger body goes alone): far
-#: below the transports' frame limit, however many ids became ready at once
-RELAY_ORDER_BYTES: Final = 1024 * 1024
+#: body bytes one relayed order packet carries at most (a larger body goes alone): the
+#: runtime's largest batch (abcast.batching), so that relaying never makes a packet larger
+#: than the data packets broadcast-broadcast sends, however many ids became ready at once
+RELAY_ORDER_BYTES: Final = 256 * 1024
 
 _NO_DEPS: Final[Mapping[NodeId, int]] = {}
 
@@ -60,7 +61,7 @@ class SData(Header, frozen=True):
     seq: Seq
 
 
-class SOrder(Header, frozen=True, omit_defaults=True):
+class SOrder(Header, frozen=True):
     """The sequencer's verdict: `ids[i]` gets global number `first + i`; in relay mode
     `bodies[i]` is that message (else `bodies` is empty)."""
 

@@ -457,7 +457,8 @@ class QueuedTransport(Transport):
         return delay
 
     def sent(self, frames: int, size: int) -> None:
-        if self._busy is not None:
+        # Thread-based transports report writes from the loop, maybe after close began.
+        if self._busy is not None and self._state == "open":
             self._busy.touch()
         self.stats.frames_out += frames
         self.stats.bytes_out += size

@@ -73,6 +73,8 @@ from abcast.ids import NodeId
 logger: Final = logging.getLogger("abcast.transport")
 
 MiB: Final = 1024 * 1024
+#: the longest busy-poll window (TransportOptions.busy_poll_us)
+MAX_BUSY_POLL_US: Final = 10_000
 #: How each known scheme spells its address: "host" (scheme://host:port) or "name"
 #: (scheme://name). `registry.register_scheme` adds to it.
 URL_FORMS: Final[dict[str, Literal["host", "name"]]] = {
@@ -162,6 +164,8 @@ class TransportOptions:
     #: of letting it sleep, yielding the CPU to any other runnable task meanwhile: a frame
     #: that comes in then is read at once, not after the idle CPU has woken up (tens of
     #: µs per hop on a VM). Costs up to this much CPU after each burst of activity; 0 off.
+    #: At most 10 ms: heartbeats (every 50 ms by default) would otherwise keep an idle
+    #: group polling for ever.
     busy_poll_us: int = 0
 
     def __post_init__(self) -> None:
@@ -178,8 +182,9 @@ class TransportOptions:
             )
         if self.io_timeout_s <= 0:
             raise ConfigError(f"io_timeout_s must be > 0, got {self.io_timeout_s}")
-        if not 0 <= self.busy_poll_us <= 1_000_000:
-            raise ConfigError(f"busy_poll_us must be in 0..1000000, got {self.busy_poll_us}")
+        if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
+            raise ConfigError(
+                f"busy_poll_us must be in 0..{MAX_BUSY_POLL_US}, got {self.busy_poll_us}")
 
     def with_query(self, query: str) -> TransportOptions:
         """These options overridden by `key=value` pairs of a URL query string."""
