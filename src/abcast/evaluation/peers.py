@@ -54,8 +54,8 @@ def free_ports(count: int) -> list[int]:
     """`count` distinct free ports for peers that bind them later, in their own
     processes. Not ephemeral ones: until a peer binds its port, any outgoing connection —
     the peers' own among them — may take it as its local port, and the peer then cannot
-    listen (a full bench run lost its PySyncObj closed-loop run so: one of three nodes
-    never became ready)."""
+    listen (most likely what cost a full bench run its PySyncObj closed-loop run: one of
+    three nodes never became ready)."""
     high = ephemeral_low()
     low = max(1024, high - _PEER_PORTS)
     if high - low < 16 * count:  # an odd port range: leave the choice to the kernel
