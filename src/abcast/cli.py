@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -35,6 +35,13 @@ T = TypeVar("T")
 def fail(message: str) -> NoReturn:
     click.echo(f"abcast: error: {message}", err=True)
     sys.exit(EXIT_USAGE)
+
+
+#: --relay, the same on sim, cluster and node
+_RELAY: Final = click.option(
+    "--relay", is_flag=True,
+    help="Sequencer family: the origin sends to the sequencer only, which relays the "
+         "message with its number (n packets per broadcast, not 2(n-1)).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,9 +66,7 @@ def cli() -> None:
 @click.option("--batch", default=None, type=click.IntRange(1),
               help="Message ids per order packet (sequencer family; default adaptive).")
 @click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
-@click.option("--relay", is_flag=True,
-              help="Sequencer family: the origin sends to the sequencer only, which relays "
-                   "the message with its number (n packets per broadcast, not 2(n-1)).")
+@_RELAY
 @click.option("--multicast", default="reliable", show_default=True,
               type=click.Choice(["reliable", "basic"]),
               help="basic: best effort, no retransmission (drops validity and agreement).")
@@ -221,9 +226,7 @@ def _transport_schemes() -> list[str]:
 @click.option("--batch", default=None, type=click.IntRange(1),
               help="Message ids per order packet (sequencer family; default adaptive).")
 @click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
-@click.option("--relay", is_flag=True,
-              help="Sequencer family: the origin sends to the sequencer only, which relays "
-                   "the message with its number (n packets per broadcast, not 2(n-1)).")
+@_RELAY
 @click.option("--suspect-after", default=2000, show_default=True, type=click.IntRange(50),
               help="Milliseconds of silence before a crash-tolerant ordering's failure "
                    "detector suspects a peer. No crashes are injected here, so a false "
@@ -367,7 +370,7 @@ def registry(
 @click.option("--wan", default=None, type=click.Path(dir_okay=False))
 @click.option("--batch", default=None, type=click.IntRange(1))
 @click.option("--safe", is_flag=True)
-@click.option("--relay", is_flag=True)
+@_RELAY
 @click.option("--suspect-after", default=None, type=click.IntRange(50),
               help="Failure detector timeout in ms (default: the ordering's own).")
 @click.option("--control", default="registry", show_default=True,

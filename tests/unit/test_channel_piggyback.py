@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import pytest
+from test_channel import _sends, _ups
 
 from abcast.codec import Packet
 from abcast.effects import CancelTimer, Effect, Send, SetTimer, Up
@@ -42,14 +43,6 @@ def _pair(
     a.handle(ViewInstalled(VIEW), 0)
     b.handle(ViewInstalled(VIEW), 0)
     return a, b
-
-
-def _sends(effects: list[Effect]) -> list[Send]:
-    return [e for e in effects if isinstance(e, Send)]
-
-
-def _ups(effects: list[Effect]) -> list[Up]:
-    return [e for e in effects if isinstance(e, Up)]
 
 
 def _a_sends_three(a: ReliableChannel) -> list[Send]:

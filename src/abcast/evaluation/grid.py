@@ -87,12 +87,17 @@ class Experiment:
             return "serial"
         return "closed" if self.rate is None else f"{self.rate:,.0f}/s"
 
-    def label(self) -> str:
-        trace = "" if self.trace else ", untraced"
+    @property
+    def setting(self) -> str:
+        """The workload with the node processes' loop and busy polling, where chosen."""
         loop = "" if self.event_loop is None else f", {self.event_loop}"
         poll = f", busy-poll {self.busy_poll_us} µs" if self.busy_poll_us else ""
+        return f"{self.load}{loop}{poll}"
+
+    def label(self) -> str:
+        trace = "" if self.trace else ", untraced"
         return (f"{self.phase} {self.variant}/{self.transport} n={self.nodes} "
-                f"{self.payload} B {self.load}{trace}{loop}{poll}")
+                f"{self.payload} B {self.setting}{trace}")
 
     def cluster_config(self, out: Path, timeout_s: float, *, registry: str | None = None,
                        group: str = "g") -> ClusterConfig:

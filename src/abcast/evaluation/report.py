@@ -26,7 +26,7 @@ from abcast.evaluation.analysis import (
     peer_ratios,
     slope_checks,
 )
-from abcast.evaluation.grid import TABLE_PAYLOAD, Experiment, Phase
+from abcast.evaluation.grid import TABLE_PAYLOAD, Phase
 from abcast.evaluation.results import BenchResult, RunMeasurement, is_clean
 
 THESIS_TABLES: Final = {"sequencer": 4, "skeen": 5, "chandra-toueg": 6}
@@ -243,16 +243,11 @@ def _runs_section(result: BenchResult) -> list[str]:
          "packets/bcast", "retrans.", "check", "errors"],
         [[r.experiment.phase.value, r.experiment.variant, r.experiment.transport,
           str(r.experiment.nodes), str(r.experiment.payload),
-          _load_of(r.experiment), r.run_id or "—", _num(r.figures.throughput, 0),
+          r.experiment.setting, r.run_id or "—", _num(r.figures.throughput, 0),
           _ms(r.figures.p50_us),
           _num(r.packets_per_broadcast, 2), str(r.retransmissions), _verdict(r),
           "; ".join(r.errors)[:200]] for r in result.runs])
     return lines
-
-
-def _load_of(e: Experiment) -> str:
-    load = e.load if e.event_loop is None else f"{e.load}, {e.event_loop}"
-    return f"{load}, busy-poll {e.busy_poll_us} µs" if e.busy_poll_us else load
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,9 @@ a packet it sends that peer anyway carries the cumulative ack too (`RData.ack`),
 when nothing is missing that replaces the delayed one: in a group where every node talks
 to every other most acks then ride on protocol packets instead of costing a frame, a
 write and a wake-up of their own. A carried ack is honoured whatever the receiver's own
-setting. The sender keeps each packet until it is acked and
-retransmits it once its deadline passes. Acked packets are forgotten, so memory is
-bounded by what is in flight, not by the length of the run.
+setting. The sender keeps each packet until it is acked and retransmits it once its
+deadline passes. Acked packets are forgotten, so memory is bounded by what is in flight,
+not by the length of the run.
 
 The timeout is adaptive, per link, in the manner of RFC 6298 (abcast.reliability.rto):
 each ack times the oldest packet it newly acknowledges, unless that packet was ever
