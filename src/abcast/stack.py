@@ -53,6 +53,7 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import GroupName, NodeId, View
+from abcast.snapshot import LayerSnapshot
 
 TimerKey = tuple[int, Hashable]
 
@@ -71,6 +72,11 @@ class Layer(ABC):
     @abstractmethod
     def handle(self, event: Event, now: int) -> list[Effect]:
         """Consume one event at time `now` (µs) and return the effects it causes."""
+
+    def inspect(self) -> LayerSnapshot:
+        """A read-only snapshot of this layer's state (see `abcast.snapshot`); layers with
+        something to show (holdback queues, clocks, counters) override it."""
+        return LayerSnapshot(layer=self.name)
 
 
 class Stack:
@@ -106,6 +112,10 @@ class Stack:
         leaver cut off by a partition): its departure is then a removal, not a graceful
         leave, and drivers record it as such."""
         return any(getattr(layer, "cut_off", False) is True for layer in self.layers)
+
+    def inspect(self) -> list[LayerSnapshot]:
+        """Every layer's snapshot, bottom first."""
+        return [layer.inspect() for layer in self.layers]
 
     def start(self, now: int) -> list[Output]:
         """Give every layer the initial view, bottom first."""

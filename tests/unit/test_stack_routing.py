@@ -113,3 +113,16 @@ def test_install_view_reaches_every_layer() -> None:
 
     Stack("a", "g", [Watch("a"), Watch("a")], VIEW).start(0)
     assert seen == ["a", "a"]
+
+
+def test_inspect_gives_one_snapshot_per_layer_bottom_first_and_changes_nothing() -> None:
+    from abcast.snapshot import LayerSnapshot, to_builtins
+
+    stack = Stack("a", "g", [Bottom("a"), Top("a")], VIEW)
+    before = stack.inspect()
+    assert [s.layer for s in before] == ["bottom", "top"]
+    assert before == [LayerSnapshot(layer="bottom"), LayerSnapshot(layer="top")]
+    assert stack.inspect() == before
+    assert to_builtins(before)[0] == {
+        "layer": "bottom", "phase": "", "clock": {}, "holdback": [], "counters": {}
+    }
