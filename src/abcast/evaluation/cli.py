@@ -75,7 +75,7 @@ def run_bench(spec: GridSpec, out: Path, *, quick: bool, master: str | None,
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     notes: list[str] = []
     if any(p.peer == "redis" for p in grid.peers) and find_redis_server() is None:
-        notes.append(f"redis-server is not installed, the Redis peer is skipped: "
+        notes.append(f"no redis-server found, the Redis peer is skipped: "
                      f"install it with `{REDIS_INSTALL}`")
         console.print(f"[yellow]{notes[-1]}[/]")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
