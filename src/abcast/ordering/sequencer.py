@@ -42,7 +42,7 @@ from abcast.events import (
     TimerFired,
     ViewInstalled,
 )
-from abcast.ids import MsgId, NodeId, View
+from abcast.ids import NodeId, View
 from abcast.ordering import sequencer_flush as flush
 from abcast.ordering import sequencer_join as membership
 from abcast.ordering import sequencer_merge as merge
@@ -361,4 +361,4 @@ class Sequencer(Layer):
                 return []
 
 
-__all__ = ["MembershipConfig", "MergeConfig", "MsgId", "Sequencer"]
+__all__ = ["MembershipConfig", "MergeConfig", "Sequencer"]
