@@ -1,0 +1,113 @@
+"""At-most-once execution of requests on one server: the duplicate table and the reply cache.
+
+Sans-IO: the server driver (abcast.rpc.server) asks it what to do and does it.
+
+    input                         | state of (client, rid)        | answer
+    ------------------------------+-------------------------------+-------------------------
+    request frame from a client   | unknown, not proposed         | PROPOSE (broadcast it)
+                                  | proposed, not yet ordered     | WAIT (ours is on its way)
+                                  | ordered, reply cached         | RESEND the cached reply
+                                  | ordered, reply not yet known  | WAIT (the reply follows)
+    ordered request (delivery)    | unknown                       | EXECUTE (remember it)
+                                  | already ordered               | DUPLICATE (drop it)
+    the application replied       | ordered                       | cache the reply
+
+Rules: the duplicate table changes only on ordered deliveries, so every server that
+delivers the same sequence keeps the same table and executes the same copy of a request
+(Case A: each server proposes the client's request, the first copy in the order wins;
+Case B: a retry through another contact proposes it again, the first copy wins). The
+table is bounded: past `capacity` entries the oldest is forgotten, in delivery order, on
+every server alike; a request retried after that many later requests would run again.
+Proposals are local (`proposed`), bounded the same way.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Final
+
+from abcast.ids import NodeId
+from abcast.rpc.wire import Request
+
+#: requests remembered per server (ids and their replies)
+DEFAULT_CAPACITY: Final = 10_000
+
+Key = tuple[NodeId, int]
+
+
+class Action(enum.Enum):
+    PROPOSE = "propose"
+    WAIT = "wait"
+    RESEND = "resend"
+    EXECUTE = "execute"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class Cached:
+    ok: bool
+    value: bytes
+
+
+@dataclass(slots=True)
+class ExecutorStats:
+    proposed: int = 0
+    executed: int = 0
+    duplicates: int = 0  # ordered copies dropped
+    resent: int = 0  # replies sent again from the cache
+    waited: int = 0  # request frames that needed nothing (a copy in flight)
+
+
+class Executor:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be positive")
+        self.capacity = capacity
+        self._ordered: OrderedDict[Key, Cached | None] = OrderedDict()
+        self._proposed: OrderedDict[Key, None] = OrderedDict()
+        self.stats = ExecutorStats()
+
+    def on_frame(self, request: Request) -> tuple[Action, Cached | None]:
+        """A client sent `request` to this server."""
+        key = (request.client, request.rid)
+        if key in self._ordered:
+            cached = self._ordered[key]
+            if cached is not None:
+                self.stats.resent += 1
+                return Action.RESEND, cached
+            self.stats.waited += 1
+            return Action.WAIT, None
+        if key in self._proposed:
+            self.stats.waited += 1
+            return Action.WAIT, None
+        self._proposed[key] = None
+        if len(self._proposed) > self.capacity:
+            self._proposed.popitem(last=False)
+        self.stats.proposed += 1
+        return Action.PROPOSE, None
+
+    def on_ordered(self, request: Request) -> Action:
+        """`request` was delivered in the group's order."""
+        key = (request.client, request.rid)
+        if key in self._ordered:
+            self.stats.duplicates += 1
+            return Action.DUPLICATE
+        self._ordered[key] = None
+        if len(self._ordered) > self.capacity:
+            self._ordered.popitem(last=False)
+        self._proposed.pop(key, None)
+        self.stats.executed += 1
+        return Action.EXECUTE
+
+    def replied(self, client: NodeId, rid: int, ok: bool, value: bytes) -> None:
+        key = (client, rid)
+        if key in self._ordered:
+            self._ordered[key] = Cached(ok, value)
+
+    def cached(self, client: NodeId, rid: int) -> Cached | None:
+        return self._ordered.get((client, rid))
+
+    def __len__(self) -> int:
+        return len(self._ordered)
