@@ -82,6 +82,8 @@ class Client:
         self.stats = ClientStats()
         self.view_id = 0
         self.members: tuple[NodeId, ...] = ()
+        #: the most servers the group has had in a view this client saw
+        self.largest = 0
         self._rids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._turn = 0
@@ -115,6 +117,7 @@ class Client:
         node.add_peers(info.members)
         client.view_id = info.view_id
         client.members = sorted_nodes(list(info.members))
+        client.largest = len(client.members)
         return client
 
     @property
@@ -144,6 +147,7 @@ class Client:
         consistency = parse_consistency(consistency)
         self._check_call(path, contact, timeout)
         targets = self._targets(to)
+        ballot_vote.check_targets(len(to) if to else self.largest)
         ballot = Ballot(ballot_vote, consistency, targets)
         ballot.on_view(self.members)
         request = Request(self.id, next(self._rids), bytes(payload), self.node.address,
@@ -259,6 +263,7 @@ class Client:
             return
         self.view_id = view_id
         self.members = sorted_nodes(list(members))
+        self.largest = max(self.largest, len(members))
         for pending in self._pending.values():
             lost_contact = pending.contact is not None and pending.contact not in members
             if pending.ballot.on_view(members).value != "WAITING":

@@ -96,7 +96,8 @@ class Vote:
         return max(1, n)  # all
 
     def check_targets(self, n: int) -> None:
-        """ConfigError if this vote can never be met by `n` servers."""
+        """ConfigError if this vote can never be met by `n` servers (the caller's check:
+        a ballot whose live targets fell below quorum(k) ends MEMBERS_LOST instead)."""
         if self.kind == "quorum" and int(self.param) > n:
             raise ConfigError(f"quorum({int(self.param)}) needs more servers than the "
                               f"{n} the request goes to")
@@ -161,7 +162,6 @@ class Ballot:
         if not self.targets:
             raise ConfigError("a request needs at least one target server")
         self.consistency = parse_consistency(self.consistency)
-        self.vote.check_targets(len(self.targets))
         self.live = set(self.targets)
 
     @property
