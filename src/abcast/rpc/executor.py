@@ -18,7 +18,9 @@ delivers the same sequence keeps the same table and executes the same copy of a 
 Case B: a retry through another contact proposes it again, the first copy wins). The
 table is bounded: past `capacity` entries the oldest is forgotten, in delivery order, on
 every server alike; a request retried after that many later requests would run again.
-Proposals are local (`proposed`), bounded the same way.
+Proposals are local (`proposed`), bounded the same way. The table travels with the
+application's state to a joiner (`export`/`load`), so a joiner does not run again what
+the group ran before it came.
 """
 
 from __future__ import annotations
@@ -108,6 +110,15 @@ class Executor:
 
     def cached(self, client: NodeId, rid: int) -> Cached | None:
         return self._ordered.get((client, rid))
+
+    def export(self) -> list[tuple[NodeId, int, bool | None, bytes]]:
+        """The table, oldest first (a joiner's state carries it)."""
+        return [(c, r, None if v is None else v.ok, b"" if v is None else v.value)
+                for (c, r), v in self._ordered.items()]
+
+    def load(self, rows: list[tuple[NodeId, int, bool | None, bytes]]) -> None:
+        self._ordered = OrderedDict(
+            ((c, r), None if ok is None else Cached(ok, value)) for c, r, ok, value in rows)
 
     def __len__(self) -> int:
         return len(self._ordered)

@@ -18,6 +18,8 @@ Rules:
   (bytes) is the reply, an exception becomes an error reply (`ok=False`, its text) and
   the server keeps serving. Without a handler, requests queue for `requests()` and the
   application calls `req.reply(...)` (or `req.fail(...)`) itself, in order.
+- A joiner receives the application's state (`get_state`/`set_state`) together with
+  the duplicate table, so it does not execute again what the group executed before.
 - Only the request's targets (`to`, default every member) execute it; one-way requests
   get no reply. Replies go straight to the client (the address in the request) and carry
   the server's view; on a view change every client heard from in the last
@@ -33,6 +35,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from abcast.codec import Envelope
 from abcast.effects import Deliver, Stage
@@ -59,6 +63,10 @@ log: Final = logging.getLogger("abcast.rpc")
 NOTIFY_FOR_S: Final = 30.0
 #: clients remembered for those notices
 MAX_CLIENTS: Final = 1_000
+
+_StateRows = list[tuple[NodeId, int, bool | None, bytes]]
+_state_encode = msgspec.msgpack.Encoder().encode
+_state_decode = msgspec.msgpack.Decoder(tuple[bytes, _StateRows]).decode
 
 
 @dataclass(slots=True)
@@ -152,11 +160,17 @@ class Server:
             self._queue.put_nowait(None)
 
     def get_state(self) -> bytes:
-        return self._get_state() if self._get_state is not None else b""
+        app = self._get_state() if self._get_state is not None else b""
+        return _state_encode((app, self.executor.export()))
 
     def set_state(self, state: bytes) -> None:
+        try:
+            app, table = _state_decode(state)
+        except (msgspec.MsgspecError, ValueError) as exc:
+            raise RemoteProtocolError(f"server state does not decode: {exc}") from None
+        self.executor.load(table)
         if self._set_state is not None:
-            self._set_state(state)
+            self._set_state(app)
 
     def on_view(self, view: View) -> None:
         if self._user_view is not None:
