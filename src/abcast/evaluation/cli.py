@@ -33,6 +33,7 @@ from abcast.evaluation.grid import Grid, GridSpec, Phase, build_grid, full_spec,
 from abcast.evaluation.peers import REDIS_INSTALL, find_redis_server
 from abcast.evaluation.report import write_report
 from abcast.evaluation.results import BenchResult, is_clean, save
+from abcast.evaluation.rpc_bench import run_rpc_section
 from abcast.evaluation.runner import BenchRunner, spark_check
 
 EXIT_CLEAN: Final = 0
@@ -148,8 +149,10 @@ def _rate(value: float | None) -> str:
               help="Check every trace with the Spark pipeline.")
 @click.option("--peers/--no-peers", "with_peers", default=True, show_default=True,
               help="Measure PySyncObj and Redis Streams in the same run.")
+@click.option("--rpc/--no-rpc", "with_rpc", default=True, show_default=True,
+              help="The client/server section (Case A/B, saturation, consolidation).")
 def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
-          with_peers: bool) -> None:
+          with_peers: bool, with_rpc: bool) -> None:
     """Run the evaluation on real processes over loopback: the thesis's latency tables with
     the model beside them, a message-size sweep, throughput vs offered load with its knee,
     the peers (PySyncObj, Redis Streams), every trace checked by Spark, and a report."""
@@ -162,8 +165,9 @@ def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
                        console=console)
     save(result, out / "bench.json")
     page = write_report(result, out)
+    rpc_lines = run_rpc_section(quick, out, page, console) if with_rpc else []
     click.echo(f"report: {page}")
-    for line in summary_lines(result):
+    for line in [*summary_lines(result), *rpc_lines]:
         click.echo(f"  {line}")
     sys.exit(EXIT_FAILED if bench_failed(result) else EXIT_CLEAN)
 
