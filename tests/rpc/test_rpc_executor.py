@@ -23,3 +23,21 @@ def test_rows() -> None:
     assert ex.on_ordered(req(2)) is Action.EXECUTE
     assert len(ex) == 2 and ex.cached("c1", 1) is None  # the oldest was forgotten
     assert (ex.stats.executed, ex.stats.duplicates, ex.stats.resent) == (3, 1, 1)
+
+
+def test_case_a_holds_until_leader_or_retry() -> None:
+    ex = Executor()
+    direct = Request("c1", 1, b"x", "tcp://127.0.0.1:1", path="direct")
+    assert ex.on_frame(direct, leader=False) == (Action.HOLD, None)
+    assert ex.on_frame(direct, leader=False) == (Action.PROPOSE, None)  # a retry
+    assert ex.release_held() == []
+    second = Request("c1", 2, b"y", "tcp://127.0.0.1:1", path="direct")
+    assert ex.on_frame(second, leader=False) == (Action.HOLD, None)
+    assert ex.on_frame(second, leader=True) == (Action.PROPOSE, None)
+    third = Request("c1", 3, b"z", "tcp://127.0.0.1:1", path="direct")
+    ex.on_frame(third, leader=False)
+    assert ex.on_ordered(third) is Action.EXECUTE  # ordered: no longer held
+    fourth = Request("c1", 4, b"w", "tcp://127.0.0.1:1", path="direct")
+    ex.on_frame(fourth, leader=False)
+    assert ex.release_held() == [fourth]  # this server became the leader
+    assert ex.on_frame(fourth, leader=True) == (Action.WAIT, None)

@@ -62,7 +62,7 @@ def test_quorum_of_three_with_one_dead(ordering: str) -> None:
 
 
 class ExecutesEveryCopy(Executor):
-    """Planted bug: no duplicate table (Case A's n proposals all run)."""
+    """Planted bug: no duplicate table (every ordered copy runs)."""
 
     def on_ordered(self, request: Request) -> Action:
         super().on_ordered(request)
@@ -70,7 +70,17 @@ class ExecutesEveryCopy(Executor):
 
 
 def test_the_checks_catch_an_executor_without_dedup() -> None:
-    run = simulate_rpc(ordering="sequencer", seed=1, requests=6, path="direct",
-                       executor=ExecutesEveryCopy)
+    # retries sooner than a request is ordered: copies through several contacts
+    run = simulate_rpc(ordering="sequencer", seed=1, requests=6, path="via-member",
+                       retry_us=500, executor=ExecutesEveryCopy)
     with pytest.raises(AssertionError, match="executed a request twice"):
         assert_sound(run)
+
+
+@pytest.mark.parametrize("ordering", TOTAL)
+def test_early_retries_still_execute_once(ordering: str) -> None:
+    # every request is retried (through the next contact, or to the servers not heard
+    # from) before it can be ordered: several copies reach the order, one runs
+    run = simulate_rpc(ordering=ordering, seed=5, requests=10, retry_us=500)
+    assert run.statuses == {Status.OK: 20}
+    assert_sound(run)

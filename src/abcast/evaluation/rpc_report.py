@@ -28,8 +28,8 @@ def render_rpc(result: RpcBench, plots: list[Plot]) -> str:
     lines = ["## Client/server: requests, Case A vs Case B, reply consolidation", "",
              "A replicated echo service (`abcast serve --echo`, sequencer, tcp); the "
              "client is no group member. Case A (`--path direct`): the request goes to "
-             "every server and each proposes it into the order (the first copy is "
-             "executed); Case B (`via-member`): one contact proposes it. Cells: mean / "
+             "every server and the view's leader (the sequencer) proposes it into the "
+             "order; Case B (`via-member`): one contact proposes it. Cells: mean / "
              "p50 ms of sequential requests (64-byte payload).", ""]
     sizes = sorted({t.nodes for t in result.t_request})
     if sizes:

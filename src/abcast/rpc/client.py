@@ -9,9 +9,9 @@ Rules:
   getClientNum) and keeps its address; it opens the group's request endpoint
   (abcast.rpc.wire) and learns the servers from the registry's record of the group.
   It is in no view, so its crash costs the group nothing.
-- `path="direct"` (Case A): the request goes to every target server; each proposes it
-  into the group's total order and the first copy in that order is executed, once
-  (abcast.rpc.executor). `path="via-member"` (Case B): it goes to one contact —
+- `path="direct"` (Case A): the request goes to every server; the view's leader
+  proposes it into the group's total order, the others hold it in case the leader
+  fails (abcast.rpc.executor). `path="via-member"` (Case B): it goes to one contact —
   `contact="round-robin"` (default), `"any"` (random) or `"sequencer"` (the view's
   lowest member) — which proposes it. Either way every target executes it at its place
   in the order and replies to the client directly.

@@ -4,18 +4,26 @@ Sans-IO: the server driver (abcast.rpc.server) asks it what to do and does it.
 
     input                         | state of (client, rid)        | answer
     ------------------------------+-------------------------------+-------------------------
-    request frame from a client   | unknown, not proposed         | PROPOSE (broadcast it)
-                                  | proposed, not yet ordered     | WAIT (ours is on its way)
+    request frame, Case B or this | unknown, not proposed         | PROPOSE (broadcast it)
+    server leads the view         |                               |
+    request frame, Case A, this   | unknown, not held             | HOLD (the leader proposes)
+    server does not lead          |                               |
+    request frame (a retry)       | held                          | PROPOSE (leader lost it?)
+    any request frame             | proposed, not yet ordered     | WAIT (ours is on its way)
                                   | ordered, reply cached         | RESEND the cached reply
                                   | ordered, reply not yet known  | WAIT (the reply follows)
+    this server became the leader | held                          | PROPOSE every held one
     ordered request (delivery)    | unknown                       | EXECUTE (remember it)
                                   | already ordered               | DUPLICATE (drop it)
     the application replied       | ordered                       | cache the reply
 
 Rules: the duplicate table changes only on ordered deliveries, so every server that
-delivers the same sequence keeps the same table and executes the same copy of a request
-(Case A: each server proposes the client's request, the first copy in the order wins;
-Case B: a retry through another contact proposes it again, the first copy wins). The
+delivers the same sequence keeps the same table and executes the same copy of a request.
+Case A: the client sends the request to every server; the view's leader proposes it and
+the others hold it until it is ordered — one broadcast per request — and a held request
+is proposed by a server that becomes leader, or that the client asks again (a retry
+means the leader's copy may be lost). Case B: a retry through another contact proposes
+it again. Either way two copies may be ordered; the first one wins everywhere. The
 table is bounded: past `capacity` entries the oldest is forgotten, in delivery order, on
 every server alike; a request retried after that many later requests would run again.
 Proposals are local (`proposed`), bounded the same way. The table travels with the
@@ -41,6 +49,7 @@ Key = tuple[NodeId, int]
 
 class Action(enum.Enum):
     PROPOSE = "propose"
+    HOLD = "hold"
     WAIT = "wait"
     RESEND = "resend"
     EXECUTE = "execute"
@@ -60,6 +69,7 @@ class ExecutorStats:
     duplicates: int = 0  # ordered copies dropped
     resent: int = 0  # replies sent again from the cache
     waited: int = 0  # request frames that needed nothing (a copy in flight)
+    held: int = 0  # Case A frames kept while the leader proposes
 
 
 class Executor:
@@ -69,10 +79,12 @@ class Executor:
         self.capacity = capacity
         self._ordered: OrderedDict[Key, Cached | None] = OrderedDict()
         self._proposed: OrderedDict[Key, None] = OrderedDict()
+        self._held: OrderedDict[Key, Request] = OrderedDict()
         self.stats = ExecutorStats()
 
-    def on_frame(self, request: Request) -> tuple[Action, Cached | None]:
-        """A client sent `request` to this server."""
+    def on_frame(self, request: Request, *, leader: bool = True
+                 ) -> tuple[Action, Cached | None]:
+        """A client sent `request` to this server (`leader`: this server leads its view)."""
         key = (request.client, request.rid)
         if key in self._ordered:
             cached = self._ordered[key]
@@ -84,6 +96,13 @@ class Executor:
         if key in self._proposed:
             self.stats.waited += 1
             return Action.WAIT, None
+        if request.path == "direct" and not leader and key not in self._held:
+            self._held[key] = request
+            if len(self._held) > self.capacity:
+                self._held.popitem(last=False)
+            self.stats.held += 1
+            return Action.HOLD, None
+        self._held.pop(key, None)
         self._proposed[key] = None
         if len(self._proposed) > self.capacity:
             self._proposed.popitem(last=False)
@@ -100,8 +119,20 @@ class Executor:
         if len(self._ordered) > self.capacity:
             self._ordered.popitem(last=False)
         self._proposed.pop(key, None)
+        self._held.pop(key, None)
         self.stats.executed += 1
         return Action.EXECUTE
+
+    def release_held(self) -> list[Request]:
+        """This server became the leader: the held requests, now to propose (oldest first)."""
+        held = list(self._held.values())
+        self._held.clear()
+        for request in held:
+            self._proposed[(request.client, request.rid)] = None
+        while len(self._proposed) > self.capacity:
+            self._proposed.popitem(last=False)
+        self.stats.proposed += len(held)
+        return held
 
     def replied(self, client: NodeId, rid: int, ok: bool, value: bytes) -> None:
         key = (client, rid)

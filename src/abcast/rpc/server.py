@@ -10,10 +10,12 @@ Rules:
   request endpoint (abcast.rpc.wire) on the member's node and sees every delivery.
   Deliveries that are not requests go on to the caller's `on_deliver`, in order.
 - A request frame from a client is handled by the Executor's table: proposed into the
-  group's order (a broadcast), re-answered from the reply cache, or left alone while a
-  copy is in flight. A request is *executed* only where it is delivered, in the group's
-  total order, and at most once per (client, request id) — so replicas that apply
-  requests deterministically stay equal.
+  group's order (a broadcast), held (Case A, this server not the view's leader: the
+  leader proposes it; a server that becomes leader proposes what it holds),
+  re-answered from the reply cache, or left alone while a copy is in flight. A request
+  is *executed* only where it is delivered, in the group's total order, and at most
+  once per (client, request id) — so replicas that apply requests deterministically
+  stay equal.
 - Executed: `on_request(req)` is called on the loop, in delivery order; its return value
   (bytes) is the reply, an exception becomes an error reply (`ok=False`, its text) and
   the server keeps serving. Without a handler, requests queue for `requests()` and the
@@ -120,6 +122,7 @@ class Server:
         self._endpoint = ""
         self._clients: OrderedDict[NodeId, tuple[str, float]] = OrderedDict()
         self._requests: dict[tuple[NodeId, int], Request] = {}
+        self._led = False  # this server led the last view it saw
         self._queue: asyncio.Queue[IncomingRequest | None] | None = (
             asyncio.Queue() if on_request is None else None)
 
@@ -178,6 +181,10 @@ class Server:
         group = self._group
         if group is None or not group.active:
             return
+        led, self._led = self._led, view.leader == group.node
+        if self._led and not led:
+            for request in self.executor.release_held():
+                group.broadcast_nowait(ordered_request(request))
         now = time.monotonic()
         notice = ViewNotice(view.view_id, view.members)
         for client, (url, seen) in list(self._clients.items()):
@@ -242,7 +249,7 @@ class Server:
         if group is None or not group.active:
             return
         self._remember(frame)
-        action, cached = self.executor.on_frame(frame)
+        action, cached = self.executor.on_frame(frame, leader=group.view.leader == group.node)
         if action is Action.PROPOSE:
             group.broadcast_nowait(ordered_request(frame))
         elif action is Action.RESEND and cached is not None and not frame.oneway:

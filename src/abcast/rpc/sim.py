@@ -7,7 +7,8 @@ is a hash-chained log executed through the same `Executor` the runtime server us
 client's frames to a server and a server's replies travel over the simulated network's
 latency, outside the group's stacks (a client is no member); a crashed server neither
 receives nor answers. A request enters the order as the runtime's does: Case A
-("direct") sent to every live server, each proposing it; Case B ("via-member") sent to
+("direct") sent to every live server, the leader proposing it, the others holding it
+(proposed by a server that becomes leader, checked every `notice_us`); Case B ("via-member") sent to
 one contact, round robin, retried through the next one after `retry_us`. Servers tell
 clients their view on replies and, every `notice_us`, when it changed. Optional faults:
 `crash` = {server: at_us}; `diverge` = a server that answers with a different value
@@ -46,6 +47,7 @@ class SimServer:
     digest: str = ""
     executed: list[Key] = field(default_factory=list)
     diverge: bool = False
+    led: bool = False
 
 
 @dataclass(slots=True)
@@ -106,7 +108,9 @@ def simulate_rpc(
     def server_frame(node: NodeId, request: Request) -> None:
         if not alive(node):
             return
-        action, cached = state[node].executor.on_frame(request)
+        sim_node = cluster.nodes[node]
+        leader = bool(sim_node.members) and sim_node.members[0] == node
+        action, cached = state[node].executor.on_frame(request, leader=leader)
         if action is Action.PROPOSE:
             cluster.broadcast(node, ordered_request(request))
         elif action is Action.RESEND and cached is not None:
@@ -136,6 +140,12 @@ def simulate_rpc(
             if alive(node):
                 sim_node = cluster.nodes[node]
                 view = (sim_node.view_id, sim_node.members)
+                srv = state[node]
+                leads = bool(sim_node.members) and sim_node.members[0] == node
+                if leads and not srv.led:
+                    for held in srv.executor.release_held():
+                        cluster.broadcast(node, ordered_request(held))
+                srv.led = leads
                 for client in client_ids:
                     later(partial(client_view, client, view))
         if len(outcomes) < requests * clients:

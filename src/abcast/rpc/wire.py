@@ -33,8 +33,8 @@ class Request(_Frame, frozen=True):
     """Client → server, and (prefixed) a broadcast in the group's order.
 
     `to`: the servers that execute it (empty: every member); `oneway`: nobody replies;
-    `path`: "direct" (Case A: sent to every server, each proposes it, the first copy in
-    the order is executed) or "via-member" (Case B: sent to one contact)."""
+    `path`: "direct" (Case A: sent to every server, the view's leader proposes it) or
+    "via-member" (Case B: sent to one contact, which proposes it)."""
 
     client: NodeField
     rid: Rid
