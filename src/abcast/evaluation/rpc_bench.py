@@ -108,8 +108,9 @@ class RpcBench:
     notes: list[str] = field(default_factory=list)
 
     def ratio_b_over_a(self, nodes: int, vote: str = "first") -> float | None:
-        """Case B's mean T_request over Case A's, one group size, one vote."""
-        cells = {t.path: t.mean_us for t in self.t_request
+        """Case B's p50 T_request over Case A's, one group size, one vote (the median:
+        on a shared machine the mean follows the other load's scheduling stalls)."""
+        cells = {t.path: t.p50_us for t in self.t_request
                  if t.nodes == nodes and t.vote == vote}
         a, b = cells.get("direct"), cells.get("via-member")
         return b / a if a and b else None

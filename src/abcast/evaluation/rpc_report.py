@@ -42,7 +42,7 @@ def render_rpc(result: RpcBench, plots: list[Plot]) -> str:
                         t.nodes, t.path, t.vote) == (n, path, vote)), None)))
                 rows.append(row)
             ratios = [result.ratio_b_over_a(n, vote) for n in sizes]
-            rows.append([f"B / A, vote {vote}",
+            rows.append([f"B / A (p50), vote {vote}",
                          *("—" if r is None else f"{r:.2f}×" for r in ratios)])
         lines += ["### T_request", ""]
         lines += _table(["", *(f"n = {n}" for n in sizes)], rows)
@@ -137,9 +137,9 @@ def rpc_summary_lines(result: RpcBench) -> list[str]:
         cells = {(t.path, t.vote): t for t in result.t_request if t.nodes == n}
         a, b = cells.get(("direct", "first")), cells.get(("via-member", "first"))
         ratio = result.ratio_b_over_a(n)
-        lines.append(f"client/server n={n}: T_request (vote first) Case A "
-                     f"{_ms(a.mean_us if a else None)} ms, Case B "
-                     f"{_ms(b.mean_us if b else None)} ms (B/A "
+        lines.append(f"client/server n={n}: T_request p50 (vote first) Case A "
+                     f"{_ms(a.p50_us if a else None)} ms, Case B "
+                     f"{_ms(b.p50_us if b else None)} ms (B/A "
                      f"{'—' if ratio is None else f'{ratio:.2f}×'})")
     for run in result.saturation:
         share = run.sequencer_share
@@ -150,5 +150,5 @@ def rpc_summary_lines(result: RpcBench) -> list[str]:
         if t.payload in (min(p.payload for p in result.consolidation),
                          max(p.payload for p in result.consolidation)):
             lines.append(f"client/server consolidation n={t.nodes} {t.vote} "
-                         f"{_size(t.payload)}: {_ms(t.mean_us)} ms mean")
+                         f"{_size(t.payload)}: p50 {_ms(t.p50_us)} ms, mean {_ms(t.mean_us)}")
     return lines
