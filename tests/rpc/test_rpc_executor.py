@@ -41,3 +41,16 @@ def test_case_a_holds_until_leader_or_retry() -> None:
     ex.on_frame(fourth, leader=False)
     assert ex.release_held() == [fourth]  # this server became the leader
     assert ex.on_frame(fourth, leader=True) == (Action.WAIT, None)
+
+
+def test_the_reply_cache_keeps_the_newest_bytes_and_joiners_get_ids_only() -> None:
+    ex = Executor(cache_bytes=10)
+    for rid in (1, 2, 3):
+        ex.on_ordered(req(rid))
+        ex.replied("c1", rid, True, b"12345")
+    assert ex.cached("c1", 1) is None and ex.cached("c1", 3) == Cached(True, b"12345")
+    assert ex.on_frame(req(1)) == (Action.WAIT, None)  # ran, its reply forgotten
+    joiner = Executor()
+    joiner.load(ex.export())
+    assert joiner.on_ordered(req(2)) is Action.DUPLICATE
+    assert joiner.on_frame(req(3)) == (Action.WAIT, None)

@@ -1,8 +1,9 @@
 """Requests and replies on the asyncio runtime, in one process (three servers on their
 own nodes, clients beside them): the API's promises and bad input.
 
-- a server planted to answer differently makes `all` + `all_same` INCONSISTENT, while
-  `majority_same` still finds the majority value;
+- (every ordering that claims total order) a server planted to answer differently
+  makes `all` + `all_same` INCONSISTENT, while `majority_same` still finds the
+  majority value;
 - a reply for an unknown request, a second reply from one server and a reply from a node
   that is no server are each ignored and counted once, and never count in a vote;
 - a handler that raises sends an error reply and the server keeps serving;
@@ -19,6 +20,7 @@ from collections.abc import Callable
 import pytest
 
 from abcast import ConfigError, RegistryServer
+from abcast.ordering.registry import ORDERINGS
 from abcast.rpc import Client, IncomingRequest, Server, Status
 from abcast.rpc.wire import ReplyFrame, encode_rpc
 from abcast.runtime.group import Group
@@ -27,10 +29,17 @@ from abcast.runtime.node import Node
 pytestmark = pytest.mark.timeout(60)
 
 Handler = Callable[[IncomingRequest], bytes] | None
+TOTAL = sorted(name for name, spec in ORDERINGS.items() if "total" in spec.guarantees)
 
 
 async def _servers(url: str, handlers: list[Handler], ordering: str = "sequencer"
                    ) -> list[tuple[Server, Group]]:
+    if "join" not in ORDERINGS[ordering].tolerates:  # a static group, opened together
+        made = [Server(h) for h in handlers]
+        groups = [Group("svc", ordering=ordering, registry=url, size=len(handlers),
+                        **server.group_kwargs()) for server in made]
+        await asyncio.gather(*(g.open() for g in groups))
+        return list(zip(made, groups, strict=True))
     out = []
     for k, handler in enumerate(handlers):
         server = Server(handler)
@@ -67,7 +76,8 @@ def run(scenario: Callable[[str], object]) -> None:
     asyncio.run(main())
 
 
-def test_a_divergent_server() -> None:
+@pytest.mark.parametrize("ordering", TOTAL)
+def test_a_divergent_server(ordering: str) -> None:
     def same(req: IncomingRequest) -> bytes:
         return b"v:" + req.payload
 
@@ -75,7 +85,7 @@ def test_a_divergent_server() -> None:
         return b"other"
 
     async def scenario(url: str) -> None:
-        servers = await _servers(url, [same, same, planted])
+        servers = await _servers(url, [same, same, planted], ordering)
         client = await _client(url, 3)
         bad = await client.request(b"x", vote="all", consistency="all_same", timeout=2.0)
         assert bad.status is Status.INCONSISTENT and len(bad.replies) >= 2
@@ -178,6 +188,8 @@ def test_requests_iterator_and_a_dead_registry() -> None:
         await _close(servers, client)
         for t in tasks:
             t.cancel()
+        with pytest.raises(ConfigError, match="no members for group 'nothing'"):
+            await Client.connect("nothing", registry=url)
         with pytest.raises(ConfigError, match="did not answer"):
             await Client.connect("svc", registry="tcp://127.0.0.1:9", timeout_s=0.5)
 

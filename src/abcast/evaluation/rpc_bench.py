@@ -163,10 +163,23 @@ class _Proc:
         await self.proc.wait()
 
 
+#: where the child processes' stderr goes (set by run_rpc_bench; None: discarded)
+_LOGS: list[Path] = []
+
+
 async def _spawn(*args: str) -> _Proc:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, *args, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=_env())
+    if _LOGS:
+        _LOGS[0].mkdir(parents=True, exist_ok=True)
+        err: int | object = open(_LOGS[0] / "rpc-processes.log", "ab")  # noqa: SIM115
+    else:
+        err = asyncio.subprocess.DEVNULL
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *args, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=err, env=_env())  # type: ignore[arg-type]
+    finally:
+        if hasattr(err, "close"):
+            err.close()
     return _Proc(proc)
 
 
@@ -236,8 +249,11 @@ async def _saturate(registry: str, servers: list[_Proc], client: Client, spec: R
             await load.stop()
 
 
-async def run_rpc_bench(spec: RpcSpec, progress: object = None) -> RpcBench:
-    """Every cell of the section (see the module rules)."""
+async def run_rpc_bench(spec: RpcSpec, progress: object = None,
+                        logs: Path | None = None) -> RpcBench:
+    """Every cell of the section (see the module rules); the processes' stderr goes to
+    `logs`/rpc-processes.log."""
+    _LOGS[:] = [logs] if logs is not None else []
     result = RpcBench()
     load_before = os.getloadavg()[0]
     sizes = sorted({*spec.t_request_nodes, *spec.consolidation_nodes,
@@ -292,7 +308,7 @@ def run_rpc_section(quick: bool, out: Path, page: Path, console: object = None) 
     printer = getattr(console, "print", None)
     if callable(printer):
         printer("client/server section (abcast serve processes) …")
-    result = asyncio.run(run_rpc_bench(quick_rpc_spec() if quick else RpcSpec()))
+    result = asyncio.run(run_rpc_bench(quick_rpc_spec() if quick else RpcSpec(), logs=out))
     (out / "rpc.json").write_text(json.dumps(result.to_json(), indent=1))
     section = write_rpc_section(result, out)
     with page.open("a") as f:

@@ -26,9 +26,11 @@ means the leader's copy may be lost). Case B: a retry through another contact pr
 it again. Either way two copies may be ordered; the first one wins everywhere. The
 table is bounded: past `capacity` entries the oldest is forgotten, in delivery order, on
 every server alike; a request retried after that many later requests would run again.
-Proposals are local (`proposed`), bounded the same way. The table travels with the
-application's state to a joiner (`export`/`load`), so a joiner does not run again what
-the group ran before it came.
+Proposals are local (`proposed`), bounded the same way. The reply cache keeps the
+newest replies up to `cache_bytes` (a retry of a request whose reply was forgotten gets
+no answer from this server: WAIT). The ids travel with the application's state to a
+joiner (`export`/`load`), so a joiner does not run again what the group ran before it
+came; the replies do not.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from typing import Final
 from abcast.ids import NodeId
 from abcast.rpc.wire import Request
 
-#: requests remembered per server (ids and their replies)
+#: requests remembered per server (their ids)
 DEFAULT_CAPACITY: Final = 10_000
+#: reply bytes cached per server (the newest replies; older ones are forgotten first)
+DEFAULT_CACHE_BYTES: Final = 8 * 1024 * 1024
 
 Key = tuple[NodeId, int]
 
@@ -73,11 +77,15 @@ class ExecutorStats:
 
 
 class Executor:
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be positive")
+    def __init__(self, capacity: int = DEFAULT_CAPACITY,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        if capacity < 1 or cache_bytes < 0:
+            raise ValueError("capacity must be positive, cache_bytes not negative")
         self.capacity = capacity
-        self._ordered: OrderedDict[Key, Cached | None] = OrderedDict()
+        self.cache_bytes = cache_bytes
+        self._ordered: OrderedDict[Key, None] = OrderedDict()
+        self._replies: OrderedDict[Key, Cached] = OrderedDict()
+        self._reply_bytes = 0
         self._proposed: OrderedDict[Key, None] = OrderedDict()
         self._held: OrderedDict[Key, Request] = OrderedDict()
         self.stats = ExecutorStats()
@@ -87,7 +95,7 @@ class Executor:
         """A client sent `request` to this server (`leader`: this server leads its view)."""
         key = (request.client, request.rid)
         if key in self._ordered:
-            cached = self._ordered[key]
+            cached = self._replies.get(key)
             if cached is not None:
                 self.stats.resent += 1
                 return Action.RESEND, cached
@@ -117,7 +125,8 @@ class Executor:
             return Action.DUPLICATE
         self._ordered[key] = None
         if len(self._ordered) > self.capacity:
-            self._ordered.popitem(last=False)
+            old, _ = self._ordered.popitem(last=False)
+            self._forget_reply(old)
         self._proposed.pop(key, None)
         self._held.pop(key, None)
         self.stats.executed += 1
@@ -136,20 +145,30 @@ class Executor:
 
     def replied(self, client: NodeId, rid: int, ok: bool, value: bytes) -> None:
         key = (client, rid)
-        if key in self._ordered:
-            self._ordered[key] = Cached(ok, value)
+        if key not in self._ordered or key in self._replies:
+            return
+        self._replies[key] = Cached(ok, value)
+        self._reply_bytes += len(value)
+        while self._reply_bytes > self.cache_bytes and self._replies:
+            self._forget_reply(next(iter(self._replies)))
+
+    def _forget_reply(self, key: Key) -> None:
+        cached = self._replies.pop(key, None)
+        if cached is not None:
+            self._reply_bytes -= len(cached.value)
 
     def cached(self, client: NodeId, rid: int) -> Cached | None:
-        return self._ordered.get((client, rid))
+        return self._replies.get((client, rid))
 
-    def export(self) -> list[tuple[NodeId, int, bool | None, bytes]]:
-        """The table, oldest first (a joiner's state carries it)."""
-        return [(c, r, None if v is None else v.ok, b"" if v is None else v.value)
-                for (c, r), v in self._ordered.items()]
+    def export(self) -> list[tuple[NodeId, int]]:
+        """The ids ordered so far, oldest first (a joiner's state carries them; not the
+        replies: a joiner answers no retry of what ran before it came)."""
+        return list(self._ordered)
 
-    def load(self, rows: list[tuple[NodeId, int, bool | None, bytes]]) -> None:
-        self._ordered = OrderedDict(
-            ((c, r), None if ok is None else Cached(ok, value)) for c, r, ok, value in rows)
+    def load(self, rows: list[tuple[NodeId, int]]) -> None:
+        self._ordered = OrderedDict(((client, rid), None) for client, rid in rows)
+        self._replies.clear()
+        self._reply_bytes = 0
 
     def __len__(self) -> int:
         return len(self._ordered)

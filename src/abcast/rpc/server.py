@@ -66,7 +66,7 @@ NOTIFY_FOR_S: Final = 30.0
 #: clients remembered for those notices
 MAX_CLIENTS: Final = 1_000
 
-_StateRows = list[tuple[NodeId, int, bool | None, bytes]]
+_StateRows = list[tuple[NodeId, int]]
 _state_encode = msgspec.msgpack.Encoder().encode
 _state_decode = msgspec.msgpack.Decoder(tuple[bytes, _StateRows]).decode
 
