@@ -10,6 +10,8 @@ size is measured in the same run, side by side. At each size:
   client has an answer) and `all` (every replica answered); mean and p50 per cell;
 - consolidation: sequential requests whose payload the servers echo, voting `first`,
   `all` and `percent(51)`, against payload size;
+- the cells compared with each other are interleaved, one request of each in turn, so
+  a burst of load from elsewhere hits them all alike;
 - saturation (at `saturation_servers`): `clients` client processes
   (abcast.evaluation.rpc_load) keep `window` requests each in flight for `seconds`; the
   CPU time every process used (user + system, from /proc) and the sequencer's share.
@@ -43,7 +45,7 @@ class RpcSpec:
     t_request_nodes: tuple[int, ...] = (2, 4, 6)
     t_request_count: int = 300
     consolidation_nodes: tuple[int, ...] = (2, 3, 5)
-    payloads: tuple[int, ...] = (10, 100, 1_000, 8_000, 65_536)
+    payloads: tuple[int, ...] = (10, 64, 1_024, 8_192, 65_536)
     consolidation_count: int = 100
     votes: tuple[str, ...] = ("first", "all", "percent(51)")
     saturation_servers: int = 4
@@ -198,21 +200,26 @@ async def _until_members(client: Client, n: int) -> None:
             await asyncio.sleep(0.05)
 
 
-async def _time(client: Client, nodes: int, path: str, vote: str, payload: int,
-                count: int) -> Timing:
-    data = b"x" * payload
-    for _ in range(max(3, count // 10)):  # warm-up: connections, caches
-        await client.request(data, vote=vote, timeout=5.0, path=path)
-    took: list[float] = []
-    ok = 0
-    for _ in range(count):
-        start = time.perf_counter_ns()
-        outcome = await client.request(data, vote=vote, timeout=5.0, path=path)
-        took.append((time.perf_counter_ns() - start) / 1000)
-        ok += outcome.status is Status.OK
-    return Timing(nodes, path, vote, payload, count, ok,
-                  statistics.fmean(took) if took else None,
-                  statistics.median(took) if took else None)
+Cell = tuple[str, str, int]  # path, vote, payload
+
+
+async def _time(client: Client, nodes: int, cells: list[Cell], count: int) -> list[Timing]:
+    """`count` sequential requests per cell, the cells interleaved (one request of each
+    in turn), so every cell sees the same background load."""
+    took: dict[Cell, list[float]] = {cell: [] for cell in cells}
+    ok = dict.fromkeys(cells, 0)
+    for k in range(max(3, count // 10) + count):  # the first ones warm up
+        for cell in cells:
+            path, vote, payload = cell
+            start = time.perf_counter_ns()
+            outcome = await client.request(b"x" * payload, vote=vote, timeout=5.0,
+                                           path=path)
+            if k >= max(3, count // 10):
+                took[cell].append((time.perf_counter_ns() - start) / 1000)
+                ok[cell] += outcome.status is Status.OK
+    return [Timing(nodes, path, vote, payload, count, ok[(path, vote, payload)],
+                   statistics.fmean(t) if t else None, statistics.median(t) if t else None)
+            for (path, vote, payload), t in took.items()]
 
 
 async def _saturate(registry: str, servers: list[_Proc], client: Client, spec: RpcSpec,
@@ -270,16 +277,14 @@ async def run_rpc_bench(spec: RpcSpec, progress: object = None,
                 await _until_members(client, n)
                 _say(progress, f"client/server: {n} servers")
                 if n in spec.t_request_nodes:
-                    for path in ("direct", "via-member"):
-                        for vote in ("first", "all"):
-                            result.t_request.append(await _time(
-                                client, n, path, vote, 64, spec.t_request_count))
+                    result.t_request += await _time(client, n, [
+                        (path, vote, 64) for vote in ("first", "all")
+                        for path in ("direct", "via-member")], spec.t_request_count)
                 if n in spec.consolidation_nodes:
-                    for vote in spec.votes:
-                        for payload in spec.payloads:
-                            result.consolidation.append(await _time(
-                                client, n, "via-member", vote, payload,
-                                spec.consolidation_count))
+                    for payload in spec.payloads:
+                        result.consolidation += await _time(client, n, [
+                            ("via-member", vote, payload) for vote in spec.votes],
+                            spec.consolidation_count)
                 if n == spec.saturation_servers and spec.seconds > 0:
                     for path in spec.saturation_paths:
                         result.saturation.append(
