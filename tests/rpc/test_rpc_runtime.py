@@ -9,7 +9,8 @@ own nodes, clients beside them): the API's promises and bad input.
 - a handler that raises sends an error reply and the server keeps serving;
 - `to=[…]` requests run on those servers only; one-way requests run and get no reply;
 - a server made without a handler serves through `requests()`;
-- a registry that does not answer is a clear error, not a hang.
+- a registry that does not answer is a clear error, not a hang;
+- a joiner receives the ids already run with the state, and drops a late copy.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from abcast import ConfigError, RegistryServer
 from abcast.ordering.registry import ORDERINGS
 from abcast.rpc import Client, IncomingRequest, Server, Status
-from abcast.rpc.wire import ReplyFrame, encode_rpc
+from abcast.rpc.wire import ReplyFrame, Request, encode_rpc, ordered_request
 from abcast.runtime.group import Group
 from abcast.runtime.node import Node
 
@@ -192,5 +193,35 @@ def test_requests_iterator_and_a_dead_registry() -> None:
             await Client.connect("nothing", registry=url)
         with pytest.raises(ConfigError, match="did not answer"):
             await Client.connect("svc", registry="tcp://127.0.0.1:9", timeout_s=0.5)
+
+    run(scenario)
+
+
+def test_a_joiner_does_not_run_again_what_ran_before_it_came() -> None:
+    runs: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+
+    def counting(k: int) -> Handler:
+        def handle(req: IncomingRequest) -> bytes:
+            runs[k].append(req.payload)
+            return b"done"
+        return handle
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [counting(0), counting(1)])
+        client = await _client(url, 2)
+        assert (await client.request(b"once", vote="all", timeout=2.0)).ok
+        joiner = Server(counting(2))
+        servers.append(await Server.join("svc", registry=url, server=joiner))
+        # the same request ordered again (as a late retry would): every server, the
+        # joiner included (it got the ids with the state), drops it
+        again = Request(client.id, 1, b"once", client.node.address)
+        servers[0][1].broadcast_nowait(ordered_request(again))
+        assert (await client.request(b"fence", vote="first", timeout=2.0,
+                                     contact="sequencer")).ok
+        while b"fence" not in runs[2]:
+            await asyncio.sleep(0.01)
+        assert [r.count(b"once") for r in runs.values()] == [1, 1, 0]
+        assert joiner.executor.stats.duplicates == 1
+        await _close(servers, client)
 
     run(scenario)

@@ -165,14 +165,11 @@ class _Proc:
         await self.proc.wait()
 
 
-#: where the child processes' stderr goes (set by run_rpc_bench; None: discarded)
-_LOGS: list[Path] = []
-
-
-async def _spawn(*args: str) -> _Proc:
-    if _LOGS:
-        _LOGS[0].mkdir(parents=True, exist_ok=True)
-        err: int | object = open(_LOGS[0] / "rpc-processes.log", "ab")  # noqa: SIM115
+async def _spawn(logs: Path | None, *args: str) -> _Proc:
+    """A child process; its stderr goes to `logs`/rpc-processes.log (None: discarded)."""
+    if logs is not None:
+        logs.mkdir(parents=True, exist_ok=True)
+        err: int | object = open(logs / "rpc-processes.log", "ab")  # noqa: SIM115
     else:
         err = asyncio.subprocess.DEVNULL
     try:
@@ -185,9 +182,9 @@ async def _spawn(*args: str) -> _Proc:
     return _Proc(proc)
 
 
-async def _add_server(registry: str) -> _Proc:
-    server = await _spawn("-m", "abcast.cli", "serve", GROUP, "--echo", "--registry", registry,
-                          "--ordering", ORDERING, "--timeout", "60")
+async def _add_server(registry: str, logs: Path | None) -> _Proc:
+    server = await _spawn(logs, "-m", "abcast.cli", "serve", GROUP, "--echo", "--registry",
+                          registry, "--ordering", ORDERING, "--timeout", "60")
     line = await server.line("serving ")
     server.node = line.split(" as ")[1].split(",")[0]
     return server
@@ -223,8 +220,8 @@ async def _time(client: Client, nodes: int, cells: list[Cell], count: int) -> li
 
 
 async def _saturate(registry: str, servers: list[_Proc], client: Client, spec: RpcSpec,
-                    path: str) -> SaturationRun:
-    loads = [await _spawn("-m", "abcast.evaluation.rpc_load", "--registry", registry,
+                    path: str, logs: Path | None) -> SaturationRun:
+    loads = [await _spawn(logs, "-m", "abcast.evaluation.rpc_load", "--registry", registry,
                           "--group", GROUP, "--seconds", str(spec.seconds), "--window",
                           str(spec.window), "--path", path) for _ in range(spec.clients)]
     try:
@@ -260,7 +257,6 @@ async def run_rpc_bench(spec: RpcSpec, progress: object = None,
                         logs: Path | None = None) -> RpcBench:
     """Every cell of the section (see the module rules); the processes' stderr goes to
     `logs`/rpc-processes.log."""
-    _LOGS[:] = [logs] if logs is not None else []
     result = RpcBench()
     load_before = os.getloadavg()[0]
     sizes = sorted({*spec.t_request_nodes, *spec.consolidation_nodes,
@@ -271,7 +267,7 @@ async def run_rpc_bench(spec: RpcSpec, progress: object = None,
         try:
             for n in sizes:
                 while len(servers) < n:
-                    servers.append(await _add_server(registry.url))
+                    servers.append(await _add_server(registry.url, logs))
                 if client is None:
                     client = await Client.connect(GROUP, registry=registry.url)
                 await _until_members(client, n)
@@ -288,7 +284,7 @@ async def run_rpc_bench(spec: RpcSpec, progress: object = None,
                 if n == spec.saturation_servers and spec.seconds > 0:
                     for path in spec.saturation_paths:
                         result.saturation.append(
-                            await _saturate(registry.url, servers, client, spec, path))
+                            await _saturate(registry.url, servers, client, spec, path, logs))
         finally:
             if client is not None:
                 await client.close()

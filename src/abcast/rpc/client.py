@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from abcast.codec import Envelope
-from abcast.errors import AbcastError, ConfigError, LocalProtocolError, RemoteProtocolError
+from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, sorted_nodes
 from abcast.registry.client import RegistryClient
 from abcast.rpc.voting import Ballot, Outcome, Reply, Vote, parse_consistency
@@ -274,11 +274,8 @@ class Client:
 
 
 async def call(group: str, payload: bytes, *, registry: str, **kwargs: object) -> Outcome:
-    """One request from a client made for it (the CLI's `abcast call`)."""
-    try:
-        client = await Client.connect(group, registry=registry)
-    except AbcastError:
-        raise
+    """One request from a client made for it, closed after."""
+    client = await Client.connect(group, registry=registry)
     try:
         return await client.request(payload, **kwargs)  # type: ignore[arg-type]
     finally:
