@@ -162,6 +162,9 @@ class GridSpec:
     peer_rate: float = 100_000.0  # offered far above any peer's capacity: its saturation
     peer_load_messages: int = 40_000
     ping_rounds: int = 400
+    #: frame sizes pinged per middleware (the thesis's Table 3 / Figure 34); the tables'
+    #: payload (T_msg of the model) is always among them
+    ping_sizes: tuple[int, ...] = (5, TABLE_PAYLOAD, 1024, 16384, 65536)
     timeout_s: float = 120.0
     # An open-loop run past saturation that has not finished by then is stuck (a node
     # suspected and removed), not slow: it would otherwise hold the bench for timeout_s.
@@ -208,7 +211,8 @@ def quick_spec() -> GridSpec:
         load_rates=(1000, 30_000, 300_000, 1_000_000),
         load_seconds=0.5, load_min_messages=600, load_max_messages=200_000,
         peers=("pysyncobj-tuned", "redis"), peer_messages=600, peer_load_messages=10_000,
-        ping_rounds=200, timeout_s=60.0, load_timeout_s=20.0,
+        ping_rounds=200, ping_sizes=(5, TABLE_PAYLOAD), timeout_s=60.0,
+        load_timeout_s=20.0,
     )
 
 

@@ -94,6 +94,19 @@ def _thesis_tables(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]
     return lines
 
 
+def _ping_sizes(result: BenchResult) -> list[str]:
+    """The thesis's Table 3: the round trip against the frame size, per middleware."""
+    sizes = sorted({p.size for p in result.pings})
+    if len(sizes) < 2:
+        return []
+    cell = {(p.transport, p.size): p.rtt_p50_us for p in result.pings}
+    lines = ["Round trip (p50 µs) against the frame size (the thesis's Table 3):", ""]
+    return lines + _table(
+        ["middleware", *(f"{s:,} B" for s in sizes)],
+        [[mw, *(_num(cell.get((mw, s)), 1) for s in sizes)]
+         for mw in dict.fromkeys(p.transport for p in result.pings)])
+
+
 def _model_section(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]:
     t_msg = result.t_msg_us()
     lines = ["## Measured vs model", "",
@@ -102,7 +115,8 @@ def _model_section(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]
     lines += _table(["middleware", "rounds", "RTT p50 µs", "RTT mean µs", "T_msg µs", "note"],
                     [[p.transport, str(p.rounds), _num(p.rtt_p50_us, 1),
                       _num(p.rtt_mean_us, 1), _num(p.t_msg_us, 1), p.error or ""]
-                     for p in result.pings])
+                     for p in result.pings if p.size == TABLE_PAYLOAD])
+    lines += _ping_sizes(result)
     lines += ["Growth per extra node: least squares of the measured means over n−1, against "
               "the model's s·T_msg. T_overhead: the fitted constant.", ""]
     overheads = {(c.ordering, c.transport): c.overhead_us for c in cells}
@@ -336,6 +350,18 @@ def draw_plots(result: BenchResult, out: Path) -> list[Plot]:
                title="Message size sweep")
         ax.legend()
         plots.append(_save(fig, out, "latency_vs_size.png", "Latency vs message size"))
+    ping_sizes = sorted({p.size for p in result.pings})
+    if len(ping_sizes) > 1:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for mw in dict.fromkeys(p.transport for p in result.pings):
+            rtts = sorted((p.size, p.rtt_p50_us) for p in result.pings
+                          if p.transport == mw and p.rtt_p50_us is not None)
+            if rtts:
+                ax.plot([x for x, _ in rtts], [y for _, y in rtts], "o-", label=mw)
+        ax.set(xscale="log", xlabel="frame (bytes)", ylabel="round trip p50 (µs)",
+               title="Ping against frame size (thesis Figure 34)")
+        ax.legend()
+        plots.append(_save(fig, out, "ping_vs_size.png", "Ping against frame size"))
     curves = load_curves(result.runs)
     if curves:
         fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -22,7 +22,7 @@ from statistics import fmean
 from typing import Final, Protocol
 
 from abcast.evaluation.analysis import LoadPoint, load_curves
-from abcast.evaluation.grid import Experiment, Grid, Phase, verification_run
+from abcast.evaluation.grid import TABLE_PAYLOAD, Experiment, Grid, Phase, verification_run
 from abcast.evaluation.peers import find_redis_server, run_peer
 from abcast.evaluation.ping import ping
 from abcast.evaluation.results import (
@@ -130,9 +130,11 @@ class BenchRunner:
         self.progress.begin("ping (T_msg)", len(middlewares))
         pings = []
         started = time.monotonic()
+        sizes = dict.fromkeys((TABLE_PAYLOAD, *self.grid.spec.ping_sizes))
         for scheme in middlewares:
             self.progress.step(f"ping {scheme}")
-            pings.append(await ping(scheme, self.grid.spec.ping_rounds))
+            for size in sizes:
+                pings.append(await ping(scheme, self.grid.spec.ping_rounds, size))
             self.progress.advance()
         self.phase_s["ping"] = time.monotonic() - started
         return pings
