@@ -102,7 +102,9 @@ def draw_rpc_plots(result: RpcBench, out: Path) -> list[Plot]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         width = 0.8 / len(result.saturation)
         for k, run in enumerate(result.saturation):
-            names = [p.node + ("*" if p.sequencer else "") for p in run.processes]
+            clients = iter(range(1, len(run.processes) + 1))
+            names = [p.node + ("*" if p.sequencer else "") if p.role == "server"
+                     else f"client {next(clients)}" for p in run.processes]
             xs = [i + k * width for i in range(len(names))]
             ax.bar(xs, [p.cpu_s for p in run.processes], width, label=run.path)
             ax.set_xticks([i + width * (len(result.saturation) - 1) / 2
