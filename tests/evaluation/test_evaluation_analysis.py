@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from evaluation_fakes import (
@@ -25,6 +26,7 @@ from abcast.evaluation.analysis import (
     peer_ratios,
     slope_checks,
 )
+from abcast.evaluation.grid import Phase
 
 
 def test_network_time_is_s_times_n_minus_1_times_t_msg() -> None:
@@ -113,3 +115,16 @@ def test_peer_ratios_compare_saturation_and_p50_with_peers_that_ran() -> None:
     assert ratio.peer == "pysyncobj-tuned" and ratio.ordering == "sequencer"
     assert ratio.throughput_ratio == pytest.approx(CAPACITY * 0.98 / 3500.0)
     assert ratio.p50_ratio == pytest.approx(600.0 / 12000.0)
+
+
+def test_one_load_curve_per_middleware_and_peers_compare_the_baselines_own() -> None:
+    base = fake_result()
+    zmq = [replace(r, experiment=replace(r.experiment, transport="zmq"),
+                   figures=replace(r.figures, throughput=(r.figures.throughput or 0) * 10))
+           for r in base.runs if r.experiment.phase is Phase.LOAD]
+    result = replace(base, runs=(*base.runs, *zmq))
+    curves = load_curves(result.runs)
+    assert [(c.ordering, c.transport) for c in curves] == [("sequencer", "tcp"),
+                                                           ("sequencer", "zmq")]
+    (ratio,) = peer_ratios(result)  # the baseline ran on tcp: zmq's curve is not its
+    assert ratio.throughput_ratio == pytest.approx(CAPACITY * 0.98 / 3500.0)

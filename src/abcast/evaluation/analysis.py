@@ -170,20 +170,21 @@ class LoadCurve:
     nodes: int
     points: tuple[LoadPoint, ...]
     knee: Knee
+    transport: str = "tcp"
 
 
 def load_curves(runs: Sequence[RunMeasurement]) -> list[LoadCurve]:
-    """One curve per (ordering, n) of the open-loop runs."""
-    by_curve: dict[tuple[str, int], list[LoadPoint]] = {}
+    """One curve per (ordering, middleware, n) of the open-loop runs."""
+    by_curve: dict[tuple[str, str, int], list[LoadPoint]] = {}
     for run in runs:
         e = run.experiment
         if e.phase is not Phase.LOAD or e.rate is None:
             continue
         delivered = run.figures.throughput if run.complete else None
-        by_curve.setdefault((e.ordering, e.nodes), []).append(
+        by_curve.setdefault((e.ordering, e.transport, e.nodes), []).append(
             LoadPoint(e.rate, delivered, run.figures.p50_us))
-    return [LoadCurve(o, n, tuple(sorted(pts, key=lambda p: p.offered)), find_knee(pts))
-            for (o, n), pts in sorted(by_curve.items())]
+    return [LoadCurve(o, n, tuple(sorted(pts, key=lambda p: p.offered)), find_knee(pts), t)
+            for (o, t, n), pts in sorted(by_curve.items())]
 
 
 # ---------------------------------------------------------------- peers
@@ -236,7 +237,8 @@ def peer_ratios(result: BenchResult) -> list[PeerRatio]:
             continue
         n = base.experiment.nodes
         saturations = [c.knee.saturation for c in curves
-                       if c.ordering == ordering and c.nodes == n and c.knee.saturation]
+                       if (c.ordering, c.transport, c.nodes) == (
+                           ordering, base.experiment.transport, n) and c.knee.saturation]
         throughput = max(saturations) if saturations else None
         for name in peer_names:
             peer_throughput, peer_p50 = _peer_figures(result.peers, name)

@@ -96,12 +96,13 @@ def run_bench(spec: GridSpec, out: Path, *, quick: bool, master: str | None,
 def summary_lines(result: BenchResult) -> list[str]:
     lines = []
     for curve in load_curves(result.runs):
-        lines.append(f"{curve.ordering:>15} n={curve.nodes}: saturation "
+        lines.append(f"{curve.ordering:>15} n={curve.nodes} {curve.transport}: saturation "
                      f"{_rate(curve.knee.saturation)} msg/s, knee at "
                      f"{_rate(curve.knee.offered)} offered")
         lowest = min(curve.points, key=lambda p: p.offered, default=None)
         if lowest is not None and lowest.p50_us is not None:
-            lines.append(f"{curve.ordering:>15} n={curve.nodes}: p50 {lowest.p50_us:,.0f} µs "
+            lines.append(f"{curve.ordering:>15} n={curve.nodes} {curve.transport}: p50 "
+                         f"{lowest.p50_us:,.0f} µs "
                          f"at {_rate(lowest.offered)} msg/s offered")
     for lone in result.of(Phase.LONE):
         e = lone.experiment

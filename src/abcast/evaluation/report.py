@@ -133,11 +133,12 @@ def _size_section(result: BenchResult) -> list[str]:
     runs = result.of(Phase.SIZES)
     if not runs:
         return []
-    lines = ["## Message size sweep", "", "Closed loop, traced, tcp.", ""]
+    lines = ["## Message size sweep", "", "Closed loop, traced.", ""]
     lines += _table(
-        ["ordering", "n", "payload B", "mean ms", "p50 ms", "p99 ms", "throughput msg/s",
-         "check"],
-        [[r.experiment.ordering, str(r.experiment.nodes), f"{r.experiment.payload:,}",
+        ["ordering", "middleware", "n", "payload B", "mean ms", "p50 ms", "p99 ms",
+         "throughput msg/s", "check"],
+        [[r.experiment.ordering, r.experiment.transport, str(r.experiment.nodes),
+          f"{r.experiment.payload:,}",
           _ms(r.figures.mean_us), _ms(r.figures.p50_us), _ms(r.figures.p99_us),
           _num(r.figures.throughput, 0), _verdict(r)] for r in runs])
     return lines
@@ -147,7 +148,7 @@ def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]
     if not curves:
         return []
     lines = ["## Throughput vs offered load", "",
-             "Open loop, tracing off (production settings), tcp. Delivered: messages "
+             "Open loop, tracing off (production settings). Delivered: messages "
              "ordered per second, go → last delivery. The knee (◆) is the last offered "
              f"rate delivered at ≥ {TRACKING:.0%} before the curve falls behind; "
              "saturation is the highest delivered rate. Broadcasts made in one loop turn "
@@ -159,12 +160,15 @@ def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]
     for c in curves:
         for p in c.points:
             mark = " ◆" if c.knee.offered == p.offered else ""
-            rows.append([c.ordering, str(c.nodes), f"{p.offered:,.0f}{mark}",
+            rows.append([c.ordering, c.transport, str(c.nodes), f"{p.offered:,.0f}{mark}",
                          _num(p.delivered, 0), _ms(p.p50_us)])
-    lines += _table(["ordering", "n", "offered msg/s", "delivered msg/s", "p50 ms"], rows)
+    lines += _table(["ordering", "middleware", "n", "offered msg/s", "delivered msg/s",
+                     "p50 ms"], rows)
     lines += _table(
-        ["ordering", "n", "knee offered msg/s", "saturation msg/s", "saturated in range"],
-        [[c.ordering, str(c.nodes), _num(c.knee.offered, 0), _num(c.knee.saturation, 0),
+        ["ordering", "middleware", "n", "knee offered msg/s", "saturation msg/s",
+         "saturated in range"],
+        [[c.ordering, c.transport, str(c.nodes), _num(c.knee.offered, 0),
+          _num(c.knee.saturation, 0),
           "yes" if c.knee.saturated else "no (knee beyond the highest rate)"]
          for c in curves])
     return lines
@@ -339,13 +343,14 @@ def draw_plots(result: BenchResult, out: Path) -> list[Plot]:
     sizes = result.of(Phase.SIZES)
     if sizes:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for ordering in sorted({r.experiment.ordering for r in sizes}):
+        for ordering, mw in sorted({(r.experiment.ordering, r.experiment.transport)
+                                    for r in sizes}):
             by_size = sorted((r.experiment.payload, r.figures.mean_us) for r in sizes
-                             if r.experiment.ordering == ordering
-                             and r.figures.mean_us is not None)
+                             if (r.experiment.ordering, r.experiment.transport) == (
+                                 ordering, mw) and r.figures.mean_us is not None)
             if by_size:
                 ax.plot([p[0] for p in by_size], [p[1] / 1000 for p in by_size], "o-",
-                        label=ordering)
+                        label=f"{ordering}/{mw}")
         ax.set(xscale="log", xlabel="payload (bytes)", ylabel="mean latency (ms)",
                title="Message size sweep")
         ax.legend()
@@ -371,7 +376,8 @@ def draw_plots(result: BenchResult, out: Path) -> list[Plot]:
             curve = [(p.offered, p.delivered) for p in c.points if p.delivered is not None]
             if not curve:
                 continue
-            line = ax.plot(*zip(*curve, strict=True), "o-", label=f"{c.ordering} n={c.nodes}")[0]
+            line = ax.plot(*zip(*curve, strict=True), "o-",
+                           label=f"{c.ordering}/{c.transport} n={c.nodes}")[0]
             knee = next((p for p in c.points if p.offered == c.knee.offered), None)
             if knee is not None and knee.delivered is not None:
                 ax.plot([knee.offered], [knee.delivered], "D", markersize=11,
