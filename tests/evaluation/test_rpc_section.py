@@ -29,9 +29,11 @@ def test_a_tiny_run_fills_the_section(tmp_path: Path) -> None:
     assert [p.role for p in run.processes] == ["server", "server", "client"]
     assert sum(p.sequencer for p in run.processes) == 1
     assert result.ratio_b_over_a(2) is not None
+    assert not result.failed and result.counts[0] == 4 * 5 + 3 * 2 * 3 + run.requests
     page = write_rpc_section(result, tmp_path)
     assert "### T_request" in page and "### Consolidation cost" in page
     assert "the sequencer's share" in page and "B / A (p50), vote first" in page
     assert "—" not in render_rpc(result, []).split("### T_request")[1].split("###")[0]
     lines = rpc_summary_lines(result)
     assert any("Case A" in line and "Case B" in line for line in lines)
+    assert lines[0].endswith(" 0 not OK")

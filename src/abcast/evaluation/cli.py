@@ -3,9 +3,11 @@
 
 Rules: wiring only — pick the grid, run it with rich progress bars on stderr, check the
 traces with Spark (one session), write bench.json, report.md and the plots into --out,
-then print the report's path and a short summary on stdout. Exit code 0 when no check
-found a violation and every run completed (open-loop runs past saturation may fall
-over: the report shows it), 1 otherwise, 2 for a bad option.
+then the client/server section (abcast.evaluation.rpc_bench: rpc.json, appended to
+report.md), then print the report's path and a short summary on stdout. Exit code 0
+when no check found a violation, every run completed (open-loop runs past saturation
+may fall over: the report shows it) and every client/server request was OK, 1
+otherwise, 2 for a bad option.
 """
 
 from __future__ import annotations
@@ -166,11 +168,12 @@ def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
                        console=console)
     save(result, out / "bench.json")
     page = write_report(result, out)
-    rpc_lines = run_rpc_section(quick, out, page, console) if with_rpc else []
+    rpc = run_rpc_section(quick, out, page, console) if with_rpc else None
     click.echo(f"report: {page}")
-    for line in [*summary_lines(result), *rpc_lines]:
+    for line in [*summary_lines(result), *(rpc.lines if rpc is not None else ())]:
         click.echo(f"  {line}")
-    sys.exit(EXIT_FAILED if bench_failed(result) else EXIT_CLEAN)
+    failed = bench_failed(result) or (rpc is not None and rpc.failed)
+    sys.exit(EXIT_FAILED if failed else EXIT_CLEAN)
 
 
 def bench_failed(result: BenchResult) -> bool:

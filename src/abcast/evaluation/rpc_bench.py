@@ -109,6 +109,19 @@ class RpcBench:
     saturation: list[SaturationRun] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def counts(self) -> tuple[int, int]:
+        """(requests made, of which OK) over the whole section."""
+        pairs = [(t.requests, t.ok) for t in (*self.t_request, *self.consolidation)]
+        pairs += [(s.requests, s.ok) for s in self.saturation]
+        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+    @property
+    def failed(self) -> bool:
+        """Some request of the section was not OK."""
+        made, ok = self.counts
+        return ok < made
+
     def ratio_b_over_a(self, nodes: int, vote: str = "first") -> float | None:
         """Case B's p50 T_request over Case A's, one group size, one vote (the median:
         on a shared machine the mean follows the other load's scheduling stalls)."""
@@ -301,9 +314,15 @@ def _say(progress: object, text: str) -> None:
         step(text)
 
 
-def run_rpc_section(quick: bool, out: Path, page: Path, console: object = None) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class RpcSection:
+    lines: tuple[str, ...]  # the summary
+    failed: bool  # a request of the section was not OK
+
+
+def run_rpc_section(quick: bool, out: Path, page: Path, console: object = None) -> RpcSection:
     """Run the section, write rpc.json and its plots into `out`, append it to `page` (the
-    bench's report.md), and return its summary lines."""
+    bench's report.md), and return its summary."""
     from abcast.evaluation.rpc_report import rpc_summary_lines, write_rpc_section
 
     printer = getattr(console, "print", None)
@@ -314,7 +333,7 @@ def run_rpc_section(quick: bool, out: Path, page: Path, console: object = None) 
     section = write_rpc_section(result, out)
     with page.open("a") as f:
         f.write("\n" + section)
-    return rpc_summary_lines(result)
+    return RpcSection(tuple(rpc_summary_lines(result)), result.failed)
 
 
 def main() -> None:
@@ -323,9 +342,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     page = out / "rpc.md"
     page.write_text("")
-    for line in run_rpc_section("--quick" in sys.argv, out, page):
+    section = run_rpc_section("--quick" in sys.argv, out, page)
+    for line in section.lines:
         print(line)
     print(f"report: {page}")
+    sys.exit(1 if section.failed else 0)
 
 
 if __name__ == "__main__":

@@ -134,7 +134,8 @@ def write_rpc_section(result: RpcBench, out: Path) -> str:
 
 
 def rpc_summary_lines(result: RpcBench) -> list[str]:
-    lines = []
+    made, ok = result.counts
+    lines = [f"client/server: {made:,} requests, {made - ok:,} not OK"]
     for n in sorted({t.nodes for t in result.t_request}):
         cells = {(t.path, t.vote): t for t in result.t_request if t.nodes == n}
         a, b = cells.get(("direct", "first")), cells.get(("via-member", "first"))
