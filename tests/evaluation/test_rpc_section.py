@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_a_tiny_run_fills_the_section(tmp_path: Path) -> None:
     spec = RpcSpec(t_request_nodes=(2,), t_request_count=5, consolidation_nodes=(2,),
                    payloads=(10, 1000), consolidation_count=3, saturation_servers=2,
-                   clients=1, window=2, seconds=0.5, saturation_paths=("via-member",))
+                   clients=1, window=2, seconds=0.5, saturation_paths=("via-sequencer",))
     result = asyncio.run(run_rpc_bench(spec))
     assert {(t.path, t.vote) for t in result.t_request} == {
         (p, v) for p in ("direct", "via-member") for v in ("first", "all")}

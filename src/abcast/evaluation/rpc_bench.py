@@ -13,8 +13,9 @@ size is measured in the same run, side by side. At each size:
 - the cells compared with each other are interleaved, one request of each in turn, so
   a burst of load from elsewhere hits them all alike;
 - saturation (at `saturation_servers`): `clients` client processes
-  (abcast.evaluation.rpc_load) keep `window` requests each in flight for `seconds`; the
-  CPU time every process used (user + system, from /proc) and the sequencer's share.
+  (abcast.evaluation.rpc_load) keep `window` requests each in flight for `seconds`,
+  through a member (round robin), through the sequencer, or direct; the CPU time every
+  process used (user + system, from /proc) and the sequencer's share.
 
 Figures are noisy on a shared machine: compare cells of one run, not runs.
 """
@@ -52,13 +53,15 @@ class RpcSpec:
     clients: int = 3
     window: int = 16
     seconds: float = 3.0
-    saturation_paths: tuple[str, ...] = ("via-member", "direct")
+    #: how the clients reach the group: "via-member" (round robin), "via-sequencer" (Case
+    #: B with the sequencer as every request's contact), "direct" (Case A)
+    saturation_paths: tuple[str, ...] = ("via-member", "via-sequencer", "direct")
 
 
 def quick_rpc_spec() -> RpcSpec:
     return RpcSpec(t_request_nodes=(2, 4), t_request_count=60, consolidation_nodes=(3,),
                    payloads=(64, 65_536), consolidation_count=30, seconds=1.5,
-                   saturation_paths=("via-member",))
+                   saturation_paths=("via-sequencer",))
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +239,10 @@ async def _saturate(registry: str, servers: list[_Proc], client: Client, spec: R
                     path: str, logs: Path | None) -> SaturationRun:
     loads = [await _spawn(logs, "-m", "abcast.evaluation.rpc_load", "--registry", registry,
                           "--group", GROUP, "--seconds", str(spec.seconds), "--window",
-                          str(spec.window), "--path", path) for _ in range(spec.clients)]
+                          str(spec.window), "--path",
+                          "direct" if path == "direct" else "via-member", "--contact",
+                          "sequencer" if path == "via-sequencer" else "round-robin")
+             for _ in range(spec.clients)]
     try:
         for load in loads:
             load.node = json.loads(await load.line('{"event": "ready"'))["node"]

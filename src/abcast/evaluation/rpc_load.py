@@ -1,8 +1,8 @@
 """One client process of the bench's saturation experiment (abcast.evaluation.rpc_bench).
 
 `python -m abcast.evaluation.rpc_load --registry URL --group G --seconds S --window W
---path P`: connects, prints `{"event": "ready", "node": …}`, waits for a `go` line on
-stdin, keeps W requests in flight for S seconds (each a new one as soon as one is
+--path P --contact C`: connects, prints `{"event": "ready", "node": …}`, waits for a
+`go` line on stdin, keeps W requests in flight for S seconds (each a new one as soon as one is
 decided), prints `{"event": "result", "requests": …, "ok": …, "p50_us": …}` and exits at
 the next line on stdin (so its CPU time can be read while it still exists).
 """
@@ -41,7 +41,7 @@ async def _main(args: argparse.Namespace) -> None:
         while time.monotonic() < end:
             start = time.perf_counter_ns()
             outcome = await client.request(payload, vote=args.vote, timeout=5.0,
-                                           path=args.path)
+                                           path=args.path, contact=args.contact)
             latencies.append((time.perf_counter_ns() - start) // 1000)
             done += 1
             ok += outcome.status is Status.OK
@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--window", type=int, default=8)
     parser.add_argument("--path", default="via-member")
+    parser.add_argument("--contact", default="round-robin")
     parser.add_argument("--vote", default="majority")
     parser.add_argument("--payload", type=int, default=64)
     asyncio.run(_main(parser.parse_args()))
