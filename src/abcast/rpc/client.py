@@ -41,7 +41,7 @@ from abcast.codec import Envelope
 from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, sorted_nodes
 from abcast.registry.client import RegistryClient
-from abcast.rpc.voting import Ballot, Outcome, Reply, Vote, parse_consistency
+from abcast.rpc.voting import Ballot, Outcome, Reply, Status, Vote, parse_consistency
 from abcast.rpc.wire import ReplyFrame, Request, ViewNotice, decode_rpc, encode_rpc, endpoint_name
 from abcast.runtime.node import Node
 from abcast.transport import Link
@@ -148,6 +148,8 @@ class Client:
         self._check_call(path, contact, timeout)
         targets = self._targets(to)
         ballot_vote.check_targets(len(to) if to else self.largest)
+        if not targets:  # every server the client knew has left the group
+            return Outcome(Status.MEMBERS_LOST, None, ())
         ballot = Ballot(ballot_vote, consistency, targets)
         ballot.on_view(self.members)
         request = Request(self.id, next(self._rids), bytes(payload), self.node.address,
@@ -186,6 +188,8 @@ class Client:
         request = Request(self.id, next(self._rids), bytes(payload), self.node.address,
                           tuple(to or ()), True, path)
         self.stats.requests += 1
+        if not targets:
+            return request.rid  # nobody to send it to
         ballot = Ballot(Vote("first"), "any", targets)
         self._send(_Pending(ballot, request, asyncio.Event(), None), contact, first=True)
         return request.rid
@@ -255,7 +259,7 @@ class Client:
         if ballot.decided:
             self.stats.late_replies += 1
             return
-        if ballot.on_reply(Reply(frame.server, frame.value, frame.ok)).value != "WAITING":
+        if ballot.on_reply(Reply(frame.server, frame.value, frame.ok)) is not Status.WAITING:
             pending.decided.set()
 
     def _view(self, view_id: int, members: tuple[NodeId, ...]) -> None:
@@ -266,7 +270,7 @@ class Client:
         self.largest = max(self.largest, len(members))
         for pending in self._pending.values():
             lost_contact = pending.contact is not None and pending.contact not in members
-            if pending.ballot.on_view(members).value != "WAITING":
+            if pending.ballot.on_view(members) is not Status.WAITING:
                 pending.decided.set()
             elif lost_contact and pending.request.path == "via-member":
                 self.stats.retries += 1
