@@ -46,6 +46,9 @@ def test_model_column_recovers_a_planted_overhead_exactly() -> None:
         assert c.fitted_points == 3 and not c.exact_by_fit
     for check in slope_checks(cells, T_MSG_US):
         assert check.measured_slope_us == pytest.approx(check.model_slope_us)
+        # the two further estimates find the same overhead when the model holds
+        assert check.free_fit_overhead_us == pytest.approx(OVERHEAD_US)
+        assert check.smallest_n_overhead_us == pytest.approx(OVERHEAD_US)
 
 
 def test_model_column_shows_where_measurements_leave_the_model() -> None:
@@ -58,6 +61,9 @@ def test_model_column_shows_where_measurements_leave_the_model() -> None:
     assert first.predicted_us > first.measured_us and last.predicted_us < last.measured_us
     check = slope_checks(cells, {"tcp": 30.0})[0]
     assert check.measured_slope_us == pytest.approx(2 * check.model_slope_us)  # type: ignore[operator]
+    # T = 120·(n−1): the free line goes through 0; at n = 2, 120 − 60 µs is left over
+    assert check.free_fit_overhead_us == pytest.approx(0.0, abs=1e-6)
+    assert check.smallest_n_overhead_us == pytest.approx(60.0)
 
 
 def test_failed_or_violating_cells_are_not_measured() -> None:

@@ -118,6 +118,7 @@ def test_pings_over_sizes_make_table_3_and_only_the_table_payload_is_t_msg(
     page = render_markdown(result)
     model = _section(page, "## Measured vs model")
     assert "(the thesis's Table 3)" in model and "| middleware | 5 B | 100 B | 65,536 B |" in model
+    assert "| T_overhead µs | free fit µs | smallest n µs |" in model
     assert f"| tcp | 1.0 | {2 * T_MSG_US['tcp']:.1f} | {100 * T_MSG_US['tcp']:,.1f} |" in model
     write_report(result, tmp_path)
     assert (tmp_path / "ping_vs_size.png").exists()

@@ -118,13 +118,17 @@ def _model_section(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]
                      for p in result.pings if p.size == TABLE_PAYLOAD])
     lines += _ping_sizes(result)
     lines += ["Growth per extra node: least squares of the measured means over n−1, against "
-              "the model's s·T_msg. T_overhead: the fitted constant.", ""]
+              "the model's s·T_msg. T_overhead: the fitted constant (slope fixed by the "
+              "model); beside it two more estimates — the intercept of the free "
+              "least-squares line (slope measured), and the smallest n's mean less "
+              "s·(n−1)·T_msg there.", ""]
     overheads = {(c.ordering, c.transport): c.overhead_us for c in cells}
     lines += _table(
         ["ordering", "middleware", "cells", "measured µs/node", "model s·T_msg µs/node",
-         "T_overhead µs"],
+         "T_overhead µs", "free fit µs", "smallest n µs"],
         [[s.ordering, s.transport, str(s.points), _num(s.measured_slope_us, 1),
-          _num(s.model_slope_us, 1), _num(overheads.get((s.ordering, s.transport)), 1)]
+          _num(s.model_slope_us, 1), _num(overheads.get((s.ordering, s.transport)), 1),
+          _num(s.free_fit_overhead_us, 1), _num(s.smallest_n_overhead_us, 1)]
          for s in slope_checks(cells, t_msg)])
     return lines
 
