@@ -427,8 +427,9 @@ def _register_commands() -> None:
     from abcast.apps.groups import group
     from abcast.evaluation.cli import bench
     from abcast.pipeline.commands import check, report
+    from abcast.rpc.commands import call, serve
 
-    for command in (bench, demo, group, check, report):
+    for command in (bench, demo, group, check, report, serve, call):
         cli.add_command(command)
 
 

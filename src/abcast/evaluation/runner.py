@@ -22,7 +22,7 @@ from statistics import fmean
 from typing import Final, Protocol
 
 from abcast.evaluation.analysis import LoadPoint, load_curves
-from abcast.evaluation.grid import Experiment, Grid, Phase, verification_run
+from abcast.evaluation.grid import TABLE_PAYLOAD, Experiment, Grid, Phase, verification_run
 from abcast.evaluation.peers import find_redis_server, run_peer
 from abcast.evaluation.ping import ping
 from abcast.evaluation.results import (
@@ -130,9 +130,11 @@ class BenchRunner:
         self.progress.begin("ping (T_msg)", len(middlewares))
         pings = []
         started = time.monotonic()
+        sizes = dict.fromkeys((TABLE_PAYLOAD, *self.grid.spec.ping_sizes))
         for scheme in middlewares:
             self.progress.step(f"ping {scheme}")
-            pings.append(await ping(scheme, self.grid.spec.ping_rounds))
+            for size in sizes:
+                pings.append(await ping(scheme, self.grid.spec.ping_rounds, size))
             self.progress.advance()
         self.phase_s["ping"] = time.monotonic() - started
         return pings
@@ -143,9 +145,9 @@ class BenchRunner:
         self.progress.begin(name, len(experiments))
         started = time.monotonic()
         done: list[RunMeasurement] = []
-        past_knee: dict[tuple[str, int], int] = {}  # load curve → runs that fell behind
+        past_knee: dict[tuple[str, str, int], int] = {}  # load curve → runs fallen behind
         for exp in experiments:
-            curve = (exp.ordering, exp.nodes)
+            curve = (exp.ordering, exp.transport, exp.nodes)
             if exp.phase is Phase.LOAD and past_knee.get(curve, 0) >= SATURATED_AFTER:
                 self.progress.advance()  # saturated: higher rates only queue up more
                 continue
@@ -167,13 +169,14 @@ class BenchRunner:
     def _verification_runs(self, runs: list[RunMeasurement]) -> list[Experiment]:
         """Per load curve, the untraced run at its knee (the lowest rate when it has
         none) again with tracing on."""
-        by_point = {(r.experiment.ordering, r.experiment.nodes, r.experiment.rate): r
+        by_point = {(r.experiment.ordering, r.experiment.transport, r.experiment.nodes,
+                     r.experiment.rate): r
                     for r in runs if r.experiment.phase is Phase.LOAD}
         chosen = []
         for curve in load_curves(runs):
             rate = curve.knee.offered if curve.knee.offered is not None else (
                 curve.points[0].offered)
-            load_run = by_point.get((curve.ordering, curve.nodes, rate))
+            load_run = by_point.get((curve.ordering, curve.transport, curve.nodes, rate))
             if load_run is not None:
                 chosen.append(verification_run(load_run.experiment, self.grid.spec))
         return chosen
