@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any, Final
 
+from abcast.evaluation.cluster import percentile
 from abcast.evaluation.grid import PeerExperiment
 from abcast.evaluation.results import Figures, PeerMeasurement
-from abcast.runtime.cluster import percentile
 
 REDIS_SERVER: Final = "redis-server"
 REDIS_INSTALL: Final = "apt-get install redis-server"

@@ -42,8 +42,8 @@ from abcast.effects import Deliver, Effect, Multicast, Send
 from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View
+from abcast.layer import Layer
 from abcast.ordering._holdback import CausalHoldback
-from abcast.stack import Layer
 
 #: most ids one order packet carries (the decoder refuses more)
 MAX_ORDER_IDS: Final = 4096

@@ -6,7 +6,7 @@ Rules: this module draws fault schedules and judges finished runs; it never buil
 channel under the membership-aware core, which rejoins when cut off) and never runs one
 (abcast.sim.harness does). The judging has three parts.
 
-- The trace checks (abcast.testing) over the members *present for the whole run* — in
+- The trace checks (abcast.checks) over the members *present for the whole run* — in
   every view anybody installed, never crashed, never left. The other nodes' `send` rows
   stay (what they broadcast is known), their deliveries and views go, and each gets a
   `crash` row, so the checks owe them nothing and expect nothing of them.
@@ -44,10 +44,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
+from abcast.checks import Violation, check_events
 from abcast.ids import MsgId, NodeId, sorted_nodes
 from abcast.ordering.registry import get_ordering
 from abcast.sim.harness import SimResult
-from abcast.testing import Violation, check_events
 from abcast.trace.rows import EventRow
 
 # -- random churn schedules ----------------------------------------------------------------

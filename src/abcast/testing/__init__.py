@@ -1,10 +1,11 @@
-"""In-memory checks of traces (docs/checks.md), used by tests and `abcast sim`; the
-Spark pipeline implements the same definitions and must report the same counts."""
+"""The public test kit: the in-memory trace checks (re-exported from abcast.checks, their
+one home; docs/checks.md), the violation codes, `TraceBuilder` for hand-written traces
+and `PacketPool` (abcast.testing.pool) for driving stacks by hand. Production code
+imports abcast.checks, never this package (docs/design.md, "The import contract")."""
 
 from __future__ import annotations
 
-from abcast.testing.builders import TraceBuilder
-from abcast.testing.checks import (
+from abcast.checks import (
     Violation,
     check_agreement,
     check_causal,
@@ -21,6 +22,7 @@ from abcast.testing.checks import (
     count_by_code,
     validate_guarantees,
 )
+from abcast.testing.builders import TraceBuilder
 from abcast.trace.schema import (
     AGREEMENT,
     CAUSAL_ORDER,

@@ -11,7 +11,7 @@ or a wall clock that steps back, must not make that order ambiguous.
 
 `DeliveredPrefix` computes the `deps` of `send` rows for both drivers.
 
-It knows nothing about files (abcast.trace.writer) or what the rows mean (abcast.testing).
+It knows nothing about files (abcast.trace.writer) or what the rows mean (abcast.checks).
 Not thread-safe: one recorder belongs to one event loop or one simulator.
 """
 
