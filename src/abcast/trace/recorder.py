@@ -152,8 +152,8 @@ class TraceRecorder:
 
 
 class DeliveredPrefix:
-    """Per origin, the highest k such that 1..k were delivered here (the `deps` of DESIGN
-    §4), computed exactly as the simulator does."""
+    """Per origin, the highest k such that 1..k were delivered here (the `deps` of
+    docs/design.md §6), computed exactly as the simulator does."""
 
     __slots__ = ("_above", "_prefix")
 
