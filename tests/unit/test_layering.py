@@ -26,14 +26,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("vocabulary", ("abcast.errors", "abcast.ids", "abcast.codec", "abcast.events",
                     "abcast.effects", "abcast.snapshot", "abcast.layer")),
     # the sans-IO protocol cores, and the sans-IO helpers the drivers share with them
+    # (abcast.membership: the membership layer issue #19 introduces, on branch `mem`)
     ("cores", ("abcast.ordering", "abcast.reliability", "abcast.group", "abcast.consensus",
-               "abcast.batching", "abcast.workload")),
+               "abcast.membership", "abcast.batching", "abcast.workload")),
     # composition: the stack, and the registry of orderings that builds stacks
     ("stack", ("abcast.stack", "abcast.ordering.registry")),
     ("trace/checks", ("abcast.trace", "abcast.checks")),
     ("sim/runtime/transport/registry", ("abcast.sim", "abcast.runtime", "abcast.transport",
                                         "abcast.registry")),
-    ("replicated/pipeline/evaluation", ("abcast.replicated", "abcast.pipeline",
+    # (abcast.rpc: where DESIGN places client/server requests, being built on branch `rpc`)
+    ("replicated/pipeline/evaluation", ("abcast.replicated", "abcast.rpc", "abcast.pipeline",
                                         "abcast.evaluation")),
     # the entry points: the command line, its apps, the package's public face, the test kit
     ("cli/apps", ("abcast.cli", "abcast.apps", "abcast.testing", "abcast")),
