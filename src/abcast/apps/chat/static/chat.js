@@ -165,12 +165,14 @@ const handlers = {
            `${h.origin} #${h.seq} waits for ${h.waiting_for}`));
       const parts = [el("h3", {}, layer.layer, " ",
                         el("span", { class: "phase" }, layer.phase || ""))];
+      const lines = (obj) => Object.entries(obj).map(([k, v]) => `${k}: ${JSON.stringify(v)}`);
       if (Object.keys(layer.clock).length)
-        parts.push(el("pre", { class: "clock" }, "clock " + JSON.stringify(layer.clock)));
+        parts.push(el("pre", { class: "clock" }, lines(layer.clock).join("\n")));
       parts.push(el("ul", { class: "holdback" },
         ...(held.length ? held : [el("li", { class: "none" }, "holdback empty")])));
       if (Object.keys(layer.counters).length)
-        parts.push(el("pre", { class: "counters" }, JSON.stringify(layer.counters)));
+        parts.push(el("pre", { class: "counters" }, "counters " +
+          Object.entries(layer.counters).map(([k, v]) => `${k}=${v}`).join(" ")));
       return el("div", { class: "layer", "data-layer": layer.layer }, ...parts);
     }));
   },
