@@ -23,18 +23,18 @@ from abcast.codec import decode_envelope
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.transport.base import FrameHandler, Link, Transport
+from abcast.transport.wrapper import WrappingTransport
 
 Key = tuple[str, str]  # (group, member)
 
 
-class HoldingTransport(Transport):
+class HoldingTransport(WrappingTransport):
     """`HoldingTransport(inner)`; then `hold`, `release`, `held` on the running node."""
 
     scheme: ClassVar[str] = "hold"
 
     def __init__(self, inner: Transport) -> None:
-        self.inner = inner
-        self.stats = inner.stats
+        super().__init__(inner)
         self._on_frame: FrameHandler | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: (group, member) → delay in ms (0: hold until released)
@@ -120,21 +120,6 @@ class HoldingTransport(Transport):
         self._loop = asyncio.get_running_loop()
         return await self.inner.start(node, self._filter)
 
-    def add_peer(self, node: NodeId, address: str) -> None:
-        self.inner.add_peer(node, address)
-
-    def remove_peer(self, node: NodeId) -> None:
-        self.inner.remove_peer(node)
-
-    def send(self, node: NodeId, data: bytes) -> None:
-        self.inner.send(node, data)
-
-    def buffered(self, node: NodeId | None = None) -> int:
-        return self.inner.buffered(node)
-
-    async def drain(self, node: NodeId | None = None) -> None:
-        await self.inner.drain(node)
-
     async def close(self) -> None:
         for timer in self._timers.values():
             timer.cancel()
@@ -143,15 +128,3 @@ class HoldingTransport(Transport):
         self._rules.clear()
         self._on_frame = None
         await self.inner.close()
-
-    @property
-    def node(self) -> NodeId:
-        return self.inner.node
-
-    @property
-    def address(self) -> str:
-        return self.inner.address
-
-    @property
-    def peers(self) -> tuple[NodeId, ...]:
-        return self.inner.peers
