@@ -109,10 +109,10 @@ class ChatNode:
             self._debug_task.cancel()
         for task in list(self._tasks):
             task.cancel()
-        for room in list(self.rooms.values()):
-            if room.group is not None and room.group.active:
-                with contextlib.suppress(Exception):
-                    await room.group.leave()
+        # every group at once: a leave waits (up to 10 s) for members that may be gone
+        await asyncio.gather(*(room.group.leave() for room in list(self.rooms.values())
+                               if room.group is not None and room.group.active),
+                             return_exceptions=True)
         await self.node.close()
 
     async def __aenter__(self) -> ChatNode:

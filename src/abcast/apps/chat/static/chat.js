@@ -142,7 +142,7 @@ const handlers = {
     if (list.children.length >= m.index) return; // already shown (a page reconnected)
     list.append(el("li", { "data-origin": m.origin, "data-seq": m.seq },
       el("span", { class: "origin" }, m.origin), " ",
-      el("span", { class: "seq" }, `#${m.seq}`), el("span", { class: "text" }, m.text)));
+      el("span", { class: "seq" }, `#${m.seq}`), " ", el("span", { class: "text" }, m.text)));
     list.scrollTop = list.scrollHeight;
   },
   left(m) {
