@@ -58,7 +58,12 @@ async def _main(port: int, host: str, registry_url: str | None, transport: str) 
         loop.add_signal_handler(sig, stop.set)
     try:
         async with ChatNode(registry_url, transport) as node:
-            runner, url = await serve(node, host, port)
+            try:
+                runner, url = await serve(node, host, port)
+            except OSError as exc:  # the port is taken, the host is not ours, …
+                click.echo(f"abcast: error: cannot serve the page on {host}:{port}: "
+                           f"{exc.strerror or exc}", err=True)
+                return 2
             try:
                 sys.stdout.write(f"chat {url} node {node.node.id} registry {registry_url}\n")
                 sys.stdout.flush()
