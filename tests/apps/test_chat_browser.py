@@ -204,6 +204,7 @@ def _scenario(a: Participant, b: Participant, c: Participant,
         expect(holdback).to_have_attribute("data-origin", c.node)
         waiting, total = 0, 1
     assert len(_messages(pc, held_group)) == waiting
+    expect(pc.locator(f"{panel} .transport")).to_contain_text("frames sent")
     target = os.environ.get("ABCAST_CHAT_SCREENSHOT")
     if target:
         pc.screenshot(path=target)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -309,7 +310,7 @@ class ChatNode:
         if room is None or room.group is None or not room.group.active:
             return None
         return Debug(name, to_builtins(room.group.inspect()), self.holding.rules(name),
-                     self.holding.held(name))
+                     self.holding.held(name), dataclasses.asdict(self.holding.stats))
 
     def _push_debug(self, name: str, *, force: bool = False) -> None:
         message = self.debug(name)

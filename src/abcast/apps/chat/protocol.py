@@ -137,6 +137,8 @@ class Debug(_Server, tag="debug", frozen=True):
     #: the hold/release control: member → delay ms (0: held), member → frames waiting
     rules: dict[str, int]
     held: dict[str, int]
+    #: this node's transport counters (every group's frames: sent, received, …)
+    transport: dict[str, int] = {}
 
 
 class Error(_Server, tag="error", frozen=True):

@@ -159,6 +159,10 @@ const handlers = {
                          : `${member}: delayed ${delay} ms (${waiting} in flight)`;
     });
     $(".rules", g.panel).textContent = rules.join("; ");
+    const t = m.transport;
+    $(".transport", g.panel).textContent = t.frames_out === undefined ? "" :
+      `this node's transport (all groups): ${t.frames_out} frames sent, ` +
+      `${t.frames_in} received, ${t.reconnects} reconnects`;
     $(".layers", g.panel).replaceChildren(...m.layers.map((layer) => {
       const held = layer.holdback.map((h) =>
         el("li", { "data-origin": h.origin, "data-seq": h.seq },
