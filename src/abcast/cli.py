@@ -403,6 +403,7 @@ def node(
 def _register_commands() -> None:
     """Commands that live beside their subject; their heavy imports (Spark) stay lazy."""
     from abcast.apps.bank import demo
+    from abcast.apps.chat import chat
     from abcast.apps.groups import group
     from abcast.apps.rpc_commands import call, serve
     from abcast.evaluation.cli import bench
@@ -410,6 +411,7 @@ def _register_commands() -> None:
 
     for command in (bench, demo, group, check, report, serve, call):
         cli.add_command(command)
+    demo.add_command(chat)
 
 
 _register_commands()

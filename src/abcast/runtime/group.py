@@ -52,6 +52,7 @@ from abcast.registry.messages import GroupInfo
 from abcast.reliability.channel import ChannelConfig
 from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.node import Node
+from abcast.snapshot import LayerSnapshot
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Transport
 
@@ -471,6 +472,10 @@ class Group:
     @property
     def driver(self) -> GroupDriver:
         return self._require_driver()
+
+    def inspect(self) -> list[LayerSnapshot]:
+        """This node's stack for the group, layer by layer, bottom first (read-only)."""
+        return self._require_driver_any().stack.inspect()
 
     @property
     def registrar(self) -> Registrar | None:
