@@ -108,6 +108,8 @@ class Host(Protocol):
 
     def transmit(self, dst: NodeId, data: bytes) -> None: ...
 
+    def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> None: ...
+
 
 class GroupDriver:
     def __init__(
@@ -272,9 +274,12 @@ class GroupDriver:
             kind = type(out)
             if kind is Transmit and not out.control:  # type: ignore[union-attr]
                 transmit: Transmit = out  # type: ignore[assignment]
-                self.protocol_packets += len(transmit.to)
-                for dst in transmit.to:
-                    host.transmit(dst, transmit.data)
+                to = transmit.to
+                self.protocol_packets += len(to)
+                if len(to) == 1:
+                    host.transmit(to[0], transmit.data)
+                else:
+                    host.transmit_many(to, transmit.data)  # one write on udp://
                 continue
             if kind is Deliver or kind is SetTimer or kind is CancelTimer:
                 held.append(out)
@@ -284,8 +289,10 @@ class GroupDriver:
             match out:
                 case Transmit(to, data):  # a control packet (acks, retransmissions)
                     self.control_packets += len(to)
-                    for dst in to:
-                        host.transmit(dst, data)
+                    if len(to) == 1:
+                        host.transmit(to[0], data)
+                    else:
+                        host.transmit_many(to, data)
                 case Deliver() | SetTimer() | CancelTimer():  # a subclass: no holding
                     self._carry_out_held([out])
                 case InstallView(view) if host.id not in view.members:

@@ -298,6 +298,18 @@ class Node:
         else:
             self.stats.unresolved_frames += 1  # the reliable channel sends it again
 
+    def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> None:
+        """One frame for several peers: one write where the transport can (udp://)."""
+        transport = self._transport
+        if transport is None or self._state != "open":
+            return
+        urls = self._peer_urls
+        if all(dst in urls for dst in dsts) or self.registry is None:
+            transport.multicast(dsts, data)
+            return
+        for dst in dsts:
+            self.transmit(dst, data)
+
     async def _resolve(self, peer: NodeId) -> None:
         registry = self.registry
         assert registry is not None
