@@ -3,20 +3,16 @@ kernel refuses multicast. Only 127.0.0.1 and 239.0.0.0/8 with TTL 0/1 are used."
 
 from __future__ import annotations
 
-import secrets
 import socket
 import struct
 
 import pytest
 
+from abcast.transport.udp import pick_group
+
 
 def fresh_group() -> str:
-    """A random administratively-scoped group and a port that was free a moment ago (so
-    that concurrent test runs on one machine do not hear each other)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"239.255.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}:{port}"
+    return pick_group()
 
 
 def require_multicast() -> None:

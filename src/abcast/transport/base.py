@@ -284,11 +284,13 @@ class Transport(ABC):
     def send(self, node: NodeId, data: bytes) -> None:
         """Queue one frame for `node` (a known peer). Never blocks; never drops."""
 
-    def multicast(self, nodes: tuple[NodeId, ...] | list[NodeId], data: bytes) -> None:
-        """Queue one frame for each of `nodes` (known peers). Here: one `send` each; a
-        transport that can reach them all with one write (udp:// with a group) does so."""
+    def multicast(self, nodes: tuple[NodeId, ...] | list[NodeId], data: bytes) -> int:
+        """Queue one frame for each of `nodes` (known peers); returns the packets that
+        costs on the wire. Here: one `send` each; a transport that can reach them all
+        with one write (udp:// with a group) does so."""
         for node in nodes:
             self.send(node, data)
+        return len(nodes)
 
     @abstractmethod
     def buffered(self, node: NodeId | None = None) -> int:

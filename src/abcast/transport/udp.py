@@ -66,6 +66,15 @@ from abcast.transport.udp_wire import (
 #: at most this much leaves per loop turn (then the loop turns, and readers read)
 PACE_DATAGRAMS: Final = 512
 PACE_BYTES: Final = 1024 * 1024
+def pick_group() -> str:
+    """A fresh group for one run on this host: a random address in 239.255.0.0/16 (so
+    that runs side by side do not hear each other) and a UDP port free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"239.255.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}:{port}"
+
+
 #: datagrams read per readiness callback, at most
 READ_BATCH: Final = 1024
 SOCKET_BUFFER_BYTES: Final = 8 * 1024 * 1024
@@ -287,12 +296,11 @@ class UdpTransport(QueuedTransport):
 
     # ----------------------------------------------------------- sending
 
-    def multicast(self, nodes: tuple[NodeId, ...] | list[NodeId], data: bytes) -> None:
+    def multicast(self, nodes: tuple[NodeId, ...] | list[NodeId], data: bytes) -> int:
         """One frame for each of `nodes`: one datagram write to the group when this
         transport has one and knows every node; else one send each."""
         if self._group is None or len(nodes) < 2 or any(n not in self._peers for n in nodes):
-            super().multicast(nodes, data)
-            return
+            return super().multicast(nodes, data)
         self._check_open("multicast")
         if type(data) is not bytes:
             data = bytes(data)
@@ -302,6 +310,7 @@ class UdpTransport(QueuedTransport):
         self._mqueue.append(data)
         self._mqueued_bytes += len(data)
         self._schedule_flush()
+        return 1
 
     def _frames_queued(self, peer: PeerState) -> None:
         self._schedule_flush()
