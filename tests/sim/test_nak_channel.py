@@ -2,7 +2,8 @@
 
 Properties: a multicast is one packet on the wire, so the sequencer's unbatched broadcast
 costs 2 protocol packets instead of 2(n−1), n = 3…8; under loss, duplication and
-reordering every ordering above it stays clean and delivers everything; stability frees
+reordering every ordering above it stays clean and delivers everything, through joins,
+leaves and crashes too; stability frees
 every buffer once the run is quiet; back-pressure holds a sender past its window and
 loses nothing; a 10 MB broadcast is fragmented, its lost fragments NAKed one by one, and
 it arrives identical everywhere; a planted variant that ignores NAKs is caught.
@@ -49,6 +50,22 @@ def test_every_ordering_stays_clean_over_a_lossy_multicast_network(
     assert result.violations == []
     assert result.delivered == 150 * 5
     assert result.retransmissions > 0  # the loss was real, and repaired
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize(("ordering", "faults"), [
+    ("sequencer", "join=n6@30ms,drop=0.02"), ("sequencer", "leave=n2@40ms,drop=0.02"),
+    ("sequencer", "crash=n1@40ms,drop=0.02"), ("chandra-toueg", "crash=n3@40ms,drop=0.02"),
+    ("causal", "join=n6@30ms,drop=0.02"), ("matrix", "join=n6@30ms"),
+])
+def test_membership_changes_over_multicast_stay_clean(ordering: str, faults: str,
+                                                      seed: int) -> None:
+    """A joiner starts each member's multicast stream where that member's digest says it
+    began sending to it; leavers and crashed members stop holding stability back."""
+    result = run_simulation(SimConfig(ordering, nodes=5, messages=120, seed=seed,
+                                      faults=faults, options=NAK, ip_multicast=True))
+    assert result.violations == []
+    assert result.quiescent
 
 
 def _stacks(ordering: str, opts: OrderingOptions, into: dict[NodeId, Stack]):  # type: ignore[no-untyped-def]

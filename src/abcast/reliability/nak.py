@@ -32,9 +32,11 @@ Rules:
 - Fragmentation: a payload above frag_bytes leaves as fragments, each its own seq (so a
   lost fragment is NAKed alone); the first carries the headers above. Reassembly is
   in-order, bounded by max_fragments, and dropped with the stream (view change, cancel).
-- Streams of the nodes in this node's first view start at 1; a stream first heard later
-  (a joiner's, or heard by a joiner) starts at its first packet. Packets from outside the
-  view are dropped unless `open_group` (orderings that admit joiners themselves).
+- Every stream starts at 1, except, at a joiner, the multicast streams of the members
+  it joined: each starts where that member's digest says it started sending to the
+  joiner (`Mark.start_m`); until that digest comes, packets of the stream are held.
+  Packets from outside the view are dropped unless `open_group` (orderings that admit
+  joiners themselves).
 - NAKs, digests, cancels and retransmissions are `control` traffic (not counted as
   protocol packets). No clock, no randomness: time is the `now` argument.
 """
@@ -61,7 +63,7 @@ from abcast.events import (
     TimerFired,
     ViewInstalled,
 )
-from abcast.ids import NodeId
+from abcast.ids import NodeId, View
 from abcast.snapshot import LayerSnapshot
 from abcast.stack import Layer
 
@@ -104,6 +106,7 @@ class Mark(msgspec.Struct, frozen=True, array_like=True, gc=False):
     recv_u: Count
     sent_u: Count
     stable_u: Count  # what the digest's sender has freed of its stream to `peer`
+    start_m: Count  # the first seq of the sender's multicast stream `peer` was sent
 
 
 class NDigest(Header, frozen=True):
@@ -185,10 +188,12 @@ class NakChannel(Layer):
         self.open_group = open_group
         self._others: tuple[NodeId, ...] = ()
         self._members: frozenset[NodeId] = frozenset()
-        self._founders: frozenset[NodeId] | None = None  # the first view's members
+        #: a joiner's: the members it found (their streams started before it came)
+        self._found: frozenset[NodeId] | None = None
         self._m = _Out()
         self._u: dict[NodeId, _Out] = {}
         self._acked_m: dict[NodeId, int] = {}  # each member's contiguous mark of _m
+        self._start_m: dict[NodeId, int] = {}  # the first seq of _m each member was sent
         self._in: dict[tuple[NodeId, int], _In] = {}
         self._xmit: dict[int, set[NodeId]] = {}  # gathered NAKs of the multicast stream
         self._nak_armed = False
@@ -235,7 +240,7 @@ class NakChannel(Layer):
             case TimerFired("stable"):
                 return self._stability_round(now)
             case ViewInstalled(view):
-                return self._on_view(view.members, now)
+                return self._on_view(view, now)
             case Suspected() | Restored() | Excluded() | TimerFired():
                 return []
             case _:
@@ -301,8 +306,7 @@ class NakChannel(Layer):
         st = self._in.get(key)
         if st is None:
             st = self._in[key] = _In()
-            if self._founders is not None and sender in self._founders and (
-                    self.node in self._founders):
+            if stream == UNICAST or self._found is None or sender not in self._found:
                 st.next = 1
         return st
 
@@ -311,8 +315,10 @@ class NakChannel(Layer):
             return []
         st = self._stream_in(sender, header.stream)
         seq = header.seq
-        if st.next == 0:
-            st.next = seq
+        if st.next == 0:  # a joiner, before the member's digest says where to start
+            if seq not in st.held and len(st.held) < self.config.max_holdback:
+                st.held[seq] = (header, inner)
+            return []
         if seq < st.next or seq in st.held:
             self.duplicates += 1
             return []
@@ -469,7 +475,7 @@ class NakChannel(Layer):
             out = self._u.get(peer)
             marks.append(Mark(peer, max(0, m.next - 1) if m else 0,
                               max(0, u.next - 1) if u else 0, out.last if out else 0,
-                              out.stable if out else 0))
+                              out.stable if out else 0, self._start_m.get(peer, 1)))
         self.digests += 1
         digest = NDigest(self._m.last, self._m.stable, marks)
         effects: list[Effect] = [Multicast(self._others, digest, control=True)]
@@ -489,6 +495,13 @@ class NakChannel(Layer):
         for mark in digest.marks:
             if mark.peer != self.node:
                 continue
+            if m.next == 0:  # we joined: the member's stream starts where it says
+                m.next = mark.start_m
+                for seq in [s for s in m.held if s < m.next]:
+                    del m.held[seq]
+                effects += self._drain(sender, m)
+                if m.held:
+                    gap = True
             self._acked_m[sender] = max(self._acked_m.get(sender, 0), mark.recv_m)
             effects += self._free(self._m, None, self._stable_mark(), now)
             out = self._u.get(sender)
@@ -526,9 +539,14 @@ class NakChannel(Layer):
         return effects
 
     # -- views -----------------------------------------------------------------------------
-    def _on_view(self, members: tuple[NodeId, ...], now: int) -> list[Effect]:
-        if self._founders is None and len(members) > 1:
-            self._founders = frozenset(members)
+    def _on_view(self, view: View, now: int) -> list[Effect]:
+        members = view.members
+        if self._found is None and len(members) > 1:
+            # a first view numbered above 1 is one this node joined
+            self._found = frozenset(members) if view.view_id > 1 else frozenset()
+        for peer in members:
+            if peer not in self._members and peer != self.node:
+                self._start_m[peer] = 1 if view.view_id <= 1 else self._m.last + 1
         self._members = frozenset(members)
         self._others = tuple(m for m in members if m != self.node)
         if not self.open_group:
@@ -538,6 +556,8 @@ class NakChannel(Layer):
             del self._u[peer]
         for peer in [p for p in self._acked_m if p not in self._members]:
             del self._acked_m[peer]
+        for peer in [p for p in self._start_m if p not in self._members]:
+            del self._start_m[peer]
         return self._free(self._m, None, self._stable_mark(), now)
 
     # -- inspection ------------------------------------------------------------------------
