@@ -10,10 +10,11 @@ loss injection for experiments), `datagram_bytes` (default 65,000; 1,400 is MTU-
 which is the address peers pass to `add_peer`; every member must name the same group.
 
 Rules:
-- `send` queues per peer; `multicast(nodes, frame)` queues one frame for the group when
-  the transport has one and every node is a known peer (else it sends to each). At the
-  end of the loop turn the queues become datagrams (udp_wire), written with `sendto` at
-  most PACE_DATAGRAMS / PACE_BYTES per turn (so that a receiver on the same loop, or
+- `send` and `multicast(nodes, frame)` (one frame for the group when the transport has
+  one and every node is a known peer; else one send each) cut the frame into datagrams
+  (udp_wire) at once, onto one write queue, so frames leave in the order they were sent
+  whatever their path. At the end of the loop turn the queue is written with `sendto`,
+  at most PACE_DATAGRAMS / PACE_BYTES per turn (so that a receiver on the same loop, or
   behind a socket buffer, is not flooded); receive and send buffers are enlarged.
 - A frame above `datagram_bytes` leaves in fragments sharing its sequence number;
   reassembly keeps at most `max_reassemblies` frames (the oldest is evicted), each for at
@@ -218,8 +219,6 @@ class UdpTransport(QueuedTransport):
         self._sender = b""
         self._session = 1
         self._seq = 0
-        self._mqueue: deque[bytes] = deque()
-        self._mqueued_bytes = 0
         self._out: deque[tuple[bytes, tuple[str, int]]] = deque()
         self._out_bytes = 0
         self._flush_scheduled = False
@@ -307,46 +306,33 @@ class UdpTransport(QueuedTransport):
         if len(data) > self.options.max_frame_bytes:
             raise LocalProtocolError(f"frame of {len(data)} bytes exceeds max_frame_bytes "
                                      f"{self.options.max_frame_bytes}")
-        self._mqueue.append(data)
-        self._mqueued_bytes += len(data)
-        self._schedule_flush()
+        assert self._group is not None
+        self._datagrams(data, self._group, MULTICAST)
+        self.udp_stats.multicast_frames_out += 1
+        self.sent(1, len(data))
+        self._schedule_write()
         return 1
 
     def _frames_queued(self, peer: PeerState) -> None:
-        self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if not self.is_open:
-            return
+        # Cut into datagrams at once, so that unicast and multicast frames leave in the
+        # order they were sent (a digest must not overtake the packets it announces).
+        queue = peer.queue
+        address = (peer.address.host, peer.address.port)
         frames = size = 0
-        if self._mqueue and self._group is not None:
-            while self._mqueue:
-                frame = self._mqueue.popleft()
-                self._datagrams(frame, self._group, MULTICAST)
-                frames += 1
-                size += len(frame)
-                self.udp_stats.multicast_frames_out += 1
-            self._mqueued_bytes = 0
-        for peer in self._peers.values():
-            queue = peer.queue
-            if not queue:
-                continue
-            address = (peer.address.host, peer.address.port)
-            while queue:
-                frame = queue.popleft()
-                self._datagrams(frame, address, 0)
-                frames += 1
-                size += len(frame)
-            peer.queued_bytes = 0
-        if frames:
-            self.sent(frames, size)
-        self._write()
+        while queue:
+            frame = queue.popleft()
+            self._datagrams(frame, address, 0)
+            frames += 1
+            size += len(frame)
+        peer.queued_bytes = 0
+        self.sent(frames, size)
+        self._schedule_write()
+
+    def _schedule_write(self) -> None:
+        """One write pass at the end of this loop turn, for everything queued in it."""
+        if not self._flush_scheduled and not self._writer_armed:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._write)
 
     def _datagrams(self, frame: bytes, address: tuple[str, int], flags: int) -> None:
         """Cut `frame` into datagrams (one unless it is large) onto the write queue."""
@@ -366,8 +352,9 @@ class UdpTransport(QueuedTransport):
 
     def _write(self) -> None:
         """Write at most a turn's pace of datagrams; come back next turn for the rest."""
+        self._flush_scheduled = False
         sock, out = self._sock, self._out
-        if sock is None:
+        if sock is None or not self.is_open:
             return
         count = written = 0
         stats = self.udp_stats
@@ -387,7 +374,7 @@ class UdpTransport(QueuedTransport):
             written += len(datagram)
         stats.datagrams_out += count
         if out and not self._writer_armed:
-            self.loop.call_soon(self._write)
+            self._schedule_write()
         self.progressed()
 
     def _arm_writer(self) -> None:
@@ -406,7 +393,7 @@ class UdpTransport(QueuedTransport):
         return self._out_bytes
 
     def buffered(self, node: NodeId | None = None) -> int:
-        return max(super().buffered(node), self._mqueued_bytes + self._out_bytes)
+        return max(super().buffered(node), self._out_bytes)
 
     def _send_reset(self, source: _Source, sender: str) -> None:
         now = self.loop.time()
@@ -596,9 +583,6 @@ class UdpTransport(QueuedTransport):
             sock.close()
         self._sock = self._msock = None
         self._writer_armed = False
-        self.stats.discarded_frames += len(self._mqueue)
-        self._mqueue.clear()
-        self._mqueued_bytes = 0
         self._out.clear()
         self._out_bytes = 0
         for source in self._sources.values():
