@@ -395,7 +395,7 @@ class UdpTransport(QueuedTransport):
     def buffered(self, node: NodeId | None = None) -> int:
         return max(super().buffered(node), self._out_bytes)
 
-    def _send_reset(self, source: _Source, sender: str) -> None:
+    def _send_reset(self, source: _Source) -> None:
         now = self.loop.time()
         if self._sock is None or now - source.reset_at < 0.05:
             return
@@ -456,7 +456,7 @@ class UdpTransport(QueuedTransport):
             return
         if source.dropped:
             stats.stale_datagrams += 1
-            self._send_reset(source, d.sender)
+            self._send_reset(source)
             return
         if path == _UNICAST:
             source.addr = addr
@@ -496,7 +496,7 @@ class UdpTransport(QueuedTransport):
         if source is not None and source.link is link:
             source.dropped = True
             self._drop_assemblies(source)
-            self._send_reset(source, link.peer)
+            self._send_reset(source)
 
     def _reassemble(self, source: _Source, lane: int, seq: int, frag: int, frags: int,
                     size: int, body: bytes) -> bytes | None:
