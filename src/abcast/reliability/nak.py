@@ -553,7 +553,17 @@ class NakChannel(Layer):
             for key in [k for k in self._in if k[0] not in self._members]:
                 del self._in[key]
         for peer in [p for p in self._u if p not in self._members]:
-            del self._u[peer]
+            if not self.open_group:
+                del self._u[peer]
+                continue
+            # an open group's peer may come back (a member cut off rejoins): keep the
+            # stream's numbering, so that it does not restart below what the peer has
+            # seen, but free what it held (a NAK for it is answered with a cancel)
+            out = self._u[peer]
+            out.buf.clear()
+            out.buf_bytes = 0
+            out.waiting.clear()
+            out.stable = out.last
         for peer in [p for p in self._acked_m if p not in self._members]:
             del self._acked_m[peer]
         for peer in [p for p in self._start_m if p not in self._members]:
