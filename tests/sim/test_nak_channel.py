@@ -57,11 +57,13 @@ def test_every_ordering_stays_clean_over_a_lossy_multicast_network(
     ("sequencer", "join=n6@30ms,drop=0.02"), ("sequencer", "leave=n2@40ms,drop=0.02"),
     ("sequencer", "crash=n1@40ms,drop=0.02"), ("chandra-toueg", "crash=n3@40ms,drop=0.02"),
     ("causal", "join=n6@30ms,drop=0.02"), ("matrix", "join=n6@30ms"),
+    ("sequencer", "partition=n4+n5|n1+n2+n3@50ms-3s,drop=0.02"),  # cut off, rejoin
 ])
 def test_membership_changes_over_multicast_stay_clean(ordering: str, faults: str,
                                                       seed: int) -> None:
     """A joiner starts each member's multicast stream where that member's digest says it
-    began sending to it; leavers and crashed members stop holding stability back."""
+    began sending to it; leavers and crashed members stop holding stability back; a
+    minority cut off rejoins and its unicast streams go on where they were."""
     result = run_simulation(SimConfig(ordering, nodes=5, messages=120, seed=seed,
                                       faults=faults, options=NAK, ip_multicast=True))
     assert result.violations == []
