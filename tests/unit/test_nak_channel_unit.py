@@ -1,6 +1,7 @@
-"""The NAK channel's cancel path, driven by hand: a sender asked for a packet it has
-freed answers NCancel, and the receiver skips it as a counted gap instead of waiting for
-ever; the packets behind the gap are then handed up in order."""
+"""The NAK channel driven by hand: a sender asked for a packet it has freed answers
+NCancel, and the receiver skips it as a counted gap instead of waiting for ever (the
+packets behind the gap are then handed up in order); a packet two members ask for is
+resent once, by multicast; a lost last packet is found through the keep-alive digest."""
 
 from __future__ import annotations
 
@@ -51,3 +52,17 @@ def test_a_lost_packet_asked_by_two_members_is_resent_once_by_multicast() -> Non
     resent = a.handle(TimerFired("xmit"), 1_100)
     assert [(type(e), e.control) for e in resent] == [(Multicast, True)]
     assert a.retransmissions == 1 and a.multicast_retransmissions == 1
+
+
+def test_a_lost_last_packet_is_found_by_the_keep_alive_digest() -> None:
+    a, b = NakChannel("a"), NakChannel("b")
+    for layer in (a, b):
+        layer.handle(ViewInstalled(VIEW), 0)
+    a.handle(MulticastRequested(("b", "c"), Packet((), b"last")), 0)  # lost on the way to b
+    stable = a.handle(TimerFired("stable"), 20_000)  # a still holds it: digest
+    (digest,) = [e for e in stable if isinstance(e, Multicast)]
+    assert isinstance(digest.header, NDigest) and digest.header.sent_m == 1 and digest.control
+    armed = b.handle(Received("a", digest.header, Packet()), 20_100)
+    assert any(getattr(e, "key", None) == "nak" for e in armed)
+    naks = b.handle(TimerFired("nak"), 22_100)
+    assert [(s.to, s.header) for s in naks if isinstance(s, Send)] == [("a", NNak(0, [1]))]
