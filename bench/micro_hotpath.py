@@ -54,7 +54,7 @@ from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
 from abcast.group.failure_detector import Fd
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack
-from abcast.ordering.sequencer import SData, SOrder
+from abcast.ordering.sequencer_wire import SData, SOrder
 from abcast.reliability.channel import RAck, RData, ReliableChannel
 from abcast.runtime.group import for_streams
 from abcast.stack import Stack

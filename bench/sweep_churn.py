@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from abcast.checks import check_events, count_by_code
 from abcast.errors import ConfigError
 from abcast.ordering.registry import OrderingOptions
 from abcast.sim import SimConfig, run_simulation
@@ -55,7 +56,6 @@ from abcast.sim.churn import (
     merge_views,
     present_throughout,
 )
-from abcast.testing import check_events, count_by_code
 from abcast.trace.rows import EventRow
 
 ORDERINGS = ("sequencer", "causal-total", "chandra-toueg")
@@ -116,7 +116,7 @@ class Outcome:
     views: int = 0
     rejoins: int = 0
     merges: int = 0
-    #: abcast.testing's view checks over the whole trace (every node, crashed ones up to
+    #: abcast.checks' view checks over the whole trace (every node, crashed ones up to
     #: their crash): informational, the cut-off incarnations included
     view_checks: dict[str, int] = field(default_factory=dict)
     #: the claimed guarantees over the whole trace, as `abcast sim` reports them:

@@ -34,9 +34,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from abcast.evaluation.cluster import ClusterConfig, ClusterResult
+from abcast.evaluation.launcher import run_cluster
 from abcast.ordering.registry import OrderingOptions
-from abcast.runtime.cluster import ClusterConfig, ClusterResult
-from abcast.runtime.launcher import run_cluster
 
 SECTIONS = ("counts", "saturation", "loss", "basic", "big")
 

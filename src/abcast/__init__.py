@@ -26,10 +26,14 @@ if TYPE_CHECKING:
     from abcast.ids import MsgId, NodeId, View
     from abcast.ordering.registry import ORDERINGS, OrderingOptions
     from abcast.registry import RegistryClient, RegistryServer
+    from abcast.rpc import Client, Outcome, Server
     from abcast.runtime import Group, Node
 
 _WHERE: dict[str, tuple[str, str]] = {
     "AbcastError": ("abcast.errors", "AbcastError"),
+    "Client": ("abcast.rpc.client", "Client"),
+    "Outcome": ("abcast.rpc.voting", "Outcome"),
+    "Server": ("abcast.rpc.server", "Server"),
     "ConfigError": ("abcast.errors", "ConfigError"),
     "DecodeError": ("abcast.errors", "DecodeError"),
     "Delivery": ("abcast.effects", "Deliver"),
@@ -54,6 +58,7 @@ _WHERE: dict[str, tuple[str, str]] = {
 __all__ = [
     "ORDERINGS",
     "AbcastError",
+    "Client",
     "ConfigError",
     "DecodeError",
     "Delivery",
@@ -63,10 +68,12 @@ __all__ = [
     "Node",
     "NodeId",
     "OrderingOptions",
+    "Outcome",
     "RegistryClient",
     "RegistryServer",
     "RemoteProtocolError",
     "ReplicatedHandle",
+    "Server",
     "Stage",
     "View",
     "attach",

@@ -11,10 +11,8 @@ always yields the same outputs. No clocks, no I/O: `now` comes in with every cal
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar
 
 from abcast.codec import Envelope, Frame, HeaderCodec, Packet, encode_frame
 from abcast.effects import (
@@ -53,30 +51,12 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import GroupName, NodeId, View
+from abcast.layer import Layer
 from abcast.snapshot import LayerSnapshot
 
+__all__ = ["Layer", "Stack", "TimerKey"]
+
 TimerKey = tuple[int, Hashable]
-
-
-class Layer(ABC):
-    """A protocol core in one slot of a stack: `handle(event, now) -> effects`."""
-
-    #: short name, used in logs and errors
-    name: ClassVar[str]
-    #: the msgspec type (usually a Union of `Header` subclasses) this layer puts on the wire
-    header_type: ClassVar[Any]
-
-    def __init__(self, node: NodeId) -> None:
-        self.node = node
-
-    @abstractmethod
-    def handle(self, event: Event, now: int) -> list[Effect]:
-        """Consume one event at time `now` (µs) and return the effects it causes."""
-
-    def inspect(self) -> LayerSnapshot:
-        """A read-only snapshot of this layer's state (see `abcast.snapshot`); layers with
-        something to show (holdback queues, clocks, counters) override it."""
-        return LayerSnapshot(layer=self.name)
 
 
 class Stack:

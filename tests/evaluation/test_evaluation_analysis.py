@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from evaluation_fakes import (
@@ -25,6 +26,7 @@ from abcast.evaluation.analysis import (
     peer_ratios,
     slope_checks,
 )
+from abcast.evaluation.grid import Phase
 
 
 def test_network_time_is_s_times_n_minus_1_times_t_msg() -> None:
@@ -44,6 +46,9 @@ def test_model_column_recovers_a_planted_overhead_exactly() -> None:
         assert c.fitted_points == 3 and not c.exact_by_fit
     for check in slope_checks(cells, T_MSG_US):
         assert check.measured_slope_us == pytest.approx(check.model_slope_us)
+        # the two further estimates find the same overhead when the model holds
+        assert check.free_fit_overhead_us == pytest.approx(OVERHEAD_US)
+        assert check.smallest_n_overhead_us == pytest.approx(OVERHEAD_US)
 
 
 def test_model_column_shows_where_measurements_leave_the_model() -> None:
@@ -56,6 +61,9 @@ def test_model_column_shows_where_measurements_leave_the_model() -> None:
     assert first.predicted_us > first.measured_us and last.predicted_us < last.measured_us
     check = slope_checks(cells, {"tcp": 30.0})[0]
     assert check.measured_slope_us == pytest.approx(2 * check.model_slope_us)  # type: ignore[operator]
+    # T = 120·(n−1): the free line goes through 0; at n = 2, 120 − 60 µs is left over
+    assert check.free_fit_overhead_us == pytest.approx(0.0, abs=1e-6)
+    assert check.smallest_n_overhead_us == pytest.approx(60.0)
 
 
 def test_failed_or_violating_cells_are_not_measured() -> None:
@@ -113,3 +121,16 @@ def test_peer_ratios_compare_saturation_and_p50_with_peers_that_ran() -> None:
     assert ratio.peer == "pysyncobj-tuned" and ratio.ordering == "sequencer"
     assert ratio.throughput_ratio == pytest.approx(CAPACITY * 0.98 / 3500.0)
     assert ratio.p50_ratio == pytest.approx(600.0 / 12000.0)
+
+
+def test_one_load_curve_per_middleware_and_peers_compare_the_baselines_own() -> None:
+    base = fake_result()
+    zmq = [replace(r, experiment=replace(r.experiment, transport="zmq"),
+                   figures=replace(r.figures, throughput=(r.figures.throughput or 0) * 10))
+           for r in base.runs if r.experiment.phase is Phase.LOAD]
+    result = replace(base, runs=(*base.runs, *zmq))
+    curves = load_curves(result.runs)
+    assert [(c.ordering, c.transport) for c in curves] == [("sequencer", "tcp"),
+                                                           ("sequencer", "zmq")]
+    (ratio,) = peer_ratios(result)  # the baseline ran on tcp: zmq's curve is not its
+    assert ratio.throughput_ratio == pytest.approx(CAPACITY * 0.98 / 3500.0)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from abcast.errors import ConfigError
+from abcast.evaluation.cluster import installed_event_loops
 from abcast.evaluation.grid import (
     MIDDLEWARES,
     ORDERINGS,
@@ -20,7 +21,6 @@ from abcast.evaluation.grid import (
     quick_spec,
     verification_run,
 )
-from abcast.runtime.cluster import installed_event_loops
 
 
 def test_full_table_is_every_ordering_by_middleware_by_n_closed_and_traced() -> None:
@@ -37,15 +37,28 @@ def test_size_sweep_spans_10_bytes_to_64_kib() -> None:
     assert min(sizes) == 10 and max(sizes) == 64 * 1024
 
 
+def test_the_full_sweeps_cover_every_middleware_the_quick_one_tcp() -> None:
+    full, quick = build_grid(full_spec()), build_grid(quick_spec())
+    assert {e.transport for e in full.of(Phase.SIZES)} == set(MIDDLEWARES)
+    load = full.of(Phase.LOAD)
+    assert {e.transport for e in load} == set(MIDDLEWARES)
+    spec = full_spec()
+    assert {e.nodes for e in load if e.transport == spec.sweep_transport} == set(
+        spec.load_nodes)
+    assert {e.nodes for e in load if e.transport != spec.sweep_transport} == {
+        spec.compare_nodes}
+    assert {e.transport for e in (*quick.of(Phase.SIZES), *quick.of(Phase.LOAD))} == {"tcp"}
+
+
 @pytest.mark.parametrize("spec", [quick_spec(), full_spec()], ids=["quick", "full"])
 def test_load_runs_are_open_loop_untraced_and_rise_per_curve(spec: GridSpec) -> None:
     grid = build_grid(spec)
     load = grid.of(Phase.LOAD)
     assert load and all(not e.trace and e.rate is not None for e in load)
-    curves: dict[tuple[str, int], list[float]] = {}
+    curves: dict[tuple[str, str, int], list[float]] = {}
     for e in load:
         assert e.rate is not None
-        curves.setdefault((e.ordering, e.nodes), []).append(e.rate)
+        curves.setdefault((e.ordering, e.transport, e.nodes), []).append(e.rate)
     for rates in curves.values():
         assert rates == sorted(rates) and len(set(rates)) == len(rates) >= 3
     # the peers are compared at the baseline's n and payload

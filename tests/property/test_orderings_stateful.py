@@ -11,7 +11,6 @@ bug (one mechanism removed) must be found by the same machine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
 import pytest
@@ -26,11 +25,13 @@ from hypothesis.stateful import (
 )
 
 from abcast.effects import Deliver, Effect
-from abcast.ids import NodeId, View
+from abcast.events import Event, Received
+from abcast.ids import MsgId, NodeId, View
+from abcast.ordering import sequencer_numbering
 from abcast.ordering.causal import Causal
-from abcast.ordering.causal_total import CausalTotal
 from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.ordering.sequencer import Sequencer
+from abcast.ordering.sequencer_wire import CTData
 from abcast.ordering.skeen import Skeen
 from abcast.reliability.channel import ReliableChannel
 from abcast.stack import Layer, Stack
@@ -171,9 +172,11 @@ class CausalWithoutHoldback(Causal):
 
 
 class SequencerDeliveringOnReceipt(Sequencer):
-    def _deliver_ready(self) -> list[Effect]:
-        effects: list[Effect] = [Deliver(o, s, p) for (o, s), p in self._bodies.items()]
-        self._bodies.clear()
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        effects = super().handle(event, now)
+        held = self.st.bodies
+        effects += [Deliver(mid.origin, mid.seq, body) for mid, body in held.items()]
+        held.clear()
         return effects
 
 
@@ -183,9 +186,23 @@ class SkeenWithoutHeadCheck(Skeen):
         return [Deliver(mid.origin, mid.seq, self._pending.pop(mid).payload) for mid in final]
 
 
-class CausalTotalNumberingOnArrival(CausalTotal):
-    def _admit(self, origin: NodeId, seq: int, deps: Mapping[NodeId, int]) -> list[Effect]:
-        return self._number([(origin, seq)])
+class CausalTotalNumberingOnArrival(Sequencer):
+    """The sequencer numbers each message as it arrives, skipping causal admission."""
+
+    def __init__(self, node: NodeId) -> None:
+        super().__init__(node, causal=True)
+
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        st = self.st
+        if (type(event) is Received and type(event.header) is CTData
+                and self.is_sequencer and not st.frozen):
+            seq = event.header.seq
+            mid = MsgId(event.sender, seq)
+            if seq <= st.delivered.get(event.sender, 0) or mid in st.bodies:
+                return []  # sent again, as the real core drops it
+            st.bodies[mid] = event.inner.payload
+            return sequencer_numbering.number(st, [(event.sender, seq)])
+        return super().handle(event, now)
 
 
 PLANTED = {  # name: (machine, the safety property whose breach must be reported)

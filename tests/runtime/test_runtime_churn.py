@@ -4,7 +4,7 @@ ordering that survives crashes, a graceful leave for matrix (which claims no cra
 tolerance: a silent member holds everyone up) — and a sixth process joins while the
 others keep writing. At the end every surviving copy, the joiner's included, holds the
 same log (same writes, same order: a hash chain), and the trace of the whole run
-(the killed process's rows included, up to its death) passes abcast.testing.checks for
+(the killed process's rows included, up to its death) passes abcast.checks.properties for
 the ordering's claims."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import pytest
 from abcast import Group, Node
 from abcast.ordering.registry import get_ordering
 from abcast.reliability.nak import NakChannel
-from abcast.testing.checks import check_events
+from abcast.testing import check_events
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport.udp import UdpTransport
 

@@ -19,8 +19,11 @@ from abcast.cli import cli
 from abcast.effects import Effect, InstallState, MergeStates
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, View
+from abcast.ordering import sequencer_merge
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
-from abcast.ordering.sequencer_merge import VIEW_ID_SPAN, EvsSequencer, MInstall, evs_view_id
+from abcast.ordering.sequencer_flush import VIEW_ID_SPAN, evs_view_id
+from abcast.ordering.sequencer_state import MergeRound, SequencerState
+from abcast.ordering.sequencer_wire import MInstall
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.sim.churn import churn_faults, judge, lineages, merge_views
 from abcast.sim.cluster import SimCluster
@@ -117,19 +120,19 @@ def test_without_a_merge_hook_the_side_of_the_lowest_member_keeps_its_state(
     monkeypatch.setattr(SimCluster, "state_merge", False)
     asked: list[tuple[NodeId, tuple[bytes, ...]]] = []
     answered: list[bytes] = []
-    emit = EvsSequencer._maybe_merge_states
+    emit = sequencer_merge._maybe_merge_states
     answer = Stack.states_merged
 
-    def recording_emit(self: EvsSequencer, merge: object) -> list[Effect]:
-        out = emit(self, merge)  # type: ignore[arg-type]
-        asked.extend((self.node, e.states) for e in out if isinstance(e, MergeStates))
+    def recording_emit(st: SequencerState, merge: MergeRound) -> list[Effect]:
+        out = emit(st, merge)
+        asked.extend((st.node, e.states) for e in out if isinstance(e, MergeStates))
         return out
 
     def recording_answer(self: Stack, token: int, state: bytes, now: int) -> list[object]:
         answered.append(state)
         return answer(self, token, state, now)  # type: ignore[return-value]
 
-    monkeypatch.setattr(EvsSequencer, "_maybe_merge_states", recording_emit)
+    monkeypatch.setattr(sequencer_merge, "_maybe_merge_states", recording_emit)
     monkeypatch.setattr(Stack, "states_merged", recording_answer)
     result = split_run("sequencer", 6, ["n4", "n5", "n6"])
     assert len(asked) == 1
@@ -140,19 +143,20 @@ def test_without_a_merge_hook_the_side_of_the_lowest_member_keeps_its_state(
     assert judge(result) == ([], [])
 
 
-class _ForgetsMergedState(EvsSequencer):
+_on_merge_install = sequencer_merge._on_merge_install
+
+
+def _forgets_merged_state(st: SequencerState, install: MInstall) -> list[Effect]:
     """Planted: installs the merge view but never the merged state."""
-
-    def _on_merge_install(self, install: MInstall) -> list[Effect]:
-        return [e for e in super()._on_merge_install(install)
-                if not isinstance(e, InstallState)]
+    return [e for e in _on_merge_install(st, install) if not isinstance(e, InstallState)]
 
 
-def test_a_merge_that_drops_the_merged_state_is_found() -> None:
+def test_a_merge_that_drops_the_merged_state_is_found(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sequencer_merge, "_on_merge_install", _forgets_merged_state)
+
     def make(node: NodeId, view: View) -> Stack:
-        stack = build_stack(node, "g", "sequencer", view, EVS)
-        top = _ForgetsMergedState(node, evs=True)
-        return Stack(node, "g", [*stack.layers[:-1], top], view)
+        return build_stack(node, "g", "sequencer", view, EVS)
 
     config = SimConfig("sequencer", nodes=6, messages=180, seed=1, rate=60.0, options=EVS,
                        faults="drop=0.02,delay=1-15ms,partition=n1+n2+n3|*@300ms-2300ms",

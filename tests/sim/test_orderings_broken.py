@@ -9,16 +9,16 @@ report nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
 
 from abcast.effects import Deliver, Effect
+from abcast.events import Event, Received
 from abcast.ids import MsgId, NodeId, View
+from abcast.ordering import sequencer_numbering
 from abcast.ordering.causal import Causal
-from abcast.ordering.causal_total import CausalTotal
 from abcast.ordering.registry import get_ordering
 from abcast.ordering.sequencer import Sequencer
+from abcast.ordering.sequencer_wire import CTData
 from abcast.ordering.skeen import Skeen
 from abcast.reliability.channel import ReliableChannel
 from abcast.sim import SimConfig, run_simulation
@@ -40,9 +40,11 @@ class CausalWithoutHoldback(Causal):
 class SequencerDeliveringOnReceipt(Sequencer):
     """Delivers each body as soon as it holds it, ignoring the sequencer's numbers."""
 
-    def _deliver_ready(self) -> list[Effect]:
-        effects: list[Effect] = [Deliver(o, s, p) for (o, s), p in self._bodies.items()]
-        self._bodies.clear()
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        effects = super().handle(event, now)
+        held = self.st.bodies
+        effects += [Deliver(mid.origin, mid.seq, body) for mid, body in held.items()]
+        held.clear()
         return effects
 
 
@@ -58,21 +60,22 @@ class SkeenWithoutHeadCheck(Skeen):
         return Deliver(mid.origin, mid.seq, self._pending.pop(mid).payload)
 
 
-class CausalTotalNumberingOnArrival(CausalTotal):
+class CausalTotalNumberingOnArrival(Sequencer):
     """The sequencer numbers each message as it arrives, skipping causal admission."""
 
-    def _admit(self, origin: NodeId, seq: int, deps: Mapping[NodeId, int]) -> list[Effect]:
-        return self._number([(origin, seq)])
+    def __init__(self, node: NodeId) -> None:
+        super().__init__(node, causal=True)
 
-    def _on_data(
-        self, origin: NodeId, seq: int, deps: Mapping[NodeId, int], payload: bytes
-    ) -> list[Effect]:
-        # The real core drops a body whose seq is below what it delivered from that origin
-        # (it delivers each origin in order); this one does not, so it must not either.
-        self._bodies[MsgId(origin, seq)] = payload
-        if self.is_sequencer:
-            return self._admit(origin, seq, deps)
-        return self._deliver_ready()
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        st = self.st
+        if (type(event) is Received and type(event.header) is CTData
+                and self.is_sequencer and not st.frozen):
+            # The real core drops a body whose seq is below what it delivered from that
+            # origin (it delivers each origin in order); this one does not either.
+            seq = event.header.seq
+            st.bodies[MsgId(event.sender, seq)] = event.inner.payload
+            return sequencer_numbering.number(st, [(event.sender, seq)])
+        return super().handle(event, now)
 
 
 BROKEN: dict[str, tuple[str, type[Layer], str, float | None]] = {

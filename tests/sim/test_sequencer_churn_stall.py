@@ -33,13 +33,15 @@ from abcast.effects import Deliver, Effect, InstallView, Send
 from abcast.events import BroadcastRequested, JoinRequested, Received, ViewInstalled
 from abcast.ids import View
 from abcast.ordering.registry import OrderingOptions
-from abcast.ordering.sequencer import SOrder
-from abcast.ordering.sequencer_failover import VcInstall, VcPrepare, VcState
-from abcast.ordering.sequencer_membership import (
-    MembershipConfig,
-    MembershipSequencer,
+from abcast.ordering.sequencer import Sequencer
+from abcast.ordering.sequencer_state import MembershipConfig
+from abcast.ordering.sequencer_wire import (
     SFarewell,
+    SOrder,
     SWelcome,
+    VcInstall,
+    VcPrepare,
+    VcState,
 )
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.sim.churn import flapping_faults, judge, present_throughout
@@ -84,7 +86,7 @@ def test_a_prepare_from_beyond_the_next_view_is_answered_once_that_view_is_in() 
     """The same crossing on one core: n4 is in view 1 = (n3, n4, n5) and answered n3's
     flush for view 2, which admits n2. n2 — leader of view 2 — prepares view 3 before
     n3's VcInstall of view 2 reaches n4."""
-    core = MembershipSequencer("n4")
+    core = Sequencer("n4")
     core.handle(ViewInstalled(View(1, ("n3", "n4", "n5"))), 0)
     answer = _sends_of(core.handle(Received("n3", VcPrepare(2, 1, ["n3", "n4", "n5"]), EMPTY), 10))
     assert [(s.to, type(s.header)) for s in answer] == [("n3", VcState)]
@@ -101,7 +103,7 @@ def test_a_prepare_from_beyond_the_next_view_is_answered_once_that_view_is_in() 
 def test_a_stale_prepare_from_a_former_member_is_still_ignored() -> None:
     """Only a prepare for a view *beyond* the next is kept: one for a view we already
     have, from a node outside ours, is a cut-off member's old flush."""
-    core = MembershipSequencer("n4")
+    core = Sequencer("n4")
     core.handle(ViewInstalled(View(3, ("n3", "n4", "n5"))), 0)
     stale = core.handle(Received("n1", VcPrepare(3, 7, ["n1", "n3", "n4", "n5"]), EMPTY), 10)
     assert stale == []
@@ -137,7 +139,7 @@ def test_a_welcome_into_a_view_the_group_left_behind_is_refused(ordering: str) -
 
 
 def test_a_joiner_told_it_was_left_out_of_a_view_refuses_a_welcome_into_it() -> None:
-    core = MembershipSequencer("n1")
+    core = Sequencer("n1")
     core.handle(ViewInstalled(View(0, ("n1",))), 0)
     core.handle(JoinRequested(("n2",)), 0)
     core.handle(Received("n2", SFarewell(5), EMPTY), 10)
@@ -257,7 +259,7 @@ def test_an_order_kept_while_joining_is_delivered_once_the_own_body_is_sent_agai
     the leader's order for it while joining, and is welcomed with a cut just below (in
     SAFE mode the welcome says number 5 is safe already: no SSafe will come for it)."""
     members = ("n1", "n2", "n6")
-    core = MembershipSequencer("n6", safe=safe, membership=MembershipConfig(rejoin=True))
+    core = Sequencer("n6", safe=safe, membership=MembershipConfig(rejoin=True))
     core.handle(ViewInstalled(View(2, members)), 0)
     core.handle(BroadcastRequested(1, b"mine"), 10)
     core.handle(Received("n1", SFarewell(3), EMPTY), 20)

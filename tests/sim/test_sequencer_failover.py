@@ -9,9 +9,9 @@ import random
 import pytest
 
 from abcast.effects import Effect
-from abcast.ordering import sequencer_failover
+from abcast.ordering import _flush_outcome, sequencer_numbering
 from abcast.ordering.registry import OrderingOptions
-from abcast.ordering.sequencer_failover import FailoverSequencer
+from abcast.ordering.sequencer_state import SequencerState
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.sim.churn import judge
 
@@ -90,18 +90,18 @@ def test_safe_is_refused_where_there_is_no_safe_mode() -> None:
 
 
 def _forgetful_take_over(
-    self: FailoverSequencer, last_number: int, deps: object
+    st: SequencerState, last_number: int, deps: object
 ) -> list[Effect]:
     """The planted bug: number on from the fixed numbers, dropping what nobody numbered."""
-    self._next_number = last_number + 1
+    st.next_number = last_number + 1
     return []
 
 
 def test_a_new_sequencer_that_forgets_unnumbered_messages_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(sequencer_failover, "_admission_order", lambda *_: [])
-    monkeypatch.setattr(FailoverSequencer, "take_over", _forgetful_take_over)
+    monkeypatch.setattr(_flush_outcome, "_admission_order", lambda *_: [])
+    monkeypatch.setattr(sequencer_numbering, "take_over", _forgetful_take_over)
     found: dict[str, int] = {}
     for seed in range(6):
         result = run_simulation(SimConfig(

@@ -14,12 +14,13 @@ import pytest
 
 from abcast.effects import Effect
 from abcast.errors import LocalProtocolError
-from abcast.events import Event, Received
+from abcast.events import Event, Received, SnapshotTaken
 from abcast.ids import NodeId, View
-from abcast.ordering.causal_total import CausalTotal
+from abcast.ordering import sequencer_numbering
 from abcast.ordering.registry import OrderingOptions, build_stack
-from abcast.ordering.sequencer import SOrder
-from abcast.ordering.sequencer_membership import MembershipConfig, MembershipSequencer
+from abcast.ordering.sequencer import Sequencer
+from abcast.ordering.sequencer_state import MembershipConfig
+from abcast.ordering.sequencer_wire import SOrder
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.sim.churn import judge, membership_problems
 from abcast.stack import Stack
@@ -174,7 +175,7 @@ def test_with_rejoin_off_a_cut_off_member_stops() -> None:
 
     def make(node: NodeId, view: View) -> Stack:
         stack = build_stack(node, "g", "sequencer", view, config.options)
-        core = MembershipSequencer(node, membership=MembershipConfig(rejoin=False))
+        core = Sequencer(node, membership=MembershipConfig(rejoin=False))
         return Stack(node, "g", [*stack.layers[:-1], core], view)
 
     result = run_simulation(config, stack_factory=make)
@@ -186,35 +187,39 @@ def test_with_rejoin_off_a_cut_off_member_stops() -> None:
 # -- planted bugs ------------------------------------------------------------------------------
 
 
-class CutOneEarly(CausalTotal):
+class CutOneEarly(Sequencer):
     """Ships the snapshot as if it were taken one delivery earlier: the joiner delivers
     the last message before the cut again, on top of a state that holds it."""
 
-    def _send_welcome(self, token: int, state: bytes) -> list[Effect]:
-        draft = self._drafts[token]
-        number = draft.first - 1
-        if number >= 1 and number in self._log:
-            mid, body = self._log[number]
-            self._drafts[token] = replace(
-                draft, first=number, ids=[(mid.origin, mid.seq), *draft.ids],
-                bodies=[(mid.origin, mid.seq, body), *draft.bodies],
-                per_origin={**draft.per_origin, mid.origin: mid.seq - 1},
-            )
-        return super()._send_welcome(token, state)
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        st = self.st
+        if isinstance(event, SnapshotTaken) and event.token in st.drafts:
+            draft = st.drafts[event.token]
+            number = draft.first - 1
+            if number >= 1 and number in st.log:
+                mid, body = st.log[number]
+                st.drafts[event.token] = replace(
+                    draft, first=number, ids=[(mid.origin, mid.seq), *draft.ids],
+                    bodies=[(mid.origin, mid.seq, body), *draft.bodies],
+                    per_origin={**draft.per_origin, mid.origin: mid.seq - 1},
+                )
+        return super().handle(event, now)
 
 
-class OrdersLeakIntoTheFlush(CausalTotal):
+class OrdersLeakIntoTheFlush(Sequencer):
     """Takes the sequencer's orders for the next view while still frozen in the flush
     (the fix keeps them for after the install): what the sequencer numbers in the new
     view is delivered here in the old one."""
 
     def handle(self, event: Event, now: int) -> list[Effect]:
-        view = self.view
+        st = self.st
+        view = st.view
         if (isinstance(event, Received) and isinstance(event.header, SOrder)
-                and view is not None and event.sender == view.leader and self._frozen):
-            self._now = now
+                and view is not None and event.sender == view.leader and st.frozen):
+            st.now = now
             order = event.header
-            return self._on_order(event.sender, order.first, order.ids, order.bodies)
+            return sequencer_numbering.on_order(st, event.sender, order.first, order.ids,
+                                                order.bodies)
         return super().handle(event, now)
 
 
@@ -228,7 +233,8 @@ def test_the_membership_checks_catch_a_broken_variant(core: type, code: str) -> 
 
         def make(node: NodeId, view: View, config: SimConfig = config) -> Stack:
             stack = build_stack(node, "g", "causal-total", view, config.options)
-            layers = [*stack.layers[:-1], core(node, membership=MembershipConfig(rejoin=True))]
+            top = core(node, causal=True, membership=MembershipConfig(rejoin=True))
+            layers = [*stack.layers[:-1], top]
             return Stack(node, "g", layers, view)
 
         result = run_simulation(config, stack_factory=make)

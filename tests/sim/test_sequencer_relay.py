@@ -16,12 +16,15 @@ from test_churn_sweep import interleavings
 from test_sequencer_failover import crash_the_sequencer, survivors_got_everything
 
 from abcast.codec import Packet
-from abcast.effects import Effect, Multicast
+from abcast.effects import Deliver, Effect, Multicast
 from abcast.errors import ConfigError, RemoteProtocolError
 from abcast.events import Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View
+from abcast.ordering import sequencer_numbering
 from abcast.ordering.registry import OrderingOptions
-from abcast.ordering.sequencer import RELAY_ORDER_BYTES, SData, Sequencer, SOrder
+from abcast.ordering.sequencer import Sequencer
+from abcast.ordering.sequencer_state import SequencerState
+from abcast.ordering.sequencer_wire import RELAY_ORDER_BYTES, SData, SOrder
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.sim.churn import churn_faults, judge
 
@@ -115,10 +118,11 @@ def test_an_order_with_bodies_not_matching_its_ids_is_refused() -> None:
 def test_an_order_delivers_its_bodies_and_ignores_one_already_held() -> None:
     layer = _member("n2")
     own = layer.handle(Received("n1", SOrder(1, [("n3", 1)], [b"first"]), Packet()), 0)
-    assert [(d.origin, d.seq, d.payload) for d in own] == [("n3", 1, b"first")]
+    assert [(d.origin, d.seq, d.payload) for d in own if isinstance(d, Deliver)] == [
+        ("n3", 1, b"first")]
     layer.handle(Received("n3", SData(2), Packet((), b"kept")), 0)  # held before its order
     again = layer.handle(Received("n1", SOrder(2, [("n3", 2)], [b"other"]), Packet()), 0)
-    assert [d.payload for d in again] == [b"kept"]
+    assert [d.payload for d in again if isinstance(d, Deliver)] == [b"kept"]
 
 
 @pytest.mark.parametrize(("body", "orders"), [
@@ -139,22 +143,22 @@ def test_bodies_released_together_leave_in_order_packets_of_bounded_bytes(
                for order in sent)
 
 
-def _forgetful_broadcast(self: Sequencer, seq: int, payload: bytes) -> list[Effect]:
+def _forgetful_broadcast(st: SequencerState, seq: int, payload: bytes) -> list[Effect]:
     """The planted bug: an origin that drops its body once the sequencer has it. The
     order brings it back while the sequencer lives; only a fail-over can miss it."""
-    effects = _original_broadcast(self, seq, payload)
-    if self.view is not None and self.view.leader != self.node:
-        self._bodies.pop(MsgId(self.node, seq), None)
+    effects = _original_broadcast(st, seq, payload)
+    if st.view is not None and st.view.leader != st.node:
+        st.bodies.pop(MsgId(st.node, seq), None)
     return effects
 
 
-_original_broadcast = Sequencer._broadcast
+_original_broadcast = sequencer_numbering.broadcast
 
 
 def test_an_origin_that_forgets_its_relayed_message_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(Sequencer, "_broadcast", _forgetful_broadcast)
+    monkeypatch.setattr(sequencer_numbering, "broadcast", _forgetful_broadcast)
     found: dict[str, int] = {}
     for seed in range(6):
         result = run_simulation(SimConfig(

@@ -10,7 +10,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "abcast"
 CORE_DIRS = ("ordering", "reliability", "group", "consensus")
 CORE_FILES = ("stack.py", "codec.py", "events.py", "effects.py", "ids.py", "workload.py",
-              "batching.py", "snapshot.py")
+              "batching.py", "snapshot.py", "layer.py", "rpc/voting.py", "rpc/executor.py",
+              "rpc/wire.py")
 BANNED = {"asyncio", "socket", "time", "random", "selectors", "threading", "trio", "uvloop"}
 
 

@@ -181,10 +181,10 @@ def _options(batch: int | None, safe: bool) -> OrderingOptions | None:
 
 
 def _run(main: Any) -> int:
-    from abcast.cli import _run_async
+    from abcast.runtime.loop import run_async
 
     try:
-        code: int = _run_async(main)
+        code: int = run_async(main)
     except TimeoutError:
         _fail("timed out (is the registry running, and the group's members reachable?)")
     except AbcastError as exc:

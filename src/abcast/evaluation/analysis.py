@@ -8,7 +8,9 @@ The model (thesis §5.2): a TO-broadcast costs s·(n−1) messages (sequencer s 
 one-way time of one message on that middleware (half a measured ping round trip).
 T_overhead — what the model does not itemise (stack, scheduling, the loop) — is fitted
 per ordering × middleware as the mean residual of the measured cells, which is the
-least-squares intercept when the slope is fixed by the model. With a single n for a pair
+least-squares intercept when the slope is fixed by the model; two more estimates stand
+beside it: the intercept of the free least-squares line (slope measured), and the
+smallest group's latency less the model's network time there. With a single n for a pair
 the fit is exact by construction, so the model column is marked as such.
 
 The knee: the offered load where delivered throughput stops tracking it. Points are
@@ -104,6 +106,11 @@ class SlopeCheck:
     points: int
     measured_slope_us: float | None  # per extra node, least squares over n − 1
     model_slope_us: float | None  # s·T_msg
+    #: T_overhead estimated two more ways: the intercept of the free least-squares line
+    #: (slope measured, not the model's), and the smallest group's latency less the
+    #: model's network time there
+    free_fit_overhead_us: float | None = None
+    smallest_n_overhead_us: float | None = None
 
 
 def slope_checks(cells: Iterable[ModelCell], t_msg_us: dict[str, float]) -> list[SlopeCheck]:
@@ -117,8 +124,13 @@ def slope_checks(cells: Iterable[ModelCell], t_msg_us: dict[str, float]) -> list
         factor = model_factor(ordering)
         t_msg = t_msg_us.get(transport)
         model = None if factor is None or t_msg is None else factor * t_msg
-        checks.append(SlopeCheck(ordering, transport, len(points), least_squares_slope(points),
-                                 model))
+        slope = least_squares_slope(points)
+        free = None if slope is None else (
+            fmean(y for _, y in points) - slope * fmean(x for x, _ in points))
+        x0, y0 = min(points)
+        smallest = None if model is None else y0 - model * x0
+        checks.append(SlopeCheck(ordering, transport, len(points), slope, model, free,
+                                 smallest))
     return checks
 
 
@@ -170,20 +182,21 @@ class LoadCurve:
     nodes: int
     points: tuple[LoadPoint, ...]
     knee: Knee
+    transport: str = "tcp"
 
 
 def load_curves(runs: Sequence[RunMeasurement]) -> list[LoadCurve]:
-    """One curve per (ordering, n) of the open-loop runs."""
-    by_curve: dict[tuple[str, int], list[LoadPoint]] = {}
+    """One curve per (ordering, middleware, n) of the open-loop runs."""
+    by_curve: dict[tuple[str, str, int], list[LoadPoint]] = {}
     for run in runs:
         e = run.experiment
         if e.phase is not Phase.LOAD or e.rate is None:
             continue
         delivered = run.figures.throughput if run.complete else None
-        by_curve.setdefault((e.ordering, e.nodes), []).append(
+        by_curve.setdefault((e.ordering, e.transport, e.nodes), []).append(
             LoadPoint(e.rate, delivered, run.figures.p50_us))
-    return [LoadCurve(o, n, tuple(sorted(pts, key=lambda p: p.offered)), find_knee(pts))
-            for (o, n), pts in sorted(by_curve.items())]
+    return [LoadCurve(o, n, tuple(sorted(pts, key=lambda p: p.offered)), find_knee(pts), t)
+            for (o, t, n), pts in sorted(by_curve.items())]
 
 
 # ---------------------------------------------------------------- peers
@@ -236,7 +249,8 @@ def peer_ratios(result: BenchResult) -> list[PeerRatio]:
             continue
         n = base.experiment.nodes
         saturations = [c.knee.saturation for c in curves
-                       if c.ordering == ordering and c.nodes == n and c.knee.saturation]
+                       if (c.ordering, c.transport, c.nodes) == (
+                           ordering, base.experiment.transport, n) and c.knee.saturation]
         throughput = max(saturations) if saturations else None
         for name in peer_names:
             peer_throughput, peer_p50 = _peer_figures(result.peers, name)

@@ -3,9 +3,11 @@
 
 Rules: wiring only — pick the grid, run it with rich progress bars on stderr, check the
 traces with Spark (one session), write bench.json, report.md and the plots into --out,
-then print the report's path and a short summary on stdout. Exit code 0 when no check
-found a violation and every run completed (open-loop runs past saturation may fall
-over: the report shows it), 1 otherwise, 2 for a bad option.
+then the client/server section (abcast.evaluation.rpc_bench: rpc.json, appended to
+report.md), then print the report's path and a short summary on stdout. Exit code 0
+when no check found a violation, every run completed (open-loop runs past saturation
+may fall over: the report shows it) and every client/server request was OK, 1
+otherwise, 2 for a bad option.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from abcast.evaluation.grid import Grid, GridSpec, Phase, build_grid, full_spec,
 from abcast.evaluation.peers import REDIS_INSTALL, find_redis_server
 from abcast.evaluation.report import write_report
 from abcast.evaluation.results import BenchResult, is_clean, save
+from abcast.evaluation.rpc_report import run_rpc_section
 from abcast.evaluation.runner import BenchRunner, spark_check
 
 EXIT_CLEAN: Final = 0
@@ -75,7 +78,7 @@ def run_bench(spec: GridSpec, out: Path, *, quick: bool, master: str | None,
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     notes: list[str] = []
     if any(p.peer == "redis" for p in grid.peers) and find_redis_server() is None:
-        notes.append(f"redis-server is not installed, the Redis peer is skipped: "
+        notes.append(f"no redis-server found, the Redis peer is skipped: "
                      f"install it with `{REDIS_INSTALL}`")
         console.print(f"[yellow]{notes[-1]}[/]")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -95,12 +98,13 @@ def run_bench(spec: GridSpec, out: Path, *, quick: bool, master: str | None,
 def summary_lines(result: BenchResult) -> list[str]:
     lines = []
     for curve in load_curves(result.runs):
-        lines.append(f"{curve.ordering:>15} n={curve.nodes}: saturation "
+        lines.append(f"{curve.ordering:>15} n={curve.nodes} {curve.transport}: saturation "
                      f"{_rate(curve.knee.saturation)} msg/s, knee at "
                      f"{_rate(curve.knee.offered)} offered")
         lowest = min(curve.points, key=lambda p: p.offered, default=None)
         if lowest is not None and lowest.p50_us is not None:
-            lines.append(f"{curve.ordering:>15} n={curve.nodes}: p50 {lowest.p50_us:,.0f} µs "
+            lines.append(f"{curve.ordering:>15} n={curve.nodes} {curve.transport}: p50 "
+                         f"{lowest.p50_us:,.0f} µs "
                          f"at {_rate(lowest.offered)} msg/s offered")
     for lone in result.of(Phase.LONE):
         e = lone.experiment
@@ -148,8 +152,10 @@ def _rate(value: float | None) -> str:
               help="Check every trace with the Spark pipeline.")
 @click.option("--peers/--no-peers", "with_peers", default=True, show_default=True,
               help="Measure PySyncObj and Redis Streams in the same run.")
+@click.option("--rpc/--no-rpc", "with_rpc", default=True, show_default=True,
+              help="The client/server section (Case A/B, saturation, consolidation).")
 def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
-          with_peers: bool) -> None:
+          with_peers: bool, with_rpc: bool) -> None:
     """Run the evaluation on real processes over loopback: the thesis's latency tables with
     the model beside them, a message-size sweep, throughput vs offered load with its knee,
     the peers (PySyncObj, Redis Streams), every trace checked by Spark, and a report."""
@@ -162,10 +168,12 @@ def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
                        console=console)
     save(result, out / "bench.json")
     page = write_report(result, out)
+    rpc = run_rpc_section(quick, out, page, console) if with_rpc else None
     click.echo(f"report: {page}")
-    for line in summary_lines(result):
+    for line in [*summary_lines(result), *(rpc.lines if rpc is not None else ())]:
         click.echo(f"  {line}")
-    sys.exit(EXIT_FAILED if bench_failed(result) else EXIT_CLEAN)
+    failed = bench_failed(result) or (rpc is not None and rpc.failed)
+    sys.exit(EXIT_FAILED if failed else EXIT_CLEAN)
 
 
 def bench_failed(result: BenchResult) -> bool:

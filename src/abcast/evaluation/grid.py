@@ -6,15 +6,16 @@ grouped by `Phase`:
 
 - TABLE: the thesis's Tables 4–6, closed-loop round-robin, every ordering × middleware ×
   n, 100-byte payloads, traced (the latency is read from the checked trace);
-- SIZES: the message-size sweep (closed loop, traced);
+- SIZES: the message-size sweep (closed loop, traced), on every middleware of
+  `sweep_middlewares`;
 - BASELINE: closed loop at the peers' payload and n, untraced (the p50 latency compared
   with the peers);
 - LONE: one message in flight (the serial workload: message k leaves once its sender
   delivered k−1) at the peers' payload and n, untraced, on each installed event loop —
   the latency of a lone message; orderings with a relay mode are run in it too, and
   every run again with the node transports busy-polling (`lone_busy_poll_us`);
-- LOAD: open loop at rising offered rates per ordering and n, untraced (production
-  settings: throughput);
+- LOAD: open loop at rising offered rates per ordering, middleware and n, untraced
+  (production settings: throughput);
 - VERIFY: built later by `verification_run`, once the load curve's knee is known — the
   same offered rate again with tracing on, so Spark checks what the untraced run did;
 - peers: `PeerExperiment`s (PySyncObj and Redis Streams) with the same payload and n.
@@ -31,8 +32,8 @@ from pathlib import Path
 from typing import Final
 
 from abcast.errors import ConfigError
+from abcast.evaluation.cluster import EVENT_LOOPS, ClusterConfig, installed_event_loops
 from abcast.ordering.registry import OrderingOptions, get_ordering
-from abcast.runtime.cluster import EVENT_LOOPS, ClusterConfig, installed_event_loops
 from abcast.transport.base import MAX_BUSY_POLL_US
 
 ORDERINGS: Final = ("sequencer", "skeen", "chandra-toueg")
@@ -135,7 +136,11 @@ class GridSpec:
     size_orderings: tuple[str, ...] = ORDERINGS
     size_nodes: int = 3
     size_messages: int = 300
-    sweep_transport: str = "tcp"  # of the size sweep, the baseline and the load curves
+    sweep_transport: str = "tcp"  # of the baseline and the lone message
+    #: the middlewares of the size sweep and the load curves (the thesis's evaluation,
+    #: completed; None: the tables' `middlewares`); load curves at every `load_nodes` on
+    #: `sweep_transport`, at `compare_nodes` on the others
+    sweep_middlewares: tuple[str, ...] | None = None
     compare_nodes: int = 3  # n of the baseline, the peers and the tracing check
     compare_payload: int = 64
     baseline_messages: int = 3000
@@ -162,6 +167,9 @@ class GridSpec:
     peer_rate: float = 100_000.0  # offered far above any peer's capacity: its saturation
     peer_load_messages: int = 40_000
     ping_rounds: int = 400
+    #: frame sizes pinged per middleware (the thesis's Table 3 / Figure 34); the tables'
+    #: payload (T_msg of the model) is always among them
+    ping_sizes: tuple[int, ...] = (5, TABLE_PAYLOAD, 1024, 16384, 65536)
     timeout_s: float = 120.0
     # An open-loop run past saturation that has not finished by then is stuck (a node
     # suspected and removed), not slow: it would otherwise hold the bench for timeout_s.
@@ -207,8 +215,10 @@ def quick_spec() -> GridSpec:
         load_orderings=("sequencer",), load_nodes=(3,),
         load_rates=(1000, 30_000, 300_000, 1_000_000),
         load_seconds=0.5, load_min_messages=600, load_max_messages=200_000,
+        sweep_middlewares=("tcp",),
         peers=("pysyncobj-tuned", "redis"), peer_messages=600, peer_load_messages=10_000,
-        ping_rounds=200, timeout_s=60.0, load_timeout_s=20.0,
+        ping_rounds=200, ping_sizes=(5, TABLE_PAYLOAD), timeout_s=60.0,
+        load_timeout_s=20.0,
     )
 
 
@@ -235,10 +245,12 @@ def build_grid(spec: GridSpec) -> Grid:
             for n in spec.table_nodes:
                 runs.append(Experiment(Phase.TABLE, ordering, middleware, n, TABLE_PAYLOAD,
                                        spec.table_messages))
+    sweep = spec.middlewares if spec.sweep_middlewares is None else spec.sweep_middlewares
     for ordering in spec.size_orderings:
-        for size in spec.sizes:
-            runs.append(Experiment(Phase.SIZES, ordering, spec.sweep_transport,
-                                   spec.size_nodes, size, spec.size_messages))
+        for middleware in sweep:
+            for size in spec.sizes:
+                runs.append(Experiment(Phase.SIZES, ordering, middleware,
+                                       spec.size_nodes, size, spec.size_messages))
     for ordering in spec.load_orderings:
         runs.append(Experiment(Phase.BASELINE, ordering, spec.sweep_transport, spec.compare_nodes,
                                spec.compare_payload, spec.baseline_messages, trace=False))
@@ -259,11 +271,14 @@ def build_grid(spec: GridSpec) -> Grid:
                                            spec.lone_messages, trace=False, serial=True,
                                            event_loop=loop, relay=relay, busy_poll_us=poll))
     for ordering in spec.load_orderings:
-        for n in spec.load_nodes:
-            for rate in spec.load_rates:
-                runs.append(Experiment(Phase.LOAD, ordering, spec.sweep_transport, n,
-                                       spec.compare_payload, spec.load_messages(rate),
-                                       rate=rate, trace=False))
+        for middleware in dict.fromkeys((spec.sweep_transport, *sweep)):
+            sizes = spec.load_nodes if middleware == spec.sweep_transport else (
+                spec.compare_nodes,)
+            for n in sizes:
+                for rate in spec.load_rates:
+                    runs.append(Experiment(Phase.LOAD, ordering, middleware, n,
+                                           spec.compare_payload, spec.load_messages(rate),
+                                           rate=rate, trace=False))
     peers: list[PeerExperiment] = []
     for peer in spec.peers:
         closed = (min(spec.peer_messages, SLOW_PEER_CLOSED_MESSAGES)

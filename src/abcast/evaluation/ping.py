@@ -89,7 +89,8 @@ async def _ping_in_process(rounds: int, size: int) -> PingMeasurement:
         echo.add_peer(PINGER, await pinger.start(PINGER, echoes))
         pinger.add_peer(ECHO, echo_address)
         samples = await _rounds(pinger, echoes, rounds, size)
-        return PingMeasurement("mem", rounds, median(samples) / 1e3, fmean(samples) / 1e3)
+        return PingMeasurement("mem", rounds, median(samples) / 1e3, fmean(samples) / 1e3,
+                               size=size)
     finally:
         await pinger.close()
         await echo.close()
@@ -103,7 +104,7 @@ async def ping(scheme: str, rounds: int, size: int = 100) -> PingMeasurement:
     try:
         pinger = transport_from_url(_bind_url(scheme))  # an unknown scheme fails here
     except ConfigError as exc:
-        return PingMeasurement(scheme, rounds, None, None, error=str(exc))
+        return PingMeasurement(scheme, rounds, None, None, error=str(exc), size=size)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "abcast.evaluation.ping", scheme,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -122,9 +123,11 @@ async def ping(scheme: str, rounds: int, size: int = 100) -> PingMeasurement:
             raise ConnectionError(f"the {scheme} echo process did not take the address")
         pinger.add_peer(ECHO, line.decode().strip())
         samples = await _rounds(pinger, echoes, rounds, size)
-        return PingMeasurement(scheme, rounds, median(samples) / 1e3, fmean(samples) / 1e3)
+        return PingMeasurement(scheme, rounds, median(samples) / 1e3, fmean(samples) / 1e3,
+                               size=size)
     except Exception as exc:  # a broken middleware is a figure missing, not a crash
-        return PingMeasurement(scheme, rounds, None, None, error=f"{type(exc).__name__}: {exc}")
+        return PingMeasurement(scheme, rounds, None, None, error=f"{type(exc).__name__}: {exc}",
+                               size=size)
     finally:
         if started:
             await pinger.close()

@@ -94,6 +94,19 @@ def _thesis_tables(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]
     return lines
 
 
+def _ping_sizes(result: BenchResult) -> list[str]:
+    """The thesis's Table 3: the round trip against the frame size, per middleware."""
+    sizes = sorted({p.size for p in result.pings})
+    if len(sizes) < 2:
+        return []
+    cell = {(p.transport, p.size): p.rtt_p50_us for p in result.pings}
+    lines = ["Round trip (p50 µs) against the frame size (the thesis's Table 3):", ""]
+    return lines + _table(
+        ["middleware", *(f"{s:,} B" for s in sizes)],
+        [[mw, *(_num(cell.get((mw, s)), 1) for s in sizes)]
+         for mw in dict.fromkeys(p.transport for p in result.pings)])
+
+
 def _model_section(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]:
     t_msg = result.t_msg_us()
     lines = ["## Measured vs model", "",
@@ -102,15 +115,20 @@ def _model_section(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]
     lines += _table(["middleware", "rounds", "RTT p50 µs", "RTT mean µs", "T_msg µs", "note"],
                     [[p.transport, str(p.rounds), _num(p.rtt_p50_us, 1),
                       _num(p.rtt_mean_us, 1), _num(p.t_msg_us, 1), p.error or ""]
-                     for p in result.pings])
+                     for p in result.pings if p.size == TABLE_PAYLOAD])
+    lines += _ping_sizes(result)
     lines += ["Growth per extra node: least squares of the measured means over n−1, against "
-              "the model's s·T_msg. T_overhead: the fitted constant.", ""]
+              "the model's s·T_msg. T_overhead: the fitted constant (slope fixed by the "
+              "model); beside it two more estimates — the intercept of the free "
+              "least-squares line (slope measured), and the smallest n's mean less "
+              "s·(n−1)·T_msg there.", ""]
     overheads = {(c.ordering, c.transport): c.overhead_us for c in cells}
     lines += _table(
         ["ordering", "middleware", "cells", "measured µs/node", "model s·T_msg µs/node",
-         "T_overhead µs"],
+         "T_overhead µs", "free fit µs", "smallest n µs"],
         [[s.ordering, s.transport, str(s.points), _num(s.measured_slope_us, 1),
-          _num(s.model_slope_us, 1), _num(overheads.get((s.ordering, s.transport)), 1)]
+          _num(s.model_slope_us, 1), _num(overheads.get((s.ordering, s.transport)), 1),
+          _num(s.free_fit_overhead_us, 1), _num(s.smallest_n_overhead_us, 1)]
          for s in slope_checks(cells, t_msg)])
     return lines
 
@@ -119,11 +137,12 @@ def _size_section(result: BenchResult) -> list[str]:
     runs = result.of(Phase.SIZES)
     if not runs:
         return []
-    lines = ["## Message size sweep", "", "Closed loop, traced, tcp.", ""]
+    lines = ["## Message size sweep", "", "Closed loop, traced.", ""]
     lines += _table(
-        ["ordering", "n", "payload B", "mean ms", "p50 ms", "p99 ms", "throughput msg/s",
-         "check"],
-        [[r.experiment.ordering, str(r.experiment.nodes), f"{r.experiment.payload:,}",
+        ["ordering", "middleware", "n", "payload B", "mean ms", "p50 ms", "p99 ms",
+         "throughput msg/s", "check"],
+        [[r.experiment.ordering, r.experiment.transport, str(r.experiment.nodes),
+          f"{r.experiment.payload:,}",
           _ms(r.figures.mean_us), _ms(r.figures.p50_us), _ms(r.figures.p99_us),
           _num(r.figures.throughput, 0), _verdict(r)] for r in runs])
     return lines
@@ -133,7 +152,7 @@ def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]
     if not curves:
         return []
     lines = ["## Throughput vs offered load", "",
-             "Open loop, tracing off (production settings), tcp. Delivered: messages "
+             "Open loop, tracing off (production settings). Delivered: messages "
              "ordered per second, go → last delivery. The knee (◆) is the last offered "
              f"rate delivered at ≥ {TRACKING:.0%} before the curve falls behind; "
              "saturation is the highest delivered rate. Broadcasts made in one loop turn "
@@ -145,12 +164,15 @@ def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]
     for c in curves:
         for p in c.points:
             mark = " ◆" if c.knee.offered == p.offered else ""
-            rows.append([c.ordering, str(c.nodes), f"{p.offered:,.0f}{mark}",
+            rows.append([c.ordering, c.transport, str(c.nodes), f"{p.offered:,.0f}{mark}",
                          _num(p.delivered, 0), _ms(p.p50_us)])
-    lines += _table(["ordering", "n", "offered msg/s", "delivered msg/s", "p50 ms"], rows)
+    lines += _table(["ordering", "middleware", "n", "offered msg/s", "delivered msg/s",
+                     "p50 ms"], rows)
     lines += _table(
-        ["ordering", "n", "knee offered msg/s", "saturation msg/s", "saturated in range"],
-        [[c.ordering, str(c.nodes), _num(c.knee.offered, 0), _num(c.knee.saturation, 0),
+        ["ordering", "middleware", "n", "knee offered msg/s", "saturation msg/s",
+         "saturated in range"],
+        [[c.ordering, c.transport, str(c.nodes), _num(c.knee.offered, 0),
+          _num(c.knee.saturation, 0),
           "yes" if c.knee.saturated else "no (knee beyond the highest rate)"]
          for c in curves])
     return lines
@@ -325,17 +347,30 @@ def draw_plots(result: BenchResult, out: Path) -> list[Plot]:
     sizes = result.of(Phase.SIZES)
     if sizes:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for ordering in sorted({r.experiment.ordering for r in sizes}):
+        for ordering, mw in sorted({(r.experiment.ordering, r.experiment.transport)
+                                    for r in sizes}):
             by_size = sorted((r.experiment.payload, r.figures.mean_us) for r in sizes
-                             if r.experiment.ordering == ordering
-                             and r.figures.mean_us is not None)
+                             if (r.experiment.ordering, r.experiment.transport) == (
+                                 ordering, mw) and r.figures.mean_us is not None)
             if by_size:
                 ax.plot([p[0] for p in by_size], [p[1] / 1000 for p in by_size], "o-",
-                        label=ordering)
+                        label=f"{ordering}/{mw}")
         ax.set(xscale="log", xlabel="payload (bytes)", ylabel="mean latency (ms)",
                title="Message size sweep")
         ax.legend()
         plots.append(_save(fig, out, "latency_vs_size.png", "Latency vs message size"))
+    ping_sizes = sorted({p.size for p in result.pings})
+    if len(ping_sizes) > 1:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for mw in dict.fromkeys(p.transport for p in result.pings):
+            rtts = sorted((p.size, p.rtt_p50_us) for p in result.pings
+                          if p.transport == mw and p.rtt_p50_us is not None)
+            if rtts:
+                ax.plot([x for x, _ in rtts], [y for _, y in rtts], "o-", label=mw)
+        ax.set(xscale="log", xlabel="frame (bytes)", ylabel="round trip p50 (µs)",
+               title="Ping against frame size (thesis Figure 34)")
+        ax.legend()
+        plots.append(_save(fig, out, "ping_vs_size.png", "Ping against frame size"))
     curves = load_curves(result.runs)
     if curves:
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -345,7 +380,8 @@ def draw_plots(result: BenchResult, out: Path) -> list[Plot]:
             curve = [(p.offered, p.delivered) for p in c.points if p.delivered is not None]
             if not curve:
                 continue
-            line = ax.plot(*zip(*curve, strict=True), "o-", label=f"{c.ordering} n={c.nodes}")[0]
+            line = ax.plot(*zip(*curve, strict=True), "o-",
+                           label=f"{c.ordering}/{c.transport} n={c.nodes}")[0]
             knee = next((p for p in c.points if p.offered == c.knee.offered), None)
             if knee is not None and knee.delivered is not None:
                 ax.plot([knee.offered], [knee.delivered], "D", markersize=11,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from abcast.evaluation.grid import Experiment, PeerExperiment, Phase
+from abcast.evaluation.grid import TABLE_PAYLOAD, Experiment, PeerExperiment, Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,7 @@ class PingMeasurement:
     rtt_p50_us: float | None
     rtt_mean_us: float | None
     error: str | None = None
+    size: int = TABLE_PAYLOAD  # frame bytes
 
     @property
     def t_msg_us(self) -> float | None:
@@ -88,7 +89,9 @@ class BenchResult:
         return tuple(r for r in self.runs if r.experiment.phase is phase)
 
     def t_msg_us(self) -> dict[str, float]:
-        return {p.transport: t for p in self.pings if (t := p.t_msg_us) is not None}
+        """The model's unit cost per middleware: from the pings at the tables' payload."""
+        return {p.transport: t for p in self.pings
+                if p.size == TABLE_PAYLOAD and (t := p.t_msg_us) is not None}
 
 
 def save(result: BenchResult, path: Path) -> None:

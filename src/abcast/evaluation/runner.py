@@ -4,7 +4,7 @@ then one Spark check of every trace the bench wrote.
 Rules: runs go one at a time (the machine has 2 cores; two runs at once would measure
 each other), all against one in-process registry (a group name per run). A load curve
 stops early once it is clearly past its knee (`SATURATED_AFTER`). Cluster runs go
-through abcast.runtime.launcher.run_cluster on real processes over loopback; traced
+through abcast.evaluation.launcher.run_cluster on real processes over loopback; traced
 runs write into `<out>/traces`, the one trace directory Spark checks at the end with
 abcast.pipeline's `run_check` in one session. A failed run is a measurement with its
 errors, never an exception that ends the bench. Progress is reported through a
@@ -21,8 +21,11 @@ from pathlib import Path
 from statistics import fmean
 from typing import Final, Protocol
 
+from abcast.checks import count_by_code
 from abcast.evaluation.analysis import LoadPoint, load_curves
-from abcast.evaluation.grid import Experiment, Grid, Phase, verification_run
+from abcast.evaluation.cluster import ClusterResult
+from abcast.evaluation.grid import TABLE_PAYLOAD, Experiment, Grid, Phase, verification_run
+from abcast.evaluation.launcher import run_cluster
 from abcast.evaluation.peers import find_redis_server, run_peer
 from abcast.evaluation.ping import ping
 from abcast.evaluation.results import (
@@ -33,9 +36,6 @@ from abcast.evaluation.results import (
     RunMeasurement,
 )
 from abcast.registry.server import RegistryServer
-from abcast.runtime.cluster import ClusterResult
-from abcast.runtime.launcher import run_cluster
-from abcast.testing import count_by_code
 
 log: Final = logging.getLogger("abcast.bench")
 TRACES_DIR: Final = "traces"
@@ -130,9 +130,11 @@ class BenchRunner:
         self.progress.begin("ping (T_msg)", len(middlewares))
         pings = []
         started = time.monotonic()
+        sizes = dict.fromkeys((TABLE_PAYLOAD, *self.grid.spec.ping_sizes))
         for scheme in middlewares:
             self.progress.step(f"ping {scheme}")
-            pings.append(await ping(scheme, self.grid.spec.ping_rounds))
+            for size in sizes:
+                pings.append(await ping(scheme, self.grid.spec.ping_rounds, size))
             self.progress.advance()
         self.phase_s["ping"] = time.monotonic() - started
         return pings
@@ -143,9 +145,9 @@ class BenchRunner:
         self.progress.begin(name, len(experiments))
         started = time.monotonic()
         done: list[RunMeasurement] = []
-        past_knee: dict[tuple[str, int], int] = {}  # load curve → runs that fell behind
+        past_knee: dict[tuple[str, str, int], int] = {}  # load curve → runs fallen behind
         for exp in experiments:
-            curve = (exp.ordering, exp.nodes)
+            curve = (exp.ordering, exp.transport, exp.nodes)
             if exp.phase is Phase.LOAD and past_knee.get(curve, 0) >= SATURATED_AFTER:
                 self.progress.advance()  # saturated: higher rates only queue up more
                 continue
@@ -167,13 +169,14 @@ class BenchRunner:
     def _verification_runs(self, runs: list[RunMeasurement]) -> list[Experiment]:
         """Per load curve, the untraced run at its knee (the lowest rate when it has
         none) again with tracing on."""
-        by_point = {(r.experiment.ordering, r.experiment.nodes, r.experiment.rate): r
+        by_point = {(r.experiment.ordering, r.experiment.transport, r.experiment.nodes,
+                     r.experiment.rate): r
                     for r in runs if r.experiment.phase is Phase.LOAD}
         chosen = []
         for curve in load_curves(runs):
             rate = curve.knee.offered if curve.knee.offered is not None else (
                 curve.points[0].offered)
-            load_run = by_point.get((curve.ordering, curve.nodes, rate))
+            load_run = by_point.get((curve.ordering, curve.transport, curve.nodes, rate))
             if load_run is not None:
                 chosen.append(verification_run(load_run.experiment, self.grid.spec))
         return chosen

@@ -50,7 +50,7 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId
-from abcast.stack import Layer
+from abcast.layer import Layer
 
 TICK = "tick"
 

@@ -68,8 +68,8 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId, View
+from abcast.layer import Layer
 from abcast.ordering._holdback import CausalHoldback, Held
-from abcast.stack import Layer
 
 #: a dependency vector on the wire: {node: k}, zero entries and the origin left out
 DepsField = Annotated[dict[NodeField, Count], msgspec.Meta(max_length=1024)]

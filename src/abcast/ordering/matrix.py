@@ -80,6 +80,7 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId, View, node_sort_key
+from abcast.layer import Layer
 from abcast.ordering._matrix_heartbeat import Heartbeat, MatrixConfig
 from abcast.ordering._matrix_wire import (
     Catchup,
@@ -99,7 +100,6 @@ from abcast.ordering._matrix_wire import (
     OpRecord,
     StreamHeader,
 )
-from abcast.stack import Layer
 
 __all__ = ["Matrix", "MatrixConfig"]
 

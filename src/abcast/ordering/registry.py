@@ -17,12 +17,11 @@ from abcast.ids import GroupName, NodeId, View
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.causal import Causal
-from abcast.ordering.causal_total import CausalTotal
 from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.fifo import Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
-from abcast.ordering.sequencer_membership import MembershipConfig
-from abcast.ordering.sequencer_merge import EvsSequencer
+from abcast.ordering.sequencer import Sequencer
+from abcast.ordering.sequencer_state import MembershipConfig
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.basic_channel import BasicChannel
@@ -177,9 +176,9 @@ ORDERINGS: dict[str, OrderingSpec] = {
         ),
         OrderingSpec(
             "sequencer",
-            lambda node, opts: [EvsSequencer(node, opts.batch, safe=opts.safe,
-                                             membership=_REJOIN, evs=opts.evs,
-                                             relay=opts.relay)],
+            lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
+                                          membership=_REJOIN, evs=opts.evs,
+                                          relay=opts.relay)],
             (*BASIC, "fifo", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "total order from a fixed sequencer (data to all, then numbered ids); open"
             " group: the leader admits joiners and leavers by a flush",
@@ -194,9 +193,9 @@ ORDERINGS: dict[str, OrderingSpec] = {
         ),
         OrderingSpec(
             "causal-total",
-            lambda node, opts: [CausalTotal(node, opts.batch, safe=opts.safe,
-                                            membership=_REJOIN, evs=opts.evs,
-                                            relay=opts.relay)],
+            lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
+                                          membership=_REJOIN, evs=opts.evs,
+                                          relay=opts.relay, causal=True)],
             (*BASIC, "fifo", "causal", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "total order that respects causality (the sequencer numbers in causal order)",
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,

@@ -1,308 +1,364 @@
-"""Fixed-sequencer atomic broadcast (the thesis's sequencer; JGroups' SEQUENCER idea).
+"""The sequencer family — fixed sequencer, relay, SAFE, causal-total, evs — as one core.
 
-Rules: the origin multicasts its message to every other member (n−1 data packets) and
-keeps the body. The sequencer — the view's leader, the lowest member — gives each
-message it has received the next global number and multicasts only the id with its
-number (n−1 order packets); everyone delivers in global-number order once it holds both
-the number and the body. 2(n−1) packets per broadcast, the sequencer's own messages
-included (it numbers those locally). Guarantees: integrity, validity, agreement, fifo,
-total.
+Rules. The view's leader (the sequencer) numbers every message and announces the numbers;
+everyone delivers in number order (sequencer_numbering). A view change is a flush that
+freezes the members and settles the old view's numbers and bodies (sequencer_flush); joins
+and leaves are view changes (sequencer_join); under `evs` partitions go on apart and merge
+on heal (sequencer_merge). Phases and their transitions: sequencer_state's tables.
 
-Relay (`relay=True`; Défago's unicast-broadcast, where the thesis's is
-broadcast-broadcast): the origin sends its message to the sequencer only, and the order
-packet carries the bodies with the ids. n packets per broadcast (n−1 for the
-sequencer's own), and a member that did not send a message handles one packet for it
-instead of two: fewer wake-ups on a loaded host, a lower latency for a lone message. The
-sequencer sends every byte, so at saturation it is the first to run out. The origin
-keeps its body until it delivers it, as before, so a fail-over still finds every
-unnumbered message at its origin; an order's bodies for messages a member holds or has
-delivered are ignored.
+    option   what changes                                        packets per broadcast
+    (none)   data to all, ids numbered by the sequencer          2(n−1)
+    relay    data to the sequencer only, orders carry bodies     n
+    safe     delivery waits for a majority's acks (uniform)      4(n−1) unbatched
+    causal   data carries a vector; admission in causal order    as above
+    evs      no majority needed; SAFE over the whole view        as safe
 
-FIFO: the reliable channel below hands packets up in any order, so the sequencer numbers
-an origin's messages only in the origin's own order (a holdback before numbering;
-`causal_total` swaps it for a causal one). Batching: after each event it handles, the
-sequencer numbers everything that became ready and sends the ids in order packets of at
-most `batch` ids (None: one packet per handled event, up to MAX_ORDER_IDS ids; relayed,
-also at most RELAY_ORDER_BYTES of bodies).
+Theory, guarantees and what it does not handle: docs/orderings.md ("The sequencer
+family"). Wire structs: sequencer_wire.
 
-State a fail-over needs (abcast.ordering.sequencer_failover collects it): every node
-keeps the numbers it knows and the bodies it holds until it delivers them, and its
-delivery point (`delivered_through`). Crashes, joins and leaves are the subclasses'.
+The core only routes: one event goes to the steady state when the node is a member in a
+steady view and the packet is a data packet or its sequencer's order (the hot path,
+guarded by tests/unit/test_hotpath_sequencer.py); every other event goes, in turn, to
+evs, membership, the flush and the steady state, the first that takes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any, Final
+from dataclasses import replace
+from typing import Any
 
-import msgspec
-
-from abcast.codec import Header, NodeField, Packet, Seq
-from abcast.effects import Deliver, Effect, Multicast, Send
-from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
-from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
-from abcast.ids import MsgId, NodeId, View
-from abcast.ordering._holdback import CausalHoldback
-from abcast.stack import Layer
-
-#: most ids one order packet carries (the decoder refuses more)
-MAX_ORDER_IDS: Final = 4096
-#: body bytes one relayed order packet carries at most (a larger body goes alone): the
-#: runtime's largest batch (abcast.batching), so that relaying never makes a packet larger
-#: than the data packets broadcast-broadcast sends, however many ids became ready at once
-RELAY_ORDER_BYTES: Final = 256 * 1024
-
-_NO_DEPS: Final[Mapping[NodeId, int]] = {}
-
-
-class SData(Header, frozen=True):
-    """A broadcast message; its origin is the packet's sender."""
-
-    seq: Seq
-
-
-class SOrder(Header, frozen=True):
-    """The sequencer's verdict: `ids[i]` gets global number `first + i`; in relay mode
-    `bodies[i]` is that message (else `bodies` is empty)."""
-
-    first: Seq
-    ids: Annotated[list[tuple[NodeField, Seq]], msgspec.Meta(max_length=MAX_ORDER_IDS)]
-    bodies: Annotated[list[bytes], msgspec.Meta(max_length=MAX_ORDER_IDS)] = []
-
-
-def check_batch(batch: int | None) -> int | None:
-    """Validate a `--batch` value for the sequencer family."""
-    if batch is not None and not 1 <= batch <= MAX_ORDER_IDS:
-        raise ConfigError(f"batch must be between 1 and {MAX_ORDER_IDS} ids, got {batch}")
-    return batch
+from abcast.effects import Effect
+from abcast.errors import RemoteProtocolError
+from abcast.events import (
+    BroadcastRequested,
+    Event,
+    Excluded,
+    JoinRequested,
+    LeaveRequested,
+    Received,
+    Restored,
+    SnapshotTaken,
+    Suspected,
+    TimerFired,
+    ViewInstalled,
+)
+from abcast.ids import NodeId, View
+from abcast.layer import Layer
+from abcast.ordering import sequencer_flush as flush
+from abcast.ordering import sequencer_join as membership
+from abcast.ordering import sequencer_merge as merge
+from abcast.ordering import sequencer_numbering as numbering
+from abcast.ordering.sequencer_state import (
+    Flow,
+    MembershipConfig,
+    MergeConfig,
+    Role,
+    SequencerState,
+)
+from abcast.ordering.sequencer_wire import (
+    FLUSH_HEADERS,
+    SEQUENCER_HEADERS,
+    CTData,
+    SAck,
+    SData,
+    SFarewell,
+    SJoin,
+    SJoinFwd,
+    SLeave,
+    SNotYet,
+    SOrder,
+    SSafe,
+    SWelcome,
+    VcPrepare,
+    check_batch,
+)
+from abcast.snapshot import HeldMessage, LayerSnapshot
 
 
 class Sequencer(Layer):
+    """One node of the sequencer family; the options pick the variant (see the rules)."""
+
     name = "sequencer"
-    header_type = SData | SOrder
+    header_type = SEQUENCER_HEADERS
 
-    def __init__(self, node: NodeId, batch: int | None = None, *, relay: bool = False) -> None:
+    def __init__(
+        self, node: NodeId, batch: int | None = None, *, relay: bool = False,
+        safe: bool = False, causal: bool = False, evs: bool = False,
+        stable_period_us: int = 50_000, membership: MembershipConfig | None = None,
+        merge: MergeConfig | None = None,
+    ) -> None:
         super().__init__(node)
-        self.batch = check_batch(batch)
-        self.relay = relay
-        self.view: View | None = None
-        self._others: tuple[NodeId, ...] = ()
-        # every node: what it knows and has not delivered yet
-        self._bodies: dict[MsgId, bytes] = {}
-        self._numbers: dict[int, MsgId] = {}
-        self._next_delivery = 1
-        self._delivered: dict[NodeId, int] = {}  # per origin; FIFO makes it a prefix
-        # the sequencer's role: admission in origin (or causal) order, then numbering
-        self._admission: CausalHoldback[None] = CausalHoldback()
-        self._next_number = 1
-        self.order_packets = 0
+        config = membership or MembershipConfig()
+        if evs and config.rejoin:
+            # A leaver cut off by a partition just goes (it was leaving); a member never
+            # rejoins under evs, it merges.
+            config = replace(config, rejoin=False)
+        # Under evs delivery waits for the whole view to hold a number.
+        self.st = SequencerState(
+            node, self, batch=check_batch(batch), relay=relay, safe=safe or evs, evs=evs,
+            causal=causal, stable_period_us=stable_period_us, membership=config,
+            merge=merge or MergeConfig(),
+        )
+        self._data_type: type[SData] | type[CTData] = CTData if causal else SData
 
-    # -- introspection -------------------------------------------------------------------
+    # -- introspection -----------------------------------------------------------------
+    @property
+    def view(self) -> View | None:
+        return self.st.view
+
+    @property
+    def status(self) -> str:
+        """The role: joining, member, leaving, departing or stopped."""
+        return self.st.role.value
+
+    @property
+    def phase(self) -> str:
+        """The role, or the view's flow for a member: steady, flushing or merging."""
+        st = self.st
+        if st.role is Role.MEMBER:
+            return st.flow.value
+        if st.role is Role.LEAVING and st.flow is not Flow.STEADY:
+            return f"leaving/{st.flow.value}"
+        return st.role.value
+
+    @property
+    def stopped(self) -> bool:
+        return self.st.stopped
+
+    @property
+    def is_member(self) -> bool:
+        return self.st.role in (Role.MEMBER, Role.LEAVING)
+
     @property
     def is_sequencer(self) -> bool:
-        return self.view is not None and self.view.leader == self.node
+        view = self.st.view
+        return view is not None and view.leader == self.node
 
     def waiting(self) -> int:
         """Messages (bodies) held here, not yet delivered."""
-        return len(self._bodies)
+        return len(self.st.bodies)
 
     def delivered_through(self) -> int:
         """The highest global number delivered here."""
-        return self._next_delivery - 1
+        return self.st.delivered_through()
 
-    # -- hooks for causal_total ----------------------------------------------------------
-    def data_header(self, seq: int) -> Header:
-        """The header our own message `seq` goes out with."""
-        return SData(seq)
+    def inspect(self) -> LayerSnapshot:
+        st = self.st
+        held: list[HeldMessage] = []
+        numbered = {mid: at for at, mid in st.numbers.items()}
+        for mid in st.bodies:
+            at = numbered.get(mid)
+            if at is None:
+                held.append(HeldMessage(origin=mid.origin, seq=mid.seq, waiting_for="the order"))
+            else:
+                held.append(HeldMessage(origin=mid.origin, seq=mid.seq,
+                                        waiting_for=self._why_not_delivered(at)))
+        for at, mid in sorted(st.numbers.items()):
+            if mid not in st.bodies:
+                held.append(HeldMessage(origin=mid.origin, seq=mid.seq,
+                                        waiting_for=f"its body (global #{at})"))
+        clock: dict[str, Any] = {
+            "view": st.view.view_id if st.view is not None else None,
+            "sequencer": st.view.leader if st.view is not None else None,
+            "next_number": st.next_number,
+            "delivered_through": st.delivered_through(),
+            "safe_upto": st.safe_upto,
+            "stable": st.stable,
+            "delivered": dict(st.delivered),
+        }
+        if st.flush is not None:
+            clock["flush"] = {"target": st.flush.target, "attempt": st.flush.attempt,
+                              "members": list(st.flush.members),
+                              "answered": sorted(st.flush.states),
+                              "fresh": sorted(st.flush.fresh)}
+        if st.flow is not Flow.STEADY:
+            clock["answered"] = {"target": st.answered[0], "attempt": st.answered[1],
+                                 "coordinator": st.answered_to}
+        if st.merging is not None:
+            clock["merging"] = {"target": st.merging[0], "attempt": st.merging[1],
+                                "coordinator": st.merging[2]}
+        return LayerSnapshot(
+            layer=self.name, phase=self.phase, clock=clock, holdback=held,
+            counters={
+                "order_packets": st.order_packets, "log": len(st.log),
+                "queued": len(st.queued), "early": len(st.early),
+                "suspects": len(st.suspects), "welcomes_sent": st.welcomes_sent,
+                "rejoins": st.rejoins, "merges": st.merges,
+            },
+        )
 
-    def parse_data(self, header: Any) -> tuple[int, Mapping[NodeId, int]] | None:
-        """(seq, deps) if `header` is this ordering's data header, else None."""
-        if type(header) is SData:
-            return header.seq, _NO_DEPS
-        return None
+    def _why_not_delivered(self, at: int) -> str:
+        st = self.st
+        if st.flow is not Flow.STEADY:
+            return f"the {st.flow.value} to end (global #{at})"
+        if st.safe and at > st.safe_upto:
+            return f"the safe point (global #{at}, safe through #{st.safe_upto})"
+        return f"global #{st.next_delivery} first (this is #{at})"
 
-    def delivered_vector(self) -> dict[NodeId, int]:
-        """How many of each other origin's messages this node has delivered."""
-        return {o: k for o, k in self._delivered.items() if o != self.node}
-
-    # -- hooks for fail-over (abcast.ordering.sequencer_failover) -------------------------
-    def may_deliver(self, number: int) -> bool:
-        """Whether global number `number` may be delivered now (its id and body are here)."""
-        return True
-
-    def on_delivered(self, number: int, mid: MsgId, body: bytes) -> None:
-        """`mid` was just delivered as `number`."""
-
-    def may_number(self) -> bool:
-        """Whether the sequencer may number messages now."""
-        return True
-
-    def remember_deps(self, mid: MsgId, deps: Mapping[NodeId, int]) -> None:
-        """The dependencies `mid` arrived with (kept by fail-over for a new sequencer)."""
-
-    def take_over(
-        self, last_number: int, deps: Mapping[MsgId, Mapping[NodeId, int]]
-    ) -> list[Effect]:
-        """Become the sequencer after a view change in which numbers up to `last_number`
-        were fixed: number on from there, starting with the held messages nobody
-        numbered (in origin, or causal, order)."""
-        self._next_number = last_number + 1
-        numbered = dict(self._delivered)
-        for mid in self._numbers.values():
-            numbered[mid.origin] = max(numbered.get(mid.origin, 0), mid.seq)
-        self._admission = CausalHoldback()
-        self._admission.seed(numbered)
-        known = set(self._numbers.values())
-        pending = sorted((m for m in self._bodies if m not in known),
-                         key=lambda m: (m.seq, m.origin))
-        effects: list[Effect] = []
-        for mid in pending:
-            if not self._admission.knows(mid.origin, mid.seq):
-                effects.extend(self._admit(mid.origin, mid.seq, deps.get(mid, _NO_DEPS)))
+    # -- the hub: what the helper modules call back -------------------------------------
+    def view_installed(self, old: View, new: View, last_number: int) -> list[Effect]:
+        effects = membership.view_installed(self.st, old, new, last_number)
+        if self.st.evs:
+            effects += merge.view_installed(self.st, old, new)
         return effects
 
-    # -- the core ------------------------------------------------------------------------
+    def left_out(self, old: View, new: View, last_number: int) -> list[Effect]:
+        return membership.left_out(self.st, old, new, last_number)
+
+    def excluded(self, by: NodeId, view_id: int) -> list[Effect]:
+        if self.st.evs and self.st.role is Role.MEMBER:
+            return merge.partitioned(self.st, by)
+        return membership.excluded(self.st, by, view_id)
+
+    # -- events --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
+        st = self.st
+        # The hot path, by exact type: a member's data, or the sequencer's order, in a
+        # steady view. None of the cases below would take it before the steady state.
+        if type(event) is Received and st.flow is Flow.STEADY and st.role is Role.MEMBER:
+            view = st.view
+            if view is not None:
+                header = event.header
+                header_type = type(header)
+                sender = event.sender
+                if header_type is SOrder and sender == view.leader:
+                    st.now = now
+                    return (numbering.on_order(st, sender, header.first, header.ids,
+                                               header.bodies)
+                            + membership.after_event(st))
+                if header_type is self._data_type and sender in view.members:
+                    st.now = now
+                    return self._on_data(event) + membership.after_event(st)
+        return self._route(event, now)
+
+    def _on_data(self, event: Received) -> list[Effect]:
+        header = event.header
+        if type(header) is not self._data_type:
+            raise RemoteProtocolError(f"{event.sender} sent unexpected header {header!r}")
+        if event.sender == self.node:
+            raise RemoteProtocolError(f"{self.node} received its own message")
+        deps = header.deps if type(header) is CTData else numbering.NO_DEPS
+        return numbering.on_data(self.st, event.sender, header.seq, deps, event.inner.payload)
+
+    def _route(self, event: Event, now: int) -> list[Effect]:
+        st = self.st
+        st.now = now
+        if st.role is Role.STOPPED:
+            return []
+        if st.evs:
+            taken = merge.dispatch(st, event, now)
+            if taken is not None:
+                return taken
+        match event:
+            case JoinRequested(contacts):
+                return membership.join(st, contacts, now)
+            case LeaveRequested():
+                return membership.leave(st, now)
+            case SnapshotTaken(token, state):
+                return membership.send_welcome(st, token, state)
+            case TimerFired(key) if key == membership.JOIN_RETRY:
+                return membership.retry_join(st, now)
+            case TimerFired(key) if key == membership.LEAVE_RETRY:
+                return membership.retry_leave(st, now)
+            case TimerFired(key) if key == membership.FAREWELL_WAIT:
+                return membership.farewell_timeout(st)
+            case _:
+                pass
+        if st.role is Role.JOINING:
+            return membership.while_joining(st, event, now)
+        if st.role is Role.DEPARTING:
+            return membership.while_departing(st, event)
+        view = st.view
+        members = view.members if view is not None else ()
+        effects: list[Effect]
+        match event:
+            case Received(sender, SJoin(), _):
+                effects = membership.on_join_ask(st, sender)
+            case Received(sender, SJoinFwd(joiner), _) if sender in members:
+                effects = membership.on_join_ask(st, joiner)
+            case Received(sender, SLeave(), _) if sender in members:
+                effects = membership.on_leave_ask(st, sender)
+            case Received(sender, SNotYet(target, attempt), _):
+                effects = flush.note_fresh(st, sender, target, attempt)
+            case Received(sender, SFarewell(view_id), _):
+                if view is None or sender not in members or view_id <= view.view_id:
+                    return []
+                effects = self.excluded(sender, view_id)
+            case Received(_, SJoinFwd() | SLeave() | SWelcome(), _):
+                return []  # from a former member, or a welcome sent twice
+            case _:
+                return self._route_flush(event)
+        return effects + membership.after_event(st)
+
+    def _route_flush(self, event: Event) -> list[Effect]:
+        st = self.st
+        view = st.view
+        leader = view.leader if view is not None else None
+        members = view.members if view is not None else ()
+        frozen = st.flow is not Flow.STEADY
+        effects: list[Effect]
+        match event:
+            case BroadcastRequested(seq, payload) if frozen:
+                st.queued.append((seq, payload))
+                return []
+            case Received(sender, SOrder() | SSafe(), _) if sender != leader or frozen:
+                # From the next view's sequencer, overtaking its VcInstall (the channel does
+                # not order packets), maybe the same node: keep it for when that view is
+                # installed, so what it numbers is delivered in that view, not this one.
+                st.early.append(event)
+                return []
+            case Received(_, SAck(), _) if frozen:
+                # Maybe for us as the next view's sequencer, from a member that installed
+                # it first (it acks once): count it once we are.
+                st.early.append(event)
+                return []
+            case Received(sender, VcPrepare(target), _) if (
+                    sender not in members and view is not None
+                    and target > view.view_id + 1):
+                # The coordinator is a member of a view we have not installed yet (a
+                # joiner it admitted leads it): its VcInstall is on its way. The channel
+                # delivers this prepare once, so dropping it would leave that flush
+                # waiting for our state for ever; answer it once that view is ours.
+                st.early.append(event)
+                return []
+            case Received(sender, header, _) if isinstance(header, FLUSH_HEADERS):
+                effects = flush.on_message(st, sender, header)
+            case Received(sender, _, _) if sender not in members:
+                if frozen:
+                    # Maybe a joiner the next view admits, already sending in it.
+                    st.early.append(event)
+                return []  # else from a node this view left out: it learns from `Excluded`
+            case Suspected(node):
+                st.suspects.add(node)
+                effects = flush.on_suspect(st, node)
+            case Restored(node):
+                st.suspects.discard(node)
+                effects = flush.on_restored(st)
+            case Excluded(by, view_id) if view is not None and by in view.members:
+                if view_id <= view.view_id:
+                    return []  # a member that has not installed our view yet
+                return self.excluded(by, view_id)
+            case TimerFired(key) if key == flush.STABLE_TIMER:
+                effects = flush.report_stable(st)
+            case _:
+                effects = self._route_steady(event)
+        return effects + membership.after_event(st)
+
+    def _route_steady(self, event: Event) -> list[Effect]:
+        st = self.st
         match event:
             case BroadcastRequested(seq, payload):
-                return self._broadcast(seq, payload)
+                return numbering.broadcast(st, seq, payload)
             case Received(sender, SOrder(first, ids, bodies), _):
-                return self._on_order(sender, first, ids, bodies)
-            case Received(sender, header, inner):
-                data = self.parse_data(header)
-                if data is None:
-                    raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
-                if sender == self.node:
-                    raise RemoteProtocolError(f"{self.node} received its own message")
-                return self._on_data(sender, data[0], data[1], inner.payload)
+                return numbering.on_order(st, sender, first, ids, bodies)
+            case Received():
+                return self._on_data(event)
             case ViewInstalled(view):
-                self.view = view
-                self._others = view.others(self.node)
+                st.view = view
+                st.others = view.others(self.node)
                 return []
             case _:
                 return []
 
-    def _require_view(self) -> View:
-        if self.view is None:
-            raise LocalProtocolError(f"{self.name} on {self.node} has no view yet")
-        return self.view
 
-    def _broadcast(self, seq: int, payload: bytes) -> list[Effect]:
-        view = self._require_view()
-        header = self.data_header(seq)
-        self._bodies[MsgId(self.node, seq)] = payload
-        leader = view.leader
-        effects: list[Effect]
-        if not self.relay:
-            effects = [Multicast(self._others, header, Packet((), payload))]
-        elif leader != self.node:
-            effects = [Send(leader, header, Packet((), payload))]
-        else:
-            effects = []  # our order packet carries it
-        if leader == self.node and self.may_number():
-            # What we delivered, we numbered: our own message's dependencies are met.
-            effects.extend(self._admit(self.node, seq, _NO_DEPS))
-        return effects
-
-    def _on_data(
-        self, origin: NodeId, seq: int, deps: Mapping[NodeId, int], payload: bytes
-    ) -> list[Effect]:
-        mid = MsgId(origin, seq)
-        if seq <= self._delivered.get(origin, 0) or mid in self._bodies:
-            return []  # sent again (a fail-over resend): idempotent
-        self._bodies[mid] = payload
-        self.remember_deps(mid, deps)
-        view = self._require_view()
-        if view.leader == self.node and self.may_number():
-            return self._admit(origin, seq, deps)
-        return self._deliver_ready()
-
-    def _admit(self, origin: NodeId, seq: int, deps: Mapping[NodeId, int]) -> list[Effect]:
-        """Sequencer only: admit the message in origin (or causal) order; number and
-        announce whatever that makes ready."""
-        released = self._admission.offer(origin, seq, deps, None)
-        if not released:
-            return []
-        return self._number([(h.origin, h.seq) for h in released])
-
-    def _number(self, ids: list[tuple[NodeId, int]]) -> list[Effect]:
-        """Sequencer only: give `ids` the next numbers, announce them, deliver."""
-        effects: list[Effect] = []
-        size = self.batch or MAX_ORDER_IDS
-        if not self.relay:
-            for start in range(0, len(ids), size):
-                effects += self._announce(ids[start:start + size], [])
-            effects.extend(self._deliver_ready())
-            return effects
-        bodies = self._bodies
-        chunk: list[tuple[NodeId, int]] = []
-        carried: list[bytes] = []
-        carried_bytes = 0
-        for origin, seq in ids:
-            body = bodies[MsgId(origin, seq)]
-            if chunk and (len(chunk) >= size
-                          or carried_bytes + len(body) > RELAY_ORDER_BYTES):
-                effects += self._announce(chunk, carried)
-                chunk, carried, carried_bytes = [], [], 0
-            chunk.append((origin, seq))
-            carried.append(body)
-            carried_bytes += len(body)
-        if chunk:
-            effects += self._announce(chunk, carried)
-        effects.extend(self._deliver_ready())
-        return effects
-
-    def _announce(self, chunk: list[tuple[NodeId, int]], carried: list[bytes]) -> list[Effect]:
-        """Number `chunk` from the next free number on; one order packet to the others."""
-        first = self._next_number
-        numbers = self._numbers
-        for offset, (origin, seq) in enumerate(chunk):
-            numbers[first + offset] = MsgId(origin, seq)
-        self._next_number = first + len(chunk)
-        if not self._others:
-            return []
-        self.order_packets += 1
-        return [Multicast(self._others, SOrder(first, chunk, carried))]
-
-    def _on_order(
-        self, sender: NodeId, first: int, ids: list[tuple[str, int]], bodies: list[bytes]
-    ) -> list[Effect]:
-        view = self._require_view()
-        if sender != view.leader or sender == self.node:
-            raise RemoteProtocolError(f"{sender} sent an order but the sequencer is {view.leader}")
-        if bodies and len(bodies) != len(ids):
-            raise RemoteProtocolError(
-                f"{sender} sent an order of {len(ids)} ids with {len(bodies)} bodies")
-        numbers, held, delivered = self._numbers, self._bodies, self._delivered
-        for offset, (origin, seq) in enumerate(ids):
-            number = first + offset
-            if number < self._next_delivery:
-                continue  # sent again: already delivered
-            mid = MsgId(origin, seq)
-            known = numbers.get(number)
-            if known is not None and known != mid:
-                raise RemoteProtocolError(
-                    f"{sender} numbered {number} as {origin}#{seq}, earlier as "
-                    f"{known.origin}#{known.seq}"
-                )
-            numbers[number] = mid
-            if bodies and mid not in held and seq > delivered.get(origin, 0):
-                held[mid] = bodies[offset]
-        return self._deliver_ready()
-
-    def _deliver_ready(self) -> list[Effect]:
-        effects: list[Effect] = []
-        numbers, bodies, delivered = self._numbers, self._bodies, self._delivered
-        number = self._next_delivery
-        while True:
-            mid = numbers.get(number)
-            if mid is None or mid not in bodies or not self.may_deliver(number):
-                break
-            del numbers[number]
-            delivered[mid.origin] = mid.seq
-            body = bodies.pop(mid)
-            effects.append(Deliver(mid.origin, mid.seq, body))
-            self.on_delivered(number, mid, body)
-            number += 1
-        self._next_delivery = number
-        return effects
+__all__ = ["MembershipConfig", "MergeConfig", "Sequencer"]

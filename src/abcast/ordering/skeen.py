@@ -28,7 +28,7 @@ from abcast.effects import Deliver, Effect, Multicast, Send
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View, node_sort_key
-from abcast.stack import Layer
+from abcast.layer import Layer
 
 
 class KData(Header, frozen=True):

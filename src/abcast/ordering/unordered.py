@@ -13,7 +13,7 @@ from abcast.effects import Deliver, Effect, Multicast
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import NodeId, View
-from abcast.stack import Layer
+from abcast.layer import Layer
 
 
 class UData(Header, frozen=True):

@@ -64,8 +64,8 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId, View
+from abcast.layer import Layer
 from abcast.snapshot import LayerSnapshot
-from abcast.stack import Layer
 
 MCAST: Final = 0  # the sender's multicast stream
 UNICAST: Final = 1  # the sender's stream to this node

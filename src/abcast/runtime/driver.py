@@ -43,7 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from abcast.batching import Batcher, unpack
 from abcast.codec import Envelope
@@ -61,11 +61,9 @@ from abcast.effects import (
 )
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View
+from abcast.runtime.loop import MonotonicClock
 from abcast.stack import Stack
 from abcast.trace.recorder import DeliveredPrefix, TraceRecorder
-
-if TYPE_CHECKING:
-    from abcast.runtime.node import MonotonicClock
 
 DeliverHook = Callable[[Deliver], None]
 

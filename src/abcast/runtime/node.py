@@ -18,6 +18,11 @@ announce itself to no one: whoever must reach it finds it. Without a registry ev
 peer must be added by hand (`add_peers`), as before. `prune_peers` lets go of peers no
 hosted group's view holds (a removed or crashed member).
 
+Endpoints: `open_endpoint(name, handler)` routes frames named `name` (instead of a
+group) to `handler(link, envelope)` — how clients and servers of abcast.rpc talk
+without a client being a group member. The handler raises RemoteProtocolError for a
+frame it refuses (the link is dropped, as for a group's).
+
 What it does not know: orderings (GroupDriver and build_stack), the application API
 (abcast.runtime.group), or how transports move bytes.
 """
@@ -28,8 +33,7 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -39,6 +43,7 @@ from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.registry.client import RegistryClient
 from abcast.runtime.driver import GroupDriver
+from abcast.runtime.loop import MonotonicClock
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Link, Transport, transport_from_url
 
@@ -52,31 +57,6 @@ MAX_UNRESOLVED_FRAMES: Final = 10_000
 #: how long, and how often, the registry is asked for an address it does not know yet
 RESOLVE_FOR_S: Final = 10.0
 RESOLVE_EVERY_S: Final = 0.1
-
-
-class MonotonicClock:
-    """Integer µs that never run backwards; `at_least` lets a fired timer's deadline
-    become "now" when the loop woke a little early."""
-
-    __slots__ = ("_last",)
-
-    def __init__(self) -> None:
-        self._last = 0
-
-    def now_us(self) -> int:
-        # Read two or three times per frame: a comparison, not a max() call.
-        t = time.monotonic_ns() // 1_000
-        if t > self._last:
-            self._last = t
-            return t
-        return self._last
-
-    def at_least(self, at: int) -> int:
-        now = self.now_us()
-        if at > now:
-            self._last = at
-            return at
-        return now
 
 
 @dataclass(slots=True)
@@ -125,6 +105,7 @@ class Node:
         self._transport: Transport | None = None
         self._address: str | None = None
         self._groups: dict[str, GroupDriver] = {}
+        self._endpoints: dict[str, Callable[[Link, Envelope], None]] = {}
         self._joining: dict[str, list[tuple[Link, Envelope]]] = {}
         self._closed_groups: set[str] = set()
         self._peer_urls: dict[NodeId, str] = {}
@@ -253,6 +234,15 @@ class Node:
         self._closed_groups.add(group)
         self.prune_peers()
 
+    def open_endpoint(self, name: str, handler: Callable[[Link, Envelope], None]) -> None:
+        """Frames named `name` go to `handler` (see the module rules)."""
+        if name in self._groups or name in self._endpoints:
+            raise LocalProtocolError(f"node already routes {name!r}")
+        self._endpoints[name] = handler
+
+    def close_endpoint(self, name: str) -> None:
+        self._endpoints.pop(name, None)
+
     def prune_peers(self) -> None:
         """Let go of every peer that no hosted group's current view holds."""
         if self._state != "open":
@@ -356,6 +346,13 @@ class Node:
                 driver.receive(env)
             except RemoteProtocolError as exc:
                 self._refuse(link, f"group {driver.name!r}: {exc}")
+            return
+        endpoint = self._endpoints.get(env.group)
+        if endpoint is not None:
+            try:
+                endpoint(link, env)
+            except RemoteProtocolError as exc:
+                self._refuse(link, f"endpoint {env.group!r}: {exc}")
             return
         held = self._joining.get(env.group)
         if held is not None:

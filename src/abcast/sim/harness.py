@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from abcast.checks import Violation, check_events, count_by_code
 from abcast.effects import Deliver
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, View
@@ -25,7 +26,6 @@ from abcast.sim.faults import FaultPlan, parse_faults
 from abcast.sim.network import DEFAULT_LINK, LinkModel, Network
 from abcast.sim.scheduler import Scheduler
 from abcast.stack import Stack
-from abcast.testing import Violation, check_events, count_by_code
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.rows import RunInfo
 from abcast.trace.writer import write_run

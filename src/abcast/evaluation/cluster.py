@@ -7,7 +7,7 @@ nodes' reports and, when traced, the run's rows into the summary `abcast sim` pr
 throughput and latency: latency is a delivery's t_ns minus the t_ns of its origin's
 `send` row, over all deliveries (untraced runs use the send time the origin stamps into
 the payload instead), and throughput is M over the span from the earliest "go" to the
-last delivery. The launcher (abcast.runtime.launcher) runs the processes; this module
+last delivery. The launcher (abcast.evaluation.launcher) runs the processes; this module
 knows nothing about processes or sockets.
 """
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from abcast.checks import Violation, count_by_code
 from abcast.errors import ConfigError
+from abcast.evaluation.worker import WorkerOutcome, workload_name
 from abcast.ordering.registry import OrderingOptions, get_ordering
-from abcast.runtime.worker import WorkerOutcome, workload_name
-from abcast.testing import Violation, count_by_code
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.transport import known_schemes, transport_from_url
 from abcast.transport.udp import pick_group

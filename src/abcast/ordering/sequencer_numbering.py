@@ -1,0 +1,252 @@
+"""The sequencer family's steady state: numbering, announcing and delivering in order.
+
+Rules: the origin keeps the body of its message; the view's leader (the sequencer) admits
+each message in its origin's order — in causal order for causal-total — gives it the next
+global number and announces ids and numbers in order packets (`SOrder`, at most `batch`
+ids, relayed: at most RELAY_ORDER_BYTES of bodies); every node delivers in number order
+once it holds number and body, unless frozen by a view change, and under SAFE only up to
+the announced safe point. Delivered messages go to the log a flush may need. The report
+(`report`) and the settlement (`settle`) are all a view change needs of this module:
+numbers and bodies, in and out.
+
+This is the hot path (bench/micro_hotpath.py, tests/unit/test_hotpath_sequencer.py): no
+per-message method dispatch beyond these functions, dict lookups hoisted out of loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from abcast.codec import Header, Packet
+from abcast.effects import Deliver, Effect, Multicast, Send
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.ids import MsgId, NodeId, View
+from abcast.ordering._holdback import CausalHoldback
+from abcast.ordering.sequencer_state import Flow, SequencerState
+from abcast.ordering.sequencer_wire import (
+    MAX_ORDER_IDS,
+    RELAY_ORDER_BYTES,
+    CTData,
+    SData,
+    SOrder,
+    VcState,
+)
+
+NO_DEPS: Final[Mapping[NodeId, int]] = {}
+_UNLIMITED: Final = 1 << 62
+
+
+def require_view(st: SequencerState) -> View:
+    if st.view is None:
+        raise LocalProtocolError(f"sequencer on {st.node} has no view yet")
+    return st.view
+
+
+def data_header(st: SequencerState, seq: int) -> Header:
+    """The header our own message `seq` goes out with (causal-total: with our vector)."""
+    if st.causal:
+        return CTData(seq, {o: k for o, k in st.delivered.items() if o != st.node})
+    return SData(seq)
+
+
+def broadcast(st: SequencerState, seq: int, payload: bytes) -> list[Effect]:
+    view = require_view(st)
+    header = data_header(st, seq)
+    st.bodies[MsgId(st.node, seq)] = payload
+    leader = view.leader
+    effects: list[Effect]
+    if not st.relay:
+        effects = [Multicast(st.others, header, Packet((), payload))]
+    elif leader != st.node:
+        effects = [Send(leader, header, Packet((), payload))]
+    else:
+        effects = []  # our order packet carries it
+    if leader == st.node and st.flow is Flow.STEADY:
+        # What we delivered, we numbered: our own message's dependencies are met.
+        effects.extend(admit(st, st.node, seq, NO_DEPS))
+    return effects
+
+
+def on_data(
+    st: SequencerState, origin: NodeId, seq: int, deps: Mapping[NodeId, int], payload: bytes
+) -> list[Effect]:
+    mid = MsgId(origin, seq)
+    if seq <= st.delivered.get(origin, 0) or mid in st.bodies:
+        return []  # sent again (a fail-over resend): idempotent
+    st.bodies[mid] = payload
+    if deps:
+        st.deps_of[mid] = deps  # kept for a new sequencer after a fail-over
+    view = require_view(st)
+    if view.leader == st.node and st.flow is Flow.STEADY:
+        return admit(st, origin, seq, deps)
+    return deliver_ready(st)
+
+
+def admit(
+    st: SequencerState, origin: NodeId, seq: int, deps: Mapping[NodeId, int]
+) -> list[Effect]:
+    """Sequencer only: admit the message in origin (or causal) order; number and
+    announce whatever that makes ready."""
+    released = st.admission.offer(origin, seq, deps, None)
+    if not released:
+        return []
+    return number(st, [(h.origin, h.seq) for h in released])
+
+
+def number(st: SequencerState, ids: list[tuple[NodeId, int]]) -> list[Effect]:
+    """Sequencer only: give `ids` the next numbers, announce them, deliver."""
+    effects: list[Effect] = []
+    size = st.batch or MAX_ORDER_IDS
+    if not st.relay:
+        for start in range(0, len(ids), size):
+            effects += announce(st, ids[start:start + size], [])
+        effects.extend(deliver_ready(st))
+        return effects
+    bodies = st.bodies
+    chunk: list[tuple[NodeId, int]] = []
+    carried: list[bytes] = []
+    carried_bytes = 0
+    for origin, seq in ids:
+        body = bodies[MsgId(origin, seq)]
+        if chunk and (len(chunk) >= size
+                      or carried_bytes + len(body) > RELAY_ORDER_BYTES):
+            effects += announce(st, chunk, carried)
+            chunk, carried, carried_bytes = [], [], 0
+        chunk.append((origin, seq))
+        carried.append(body)
+        carried_bytes += len(body)
+    if chunk:
+        effects += announce(st, chunk, carried)
+    effects.extend(deliver_ready(st))
+    return effects
+
+
+def announce(
+    st: SequencerState, chunk: list[tuple[NodeId, int]], carried: list[bytes]
+) -> list[Effect]:
+    """Number `chunk` from the next free number on; one order packet to the others."""
+    first = st.next_number
+    numbers = st.numbers
+    for offset, (origin, seq) in enumerate(chunk):
+        numbers[first + offset] = MsgId(origin, seq)
+    st.next_number = first + len(chunk)
+    if not st.others:
+        return []
+    st.order_packets += 1
+    return [Multicast(st.others, SOrder(first, chunk, carried))]
+
+
+def on_order(
+    st: SequencerState, sender: NodeId, first: int, ids: list[tuple[str, int]],
+    bodies: list[bytes],
+) -> list[Effect]:
+    view = require_view(st)
+    if sender != view.leader or sender == st.node:
+        raise RemoteProtocolError(f"{sender} sent an order but the sequencer is {view.leader}")
+    if bodies and len(bodies) != len(ids):
+        raise RemoteProtocolError(
+            f"{sender} sent an order of {len(ids)} ids with {len(bodies)} bodies")
+    numbers, held, delivered = st.numbers, st.bodies, st.delivered
+    next_delivery = st.next_delivery
+    for offset, (origin, seq) in enumerate(ids):
+        at = first + offset
+        if at < next_delivery:
+            continue  # sent again: already delivered
+        mid = MsgId(origin, seq)
+        known = numbers.get(at)
+        if known is not None and known != mid:
+            raise RemoteProtocolError(
+                f"{sender} numbered {at} as {origin}#{seq}, earlier as "
+                f"{known.origin}#{known.seq}"
+            )
+        numbers[at] = mid
+        if bodies and mid not in held and seq > delivered.get(origin, 0):
+            held[mid] = bodies[offset]
+    return deliver_ready(st)
+
+
+def deliver_ready(st: SequencerState, *, thawed: bool = False) -> list[Effect]:
+    """Deliver in number order what is here (number and body), up to the safe point
+    under SAFE; nothing while frozen unless `thawed` (an evs side's outcome)."""
+    effects: list[Effect] = []
+    if st.flow is not Flow.STEADY and not thawed:
+        return effects
+    limit = st.safe_upto if st.safe else _UNLIMITED
+    numbers, bodies, delivered, log = st.numbers, st.bodies, st.delivered, st.log
+    deps_of = st.deps_of
+    at = st.next_delivery
+    while at <= limit:
+        mid = numbers.get(at)
+        if mid is None or mid not in bodies:
+            break
+        del numbers[at]
+        delivered[mid.origin] = mid.seq
+        body = bodies.pop(mid)
+        effects.append(Deliver(mid.origin, mid.seq, body))
+        log[at] = (mid, body)
+        if deps_of:
+            deps_of.pop(mid, None)
+        at += 1
+    st.next_delivery = at
+    return effects
+
+
+def take_over(
+    st: SequencerState, last_number: int, deps: Mapping[MsgId, Mapping[NodeId, int]]
+) -> list[Effect]:
+    """Become the sequencer after a view change in which numbers up to `last_number`
+    were fixed: number on from there, starting with the held messages nobody
+    numbered (in origin, or causal, order)."""
+    st.next_number = last_number + 1
+    numbered = dict(st.delivered)
+    for mid in st.numbers.values():
+        numbered[mid.origin] = max(numbered.get(mid.origin, 0), mid.seq)
+    st.admission = CausalHoldback()
+    st.admission.seed(numbered)
+    known = set(st.numbers.values())
+    pending = sorted((m for m in st.bodies if m not in known),
+                     key=lambda m: (m.seq, m.origin))
+    effects: list[Effect] = []
+    for mid in pending:
+        if not st.admission.knows(mid.origin, mid.seq):
+            effects.extend(admit(st, mid.origin, mid.seq, deps.get(mid, NO_DEPS)))
+    return effects
+
+
+def held_through(st: SequencerState) -> int:
+    """Every number up to this one is known here with its body (or delivered)."""
+    at = st.delivered_through()
+    while (mid := st.numbers.get(at + 1)) is not None and mid in st.bodies:
+        at += 1
+    return at
+
+
+# -- what a view change needs of the steady state: numbers and bodies, in and out --------
+def report(st: SequencerState, target: int, attempt: int, prior: int = 0) -> VcState:
+    """This node's part of a flush: what it delivered (and the delivered-but-unstable
+    log), the numbers it knows, the bodies it holds."""
+    view = require_view(st)
+    numbers = [(g, mid.origin, mid.seq) for g, (mid, _) in sorted(st.log.items())]
+    numbers += [(g, mid.origin, mid.seq) for g, mid in sorted(st.numbers.items())]
+    held = [(mid.origin, mid.seq, dict(st.deps_of.get(mid, {})), body)
+            for mid, body in st.bodies.items()]
+    held += [(mid.origin, mid.seq, {}, body) for mid, body in st.log.values()]
+    return VcState(target, attempt, view.view_id, st.delivered_through(),
+                   dict(st.delivered), numbers, held, prior, st.safe_upto)
+
+
+def settle(
+    st: SequencerState, first: int, ids: list[tuple[NodeId, int]],
+    bodies: list[tuple[NodeId, int, bytes]],
+) -> None:
+    """Take a flush's outcome: `ids[i]` has number `first + i`; keep the bodies not yet
+    delivered here. Delivering them is the caller's (in the old view)."""
+    for origin, seq, body in bodies:
+        if seq > st.delivered.get(origin, 0):
+            st.bodies.setdefault(MsgId(origin, seq), body)
+    through = st.delivered_through()
+    for offset, (origin, seq) in enumerate(ids):
+        at = first + offset
+        if at > through:
+            st.numbers[at] = MsgId(origin, seq)

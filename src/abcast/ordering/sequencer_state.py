@@ -1,0 +1,274 @@
+"""The sequencer family's phases, their transitions, and one node's state.
+
+Rules (h11's `_state.py` manner: the tables are the spec, `go_*` enforces them). A node
+has two phases at once, one per axis:
+
+- its role in the group (`Role`): joining → member → leaving → departing → stopped;
+- its view's flow (`Flow`): steady (numbering and delivering), flushing (frozen for a
+  view change: delivers nothing, numbers nothing, queues its own broadcasts) or merging
+  (frozen for an evs merge).
+
+A transition not in the tables is a bug in the core: `LocalProtocolError`. Staying in a
+phase is always allowed. What each transition means is docs/orderings.md's; the code that
+makes it is named in the table's comment.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Protocol
+
+from abcast.errors import LocalProtocolError
+from abcast.ids import MsgId, NodeId, View
+from abcast.ordering._holdback import CausalHoldback
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from abcast.effects import Effect
+    from abcast.events import Event, Received
+    from abcast.ordering.sequencer_wire import MSide, MState, VcInstall, VcState
+
+
+class Role(enum.StrEnum):
+    JOINING = "joining"
+    MEMBER = "member"
+    LEAVING = "leaving"
+    DEPARTING = "departing"
+    STOPPED = "stopped"
+
+
+class Flow(enum.StrEnum):
+    STEADY = "steady"
+    FLUSHING = "flushing"
+    MERGING = "merging"
+
+
+#: role → the roles it may go to (and what takes it there: sequencer_join unless named)
+ROLE_TRANSITIONS: Final[dict[Role, frozenset[Role]]] = {
+    # JoinRequested; cut off with rejoin; LeaveRequested; excluded, or the last to leave
+    Role.MEMBER: frozenset({Role.JOINING, Role.LEAVING, Role.STOPPED}),
+    # SWelcome
+    Role.JOINING: frozenset({Role.MEMBER}),
+    # left out by the flush that took its leave; cut off first (comes back to leave:
+    # member, then joining); cut off, no rejoin
+    Role.LEAVING: frozenset({Role.DEPARTING, Role.MEMBER, Role.STOPPED}),
+    # every farewell heard (or waited for long enough)
+    Role.DEPARTING: frozenset({Role.STOPPED}),
+    Role.STOPPED: frozenset(),
+}
+
+#: flow → the flows it may go to
+FLOW_TRANSITIONS: Final[dict[Flow, frozenset[Flow]]] = {
+    # VcPrepare answered or sent (sequencer_flush), left out or cut off (sequencer_join);
+    # MPrepare answered or sent (sequencer_merge)
+    Flow.STEADY: frozenset({Flow.FLUSHING, Flow.MERGING}),
+    # VcInstall or SWelcome
+    Flow.FLUSHING: frozenset({Flow.STEADY}),
+    # MInstall, or the merge given up (MAbort, timeouts)
+    Flow.MERGING: frozenset({Flow.STEADY}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipConfig:
+    """Knobs in microseconds."""
+
+    join_retry_us: int = 500_000  # ask the next contact after this long unanswered
+    leave_retry_us: int = 500_000  # ask the (maybe new) leader again
+    farewell_wait_us: int = 5_000_000  # a leaver waits at most this long for farewells
+    #: a member the group left out joins again (else it stops). Off by default: it
+    #: needs a stack whose detector and channel let non-members' packets up
+    #: (the registry's stack for this family); over the plain ones a rejoin never lands.
+    rejoin: bool = False
+
+    def __post_init__(self) -> None:
+        if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us) <= 0:
+            raise LocalProtocolError(f"membership knobs must be positive: {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class MergeConfig:
+    """Knobs in microseconds."""
+
+    probe_us: int = 300_000  # a leader probes the nodes its lineage lost this often
+    probe_for_us: int = 60_000_000  # ...for this long after losing them
+    timeout_us: int = 3_000_000  # a merge not concluded by then is given up
+
+    def __post_init__(self) -> None:
+        if min(self.probe_us, self.probe_for_us, self.timeout_us) <= 0:
+            raise LocalProtocolError(f"merge knobs must be positive: {self}")
+
+
+@dataclass(slots=True)
+class FlushRound:
+    """The coordinator's side of a view change."""
+
+    target: int
+    attempt: int
+    members: tuple[NodeId, ...]
+    states: dict[NodeId, VcState] = field(default_factory=dict)
+    #: members still waiting for their first state (joiners): nothing to report
+    fresh: set[NodeId] = field(default_factory=set)
+
+    def complete(self) -> bool:
+        return set(self.states) | self.fresh == set(self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class WelcomeDraft:
+    """A welcome waiting for its snapshot."""
+
+    joiners: tuple[NodeId, ...]
+    view: View
+    attempt: int
+    first: int
+    ids: list[tuple[NodeId, int]]
+    bodies: list[tuple[NodeId, int, bytes]]
+    per_origin: dict[NodeId, int]
+    safe: int
+
+
+@dataclass(slots=True)
+class MergeRound:
+    """The merge coordinator's side of a merge."""
+
+    target: int
+    attempt: int
+    members: tuple[NodeId, ...]
+    states: dict[NodeId, MState] = field(default_factory=dict)
+    sides: dict[int, MSide] = field(default_factory=dict)  # view id → outcome
+    lowest: dict[int, NodeId] = field(default_factory=dict)  # view id → its lowest member
+    snapshots: dict[int, bytes] = field(default_factory=dict)  # view id → state after
+    per_origin: dict[NodeId, int] = field(default_factory=dict)
+    token: int = 0  # the MergeStates token, once asked
+
+
+class Hub(Protocol):
+    """What the helper modules call back on the core (the one place that knows every
+    option): a replayed event, and the view-change steps membership and evs add to."""
+
+    def handle(self, event: Event, now: int) -> list[Effect]: ...
+
+    def view_installed(self, old: View, new: View, last_number: int) -> list[Effect]: ...
+
+    def left_out(self, old: View, new: View, last_number: int) -> list[Effect]: ...
+
+    def excluded(self, by: NodeId, view_id: int) -> list[Effect]: ...
+
+
+class SequencerState:
+    """Everything one node of the family knows; the helper modules read and change it,
+    the core (abcast.ordering.sequencer) owns it. No behaviour but the phase checks."""
+
+    def __init__(
+        self, node: NodeId, hub: Hub, *, batch: int | None, relay: bool, safe: bool,
+        evs: bool, causal: bool, stable_period_us: int, membership: MembershipConfig,
+        merge: MergeConfig,
+    ) -> None:
+        self.node = node
+        self.hub = hub
+        # options
+        self.batch = batch
+        self.relay = relay
+        self.safe = safe
+        self.evs = evs
+        self.causal = causal
+        self.stable_period_us = stable_period_us
+        self.membership = membership
+        self.merge_config = merge
+        # phases
+        self.role = Role.MEMBER
+        self.flow = Flow.STEADY
+        self.now = 0
+        # steady state (sequencer_numbering): what this node knows, not delivered yet
+        self.view: View | None = None
+        self.others: tuple[NodeId, ...] = ()
+        self.bodies: dict[MsgId, bytes] = {}
+        self.numbers: dict[int, MsgId] = {}
+        self.next_delivery = 1
+        self.delivered: dict[NodeId, int] = {}  # per origin; FIFO makes it a prefix
+        self.admission: CausalHoldback[None] = CausalHoldback()  # the sequencer's
+        self.next_number = 1
+        self.log: dict[int, tuple[MsgId, bytes]] = {}  # delivered, not yet stable
+        self.deps_of: dict[MsgId, Mapping[NodeId, int]] = {}
+        self.order_packets = 0
+        # stability and SAFE (sequencer_flush)
+        self.reports: dict[NodeId, int] = {}
+        self.reported = 0
+        self.stable = 0
+        self.timer_armed = False
+        self.holds: dict[NodeId, int] = {}
+        self.acked = 0
+        self.safe_upto = 0
+        # the flush (sequencer_flush)
+        self.suspects: set[NodeId] = set()
+        self.queued: list[tuple[int, bytes]] = []  # own broadcasts while frozen
+        self.early: list[Received] = []  # packets for the view being installed
+        self.answered: tuple[int, int] = (0, 0)  # (target, attempt) last answered
+        #: target → the attempts answered for it: a flush may conclude after this member
+        #: answered a later one (its VcInstall overtaken by the next VcPrepare, or its
+        #: coordinator crashed and the VcInstall comes from a member that has it)
+        self.answered_for: dict[int, set[int]] = {}
+        self.answered_to: NodeId = node  # the coordinator of that attempt
+        self.last_install: VcInstall | None = None  # the one that made our view
+        self.flush: FlushRound | None = None
+        self.attempts = 0
+        # join and leave (sequencer_join)
+        self.contacts: tuple[NodeId, ...] = ()
+        self.contact_index = 0
+        self.buffered: list[Received] = []  # while joining: packets of the view to come
+        self.fresh_for = 0  # the latest flush told (SNotYet) that we have no state yet
+        self.resend: dict[int, bytes] = {}  # rejoining: own broadcasts to send again
+        #: the latest view we know the group installed without us: a welcome into it or
+        #: an older one is stale (it was retransmitted across a partition that healed)
+        self.left_out_of = 0
+        self.leave_after_join = False
+        self.leave_asked = False  # leaving: SLeave sent (own broadcasts all delivered)
+        self.join_requests: set[NodeId] = set()
+        self.leave_requests: set[NodeId] = set()
+        self.welcome_next: tuple[NodeId, ...] = ()
+        self.drafts: dict[int, WelcomeDraft] = {}
+        self.tokens = 0
+        self.final_view: View | None = None
+        self.awaiting_farewell: set[NodeId] = set()
+        self.welcomes_sent = 0
+        self.rejoins = 0
+        # the evs merge (sequencer_merge)
+        self.lost: dict[NodeId, int] = {}  # node our views left out → when
+        self.probe_armed = False
+        self.probe_answered: dict[NodeId, int] = {}  # leader → when we answered its probe
+        self.merge: MergeRound | None = None  # coordinating
+        self.merging: tuple[int, int, NodeId] | None = None  # answered (target, attempt, by)
+        self.merge_view = 0  # our view id when we answered
+        self.outcome_tokens: dict[int, tuple[int, int, int, NodeId]] = {}
+        self.deferred: list[Received] = []  # flush prepares heard while merging
+        #: merges given up that we may still be asked to join (packets cross)
+        self.aborted: set[tuple[NodeId, int, int]] = set()
+        self.merges = 0
+
+    # -- phases ----------------------------------------------------------------------------
+    @property
+    def frozen(self) -> bool:
+        return self.flow is not Flow.STEADY
+
+    @property
+    def stopped(self) -> bool:
+        return self.role is Role.STOPPED
+
+    def go_role(self, role: Role) -> None:
+        if role is not self.role and role not in ROLE_TRANSITIONS[self.role]:
+            raise LocalProtocolError(
+                f"sequencer on {self.node}: no transition {self.role.value} → {role.value}")
+        self.role = role
+
+    def go_flow(self, flow: Flow) -> None:
+        if flow is not self.flow and flow not in FLOW_TRANSITIONS[self.flow]:
+            raise LocalProtocolError(
+                f"sequencer on {self.node}: no transition {self.flow.value} → {flow.value}")
+        self.flow = flow
+
+    def delivered_through(self) -> int:
+        """The highest global number delivered here."""
+        return self.next_delivery - 1

@@ -1,0 +1,295 @@
+"""`Server`: a group member that serves requests from clients (abcast.rpc.client).
+
+Usage: `server = Server(on_request=handler)` then
+`group = await Group.create("kv", ordering="sequencer", registry=url, **server.group_kwargs())`
+(or `await Server.create("kv", ordering=…, registry=…, on_request=handler)`), or without
+a handler `async for req in server.requests(): req.reply(b"…")`.
+
+Rules:
+- A server is the group's application (`app=`, plus `on_view=`): it opens the group's
+  request endpoint (abcast.rpc.wire) on the member's node and sees every delivery.
+  Deliveries that are not requests go on to the caller's `on_deliver`, in order.
+- A request frame from a client is handled by the Executor's table: proposed into the
+  group's order (a broadcast), held (Case A, this server not the view's leader: the
+  leader proposes it; a server that becomes leader proposes what it holds),
+  re-answered from the reply cache, or left alone while a copy is in flight. A request
+  is *executed* only where it is delivered, in the group's total order, and at most
+  once per (client, request id) — so replicas that apply requests deterministically
+  stay equal.
+- Executed: `on_request(req)` is called on the loop, in delivery order; its return value
+  (bytes) is the reply, an exception becomes an error reply (`ok=False`, its text) and
+  the server keeps serving. Without a handler, requests queue for `requests()` and the
+  application calls `req.reply(...)` (or `req.fail(...)`) itself, in order.
+- A joiner receives the application's state (`get_state`/`set_state`) together with
+  the duplicate table, so it does not execute again what the group executed before.
+- Only the request's targets (`to`, default every member) execute it; one-way requests
+  get no reply. Replies go straight to the client (the address in the request) and carry
+  the server's view; on a view change every client heard from in the last
+  `NOTIFY_FOR_S` is told the new view, so a waiting vote can re-count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from abcast.codec import Envelope
+from abcast.effects import Deliver, Stage
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.ids import NodeId, View
+from abcast.rpc.executor import DEFAULT_CAPACITY, Action, Executor
+from abcast.rpc.wire import (
+    ReplyFrame,
+    Request,
+    ViewNotice,
+    decode_rpc,
+    encode_rpc,
+    endpoint_name,
+    is_request,
+    ordered_request,
+    read_ordered_request,
+)
+from abcast.runtime.group import Group
+from abcast.transport import Link
+
+log: Final = logging.getLogger("abcast.rpc")
+
+#: a client that sent nothing for this long is not told about view changes
+NOTIFY_FOR_S: Final = 30.0
+#: clients remembered for those notices
+MAX_CLIENTS: Final = 1_000
+
+_StateRows = list[tuple[NodeId, int]]
+_state_encode = msgspec.msgpack.Encoder().encode
+_state_decode = msgspec.msgpack.Decoder(tuple[bytes, _StateRows]).decode
+
+
+@dataclass(slots=True)
+class ServerStats:
+    requests: int = 0  # executed here
+    replies: int = 0
+    errors: int = 0  # handlers that raised
+    bad_frames: int = 0  # endpoint frames that were not requests
+    bad_ordered: int = 0  # ordered requests that did not decode
+    notices: int = 0
+
+
+class IncomingRequest:
+    """One executed request, as the application sees it."""
+
+    __slots__ = ("_server", "client", "id", "payload", "replied")
+
+    def __init__(self, server: Server, request: Request) -> None:
+        self._server = server
+        self.client: NodeId = request.client
+        self.id: int = request.rid
+        self.payload: bytes = request.payload
+        self.replied = False
+
+    def reply(self, value: bytes) -> None:
+        self._server._send_reply(self, True, bytes(value))
+
+    def fail(self, error: str) -> None:
+        self._server._send_reply(self, False, error.encode())
+
+
+class Server:
+    def __init__(
+        self,
+        on_request: Callable[[IncomingRequest], bytes] | None = None,
+        *,
+        on_deliver: Callable[[Deliver], None] | None = None,
+        get_state: Callable[[], bytes] | None = None,
+        set_state: Callable[[bytes], None] | None = None,
+        on_view: Callable[[View], None] | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+    ) -> None:
+        self._handler = on_request
+        self._on_deliver = on_deliver
+        self._get_state = get_state
+        self._set_state = set_state
+        self._user_view = on_view
+        self.executor = Executor(capacity)
+        self.stats = ServerStats()
+        self._group: Group | None = None
+        self._endpoint = ""
+        self._clients: OrderedDict[NodeId, tuple[str, float]] = OrderedDict()
+        self._requests: dict[tuple[NodeId, int], Request] = {}
+        self._led = False  # this server led the last view it saw
+        self._queue: asyncio.Queue[IncomingRequest | None] | None = (
+            asyncio.Queue() if on_request is None else None)
+
+    # -- making one -------------------------------------------------------------------------
+    def group_kwargs(self) -> dict[str, Any]:
+        """What to pass to Group/Group.create/Group.join so it serves through this."""
+        return {"app": self, "on_view": self.on_view}
+
+    @classmethod
+    async def create(cls, name: str, *, ordering: str, server: Server | None = None,
+                     on_request: Callable[[IncomingRequest], bytes] | None = None,
+                     **kwargs: Any) -> tuple[Server, Group]:
+        srv = server or cls(on_request)
+        group = await Group.create(name, ordering=ordering, **srv.group_kwargs(), **kwargs)
+        return srv, group
+
+    @classmethod
+    async def join(cls, name: str, *, server: Server | None = None,
+                   on_request: Callable[[IncomingRequest], bytes] | None = None,
+                   **kwargs: Any) -> tuple[Server, Group]:
+        srv = server or cls(on_request)
+        group = await Group.join(name, **srv.group_kwargs(), **kwargs)
+        return srv, group
+
+    # -- the group application --------------------------------------------------------------
+    def bind(self, group: Any) -> None:
+        if self._group is not None:
+            raise LocalProtocolError("this server already serves a group")
+        self._group = group
+        self._endpoint = endpoint_name(group.name)
+        group.host.open_endpoint(self._endpoint, self._on_frame)
+
+    def close(self) -> None:
+        group = self._group
+        if group is not None:
+            group.host.close_endpoint(self._endpoint)
+        if self._queue is not None:
+            self._queue.put_nowait(None)
+
+    def get_state(self) -> bytes:
+        app = self._get_state() if self._get_state is not None else b""
+        return _state_encode((app, self.executor.export()))
+
+    def set_state(self, state: bytes) -> None:
+        try:
+            app, table = _state_decode(state)
+        except (msgspec.MsgspecError, ValueError) as exc:
+            raise RemoteProtocolError(f"server state does not decode: {exc}") from None
+        self.executor.load(table)
+        if self._set_state is not None:
+            self._set_state(app)
+
+    def on_view(self, view: View) -> None:
+        if self._user_view is not None:
+            self._user_view(view)
+        group = self._group
+        if group is None or not group.active:
+            return
+        led, self._led = self._led, view.leader == group.node
+        if self._led and not led:
+            for request in self.executor.release_held():
+                group.broadcast_nowait(ordered_request(request))
+        now = time.monotonic()
+        notice = ViewNotice(view.view_id, view.members)
+        for client, (url, seen) in list(self._clients.items()):
+            if now - seen <= NOTIFY_FOR_S:
+                self._transmit(client, url, notice)
+                self.stats.notices += 1
+
+    def on_deliver(self, delivery: Deliver) -> None:
+        if delivery.stage is not Stage.FINAL:
+            return
+        if not is_request(delivery.payload):
+            if self._on_deliver is not None:
+                self._on_deliver(delivery)
+            return
+        try:
+            request = read_ordered_request(delivery.payload)
+        except RemoteProtocolError as exc:
+            self.stats.bad_ordered += 1
+            log.warning("ignored a request ordered from %s: %s", delivery.origin, exc)
+            return
+        self._remember(request)
+        if self.executor.on_ordered(request) is not Action.EXECUTE:
+            return
+        group = self._require_group()
+        if request.to and group.node not in request.to:
+            return  # ordered here too, executed by its targets only
+        self.stats.requests += 1
+        incoming = IncomingRequest(self, request)
+        self._requests[(request.client, request.rid)] = request
+        if self._handler is None:
+            assert self._queue is not None
+            self._queue.put_nowait(incoming)
+            return
+        try:
+            value = self._handler(incoming)
+        except Exception as exc:  # the handler's bug never kills the server
+            self.stats.errors += 1
+            log.warning("request %s#%d failed: %r", request.client, request.rid, exc)
+            self._send_reply(incoming, False, f"{type(exc).__name__}: {exc}".encode())
+            return
+        if not incoming.replied:
+            self._send_reply(incoming, True, bytes(value or b""))
+
+    async def requests(self) -> AsyncIterator[IncomingRequest]:
+        """Every request executed here, in the group's order (servers without a handler)."""
+        if self._queue is None:
+            raise LocalProtocolError("requests() is for a server made without on_request")
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                self._queue.put_nowait(None)
+                return
+            yield item
+
+    # -- frames -----------------------------------------------------------------------------
+    def _on_frame(self, link: Link, env: Envelope) -> None:
+        frame = decode_rpc(env.payload)  # DecodeError: the node drops the link
+        if not isinstance(frame, Request) or frame.client != env.sender:
+            self.stats.bad_frames += 1
+            raise RemoteProtocolError(f"{env.sender} sent {type(frame).__name__} to a server")
+        group = self._group
+        if group is None or not group.active:
+            return
+        self._remember(frame)
+        action, cached = self.executor.on_frame(frame, leader=group.view.leader == group.node)
+        if action is Action.PROPOSE:
+            group.broadcast_nowait(ordered_request(frame))
+        elif action is Action.RESEND and cached is not None and not frame.oneway:
+            self._reply_frame(frame.client, frame.reply_to, frame.rid, cached.ok,
+                              cached.value)
+
+    def _remember(self, request: Request) -> None:
+        self._clients[request.client] = (request.reply_to, time.monotonic())
+        self._clients.move_to_end(request.client)
+        if len(self._clients) > MAX_CLIENTS:
+            self._clients.popitem(last=False)
+
+    def _send_reply(self, incoming: IncomingRequest, ok: bool, value: bytes) -> None:
+        if incoming.replied:
+            raise LocalProtocolError(f"request {incoming.client}#{incoming.id} already replied")
+        incoming.replied = True
+        if not ok and self._handler is None:
+            self.stats.errors += 1
+        request = self._requests.pop((incoming.client, incoming.id), None)
+        self.executor.replied(incoming.client, incoming.id, ok, value)
+        if request is None or request.oneway:
+            return
+        self._reply_frame(request.client, request.reply_to, request.rid, ok, value)
+
+    def _reply_frame(self, client: NodeId, url: str, rid: int, ok: bool, value: bytes) -> None:
+        group = self._require_group()
+        if not group.active:
+            return
+        view = group.view
+        self.stats.replies += 1
+        self._transmit(client, url, ReplyFrame(rid, group.node, ok, value, view.view_id,
+                                                view.members))
+
+    def _transmit(self, client: NodeId, url: str, frame: ReplyFrame | ViewNotice) -> None:
+        host = self._require_group().host
+        if host.peer_url(client) != url:
+            host.add_peers({client: url})
+        host.transmit(client, encode_rpc(self._endpoint, host.id, frame))
+
+    def _require_group(self) -> Group:
+        if self._group is None:
+            raise LocalProtocolError("the server is not bound to a group yet")
+        return self._group

@@ -1,0 +1,234 @@
+"""Requests and replies on the asyncio runtime, in one process (three servers on their
+own nodes, clients beside them): the API's promises and bad input.
+
+- (every ordering that claims total order) a server planted to answer differently
+  makes `all` + `all_same` INCONSISTENT, while `majority_same` still finds the
+  majority value;
+- a reply for an unknown request, a second reply from one server and a reply from a node
+  that is no server are each ignored and counted once, and never count in a vote;
+- a handler that raises sends an error reply and the server keeps serving;
+- `to=[…]` requests run on those servers only; one-way requests run and get no reply;
+- a server made without a handler serves through `requests()`;
+- a registry that does not answer is a clear error, not a hang;
+- a joiner receives the ids already run with the state, and drops a late copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from abcast import ConfigError, RegistryServer
+from abcast.ordering.registry import ORDERINGS
+from abcast.rpc import Client, IncomingRequest, Server, Status
+from abcast.rpc.wire import ReplyFrame, Request, encode_rpc, ordered_request
+from abcast.runtime.group import Group
+from abcast.runtime.node import Node
+
+pytestmark = pytest.mark.timeout(60)
+
+Handler = Callable[[IncomingRequest], bytes] | None
+TOTAL = sorted(name for name, spec in ORDERINGS.items() if "total" in spec.guarantees)
+
+
+async def _servers(url: str, handlers: list[Handler], ordering: str = "sequencer"
+                   ) -> list[tuple[Server, Group]]:
+    if "join" not in ORDERINGS[ordering].tolerates:  # a static group, opened together
+        made = [Server(h) for h in handlers]
+        groups = [Group("svc", ordering=ordering, registry=url, size=len(handlers),
+                        **server.group_kwargs()) for server in made]
+        await asyncio.gather(*(g.open() for g in groups))
+        return list(zip(made, groups, strict=True))
+    out = []
+    for k, handler in enumerate(handlers):
+        server = Server(handler)
+        if k == 0:
+            out.append(await Server.create("svc", ordering=ordering, registry=url,
+                                           server=server))
+        else:
+            out.append(await Server.join("svc", registry=url, server=server))
+    while len(out[-1][1].members) < len(handlers):
+        await asyncio.sleep(0.01)
+    return out
+
+
+async def _client(url: str, size: int) -> Client:
+    client = await Client.connect("svc", registry=url)
+    while len(client.members) < size:  # the registry may still hold the previous view
+        await client.request(b"", vote="first", timeout=1.0)
+    return client
+
+
+async def _close(servers: list[tuple[Server, Group]], *clients: Client) -> None:
+    for c in clients:
+        await c.close()
+    for server, group in servers:
+        server.close()
+        await group.close()
+
+
+async def _next_request(server: Server, payload: bytes) -> IncomingRequest:
+    """The next request with this payload (warm-up requests before it are skipped)."""
+    async for req in server.requests():
+        if req.payload == payload:
+            return req
+    raise AssertionError("the server closed")
+
+
+def run(scenario: Callable[[str], object]) -> None:
+    async def main() -> None:
+        async with RegistryServer() as registry:
+            await scenario(registry.url)  # type: ignore[misc]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("ordering", TOTAL)
+def test_a_divergent_server(ordering: str) -> None:
+    def same(req: IncomingRequest) -> bytes:
+        return b"v:" + req.payload
+
+    def planted(req: IncomingRequest) -> bytes:
+        return b"other"
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [same, same, planted], ordering)
+        client = await _client(url, 3)
+        bad = await client.request(b"x", vote="all", consistency="all_same", timeout=2.0)
+        assert bad.status is Status.INCONSISTENT and len(bad.replies) >= 2
+        good = await client.request(b"y", vote="all", consistency="majority_same",
+                                    timeout=2.0, path="direct")
+        assert (good.status, good.value) == (Status.OK, b"v:y")
+        await _close(servers, client)
+
+    run(scenario)
+
+
+def test_bad_replies_are_ignored_and_counted_once() -> None:
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [None, None, None])
+        client = await _client(url, 3)
+        rogue = await Node("tcp://127.0.0.1:0", registry=url).start()
+        rogue.add_peers({client.id: client.node.address})
+        call = asyncio.create_task(client.request(b"q", vote="all", timeout=5.0))
+        incoming = [await _next_request(s, b"q") for s, _ in servers]
+        rid = incoming[0].id
+        view = servers[0][1].view
+
+        def frame(sender: str, rid: int) -> bytes:
+            return encode_rpc(client.endpoint, sender,
+                              ReplyFrame(rid, sender, True, b"forged", view.view_id,
+                                         view.members))
+
+        rogue.transmit(client.id, frame(rogue.id, rid))  # no server of the group
+        rogue.transmit(client.id, frame(rogue.id, 10_000))  # no such request
+        incoming[0].reply(b"a")
+        first_host = servers[0][1].host
+        first_host.transmit(client.id, frame(first_host.id, rid))  # a second reply
+        await asyncio.sleep(0.2)
+        for req in incoming[1:]:
+            req.reply(b"a")
+        outcome = await call
+        assert (outcome.status, outcome.value) == (Status.OK, b"a")
+        assert sorted(r.server for r in outcome.replies) == sorted(view.members)
+        stats = client.stats
+        assert (stats.foreign_replies, stats.unknown_replies, stats.duplicate_replies) == (
+            1, 1, 1)
+        await rogue.close()
+        await _close(servers, client)
+
+    run(scenario)
+
+
+def test_errors_subsets_and_one_way() -> None:
+    executed: dict[str, list[bytes]] = {}
+
+    def handler_for(k: int) -> Handler:
+        def handle(req: IncomingRequest) -> bytes:
+            executed.setdefault(f"s{k}", []).append(req.payload)
+            if req.payload == b"boom":
+                raise RuntimeError("boom")
+            return b"ok"
+        return handle
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [handler_for(k) for k in range(3)])
+        client = await _client(url, 3)
+        executed.clear()
+        failed = await client.request(b"boom", vote="all", timeout=2.0)
+        assert failed.ok and failed.failed and b"RuntimeError: boom" in (failed.value or b"")
+        after = await client.request(b"fine", vote="all", timeout=2.0)
+        assert after.value == b"ok"  # the servers kept serving
+        two = list(client.members[1:])
+        sub = await client.request(b"sub", vote="all", timeout=2.0, to=two)
+        assert sub.ok and sorted(r.server for r in sub.replies) == sorted(two)
+        rid = client.cast(b"oneway", path="direct")
+        assert rid > 0
+        done = await client.request(b"fence", vote="all", timeout=2.0)
+        assert done.ok
+        for k in range(3):
+            seen = executed[f"s{k}"]
+            assert seen.count(b"oneway") == 1 and seen.count(b"fence") == 1
+        assert sum(runs.count(b"sub") for runs in executed.values()) == 2
+        with pytest.raises(ConfigError, match="not servers of"):
+            await client.request(b"x", to=["n99"])
+        with pytest.raises(ConfigError, match="choose one of: direct, via-member"):
+            await client.request(b"x", path="sideways")
+        await _close(servers, client)
+
+    run(scenario)
+
+
+def test_requests_iterator_and_a_dead_registry() -> None:
+    async def serve(server: Server) -> None:
+        async for req in server.requests():
+            req.reply(req.payload.upper())
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [None, None])
+        tasks = [asyncio.create_task(serve(s)) for s, _ in servers]
+        client = await _client(url, 2)
+        outcome = await client.request(b"hi", vote="all", timeout=2.0, path="via-member",
+                                       contact="sequencer")
+        assert (outcome.status, outcome.value) == (Status.OK, b"HI")
+        await _close(servers, client)
+        for t in tasks:
+            t.cancel()
+        with pytest.raises(ConfigError, match="no members for group 'nothing'"):
+            await Client.connect("nothing", registry=url)
+        with pytest.raises(ConfigError, match="did not answer"):
+            await Client.connect("svc", registry="tcp://127.0.0.1:9", timeout_s=0.5)
+
+    run(scenario)
+
+
+def test_a_joiner_does_not_run_again_what_ran_before_it_came() -> None:
+    runs: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+
+    def counting(k: int) -> Handler:
+        def handle(req: IncomingRequest) -> bytes:
+            runs[k].append(req.payload)
+            return b"done"
+        return handle
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [counting(0), counting(1)])
+        client = await _client(url, 2)
+        assert (await client.request(b"once", vote="all", timeout=2.0)).ok
+        joiner = Server(counting(2))
+        servers.append(await Server.join("svc", registry=url, server=joiner))
+        # the same request ordered again (as a late retry would): every server, the
+        # joiner included (it got the ids with the state), drops it
+        again = Request(client.id, 1, b"once", client.node.address)
+        servers[0][1].broadcast_nowait(ordered_request(again))
+        assert (await client.request(b"fence", vote="first", timeout=2.0,
+                                     contact="sequencer")).ok
+        while b"fence" not in runs[2]:
+            await asyncio.sleep(0.01)
+        assert [r.count(b"once") for r in runs.values()] == [1, 1, 0]
+        assert joiner.executor.stats.duplicates == 1
+        await _close(servers, client)
+
+    run(scenario)

@@ -1,0 +1,195 @@
+"""Reply voting (abcast.rpc.voting): the names, the table, and a Hypothesis state machine
+that feeds a ballot replies (from targets, strangers and repeaters), views and the
+deadline, checking after every step that a decision is never missed, never wrong and
+never revised. A planted ballot that counts a server's second reply must be caught."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from abcast.errors import ConfigError
+from abcast.rpc.voting import Ballot, Reply, Status, Vote
+
+SERVERS = ("n1", "n2", "n3", "n4", "n5")
+
+
+def ballot(vote: str, consistency: str = "any", targets: tuple[str, ...] = SERVERS[:3]
+           ) -> Ballot:
+    return Ballot(Vote.parse(vote), consistency, frozenset(targets))
+
+
+@pytest.mark.parametrize(("text", "needed"), [
+    ("first", [1, 1, 1]), ("all", [1, 3, 5]), ("majority", [1, 2, 3]),
+    ("quorum(2)", [2, 2, 2]), ("percent(51)", [1, 2, 3]), ("percent(100)", [1, 3, 5]),
+    ("PERCENT( 34 )", [1, 2, 2]),
+])
+def test_needed(text: str, needed: list[int]) -> None:
+    vote = Vote.parse(text)
+    assert [vote.needed(n) for n in (1, 3, 5)] == needed
+    assert Vote.parse(str(vote)) == vote
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("most", "choose one of: first, all, majority, quorum(k), percent(p)"),
+    ("quorum(0)", "whole k >= 1"), ("quorum(1.5)", "whole k >= 1"),
+    ("percent(0)", "0 < p <= 100"), ("percent(101)", "0 < p <= 100"),
+    ("quorum(x)", "choose one of"),
+])
+def test_bad_votes_name_the_allowed_values(text: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        Vote.parse(text)
+
+
+def test_bad_consistency_and_oversized_quorum() -> None:
+    with pytest.raises(ConfigError, match="any, all_same, majority_same, all_different"):
+        ballot("first", "same")
+    with pytest.raises(ConfigError, match=r"quorum\(4\) needs more servers than the 3"):
+        Vote.parse("quorum(4)").check_targets(3)
+    assert ballot("quorum(4)").on_view(SERVERS[:3]) is Status.MEMBERS_LOST
+
+
+def test_table() -> None:
+    b = ballot("majority")
+    assert b.on_reply(Reply("n1", b"x")) is Status.WAITING
+    assert b.on_reply(Reply("n1", b"x")) is Status.WAITING  # a repeat: not a second vote
+    assert b.on_reply(Reply("n9", b"x")) is Status.WAITING  # not a target
+    assert (b.ignored_duplicate, b.ignored_foreign, len(b.replies)) == (1, 1, 1)
+    assert b.on_reply(Reply("n2", b"x")) is Status.OK
+    assert b.on_reply(Reply("n3", b"y")) is Status.OK and b.late == 1
+    assert b.outcome().value == b"x"
+
+    b = ballot("all", "all_same")
+    b.on_reply(Reply("n1", b"x"))
+    assert b.on_reply(Reply("n2", b"y")) is Status.INCONSISTENT
+
+    b = ballot("quorum(3)")
+    b.on_reply(Reply("n1", b"x"))
+    assert b.on_view(["n1", "n2"]) is Status.MEMBERS_LOST
+
+    b = ballot("all")
+    b.on_reply(Reply("n1", b"x"))
+    b.on_reply(Reply("n2", b"x"))
+    assert b.on_view(["n1", "n2"]) is Status.OK  # the view shrank to who answered
+
+    assert ballot("first").on_deadline() is Status.TIMEOUT
+    b = ballot("all")
+    b.on_reply(Reply("n1", b"x"))
+    assert b.on_deadline() is Status.NO_QUORUM
+
+    b = ballot("all", "majority_same")
+    for server, value in (("n1", b"a"), ("n2", b"b"), ("n3", b"a")):
+        b.on_reply(Reply(server, value))
+    assert (b.status, b.value) == (Status.OK, b"a")
+    b = ballot("all", "majority_same")
+    b.on_reply(Reply("n1", b"a"))
+    b.on_reply(Reply("n2", b"b"))
+    assert b.on_reply(Reply("n3", b"c")) is Status.INCONSISTENT
+
+    b = ballot("all", "all_different")
+    b.on_reply(Reply("n1", b"a"))
+    assert b.on_reply(Reply("n2", b"a")) is Status.INCONSISTENT
+
+    failed = ballot("first")
+    failed.on_reply(Reply("n1", b"ValueError: no", ok=False))
+    assert failed.outcome().ok and failed.outcome().failed
+
+
+def _consistent(consistency: str, values: list[tuple[bool, bytes]], live: int) -> bool:
+    if consistency == "all_same":
+        return len(set(values)) <= 1
+    if consistency == "all_different":
+        return len(set(values)) == len(values)
+    if consistency == "majority_same":
+        return any(values.count(v) >= live // 2 + 1 for v in values)
+    return True
+
+
+class BallotMachine(RuleBasedStateMachine):
+    ballot_type: ClassVar[type[Ballot]] = Ballot
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.b: Ballot | None = None
+        self.decided_as: Status | None = None
+
+    @initialize(vote=st.sampled_from(["first", "all", "majority", "quorum(2)", "quorum(3)",
+                                      "percent(51)", "percent(80)"]),
+                consistency=st.sampled_from(["any", "all_same", "majority_same",
+                                             "all_different"]),
+                n=st.integers(3, 5))
+    def start(self, vote: str, consistency: str, n: int) -> None:
+        self.b = self.ballot_type(Vote.parse(vote), consistency, frozenset(SERVERS[:n]))
+
+    def _b(self) -> Ballot:
+        assert self.b is not None
+        return self.b
+
+    @rule(server=st.sampled_from([*SERVERS, "n9"]), value=st.sampled_from([b"a", b"b"]),
+          ok=st.booleans())
+    def reply(self, server: str, value: bytes, ok: bool) -> None:
+        self._b().on_reply(Reply(server, value, ok))
+
+    @rule(members=st.sets(st.sampled_from(SERVERS)))
+    def view(self, members: set[str]) -> None:
+        b = self._b()
+        # views only shrink the live set (servers never come back within one request)
+        b.on_view(sorted(members & b.live))
+
+    @rule()
+    def deadline(self) -> None:
+        self._b().on_deadline()
+
+    @invariant()
+    def sound(self) -> None:
+        b = self.b
+        if b is None:
+            return
+        servers = [r.server for r in b.replies]
+        assert len(servers) == len(set(servers)), "a server voted twice"
+        assert set(servers) <= b.targets, "a stranger voted"
+        if self.decided_as is not None:
+            assert b.status is self.decided_as, "a decision was revised"
+            return
+        values = [(r.ok, r.value) for r in b.replies]
+        holds = _consistent(b.consistency, values, len(b.live))
+        if b.status is Status.WAITING:
+            assert not (len(values) >= b.needed and holds), "a decision was missed"
+        else:
+            self.decided_as = b.status
+        if b.status is Status.OK:
+            assert len(values) >= b.needed and holds
+        if b.status is Status.MEMBERS_LOST:
+            heard = set(servers)
+            assert len(values) + len(b.live - heard) < b.needed
+
+
+BallotMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=20, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestBallot = BallotMachine.TestCase
+
+
+class CountsRepeats(Ballot):
+    """Planted bug: a server's second reply counts as a second vote."""
+
+    def on_reply(self, reply: Reply) -> Status:
+        if self.decided or reply.server not in self.targets:
+            return super().on_reply(reply)
+        self.replies.append(reply)
+        return self._judge()
+
+
+def test_the_machine_catches_a_ballot_that_counts_repeats() -> None:
+    class Planted(BallotMachine):
+        ballot_type = CountsRepeats
+
+    Planted.TestCase.settings = settings(max_examples=200, stateful_step_count=20,
+                                         deadline=None, database=None,
+                                         suppress_health_check=[HealthCheck.too_slow])
+    with pytest.raises(AssertionError, match="voted twice"):
+        Planted.TestCase().runTest()
