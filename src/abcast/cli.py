@@ -67,8 +67,9 @@ def cli() -> None:
 @click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
 @_RELAY
 @click.option("--multicast", default="reliable", show_default=True,
-              type=click.Choice(["reliable", "basic"]),
-              help="basic: best effort, no retransmission (drops validity and agreement).")
+              type=click.Choice(["reliable", "basic", "nak"]),
+              help="basic: best effort, no retransmission (drops validity and agreement); "
+                   "nak: multicast streams repaired by NAKs (the udp:// channel).")
 @click.option("--partitions", default="primary", show_default=True,
               type=click.Choice(["primary", "evs"]),
               help="evs: every partition goes on and they merge on heal (sequencer, "

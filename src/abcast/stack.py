@@ -202,10 +202,12 @@ class Stack:
                     if me in dests:
                         raise LocalProtocolError(f"{layers[index].name} multicast to itself")
                     packet = Packet((multicast.header, *inner.headers), inner.payload)
+                    control = multicast.control
                     if index:
-                        push((index - 1, MulticastRequested(dests, packet)))
+                        push((index - 1, MulticastRequested(dests, packet, control)))
                     else:
-                        emit(Transmit(dests, encode_frame(group, me, packet)))
+                        emit(Transmit(dests, encode_frame(group, me, packet, control=control),
+                                      control))
                 elif kind is Deliver:
                     emit(effect)  # type: ignore[arg-type]
                 elif kind is SetTimer:
@@ -230,16 +232,17 @@ class Stack:
                     out.append(Transmit((to,), data, control))
                 else:
                     queue.append((index - 1, SendRequested(to, packet, control)))
-            case Multicast(to, header, inner):
+            case Multicast(to, header, inner, control):
                 if not to:
                     return
                 if self.node in to:
                     raise LocalProtocolError(f"{self.layers[index].name} multicast to itself")
                 packet = inner.push(header)
                 if index == 0:
-                    out.append(Transmit(to, encode_frame(self.group, self.node, packet)))
+                    data = encode_frame(self.group, self.node, packet, control=control)
+                    out.append(Transmit(to, data, control))
                 else:
-                    queue.append((index - 1, MulticastRequested(to, packet)))
+                    queue.append((index - 1, MulticastRequested(to, packet, control)))
             case Up(sender, packet):
                 if index == len(self.layers) - 1:
                     raise LocalProtocolError(f"top layer {self.layers[index].name} sent Up")

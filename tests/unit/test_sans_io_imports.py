@@ -36,7 +36,7 @@ def _imported_roots(path: Path) -> set[str]:
 
 def test_there_are_core_modules_to_check() -> None:
     names = {p.name for p in _core_modules()}
-    assert {"channel.py", "fifo.py", "unordered.py", "stack.py"} <= names
+    assert {"channel.py", "nak.py", "fifo.py", "unordered.py", "stack.py"} <= names
 
 
 @pytest.mark.parametrize("path", _core_modules(), ids=lambda p: str(p.relative_to(SRC)))

@@ -27,6 +27,7 @@ from abcast.evaluation.worker import WorkerOutcome, workload_name
 from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.transport import known_schemes, transport_from_url
+from abcast.transport.udp import pick_group
 
 EVENT_LOOPS: Final = ("asyncio", "uvloop")
 
@@ -57,6 +58,10 @@ class ClusterConfig:
     group: str = "g"
     timeout_s: float = 600.0
     registry: str | None = None  # use this running registry instead of starting one
+    #: udp: the multicast group every node joins (a fresh one per config, on loopback)
+    udp_group: str = field(default_factory=pick_group)
+    #: more transport options for every node's URL ("loss=0.05&datagram_bytes=1400")
+    transport_options: str = ""
 
     @property
     def in_process(self) -> bool:
@@ -66,8 +71,15 @@ class ClusterConfig:
     def bind_url(self) -> str:
         if self.in_process:
             return "mem://"
-        query = f"?busy_poll_us={self.busy_poll_us}" if self.busy_poll_us else ""
-        return f"{self.transport}://127.0.0.1:0{query}"
+        params = [f"busy_poll_us={self.busy_poll_us}"] if self.busy_poll_us else []
+        address = "127.0.0.1:0"
+        if self.transport == "udp":
+            address = self.udp_group
+            params.append("ttl=0")  # loopback only
+        if self.transport_options:
+            params.append(self.transport_options)
+        query = f"?{'&'.join(params)}" if params else ""
+        return f"{self.transport}://{address}{query}"
 
     @property
     def workload(self) -> str:

@@ -26,6 +26,7 @@ from abcast.ordering.skeen import Skeen
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.basic_channel import BasicChannel
 from abcast.reliability.channel import ChannelConfig, ReliableChannel
+from abcast.reliability.nak import NakChannel, NakConfig
 from abcast.stack import Layer, Stack
 
 #: faults every ordering over the reliable channel survives: the network misbehaving
@@ -35,7 +36,7 @@ ALL_FAULTS = NETWORK_FAULTS | {"crash", "join", "leave"}
 BASIC = ("integrity", "validity", "agreement")
 #: what best-effort (basic) multicast cannot promise: a lost packet stays lost
 LIVENESS_UNDER_LOSS = frozenset({"validity", "agreement", "uniform_agreement"})
-MULTICASTS = ("reliable", "basic")
+MULTICASTS = ("reliable", "basic", "nak")
 #: "primary": only a majority partition goes on; "evs": every partition goes on and they
 #: merge on heal (extended virtual synchrony, abcast.ordering.sequencer_merge)
 PARTITIONS = ("primary", "evs")
@@ -56,8 +57,10 @@ class OrderingOptions:
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     matrix: MatrixConfig = field(default_factory=MatrixConfig)  # heartbeats; matrix
     #: "reliable": the reliable channel under the ordering (acks, retransmission);
-    #: "basic": best effort, each packet sent once (abcast.reliability.basic_channel)
+    #: "basic": best effort, each packet sent once (abcast.reliability.basic_channel);
+    #: "nak": one multicast per packet, NAK repair (abcast.reliability.nak; udp://)
     multicast: str = "reliable"
+    nak: NakConfig = field(default_factory=NakConfig)
     #: what a partition does: "primary" (only a majority goes on; the rest rejoin with
     #: state transfer) or "evs" (both sides go on, merge views on heal; sequencer family)
     partitions: str = "primary"
@@ -237,8 +240,10 @@ def build_stack(
     opts = options or OrderingOptions()
     spec = get_ordering(ordering)
     spec.check_options(opts)
-    channel = (BasicChannel(node, open_group=spec.channel is OpenChannel)
-               if opts.multicast == "basic" else spec.channel(node, opts.channel))
+    open_group = spec.channel is OpenChannel
+    channel = (BasicChannel(node, open_group=open_group) if opts.multicast == "basic"
+               else NakChannel(node, opts.nak, open_group) if opts.multicast == "nak"
+               else spec.channel(node, opts.channel))
     layers: list[Layer] = [channel, *spec.make(node, opts)]
     if spec.needs_detector:
         layers.insert(0, spec.detector_layer(node, opts.detector))

@@ -92,10 +92,13 @@ STREAM_CHANNEL: Final = ChannelConfig(rto_us=1_000_000, max_rto_us=4_000_000,
                                       piggyback_acks=True)
 
 
-def for_streams(options: OrderingOptions | None) -> OrderingOptions:
+def for_streams(options: OrderingOptions | None, scheme: str = "tcp") -> OrderingOptions:
     """The options a runtime stack is built with: the default channel becomes
-    STREAM_CHANNEL; a channel configured on purpose is kept."""
+    STREAM_CHANNEL; a channel configured on purpose is kept. Over udp:// the default
+    (reliable) channel becomes the NAK channel: one multicast per packet, NAK repair."""
     opts = options or OrderingOptions()
+    if scheme == "udp" and opts.multicast == "reliable":
+        return dataclasses.replace(opts, multicast="nak")
     if opts.channel == ChannelConfig():
         return dataclasses.replace(opts, channel=STREAM_CHANNEL)
     return opts
@@ -265,7 +268,8 @@ class Group:
         self._attach(host, View(1, tuple(members)))
 
     def _attach(self, host: Node, view: View) -> GroupDriver:
-        stack = build_stack(host.id, self.name, self.ordering, view, for_streams(self.options))
+        options = for_streams(self.options, host.transport.scheme)
+        stack = build_stack(host.id, self.name, self.ordering, view, options)
         hooks = AppHooks(get_state=self._get_state, set_state=self._set_state,
                          on_view=self._view_installed, on_removed=self._removed,
                          merge_state=self._merge_state)

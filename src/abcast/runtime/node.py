@@ -288,6 +288,19 @@ class Node:
         else:
             self.stats.unresolved_frames += 1  # the reliable channel sends it again
 
+    def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int:
+        """One frame for several peers: one write where the transport can (udp://).
+        Returns the packets it costs on the wire."""
+        transport = self._transport
+        if transport is None or self._state != "open":
+            return len(dsts)
+        urls = self._peer_urls
+        if all(dst in urls for dst in dsts) or self.registry is None:
+            return transport.multicast(dsts, data)
+        for dst in dsts:
+            self.transmit(dst, data)
+        return len(dsts)
+
     async def _resolve(self, peer: NodeId) -> None:
         registry = self.registry
         assert registry is not None

@@ -168,6 +168,10 @@ class SimCluster:
         stack = sim_node.stack
         for out in outputs:
             match out:
+                case Transmit(to, data, control) if len(to) > 1 and self.network.ip_multicast:
+                    self._count(node, "*", data, control, stack.group)  # one send on the wire
+                    for dst in to:
+                        self._deliver_packet(node, dst, data)
                 case Transmit(to, data, control):
                     for dst in to:
                         self._transmit(node, dst, data, control, stack.group)
@@ -246,6 +250,11 @@ class SimCluster:
         self._apply(sim_node, sim_node.stack.fire(key, self.scheduler.now))
 
     def _transmit(self, src: NodeId, dst: NodeId, data: bytes, control: bool, group: str) -> None:
+        self._count(src, dst, data, control, group)
+        self._deliver_packet(src, dst, data)
+
+    def _count(self, src: NodeId, dst: NodeId, data: bytes, control: bool, group: str) -> None:
+        """One packet on the wire (dst "*": one IP multicast to several nodes)."""
         if control:
             self.control_packets += 1
         else:
@@ -254,6 +263,8 @@ class SimCluster:
                 self.recorder.record(
                     src, "net_send", self._t_ns(), group=group, size=len(data), peer=dst,
                 )
+
+    def _deliver_packet(self, src: NodeId, dst: NodeId, data: bytes) -> None:
         if self.network.held(src, dst):
             self.network.keep(src, dst, data)
             return

@@ -50,6 +50,8 @@ class SimConfig:
     options: OrderingOptions = field(default_factory=OrderingOptions)
     group: str = "g"
     link: LinkModel = DEFAULT_LINK
+    #: the network delivers a packet to several nodes as one IP multicast (one send)
+    ip_multicast: bool = False
     max_time_us: int = HOUR_US
     #: with periodic timers (failure detectors) a run never goes quiet: it ends once every
     #: broadcast went out and nothing was delivered for this long
@@ -152,7 +154,7 @@ def run_simulation(
     _validate(config, plan, spec)
     rng = random.Random(config.seed)
     link = LinkModel(*plan.delay_us) if plan.delay_us else config.link
-    network = Network(rng, link, plan.drop, plan.dup)
+    network = Network(rng, link, plan.drop, plan.dup, ip_multicast=config.ip_multicast)
     scheduler = Scheduler()
     run_id = config.run_id()
     recorder = TraceRecorder(run_id)
