@@ -78,6 +78,11 @@ class Layer(ABC):
         something to show (holdback queues, clocks, counters) override it."""
         return LayerSnapshot(layer=self.name)
 
+    def snapshots(self) -> list[LayerSnapshot]:
+        """The snapshots this slot shows, bottom first: its own, or those of the cores it
+        wraps too (the membership layer and the ordering it drives)."""
+        return [self.inspect()]
+
 
 class Stack:
     """One group's layers on one node. Drivers call `start`, `broadcast`, `receive` and
@@ -115,7 +120,7 @@ class Stack:
 
     def inspect(self) -> list[LayerSnapshot]:
         """Every layer's snapshot, bottom first."""
-        return [layer.inspect() for layer in self.layers]
+        return [snap for layer in self.layers for snap in layer.snapshots()]
 
     def start(self, now: int) -> list[Output]:
         """Give every layer the initial view, bottom first."""
