@@ -79,6 +79,7 @@ from abcast.ids import NodeId, View
 from abcast.membership.api import ViewOrdering
 from abcast.membership.wire import (
     MEMBERSHIP_HEADERS,
+    FlushMessage,
     JoinCut,
     MAbort,
     MBusy,
@@ -450,6 +451,14 @@ class Membership(Layer):
             return self._depart() if not self._awaiting_farewell else []
         if self.status == "joining" or view is None or node not in view.members:
             return []
+        if self.frozen and node == self._answered_to != self.node:
+            # The coordinator we answered is gone; its install may have reached others
+            # only. Tell the next coordinator where we are: one that has installed the
+            # view hands us its install (`_on_state`).
+            alive = [m for m in view.members if m not in self._suspects]
+            if alive and alive[0] != self.node:
+                state = MState(*self._answered, view.view_id, self.ordering.report())
+                return [Send(alive[0], state), *self._maybe_coordinate(view.view_id + 1)]
         flush = self._flush
         if flush is not None and node not in flush.members:
             return []  # already leaving it out
@@ -538,7 +547,12 @@ class Membership(Layer):
 
     def _on_state(self, sender: NodeId, state: MState) -> list[Effect]:
         flush = self._flush
+        view = self.view
+        assert view is not None
         if flush is None or (state.target, state.attempt) != (flush.target, flush.attempt):
+            last = self._last_install
+            if last is not None and state.view_id < view.view_id and sender in view.members:
+                return [Send(sender, last)]  # it missed the install that made our view
             return []
         if state.view_id >= flush.target:  # someone is ahead of us: aim past it
             return self._maybe_coordinate(state.view_id + 1)
@@ -546,8 +560,6 @@ class Membership(Layer):
             # It answered another coordinator for this view first, which may have
             # installed it: one view id names one membership, so take the next.
             return self._maybe_coordinate(state.prior + 1)
-        view = self.view
-        assert view is not None
         if state.view_id < view.view_id:
             # It answered before our view's install reached it: hand that over; it
             # installs it and answers again.
@@ -573,9 +585,14 @@ class Membership(Layer):
             return flush.members  # nobody would be left: the last member stays
         return (*kept, *sorted(joining))
 
+    def outcome(self, flush: _Flush) -> list[FlushMessage]:
+        """The flush's outcome: the ordering settles every survivor's report (a hook so
+        that tests can plant a forgetful one)."""
+        return self.ordering.settle([flush.states[m].report for m in flush.members
+                                     if m in flush.states])
+
     def _conclude(self, flush: _Flush) -> list[Effect]:
-        reports = [flush.states[m].report for m in flush.members if m in flush.states]
-        outcome = self.ordering.settle(reports)
+        outcome = self.outcome(flush)
         members = self._next_members(flush)
         install = MInstall(flush.target, flush.attempt, list(members), outcome)
         self._flush = None
@@ -725,6 +742,10 @@ class Membership(Layer):
         if self.status == "joining":
             self._left_out_of = max(self._left_out_of, view_id)
             return []
+        final = self._final_view
+        if self.status == "departing" and final is not None and view_id >= final.view_id:
+            self._awaiting_farewell.discard(by)  # it has our last view: as good as a farewell
+            return self._depart() if not self._awaiting_farewell else []
         if view is None or by not in view.members or view_id <= view.view_id:
             return []
         return self._removed(by, view_id)
