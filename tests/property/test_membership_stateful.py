@@ -1,5 +1,5 @@
 """A Hypothesis state machine for the membership layer: five simulated nodes running
-`unordered` or `fifo` under drop/dup/delay (abcast.sim.cluster, the simulator's driver),
+`unordered`, `fifo` or `causal` under drop/dup/delay (abcast.sim.cluster, the simulator's driver),
 and rules that broadcast, let time pass, crash a member, start a joiner, ask a member
 to leave, cut a minority off and heal it — in any order and at any moment, a flush
 included. At teardown the network heals and the run settles; then the claims hold among
@@ -51,7 +51,7 @@ class MembershipMachine(RuleBasedStateMachine):
         self.joiners = 0
         self.cut: tuple[str, ...] = ()
 
-    @initialize(ordering=st.sampled_from(["unordered", "fifo"]))
+    @initialize(ordering=st.sampled_from(["unordered", "fifo", "causal"]))
     def start(self, ordering: str) -> None:
         self.ordering = ordering
         view = View(1, INITIAL)

@@ -177,11 +177,11 @@ ORDERINGS: dict[str, OrderingSpec] = {
             **_MEMBERSHIP,
         ),
         OrderingSpec(
-            "causal", lambda node, _: [Causal(node)], (*BASIC, "fifo", "causal"),
-            NETWORK_FAULTS | {"join", "leave"}, lambda n: n - 1,
+            "causal", lambda node, _: [Membership(node, Causal(node))],
+            (*BASIC, "fifo", "causal"), ALL_FAULTS, lambda n: n - 1,
             "causal order (vector clocks, holdback until every predecessor is delivered);"
-            " open group: the leader orders joins and leaves in its causal stream",
-            channel=OpenChannel,
+            " views by the membership layer's flush",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
             "sequencer",
