@@ -1,5 +1,6 @@
 """A Hypothesis state machine for the membership layer: five simulated nodes running
-`unordered`, `fifo` or `causal` under drop/dup/delay (abcast.sim.cluster, the simulator's driver),
+`unordered`, `fifo`, `causal` or `skeen` under drop/dup/delay (abcast.sim.cluster, the
+simulator's driver),
 and rules that broadcast, let time pass, crash a member, start a joiner, ask a member
 to leave, cut a minority off and heal it — in any order and at any moment, a flush
 included. At teardown the network heals and the run settles; then the claims hold among
@@ -51,7 +52,7 @@ class MembershipMachine(RuleBasedStateMachine):
         self.joiners = 0
         self.cut: tuple[str, ...] = ()
 
-    @initialize(ordering=st.sampled_from(["unordered", "fifo", "causal"]))
+    @initialize(ordering=st.sampled_from(["unordered", "fifo", "causal", "skeen"]))
     def start(self, ordering: str) -> None:
         self.ordering = ordering
         view = View(1, INITIAL)

@@ -20,7 +20,7 @@ from abcast.sim.churn import churn_faults, judge, present_throughout
 from abcast.stack import Stack
 
 SEEDS = range(1, 7)
-ORDERINGS = ["unordered", "fifo", "causal"]
+ORDERINGS = ["unordered", "fifo", "causal", "skeen"]
 
 
 def churn_run(ordering: str, seed: int) -> SimResult:

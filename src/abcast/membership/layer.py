@@ -321,7 +321,10 @@ class Membership(Layer):
                 if any(m not in self._suspects for m in lower):
                     # Someone I still trust precedes it: it may be cut off from them (a
                     # minority's coordinator). Answer once I suspect them too.
-                    self._deferred[sender] = Received(sender, header, EMPTY)
+                    kept = self._deferred.get(sender)
+                    if kept is None or (target, attempt) > (kept.header.target,
+                                                            kept.header.attempt):
+                        self._deferred[sender] = Received(sender, header, EMPTY)
                     return []
                 if (sender, target, attempt) in self._aborted:
                     return []
@@ -679,13 +682,18 @@ class Membership(Layer):
         assert view is not None
         if joiner == self.node:
             return []
-        if view.leader != self.node:
-            return [Send(view.leader, MJoinFwd(joiner))]
+        leader = self._acting_leader(view)
+        if leader != self.node:
+            return [Send(leader, MJoinFwd(joiner))]
         if joiner in view.members:
             return []  # an old ask, overtaken by its welcome
         self._join_requests.add(joiner)
         self._leave_requests.discard(joiner)
         return self._change_view()
+
+    def _acting_leader(self, view: View) -> NodeId:
+        """The member that would coordinate the next flush: the lowest not suspected."""
+        return next((m for m in view.members if m not in self._suspects), view.leader)
 
     # -- leaving -------------------------------------------------------------------------
     def _leave(self, now: int) -> list[Effect]:
@@ -704,14 +712,15 @@ class Membership(Layer):
     def _ask_to_leave(self) -> list[Effect]:
         view = self.view
         assert view is not None
-        if view.leader == self.node:
+        leader = self._acting_leader(view)
+        if leader == self.node:
             return self._on_leave_ask(self.node)
-        return [Send(view.leader, MLeave())]
+        return [Send(leader, MLeave())]
 
     def _on_leave_ask(self, leaver: NodeId) -> list[Effect]:
         view = self.view
         assert view is not None
-        if view.leader != self.node:
+        if self._acting_leader(view) != self.node:
             return []
         self._leave_requests.add(leaver)
         return self._change_view()

@@ -25,7 +25,8 @@ class FlushMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """A message of the closing view: its id, its body, and where the ordering places
     it — `deps` (causal: the origin's vector when it sent it) and `stamp` (skeen: its
     final or best known timestamp; matrix: its Lamport stamp). `final` says the stamp
-    is the one the ordering decided (skeen), not a proposal."""
+    is the one the ordering decided (skeen), not a proposal; `delivered`, that the
+    reporting member delivered it."""
 
     origin: NodeField
     seq: Seq
@@ -33,6 +34,7 @@ class FlushMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):
     deps: Clock = {}
     stamp: Count = 0
     final: bool = False
+    delivered: bool = False
 
 
 Messages = Annotated[list[FlushMessage], msgspec.Meta(max_length=_MANY)]

@@ -106,7 +106,7 @@ class Causal(Layer):
 
     # -- under the membership layer (abcast.membership.api) ------------------------------
     def report(self) -> ViewReport:
-        messages = [FlushMessage(m.origin, m.seq, body, dict(deps))
+        messages = [FlushMessage(m.origin, m.seq, body, dict(deps), delivered=True)
                     for m, (deps, body) in self._log.items()]
         messages += [FlushMessage(h.origin, h.seq, h.item, dict(h.deps))
                      for _, h in self._holdback.waiting()]

@@ -44,7 +44,7 @@ class Fifo(Unordered):
         return super().handle(event, now)
 
     def on_message(self, origin: NodeId, seq: int, payload: bytes) -> list[Effect]:
-        expected = self._prefix.get(origin, 0) + 1
+        expected = self._done.prefix(origin) + 1
         held = self._held.setdefault(origin, {})
         if seq < expected or seq in held:
             raise RemoteProtocolError(f"{origin} sent message {seq} twice")
@@ -84,16 +84,16 @@ class Fifo(Unordered):
     def conclude(self, outcome: Sequence[FlushMessage]) -> list[Effect]:
         effects: list[Effect] = []
         for m in outcome:
-            if m.seq == self._prefix.get(m.origin, 0) + 1:
+            if m.seq == self._done.prefix(m.origin) + 1:
                 self._held.get(m.origin, {}).pop(m.seq, None)
                 self._note(m.origin, m.seq, m.body)
                 effects.append(Deliver(m.origin, m.seq, m.body))
         for origin, held in self._held.items():
-            done = self._prefix.get(origin, 0)
+            done = self._done.prefix(origin)
             for seq in [s for s in held if s <= done]:
                 del held[seq]
         self._log.clear()
-        self._settled = dict(self._prefix)
+        self._settled = self._done.prefixes()
         return effects
 
     def start_from(self, cut: JoinCut) -> None:
@@ -101,10 +101,10 @@ class Fifo(Unordered):
         self._held.clear()
 
     def inspect(self) -> LayerSnapshot:
-        next_expected = {o: k + 1 for o, k in self._prefix.items()}
+        next_expected = {o: k + 1 for o, k in self._done.prefixes().items()}
         holdback = [
             HeldMessage(origin=o, seq=s,
-                        waiting_for=f"{o}'s #{self._prefix.get(o, 0) + 1} (fifo gap)")
+                        waiting_for=f"{o}'s #{self._done.prefix(o) + 1} (fifo gap)")
             for o, h in sorted(self._held.items()) for s in sorted(h)
         ]
         return LayerSnapshot(layer=self.name, phase="steady", clock={"next": next_expected},

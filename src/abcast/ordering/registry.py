@@ -196,9 +196,11 @@ ORDERINGS: dict[str, OrderingSpec] = {
             supports_relay=True,
         ),
         OrderingSpec(
-            "skeen", lambda node, _: [Skeen(node)], (*BASIC, "total"), NETWORK_FAULTS,
-            lambda n: 3 * (n - 1),
-            "total order from Lamport-clock proposals (the final stamp is their maximum)",
+            "skeen", lambda node, _: [Membership(node, Skeen(node))], (*BASIC, "total"),
+            ALL_FAULTS, lambda n: 3 * (n - 1),
+            "total order from Lamport-clock proposals (the final stamp is their maximum);"
+            " views by the membership layer's flush, which settles pending timestamps",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
             "causal-total",

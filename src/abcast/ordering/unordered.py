@@ -22,6 +22,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View, node_sort_key
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
+from abcast.ordering._delivered import DeliveredIds
 from abcast.snapshot import LayerSnapshot
 from abcast.stack import Layer
 
@@ -39,10 +40,8 @@ class Unordered(Layer):
     def __init__(self, node: NodeId) -> None:
         super().__init__(node)
         self.view: View | None = None
-        #: per origin, how many of its messages (1..k) were delivered here
-        self._prefix: dict[NodeId, int] = {}
-        #: per origin, messages delivered above the prefix (unordered: gaps happen)
-        self._above: dict[NodeId, set[int]] = {}
+        #: what was delivered here, per origin (unordered: gaps happen)
+        self._done = DeliveredIds()
         #: messages delivered in the current view, for the flush that ends it
         self._log: dict[MsgId, bytes] = {}
         #: per origin, the point up to which a view change settled its messages
@@ -76,21 +75,12 @@ class Unordered(Layer):
         return [Deliver(origin, seq, payload)]
 
     def _delivered(self, origin: NodeId, seq: int) -> bool:
-        return seq <= self._prefix.get(origin, 0) or seq in self._above.get(origin, ())
+        return self._done.has(origin, seq)
 
     def _note(self, origin: NodeId, seq: int, payload: bytes) -> None:
-        """Record a delivery: the prefix, the log of this view."""
+        """Record a delivery: what was delivered, the log of this view."""
         self._log[MsgId(origin, seq)] = payload
-        prefix = self._prefix.get(origin, 0)
-        if seq != prefix + 1:
-            self._above.setdefault(origin, set()).add(seq)
-            return
-        above = self._above.get(origin)
-        prefix = seq
-        while above and prefix + 1 in above:
-            prefix += 1
-            above.discard(prefix)
-        self._prefix[origin] = prefix
+        self._done.add(origin, seq)
 
     def _require_view(self) -> View:
         if self.view is None:
@@ -99,8 +89,9 @@ class Unordered(Layer):
 
     # -- under the membership layer (abcast.membership.api) ------------------------------
     def report(self) -> ViewReport:
-        messages = [FlushMessage(m.origin, m.seq, body) for m, body in self._log.items()]
-        return ViewReport(dict(self._prefix), messages)
+        messages = [FlushMessage(m.origin, m.seq, body, delivered=True)
+                    for m, body in self._log.items()]
+        return ViewReport(self._done.prefixes(), messages)
 
     def settle(self, reports: Sequence[ViewReport]) -> list[FlushMessage]:
         """Everything any survivor delivered in the view and not every one did."""
@@ -125,25 +116,21 @@ class Unordered(Layer):
     def _settle_here(self) -> None:
         """After a flush: a gap left in an origin's messages is given up (its origin is
         gone: a member's own messages are all in its report), the view's log is done."""
-        for origin, above in self._above.items():
-            if above:
-                self._prefix[origin] = max(above)
-        self._above.clear()
+        self._done.give_up_gaps()
         self._log.clear()
-        self._settled = dict(self._prefix)
+        self._settled = self._done.prefixes()
 
     def join_cut(self) -> JoinCut:
-        return JoinCut(dict(self._prefix))
+        return JoinCut(self._done.prefixes())
 
     def start_from(self, cut: JoinCut) -> None:
-        self._prefix = dict(cut.delivered)
-        self._above.clear()
+        self._done.reset(cut.delivered)
         self._log.clear()
         self._settled = dict(cut.delivered)
 
     def inspect(self) -> LayerSnapshot:
         return LayerSnapshot(layer=self.name, phase="steady",
-                             clock={"delivered": dict(self._prefix)},
+                             clock={"delivered": self._done.prefixes()},
                              counters={"logged_this_view": len(self._log)})
 
 
