@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from abcast.codec import Header, Packet, Seq
 from abcast.effects import Deliver, Effect, Multicast, Send
@@ -87,7 +87,7 @@ _Entry = tuple[int, Any, int, MsgId]
 
 class Skeen(Layer):
     name = "skeen"
-    header_type = KData | KPropose | KFinal
+    header_type: ClassVar[Any] = KData | KPropose | KFinal
 
     def __init__(self, node: NodeId) -> None:
         super().__init__(node)
