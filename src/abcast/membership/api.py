@@ -3,7 +3,7 @@
 Rules: the membership layer (abcast.membership.layer) owns views — join, leave, removal
 on suspicion, and the flush that makes each view change virtually synchronous. An
 ordering running under it keeps doing its own job (`handle`: broadcasts, its packets,
-`ViewInstalled`) and adds five methods, all about its *own* state and nothing about
+`ViewInstalled`) and adds seven methods, all about its *own* state and nothing about
 views:
 
 - `report()`: what this member holds of the closing view (frozen: the layer stopped
@@ -13,7 +13,11 @@ views:
 - `conclude(outcome)`: deliver, in that order, those of them not delivered here, then
   forget the closing view (its holdback and clocks settle on the outcome);
 - `join_cut()` / `start_from(cut)`: what a joiner needs (per origin, how many messages
-  the state it is given holds; the ordering's clock) and how it starts from it.
+  the state it is given holds; the ordering's clock) and how it starts from it;
+- `stable_point()` / `forget(stable)`: per origin, how many messages (1..k) it
+  delivered, and dropping from its log what every member delivered (the layer gathers
+  the points and hands down their minimum now and then, so a long view's log stays
+  small).
 
 A later ordering decides views another way through the same records: the sequencer
 reports numbers and bodies (`FlushMessage.stamp` = its global number), chandra-toueg
@@ -23,11 +27,12 @@ leave messages (see docs/orderings.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from abcast.effects import Effect
 from abcast.events import Event
+from abcast.ids import NodeId
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
 from abcast.snapshot import LayerSnapshot
 
@@ -52,3 +57,7 @@ class ViewOrdering(Protocol):
     def join_cut(self) -> JoinCut: ...
 
     def start_from(self, cut: JoinCut) -> None: ...
+
+    def stable_point(self) -> dict[NodeId, int]: ...
+
+    def forget(self, stable: Mapping[NodeId, int]) -> None: ...

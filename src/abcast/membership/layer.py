@@ -91,6 +91,7 @@ from abcast.membership.wire import (
     MLeave,
     MNotYet,
     MPrepare,
+    MStable,
     MState,
     MWelcome,
 )
@@ -100,7 +101,8 @@ from abcast.stack import Layer
 JOIN_RETRY: Final = "m-join-retry"
 LEAVE_RETRY: Final = "m-leave-retry"
 FAREWELL_WAIT: Final = "m-farewell-wait"
-_TIMERS: Final = frozenset({JOIN_RETRY, LEAVE_RETRY, FAREWELL_WAIT})
+STABLE: Final = "m-stable"
+_TIMERS: Final = frozenset({JOIN_RETRY, LEAVE_RETRY, FAREWELL_WAIT, STABLE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +112,12 @@ class MembershipConfig:
     join_retry_us: int = 500_000  # ask the next contact after this long unanswered
     leave_retry_us: int = 500_000  # ask the (maybe new) leader again
     farewell_wait_us: int = 5_000_000  # a leaver waits at most this long for farewells
+    #: how often members report what they delivered (stability: the log's garbage)
+    stable_period_us: int = 200_000
 
     def __post_init__(self) -> None:
-        if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us) <= 0:
+        if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us,
+               self.stable_period_us) <= 0:
             raise LocalProtocolError(f"membership knobs must be positive: {self}")
 
 
@@ -183,6 +188,10 @@ class Membership(Layer):
         # leaving
         self._final_view: View | None = None
         self._awaiting_farewell: set[NodeId] = set()
+        # stability: what each member delivered (as acting leader), what we last said
+        self._stable_reports: dict[NodeId, dict[NodeId, int]] = {}
+        self._stable_said: dict[NodeId, int] | None = None
+        self._stable: dict[NodeId, int] = {}
         # counters
         self.views_installed = 0
         self.flushes_coordinated = 0
@@ -261,7 +270,8 @@ class Membership(Layer):
                 if self.view is not None:
                     return []
                 self.view = view  # the first view, from the stack
-                return self.ordering.handle(event, now)
+                timer = SetTimer(STABLE, now + self.config.stable_period_us)
+                return [*self.ordering.handle(event, now), timer]
             case Suspected(node):
                 self._suspects.add(node)
                 effects = self._on_suspect(node) + self._retry_deferred()
@@ -297,6 +307,10 @@ class Membership(Layer):
                 return self._on_join_ask(joiner)
             case MLeave():
                 return self._on_leave_ask(sender) if sender in members else []
+            case MStable(view_id, delivered, up):
+                if view_id != view.view_id or sender not in members:
+                    return []  # about another view: the next report comes
+                return self._on_stable(sender, delivered, up)
             case MNotYet(target, attempt):
                 return self._note_fresh(sender, target, attempt)
             case MFarewell(view_id):
@@ -422,6 +436,9 @@ class Membership(Layer):
     def _adopt(self, view: View) -> list[Effect]:
         self.view = view
         self._flush = None
+        self._stable_reports = {}
+        self._stable_said = None
+        self._stable = {}
         self._aborted = {a for a in self._aborted if a[1] > view.view_id}
         self._deferred = {n: e for n, e in self._deferred.items()
                           if n in view.members and e.header.target > view.view_id}
@@ -607,6 +624,46 @@ class Membership(Layer):
         self._leave_requests &= set(members)
         return effects + self._on_install(install)
 
+    # -- stability: the log's garbage ----------------------------------------------------
+    def _report_stable(self, now: int) -> list[Effect]:
+        """Every period: what we delivered, to the acting leader, when it changed."""
+        again = SetTimer(STABLE, now + self.config.stable_period_us)
+        view = self.view
+        if self.status not in ("member", "leaving") or self.frozen or view is None:
+            return [again]
+        point = self.ordering.stable_point()
+        if point == self._stable_said:
+            return [again]
+        self._stable_said = point
+        leader = self._acting_leader(view)
+        if leader == self.node:
+            return [*self._on_stable(self.node, point, True), again]
+        return [Send(leader, MStable(view.view_id, point, True), control=True), again]
+
+    def _on_stable(self, sender: NodeId, delivered: dict[NodeId, int], up: bool) -> list[Effect]:
+        view = self.view
+        assert view is not None
+        if not up:
+            if sender == self._acting_leader(view) and not self.frozen:
+                self.ordering.forget(delivered)
+            return []
+        if self._acting_leader(view) != self.node:
+            return []
+        self._stable_reports[sender] = dict(delivered)
+        reports = [self._stable_reports.get(m) for m in view.members]
+        if any(r is None for r in reports):
+            return []
+        origins = {o for r in reports if r is not None for o in r}
+        stable = {o: min(r.get(o, 0) for r in reports if r is not None) for o in origins}
+        stable = {o: k for o, k in stable.items() if k}
+        if stable == self._stable:
+            return []
+        self._stable = stable
+        if not self.frozen:
+            self.ordering.forget(stable)
+        down = MStable(view.view_id, stable, False)
+        return [Send(m, down, control=True) for m in view.members if m != self.node]
+
     # -- joining -------------------------------------------------------------------------
     def _join(self, contacts: tuple[NodeId, ...], now: int) -> list[Effect]:
         view = self.view
@@ -653,7 +710,8 @@ class Membership(Layer):
         self.ordering.start_from(welcome.cut)
         self.views_installed += 1
         effects: list[Effect] = [CancelTimer(JOIN_RETRY), InstallState(welcome.state),
-                                 InstallView(view)]
+                                 InstallView(view),
+                                 SetTimer(STABLE, self._now + self.config.stable_period_us)]
         if sender not in view.members:  # a coordinator that left in that flush waits for us
             effects.append(Send(sender, MFarewell(view.view_id)))
         effects += self._adopt(view)
@@ -791,6 +849,8 @@ class Membership(Layer):
         if key == LEAVE_RETRY and self.status == "leaving":
             retry = SetTimer(LEAVE_RETRY, now + self.config.leave_retry_us)
             return [*self._ask_to_leave(), retry]
+        if key == STABLE:
+            return self._report_stable(now)
         if key == FAREWELL_WAIT:
             if self.status == "departing":
                 return self._depart()

@@ -80,6 +80,15 @@ class MFarewell(Header, frozen=True):
     view_id: Seq
 
 
+class MStable(Header, frozen=True):
+    """Up (member → acting leader): what I delivered, per origin (1..k). Down (leader →
+    members): what every member of view `view_id` delivered; drop it from the log."""
+
+    view_id: Seq
+    delivered: Clock
+    up: bool
+
+
 class MPrepare(Header, frozen=True):
     """Coordinator → proposed members: freeze and report (flush attempt `attempt` for
     view `target`)."""
@@ -144,8 +153,8 @@ class MWelcome(Header, frozen=True):
 
 
 MembershipHeader = (
-    MJoin | MJoinFwd | MLeave | MFarewell | MPrepare | MState | MBusy | MAbort | MInstall
-    | MNotYet | MWelcome
+    MJoin | MJoinFwd | MLeave | MFarewell | MStable | MPrepare | MState | MBusy | MAbort
+    | MInstall | MNotYet | MWelcome
 )
-MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MPrepare, MState, MBusy,
-                             MAbort, MInstall, MNotYet, MWelcome)
+MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MStable, MPrepare, MState,
+                             MBusy, MAbort, MInstall, MNotYet, MWelcome)

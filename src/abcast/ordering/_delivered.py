@@ -11,8 +11,18 @@ origin is gone — a member's own messages are all in its report).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeVar
 
-from abcast.ids import NodeId
+from abcast.ids import MsgId, NodeId
+
+T = TypeVar("T")
+
+
+def forget_stable(log: dict[MsgId, T], stable: Mapping[NodeId, int]) -> None:
+    """Drop from a view's log what every member delivered (the membership layer's
+    stability point): no flush can need it."""
+    for mid in [m for m in log if m.seq <= stable.get(m.origin, 0)]:
+        del log[mid]
 
 
 class DeliveredIds:

@@ -30,6 +30,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
+from abcast.ordering._delivered import forget_stable
 from abcast.ordering._holdback import CausalHoldback, Held
 from abcast.ordering.unordered import _by_origin
 from abcast.snapshot import HeldMessage, LayerSnapshot
@@ -145,6 +146,12 @@ class Causal(Layer):
         self._holdback.forget_held()
         self._log.clear()
         return effects
+
+    def stable_point(self) -> dict[NodeId, int]:
+        return self._holdback.vector()
+
+    def forget(self, stable: Mapping[NodeId, int]) -> None:
+        forget_stable(self._log, stable)
 
     def join_cut(self) -> JoinCut:
         vector = self._holdback.vector()

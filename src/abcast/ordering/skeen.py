@@ -28,7 +28,7 @@ view, and starts the next view with nothing pending.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -38,7 +38,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View, node_sort_key
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
-from abcast.ordering._delivered import DeliveredIds
+from abcast.ordering._delivered import DeliveredIds, forget_stable
 from abcast.snapshot import HeldMessage, LayerSnapshot
 from abcast.stack import Layer
 
@@ -260,6 +260,12 @@ class Skeen(Layer):
         self._collecting.clear()
         self._log.clear()
         return effects
+
+    def stable_point(self) -> dict[NodeId, int]:
+        return self._done.prefixes()
+
+    def forget(self, stable: Mapping[NodeId, int]) -> None:
+        forget_stable(self._log, stable)
 
     def join_cut(self) -> JoinCut:
         return JoinCut(self._done.prefixes(), {LAMPORT: self.clock})

@@ -14,7 +14,7 @@ the cut it is given (per origin, how many messages its state holds).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from abcast.codec import Header, Packet, Seq
 from abcast.effects import Deliver, Effect, Multicast
@@ -22,7 +22,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View, node_sort_key
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
-from abcast.ordering._delivered import DeliveredIds
+from abcast.ordering._delivered import DeliveredIds, forget_stable
 from abcast.snapshot import LayerSnapshot
 from abcast.stack import Layer
 
@@ -119,6 +119,12 @@ class Unordered(Layer):
         self._done.give_up_gaps()
         self._log.clear()
         self._settled = self._done.prefixes()
+
+    def stable_point(self) -> dict[NodeId, int]:
+        return self._done.prefixes()
+
+    def forget(self, stable: Mapping[NodeId, int]) -> None:
+        forget_stable(self._log, stable)
 
     def join_cut(self) -> JoinCut:
         return JoinCut(self._done.prefixes())
