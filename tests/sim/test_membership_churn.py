@@ -76,3 +76,19 @@ def test_a_flush_that_forgets_a_crashed_senders_messages_is_caught() -> None:
         right = run_simulation(config)
         assert judge(right) == ([], []), seed
     assert caught, "the planted forgetful flush went unnoticed"
+
+
+@pytest.mark.parametrize("ordering", ORDERINGS)
+def test_stability_keeps_the_views_log_small(ordering: str) -> None:
+    """What every member delivered leaves each member's log (no flush can need it)."""
+    stacks: list[Stack] = []
+
+    def make(node: NodeId, view: View) -> Stack:
+        stacks.append(build_stack(node, "g", ordering, view))
+        return stacks[-1]
+
+    result = run_simulation(SimConfig(ordering, nodes=4, messages=300, seed=2,
+                                      faults="drop=0.02"), stack_factory=make)
+    assert result.violations == [] and result.quiescent
+    logged = [stack.inspect()[-1].counters["logged_this_view"] for stack in stacks]
+    assert logged == [0, 0, 0, 0]
