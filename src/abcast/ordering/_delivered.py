@@ -10,12 +10,31 @@ origin is gone — a member's own messages are all in its report).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from abcast.ids import MsgId, NodeId
+from abcast.membership.wire import FlushMessage, ViewReport
 
 T = TypeVar("T")
+
+
+def common_base(reports: Sequence[ViewReport]) -> dict[NodeId, int]:
+    """Per origin, how many of its messages (1..k) every reporting member delivered: what
+    a flush need not carry."""
+    origins = {o for r in reports for o in r.delivered}
+    return {o: min(r.delivered.get(o, 0) for r in reports) for o in origins}
+
+
+def above_base(
+    reports: Sequence[ViewReport], base: Mapping[NodeId, int]
+) -> Iterator[FlushMessage]:
+    """Every reported message above the common base (a message reported by several
+    members comes once per report)."""
+    for report in reports:
+        for m in report.messages:
+            if m.seq > base.get(m.origin, 0):
+                yield m
 
 
 def forget_stable(log: dict[MsgId, T], stable: Mapping[NodeId, int]) -> None:

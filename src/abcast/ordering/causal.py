@@ -30,7 +30,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
-from abcast.ordering._delivered import forget_stable
+from abcast.ordering._delivered import above_base, common_base, forget_stable
 from abcast.ordering._holdback import CausalHoldback, Held
 from abcast.ordering.unordered import _by_origin
 from abcast.snapshot import HeldMessage, LayerSnapshot
@@ -117,13 +117,10 @@ class Causal(Layer):
     def settle(self, reports: Sequence[ViewReport]) -> list[FlushMessage]:
         """The reported messages whose predecessors are all in the outcome or delivered
         by every survivor, in a causal order."""
-        origins = {o for r in reports for o in r.delivered}
-        base = {o: min(r.delivered.get(o, 0) for r in reports) for o in origins}
+        base = common_base(reports)
         union: dict[MsgId, FlushMessage] = {}
-        for report in reports:
-            for m in report.messages:
-                if m.seq > base.get(m.origin, 0):
-                    union.setdefault(MsgId(m.origin, m.seq), m)
+        for m in above_base(reports, base):
+            union.setdefault(MsgId(m.origin, m.seq), m)
         have = dict(base)
         outcome: list[FlushMessage] = []
         waiting = sorted(union, key=_by_origin)

@@ -21,6 +21,7 @@ from abcast.errors import RemoteProtocolError
 from abcast.events import Event, ViewInstalled
 from abcast.ids import MsgId, NodeId
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
+from abcast.ordering._delivered import above_base, common_base
 from abcast.ordering.unordered import Unordered, _by_origin
 from abcast.snapshot import HeldMessage, LayerSnapshot
 
@@ -65,17 +66,14 @@ class Fifo(Unordered):
 
     def settle(self, reports: Sequence[ViewReport]) -> list[FlushMessage]:
         """Per origin, the gapless run above what every survivor delivered."""
-        origins = {o for r in reports for o in r.delivered}
-        origins |= {m.origin for r in reports for m in r.messages}
-        base = {o: min(r.delivered.get(o, 0) for r in reports) for o in origins}
+        base = common_base(reports)
         union: dict[MsgId, FlushMessage] = {}
-        for report in reports:
-            for m in report.messages:
-                if m.seq > base[m.origin]:
-                    union.setdefault(MsgId(m.origin, m.seq), m)
+        for m in above_base(reports, base):
+            union.setdefault(MsgId(m.origin, m.seq), m)
+        origins = set(base) | {m.origin for m in union}
         outcome: list[FlushMessage] = []
         for origin in sorted(origins, key=lambda o: _by_origin(MsgId(o, 0))):
-            k = base[origin] + 1
+            k = base.get(origin, 0) + 1
             while (found := union.get(MsgId(origin, k))) is not None:
                 outcome.append(found)
                 k += 1

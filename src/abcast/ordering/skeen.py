@@ -38,7 +38,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View, node_sort_key
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
-from abcast.ordering._delivered import DeliveredIds, forget_stable
+from abcast.ordering._delivered import DeliveredIds, above_base, common_base, forget_stable
 from abcast.snapshot import HeldMessage, LayerSnapshot
 from abcast.stack import Layer
 
@@ -227,20 +227,15 @@ class Skeen(Layer):
     def settle(self, reports: Sequence[ViewReport]) -> list[FlushMessage]:
         """What any survivor delivered, in final-stamp order; then the rest by their best
         known stamp."""
-        origins = {o for r in reports for o in r.delivered}
-        base = {o: min(r.delivered.get(o, 0) for r in reports) for o in origins}
         best: dict[MsgId, FlushMessage] = {}
         delivered: set[MsgId] = set()
-        for report in reports:
-            for m in report.messages:
-                mid = MsgId(m.origin, m.seq)
-                if m.seq <= base.get(m.origin, 0):
-                    continue
-                if m.delivered:
-                    delivered.add(mid)
-                known = best.get(mid)
-                if known is None or (m.final, m.stamp) > (known.final, known.stamp):
-                    best[mid] = m
+        for m in above_base(reports, common_base(reports)):
+            mid = MsgId(m.origin, m.seq)
+            if m.delivered:
+                delivered.add(mid)
+            known = best.get(mid)
+            if known is None or (m.final, m.stamp) > (known.final, known.stamp):
+                best[mid] = m
 
         def key(mid: MsgId) -> tuple[bool, int, Any, int]:
             return (mid not in delivered, best[mid].stamp, node_sort_key(mid.origin), mid.seq)

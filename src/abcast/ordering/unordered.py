@@ -22,7 +22,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View, node_sort_key
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
-from abcast.ordering._delivered import DeliveredIds, forget_stable
+from abcast.ordering._delivered import DeliveredIds, above_base, common_base, forget_stable
 from abcast.snapshot import LayerSnapshot
 from abcast.stack import Layer
 
@@ -95,13 +95,9 @@ class Unordered(Layer):
 
     def settle(self, reports: Sequence[ViewReport]) -> list[FlushMessage]:
         """Everything any survivor delivered in the view and not every one did."""
-        origins = {o for r in reports for o in r.delivered}
-        base = {o: min(r.delivered.get(o, 0) for r in reports) for o in origins}
         union: dict[MsgId, FlushMessage] = {}
-        for report in reports:
-            for m in report.messages:
-                if m.seq > base.get(m.origin, 0):
-                    union.setdefault(MsgId(m.origin, m.seq), m)
+        for m in above_base(reports, common_base(reports)):
+            union.setdefault(MsgId(m.origin, m.seq), m)
         return [union[k] for k in sorted(union, key=_by_origin)]
 
     def conclude(self, outcome: Sequence[FlushMessage]) -> list[Effect]:
