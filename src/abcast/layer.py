@@ -39,3 +39,8 @@ class Layer(ABC):
         """A read-only snapshot of this layer's state (see `abcast.snapshot`); layers with
         something to show (holdback queues, clocks, counters) override it."""
         return LayerSnapshot(layer=self.name)
+
+    def snapshots(self) -> list[LayerSnapshot]:
+        """The snapshots this slot shows, bottom first: its own, or those of the cores it
+        wraps too (the membership layer and the ordering it drives)."""
+        return [self.inspect()]

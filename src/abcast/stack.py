@@ -95,7 +95,7 @@ class Stack:
 
     def inspect(self) -> list[LayerSnapshot]:
         """Every layer's snapshot, bottom first."""
-        return [layer.inspect() for layer in self.layers]
+        return [snap for layer in self.layers for snap in layer.snapshots()]
 
     def start(self, now: int) -> list[Output]:
         """Give every layer the initial view, bottom first."""

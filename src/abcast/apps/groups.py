@@ -196,8 +196,8 @@ def _run(main: Any) -> int:
 @click.argument("name")
 @registry_option
 @click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)),
-              help="The group's ordering (joiners use the same; they need one that "
-                   "admits members at run time, e.g. matrix).")
+              help="The group's ordering (joiners use the same; every ordering "
+                   "admits members at run time).")
 @click.option("--transport", default="tcp://127.0.0.1:0", show_default=True,
               help="Address this node listens on (registered with the registry).")
 @click.option("--node", default=None, help="Claim this node id (default: assigned).")

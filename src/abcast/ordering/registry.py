@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from abcast.errors import ConfigError
 from abcast.group.failure_detector import DetectorConfig, FailureDetectorLayer
 from abcast.ids import GroupName, NodeId, View
+from abcast.membership import Membership
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.causal import Causal
@@ -150,6 +152,10 @@ class OrderingSpec:
             )
 
 
+#: the stack under an ordering whose views the membership layer keeps: a failure detector
+#: and a channel that let a joiner talk to its contact before a view holds both
+_MEMBERSHIP: dict[str, Any] = {"needs_detector": True, "channel": OpenChannel,
+                               "detector_layer": OpenDetector}
 #: a sequencer-family member the group left out (a partition's minority) joins again
 _REJOIN = MembershipConfig(rejoin=True)
 #: Without SAFE, a sequencer cut off in a minority may deliver a few messages there
@@ -160,19 +166,24 @@ ORDERINGS: dict[str, OrderingSpec] = {
     spec.name: spec
     for spec in (
         OrderingSpec(
-            "unordered", lambda node, _: [Unordered(node)], BASIC, NETWORK_FAULTS,
-            lambda n: n - 1, "reliable broadcast, delivered on receipt",
+            "unordered", lambda node, _: [Membership(node, Unordered(node))], BASIC,
+            ALL_FAULTS, lambda n: n - 1,
+            "reliable broadcast, delivered on receipt; views by the membership layer's flush",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
-            "fifo", lambda node, _: [Fifo(node)], (*BASIC, "fifo"), NETWORK_FAULTS,
-            lambda n: n - 1, "per-origin order (holdback by origin sequence number)",
+            "fifo", lambda node, _: [Membership(node, Fifo(node))], (*BASIC, "fifo"),
+            ALL_FAULTS, lambda n: n - 1,
+            "per-origin order (holdback by origin sequence number); views by the"
+            " membership layer's flush",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
-            "causal", lambda node, _: [Causal(node)], (*BASIC, "fifo", "causal"),
-            NETWORK_FAULTS | {"join", "leave"}, lambda n: n - 1,
+            "causal", lambda node, _: [Membership(node, Causal(node))],
+            (*BASIC, "fifo", "causal"), ALL_FAULTS, lambda n: n - 1,
             "causal order (vector clocks, holdback until every predecessor is delivered);"
-            " open group: the leader orders joins and leaves in its causal stream",
-            channel=OpenChannel,
+            " views by the membership layer's flush",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
             "sequencer",
@@ -187,9 +198,11 @@ ORDERINGS: dict[str, OrderingSpec] = {
             supports_relay=True,
         ),
         OrderingSpec(
-            "skeen", lambda node, _: [Skeen(node)], (*BASIC, "total"), NETWORK_FAULTS,
-            lambda n: 3 * (n - 1),
-            "total order from Lamport-clock proposals (the final stamp is their maximum)",
+            "skeen", lambda node, _: [Membership(node, Skeen(node))], (*BASIC, "total"),
+            ALL_FAULTS, lambda n: 3 * (n - 1),
+            "total order from Lamport-clock proposals (the final stamp is their maximum);"
+            " views by the membership layer's flush, which settles pending timestamps",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
             "causal-total",

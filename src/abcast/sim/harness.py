@@ -179,6 +179,7 @@ def run_simulation(
 
     cluster = SimCluster(scheduler, network, recorder, net_trace=config.net_trace,
                          on_deliver=on_deliver, on_stop=stop_sending)
+    cluster.commutative_state = "total" not in spec.guarantees
 
     def send(node: NodeId) -> None:
         sim_node = cluster.nodes[node]
