@@ -59,6 +59,21 @@ def test_one_order_packet_carries_every_id_of_the_interval() -> None:
     assert again == [SetTimer(sequencer_numbering.ORDER_TIMER, 23_000)]
 
 
+def test_a_take_over_admits_the_interval_again_once_and_arms_afresh() -> None:
+    """A view change keeps the sequencer: its pending interval was never numbered, so
+    take_over drops it and admits the held bodies again — each once, with a new timer
+    even if the old one fired while this node was away (joining)."""
+    seq = _sequencer(10_000)
+    seq.handle(Received("n2", SData(1), Packet((), b"a")), 1_000)
+    seq.handle(Received("n3", SData(1), Packet((), b"b")), 2_000)
+    effects = sequencer_numbering.take_over(seq.st, 0, {})
+    assert _orders(effects) == []
+    assert effects == [SetTimer(sequencer_numbering.ORDER_TIMER, seq.st.now + 10_000)]
+    assert sorted(seq.st.interval_ids) == [("n2", 1), ("n3", 1)]
+    fired = seq.handle(TimerFired(sequencer_numbering.ORDER_TIMER), 12_000)
+    assert [len(order.ids) for order in _orders(fired)] == [2]
+
+
 def test_no_interval_orders_each_admission_at_once() -> None:
     seq = _sequencer(0)
     effects = seq.handle(Received("n2", SData(1), Packet((), b"a")), 1_000)

@@ -222,7 +222,10 @@ def take_over(
     were fixed: number on from there, starting with the held messages nobody
     numbered (in origin, or causal, order)."""
     st.next_number = last_number + 1
-    st.interval_ids = []  # not numbered: admitted again below with the other held ones
+    # The interval's ids were not numbered: admitted again below with the other held
+    # ones. Its timer may have fired while we were not a member (joining): arm afresh.
+    st.interval_ids = []
+    st.interval_armed = False
     numbered = dict(st.delivered)
     for mid in st.numbers.values():
         numbered[mid.origin] = max(numbered.get(mid.origin, 0), mid.seq)
