@@ -153,3 +153,14 @@ def test_an_interval_timer_that_forgets_ids_is_caught(monkeypatch: pytest.Monkey
         if not result.quiescent:
             found["STALLED"] = found.get("STALLED", 0) + 1
     assert found, "three loaded runs and not one forgotten id noticed"
+
+
+def test_an_evs_split_heals_with_an_interval() -> None:
+    """Both sides' sequencers time their orders; the merge settles what each held."""
+    result = run_simulation(SimConfig(
+        "sequencer", nodes=6, messages=180, seed=3, rate=60.0, stall_us=4_000_000,
+        faults="drop=0.02,delay=1-15ms,partition=n1+n2+n3|*@300ms-2300ms",
+        options=OrderingOptions(partitions="evs", order_interval_ms=10.0)))
+    clean(result, settles=False)
+    last = {row.node: row.members for row in result.recorder.rows() if row.kind == "view"}
+    assert len({tuple(m or ()) for m in last.values()}) == 1, last
