@@ -1,9 +1,9 @@
 """The sequencer's order interval (`order_interval_ms`, ROMIOP's leader timer): one order
 packet carries every id admitted during the interval; fewer order packets per broadcast
 as the interval grows under load; the seeded crash and churn runs and an evs split keep
-every property with a nonzero interval (a view change discards the interval's ids unnumbered and the
-new sequencer numbers them once); and a planted interval timer that forgets ids is
-caught by those runs."""
+every property with a nonzero interval (a view change discards the interval's ids
+unnumbered and the new sequencer numbers them once); and a planted interval timer that
+forgets ids is caught by those runs."""
 
 from __future__ import annotations
 
