@@ -2,8 +2,9 @@
 (issue 18). Every run is an `abcast cluster` run (runtime.launcher): n node processes
 and a registry on 127.0.0.1.
 
-Usage: .venv/bin/python bench/udp_multicast.py [--only counts,saturation,loss,basic,big]
-           [--nodes 2,3,...] [--sixteen] [--messages N] [--json FILE]
+Usage: .venv/bin/python bench/udp_multicast.py
+           [--only counts,saturation,loss,basic,big,interval]
+           [--nodes 2,3,...] [--sixteen] [--messages N] [--rate R] [--json FILE]
 
 Sections (each prints a markdown table; nothing is asserted):
 
@@ -18,6 +19,10 @@ Sections (each prints a markdown table; nothing is asserted):
   and the most a node's NAK channel held for retransmission.
 - basic: n = 3, no loss: unreliable multicast (multicast="basic") vs NAK vs tcp, the
   ROMIOP paper's reliable-vs-unreliable comparison.
+- interval: the sequencer's order interval (`--order-interval-ms`, ROMIOP's leader timer)
+  0 / 1 / 10 / 100 ms against p50 latency and packets per broadcast, n = 3, udp and tcp,
+  open loop at `--rate` broadcasts/s (default 1,000) so that the interval, not the
+  workload, sets how many ids an order packet carries.
 - big: the issue's acceptance run: 5 processes, sequencer, 5 % loss, 20,000 messages,
   traced and checked (every trace check), peak memory per node.
 
@@ -38,16 +43,18 @@ from abcast.evaluation.cluster import ClusterConfig, ClusterResult
 from abcast.evaluation.launcher import run_cluster
 from abcast.ordering.registry import OrderingOptions
 
-SECTIONS = ("counts", "saturation", "loss", "basic", "big")
+SECTIONS = ("counts", "saturation", "loss", "basic", "big", "interval")
 
 
 def run(nodes: int, transport: str, messages: int, out: Path, *, serial: bool = False,
         batch: int | None = None, multicast: str = "reliable", loss: float = 0.0,
-        trace: bool = False) -> tuple[dict[str, Any], ClusterResult]:
-    options = OrderingOptions(batch=batch, multicast=multicast)
+        trace: bool = False, rate: float | None = None, interval_ms: float = 0.0,
+        ) -> tuple[dict[str, Any], ClusterResult]:
+    options = OrderingOptions(batch=batch, multicast=multicast, order_interval_ms=interval_ms)
     config = ClusterConfig(
         nodes=nodes, ordering="sequencer", transport=transport, messages=messages,
-        out=out / f"{transport}-{multicast}-n{nodes}-l{loss}", serial=serial, trace=trace,
+        out=out / f"{transport}-{multicast}-n{nodes}-l{loss}-i{interval_ms}", serial=serial,
+        trace=trace, rate=rate,
         options=options, transport_options=f"loss={loss}" if loss else "", timeout_s=300,
     )
     config.validate()
@@ -85,6 +92,8 @@ def main() -> None:
     parser.add_argument("--nodes", default="2,3,4,5,6,7,8")
     parser.add_argument("--sixteen", action="store_true", help="also n = 16 in counts")
     parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--rate", type=float, default=1000.0,
+                        help="open-loop broadcasts/s of the interval section")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -154,6 +163,20 @@ def main() -> None:
                [[s["delivered"], s["violations"] or "none", s["naks_per_1000"],
                  s["throughput_msgs_per_s"], s["latency_p50_us"], s["peak_rss_mib"],
                  s["peak_unstable_kib"], result.complete]])
+
+    if "interval" in only:
+        rows = []
+        for interval in (0.0, 1.0, 10.0, 100.0):
+            line = [f"{interval:g}"]
+            for transport in ("udp", "tcp"):
+                s, _ = run(3, transport, args.messages, out, rate=args.rate,
+                           interval_ms=interval)
+                record.setdefault("interval", []).append({"interval_ms": interval, **s})
+                line += [s["latency_p50_us"], s["packets_per_broadcast"]]
+            rows.append(line)
+        _table(f"order interval (sequencer, n = 3, open loop {args.rate:g} msgs/s)",
+               ["interval ms", "udp p50 µs", "udp pkts/bcast", "tcp p50 µs",
+                "tcp pkts/bcast"], rows)
 
     if args.json is not None:
         args.json.write_text(json.dumps(record, indent=1, default=str))

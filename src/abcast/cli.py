@@ -41,6 +41,12 @@ _RELAY: Final = click.option(
     "--relay", is_flag=True,
     help="Sequencer family: the origin sends to the sequencer only, which relays the "
          "message with its number (n packets per broadcast, not 2(n-1)).")
+#: --order-interval-ms, the same on sim, cluster and node
+_ORDER_INTERVAL: Final = click.option(
+    "--order-interval-ms", "order_interval_ms", default=0.0, show_default=True,
+    type=click.FloatRange(0, 10_000),
+    help="Sequencer family: order every id admitted during this many ms in one order "
+         "packet (ROMIOP's leader timer); 0: order each at once.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,6 +72,7 @@ def cli() -> None:
               help="Message ids per order packet (sequencer family; default adaptive).")
 @click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
 @_RELAY
+@_ORDER_INTERVAL
 @click.option("--multicast", default="reliable", show_default=True,
               type=click.Choice(["reliable", "basic", "nak"]),
               help="basic: best effort, no retransmission (drops validity and agreement); "
@@ -80,8 +87,9 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line is a JSON summary.")
 def sim(
     ordering: str, nodes: int, messages: int, seed: int, faults: str, payload: int,
-    rate: float | None, batch: int | None, safe: bool, relay: bool, multicast: str,
-    partitions: str, net_trace: bool, out: Path, as_json: bool,
+    rate: float | None, batch: int | None, safe: bool, relay: bool,
+    order_interval_ms: float, multicast: str, partitions: str, net_trace: bool, out: Path,
+    as_json: bool,
 ) -> None:
     """Simulate N nodes broadcasting M messages round-robin; write and check the trace."""
     from abcast.sim import SimConfig, run_simulation
@@ -92,7 +100,8 @@ def sim(
             ordering=ordering, nodes=nodes, messages=messages, seed=seed, faults=faults,
             payload=payload, rate=rate, net_trace=net_trace,
             options=OrderingOptions(batch=batch, safe=safe, multicast=multicast,
-                                    partitions=partitions, relay=relay),
+                                    partitions=partitions, relay=relay,
+                                    order_interval_ms=order_interval_ms),
         )
         with _Progress(console, "simulating") as advance:
             result = run_simulation(config, on_progress=advance)
@@ -159,17 +168,20 @@ def _logging(verbose: bool) -> None:
 
 
 def _options(
-    batch: int | None, safe: bool, suspect_after_ms: int | None, relay: bool = False
+    batch: int | None, safe: bool, suspect_after_ms: int | None, relay: bool = False,
+    order_interval_ms: float = 0,
 ) -> OrderingOptions:
     if suspect_after_ms is None:
-        return OrderingOptions(batch=batch, safe=safe, relay=relay)
+        return OrderingOptions(batch=batch, safe=safe, relay=relay,
+                               order_interval_ms=order_interval_ms)
     from abcast.group.failure_detector import DetectorConfig
 
     defaults = DetectorConfig()
     timeout_us = suspect_after_ms * 1000
     detector = DetectorConfig(period_us=min(defaults.period_us, timeout_us // 2),
                               timeout_us=timeout_us)
-    return OrderingOptions(batch=batch, safe=safe, detector=detector, relay=relay)
+    return OrderingOptions(batch=batch, safe=safe, detector=detector, relay=relay,
+                           order_interval_ms=order_interval_ms)
 
 
 def _transport_schemes() -> list[str]:
@@ -207,6 +219,7 @@ def _transport_schemes() -> list[str]:
               help="Message ids per order packet (sequencer family; default adaptive).")
 @click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
 @_RELAY
+@_ORDER_INTERVAL
 @click.option("--suspect-after", default=2000, show_default=True, type=click.IntRange(50),
               help="Milliseconds of silence before a crash-tolerant ordering's failure "
                    "detector suspects a peer. No crashes are injected here, so a false "
@@ -222,7 +235,8 @@ def _transport_schemes() -> list[str]:
 def cluster(
     nodes: int, ordering: str, scheme: str, messages: int, payload: int, rate: float | None,
     serial: bool, trace: str, event_loop: str | None, busy_poll_us: int, wan: str | None,
-    batch: int | None, safe: bool, relay: bool, suspect_after: int, registry: str | None,
+    batch: int | None, safe: bool, relay: bool, order_interval_ms: float,
+    suspect_after: int, registry: str | None,
     timeout: float, out: Path, as_json: bool, verbose: bool,
 ) -> None:
     """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
@@ -234,7 +248,8 @@ def cluster(
         nodes=nodes, ordering=ordering, transport=scheme, messages=messages, out=out,
         payload=payload, rate=rate, serial=serial, trace=trace == "on", wan=wan,
         event_loop=event_loop, busy_poll_us=busy_poll_us,
-        options=_options(batch, safe, suspect_after, relay), timeout_s=timeout,
+        options=_options(batch, safe, suspect_after, relay, order_interval_ms),
+        timeout_s=timeout,
         registry=registry,
     )
     console = Console(stderr=True)
@@ -351,6 +366,7 @@ def registry(
 @click.option("--batch", default=None, type=click.IntRange(1))
 @click.option("--safe", is_flag=True)
 @_RELAY
+@_ORDER_INTERVAL
 @click.option("--suspect-after", default=None, type=click.IntRange(50),
               help="Failure detector timeout in ms (default: the ordering's own).")
 @click.option("--control", default="registry", show_default=True,
@@ -362,7 +378,8 @@ def node(
     registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
     payload: int, rate: float | None, serial: bool, claim: str | None, run_id: str | None,
     out: Path | None, trace: str, wan: str | None, batch: int | None, safe: bool,
-    relay: bool, suspect_after: int | None, control: str, verbose: bool,
+    relay: bool, order_interval_ms: float, suspect_after: int | None, control: str,
+    verbose: bool,
 ) -> None:
     """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
     from abcast.evaluation.worker import (
@@ -386,7 +403,7 @@ def node(
         registry=registry_url, run_id=run_id or f"{group}-{ordering}-n{size}-m{messages}",
         node=claim, payload=payload, rate=rate, serial=serial,
         out=out if trace == "on" else None,
-        options=_options(batch, safe, suspect_after, relay),
+        options=_options(batch, safe, suspect_after, relay, order_interval_ms),
         wan=wan,
     )
     runner = run_pipe_node if control == "pipe" else run_manual_node

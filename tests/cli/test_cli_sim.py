@@ -54,6 +54,7 @@ def test_violations_exit_1(tmp_path: Path) -> None:
         (["--faults", "crash=n9@1ms"], "outside n1..n3"),
         (["--nodes", "0"], "0 is not in the range"),
         (["--ordering", "nope"], "'nope' is not one of"),
+        (["--order-interval-ms", "5"], "no sequencer to time"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_clear_line(
@@ -66,3 +67,31 @@ def test_bad_arguments_exit_2_with_one_clear_line(
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_order_interval_orders_several_ids_a_packet(tmp_path: Path) -> None:
+    """`--order-interval-ms` reaches the sequencer: under load fewer packets a broadcast."""
+    base = ["sim", "--ordering", "sequencer", "--nodes", "3", "--messages", "300",
+            "--rate", "2000", "--json"]
+    ppb = []
+    for interval in ("0", "10"):
+        proc = _run(*base, "--order-interval-ms", interval, "--out", str(tmp_path / interval))
+        assert proc.returncode == 0, proc.stderr
+        summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert summary["violations"] == {}
+        ppb.append(summary["packets_per_broadcast"])
+    assert ppb[0] > ppb[1], ppb
+
+
+def test_the_cluster_passes_the_order_interval_to_its_nodes(tmp_path: Path) -> None:
+    from abcast.evaluation.cluster import ClusterConfig
+    from abcast.evaluation.launcher import node_command
+    from abcast.ordering.registry import OrderingOptions
+
+    config = ClusterConfig(nodes=3, ordering="sequencer", transport="tcp", messages=1,
+                           out=tmp_path, options=OrderingOptions(order_interval_ms=2.5))
+    cmd = node_command(config, "tcp://127.0.0.1:1", "run")
+    assert cmd[cmd.index("--order-interval-ms") + 1] == "2.5"
+    assert "--order-interval-ms" not in node_command(
+        ClusterConfig(nodes=3, ordering="sequencer", transport="tcp", messages=1,
+                      out=tmp_path), "tcp://127.0.0.1:1", "run")

@@ -204,6 +204,8 @@ def node_command(config: ClusterConfig, registry_url: str, run_id: str) -> list[
         cmd.append("--safe")
     if config.options.relay:
         cmd.append("--relay")
+    if config.options.order_interval_ms:
+        cmd += ["--order-interval-ms", repr(config.options.order_interval_ms)]
     cmd += ["--suspect-after", str(config.options.detector.timeout_us // 1000)]
     return cmd
 

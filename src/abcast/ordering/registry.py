@@ -69,8 +69,14 @@ class OrderingOptions:
     #: the origin sends to the sequencer only, which relays the body with its number
     #: (unicast-broadcast: n packets per broadcast, not 2(n−1)); sequencer family
     relay: bool = False
+    #: the sequencer orders every id it admitted during this many ms in one order
+    #: packet (ROMIOP's leader timer); 0: each admission is ordered at once
+    order_interval_ms: float = 0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.order_interval_ms <= 10_000:
+            raise ConfigError(f"order_interval_ms must be between 0 and 10000, "
+                              f"not {self.order_interval_ms!r}")
         if self.multicast not in MULTICASTS:
             raise ConfigError(f"multicast must be one of {', '.join(MULTICASTS)}, "
                               f"not {self.multicast!r}")
@@ -106,7 +112,8 @@ class OrderingSpec:
     detector_layer: Callable[[NodeId, DetectorConfig], Layer] = FailureDetectorLayer
     #: offers `partitions="evs"` (every partition goes on; merge views on heal)
     supports_evs: bool = False
-    #: offers `relay=True` (the sequencer relays each body with its number)
+    #: has a sequencer: offers `relay=True` (it relays each body with its number) and
+    #: `order_interval_ms` (it orders an interval's ids in one packet)
     supports_relay: bool = False
 
     def check_options(self, options: OrderingOptions) -> None:
@@ -120,6 +127,10 @@ class OrderingSpec:
             able = ", ".join(sorted(n for n, s in ORDERINGS.items() if s.supports_relay))
             raise ConfigError(f"ordering {self.name!r} has no sequencer to relay through; "
                               f"relay=True needs one of: {able}")
+        if options.order_interval_ms and not self.supports_relay:
+            able = ", ".join(sorted(n for n, s in ORDERINGS.items() if s.supports_relay))
+            raise ConfigError(f"ordering {self.name!r} has no sequencer to time; "
+                              f"order_interval_ms needs one of: {able}")
 
     def claimed(self, options: OrderingOptions) -> tuple[str, ...]:
         """The guarantees a group with these options claims (and is checked for). A basic
@@ -162,6 +173,13 @@ _REJOIN = MembershipConfig(rejoin=True)
 #: before it learns it was excluded, so virtual synchrony is claimed only with SAFE.
 _SAFE_SEQUENCER = ("uniform_agreement", "virtual_synchrony")
 
+
+def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Sequencer:
+    return Sequencer(node, opts.batch, safe=opts.safe, membership=_REJOIN, evs=opts.evs,
+                     relay=opts.relay, causal=causal,
+                     order_interval_us=round(opts.order_interval_ms * 1000))
+
+
 ORDERINGS: dict[str, OrderingSpec] = {
     spec.name: spec
     for spec in (
@@ -187,9 +205,7 @@ ORDERINGS: dict[str, OrderingSpec] = {
         ),
         OrderingSpec(
             "sequencer",
-            lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
-                                          membership=_REJOIN, evs=opts.evs,
-                                          relay=opts.relay)],
+            lambda node, opts: [_sequencer(node, opts, causal=False)],
             (*BASIC, "fifo", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "total order from a fixed sequencer (data to all, then numbered ids); open"
             " group: the leader admits joiners and leavers by a flush",
@@ -206,9 +222,7 @@ ORDERINGS: dict[str, OrderingSpec] = {
         ),
         OrderingSpec(
             "causal-total",
-            lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
-                                          membership=_REJOIN, evs=opts.evs,
-                                          relay=opts.relay, causal=True)],
+            lambda node, opts: [_sequencer(node, opts, causal=True)],
             (*BASIC, "fifo", "causal", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "total order that respects causality (the sequencer numbers in causal order)",
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,

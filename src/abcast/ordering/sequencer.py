@@ -12,6 +12,7 @@ on heal (sequencer_merge). Phases and their transitions: sequencer_state's table
     safe     delivery waits for a majority's acks (uniform)      4(n−1) unbatched
     causal   data carries a vector; admission in causal order    as above
     evs      no majority needed; SAFE over the whole view        as safe
+    interval one order packet per order interval (ROMIOP)        (n−1)(1 + 1/ids a packet)
 
 Theory, guarantees and what it does not handle: docs/orderings.md ("The sequencer
 family"). Wire structs: sequencer_wire.
@@ -85,7 +86,7 @@ class Sequencer(Layer):
         self, node: NodeId, batch: int | None = None, *, relay: bool = False,
         safe: bool = False, causal: bool = False, evs: bool = False,
         stable_period_us: int = 50_000, membership: MembershipConfig | None = None,
-        merge: MergeConfig | None = None,
+        merge: MergeConfig | None = None, order_interval_us: int = 0,
     ) -> None:
         super().__init__(node)
         config = membership or MembershipConfig()
@@ -97,7 +98,7 @@ class Sequencer(Layer):
         self.st = SequencerState(
             node, self, batch=check_batch(batch), relay=relay, safe=safe or evs, evs=evs,
             causal=causal, stable_period_us=stable_period_us, membership=config,
-            merge=merge or MergeConfig(),
+            merge=merge or MergeConfig(), order_interval_us=order_interval_us,
         )
         self._data_type: type[SData] | type[CTData] = CTData if causal else SData
 
@@ -184,6 +185,7 @@ class Sequencer(Layer):
                 "queued": len(st.queued), "early": len(st.early),
                 "suspects": len(st.suspects), "welcomes_sent": st.welcomes_sent,
                 "rejoins": st.rejoins, "merges": st.merges,
+                "interval_ids": len(st.interval_ids),
             },
         )
 
@@ -340,6 +342,8 @@ class Sequencer(Layer):
                 return self.excluded(by, view_id)
             case TimerFired(key) if key == flush.STABLE_TIMER:
                 effects = flush.report_stable(st)
+            case TimerFired(key) if key == numbering.ORDER_TIMER:
+                effects = numbering.on_order_timer(st)
             case _:
                 effects = self._route_steady(event)
         return effects + membership.after_event(st)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from abcast.codec import Header, Packet
-from abcast.effects import Deliver, Effect, Multicast, Send
+from abcast.effects import Deliver, Effect, Multicast, Send, SetTimer
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering._holdback import CausalHoldback
@@ -35,6 +35,8 @@ from abcast.ordering.sequencer_wire import (
 
 NO_DEPS: Final[Mapping[NodeId, int]] = {}
 _UNLIMITED: Final = 1 << 62
+#: the sequencer's order interval is over: number and announce what it admitted
+ORDER_TIMER: Final = "order-interval"
 
 
 def require_view(st: SequencerState) -> View:
@@ -91,7 +93,28 @@ def admit(
     released = st.admission.offer(origin, seq, deps, None)
     if not released:
         return []
+    if st.order_interval_us:
+        return _hold_for_interval(st, [(h.origin, h.seq) for h in released])
     return number(st, [(h.origin, h.seq) for h in released])
+
+
+def _hold_for_interval(st: SequencerState, ids: list[tuple[NodeId, int]]) -> list[Effect]:
+    st.interval_ids.extend(ids)
+    if st.interval_armed:
+        return []
+    st.interval_armed = True
+    return [SetTimer(ORDER_TIMER, st.now + st.order_interval_us)]
+
+
+def on_order_timer(st: SequencerState) -> list[Effect]:
+    """The order interval is over: number its ids in one order packet (`batch` or
+    MAX_ORDER_IDS ids each), unless the view changed meanwhile (see the rules)."""
+    st.interval_armed = False
+    ids, st.interval_ids = st.interval_ids, []
+    view = st.view
+    if not ids or st.flow is not Flow.STEADY or view is None or view.leader != st.node:
+        return []
+    return number(st, ids)
 
 
 def number(st: SequencerState, ids: list[tuple[NodeId, int]]) -> list[Effect]:
@@ -199,6 +222,10 @@ def take_over(
     were fixed: number on from there, starting with the held messages nobody
     numbered (in origin, or causal, order)."""
     st.next_number = last_number + 1
+    # The interval's ids were not numbered: admitted again below with the other held
+    # ones. Its timer may have fired while we were not a member (joining): arm afresh.
+    st.interval_ids = []
+    st.interval_armed = False
     numbered = dict(st.delivered)
     for mid in st.numbers.values():
         numbered[mid.origin] = max(numbered.get(mid.origin, 0), mid.seq)

@@ -165,7 +165,7 @@ class SequencerState:
     def __init__(
         self, node: NodeId, hub: Hub, *, batch: int | None, relay: bool, safe: bool,
         evs: bool, causal: bool, stable_period_us: int, membership: MembershipConfig,
-        merge: MergeConfig,
+        merge: MergeConfig, order_interval_us: int = 0,
     ) -> None:
         self.node = node
         self.hub = hub
@@ -194,6 +194,10 @@ class SequencerState:
         self.log: dict[int, tuple[MsgId, bytes]] = {}  # delivered, not yet stable
         self.deps_of: dict[MsgId, Mapping[NodeId, int]] = {}
         self.order_packets = 0
+        # the order interval (sequencer_numbering): admitted ids waiting for its end
+        self.order_interval_us = order_interval_us  # 0: number on admission
+        self.interval_ids: list[tuple[NodeId, int]] = []
+        self.interval_armed = False
         # stability and SAFE (sequencer_flush)
         self.reports: dict[NodeId, int] = {}
         self.reported = 0
