@@ -21,7 +21,7 @@ from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.fifo import Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
 from abcast.ordering.sequencer import Sequencer
-from abcast.ordering.sequencer_state import MembershipConfig
+from abcast.ordering.sequencer_state import MembershipConfig, OptimisticConfig
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.basic_channel import BasicChannel
@@ -64,6 +64,8 @@ class OrderingOptions:
     #: the origin sends to the sequencer only, which relays the body with its number
     #: (unicast-broadcast: n packets per broadcast, not 2(n−1)); sequencer family
     relay: bool = False
+    #: ordering "optimistic": compensation's inertia α and on/off (sequencer_optimistic)
+    optimistic: OptimisticConfig = field(default_factory=OptimisticConfig)
 
     def __post_init__(self) -> None:
         if self.multicast not in MULTICASTS:
@@ -182,6 +184,16 @@ ORDERINGS: dict[str, OrderingSpec] = {
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
             channel=OpenChannel, detector_layer=OpenDetector, supports_evs=True,
             supports_relay=True,
+        ),
+        OrderingSpec(
+            "optimistic",
+            lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
+                                          membership=_REJOIN, optimistic=opts.optimistic)],
+            (*BASIC, "fifo", "total", "local_order"), ALL_FAULTS, lambda n: 2 * (n - 1),
+            "the sequencer's total order, opt-delivered first on receipt after a per-sender"
+            " compensation delay (optimistic total order for wide-area groups)",
+            needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
+            channel=OpenChannel, detector_layer=OpenDetector,
         ),
         OrderingSpec(
             "skeen", lambda node, _: [Skeen(node)], (*BASIC, "total"), NETWORK_FAULTS,

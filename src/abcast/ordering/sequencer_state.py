@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
-from abcast.errors import LocalProtocolError
+from abcast.errors import ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering._holdback import CausalHoldback
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from abcast.effects import Effect
     from abcast.events import Event, Received
+    from abcast.ordering.sequencer_optimistic import OptimisticState
     from abcast.ordering.sequencer_wire import MSide, MState, VcInstall, VcState
 
 
@@ -86,6 +87,20 @@ class MembershipConfig:
     def __post_init__(self) -> None:
         if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us) <= 0:
             raise LocalProtocolError(f"membership knobs must be positive: {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class OptimisticConfig:
+    """Optimistic delivery (sequencer_optimistic): `alpha` is the compensation's inertia
+    (0 ≤ α < 1: the share of the old delay kept per correction); `compensate=False`
+    opt-delivers in receipt order (the baseline)."""
+
+    alpha: float = 0.8
+    compensate: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha < 1.0:
+            raise ConfigError(f"optimistic alpha must be in [0, 1), got {self.alpha}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +180,7 @@ class SequencerState:
     def __init__(
         self, node: NodeId, hub: Hub, *, batch: int | None, relay: bool, safe: bool,
         evs: bool, causal: bool, stable_period_us: int, membership: MembershipConfig,
-        merge: MergeConfig,
+        merge: MergeConfig, optimistic: OptimisticState | None = None,
     ) -> None:
         self.node = node
         self.hub = hub
@@ -178,6 +193,8 @@ class SequencerState:
         self.stable_period_us = stable_period_us
         self.membership = membership
         self.merge_config = merge
+        #: opt-delivery and delay compensation (sequencer_optimistic); None: off
+        self.optimistic = optimistic
         # phases
         self.role = Role.MEMBER
         self.flow = Flow.STEADY
