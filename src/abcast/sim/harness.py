@@ -50,6 +50,8 @@ class SimConfig:
     options: OrderingOptions = field(default_factory=OrderingOptions)
     group: str = "g"
     link: LinkModel = DEFAULT_LINK
+    #: per-link latencies (src, dst, model) over `link` (a WAN model: bench/wan_optimistic.py)
+    links: tuple[tuple[NodeId, NodeId, LinkModel], ...] = ()
     max_time_us: int = HOUR_US
     #: with periodic timers (failure detectors) a run never goes quiet: it ends once every
     #: broadcast went out and nothing was delivered for this long
@@ -63,7 +65,8 @@ class SimConfig:
 
     def run_id(self) -> str:
         text = repr((self.faults, self.payload, self.rate, self.options, self.link,
-                     self.group, self.net_trace, self.max_time_us))
+                     self.group, self.net_trace, self.max_time_us)
+                     + ((self.links,) if self.links else ()))
         digest = hashlib.sha1(text.encode()).hexdigest()[:8]
         return f"{self.ordering}-n{self.nodes}-m{self.messages}-s{self.seed}-{digest}"
 
@@ -153,6 +156,8 @@ def run_simulation(
     rng = random.Random(config.seed)
     link = LinkModel(*plan.delay_us) if plan.delay_us else config.link
     network = Network(rng, link, plan.drop, plan.dup)
+    for src, dst, model in config.links:
+        network.set_link(src, dst, model)
     scheduler = Scheduler()
     run_id = config.run_id()
     recorder = TraceRecorder(run_id)
