@@ -15,7 +15,8 @@ Rules (times in µs; docs/orderings.md, "Optimistic delivery", has the why):
 - Compensation (`compensate=True`), on the final delivery of m2 (origin i) right after
   m1 (origin j ≠ i), both received here: d = (opt spacing) − (final spacing), the final
   spacing standing for the sequencer's (its order packets come down one link);
-  v = delay[i]·α + (delay[i] − d)·(1 − α); v < 0 → delay[i] = 0, delay[j] += −v (the clamp).
+  v = delay[i]·α + (delay[i] − d)·(1 − α); v < 0 → delay[i] = 0, delay[j] += −v (the clamp);
+  then every delay less the smallest (only differences order; the rest is waiting).
 - Every data packet carries `suggest = max(delay) − delay[sequencer]`; the sequencer
   numbers its own broadcasts after the largest suggestion its members sent (one timer).
 - A suggestion below 0 or above MAX_SUGGEST_US is the sender's RemoteProtocolError.
@@ -184,7 +185,14 @@ def _learn(opt: OptimisticState, mid: MsgId, at: int | None, now: int) -> None:
     if last is None or not opt.config.compensate or last[0] == mid.origin:
         return
     d = (opt_time - last[2]) - (now - last[1])
-    compensate(opt.delay, mid.origin, last[0], d, opt.config.alpha)
+    delay = opt.delay
+    compensate(delay, mid.origin, last[0], d, opt.config.alpha)
+    # Only the differences order anything: keep the smallest delay at 0, or the clamp
+    # turns the links' jitter into a creeping wait (and the window shrinks to nothing).
+    low = min(delay.values())
+    if low > 0.0:
+        for sender in delay:
+            delay[sender] -= low
     opt.corrections += 1
 
 
