@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from abcast.effects import Deliver
+from abcast.effects import Deliver, Stage
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, OrderingSpec, build_stack, get_ordering
@@ -170,6 +170,8 @@ def run_simulation(
 
     def on_deliver(node: NodeId, d: Deliver) -> None:
         nonlocal delivered, last_delivery_us
+        if d.stage is not Stage.FINAL:
+            return  # a tentative delivery (ordering "optimistic"): the final one counts
         delivered += 1
         last_delivery_us = scheduler.now
         if config.rate is None and workload.on_deliver(node, d.origin, d.seq):
