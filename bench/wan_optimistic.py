@@ -29,7 +29,7 @@ from abcast.ordering.registry import OrderingOptions
 from abcast.ordering.sequencer_state import OptimisticConfig
 from abcast.sim import SimConfig, run_simulation
 from abcast.sim.network import LinkModel
-from abcast.transport.wan import EXAMPLE_MATRIX, link_latency_us, load_matrix
+from abcast.transport.wan import EXAMPLE_MATRIX, load_matrix, node_links_us
 
 NODES = 5
 SEQUENCER = "n1"
@@ -44,11 +44,9 @@ VARIANTS = (("plain", OptimisticConfig(compensate=False)),
 
 
 def wan_links() -> tuple[tuple[str, str, LinkModel], ...]:
-    matrix = load_matrix(EXAMPLE_MATRIX)
     ids = [f"n{i}" for i in range(1, NODES + 1)]
-    return tuple((a, b, LinkModel(*link_latency_us(matrix, matrix.site_of(a),
-                                                   matrix.site_of(b))))
-                 for a in ids for b in ids if a != b)
+    return tuple((a, b, LinkModel(lo, hi))
+                 for a, b, lo, hi in node_links_us(load_matrix(EXAMPLE_MATRIX), ids))
 
 
 @dataclass(frozen=True, slots=True)
