@@ -69,6 +69,8 @@ def test_a_held_message_is_opt_delivered_just_before_its_final_delivery() -> Non
     opt.delay["n3"] = 5_000.0
     held = layer.handle(Received("n3", OData(1, 0), Packet((), b"x")), 100)
     assert not any(isinstance(e, Deliver) for e in held)  # due at 5100 µs
+    clock = layer.inspect().clock["optimistic"]
+    assert clock["opt_held"] == 1 and clock["delay_us"] == {"n3": 5000}
     out = layer.handle(Received("n1", SOrder(1, [("n3", 1)]), Packet()), 200)
     stages = [e.stage for e in out if isinstance(e, Deliver)]
     assert stages == [Stage.OPTIMISTIC, Stage.FINAL]
