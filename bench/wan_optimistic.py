@@ -14,6 +14,7 @@ benchmark, not a test: no time is compared against a limit.
 
     .venv/bin/python bench/wan_optimistic.py
     .venv/bin/python bench/wan_optimistic.py --messages 300 --rates 20,200
+    .venv/bin/python bench/wan_optimistic.py --traces out/wan-traces && abcast report out/wan-traces
 """
 
 from __future__ import annotations
@@ -62,11 +63,13 @@ class Outcome:
     clean: bool
 
 
-def run(task: tuple[int, str, OptimisticConfig, int, int]) -> Outcome:
-    rate, label, config, messages, seed = task
+def run(task: tuple[int, str, OptimisticConfig, int, int, str]) -> Outcome:
+    rate, label, config, messages, seed, traces = task
     result = run_simulation(SimConfig(
         "optimistic", nodes=NODES, messages=messages, seed=seed, rate=float(rate * NODES),
         links=wan_links(), options=OrderingOptions(optimistic=config)))
+    if traces:
+        result.write(traces)
     rows = result.recorder.rows()
     sent = {(r.origin, r.seq): r.t_ns for r in rows if r.kind == "send"}
     hits = total = 0
@@ -102,9 +105,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default="out/wan_optimistic")
+    parser.add_argument("--traces", default="",
+                        help="Also write each run's trace here (for abcast report).")
     args = parser.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
-    tasks = [(rate, label, config, args.messages, args.seed)
+    tasks = [(rate, label, config, args.messages, args.seed, args.traces)
              for rate in rates for label, config in VARIANTS]
     with multiprocessing.Pool(args.jobs) as pool:
         outcomes = pool.map(run, tasks)

@@ -24,7 +24,7 @@ from abcast.testing import check_traces, count_by_code
 from abcast.trace.schema import CODES, LOCAL_ORDER
 from abcast.trace.writer import read_traces, write_run
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # Spark on a loaded machine
 
 FAULTS = "drop=0.05,dup=0.02,delay=1-40ms"
 
