@@ -5,9 +5,10 @@ sequencer, in virginia), each link's one-way latency RTT/2 ± the file's jitter;
 node sends (round robin, open loop) at `rate` messages per sender per second. Per run,
 over the non-sequencer nodes (the sequencer final-delivers on receipt, so its guesses
 are trivially right): `accuracy` — the share of opt-deliveries whose position in the
-node's opt sequence equals the message's position in its final sequence; `window` — mean
-final − opt time; `final` — mean send → final-delivery latency; `added` — mean send →
-opt-delivery latency minus the plain run's at the same rate (what compensation costs);
+node's opt sequence equals the message's position in its final sequence; `pairs in
+order` — the share of consecutive opt-deliveries that the final order keeps in order;
+`window` — mean final − opt time; `final` — mean send → final-delivery latency;
+`added` — mean send → opt-delivery latency minus the plain run's at the same rate;
 `min_ratio` — the smallest per-site window ÷ final latency. Every run must be clean for
 its claims (checked). Writes out/wan_optimistic.md (the table) and .png (the plot). A
 benchmark, not a test: no time is compared against a limit.
@@ -23,6 +24,7 @@ import argparse
 import multiprocessing
 import sys
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from statistics import mean
 
@@ -56,6 +58,7 @@ class Outcome:
     variant: str
     accuracy: float
     misordered: int
+    pairs: float  # share of consecutive opt-deliveries in final order
     window_ms: float
     final_ms: float
     opt_ms: float
@@ -72,7 +75,7 @@ def run(task: tuple[int, str, OptimisticConfig, int, int, str]) -> Outcome:
         result.write(traces)
     rows = result.recorder.rows()
     sent = {(r.origin, r.seq): r.t_ns for r in rows if r.kind == "send"}
-    hits = total = 0
+    hits = total = ordered = adjacent = 0
     windows: dict[str, list[float]] = {}
     finals: dict[str, list[float]] = {}
     opts: list[float] = []
@@ -81,6 +84,10 @@ def run(task: tuple[int, str, OptimisticConfig, int, int, str]) -> Outcome:
         opt = [(r.origin, r.seq, r.t_ns) for r in mine if r.kind == "opt_deliver"]
         final = [(r.origin, r.seq, r.t_ns) for r in mine if r.kind == "deliver"]
         opt_pos = {(o, s): (i, t) for i, (o, s, t) in enumerate(opt)}
+        final_pos = {(o, s): i for i, (o, s, _) in enumerate(final)}
+        ranks = [final_pos[(o, s)] for o, s, _ in opt if (o, s) in final_pos]
+        adjacent += max(0, len(ranks) - 1)
+        ordered += sum(a < b for a, b in pairwise(ranks))
         for i, (o, s, t) in enumerate(final):
             if (o, s) not in opt_pos:
                 continue
@@ -93,6 +100,7 @@ def run(task: tuple[int, str, OptimisticConfig, int, int, str]) -> Outcome:
     ratios = [mean(windows[n]) / mean(finals[n]) for n in windows if mean(finals[n]) > 0]
     return Outcome(
         rate, label, hits / total if total else 0.0, total - hits,
+        ordered / adjacent if adjacent else 0.0,
         mean(w for ws in windows.values() for w in ws),
         mean(f for fs in finals.values() for f in fs), mean(opts), min(ratios),
         not result.violations)
@@ -114,12 +122,13 @@ def main() -> int:
     with multiprocessing.Pool(args.jobs) as pool:
         outcomes = pool.map(run, tasks)
     by = {(o.rate, o.variant): o for o in outcomes}
-    lines = ["| msgs/sender/s | variant | accuracy | mis-ordered | window ms | final ms "
-             "| added ms | min window/final | clean |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| msgs/sender/s | variant | accuracy | mis-ordered | pairs in order | window ms "
+             "| final ms | added ms | min window/final | clean |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
         added = o.opt_ms - by[(o.rate, "plain")].opt_ms
         lines.append(f"| {o.rate} | {o.variant} | {o.accuracy:.1%} | {o.misordered} | "
+                     f"{o.pairs:.1%} | "
                      f"{o.window_ms:.1f} | {o.final_ms:.1f} | {added:+.1f} | "
                      f"{o.min_ratio:.2f} | {'yes' if o.clean else 'NO'} |")
     for label, _ in VARIANTS[1:]:
