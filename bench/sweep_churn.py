@@ -5,7 +5,10 @@ Rules: one task = one seeded `run_simulation` over 6–8 nodes (drawn from the s
 fixed by --nodes) whose fault schedule is drawn from the seed too
 (abcast.sim.churn.churn_faults), so a failing run is replayed from its printed faults. The
 stack is the registry's (`build_stack`: for the sequencer family, the membership-aware
-core over an open detector and channel); a run the registry refuses counts as refused. A
+core over an open detector and channel; for unordered, fifo, causal and skeen, the
+membership layer — abcast.membership — around the ordering, over the same); a run the
+registry refuses counts as refused. --safe and --relay apply to the orderings that offer
+them. A
 run is clean when: the trace checks find nothing among the members present for the
 whole run; every such member delivered every message one of them broadcast; the view
 sequences are consistent, virtual synchrony and same-view delivery hold
@@ -14,6 +17,7 @@ states. Prints a Markdown table; exit 1 on any unclean run. A benchmark, not a t
 never compares times against a limit.
 
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total
+    .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings unordered,fifo,causal,skeen
     .venv/bin/python bench/sweep_churn.py --seeds 20 --nodes 6 --safe
     .venv/bin/python bench/sweep_churn.py --seeds 30 --messages 400 --cut-sequencer \
         --partition-ms 3000-6000
@@ -44,8 +48,9 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from abcast.checks import check_events, count_by_code
 from abcast.errors import ConfigError
-from abcast.ordering.registry import OrderingOptions
+from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.sim import SimConfig, run_simulation
 from abcast.sim.churn import (
     churn_faults,
@@ -55,10 +60,10 @@ from abcast.sim.churn import (
     merge_views,
     present_throughout,
 )
-from abcast.testing import check_events, count_by_code
 from abcast.trace.rows import EventRow
 
-ORDERINGS = ("sequencer", "causal-total", "chandra-toueg")
+ORDERINGS = ("sequencer", "causal-total", "chandra-toueg", "unordered", "fifo", "causal",
+             "skeen")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +121,7 @@ class Outcome:
     views: int = 0
     rejoins: int = 0
     merges: int = 0
-    #: abcast.testing's view checks over the whole trace (every node, crashed ones up to
+    #: abcast.checks' view checks over the whole trace (every node, crashed ones up to
     #: their crash): informational, the cut-off incarnations included
     view_checks: dict[str, int] = field(default_factory=dict)
     #: the claimed guarantees over the whole trace, as `abcast sim` reports them:
@@ -230,9 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     orderings = [o.strip() for o in args.orderings.split(",") if o.strip()]
     todo = [
         Task(o, seed, args.nodes or random.Random(seed).choice((6, 7, 8)), args.messages,
-             args.safe and o != "chandra-toueg", partition_ms, args.cut_sequencer,
+             args.safe and get_ordering(o).supports_safe, partition_ms, args.cut_sequencer,
              args.clean_split, args.flapping, args.evs, args.rate,
-             round(args.stall_s * 1_000_000), args.relay and o != "chandra-toueg")
+             round(args.stall_s * 1_000_000), args.relay and get_ordering(o).supports_relay)
         for seed in range(args.first_seed, args.first_seed + args.seeds) for o in orderings
     ]
     console = Console(stderr=True)

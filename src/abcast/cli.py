@@ -11,7 +11,6 @@ import asyncio
 import faulthandler
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -68,8 +67,9 @@ def cli() -> None:
 @click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
 @_RELAY
 @click.option("--multicast", default="reliable", show_default=True,
-              type=click.Choice(["reliable", "basic"]),
-              help="basic: best effort, no retransmission (drops validity and agreement).")
+              type=click.Choice(["reliable", "basic", "nak"]),
+              help="basic: best effort, no retransmission (drops validity and agreement); "
+                   "nak: multicast streams repaired by NAKs (the udp:// channel).")
 @click.option("--partitions", default="primary", show_default=True,
               type=click.Choice(["primary", "evs"]),
               help="evs: every partition goes on and they merge on heal (sequencer, "
@@ -147,29 +147,9 @@ def _print_summary(console: Console, summary: dict[str, Any], out: Path) -> None
 
 
 def _run_async(main: Coroutine[Any, Any, T]) -> T:
-    """Run on uvloop when it is installed (the `fast` extra) unless ABCAST_LOOP=asyncio,
-    else on asyncio's loop. SIGTERM cancels `main` as Ctrl-C does, so its cleanup (killing
-    child processes, closing sockets) runs either way."""
+    from abcast.runtime.loop import run_async
 
-    async def cancellable() -> T:
-        task = asyncio.current_task()
-        if task is not None:
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-        return await main
-
-    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
-    if os.environ.get("ABCAST_LOOP", "uvloop") != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            factory = uvloop.new_event_loop
-    try:
-        with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(cancellable())
-    except asyncio.CancelledError:
-        sys.exit(128 + signal.SIGTERM)
+    return run_async(main)
 
 
 def _logging(verbose: bool) -> None:
@@ -246,8 +226,8 @@ def cluster(
     timeout: float, out: Path, as_json: bool, verbose: bool,
 ) -> None:
     """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
-    from abcast.runtime.cluster import ClusterConfig
-    from abcast.runtime.launcher import run_cluster
+    from abcast.evaluation.cluster import ClusterConfig
+    from abcast.evaluation.launcher import run_cluster
 
     _logging(verbose)
     config = ClusterConfig(
@@ -385,7 +365,7 @@ def node(
     relay: bool, suspect_after: int | None, control: str, verbose: bool,
 ) -> None:
     """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
-    from abcast.runtime.worker import (
+    from abcast.evaluation.worker import (
         Failed,
         Result,
         StoppedError,
@@ -425,14 +405,16 @@ def _register_commands() -> None:
     """Commands that live beside their subject; their heavy imports (Spark) stay lazy."""
     from abcast.apps.bank import demo
     from abcast.apps.certify import certify
+    from abcast.apps.chat import chat
     from abcast.apps.groups import group
+    from abcast.apps.rpc_commands import call, serve
     from abcast.evaluation.cli import bench
     from abcast.pipeline.commands import check, report
-    from abcast.rpc.commands import call, serve
 
     demo.add_command(certify)
     for command in (bench, demo, group, check, report, serve, call):
         cli.add_command(command)
+    demo.add_command(chat)
 
 
 _register_commands()

@@ -43,6 +43,7 @@ class Multicast(msgspec.Struct, frozen=True, gc=False):
     to: tuple[NodeId, ...]
     header: Any
     inner: Packet = EMPTY
+    control: bool = False  # reliability traffic (digests, multicast retransmissions)
 
 
 class Up(msgspec.Struct, frozen=True, gc=False):

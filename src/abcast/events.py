@@ -38,10 +38,12 @@ class SendRequested(msgspec.Struct, frozen=True, gc=False):
 
 
 class MulticastRequested(msgspec.Struct, frozen=True, gc=False):
-    """The layer above sends `packet` to each node in `to` (never including this node)."""
+    """The layer above sends `packet` to each node in `to` (never including this node;
+    `control`: reliability traffic, passed on as such, as for `SendRequested`)."""
 
     to: tuple[NodeId, ...]
     packet: Packet
+    control: bool = False
 
 
 class Received(msgspec.Struct, frozen=True, gc=False):

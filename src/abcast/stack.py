@@ -11,10 +11,8 @@ always yields the same outputs. No clocks, no I/O: `now` comes in with every cal
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar
 
 from abcast.codec import Envelope, Frame, HeaderCodec, Packet, encode_frame
 from abcast.effects import (
@@ -53,30 +51,12 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import GroupName, NodeId, View
+from abcast.layer import Layer
 from abcast.snapshot import LayerSnapshot
 
+__all__ = ["Layer", "Stack", "TimerKey"]
+
 TimerKey = tuple[int, Hashable]
-
-
-class Layer(ABC):
-    """A protocol core in one slot of a stack: `handle(event, now) -> effects`."""
-
-    #: short name, used in logs and errors
-    name: ClassVar[str]
-    #: the msgspec type (usually a Union of `Header` subclasses) this layer puts on the wire
-    header_type: ClassVar[Any]
-
-    def __init__(self, node: NodeId) -> None:
-        self.node = node
-
-    @abstractmethod
-    def handle(self, event: Event, now: int) -> list[Effect]:
-        """Consume one event at time `now` (µs) and return the effects it causes."""
-
-    def inspect(self) -> LayerSnapshot:
-        """A read-only snapshot of this layer's state (see `abcast.snapshot`); layers with
-        something to show (holdback queues, clocks, counters) override it."""
-        return LayerSnapshot(layer=self.name)
 
 
 class Stack:
@@ -115,7 +95,7 @@ class Stack:
 
     def inspect(self) -> list[LayerSnapshot]:
         """Every layer's snapshot, bottom first."""
-        return [layer.inspect() for layer in self.layers]
+        return [snap for layer in self.layers for snap in layer.snapshots()]
 
     def start(self, now: int) -> list[Output]:
         """Give every layer the initial view, bottom first."""
@@ -222,10 +202,12 @@ class Stack:
                     if me in dests:
                         raise LocalProtocolError(f"{layers[index].name} multicast to itself")
                     packet = Packet((multicast.header, *inner.headers), inner.payload)
+                    control = multicast.control
                     if index:
-                        push((index - 1, MulticastRequested(dests, packet)))
+                        push((index - 1, MulticastRequested(dests, packet, control)))
                     else:
-                        emit(Transmit(dests, encode_frame(group, me, packet)))
+                        emit(Transmit(dests, encode_frame(group, me, packet, control=control),
+                                      control))
                 elif kind is Deliver:
                     emit(effect)  # type: ignore[arg-type]
                 elif kind is SetTimer:
@@ -250,16 +232,17 @@ class Stack:
                     out.append(Transmit((to,), data, control))
                 else:
                     queue.append((index - 1, SendRequested(to, packet, control)))
-            case Multicast(to, header, inner):
+            case Multicast(to, header, inner, control):
                 if not to:
                     return
                 if self.node in to:
                     raise LocalProtocolError(f"{self.layers[index].name} multicast to itself")
                 packet = inner.push(header)
                 if index == 0:
-                    out.append(Transmit(to, encode_frame(self.group, self.node, packet)))
+                    data = encode_frame(self.group, self.node, packet, control=control)
+                    out.append(Transmit(to, data, control))
                 else:
-                    queue.append((index - 1, MulticastRequested(to, packet)))
+                    queue.append((index - 1, MulticastRequested(to, packet, control)))
             case Up(sender, packet):
                 if index == len(self.layers) - 1:
                     raise LocalProtocolError(f"top layer {self.layers[index].name} sent Up")

@@ -51,7 +51,7 @@ def test_violations_exit_1(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--faults", "drop=2"], "must be in [0, 1)"),
-        (["--faults", "crash=n2@1ms"], "cannot honour crash"),
+        (["--faults", "crash=n9@1ms"], "outside n1..n3"),
         (["--nodes", "0"], "0 is not in the range"),
         (["--ordering", "nope"], "'nope' is not one of"),
     ],

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from abcast.errors import ConfigError
+from abcast.evaluation.cluster import installed_event_loops
 from abcast.evaluation.grid import (
     MIDDLEWARES,
     ORDERINGS,
@@ -20,7 +21,6 @@ from abcast.evaluation.grid import (
     quick_spec,
     verification_run,
 )
-from abcast.runtime.cluster import installed_event_loops
 
 
 def test_full_table_is_every_ordering_by_middleware_by_n_closed_and_traced() -> None:

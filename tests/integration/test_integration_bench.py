@@ -9,11 +9,11 @@ import asyncio
 from pathlib import Path
 
 from abcast.evaluation.analysis import load_curves
+from abcast.evaluation.cluster import installed_event_loops
 from abcast.evaluation.grid import GridSpec, Phase, build_grid
 from abcast.evaluation.report import write_report
 from abcast.evaluation.results import is_clean
 from abcast.evaluation.runner import BenchRunner, SilentProgress
-from abcast.runtime.cluster import installed_event_loops
 
 TCP_TINY = GridSpec(
     orderings=("sequencer",), middlewares=("tcp",), table_nodes=(2,), table_messages=30,

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from abcast.codec import Packet
+from abcast.evaluation.cluster import ClusterConfig
+from abcast.evaluation.launcher import ClusterHandle, run_cluster
 from abcast.ordering.registry import ORDERINGS
-from abcast.runtime.cluster import ClusterConfig
-from abcast.runtime.launcher import ClusterHandle, run_cluster
 from abcast.testing import check_traces
 from abcast.trace.writer import read_runs, read_traces
 

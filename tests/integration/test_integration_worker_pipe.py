@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from abcast.runtime.worker import Result, decode_report
+from abcast.evaluation.worker import Result, decode_report
 
 LATENCIES = 40_000  # about 400 KB of JSON: six pipe buffers
 
 CHILD = f"""
 import sys
 from abcast.cli import _run_async
-from abcast.runtime.worker import PipeControl, Result, WorkerOutcome, emit
+from abcast.evaluation.worker import PipeControl, Result, WorkerOutcome, emit
 
 async def main():
     control = PipeControl()

@@ -1,10 +1,11 @@
 """Churn on real processes over TCP: five member processes (one creates the group, four
 join) write to a replicated log under load; one member goes away — SIGKILLed for an
-ordering that survives crashes, a graceful leave for matrix (which claims no crash
-tolerance: a silent member holds everyone up) — and a sixth process joins while the
+ordering that survives crashes (skeen under the membership layer included), a graceful
+leave for matrix (which claims no crash tolerance: a silent member holds everyone up) —
+and a sixth process joins while the
 others keep writing. At the end every surviving copy, the joiner's included, holds the
 same log (same writes, same order: a hash chain), and the trace of the whole run
-(the killed process's rows included, up to its death) passes abcast.testing.checks for
+(the killed process's rows included, up to its death) passes abcast.checks.properties for
 the ordering's claims."""
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _cases() -> Iterator[Any]:
     yield pytest.param("matrix", "leave", id="matrix-leave")
-    for name in ("sequencer", "chandra-toueg", "causal-total"):
+    for name in ("sequencer", "chandra-toueg", "causal-total", "skeen"):
         spec = ORDERINGS.get(name)
         can = spec is not None and {"join", "crash"} <= spec.tolerates
         yield pytest.param(name, "kill", id=f"{name}-kill", marks=pytest.mark.skipif(

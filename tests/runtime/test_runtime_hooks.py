@@ -96,6 +96,11 @@ class _Host:
     def transmit(self, dst: NodeId, data: bytes) -> None:
         raise AssertionError("nothing is sent in this test")
 
+    def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int:
+        for dst in dsts:
+            self.transmit(dst, data)
+        return len(dsts)
+
 
 class _App:
     """Records every call, in order; its state is the list of payloads it delivered."""

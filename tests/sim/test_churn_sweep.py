@@ -8,6 +8,7 @@ of the trace checks."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,9 +24,7 @@ from abcast.sim.churn import (
     incarnations,
     judge,
     present_throughout,
-    same_view_delivery,
-    view_consistency,
-    virtual_synchrony,
+    view_problems,
 )
 from abcast.testing import check_events
 from abcast.trace.rows import EventRow
@@ -127,12 +126,36 @@ def test_the_judge_finds_planted_membership_inconsistencies() -> None:
         _view("a", 4, v2), _view("b", 4, v2), _view("c", 4, View(2, ("a", "c"))),
         _deliver("b", 5, "b", 1, 2),  # ...and delivers it in the next view
     ]
-    incs = incarnations(rows)
-    assert [p.code for p in view_consistency(incs)] == ["VIEW_CONSISTENCY"]
-    assert [p.code for p in virtual_synchrony(incs)] == ["VIRTUAL_SYNCHRONY"]
-    assert [p.detail for p in same_view_delivery(incs)] == ["b#1 delivered in views [1, 2]"]
+    problems = view_problems(rows)
+    # the reference units (abcast.checks.views): c lists view 2 apart; b misses b#1 in
+    # view 1 and c misses a#1 and b#1 (all three moved 1 -> 2); b#1 is split over two views
+    assert Counter(p.code for p in problems) == {
+        "VIEW_CONSISTENCY": 1, "VIRTUAL_SYNCHRONY": 3, "SAME_VIEW_DELIVERY": 1}
+    assert [p.detail for p in problems if p.code == "SAME_VIEW_DELIVERY"] == [
+        "b#1@g was delivered in 2 views: by a in view 1 (position 3), by b in view 2 "
+        "(position 5)"]
     clean = [r for r in rows if r.node != "c"][:-1]
-    assert view_consistency(incarnations(clean)) == []
+    assert [p.code for p in view_problems(clean)] == ["VIRTUAL_SYNCHRONY"]
+
+
+def test_a_rejoined_incarnation_is_judged_as_a_node_of_its_own() -> None:
+    """c is cut off (crash, recover) and comes back: its second incarnation, c#2, must
+    agree on views with the others, and its first is not held to SAME_VIEW_DELIVERY
+    for what it delivered in its minority before the cut."""
+    v1, v2, v3 = View(1, ("a", "b", "c")), View(2, ("a", "b")), View(3, ("a", "b", "c"))
+    rows = [
+        _view("a", 1, v1), _view("b", 1, v1), _view("c", 1, v1),
+        _deliver("c", 2, "c", 1, 1),  # in its minority, before it learns of the cut
+        _view("a", 3, v2), _view("b", 3, v2),
+        _deliver("a", 4, "c", 1, 2), _deliver("b", 4, "c", 1, 2),
+        _mark("c", 5, "crash"), _mark("c", 5, "recover"), _view("c", 5, View(0, ("c",))),
+        _view("a", 6, v3), _view("b", 6, v3), _view("c", 6, v3),
+    ]
+    assert view_problems(rows) == []
+    assert [i.name for i in incarnations(rows) if i.node == "c"] == ["c", "c#2"]
+    wrong = [*rows[:-1], _view("c", 6, View(3, ("b", "c")))]
+    assert [p.detail for p in view_problems(wrong)] == [
+        "c#2 installed view 3 of g as [b,c]; a and 1 more installed it as [a,b,c]"]
 
 
 def test_only_members_present_throughout_are_held_to_the_checks() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from abcast.errors import ConfigError
 from abcast.ordering.registry import OrderingOptions
 from abcast.sim import SimConfig, run_simulation
 
@@ -56,6 +55,9 @@ def test_partitions_that_heal_are_survived(ordering: str) -> None:
         assert result.delivered == 200 * 4, faults
 
 
-def test_skeen_refuses_crash_faults() -> None:
-    with pytest.raises(ConfigError, match=r"skeen.*cannot honour crash"):
-        run_simulation(SimConfig("skeen", nodes=3, messages=10, seed=1, faults="crash=n2@5ms"))
+def test_skeen_survives_a_crash_its_flush_settles_the_pending_stamps() -> None:
+    for seed in (1, 2, 3):
+        result = run_simulation(SimConfig("skeen", nodes=4, messages=150, seed=seed,
+                                          faults=f"drop=0.05,crash=n2@{40 * seed}ms"))
+        assert result.violations == [], (seed, result.counts)
+        assert result.quiescent, seed

@@ -1,4 +1,4 @@
-"""The one conformance suite every transport must pass (tcp, mem, zmq, grpc, pyro).
+"""The one conformance suite every transport must pass (tcp, mem, zmq, grpc, pyro, udp).
 
 Properties: per-link FIFO with no loss on a healthy link and no duplicates ever; large
 frames arrive intact; six nodes all-to-all keep every link's order; after a peer

@@ -61,7 +61,7 @@ def test_a_busy_address_is_a_config_error(scheme: str) -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("udp://127.0.0.1:7000", "unknown transport scheme 'udp'"),
+        ("sctp://127.0.0.1:7000", "unknown transport scheme 'sctp'"),
         ("tcp://127.0.0.1", "needs host:port"),
         ("tcp://127.0.0.1:99999", "bad port"),
         ("tcp://:7000", "needs host:port"),

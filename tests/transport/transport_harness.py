@@ -19,7 +19,7 @@ from typing import Final
 from abcast.transport import Link, Transport, TransportOptions, transport_from_url
 from abcast.transport.memory import bound_names
 
-SCHEMES: Final = ("tcp", "mem", "zmq", "grpc", "pyro")
+SCHEMES: Final = ("tcp", "mem", "zmq", "grpc", "pyro", "udp")
 WAIT_S: Final = 20.0
 
 

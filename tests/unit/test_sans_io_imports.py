@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "abcast"
-CORE_DIRS = ("ordering", "reliability", "group", "consensus")
+CORE_DIRS = ("ordering", "reliability", "group", "consensus", "membership")
 CORE_FILES = ("stack.py", "codec.py", "events.py", "effects.py", "ids.py", "workload.py",
-              "batching.py", "snapshot.py", "rpc/voting.py", "rpc/executor.py",
+              "batching.py", "snapshot.py", "layer.py", "rpc/voting.py", "rpc/executor.py",
               "rpc/wire.py")
 BANNED = {"asyncio", "socket", "time", "random", "selectors", "threading", "trio", "uvloop"}
 
@@ -36,7 +36,7 @@ def _imported_roots(path: Path) -> set[str]:
 
 def test_there_are_core_modules_to_check() -> None:
     names = {p.name for p in _core_modules()}
-    assert {"channel.py", "fifo.py", "unordered.py", "stack.py"} <= names
+    assert {"channel.py", "nak.py", "fifo.py", "unordered.py", "stack.py"} <= names
 
 
 @pytest.mark.parametrize("path", _core_modules(), ids=lambda p: str(p.relative_to(SRC)))

@@ -181,10 +181,10 @@ def _options(batch: int | None, safe: bool) -> OrderingOptions | None:
 
 
 def _run(main: Any) -> int:
-    from abcast.cli import _run_async
+    from abcast.runtime.loop import run_async
 
     try:
-        code: int = _run_async(main)
+        code: int = run_async(main)
     except TimeoutError:
         _fail("timed out (is the registry running, and the group's members reachable?)")
     except AbcastError as exc:
@@ -196,8 +196,8 @@ def _run(main: Any) -> int:
 @click.argument("name")
 @registry_option
 @click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)),
-              help="The group's ordering (joiners use the same; they need one that "
-                   "admits members at run time, e.g. matrix).")
+              help="The group's ordering (joiners use the same; every ordering "
+                   "admits members at run time).")
 @click.option("--transport", default="tcp://127.0.0.1:0", show_default=True,
               help="Address this node listens on (registered with the registry).")
 @click.option("--node", default=None, help="Claim this node id (default: assigned).")

@@ -61,7 +61,7 @@ from abcast.effects import (
 )
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View, sorted_nodes
-from abcast.stack import Layer
+from abcast.layer import Layer
 
 JOIN_RETRY: Final = "join"
 DEPART: Final = "depart"

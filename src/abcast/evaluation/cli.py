@@ -35,7 +35,7 @@ from abcast.evaluation.grid import Grid, GridSpec, Phase, build_grid, full_spec,
 from abcast.evaluation.peers import REDIS_INSTALL, find_redis_server
 from abcast.evaluation.report import write_report
 from abcast.evaluation.results import BenchResult, is_clean, save
-from abcast.evaluation.rpc_bench import run_rpc_section
+from abcast.evaluation.rpc_report import run_rpc_section
 from abcast.evaluation.runner import BenchRunner, spark_check
 
 EXIT_CLEAN: Final = 0

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Final
 
 from abcast.errors import ConfigError
+from abcast.evaluation.cluster import EVENT_LOOPS, ClusterConfig, installed_event_loops
 from abcast.ordering.registry import OrderingOptions, get_ordering
-from abcast.runtime.cluster import EVENT_LOOPS, ClusterConfig, installed_event_loops
 from abcast.transport.base import MAX_BUSY_POLL_US
 
 ORDERINGS: Final = ("sequencer", "skeen", "chandra-toueg")

@@ -31,9 +31,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any, Final
 
+from abcast.evaluation.cluster import percentile
 from abcast.evaluation.grid import PeerExperiment
 from abcast.evaluation.results import Figures, PeerMeasurement
-from abcast.runtime.cluster import percentile
 
 REDIS_SERVER: Final = "redis-server"
 REDIS_INSTALL: Final = "pip install 'abcast[bench]' (or apt-get install redis-server)"

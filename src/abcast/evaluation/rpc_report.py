@@ -1,16 +1,21 @@
 """The bench report's client/server section: tables and three plots from an `RpcBench`.
 
-Rules: rendering only (every figure comes from abcast.evaluation.rpc_bench). Plots use
-matplotlib's Agg backend through abcast.evaluation.report's `_save`; without matplotlib
-the section has its tables only.
+Rules: rendering only (every figure comes from abcast.evaluation.rpc_bench, which this
+module runs for the bench: `run_rpc_section`, or `python -m abcast.evaluation.rpc_report
+OUT [--quick]` for this section alone). Plots use matplotlib's Agg backend through
+abcast.evaluation.report's `_save`; without matplotlib the section has its tables only.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from abcast.evaluation.report import Plot, _ms, _save, _table
-from abcast.evaluation.rpc_bench import RpcBench, Timing
+from abcast.evaluation.rpc_bench import RpcBench, RpcSpec, Timing, quick_rpc_spec, run_rpc_bench
 
 
 def _cell(t: Timing | None) -> str:
@@ -155,3 +160,40 @@ def rpc_summary_lines(result: RpcBench) -> list[str]:
             lines.append(f"client/server consolidation n={t.nodes} {t.vote} "
                          f"{_size(t.payload)}: p50 {_ms(t.p50_us)} ms, mean {_ms(t.mean_us)}")
     return lines
+
+
+@dataclass(frozen=True, slots=True)
+class RpcSection:
+    lines: tuple[str, ...]  # the summary
+    failed: bool  # a request of the section was not OK
+
+
+def run_rpc_section(quick: bool, out: Path, page: Path, console: object = None) -> RpcSection:
+    """Run the section, write rpc.json and its plots into `out`, append it to `page` (the
+    bench's report.md), and return its summary."""
+    printer = getattr(console, "print", None)
+    if callable(printer):
+        printer("client/server section (abcast serve processes) …")
+    result = asyncio.run(run_rpc_bench(quick_rpc_spec() if quick else RpcSpec(), logs=out))
+    (out / "rpc.json").write_text(json.dumps(result.to_json(), indent=1))
+    section = write_rpc_section(result, out)
+    with page.open("a") as f:
+        f.write("\n" + section)
+    return RpcSection(tuple(rpc_summary_lines(result)), result.failed)
+
+
+def main() -> None:
+    """`python -m abcast.evaluation.rpc_report OUT [--quick]`: this section alone."""
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "bench-rpc")
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "rpc.md"
+    page.write_text("")
+    section = run_rpc_section("--quick" in sys.argv, out, page)
+    for line in section.lines:
+        print(line)
+    print(f"report: {page}")
+    sys.exit(1 if section.failed else 0)
+
+
+if __name__ == "__main__":
+    main()

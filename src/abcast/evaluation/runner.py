@@ -4,7 +4,7 @@ then one Spark check of every trace the bench wrote.
 Rules: runs go one at a time (the machine has 2 cores; two runs at once would measure
 each other), all against one in-process registry (a group name per run). A load curve
 stops early once it is clearly past its knee (`SATURATED_AFTER`). Cluster runs go
-through abcast.runtime.launcher.run_cluster on real processes over loopback; traced
+through abcast.evaluation.launcher.run_cluster on real processes over loopback; traced
 runs write into `<out>/traces`, the one trace directory Spark checks at the end with
 abcast.pipeline's `run_check` in one session. A failed run is a measurement with its
 errors, never an exception that ends the bench. Progress is reported through a
@@ -21,8 +21,11 @@ from pathlib import Path
 from statistics import fmean
 from typing import Final, Protocol
 
+from abcast.checks import count_by_code
 from abcast.evaluation.analysis import LoadPoint, load_curves
+from abcast.evaluation.cluster import ClusterResult
 from abcast.evaluation.grid import TABLE_PAYLOAD, Experiment, Grid, Phase, verification_run
+from abcast.evaluation.launcher import run_cluster
 from abcast.evaluation.peers import find_redis_server, run_peer
 from abcast.evaluation.ping import ping
 from abcast.evaluation.results import (
@@ -33,9 +36,6 @@ from abcast.evaluation.results import (
     RunMeasurement,
 )
 from abcast.registry.server import RegistryServer
-from abcast.runtime.cluster import ClusterResult
-from abcast.runtime.launcher import run_cluster
-from abcast.testing import count_by_code
 
 log: Final = logging.getLogger("abcast.bench")
 TRACES_DIR: Final = "traces"

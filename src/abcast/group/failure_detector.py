@@ -50,7 +50,7 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId
-from abcast.stack import Layer
+from abcast.layer import Layer
 
 TICK = "tick"
 
@@ -154,7 +154,7 @@ class FailureDetectorLayer(Layer):
                 st = peers.get(peer)
                 if st is not None:
                     st.last_sent = now
-            return [Multicast(multicast.to, FD, multicast.packet)]
+            return [Multicast(multicast.to, FD, multicast.packet, multicast.control)]
         return self._handle_other(event, now)
 
     def _handle_other(self, event: Event, now: int) -> list[Effect]:
@@ -162,10 +162,10 @@ class FailureDetectorLayer(Layer):
             case SendRequested(to, packet, control):
                 self._sent(to, now)
                 return [Send(to, FD, packet, control)]
-            case MulticastRequested(to, packet):
+            case MulticastRequested(to, packet, control):
                 for peer in to:
                     self._sent(peer, now)
-                return [Multicast(to, FD, packet)]
+                return [Multicast(to, FD, packet, control)]
             case Received(sender, header, inner):
                 return self._heard(sender, header, inner, now)
             case TimerFired(key) if key == TICK:

@@ -59,6 +59,15 @@ class CausalHoldback(Generic[T]):
         """True when (origin, seq) has been released or is held here."""
         return seq <= self._released.get(origin, 0) or (origin, seq) in self._held
 
+    def waiting(self) -> list[tuple[Needed, Held[T]]]:
+        """Every held message with the dependency it waits for, oldest need first."""
+        return [(need, msg) for need, msgs in self._waiting.items() for msg in msgs]
+
+    def forget_held(self) -> None:
+        """Drop every held message (a view change settled what could be released)."""
+        self._waiting.clear()
+        self._held.clear()
+
     def seed(self, released: Mapping[NodeId, int]) -> None:
         """Start from these released counts (a new sequencer after a view change)."""
         for node, k in released.items():

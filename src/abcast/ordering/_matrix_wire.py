@@ -165,6 +165,10 @@ class MatrixClock:
         own[self.me] += 1
         return own[self.me]
 
+    def rows(self) -> dict[NodeId, dict[NodeId, int]]:
+        """A copy of the matrix, row by row (for `Matrix.inspect`)."""
+        return {row: dict(cols) for row, cols in self._rows.items()}
+
     def direct(self, node: NodeId) -> int | None:
         """M[me][node]: the latest stamp processed from node's stream (None: none yet)."""
         return self._rows[self.me].get(node)

@@ -80,6 +80,7 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId, View, node_sort_key
+from abcast.layer import Layer
 from abcast.ordering._matrix_heartbeat import Heartbeat, MatrixConfig
 from abcast.ordering._matrix_wire import (
     Catchup,
@@ -99,7 +100,7 @@ from abcast.ordering._matrix_wire import (
     OpRecord,
     StreamHeader,
 )
-from abcast.stack import Layer
+from abcast.snapshot import HeldMessage, LayerSnapshot
 
 __all__ = ["Matrix", "MatrixConfig"]
 
@@ -208,6 +209,20 @@ class Matrix(Layer):
                 return None
             low = min(low, ts)
         return low
+
+    def inspect(self) -> LayerSnapshot:
+        bound = self.bound()
+        waiting = ("every member's stream to start" if bound is None
+                   else f"the row minimum to reach its stamp (now {bound})")
+        holdback = [HeldMessage(origin=origin, seq=op.seq or ts,
+                                waiting_for=f"{waiting}: stamp {ts}")
+                    for ts, _, origin, op in sorted(self._queue)]
+        return LayerSnapshot(
+            layer=self.name, phase=self.status,
+            clock={"matrix": self.clock.rows(), "row_minimum": bound},
+            holdback=holdback,
+            counters={"nopes_sent": self.nopes_sent, "catchups_sent": self.catchups_sent,
+                      "stream_held": self.held()})
 
     # -- the core ------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:

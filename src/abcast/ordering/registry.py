@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from abcast.errors import ConfigError
 from abcast.group.failure_detector import DetectorConfig, FailureDetectorLayer
 from abcast.ids import GroupName, NodeId, View
+from abcast.membership import Membership
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.causal import Causal
@@ -26,6 +28,7 @@ from abcast.ordering.skeen import Skeen
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.basic_channel import BasicChannel
 from abcast.reliability.channel import ChannelConfig, ReliableChannel
+from abcast.reliability.nak import NakChannel, NakConfig
 from abcast.stack import Layer, Stack
 
 #: faults every ordering over the reliable channel survives: the network misbehaving
@@ -35,7 +38,7 @@ ALL_FAULTS = NETWORK_FAULTS | {"crash", "join", "leave"}
 BASIC = ("integrity", "validity", "agreement")
 #: what best-effort (basic) multicast cannot promise: a lost packet stays lost
 LIVENESS_UNDER_LOSS = frozenset({"validity", "agreement", "uniform_agreement"})
-MULTICASTS = ("reliable", "basic")
+MULTICASTS = ("reliable", "basic", "nak")
 #: "primary": only a majority partition goes on; "evs": every partition goes on and they
 #: merge on heal (extended virtual synchrony, abcast.ordering.sequencer_merge)
 PARTITIONS = ("primary", "evs")
@@ -56,8 +59,10 @@ class OrderingOptions:
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     matrix: MatrixConfig = field(default_factory=MatrixConfig)  # heartbeats; matrix
     #: "reliable": the reliable channel under the ordering (acks, retransmission);
-    #: "basic": best effort, each packet sent once (abcast.reliability.basic_channel)
+    #: "basic": best effort, each packet sent once (abcast.reliability.basic_channel);
+    #: "nak": one multicast per packet, NAK repair (abcast.reliability.nak; udp://)
     multicast: str = "reliable"
+    nak: NakConfig = field(default_factory=NakConfig)
     #: what a partition does: "primary" (only a majority goes on; the rest rejoin with
     #: state transfer) or "evs" (both sides go on, merge views on heal; sequencer family)
     partitions: str = "primary"
@@ -149,6 +154,10 @@ class OrderingSpec:
             )
 
 
+#: the stack under an ordering whose views the membership layer keeps: a failure detector
+#: and a channel that let a joiner talk to its contact before a view holds both
+_MEMBERSHIP: dict[str, Any] = {"needs_detector": True, "channel": OpenChannel,
+                               "detector_layer": OpenDetector}
 #: a sequencer-family member the group left out (a partition's minority) joins again
 _REJOIN = MembershipConfig(rejoin=True)
 #: Without SAFE, a sequencer cut off in a minority may deliver a few messages there
@@ -159,19 +168,24 @@ ORDERINGS: dict[str, OrderingSpec] = {
     spec.name: spec
     for spec in (
         OrderingSpec(
-            "unordered", lambda node, _: [Unordered(node)], BASIC, NETWORK_FAULTS,
-            lambda n: n - 1, "reliable broadcast, delivered on receipt",
+            "unordered", lambda node, _: [Membership(node, Unordered(node))], BASIC,
+            ALL_FAULTS, lambda n: n - 1,
+            "reliable broadcast, delivered on receipt; views by the membership layer's flush",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
-            "fifo", lambda node, _: [Fifo(node)], (*BASIC, "fifo"), NETWORK_FAULTS,
-            lambda n: n - 1, "per-origin order (holdback by origin sequence number)",
+            "fifo", lambda node, _: [Membership(node, Fifo(node))], (*BASIC, "fifo"),
+            ALL_FAULTS, lambda n: n - 1,
+            "per-origin order (holdback by origin sequence number); views by the"
+            " membership layer's flush",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
-            "causal", lambda node, _: [Causal(node)], (*BASIC, "fifo", "causal"),
-            NETWORK_FAULTS | {"join", "leave"}, lambda n: n - 1,
+            "causal", lambda node, _: [Membership(node, Causal(node))],
+            (*BASIC, "fifo", "causal"), ALL_FAULTS, lambda n: n - 1,
             "causal order (vector clocks, holdback until every predecessor is delivered);"
-            " open group: the leader orders joins and leaves in its causal stream",
-            channel=OpenChannel,
+            " views by the membership layer's flush",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
             "sequencer",
@@ -196,9 +210,11 @@ ORDERINGS: dict[str, OrderingSpec] = {
             channel=OpenChannel, detector_layer=OpenDetector,
         ),
         OrderingSpec(
-            "skeen", lambda node, _: [Skeen(node)], (*BASIC, "total"), NETWORK_FAULTS,
-            lambda n: 3 * (n - 1),
-            "total order from Lamport-clock proposals (the final stamp is their maximum)",
+            "skeen", lambda node, _: [Membership(node, Skeen(node))], (*BASIC, "total"),
+            ALL_FAULTS, lambda n: 3 * (n - 1),
+            "total order from Lamport-clock proposals (the final stamp is their maximum);"
+            " views by the membership layer's flush, which settles pending timestamps",
+            **_MEMBERSHIP,
         ),
         OrderingSpec(
             "causal-total",
@@ -249,8 +265,10 @@ def build_stack(
     opts = options or OrderingOptions()
     spec = get_ordering(ordering)
     spec.check_options(opts)
-    channel = (BasicChannel(node, open_group=spec.channel is OpenChannel)
-               if opts.multicast == "basic" else spec.channel(node, opts.channel))
+    open_group = spec.channel is OpenChannel
+    channel = (BasicChannel(node, open_group=open_group) if opts.multicast == "basic"
+               else NakChannel(node, opts.nak, open_group) if opts.multicast == "nak"
+               else spec.channel(node, opts.channel))
     layers: list[Layer] = [channel, *spec.make(node, opts)]
     if spec.needs_detector:
         layers.insert(0, spec.detector_layer(node, opts.detector))

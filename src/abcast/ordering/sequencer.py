@@ -43,6 +43,7 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import MsgId, NodeId, View
+from abcast.layer import Layer
 from abcast.ordering import sequencer_flush as flush
 from abcast.ordering import sequencer_join as membership
 from abcast.ordering import sequencer_merge as merge
@@ -76,7 +77,6 @@ from abcast.ordering.sequencer_wire import (
     check_batch,
 )
 from abcast.snapshot import HeldMessage, LayerSnapshot
-from abcast.stack import Layer
 
 
 class Sequencer(Layer):

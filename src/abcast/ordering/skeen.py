@@ -12,23 +12,37 @@ holds everything behind it back. Guarantees: integrity, validity, agreement, tot
 
 Why it is safe: a receiver's clock passes every final timestamp it has seen, so any
 message it has not yet received will get a larger proposal, hence a larger final
-timestamp, than anything it has delivered. Why it needs everyone: the origin waits for
-every member's proposal, so one crashed member blocks it — this ordering refuses crash
-faults. The pending queue is a heap with lazy deletion: no scan per message.
+timestamp, than anything it has delivered. The pending queue is a heap with lazy
+deletion: no scan per message.
+
+Crashes. The origin waits for every member's proposal, so one crashed member blocks
+it until the membership layer (abcast.membership) removes that member. Its flush settles
+the pending timestamps: each member reports what it delivered in the view and what is
+pending (with its proposal, or the final stamp); the outcome is first every message any
+survivor delivered, in final-stamp order (each member delivered a prefix of that
+order), then every other reported message by its best known stamp (origin, seq
+breaking ties). Each member delivers what it lacks of it, in that order, in the old
+view, and starts the next view with nothing pending.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from abcast.codec import Header, Packet, Seq
 from abcast.effects import Deliver, Effect, Multicast, Send
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View, node_sort_key
-from abcast.stack import Layer
+from abcast.layer import Layer
+from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
+from abcast.ordering._delivered import DeliveredIds, above_base, common_base, forget_stable
+from abcast.snapshot import HeldMessage, LayerSnapshot
+
+LAMPORT = "lamport"  # the key of the Lamport clock in reports and cuts
 
 
 class KData(Header, frozen=True):
@@ -73,7 +87,7 @@ _Entry = tuple[int, Any, int, MsgId]
 
 class Skeen(Layer):
     name = "skeen"
-    header_type = KData | KPropose | KFinal
+    header_type: ClassVar[Any] = KData | KPropose | KFinal
 
     def __init__(self, node: NodeId) -> None:
         super().__init__(node)
@@ -84,6 +98,9 @@ class Skeen(Layer):
         self._queue: list[_Entry] = []
         self._collecting: dict[int, _Collecting] = {}
         self._order_keys: dict[NodeId, Any] = {}
+        self._done = DeliveredIds()  # what was delivered, per origin
+        #: messages delivered in the current view (final stamp, body), for its flush
+        self._log: dict[MsgId, tuple[int, bytes]] = {}
 
     # -- introspection -------------------------------------------------------------------
     def pending(self) -> int:
@@ -127,6 +144,8 @@ class Skeen(Layer):
 
     def _on_data(self, origin: NodeId, seq: int, ts: int, payload: bytes) -> list[Effect]:
         mid = MsgId(origin, seq)
+        if self._done.has(origin, seq):
+            return []  # a view change settled it
         if origin == self.node or mid in self._pending:
             raise RemoteProtocolError(f"{origin} sent message {seq} twice (or to itself)")
         self.clock = max(self.clock, ts) + 1
@@ -135,6 +154,8 @@ class Skeen(Layer):
 
     def _on_proposal(self, sender: NodeId, seq: int, ts: int) -> list[Effect]:
         tally = self._collecting.get(seq)
+        if tally is None and self._done.has(self.node, seq):
+            return []  # a view change settled it
         if tally is None or sender not in tally.waiting:
             raise RemoteProtocolError(f"{sender} proposed for {self.node}#{seq} unasked")
         del tally.waiting[sender]
@@ -149,6 +170,8 @@ class Skeen(Layer):
         return effects
 
     def _on_final(self, origin: NodeId, seq: int, ts: int) -> list[Effect]:
+        if self._done.has(origin, seq):
+            return []  # a view change settled it
         return self._finalise(MsgId(origin, seq), ts)
 
     def _finalise(self, mid: MsgId, final: int) -> list[Effect]:
@@ -188,5 +211,78 @@ class Skeen(Layer):
                 break
             heapq.heappop(queue)
             del pending[mid]
+            self._done.add(mid.origin, mid.seq)
+            self._log[mid] = (ts, entry.payload)
             effects.append(Deliver(mid.origin, mid.seq, entry.payload))
         return effects
+
+    # -- under the membership layer (abcast.membership.api) ------------------------------
+    def report(self) -> ViewReport:
+        messages = [FlushMessage(m.origin, m.seq, body, stamp=ts, final=True, delivered=True)
+                    for m, (ts, body) in self._log.items()]
+        messages += [FlushMessage(m.origin, m.seq, p.payload, stamp=p.ts, final=p.final)
+                     for m, p in self._pending.items()]
+        return ViewReport(self._done.prefixes(), messages, {LAMPORT: self.clock})
+
+    def settle(self, reports: Sequence[ViewReport]) -> list[FlushMessage]:
+        """What any survivor delivered, in final-stamp order; then the rest by their best
+        known stamp."""
+        best: dict[MsgId, FlushMessage] = {}
+        delivered: set[MsgId] = set()
+        for m in above_base(reports, common_base(reports)):
+            mid = MsgId(m.origin, m.seq)
+            if m.delivered:
+                delivered.add(mid)
+            known = best.get(mid)
+            if known is None or (m.final, m.stamp) > (known.final, known.stamp):
+                best[mid] = m
+
+        def key(mid: MsgId) -> tuple[bool, int, Any, int]:
+            return (mid not in delivered, best[mid].stamp, node_sort_key(mid.origin), mid.seq)
+
+        return [best[mid] for mid in sorted(best, key=key)]
+
+    def conclude(self, outcome: Sequence[FlushMessage]) -> list[Effect]:
+        effects: list[Effect] = []
+        for m in outcome:
+            self.clock = max(self.clock, m.stamp)
+            if not self._done.has(m.origin, m.seq):
+                self._done.add(m.origin, m.seq)
+                effects.append(Deliver(m.origin, m.seq, m.body))
+        self._done.give_up_gaps()
+        self._pending.clear()
+        self._queue.clear()
+        self._collecting.clear()
+        self._log.clear()
+        return effects
+
+    def stable_point(self) -> dict[NodeId, int]:
+        return self._done.prefixes()
+
+    def forget(self, stable: Mapping[NodeId, int]) -> None:
+        forget_stable(self._log, stable)
+
+    def join_cut(self) -> JoinCut:
+        return JoinCut(self._done.prefixes(), {LAMPORT: self.clock})
+
+    def start_from(self, cut: JoinCut) -> None:
+        self._done.reset(cut.delivered)
+        self.clock = max(self.clock, cut.clock.get(LAMPORT, 0))
+        self._pending.clear()
+        self._queue.clear()
+        self._collecting.clear()
+        self._log.clear()
+
+    def inspect(self) -> LayerSnapshot:
+        pending = sorted(self._pending.items(), key=lambda kv: (kv[1].ts, kv[0].seq))
+        holdback = [HeldMessage(origin=m.origin, seq=m.seq,
+                                waiting_for=f"final timestamp (proposed {p.ts})"
+                                if not p.final else f"earlier timestamps (final {p.ts})")
+                    for m, p in pending]
+        return LayerSnapshot(
+            layer=self.name, phase="steady",
+            clock={LAMPORT: self.clock,
+                   "pending": {f"{m.origin}#{m.seq}": p.ts for m, p in pending},
+                   "collecting": {str(seq): sorted(t.waiting)
+                                  for seq, t in self._collecting.items()}},
+            holdback=holdback, counters={"logged_this_view": len(self._log)})

@@ -1,4 +1,4 @@
-"""The PySpark pipeline (DESIGN §5): `abcast check` and `abcast report` over trace dirs.
+"""The PySpark pipeline (docs/checks.md): `abcast check` and `abcast report` over trace dirs.
 
 Rules: every check is a pure transform returning violation rows (abcast.pipeline.checks
 names the codes and the row schema; tables, checks_message, checks_delivery compute them);

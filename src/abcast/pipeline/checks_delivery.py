@@ -2,7 +2,7 @@
 INTEGRITY_UNKNOWN, FIFO_ORDER, CAUSAL_ORDER, TOTAL_ORDER (docs/checks.md).
 
 Rules: each check is a pure transform `TraceTables -> DataFrame` of violation rows, one
-row per unit of its code, with the counterexample layout of abcast.testing.checks. They
+row per unit of its code, with the counterexample layout of abcast.checks.properties. They
 scale out: a node's sequence is never collected; order is read with window functions
 partitioned by lane (one node in one group; the delivery table is partitioned that way,
 so they sort but never shuffle) and with equi-joins. The common, clean case is settled by

@@ -2,7 +2,7 @@
 UNIFORM_AGREEMENT, LOCAL_ORDER (docs/checks.md).
 
 Rules: each check is a pure transform `TraceTables -> DataFrame` of violation rows, one
-row per unit of its code, with the counterexample layout of abcast.testing.checks. They
+row per unit of its code, with the counterexample layout of abcast.checks.properties. They
 read the per-message table (abcast.pipeline.tables.message_table), whose node sets are
 bitmasks, so "who is owed m and never delivered it" is set arithmetic on one row; only
 the violations themselves are exploded and named. Nothing is collected or cached here.

@@ -1,8 +1,8 @@
 """The Spark view checks: VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY, SAME_VIEW_DELIVERY
-(docs/checks.md, "Views"), unit for unit what abcast.testing.checks_views counts.
+(docs/checks.md, "Views"), unit for unit what abcast.checks.views counts.
 
 Rules: each check is a pure transform `TraceTables -> DataFrame` of violation rows, one
-row per unit of its code, with the counterexample layout of abcast.testing.checks. They
+row per unit of its code, with the counterexample layout of abcast.checks.properties. They
 run only for runs claiming `virtual_synchrony`, so the tables the other checks share are
 not widened for them. They scale out:
 

@@ -1,4 +1,4 @@
-"""Reading a trace directory (DESIGN §4) into Spark, refusing anything not in the format.
+"""Reading a trace directory (docs/design.md §6) into Spark, refusing anything not in the format.
 
 Rules: a trace dir holds `events/` (Parquet files, any depth) and `runs.parquet`. The path
 may be any Hadoop-compatible URI; only a path without a scheme (or `file:`) is inspected

@@ -25,7 +25,7 @@ is shuffled twice, sorted twice, and never collected:
   need a second look (`irregular_rows`, `first_copies`); `nonconforming` nodes, whose
   order disagrees with the reference node's (sort 2), the only ones total order walks.
 
-Definitions follow docs/checks.md and the choices abcast.testing.checks documents: rows
+Definitions follow docs/checks.md and the choices abcast.checks.properties documents: rows
 without origin/seq are skipped, and so are deliver rows without index; a node is correct
 when it has no crash row; the nodes of a run are those with any row in it; a null group is
 a group of its own. `materialize_tables` is the one function that runs jobs.

@@ -39,7 +39,7 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId
-from abcast.stack import Layer
+from abcast.layer import Layer
 
 #: numbers remembered above a hole before the hole is given up
 WINDOW: Final = 1_024

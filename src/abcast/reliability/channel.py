@@ -50,8 +50,8 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId, View
+from abcast.layer import Layer
 from abcast.reliability.rto import RtoEstimator
-from abcast.stack import Layer
 
 
 class RData(Header, frozen=True):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from abcast.checks import Violation, check_events
 from abcast.effects import Deliver, InstallState, InstallView, Output, TakeSnapshot
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, View
@@ -29,7 +30,6 @@ from abcast.sim.faults import parse_faults
 from abcast.sim.network import DEFAULT_LINK, LinkModel, Network
 from abcast.sim.scheduler import Scheduler
 from abcast.stack import Stack
-from abcast.testing import Violation, check_events
 from abcast.trace.recorder import TraceRecorder
 
 #: picks the next write a node issues: (method, args)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
+from abcast.checks import Violation, check_events
 from abcast.effects import Deliver
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
@@ -34,7 +35,6 @@ from abcast.rpc.wire import Request, is_request, ordered_request, read_ordered_r
 from abcast.sim.cluster import SimCluster
 from abcast.sim.network import DEFAULT_LINK, LinkModel, Network
 from abcast.sim.scheduler import Scheduler
-from abcast.testing import Violation, check_events
 from abcast.trace.recorder import TraceRecorder
 
 Key = tuple[NodeId, int]

@@ -1,10 +1,12 @@
-"""The asyncio runtime: nodes, groups, benchmark workers and the local cluster launcher."""
+"""The asyncio runtime: nodes, groups, their drivers and the loop and clock they run on.
+(The benchmark worker, launcher and cluster runner are in abcast.evaluation.)"""
 
 from __future__ import annotations
 
 from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.group import Group, GroupApp, Registrar
-from abcast.runtime.node import MonotonicClock, Node, NodeStats
+from abcast.runtime.loop import MonotonicClock, run_async
+from abcast.runtime.node import Node, NodeStats
 from abcast.trace.recorder import DeliveredPrefix
 
 __all__ = [
@@ -17,4 +19,5 @@ __all__ = [
     "Node",
     "NodeStats",
     "Registrar",
+    "run_async",
 ]

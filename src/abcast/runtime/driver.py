@@ -43,7 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from abcast.batching import Batcher, unpack
 from abcast.codec import Envelope
@@ -61,11 +61,9 @@ from abcast.effects import (
 )
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View
+from abcast.runtime.loop import MonotonicClock
 from abcast.stack import Stack
 from abcast.trace.recorder import DeliveredPrefix, TraceRecorder
-
-if TYPE_CHECKING:
-    from abcast.runtime.node import MonotonicClock
 
 DeliverHook = Callable[[Deliver], None]
 
@@ -107,6 +105,8 @@ class Host(Protocol):
     def recorder(self) -> TraceRecorder | None: ...
 
     def transmit(self, dst: NodeId, data: bytes) -> None: ...
+
+    def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int: ...
 
 
 class GroupDriver:
@@ -272,9 +272,12 @@ class GroupDriver:
             kind = type(out)
             if kind is Transmit and not out.control:  # type: ignore[union-attr]
                 transmit: Transmit = out  # type: ignore[assignment]
-                self.protocol_packets += len(transmit.to)
-                for dst in transmit.to:
-                    host.transmit(dst, transmit.data)
+                to = transmit.to
+                if len(to) == 1:
+                    self.protocol_packets += 1
+                    host.transmit(to[0], transmit.data)
+                else:  # one write on udp://: one packet on the wire
+                    self.protocol_packets += host.transmit_many(to, transmit.data)
                 continue
             if kind is Deliver or kind is SetTimer or kind is CancelTimer:
                 held.append(out)
@@ -283,9 +286,11 @@ class GroupDriver:
                 return
             match out:
                 case Transmit(to, data):  # a control packet (acks, retransmissions)
-                    self.control_packets += len(to)
-                    for dst in to:
-                        host.transmit(dst, data)
+                    if len(to) == 1:
+                        self.control_packets += 1
+                        host.transmit(to[0], data)
+                    else:
+                        self.control_packets += host.transmit_many(to, data)
                 case Deliver() | SetTimer() | CancelTimer():  # a subclass: no holding
                     self._carry_out_held([out])
                 case InstallView(view) if host.id not in view.members:

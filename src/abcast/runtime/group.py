@@ -54,6 +54,7 @@ from abcast.registry.messages import GroupInfo
 from abcast.reliability.channel import ChannelConfig
 from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.node import Node
+from abcast.snapshot import LayerSnapshot
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Transport
 
@@ -93,10 +94,13 @@ STREAM_CHANNEL: Final = ChannelConfig(rto_us=1_000_000, max_rto_us=4_000_000,
                                       piggyback_acks=True)
 
 
-def for_streams(options: OrderingOptions | None) -> OrderingOptions:
+def for_streams(options: OrderingOptions | None, scheme: str = "tcp") -> OrderingOptions:
     """The options a runtime stack is built with: the default channel becomes
-    STREAM_CHANNEL; a channel configured on purpose is kept."""
+    STREAM_CHANNEL; a channel configured on purpose is kept. Over udp:// the default
+    (reliable) channel becomes the NAK channel: one multicast per packet, NAK repair."""
     opts = options or OrderingOptions()
+    if scheme == "udp" and opts.multicast == "reliable":
+        return dataclasses.replace(opts, multicast="nak")
     if opts.channel == ChannelConfig():
         return dataclasses.replace(opts, channel=STREAM_CHANNEL)
     return opts
@@ -272,7 +276,8 @@ class Group:
         self._attach(host, View(1, tuple(members)))
 
     def _attach(self, host: Node, view: View) -> GroupDriver:
-        stack = build_stack(host.id, self.name, self.ordering, view, for_streams(self.options))
+        options = for_streams(self.options, host.transport.scheme)
+        stack = build_stack(host.id, self.name, self.ordering, view, options)
         hooks = AppHooks(get_state=self._get_state, set_state=self._set_state,
                          on_view=self._view_installed, on_removed=self._removed,
                          merge_state=self._merge_state)
@@ -477,6 +482,10 @@ class Group:
     @property
     def driver(self) -> GroupDriver:
         return self._require_driver()
+
+    def inspect(self) -> list[LayerSnapshot]:
+        """This node's stack for the group, layer by layer, bottom first (read-only)."""
+        return self._require_driver_any().stack.inspect()
 
     @property
     def registrar(self) -> Registrar | None:

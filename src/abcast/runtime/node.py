@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.registry.client import RegistryClient
 from abcast.runtime.driver import GroupDriver
+from abcast.runtime.loop import MonotonicClock
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Link, Transport, transport_from_url
 
@@ -57,31 +57,6 @@ MAX_UNRESOLVED_FRAMES: Final = 10_000
 #: how long, and how often, the registry is asked for an address it does not know yet
 RESOLVE_FOR_S: Final = 10.0
 RESOLVE_EVERY_S: Final = 0.1
-
-
-class MonotonicClock:
-    """Integer µs that never run backwards; `at_least` lets a fired timer's deadline
-    become "now" when the loop woke a little early."""
-
-    __slots__ = ("_last",)
-
-    def __init__(self) -> None:
-        self._last = 0
-
-    def now_us(self) -> int:
-        # Read two or three times per frame: a comparison, not a max() call.
-        t = time.monotonic_ns() // 1_000
-        if t > self._last:
-            self._last = t
-            return t
-        return self._last
-
-    def at_least(self, at: int) -> int:
-        now = self.now_us()
-        if at > now:
-            self._last = at
-            return at
-        return now
 
 
 @dataclass(slots=True)
@@ -312,6 +287,19 @@ class Node:
             queued.append(data)
         else:
             self.stats.unresolved_frames += 1  # the reliable channel sends it again
+
+    def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int:
+        """One frame for several peers: one write where the transport can (udp://).
+        Returns the packets it costs on the wire."""
+        transport = self._transport
+        if transport is None or self._state != "open":
+            return len(dsts)
+        urls = self._peer_urls
+        if all(dst in urls for dst in dsts) or self.registry is None:
+            return transport.multicast(dsts, data)
+        for dst in dsts:
+            self.transmit(dst, data)
+        return len(dsts)
 
     async def _resolve(self, peer: NodeId) -> None:
         registry = self.registry

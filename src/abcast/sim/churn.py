@@ -6,17 +6,18 @@ Rules: this module draws fault schedules and judges finished runs; it never buil
 channel under the membership-aware core, which rejoins when cut off) and never runs one
 (abcast.sim.harness does). The judging has three parts.
 
-- The trace checks (abcast.testing) over the members *present for the whole run* — in
+- The trace checks (abcast.checks) over the members *present for the whole run* — in
   every view anybody installed, never crashed, never left. The other nodes' `send` rows
   stay (what they broadcast is known), their deliveries and views go, and each gets a
   `crash` row, so the checks owe them nothing and expect nothing of them.
 - Membership properties over every *incarnation* (a node's rows up to a `recover` row,
-  and after it, are two processes), as `Problem`s: VIEW_CONSISTENCY (one view id, one
-  member list, everywhere), VIEW_ORDER (each incarnation's view ids only grow, and the
-  members present throughout install the same sequence), VIRTUAL_SYNCHRONY (incarnations
-  that install v and then the same next view delivered the same set in v) and
-  SAME_VIEW_DELIVERY (every correct incarnation that delivers a message delivers it in
-  the same view).
+  and after it, are two processes), as `Problem`s. The three view codes are the
+  reference ones (abcast.checks.views, docs/checks.md "Views"), run over the trace with
+  each later incarnation renamed `node#k` so that each is judged as a node of its own:
+  VIEW_CONSISTENCY and VIRTUAL_SYNCHRONY over every incarnation, SAME_VIEW_DELIVERY over
+  the correct ones (a plain sequencer cut off in a minority may deliver there what the
+  others deliver later: its incarnation ended at the cut). Beside them, VIEW_ORDER: the
+  members present throughout install the same sequence of views.
 - STATE: the nodes running at the end of a settled run (not on their way out) hold equal
   application states
   (the simulated application chains a digest over its deliveries, so a joiner that got
@@ -42,13 +43,15 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from itertools import pairwise
 
-from abcast.ids import MsgId, NodeId, sorted_nodes
+from abcast.checks import Violation, check_events
+from abcast.checks.facts import RunFacts
+from abcast.checks.views import ViewFacts, same_view_delivery, view_consistency, virtual_synchrony
+from abcast.ids import NodeId, sorted_nodes
 from abcast.ordering.registry import get_ordering
 from abcast.sim.harness import SimResult
-from abcast.testing import Violation, check_events
 from abcast.trace.rows import EventRow
+from abcast.trace.schema import STATE, VIEW_ORDER
 
 # -- random churn schedules ----------------------------------------------------------------
 
@@ -127,38 +130,57 @@ class Problem:
 
 
 @dataclass(slots=True)
-class _Incarnation:
+class Incarnation:
     node: NodeId
     number: int
-    views: list[tuple[int, tuple[NodeId, ...]]]
-    delivered_in: dict[int, set[MsgId]]  # view id → messages delivered in it
-    view_of: dict[MsgId, int]  # first delivery's view
+    view_ids: list[int]
     crashed: bool = False
 
+    @property
+    def name(self) -> str:
+        """The node's id for its first incarnation, `node#k` for its k-th."""
+        return self.node if self.number == 1 else f"{self.node}#{self.number}"
 
-def incarnations(rows: Iterable[EventRow]) -> list[_Incarnation]:
-    """Each node's rows split at its `recover` rows, in recording order."""
-    out: list[_Incarnation] = []
-    current: dict[NodeId, _Incarnation] = {}
+
+def incarnations(rows: Iterable[EventRow]) -> list[Incarnation]:
+    """Each node's incarnations (its rows split at its `recover` rows), in recording
+    order."""
+    return _split(rows)[0]
+
+
+def _split(rows: Iterable[EventRow]) -> tuple[list[Incarnation], list[EventRow]]:
+    """The incarnations, and the rows with each later incarnation's node renamed to its
+    `name` (its private start, a view listing the node alone, dropped as the reference
+    checks drop a joiner's)."""
+    out: list[Incarnation] = []
+    renamed: list[EventRow] = []
+    current: dict[NodeId, Incarnation] = {}
     for row in rows:
         inc = current.get(row.node)
         if inc is None or row.kind == "recover":
-            inc = _Incarnation(row.node, (inc.number + 1) if inc else 1, [], {}, {})
+            inc = Incarnation(row.node, (inc.number + 1) if inc else 1, [])
             current[row.node] = inc
             out.append(inc)
-        match row.kind:
-            case "view" if row.view_id is not None:
-                inc.views.append((row.view_id, tuple(row.members or ())))
-            case "deliver" if row.origin is not None and row.seq is not None:
-                mid = MsgId(row.origin, row.seq)
-                view_id = row.view_id or 0
-                inc.delivered_in.setdefault(view_id, set()).add(mid)
-                inc.view_of.setdefault(mid, view_id)
-            case "crash":
-                inc.crashed = True
-            case _:
-                pass
-    return out
+        if row.kind == "view" and row.view_id is not None:
+            if inc.number > 1 and not inc.view_ids and tuple(row.members or ()) == (row.node,):
+                continue
+            inc.view_ids.append(row.view_id)
+        elif row.kind == "crash":
+            inc.crashed = True
+        renamed.append(row if inc.number == 1 else replace(row, node=inc.name))
+    return out, renamed
+
+
+def view_problems(rows: list[EventRow]) -> list[Problem]:
+    """The reference view codes over every incarnation (SAME_VIEW_DELIVERY over the
+    correct ones), one Problem per violation unit."""
+    incs, renamed = _split(rows)
+    run_id = rows[0].run_id if rows else ""
+    every = ViewFacts(RunFacts(run_id, renamed))
+    crashed = {inc.name for inc in incs if inc.crashed}
+    correct = ViewFacts(RunFacts(run_id, [r for r in renamed if r.node not in crashed]))
+    found = [*view_consistency(every), *virtual_synchrony(every), *same_view_delivery(correct)]
+    return [Problem(v.code, v.detail) for v in found]
 
 
 def present_throughout(rows: list[EventRow], initial: Iterable[NodeId]) -> set[NodeId]:
@@ -301,41 +323,34 @@ def violations_by_lineage(result: SimResult) -> list[Violation]:
 
 
 def evs_view_order(
-    incs: list[_Incarnation], steady: set[NodeId], merges: set[int]
+    incs: list[Incarnation], steady: set[NodeId], merges: set[int]
 ) -> list[Problem]:
-    """Under evs: each incarnation's view ids only grow; the steady members end in one
-    view and go through the same views since their last merge."""
-    problems = [
-        Problem("VIEW_ORDER", f"{inc.node}#{inc.number} installs views {ids}")
-        for inc in incs
-        if (ids := [v for v, _ in inc.views]) != sorted(set(ids))
-    ]
+    """Under evs: the steady members end in one view and go through the same views since
+    their last merge."""
+    problems: list[Problem] = []
     tails: set[tuple[int, ...]] = set()
     for inc in incs:
         if inc.node not in steady:
             continue
-        ids = [v for v, _ in inc.views]
+        ids = inc.view_ids
         cut = max((i for i, v in enumerate(ids) if v in merges), default=0)
         tails.add(tuple(ids[cut:]))
     if len({t[-1] for t in tails if t}) > 1 or len(tails) > 1:
-        problems.append(Problem("VIEW_ORDER", f"steady members' views since their last "
+        problems.append(Problem(VIEW_ORDER, f"steady members' views since their last "
                                               f"merge differ: {sorted(tails)}"))
     return problems
 
 
 def membership_problems(result: SimResult) -> list[Problem]:
     rows = result.recorder.rows()
-    problems: list[Problem] = []
+    problems = view_problems(rows)
     incs = incarnations(rows)
-    problems += view_consistency(incs)
     if result.config.options.evs:
         gone = (*result.departed, *result.leaving)
         steady = steady_members(rows, result.config.node_ids(), gone)
         problems += evs_view_order(incs, steady, merge_views(rows))
     else:
         problems += view_order(incs, present_throughout(rows, result.config.node_ids()))
-    problems += virtual_synchrony(incs)
-    problems += same_view_delivery(incs)
     if result.quiescent or result.config.options.evs:
         # (Under evs a run with a crash under an open-loop workload ends by going idle,
         # which the harness calls stalled; the sides must have merged by then anyway.)
@@ -343,54 +358,14 @@ def membership_problems(result: SimResult) -> list[Problem]:
     return problems
 
 
-def view_consistency(incs: list[_Incarnation]) -> list[Problem]:
-    seen: dict[int, set[tuple[NodeId, ...]]] = defaultdict(set)
-    for inc in incs:
-        for view_id, members in inc.views:
-            if view_id > 0:
-                seen[view_id].add(members)
-    return [Problem("VIEW_CONSISTENCY", f"view {v} has member lists {sorted(m)}")
-            for v, m in sorted(seen.items()) if len(m) > 1]
-
-
-def view_order(incs: list[_Incarnation], present: set[NodeId]) -> list[Problem]:
-    problems = [
-        Problem("VIEW_ORDER", f"{inc.node}#{inc.number} installs views {ids}")
-        for inc in incs
-        if (ids := [v for v, _ in inc.views]) != sorted(set(ids))
-    ]
-    sequences = {tuple(v for v, _ in inc.views) for inc in incs if inc.node in present}
+def view_order(incs: list[Incarnation], present: set[NodeId]) -> list[Problem]:
+    """The members present throughout install the same sequence of views (that each
+    incarnation's view ids rise is VIEW_CONSISTENCY's, in `view_problems`)."""
+    sequences = {tuple(inc.view_ids) for inc in incs if inc.node in present}
     if len(sequences) > 1:
-        problems.append(Problem("VIEW_ORDER", f"members present throughout differ: "
-                                              f"{sorted(sequences)}"))
-    return problems
-
-
-def virtual_synchrony(incs: list[_Incarnation]) -> list[Problem]:
-    # (view, next view) → the set delivered in view, per incarnation
-    moves: dict[tuple[int, int], dict[str, frozenset[MsgId]]] = defaultdict(dict)
-    for inc in incs:
-        ids = [v for v, _ in inc.views]
-        for v, w in pairwise(ids):
-            moves[(v, w)][f"{inc.node}#{inc.number}"] = frozenset(inc.delivered_in.get(v, ()))
-    problems = []
-    for (v, w), sets in sorted(moves.items()):
-        if len(set(sets.values())) > 1:
-            sizes = {who: len(s) for who, s in sets.items()}
-            problems.append(Problem("VIRTUAL_SYNCHRONY",
-                                    f"moving from view {v} to {w}: delivered sets differ {sizes}"))
-    return problems
-
-
-def same_view_delivery(incs: list[_Incarnation]) -> list[Problem]:
-    views: dict[MsgId, set[int]] = defaultdict(set)
-    for inc in incs:
-        if inc.crashed:
-            continue
-        for mid, view_id in inc.view_of.items():
-            views[mid].add(view_id)
-    return [Problem("SAME_VIEW_DELIVERY", f"{mid.origin}#{mid.seq} delivered in views {sorted(v)}")
-            for mid, v in sorted(views.items()) if len(v) > 1]
+        return [Problem(VIEW_ORDER, f"members present throughout differ: "
+                                      f"{sorted(sequences)}")]
+    return []
 
 
 def equal_states(result: SimResult) -> list[Problem]:
@@ -401,7 +376,7 @@ def equal_states(result: SimResult) -> list[Problem]:
     groups: dict[bytes, list[NodeId]] = defaultdict(list)
     for node, state in states.items():
         groups[state].append(node)
-    return [Problem("STATE", f"application states differ: {sorted(groups.values())}")]
+    return [Problem(STATE, f"application states differ: {sorted(groups.values())}")]
 
 
 #: what `judge` returns: violations among the members present throughout, and problems

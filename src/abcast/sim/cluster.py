@@ -67,6 +67,10 @@ class SimNode:
     # delivery, so two nodes hold equal state exactly when they delivered the same
     # messages in the same order since equal states (state transfer included).
     app_state: bytes = b""
+    #: the application's updates commute (a set, a sum): its state is the same however
+    #: the deliveries were ordered — the simulated application of an ordering without
+    #: total order, whose members deliver the same messages in different orders
+    commutative: bool = False
 
     @property
     def stopped(self) -> bool:
@@ -74,6 +78,11 @@ class SimNode:
 
     def apply_delivery(self, origin: NodeId, seq: int, payload: bytes) -> None:
         head = f"{origin}:{seq}:".encode()
+        if self.commutative:  # a sum of the deliveries' digests (a duplicate still counts)
+            total = int.from_bytes(self.app_state or bytes(32), "big")
+            total += int.from_bytes(hashlib.sha256(head + payload).digest(), "big")
+            self.app_state = (total % 2**256).to_bytes(32, "big")
+            return
         self.app_state = hashlib.sha256(self.app_state + head + payload).digest()
 
     def merge_states(self, states: tuple[bytes, ...]) -> bytes:
@@ -92,6 +101,9 @@ class SimCluster:
     #: the simulated application has a merge hook (`SimNode.merge_states`); without it a
     #: merge keeps the state of the side holding the lowest member (`states[0]`)
     state_merge: bool = True
+    #: the simulated application's updates commute (`SimNode.commutative`): set for
+    #: orderings that do not claim total order
+    commutative_state: bool = False
 
     def __init__(
         self, scheduler: Scheduler, network: Network, recorder: TraceRecorder,
@@ -116,7 +128,8 @@ class SimCluster:
     def add(self, stack: Stack) -> SimNode:
         if stack.node in self.nodes:
             raise LocalProtocolError(f"node {stack.node} already exists")
-        sim_node = self.nodes[stack.node] = SimNode(stack.node, stack)
+        sim_node = self.nodes[stack.node] = SimNode(stack.node, stack,
+                                                    commutative=self.commutative_state)
         self._apply(sim_node, stack.start(self.scheduler.now))
         return sim_node
 
@@ -168,6 +181,10 @@ class SimCluster:
         stack = sim_node.stack
         for out in outputs:
             match out:
+                case Transmit(to, data, control) if len(to) > 1 and self.network.ip_multicast:
+                    self._count(node, "*", data, control, stack.group)  # one send on the wire
+                    for dst in to:
+                        self._deliver_packet(node, dst, data)
                 case Transmit(to, data, control):
                     for dst in to:
                         self._transmit(node, dst, data, control, stack.group)
@@ -246,6 +263,11 @@ class SimCluster:
         self._apply(sim_node, sim_node.stack.fire(key, self.scheduler.now))
 
     def _transmit(self, src: NodeId, dst: NodeId, data: bytes, control: bool, group: str) -> None:
+        self._count(src, dst, data, control, group)
+        self._deliver_packet(src, dst, data)
+
+    def _count(self, src: NodeId, dst: NodeId, data: bytes, control: bool, group: str) -> None:
+        """One packet on the wire (dst "*": one IP multicast to several nodes)."""
         if control:
             self.control_packets += 1
         else:
@@ -254,6 +276,8 @@ class SimCluster:
                 self.recorder.record(
                     src, "net_send", self._t_ns(), group=group, size=len(data), peer=dst,
                 )
+
+    def _deliver_packet(self, src: NodeId, dst: NodeId, data: bytes) -> None:
         if self.network.held(src, dst):
             self.network.keep(src, dst, data)
             return

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from abcast.checks import Violation, check_events, count_by_code
 from abcast.effects import Deliver, Stage
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, View
@@ -25,7 +26,6 @@ from abcast.sim.faults import FaultPlan, parse_faults
 from abcast.sim.network import DEFAULT_LINK, LinkModel, Network
 from abcast.sim.scheduler import Scheduler
 from abcast.stack import Stack
-from abcast.testing import Violation, check_events, count_by_code
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.rows import RunInfo
 from abcast.trace.writer import write_run
@@ -52,6 +52,8 @@ class SimConfig:
     link: LinkModel = DEFAULT_LINK
     #: per-link latencies (src, dst, model) over `link` (a WAN model: bench/wan_optimistic.py)
     links: tuple[tuple[NodeId, NodeId, LinkModel], ...] = ()
+    #: the network delivers a packet to several nodes as one IP multicast (one send)
+    ip_multicast: bool = False
     max_time_us: int = HOUR_US
     #: with periodic timers (failure detectors) a run never goes quiet: it ends once every
     #: broadcast went out and nothing was delivered for this long
@@ -155,7 +157,7 @@ def run_simulation(
     _validate(config, plan, spec)
     rng = random.Random(config.seed)
     link = LinkModel(*plan.delay_us) if plan.delay_us else config.link
-    network = Network(rng, link, plan.drop, plan.dup)
+    network = Network(rng, link, plan.drop, plan.dup, ip_multicast=config.ip_multicast)
     for src, dst, model in config.links:
         network.set_link(src, dst, model)
     scheduler = Scheduler()
@@ -184,6 +186,7 @@ def run_simulation(
 
     cluster = SimCluster(scheduler, network, recorder, net_trace=config.net_trace,
                          on_deliver=on_deliver, on_stop=stop_sending)
+    cluster.commutative_state = "total" not in spec.guarantees
 
     def send(node: NodeId) -> None:
         sim_node = cluster.nodes[node]

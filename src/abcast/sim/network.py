@@ -10,6 +10,10 @@ A partition cuts exactly the links between its two sides: a node on neither side
 its links to both (a partial partition — it hears both and can relay between them, as a
 real network's bridge host would). `partition_rest` cuts a side from *every* other node,
 those that start later (joiners) included.
+
+IP multicast (`ip_multicast=True`): a packet to several nodes is one send on the wire
+(the cluster counts it once), and each receiver's copy still meets its own fate — loss,
+latency, duplication and cuts are per receiver, as on a real multicast tree.
 """
 
 from __future__ import annotations
@@ -57,9 +61,11 @@ def rest_split(
 class Network:
     def __init__(
         self, rng: random.Random, default: LinkModel = DEFAULT_LINK,
-        drop: float = 0.0, dup: float = 0.0,
+        drop: float = 0.0, dup: float = 0.0, ip_multicast: bool = False,
     ) -> None:
         self.rng = rng
+        #: a packet to several nodes is one send (see the module rules)
+        self.ip_multicast = ip_multicast
         self.default = default
         self.drop = drop
         self.dup = dup

@@ -1,26 +1,13 @@
-"""In-memory checks of traces (docs/checks.md), used by tests and `abcast sim`; the
-Spark pipeline implements the same definitions and must report the same counts."""
+"""The public test kit: the in-memory trace checks (re-exported from abcast.checks, their
+one home; docs/checks.md), the violation codes, `TraceBuilder` for hand-written traces
+and `PacketPool` (abcast.testing.pool) for driving stacks by hand. Production code
+imports abcast.checks, never this package (docs/design.md, "The import contract")."""
 
 from __future__ import annotations
 
+from abcast import checks
+from abcast.checks import *  # noqa: F403  (the checks' one home; re-exported whole)
 from abcast.testing.builders import TraceBuilder
-from abcast.testing.checks import (
-    Violation,
-    check_agreement,
-    check_causal,
-    check_events,
-    check_fifo,
-    check_integrity,
-    check_local_order,
-    check_total_order,
-    check_traces,
-    check_uniform_agreement,
-    check_validity,
-    check_virtual_synchrony,
-    codes_for,
-    count_by_code,
-    validate_guarantees,
-)
 from abcast.trace.schema import (
     AGREEMENT,
     CAUSAL_ORDER,
@@ -54,19 +41,5 @@ __all__ = [
     "VIEW_CONSISTENCY",
     "VIRTUAL_SYNCHRONY",
     "TraceBuilder",
-    "Violation",
-    "check_agreement",
-    "check_causal",
-    "check_events",
-    "check_fifo",
-    "check_integrity",
-    "check_local_order",
-    "check_total_order",
-    "check_traces",
-    "check_uniform_agreement",
-    "check_validity",
-    "check_virtual_synchrony",
-    "codes_for",
-    "count_by_code",
-    "validate_guarantees",
 ]
+__all__ += checks.__all__

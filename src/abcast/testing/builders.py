@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from abcast.testing._facts import MessageKey
+from abcast.checks import MessageKey
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.rows import EventRow, RunInfo
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from abcast.checks import Violation, check_events, validate_guarantees
 from abcast.codec import decode_envelope
 from abcast.effects import CancelTimer, Deliver, Output, SetTimer, Stage, Transmit
 from abcast.errors import LocalProtocolError
@@ -32,7 +33,6 @@ from abcast.group.failure_detector import DetectorConfig
 from abcast.ids import MsgId, NodeId, View, node_sort_key
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
 from abcast.stack import Stack
-from abcast.testing.checks import Violation, check_events, validate_guarantees
 from abcast.trace.recorder import TraceRecorder
 
 NEVER_SUSPECT = DetectorConfig(timeout_us=2**60)

@@ -1,4 +1,4 @@
-"""Traces (DESIGN §4): the schema, the records, the recorder and the Parquet files."""
+"""Traces (docs/design.md §6): the schema, the records, the recorder and the Parquet files."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ or a wall clock that steps back, must not make that order ambiguous.
 
 `DeliveredPrefix` computes the `deps` of `send` rows for both drivers.
 
-It knows nothing about files (abcast.trace.writer) or what the rows mean (abcast.testing).
+It knows nothing about files (abcast.trace.writer) or what the rows mean (abcast.checks).
 Not thread-safe: one recorder belongs to one event loop or one simulator.
 """
 
@@ -152,8 +152,8 @@ class TraceRecorder:
 
 
 class DeliveredPrefix:
-    """Per origin, the highest k such that 1..k were delivered here (the `deps` of DESIGN
-    §4), computed exactly as the simulator does."""
+    """Per origin, the highest k such that 1..k were delivered here (the `deps` of
+    docs/design.md §6), computed exactly as the simulator does."""
 
     __slots__ = ("_above", "_prefix")
 

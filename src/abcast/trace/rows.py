@@ -20,7 +20,7 @@ from abcast.trace.schema import EVENT_COLUMNS, EVENT_SCHEMA, RUN_COLUMNS, RUN_SC
 
 
 class TraceFormatError(ConfigError):
-    """A trace directory or file is missing, empty or not in the DESIGN §4 format."""
+    """A trace directory or file is missing, empty or not in the format of docs/design.md §6."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The trace contract (DESIGN §4): the one format the simulator, the real runtime and the
+"""The trace contract (docs/design.md §6): the one format the simulator, the real runtime and the
 Spark pipeline share. Change it only together with all three.
 
 A run writes `<out>/events/<run_id>/<node>.parquet` (several `<node>-<k>.parquet` allowed)
@@ -48,6 +48,13 @@ GUARANTEE_CODES: Final[Mapping[str, tuple[str, ...]]] = {
     "virtual_synchrony": (VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY, SAME_VIEW_DELIVERY),
 }
 CODES: Final = tuple(code for g in GUARANTEES for code in GUARANTEE_CODES[g])
+
+# The simulator's churn judging (abcast.sim.churn) adds two codes of its own, which are
+# not trace checks (docs/checks.md, "The simulator's churn judging"): the members present
+# throughout installed different sequences of views; the application states differ.
+VIEW_ORDER: Final = "VIEW_ORDER"
+STATE: Final = "STATE"
+CHURN_CODES: Final = (VIEW_ORDER, STATE)
 
 EVENT_SCHEMA: Final = pa.schema([
     pa.field("run_id", pa.string(), nullable=False),

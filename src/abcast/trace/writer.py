@@ -1,4 +1,4 @@
-"""Trace files on disk (DESIGN §4): writing a run, streaming a long run, reading traces back.
+"""Trace files on disk (docs/design.md §6): writing a run, streaming a long run, reading back.
 
 Layout under one out dir, shared by any number of runs:
 

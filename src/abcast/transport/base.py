@@ -5,9 +5,9 @@ Rules (the contract the runtime codes against):
 - One transport per node carries every group of that node. It moves opaque frames
   (bytes from `abcast.codec.encode_frame`) between nodes named by `NodeId`; it never
   decodes them. Transports are chosen by URL (`tcp://host:port`, `zmq://host:port`,
-  `grpc://host:port`, `pyro://host:port`, `mem://name`); port 0 (or an empty `mem://`
-  name) means "pick a free one", and `start()` returns the URL actually bound: that is
-  the address to advertise and to pass to the peers' `add_peer`.
+  `grpc://host:port`, `pyro://host:port`, `mem://name`, `udp://host:port`); port 0 (or
+  an empty `mem://` name) means "pick a free one", and `start()` returns the URL actually
+  bound: that is the address to advertise and to pass to the peers' `add_peer`.
 - Lifecycle: `start` once, then `add_peer`/`send`/`drain`/`remove_peer` any number of
   times, then `close` once. A transport is not restartable: a restarted node makes a new
   transport (possibly on the same URL). `send`/`add_peer` before `start` or after
@@ -51,6 +51,9 @@ Rules (the contract the runtime codes against):
   schemes, malformed URLs and bad options are ConfigErrors that say what is wrong, and
   `register_scheme` adds schemes.
 
+`multicast(nodes, frame)` is `send` to each, except where one write reaches them all
+(udp:// with a multicast group; udp.py says how its datagram semantics differ).
+
 What this module does not know: sockets, threads, asyncio internals of any transport,
 and frame contents. Concrete transports live one per module beside it (shared
 machinery in _common.py); wan.py wraps any of them with emulated WAN latency.
@@ -83,6 +86,7 @@ URL_FORMS: Final[dict[str, Literal["host", "name"]]] = {
     "grpc": "host",
     "pyro": "host",
     "mem": "name",
+    "udp": "host",
 }
 
 
@@ -280,6 +284,14 @@ class Transport(ABC):
     def send(self, node: NodeId, data: bytes) -> None:
         """Queue one frame for `node` (a known peer). Never blocks; never drops."""
 
+    def multicast(self, nodes: tuple[NodeId, ...] | list[NodeId], data: bytes) -> int:
+        """Queue one frame for each of `nodes` (known peers); returns the packets that
+        costs on the wire. Here: one `send` each; a transport that can reach them all
+        with one write (udp:// with a group) does so."""
+        for node in nodes:
+            self.send(node, data)
+        return len(nodes)
+
     @abstractmethod
     def buffered(self, node: NodeId | None = None) -> int:
         """Bytes not yet accepted by the wire for `node` (or the largest over all peers)."""
@@ -319,6 +331,7 @@ TransportFactory = Callable[[str, TransportOptions | None], Transport]
 _BUILTIN: Final = {
     "tcp": ("abcast.transport.tcp", "TcpTransport", None),
     "mem": ("abcast.transport.memory", "MemoryTransport", None),
+    "udp": ("abcast.transport.udp", "UdpTransport", None),
     "zmq": ("abcast.transport.zmq_transport", "ZmqTransport", "pyzmq"),
     "grpc": ("abcast.transport.grpc_transport", "GrpcTransport", "grpcio"),
     "pyro": ("abcast.transport.pyro_transport", "PyroTransport", "Pyro5"),

@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.ids import NodeId
 from abcast.transport.base import FrameHandler, Transport
+from abcast.transport.wrapper import WrappingTransport
 
 _NODE_NUMBER = re.compile(r"(\d+)$")
 EXAMPLE_MATRIX = Path(__file__).with_name("wan_matrices") / "five_sites.json"
@@ -205,7 +206,7 @@ class DelayLine:
         self._last.pop(dst, None)
 
 
-class WanTransport(Transport):
+class WanTransport(WrappingTransport):
     """Wraps a transport; every outgoing frame waits its link's WAN delay first."""
 
     scheme: ClassVar[str] = "wan"
@@ -218,9 +219,8 @@ class WanTransport(Transport):
         *,
         site_of: Mapping[NodeId, str] | None = None,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.matrix = matrix
-        self.stats = inner.stats
         self._seed = seed
         self._site_of = dict(site_of or {})
         self._line: DelayLine | None = None
@@ -233,18 +233,6 @@ class WanTransport(Transport):
     def from_file(cls, inner: Transport, path: str | Path, seed: int = 0) -> WanTransport:
         """`--wan FILE`: wrap `inner` with the matrix in FILE (.json or .csv)."""
         return cls(inner, load_matrix(path), seed)
-
-    @property
-    def node(self) -> NodeId:
-        return self.inner.node
-
-    @property
-    def address(self) -> str:
-        return self.inner.address
-
-    @property
-    def peers(self) -> tuple[NodeId, ...]:
-        return self.inner.peers
 
     async def start(self, node: NodeId, on_frame: FrameHandler) -> str:
         self._line = DelayLine(self.matrix, node, self._seed, self._site_of)
@@ -300,12 +288,6 @@ class WanTransport(Transport):
         if node is not None:
             return len(self._queues.get(node, ()))
         return sum(len(q) for q in self._queues.values())
-
-    def buffered(self, node: NodeId | None = None) -> int:
-        return self.inner.buffered(node)
-
-    async def drain(self, node: NodeId | None = None) -> None:
-        await self.inner.drain(node)
 
     async def close(self) -> None:
         if self._closed:

@@ -14,7 +14,7 @@ docs/checks.md makes are made here the same way:
 - a merge view (entered from two or more different views: extended virtual synchrony)
   must be installed by every member its reference set lists that has no `crash` row.
 
-Nothing here reads files; abcast.testing.checks wires these into `check_events`.
+Nothing here reads files; abcast.checks.properties wires these into `check_events`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
 
-from abcast.testing._facts import MessageKey, RunFacts, Violation, node_order, show_message
+from abcast.checks.facts import MessageKey, RunFacts, Violation, node_order, show_message
 from abcast.trace.rows import EventRow
 from abcast.trace.schema import SAME_VIEW_DELIVERY, VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY
 

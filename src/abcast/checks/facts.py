@@ -12,7 +12,7 @@ node's snapshots (docs/checks.md, "Joiners and rejoined nodes") are indexed here
 incarnations (delimited by its `recover` rows), the admission view of each, and per origin
 the top of the prefix the group delivered before it; a delivery is judged with the
 snapshot of the incarnation it was written in. This module decides no violation;
-abcast.testing.checks and checks_views do.
+abcast.checks.properties and abcast.checks.views do.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def node_order(node: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One unit of one code, with its counterexample (layout: abcast.testing.checks)."""
+    """One unit of one code, with its counterexample (layout: abcast.checks.properties)."""
 
     run_id: str
     code: str

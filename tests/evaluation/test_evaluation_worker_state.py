@@ -1,4 +1,4 @@
-"""A benchmark node's replicated state (runtime/worker.py): how many messages of each
+"""A benchmark node's replicated state (evaluation/worker.py): how many messages of each
 origin it holds. A node the group cut off and admitted again receives that state as a
 snapshot instead of the deliveries it missed, and is complete once the state covers
 every message of the run — not stuck short of the deliveries it will never make."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from abcast.effects import Deliver, Stage
-from abcast.runtime.worker import WorkerConfig, _Run
+from abcast.evaluation.worker import WorkerConfig, _Run
 
 
 class _Node:

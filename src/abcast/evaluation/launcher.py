@@ -28,17 +28,15 @@ from typing import Final
 
 import msgspec
 
+from abcast.checks import Violation, check_events
 from abcast.errors import ConfigError, LocalProtocolError
-from abcast.ids import NodeId, node_sort_key
-from abcast.ordering.registry import get_ordering
-from abcast.registry.server import RegistryServer
-from abcast.runtime.cluster import (
+from abcast.evaluation.cluster import (
     ClusterConfig,
     ClusterResult,
     latencies_from_rows,
     merge_stamped_latencies,
 )
-from abcast.runtime.worker import (
+from abcast.evaluation.worker import (
     Failed,
     Finished,
     LocalBarrier,
@@ -50,7 +48,9 @@ from abcast.runtime.worker import (
     decode_report,
     run_worker,
 )
-from abcast.testing import Violation, check_events
+from abcast.ids import NodeId, node_sort_key
+from abcast.ordering.registry import get_ordering
+from abcast.registry.server import RegistryServer
 from abcast.trace.rows import TraceFormatError
 from abcast.trace.writer import EVENTS_DIR, add_run, clear_run, read_events
 

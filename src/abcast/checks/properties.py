@@ -17,7 +17,7 @@ choices docs/checks.md leaves open are made here, once:
 - LOCAL_ORDER compares the latest `opt_deliver` with the earliest `deliver` of m (the
   same as "some opt_deliver row is later than some deliver row");
 - rows a check cannot place are skipped, and a null group is one group of its own
-  (abcast.testing._facts says which).
+  (abcast.checks.facts says which).
 - a joiner's snapshot (docs/checks.md, "Joiners and rejoined nodes") is a prefix
   o#1..top per origin (`RunFacts.snapshot_top`), one per incarnation (a node's
   `recover` rows begin new ones): FIFO_ORDER skips the holes of a gap up to the top of
@@ -25,7 +25,7 @@ choices docs/checks.md leaves open are made here, once:
   `base` to the top of the incarnation of q's first delivery of m. Positions and
   descents still run over the node's whole sequence.
 - the view codes (VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY, SAME_VIEW_DELIVERY) make their
-  own choices, listed in abcast.testing.checks_views.
+  own choices, listed in abcast.checks.views.
 
 Counterexample layout (`nodes`, `messages`, `positions`) per code:
 
@@ -56,10 +56,10 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 from typing import Final
 
+from abcast.checks.facts import Delivery, RunFacts, StreamKey, Violation, node_order
+from abcast.checks.facts import show_message as _show
+from abcast.checks.views import check_views
 from abcast.errors import LocalProtocolError
-from abcast.testing._facts import Delivery, RunFacts, StreamKey, Violation, node_order
-from abcast.testing._facts import show_message as _show
-from abcast.testing.checks_views import check_views
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.trace.schema import (
     AGREEMENT,
@@ -349,7 +349,7 @@ def check_local_order(events: Iterable[EventRow]) -> list[Violation]:
 
 def check_virtual_synchrony(events: Iterable[EventRow]) -> list[Violation]:
     """VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY and SAME_VIEW_DELIVERY
-    (abcast.testing.checks_views)."""
+    (abcast.checks.views)."""
     return _each_run(events, "virtual_synchrony")
 
 

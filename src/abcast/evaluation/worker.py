@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import sys
 import time
 from array import array
@@ -93,6 +94,10 @@ class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True):
     last_deliver_ns: int
     members: list[str] = []
     latencies_ns: list[int] = []  # stamped latencies (tracing off only)
+    peak_rss_kib: int = 0  # the node process's peak resident memory
+    naks: int = 0  # NAKs the node sent (multicast="nak")
+    peak_unstable_bytes: int = 0  # the most its NAK channel held for retransmission
+    bytes_out: int = 0  # frame bytes its transport put on the wire
 
 
 class StoppedError(Exception):
@@ -575,6 +580,11 @@ class _Run:
             transport_bad_frames=self.node.transport.stats.bad_frames,
             go_ns=self.go_ns, last_deliver_ns=self.last_deliver_ns, members=list(group.members),
             latencies_ns=list(self.latencies),
+            peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            naks=sum(getattr(layer, "naks_sent", 0) for layer in driver.stack.layers),
+            peak_unstable_bytes=sum(getattr(layer, "peak_unstable_bytes", 0)
+                                    for layer in driver.stack.layers),
+            bytes_out=self.node.transport.stats.bytes_out,
         )
 
 

@@ -1,4 +1,4 @@
-"""When a benchmark node sends (runtime/worker.py): the launcher's `go` names one start
+"""When a benchmark node sends (evaluation/worker.py): the launcher's `go` names one start
 instant for every node, an open loop's slots count from that instant (not from when a
 node's timer happened to fire), and the serial workload sends message k only once the
 sender delivered message k−1 — also when that delivery came before the node started.
@@ -10,7 +10,7 @@ import asyncio
 import time
 
 from abcast.effects import Deliver
-from abcast.runtime.worker import PipeControl, WorkerConfig, _Run
+from abcast.evaluation.worker import PipeControl, WorkerConfig, _Run
 
 MEMBERS = ("n1", "n2", "n3")
 

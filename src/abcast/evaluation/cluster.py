@@ -7,7 +7,7 @@ nodes' reports and, when traced, the run's rows into the summary `abcast sim` pr
 throughput and latency: latency is a delivery's t_ns minus the t_ns of its origin's
 `send` row, over all deliveries (untraced runs use the send time the origin stamps into
 the payload instead), and throughput is M over the span from the earliest "go" to the
-last delivery. The launcher (abcast.runtime.launcher) runs the processes; this module
+last delivery. The launcher (abcast.evaluation.launcher) runs the processes; this module
 knows nothing about processes or sockets.
 """
 
@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from abcast.checks import Violation, count_by_code
 from abcast.errors import ConfigError
+from abcast.evaluation.worker import WorkerOutcome, workload_name
 from abcast.ordering.registry import OrderingOptions, get_ordering
-from abcast.runtime.worker import WorkerOutcome, workload_name
-from abcast.testing import Violation, count_by_code
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.transport import known_schemes, transport_from_url
+from abcast.transport.udp import pick_group
 
 EVENT_LOOPS: Final = ("asyncio", "uvloop")
 
@@ -57,6 +58,10 @@ class ClusterConfig:
     group: str = "g"
     timeout_s: float = 600.0
     registry: str | None = None  # use this running registry instead of starting one
+    #: udp: the multicast group every node joins (a fresh one per config, on loopback)
+    udp_group: str = field(default_factory=pick_group)
+    #: more transport options for every node's URL ("loss=0.05&datagram_bytes=1400")
+    transport_options: str = ""
 
     @property
     def in_process(self) -> bool:
@@ -66,8 +71,15 @@ class ClusterConfig:
     def bind_url(self) -> str:
         if self.in_process:
             return "mem://"
-        query = f"?busy_poll_us={self.busy_poll_us}" if self.busy_poll_us else ""
-        return f"{self.transport}://127.0.0.1:0{query}"
+        params = [f"busy_poll_us={self.busy_poll_us}"] if self.busy_poll_us else []
+        address = "127.0.0.1:0"
+        if self.transport == "udp":
+            address = self.udp_group
+            params.append("ttl=0")  # loopback only
+        if self.transport_options:
+            params.append(self.transport_options)
+        query = f"?{'&'.join(params)}" if params else ""
+        return f"{self.transport}://{address}{query}"
 
     @property
     def workload(self) -> str:

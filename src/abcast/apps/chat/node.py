@@ -1,0 +1,327 @@
+"""`ChatNode`: one participant of the chat demo — one abcast node, the groups it is in,
+and the pages watching it.
+
+Rules: the node's transport is a `HoldingTransport` (the debug panel's hold/release).
+`request(text, reply)` takes one page frame: it is decoded (abcast.apps.chat.protocol)
+and carried out; whatever goes wrong — a malformed frame, an unknown ordering, a name
+taken, a group that does not answer — ends as one `Error` through `reply`, never as an
+exception out of here. Creating and joining run as tasks (a join waits to be admitted);
+everything that changes (views, deliveries, departures) goes to every subscriber in the
+order it happened. `Debug` snapshots (`Group.inspect()` and the hold rules) are pushed
+every DEBUG_EVERY_S for each open group whose snapshot changed. Groups are made with a
+failure-detector timeout of DEMO_SUSPECT_AFTER_US, so that a person can hold a member's
+packets for a few seconds before the group takes the member for crashed. A joiner gets
+the messages delivered so far (the group's state) and shows them first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from abcast.apps.chat.holding import HoldingTransport
+from abcast.apps.chat.protocol import (
+    ClientMessage,
+    Create,
+    Debug,
+    Delivered,
+    Error,
+    GroupRow,
+    Groups,
+    Hello,
+    Hold,
+    Join,
+    Joined,
+    Leave,
+    Left,
+    ListGroups,
+    Release,
+    Send,
+    ServerMessage,
+    ViewChanged,
+    decode_client,
+)
+from abcast.effects import Deliver, Stage
+from abcast.errors import AbcastError, ConfigError
+from abcast.group.failure_detector import DetectorConfig
+from abcast.ids import View
+from abcast.ordering.registry import MULTICASTS, ORDERINGS, PARTITIONS, OrderingOptions
+from abcast.runtime.group import Group
+from abcast.runtime.node import Node
+from abcast.snapshot import to_builtins
+from abcast.transport import transport_from_url
+
+log: Final = logging.getLogger("abcast.chat")
+
+DEBUG_EVERY_S: Final = 0.25
+DEMO_SUSPECT_AFTER_US: Final = 10_000_000
+JOIN_TIMEOUT_S: Final = 30.0
+
+Reply = Callable[[ServerMessage], None]
+
+
+class _Line(msgspec.Struct, array_like=True, frozen=True):
+    origin: str
+    seq: int
+    text: str
+
+
+_history_decoder = msgspec.msgpack.Decoder(list[_Line])
+
+
+@dataclass(slots=True)
+class _Room:
+    """One group this node is in, as the pages see it."""
+
+    group: Group | None = None
+    lines: list[_Line] = field(default_factory=list)
+    view: View | None = None
+    joined: Joined | None = None
+    last_debug: bytes = b""
+    leaving: bool = False
+
+
+class ChatNode:
+    """`async with ChatNode(registry_url) as chat:` — then `subscribe`, `request`."""
+
+    def __init__(self, registry: str, transport: str = "tcp://127.0.0.1:0") -> None:
+        self.registry_url = registry
+        self.holding = HoldingTransport(transport_from_url(transport))
+        self.node = Node(self.holding, registry=registry)
+        self.rooms: dict[str, _Room] = {}
+        self._subscribers: list[Reply] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._debug_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> ChatNode:
+        await self.node.start()
+        self._debug_task = asyncio.get_running_loop().create_task(self._debug_loop())
+        return self
+
+    async def close(self) -> None:
+        if self._debug_task is not None:
+            self._debug_task.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        # every group at once: a leave waits (up to 10 s) for members that may be gone
+        await asyncio.gather(*(room.group.leave() for room in list(self.rooms.values())
+                               if room.group is not None and room.group.active),
+                             return_exceptions=True)
+        await self.node.close()
+
+    async def __aenter__(self) -> ChatNode:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- pages
+
+    def subscribe(self, reply: Reply) -> None:
+        """`reply` hears everything from now on, after a `Hello` and the state so far."""
+        reply(self.hello())
+        for name, room in self.rooms.items():
+            if room.joined is not None:
+                reply(room.joined)
+            if room.view is not None:
+                reply(_view_message(name, room.view))
+            for i, line in enumerate(room.lines, 1):
+                reply(Delivered(name, i, line.origin, line.seq, line.text))
+        self._subscribers.append(reply)
+
+    def unsubscribe(self, reply: Reply) -> None:
+        with contextlib.suppress(ValueError):
+            self._subscribers.remove(reply)
+
+    def hello(self) -> Hello:
+        return Hello(
+            node=self.node.id, registry=self.registry_url, orderings=sorted(ORDERINGS),
+            joinable=sorted(n for n, s in ORDERINGS.items() if "join" in s.tolerates),
+            multicasts=list(MULTICASTS), partitions=list(PARTITIONS),
+            evs=sorted(n for n, s in ORDERINGS.items() if s.supports_evs))
+
+    def _publish(self, message: ServerMessage) -> None:
+        for reply in list(self._subscribers):
+            reply(message)
+
+    async def request(self, data: str | bytes, reply: Reply) -> None:
+        """Carry out one page frame; any failure is one `Error` to `reply`."""
+        try:
+            message = decode_client(data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            reply(Error(f"bad request: {exc}"))
+            return
+        try:
+            await self._dispatch(message, reply)
+        except (AbcastError, TimeoutError, msgspec.ValidationError) as exc:
+            reply(Error(f"{type(message).__name__.lower()} failed: {exc or 'timed out'}"))
+        except Exception as exc:  # a bug here must not take the node down
+            log.exception("chat request %r failed", message)
+            reply(Error(f"internal error: {exc!r}"))
+
+    async def _dispatch(self, message: ClientMessage, reply: Reply) -> None:
+        match message:
+            case ListGroups():
+                reply(await self.list_groups())
+            case Create(name, ordering, multicast, partitions):
+                spec = ORDERINGS.get(ordering)
+                if spec is None:
+                    raise ConfigError(f"unknown ordering {ordering!r}; choose one of: "
+                                      f"{', '.join(sorted(ORDERINGS))}")
+                options = OrderingOptions(
+                    multicast=multicast, partitions=partitions,
+                    detector=DetectorConfig(timeout_us=DEMO_SUSPECT_AFTER_US))
+                spec.check_options(options)
+                self._claim(name)
+                self._spawn(self._enter(name, reply, ordering=ordering, options=options))
+            case Join(name):
+                self._claim(name)
+                self._spawn(self._enter(name, reply))
+            case Leave(name):
+                group = self._group(name)
+                self.rooms[name].leaving = True
+                self._spawn(self._leave(name, group))
+            case Send(name, text):
+                await self._group(name).broadcast(text.encode())
+            case Hold(name, member, delay_ms):
+                self._group(name)
+                self.holding.hold(name, member, delay_ms)
+                self._push_debug(name, force=True)
+            case Release(name, member):
+                self._group(name)
+                self.holding.release(name, member)
+                self._push_debug(name, force=True)
+
+    async def list_groups(self) -> Groups:
+        registry = self.node.registry
+        assert registry is not None
+        async with asyncio.timeout(10):
+            rows = await registry.list_groups()
+        return Groups([GroupRow(g.group, g.ordering, g.view_id, g.leader, g.members)
+                       for g in rows if g.ordering])
+
+    # ----------------------------------------------------------------- groups
+
+    def _claim(self, name: str) -> None:
+        if name in self.rooms:
+            raise ConfigError(f"this node is already in {name!r} (or on its way)")
+        self.rooms[name] = _Room()
+
+    def _group(self, name: str) -> Group:
+        room = self.rooms.get(name)
+        if room is None or room.group is None or not room.group.active:
+            raise ConfigError(f"this node is not in group {name!r}")
+        return room.group
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _enter(self, name: str, reply: Reply, *, ordering: str | None = None,
+                     options: OrderingOptions | None = None) -> None:
+        room = self.rooms[name]
+
+        def get_state() -> bytes:
+            return msgspec.msgpack.encode(room.lines)
+
+        def set_state(state: bytes) -> None:
+            for line in _history_decoder.decode(state):
+                self._add_line(name, room, line)
+
+        kwargs: dict[str, Any] = {
+            "host": self.node, "on_deliver": lambda d: self._delivered(name, room, d),
+            "on_view": lambda v: self._view(name, room, v),
+            "get_state": get_state, "set_state": set_state}
+        try:
+            if ordering is not None:
+                group = await Group.create(name, ordering=ordering, options=options, **kwargs)
+            else:
+                group = await Group.join(name, join_timeout_s=JOIN_TIMEOUT_S, **kwargs)
+        except (AbcastError, TimeoutError) as exc:
+            del self.rooms[name]
+            reply(Error(f"could not {'create' if ordering else 'join'} {name!r}: "
+                        f"{exc or 'timed out'}"))
+            return
+        except Exception as exc:
+            del self.rooms[name]
+            log.exception("entering %s failed", name)
+            reply(Error(f"could not enter {name!r}: {exc!r}"))
+            return
+        room.group = group
+        opts = group.options or OrderingOptions()
+        room.joined = Joined(name, group.ordering, opts.multicast, opts.partitions)
+        self._publish(room.joined)
+        if room.view is not None:
+            self._publish(_view_message(name, room.view))
+        for i, line in enumerate(room.lines, 1):
+            self._publish(Delivered(name, i, line.origin, line.seq, line.text))
+        self._push_debug(name, force=True)
+
+    async def _leave(self, name: str, group: Group) -> None:
+        try:
+            await group.leave()
+        finally:
+            self._gone(name, "left")
+
+    def _gone(self, name: str, how: str) -> None:
+        if self.rooms.pop(name, None) is not None:
+            for member in self.holding.rules(name):
+                self.holding.release(name, member)
+            self._publish(Left(name, how))
+
+    def _add_line(self, name: str, room: _Room, line: _Line) -> None:
+        room.lines.append(line)
+        if room.joined is not None:  # before that, `_enter` sends the lines so far
+            self._publish(Delivered(name, len(room.lines), line.origin, line.seq, line.text))
+
+    def _delivered(self, name: str, room: _Room, delivery: Deliver) -> None:
+        if delivery.stage is Stage.FINAL:
+            text = delivery.payload.decode(errors="replace")
+            self._add_line(name, room, _Line(delivery.origin, delivery.seq, text))
+
+    def _view(self, name: str, room: _Room, view: View) -> None:
+        me = self.node.id
+        if me not in view.members:
+            how = "left" if room.leaving else "removed"
+            asyncio.get_running_loop().call_soon(self._gone, name, how)
+            return
+        room.view = view
+        if room.joined is not None:
+            self._publish(_view_message(name, view))
+
+    # ----------------------------------------------------------------- debug panel
+
+    async def _debug_loop(self) -> None:
+        while True:
+            await asyncio.sleep(DEBUG_EVERY_S)
+            for name in list(self.rooms):
+                self._push_debug(name)
+
+    def debug(self, name: str) -> Debug | None:
+        room = self.rooms.get(name)
+        if room is None or room.group is None or not room.group.active:
+            return None
+        return Debug(name, to_builtins(room.group.inspect()), self.holding.rules(name),
+                     self.holding.held(name), dataclasses.asdict(self.holding.stats))
+
+    def _push_debug(self, name: str, *, force: bool = False) -> None:
+        message = self.debug(name)
+        if message is None:
+            return
+        room = self.rooms[name]
+        data = msgspec.json.encode(message)
+        if force or data != room.last_debug:
+            room.last_debug = data
+            self._publish(message)
+
+
+def _view_message(name: str, view: View) -> ViewChanged:
+    return ViewChanged(name, view.view_id, list(view.members), view.leader)

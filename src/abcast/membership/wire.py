@@ -1,0 +1,160 @@
+"""The membership layer's wire: join, leave, the flush, and what an ordering reports.
+
+Rules: one Struct per message, tagged by class name (`abcast.codec.Header`). The shapes
+follow the sequencer family's flush (abcast.ordering.sequencer_flush: prepare, state,
+install, busy) and its membership messages (join, forwarded join, welcome, not-yet,
+leave, farewell), with the ordering's own part reduced to two typed records every
+ordering fills in the same way: `FlushMessage` (a message of the closing view, with
+what the ordering needs to place it) and `ViewReport` (what a member holds of the view).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+
+from abcast.codec import Count, Header, NodeField, Seq
+
+_MANY: Final = 10_000_000
+NodeList = Annotated[list[NodeField], msgspec.Meta(max_length=4096)]
+Clock = Annotated[dict[NodeField, Count], msgspec.Meta(max_length=4096)]
+
+
+class FlushMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A message of the closing view: its id, its body, and where the ordering places
+    it — `deps` (causal: the origin's vector when it sent it) and `stamp` (skeen: its
+    final or best known timestamp; matrix: its Lamport stamp). `final` says the stamp
+    is the one the ordering decided (skeen), not a proposal; `delivered`, that the
+    reporting member delivered it."""
+
+    origin: NodeField
+    seq: Seq
+    body: bytes
+    deps: Clock = {}
+    stamp: Count = 0
+    final: bool = False
+    delivered: bool = False
+
+
+Messages = Annotated[list[FlushMessage], msgspec.Meta(max_length=_MANY)]
+
+
+class ViewReport(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """What one member holds of the closing view: `delivered` per origin (how many of
+    its messages, 1..k, this member delivered: the contiguous prefix), the messages it
+    delivered in this view or holds back (`messages`, with their bodies) and the
+    ordering's clock (causal: its vector; skeen: its Lamport clock under "" ; matrix:
+    its row)."""
+
+    delivered: Clock
+    messages: Messages
+    clock: Clock = {}
+
+
+class JoinCut(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """What a joiner starts from: per origin, how many messages the state it is given
+    holds, and the ordering's clock at that point."""
+
+    delivered: Clock
+    clock: Clock = {}
+
+
+class MJoin(Header, frozen=True):
+    """Joiner → contact: admit me (the sender is the joiner)."""
+
+
+class MJoinFwd(Header, frozen=True):
+    """Contact → its leader: `joiner` asks to be admitted."""
+
+    joiner: NodeField
+
+
+class MLeave(Header, frozen=True):
+    """Member → leader: leave me out of the next view."""
+
+
+class MFarewell(Header, frozen=True):
+    """Member → a node view `view_id` leaves out: you are not in it."""
+
+    view_id: Seq
+
+
+class MStable(Header, frozen=True):
+    """Up (member → acting leader): what I delivered, per origin (1..k). Down (leader →
+    members): what every member of view `view_id` delivered; drop it from the log."""
+
+    view_id: Seq
+    delivered: Clock
+    up: bool
+
+
+class MPrepare(Header, frozen=True):
+    """Coordinator → proposed members: freeze and report (flush attempt `attempt` for
+    view `target`)."""
+
+    target: Seq
+    attempt: Count
+    members: NodeList
+
+
+class MState(Header, frozen=True):
+    """Member → coordinator: what it holds of its view `view_id`."""
+
+    target: Seq
+    attempt: Count
+    view_id: Count
+    report: ViewReport
+    #: the highest target it answered *another* coordinator for before: that one may
+    #: have installed it, so this flush must take a higher view id
+    prior: Count = 0
+
+
+class MBusy(Header, frozen=True):
+    """To a coordinator whose prepare came too late: I answered (target, attempt)."""
+
+    target: Seq
+    attempt: Count
+
+
+class MAbort(Header, frozen=True):
+    """Coordinator → members it prepared: this attempt is given up (it no longer
+    coordinates, or cannot reach a majority); no install for it will come."""
+
+    target: Seq
+    attempt: Count
+
+
+class MInstall(Header, frozen=True):
+    """Coordinator → the flush's members: deliver `outcome` (in this order, what you
+    have not) in the old view, then install view `view_id` with `members`."""
+
+    view_id: Seq
+    attempt: Count
+    members: NodeList
+    outcome: Messages
+
+
+class MNotYet(Header, frozen=True):
+    """A proposed member still joining answers a prepare: no state here; welcome me."""
+
+    target: Seq
+    attempt: Count
+
+
+class MWelcome(Header, frozen=True):
+    """Coordinator → joiner: the view, the application's state at the cut, the cut."""
+
+    view_id: Seq
+    attempt: Count
+    members: NodeList
+    cut: JoinCut
+    state: bytes
+
+
+MembershipHeader = (
+    MJoin | MJoinFwd | MLeave | MFarewell | MStable | MPrepare | MState | MBusy | MAbort
+    | MInstall | MNotYet | MWelcome
+)
+MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MStable, MPrepare, MState,
+                             MBusy, MAbort, MInstall, MNotYet, MWelcome)

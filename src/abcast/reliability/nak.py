@@ -1,0 +1,591 @@
+"""NAK channel: the channel slot of a group created with `multicast="nak"` (the default
+on udp://) — each multicast sent once to the whole group, loss repaired by negative
+acknowledgements, buffers freed by stability rounds (JGroups' NAKACK2 + STABLE + FRAG).
+
+Streams. A node numbers what it sends in one multicast stream (packets addressed to every
+other member of the current view: one `Multicast`, which an IP-multicast transport sends
+as one datagram) and one unicast stream per peer (anything else). A receiver hands each
+stream's packets up in sequence order, holding back what arrives above a gap.
+
+    event at a receiver            what the stream does
+    NData seq == next              hand up (reassembling fragments); drain the holdback
+    NData seq >  next              hold back; the gap is NAKed after nak_delay_us
+    NData seq <  next              duplicate: dropped
+    NDigest from the sender        its highest seq reveals a lost tail: NAK it
+    NCancel seqs                   the sender cannot resend them: skip (a counted gap)
+    NAK timer                      NNak(missing seqs) to the sender; again every nak_retry_us
+
+    event at a sender              what it does
+    NNak on the multicast stream   gather requests for gather_us, then resend each seq once:
+                                   multicast if two or more members asked, else unicast
+    NNak on a unicast stream       resend at once
+    NNak for a freed seq           NCancel to the asker
+    NDigest from every member      free what all of them have (stability); send what the
+                                   window held back
+
+Rules:
+- Digests (`NDigest`) are the stability round and the keep-alive in one packet: every
+  stable_us, while this node has unstable packets or its marks moved, it multicasts
+  the highest seq it sent and, for each peer, what it has received contiguously from it.
+- Back-pressure: once window_bytes are unstable on a stream, further packets wait in this
+  layer until a digest frees room (one message always goes, however large).
+- Fragmentation: a payload above frag_bytes leaves as fragments, each its own seq (so a
+  lost fragment is NAKed alone); the first carries the headers above. Reassembly is
+  in-order, bounded by max_fragments, and dropped with the stream (view change, cancel).
+- Every stream starts at 1, except, at a joiner, the multicast streams of the members
+  it joined: each starts where that member's digest says it started sending to the
+  joiner (`Mark.start_m`); until that digest comes, packets of the stream are held.
+  Packets from outside the view are dropped unless `open_group` (orderings that admit
+  joiners themselves).
+- NAKs, digests, cancels and retransmissions are `control` traffic (not counted as
+  protocol packets). No clock, no randomness: time is the `now` argument.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Annotated, Final
+
+import msgspec
+
+from abcast.codec import Count, Header, NodeField, Packet, Seq
+from abcast.effects import Effect, Multicast, Send, SetTimer, Up
+from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
+from abcast.events import (
+    Event,
+    Excluded,
+    MulticastRequested,
+    Received,
+    Restored,
+    SendRequested,
+    Suspected,
+    TimerFired,
+    ViewInstalled,
+)
+from abcast.ids import NodeId, View
+from abcast.layer import Layer
+from abcast.snapshot import LayerSnapshot
+
+MCAST: Final = 0  # the sender's multicast stream
+UNICAST: Final = 1  # the sender's stream to this node
+MAX_LIST: Final = 4096
+_Stream = Annotated[int, msgspec.Meta(ge=0, le=1)]
+_Seqs = Annotated[list[Seq], msgspec.Meta(max_length=MAX_LIST)]
+
+
+class NData(Header, frozen=True):
+    """Fragment `frag` of `frags` of a packet of the layer above, seq `seq` of `stream`."""
+
+    stream: _Stream
+    seq: Seq
+    frag: Count = 0
+    frags: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 1
+
+
+class NNak(Header, frozen=True):
+    """The sender of `stream` is asked to resend `seqs`."""
+
+    stream: _Stream
+    seqs: _Seqs
+
+
+class NCancel(Header, frozen=True):
+    """The sender gives up `seqs` of `stream` (it no longer holds them): skip them."""
+
+    stream: _Stream
+    seqs: _Seqs
+
+
+class Mark(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """What the digest's sender knows about `peer`: received contiguously from its
+    multicast stream and its unicast stream, and sent on its own unicast stream to it."""
+
+    peer: NodeField
+    recv_m: Count
+    recv_u: Count
+    sent_u: Count
+    stable_u: Count  # what the digest's sender has freed of its stream to `peer`
+    start_m: Count  # the first seq of the sender's multicast stream `peer` was sent
+
+
+class NDigest(Header, frozen=True):
+    """Stability round and keep-alive: the highest seq of the sender's multicast stream,
+    how far it has freed it, and its marks for each peer."""
+
+    sent_m: Count
+    stable_m: Count
+    marks: Annotated[list[Mark], msgspec.Meta(max_length=1024)]
+
+
+NakHeader = NData | NNak | NCancel | NDigest
+
+
+@dataclass(frozen=True, slots=True)
+class NakConfig:
+    """Knobs, in microseconds and bytes (defaults suit loopback and the simulator)."""
+
+    nak_delay_us: int = 2_000  # wait this long for a reordered packet before NAKing it
+    nak_retry_us: int = 20_000  # NAK again while it is still missing
+    gather_us: int = 1_000  # a sender gathers NAKs this long before resending
+    stable_us: int = 20_000  # digest period while anything is unstable
+    window_bytes: int = 16 * 1024 * 1024  # unstable bytes per stream before back-pressure
+    frag_bytes: int = 60_000  # payload bytes per fragment (1_400: MTU-safe)
+    max_fragments: int = 1024  # a packet needing more fragments is refused
+    max_holdback: int = 65_536  # seqs held above a gap, at most, per stream
+
+    def __post_init__(self) -> None:
+        values = (self.nak_delay_us, self.nak_retry_us, self.gather_us, self.stable_us,
+                  self.window_bytes, self.frag_bytes, self.max_fragments, self.max_holdback)
+        if min(values) <= 0:
+            raise ConfigError(f"NAK channel knobs must be positive: {self}")
+        if self.max_fragments > 65_536:
+            raise ConfigError("max_fragments above 65536 would not fit a fragment header")
+
+
+@dataclass(slots=True)
+class _Out:
+    """One outbound stream: what is unstable (kept for retransmission) and what waits."""
+
+    last: int = 0  # the highest seq sent
+    buf: dict[int, tuple[NData, Packet]] = field(default_factory=dict)
+    buf_bytes: int = 0
+    stable: int = 0  # every seq up to it is freed
+    waiting: deque[tuple[Packet, bool]] = field(default_factory=deque)
+
+
+@dataclass(slots=True)
+class _In:
+    """One inbound stream: the next seq to hand up, what waits above a gap, the sender's
+    highest seq as far as known, and a packet being reassembled."""
+
+    next: int = 0  # 0: not started (starts at the first packet heard)
+    held: dict[int, tuple[NData, Packet] | None] = field(default_factory=dict)  # None: cancelled
+    known: int = 0
+    parts: list[bytes] = field(default_factory=list)
+    first: Packet | None = None  # fragment 0 of the packet being reassembled
+
+    def missing(self, limit: int) -> list[int]:
+        top = max(self.known, max(self.held, default=0))
+        out: list[int] = []
+        for seq in range(self.next, top + 1):
+            if seq not in self.held:
+                out.append(seq)
+                if len(out) >= limit:
+                    break
+        return out
+
+
+class NakChannel(Layer):
+    name = "nak-channel"
+    header_type = NakHeader
+
+    def __init__(
+        self, node: NodeId, config: NakConfig | None = None, open_group: bool = False
+    ) -> None:
+        super().__init__(node)
+        self.config = config or NakConfig()
+        self.open_group = open_group
+        self._others: tuple[NodeId, ...] = ()
+        self._members: frozenset[NodeId] = frozenset()
+        #: a joiner's: the members it found (their streams started before it came)
+        self._found: frozenset[NodeId] | None = None
+        self._m = _Out()
+        self._u: dict[NodeId, _Out] = {}
+        self._acked_m: dict[NodeId, int] = {}  # each member's contiguous mark of _m
+        self._start_m: dict[NodeId, int] = {}  # the first seq of _m each member was sent
+        self._in: dict[tuple[NodeId, int], _In] = {}
+        self._xmit: dict[int, set[NodeId]] = {}  # gathered NAKs of the multicast stream
+        self._nak_armed = False
+        self._stable_armed = False
+        self._marks_moved = False
+        # counters
+        self.naks_sent = 0
+        self.naks_received = 0
+        self.retransmissions = 0
+        self.multicast_retransmissions = 0
+        self.cancels_sent = 0
+        self.skipped = 0
+        self.duplicates = 0
+        self.digests = 0
+        self.held_back_packets = 0  # packets that waited for window room
+        self.peak_unstable_bytes = 0
+
+    # -- dispatch --------------------------------------------------------------------------
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        match event:
+            case Received(sender, NData() as header, inner):
+                return self._on_data(sender, header, inner, now)
+            case SendRequested(to, packet, control):
+                return self._send_unicast(to, packet, now, control)
+            case MulticastRequested(to, packet, _):
+                if set(to) == set(self._others):
+                    return self._submit(self._m, None, packet, False, now)
+                effects: list[Effect] = []
+                for dest in to:
+                    effects += self._send_unicast(dest, packet, now, False)
+                return effects
+            case Received(sender, NDigest() as digest, _):
+                return self._on_digest(sender, digest, now)
+            case Received(sender, NNak(stream, seqs), _):
+                return self._on_nak(sender, stream, seqs, now)
+            case Received(sender, NCancel(stream, seqs), _):
+                return self._on_cancel(sender, stream, seqs, now)
+            case Received(sender, header, _):
+                raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
+            case TimerFired("nak"):
+                return self._nak_round(now)
+            case TimerFired("xmit"):
+                return self._resend_gathered()
+            case TimerFired("stable"):
+                return self._stability_round(now)
+            case ViewInstalled(view):
+                return self._on_view(view, now)
+            case Suspected() | Restored() | Excluded() | TimerFired():
+                return []
+            case _:
+                raise LocalProtocolError(f"{self.name} cannot handle {event!r}")
+
+    def _allowed(self, peer: NodeId) -> bool:
+        return self.open_group or peer in self._members
+
+    # -- sending ---------------------------------------------------------------------------
+    def _send_unicast(self, to: NodeId, packet: Packet, now: int, control: bool) -> list[Effect]:
+        if not self._allowed(to):
+            return []
+        out = self._u.get(to)
+        if out is None:
+            out = self._u[to] = _Out()
+        return self._submit(out, to, packet, control, now)
+
+    def _submit(
+        self, out: _Out, to: NodeId | None, packet: Packet, control: bool, now: int
+    ) -> list[Effect]:
+        if out.waiting or (out.buf and out.buf_bytes >= self.config.window_bytes):
+            out.waiting.append((packet, control))
+            self.held_back_packets += 1
+            return []
+        return self._emit(out, to, packet, control, now)
+
+    def _emit(
+        self, out: _Out, to: NodeId | None, packet: Packet, control: bool, now: int
+    ) -> list[Effect]:
+        cfg = self.config
+        payload = packet.payload
+        size = len(payload)
+        frags = max(1, -(-size // cfg.frag_bytes))
+        if frags > cfg.max_fragments:
+            raise LocalProtocolError(
+                f"a {size}-byte packet needs {frags} fragments; max_fragments is "
+                f"{cfg.max_fragments} (raise it or frag_bytes)")
+        stream = MCAST if to is None else UNICAST
+        effects: list[Effect] = []
+        for index in range(frags):
+            if frags == 1:
+                inner = packet
+            else:
+                chunk = payload[index * cfg.frag_bytes : (index + 1) * cfg.frag_bytes]
+                inner = Packet(packet.headers if index == 0 else (), chunk)
+            out.last += 1
+            header = NData(stream, out.last, index, frags)
+            out.buf[out.last] = (header, inner)
+            out.buf_bytes += len(inner.payload)
+            if to is None:
+                effects.append(Multicast(self._others, header, inner))
+            else:
+                effects.append(Send(to, header, inner, control))
+        self.peak_unstable_bytes = max(self.peak_unstable_bytes, self._unstable_bytes())
+        return effects + self._arm_stable(now)
+
+    def _unstable_bytes(self) -> int:
+        return self._m.buf_bytes + sum(o.buf_bytes for o in self._u.values())
+
+    # -- receiving -------------------------------------------------------------------------
+    def _stream_in(self, sender: NodeId, stream: int) -> _In:
+        key = (sender, stream)
+        st = self._in.get(key)
+        if st is None:
+            st = self._in[key] = _In()
+            if stream == UNICAST or self._found is None or sender not in self._found:
+                st.next = 1
+        return st
+
+    def _on_data(self, sender: NodeId, header: NData, inner: Packet, now: int) -> list[Effect]:
+        if not self._allowed(sender):
+            return []
+        st = self._stream_in(sender, header.stream)
+        seq = header.seq
+        if st.next == 0:  # a joiner, before the member's digest says where to start
+            if seq not in st.held and len(st.held) < self.config.max_holdback:
+                st.held[seq] = (header, inner)
+            return []
+        if seq < st.next or seq in st.held:
+            self.duplicates += 1
+            return []
+        st.known = max(st.known, seq)
+        if seq > st.next:
+            if seq - st.next > self.config.max_holdback:
+                return []  # too far ahead: it is resent once the gap closes
+            st.held[seq] = (header, inner)
+            return self._arm_nak(now)
+        effects = self._hand_up(sender, st, header, inner)
+        effects += self._drain(sender, st)
+        self._marks_moved = True
+        return effects + self._arm_stable(now)
+
+    def _drain(self, sender: NodeId, st: _In) -> list[Effect]:
+        effects: list[Effect] = []
+        held = st.held
+        while st.next in held:
+            item = held.pop(st.next)
+            if item is None:
+                self.skipped += 1
+                st.next += 1
+                st.first, st.parts = None, []  # a cancelled fragment loses its packet
+                continue
+            effects += self._hand_up(sender, st, *item)
+        return effects
+
+    def _hand_up(self, sender: NodeId, st: _In, header: NData, inner: Packet) -> list[Effect]:
+        st.next = header.seq + 1
+        if header.frags == 1:
+            return [Up(sender, inner)]
+        if header.frag == 0:
+            st.first, st.parts = inner, [inner.payload]
+            return []
+        first = st.first
+        if first is None or header.frag != len(st.parts):
+            st.first, st.parts = None, []
+            raise RemoteProtocolError(
+                f"{sender} sent fragment {header.frag}/{header.frags} out of place")
+        st.parts.append(inner.payload)
+        if len(st.parts) < header.frags:
+            return []
+        whole = Packet(first.headers, b"".join(st.parts))
+        st.first, st.parts = None, []
+        return [Up(sender, whole)]
+
+    def _on_cancel(self, sender: NodeId, stream: int, seqs: list[int], now: int) -> list[Effect]:
+        if not self._allowed(sender):
+            return []
+        st = self._stream_in(sender, stream)
+        if st.next == 0:
+            return []
+        for seq in seqs:
+            if seq >= st.next and st.held.get(seq) is None:
+                st.held[seq] = None
+        effects = self._drain(sender, st)
+        self._marks_moved = True
+        return effects + self._arm_stable(now)
+
+    # -- NAKs and retransmission -----------------------------------------------------------
+    def _arm_nak(self, now: int) -> list[Effect]:
+        if self._nak_armed:
+            return []
+        self._nak_armed = True
+        return [SetTimer("nak", now + self.config.nak_delay_us)]
+
+    def _nak_round(self, now: int) -> list[Effect]:
+        self._nak_armed = False
+        effects: list[Effect] = []
+        for (sender, stream), st in self._in.items():
+            if st.next == 0:
+                continue
+            missing = st.missing(MAX_LIST)
+            if missing:
+                self.naks_sent += 1
+                effects.append(Send(sender, NNak(stream, missing), control=True))
+        if effects:
+            self._nak_armed = True
+            effects.append(SetTimer("nak", now + self.config.nak_retry_us))
+        return effects
+
+    def _on_nak(self, asker: NodeId, stream: int, seqs: list[int], now: int) -> list[Effect]:
+        if not self._allowed(asker):
+            return []
+        self.naks_received += 1
+        if stream == UNICAST:
+            out = self._u.get(asker)
+            if out is None:
+                return [Send(asker, NCancel(UNICAST, seqs), control=True)]
+            effects: list[Effect] = []
+            gone = []
+            for seq in seqs:
+                item = out.buf.get(seq)
+                if item is not None:
+                    self.retransmissions += 1
+                    effects.append(Send(asker, item[0], item[1], control=True))
+                elif seq <= out.last:
+                    gone.append(seq)
+            return effects + self._cancel(asker, UNICAST, gone)
+        effects = []
+        if not self._xmit:
+            effects.append(SetTimer("xmit", now + self.config.gather_us))
+        for seq in seqs:
+            if seq <= self._m.last:
+                self._xmit.setdefault(seq, set()).add(asker)
+        return effects
+
+    def _cancel(self, asker: NodeId, stream: int, seqs: list[int]) -> list[Effect]:
+        if not seqs:
+            return []
+        self.cancels_sent += 1
+        return [Send(asker, NCancel(stream, seqs), control=True)]
+
+    def _resend_gathered(self) -> list[Effect]:
+        gathered, self._xmit = self._xmit, {}
+        effects: list[Effect] = []
+        gone: dict[NodeId, list[int]] = {}
+        for seq in sorted(gathered):
+            askers = gathered[seq]
+            item = self._m.buf.get(seq)
+            if item is None:
+                for asker in askers:
+                    gone.setdefault(asker, []).append(seq)
+                continue
+            self.retransmissions += 1
+            if len(askers) > 1 and self._others:
+                self.multicast_retransmissions += 1
+                effects.append(Multicast(self._others, item[0], item[1], control=True))
+            else:
+                (asker,) = askers
+                effects.append(Send(asker, item[0], item[1], control=True))
+        for asker, seqs in gone.items():
+            effects += self._cancel(asker, MCAST, seqs)
+        return effects
+
+    # -- stability -------------------------------------------------------------------------
+    def _arm_stable(self, now: int) -> list[Effect]:
+        if self._stable_armed:
+            return []
+        self._stable_armed = True
+        return [SetTimer("stable", now + self.config.stable_us)]
+
+    def _stability_round(self, now: int) -> list[Effect]:
+        self._stable_armed = False
+        outs = [self._m, *self._u.values()]
+        unstable = any(o.buf or o.waiting for o in outs)
+        if not (unstable or self._marks_moved) or not self._others:
+            return []
+        self._marks_moved = False
+        marks = []
+        for peer in self._others:
+            m = self._in.get((peer, MCAST))
+            u = self._in.get((peer, UNICAST))
+            out = self._u.get(peer)
+            marks.append(Mark(peer, max(0, m.next - 1) if m else 0,
+                              max(0, u.next - 1) if u else 0, out.last if out else 0,
+                              out.stable if out else 0, self._start_m.get(peer, 1)))
+        self.digests += 1
+        digest = NDigest(self._m.last, self._m.stable, marks)
+        effects: list[Effect] = [Multicast(self._others, digest, control=True)]
+        return effects + self._arm_stable(now)
+
+    def _on_digest(self, sender: NodeId, digest: NDigest, now: int) -> list[Effect]:
+        if not self._allowed(sender):
+            return []
+        effects: list[Effect] = []
+        gap = False
+        m = self._stream_in(sender, MCAST)
+        if digest.sent_m and m.next:
+            m.known = max(m.known, digest.sent_m)
+            gap = m.known >= m.next
+        # the sender has not heard what we hold (our digest was lost): tell it again
+        stale = m.next - 1 > digest.stable_m
+        for mark in digest.marks:
+            if mark.peer != self.node:
+                continue
+            if m.next == 0:  # we joined: the member's stream starts where it says
+                m.next = mark.start_m
+                for seq in [s for s in m.held if s < m.next]:
+                    del m.held[seq]
+                effects += self._drain(sender, m)
+                if m.held:
+                    gap = True
+            self._acked_m[sender] = max(self._acked_m.get(sender, 0), mark.recv_m)
+            effects += self._free(self._m, None, self._stable_mark(), now)
+            out = self._u.get(sender)
+            if out is not None:
+                effects += self._free(out, sender, mark.recv_u, now)
+            if mark.sent_u:
+                u = self._stream_in(sender, UNICAST)
+                if u.next:
+                    u.known = max(u.known, mark.sent_u)
+                    gap = gap or u.known >= u.next
+                    stale = stale or u.next - 1 > mark.stable_u
+        if gap:
+            effects += self._arm_nak(now)
+        if stale:
+            self._marks_moved = True
+            effects += self._arm_stable(now)
+        return effects
+
+    def _stable_mark(self) -> int:
+        if not self._others:
+            return self._m.last
+        return min(self._acked_m.get(p, 0) for p in self._others)
+
+    def _free(self, out: _Out, to: NodeId | None, upto: int, now: int) -> list[Effect]:
+        upto = min(upto, out.last)
+        while out.stable < upto:
+            out.stable += 1
+            item = out.buf.pop(out.stable, None)
+            if item is not None:
+                out.buf_bytes -= len(item[1].payload)
+        effects: list[Effect] = []
+        while out.waiting and not (out.buf and out.buf_bytes >= self.config.window_bytes):
+            packet, control = out.waiting.popleft()
+            effects += self._emit(out, to, packet, control, now)
+        return effects
+
+    # -- views -----------------------------------------------------------------------------
+    def _on_view(self, view: View, now: int) -> list[Effect]:
+        members = view.members
+        if self._found is None and len(members) > 1:
+            # a first view numbered above 1 is one this node joined
+            self._found = frozenset(members) if view.view_id > 1 else frozenset()
+        for peer in members:
+            if peer not in self._members and peer != self.node:
+                self._start_m[peer] = 1 if view.view_id <= 1 else self._m.last + 1
+        self._members = frozenset(members)
+        self._others = tuple(m for m in members if m != self.node)
+        if not self.open_group:
+            for key in [k for k in self._in if k[0] not in self._members]:
+                del self._in[key]
+        for peer in [p for p in self._u if p not in self._members]:
+            if not self.open_group:
+                del self._u[peer]
+                continue
+            # an open group's peer may come back (a member cut off rejoins): keep the
+            # stream's numbering, so that it does not restart below what the peer has
+            # seen, but free what it held (a NAK for it is answered with a cancel)
+            out = self._u[peer]
+            out.buf.clear()
+            out.buf_bytes = 0
+            out.waiting.clear()
+            out.stable = out.last
+        for peer in [p for p in self._acked_m if p not in self._members]:
+            del self._acked_m[peer]
+        for peer in [p for p in self._start_m if p not in self._members]:
+            del self._start_m[peer]
+        return self._free(self._m, None, self._stable_mark(), now)
+
+    # -- inspection ------------------------------------------------------------------------
+    def inspect(self) -> LayerSnapshot:
+        held = sum(len(st.held) for st in self._in.values())
+        return LayerSnapshot(
+            layer=self.name,
+            clock={"multicast_last": self._m.last, "multicast_stable": self._m.stable,
+                   "next": {f"{s}/{'m' if k == MCAST else 'u'}": st.next
+                            for (s, k), st in self._in.items()}},
+            counters={
+                "naks_sent": self.naks_sent, "naks_received": self.naks_received,
+                "retransmissions": self.retransmissions,
+                "multicast_retransmissions": self.multicast_retransmissions,
+                "cancels_sent": self.cancels_sent, "skipped": self.skipped,
+                "duplicates": self.duplicates, "digests": self.digests,
+                "held_back_packets": self.held_back_packets, "held_above_gaps": held,
+                "unstable_bytes": self._unstable_bytes(),
+                "peak_unstable_bytes": self.peak_unstable_bytes,
+            },
+        )

@@ -1,0 +1,176 @@
+"""The chat demo's server without a browser: page frames are validated (a malformed one
+earns an error frame and the node goes on), and the hold/release filter makes a message
+wait in the ordering's holdback — visible in the debug snapshot — until released."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+
+from abcast.apps.chat.node import ChatNode
+from abcast.apps.chat.protocol import (
+    Debug,
+    Delivered,
+    Error,
+    ServerMessage,
+    decode_client,
+)
+from abcast.apps.chat.web import serve
+from abcast.registry.server import RegistryServer
+
+pytestmark = pytest.mark.timeout(120)
+
+BAD_FRAMES = [
+    "not json",
+    "[]",
+    "{}",
+    '{"type": "launch"}',
+    '{"type": "send", "group": "g"}',
+    '{"type": "send", "group": "g", "text": ""}',
+    '{"type": "send", "group": "", "text": "x"}',
+    '{"type": "send", "group": "g", "text": 7}',
+    '{"type": "hold", "group": "g", "member": "n1", "delay_ms": -5}',
+    '{"type": "list", "extra": 1}',
+    '{"type": "create", "group": "g", "ordering": "causal", "multicast": "carrier pigeon"}',
+    '{"type": "join", "group": null}',
+]
+
+
+@pytest.mark.parametrize("frame", BAD_FRAMES)
+def test_a_malformed_page_frame_is_refused_by_the_decoder(frame: str) -> None:
+    with pytest.raises((msgspec.ValidationError, msgspec.DecodeError)):
+        decode_client(frame)
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+@asynccontextmanager
+async def _registry() -> AsyncIterator[str]:
+    async with RegistryServer() as server:
+        yield server.url
+
+
+def test_every_malformed_frame_gets_an_error_frame_and_the_node_keeps_serving() -> None:
+    async def main() -> None:
+        async with _registry() as url, ChatNode(url) as chat:
+            runner, page = await serve(chat, "127.0.0.1", 0)
+            try:
+                async with aiohttp.ClientSession() as session, \
+                        session.ws_connect(page + "ws") as ws:
+                    hello = json.loads((await ws.receive(timeout=10)).data)
+                    assert hello["type"] == "hello" and hello["node"] == chat.node.id
+                    for frame in BAD_FRAMES:
+                        await ws.send_str(frame)
+                    await ws.send_bytes(b"\x00\x01")
+                    await ws.send_str('{"type": "send", "group": "nowhere", "text": "x"}')
+                    await ws.send_str('{"type": "create", "group": "g", "ordering": "nope"}')
+                    await ws.send_str('{"type": "list"}')
+                    replies = [json.loads((await ws.receive(timeout=10)).data)
+                               for _ in range(len(BAD_FRAMES) + 4)]
+                assert [r["type"] for r in replies] == ["error"] * (len(BAD_FRAMES) + 3) + [
+                    "groups"]
+                assert "not in group 'nowhere'" in replies[-3]["message"]
+                assert "unknown ordering 'nope'" in replies[-2]["message"]
+                assert chat.node.running
+                # still serving: a new page gets its hello
+                async with aiohttp.ClientSession() as session, \
+                        session.ws_connect(page + "ws") as ws:
+                    assert json.loads((await ws.receive(timeout=10)).data)["type"] == "hello"
+            finally:
+                await runner.cleanup()
+
+    asyncio.run(main())
+
+
+class _Page:
+    """What one subscriber heard."""
+
+    def __init__(self, chat: ChatNode) -> None:
+        self.heard: list[ServerMessage] = []
+        chat.subscribe(self.heard.append)
+
+    def texts(self, group: str) -> list[str]:
+        return [m.text for m in self.heard if isinstance(m, Delivered) and m.group == group]
+
+    def debug(self, group: str) -> Debug | None:
+        found = [m for m in self.heard if isinstance(m, Debug) and m.group == group]
+        return found[-1] if found else None
+
+    def errors(self) -> list[str]:
+        return [m.message for m in self.heard if isinstance(m, Error)]
+
+
+def _held(debug: Debug | None) -> list[dict[str, Any]]:
+    return [] if debug is None else [h for layer in debug.layers for h in layer["holdback"]]
+
+
+def test_a_held_sequencer_order_keeps_the_message_in_the_holdback_until_released() -> None:
+    """b holds what the sequencer (a) sends: b's own message waits for its order, named in
+    the sequencer's snapshot; release delivers it, in the same order as at a."""
+
+    async def main() -> None:
+        async with _registry() as url, ChatNode(url) as a, ChatNode(url) as b:
+            pa, pb = _Page(a), _Page(b)
+
+            async def ask(chat: ChatNode, page: _Page, frame: dict[str, Any]) -> None:
+                await chat.request(json.dumps(frame), page.heard.append)
+
+            await ask(a, pa, {"type": "create", "group": "g", "ordering": "sequencer"})
+            await _until(lambda: "g" in a.rooms and a.rooms["g"].group is not None)
+            await ask(b, pb, {"type": "join", "group": "g"})
+            await _until(lambda: b.rooms.get("g") is not None
+                         and b.rooms["g"].group is not None
+                         and a.rooms["g"].view is not None
+                         and len(a.rooms["g"].view.members) == 2)
+            await ask(a, pa, {"type": "send", "group": "g", "text": "one"})
+            await _until(lambda: pb.texts("g") == ["one"])
+            await ask(b, pb, {"type": "hold", "group": "g", "member": a.node.id})
+            await ask(b, pb, {"type": "send", "group": "g", "text": "two"})
+            await _until(lambda: pa.texts("g") == ["one", "two"])
+            await _until(lambda: any(h["origin"] == b.node.id and "order" in h["waiting_for"]
+                                     for h in _held(pb.debug("g"))))
+            debug = pb.debug("g")
+            assert debug is not None and debug.rules == {a.node.id: 0}
+            assert debug.held.get(a.node.id, 0) >= 1
+            assert pb.texts("g") == ["one"]
+            await ask(b, pb, {"type": "release", "group": "g", "member": a.node.id})
+            await _until(lambda: pb.texts("g") == ["one", "two"])
+            await _until(lambda: not _held(pb.debug("g")))
+            assert pa.errors() == pb.errors() == []
+
+    asyncio.run(main())
+
+
+def test_a_delay_lets_packets_through_late_but_in_order() -> None:
+    async def main() -> None:
+        async with _registry() as url, ChatNode(url) as a, ChatNode(url) as b:
+            pa, pb = _Page(a), _Page(b)
+            await a.request('{"type": "create", "group": "c", "ordering": "causal"}',
+                            pa.heard.append)
+            await _until(lambda: "c" in a.rooms and a.rooms["c"].group is not None)
+            await b.request('{"type": "join", "group": "c"}', pb.heard.append)
+            await _until(lambda: b.rooms.get("c") is not None
+                         and b.rooms["c"].group is not None)
+            b.holding.hold("c", a.node.id, delay_ms=200)
+            for i in range(5):
+                await a.request(json.dumps({"type": "send", "group": "c", "text": f"m{i}"}),
+                                pa.heard.append)
+            expected = [f"m{i}" for i in range(5)]
+            await _until(lambda: pb.texts("c") == expected)
+            assert pa.texts("c") == expected
+            assert b.holding.rules("c") == {a.node.id: 200}
+            b.holding.release("c", a.node.id)
+            assert b.holding.rules("c") == {} and b.holding.held("c") == {}
+
+    asyncio.run(main())

@@ -1,0 +1,68 @@
+"""The NAK channel driven by hand: a sender asked for a packet it has freed answers
+NCancel, and the receiver skips it as a counted gap instead of waiting for ever (the
+packets behind the gap are then handed up in order); a packet two members ask for is
+resent once, by multicast; a lost last packet is found through the keep-alive digest."""
+
+from __future__ import annotations
+
+from abcast.codec import Packet
+from abcast.effects import Multicast, Send, Up
+from abcast.events import MulticastRequested, Received, TimerFired, ViewInstalled
+from abcast.ids import View
+from abcast.reliability.nak import Mark, NakChannel, NCancel, NData, NDigest, NNak
+
+VIEW = View(1, ("a", "b", "c"))
+
+
+def test_a_freed_packet_is_cancelled_and_skipped_with_a_counted_gap() -> None:
+    a, b = NakChannel("a"), NakChannel("b")
+    for layer in (a, b):
+        layer.handle(ViewInstalled(VIEW), 0)
+    sent = []
+    for k in (1, 2, 3):
+        effects = a.handle(MulticastRequested(("b", "c"), Packet((), b"m%d" % k)), 0)
+        sent += [e for e in effects if isinstance(e, Multicast)]
+    assert [m.header.seq for m in sent] == [1, 2, 3]  # one multicast each
+    # b hears 2 and 3, not 1: it holds them and asks for 1 once the NAK delay is over
+    for m in sent[1:]:
+        effects = b.handle(Received("a", m.header, m.inner), 10)
+        assert not any(isinstance(e, Up) for e in effects)
+    naks = [e for e in b.handle(TimerFired("nak"), 3_000) if isinstance(e, Send)]
+    assert [(s.to, s.header) for s in naks] == [("a", NNak(0, [1]))]
+    # meanwhile digests from b and c (b's a lie) made a free everything
+    for peer in ("b", "c"):
+        a.handle(Received(peer, NDigest(0, 0, [Mark("a", 3, 0, 0, 0, 1)]), Packet()), 3_000)
+    assert a.inspect().counters["unstable_bytes"] == 0
+    a.handle(Received("b", naks[0].header, Packet()), 3_100)
+    answer = a.handle(TimerFired("xmit"), 4_100)
+    assert [(s.to, s.header) for s in answer if isinstance(s, Send)] == [("b", NCancel(0, [1]))]
+    ups = b.handle(Received("a", NCancel(0, [1]), Packet()), 4_200)
+    assert [u.packet.payload for u in ups if isinstance(u, Up)] == [b"m2", b"m3"]
+    assert b.skipped == 1 and a.cancels_sent == 1
+
+
+def test_a_lost_packet_asked_by_two_members_is_resent_once_by_multicast() -> None:
+    a = NakChannel("a")
+    a.handle(ViewInstalled(VIEW), 0)
+    (m,) = [e for e in a.handle(MulticastRequested(("b", "c"), Packet((), b"x")), 0)
+            if isinstance(e, Multicast)]
+    assert isinstance(m.header, NData)
+    a.handle(Received("b", NNak(0, [1]), Packet()), 100)
+    a.handle(Received("c", NNak(0, [1]), Packet()), 200)
+    resent = a.handle(TimerFired("xmit"), 1_100)
+    assert [(type(e), e.control) for e in resent] == [(Multicast, True)]
+    assert a.retransmissions == 1 and a.multicast_retransmissions == 1
+
+
+def test_a_lost_last_packet_is_found_by_the_keep_alive_digest() -> None:
+    a, b = NakChannel("a"), NakChannel("b")
+    for layer in (a, b):
+        layer.handle(ViewInstalled(VIEW), 0)
+    a.handle(MulticastRequested(("b", "c"), Packet((), b"last")), 0)  # lost on the way to b
+    stable = a.handle(TimerFired("stable"), 20_000)  # a still holds it: digest
+    (digest,) = [e for e in stable if isinstance(e, Multicast)]
+    assert isinstance(digest.header, NDigest) and digest.header.sent_m == 1 and digest.control
+    armed = b.handle(Received("a", digest.header, Packet()), 20_100)
+    assert any(getattr(e, "key", None) == "nak" for e in armed)
+    naks = b.handle(TimerFired("nak"), 22_100)
+    assert [(s.to, s.header) for s in naks if isinstance(s, Send)] == [("a", NNak(0, [1]))]
