@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from spark_traces import memory_counts, spark_counts
 
 from abcast.effects import Effect
 from abcast.ids import MsgId
@@ -16,13 +17,9 @@ from abcast.ordering import sequencer_optimistic
 from abcast.ordering.registry import OrderingOptions
 from abcast.ordering.sequencer_optimistic import OptimisticState
 from abcast.ordering.sequencer_state import OptimisticConfig
-from abcast.pipeline.io import read_trace
-from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
-from abcast.pipeline.tables import materialize_tables
 from abcast.sim import SimConfig, run_simulation
-from abcast.testing import check_traces, count_by_code
-from abcast.trace.schema import CODES, LOCAL_ORDER
-from abcast.trace.writer import read_traces, write_run
+from abcast.trace.schema import LOCAL_ORDER
+from abcast.trace.writer import write_run
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # Spark on a loaded machine
 
@@ -58,16 +55,7 @@ def optimistic_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_spark_agrees_with_memory_on_optimistic_runs(
         spark: object, optimistic_traces: Path) -> None:
-    runs, events = read_traces(optimistic_traces)
-    memory = {run_id: {c: n for c, n in count_by_code(found, CODES).items() if n}
-              for run_id, found in check_traces(runs, events).items()}
+    runs, memory = memory_counts(optimistic_traces)
     assert memory["clean"] == {} and memory["crash"] == {}
     assert set(memory["late"]) == {LOCAL_ORDER}
-
-    trace = read_trace(spark, str(optimistic_traces))  # type: ignore[arg-type]
-    claims = [RunClaim(r.run_id, r.ordering, r.nodes, r.guarantees) for r in runs]
-    verdict = summarize(find_violations(materialize_tables(trace.events, with_views=True),
-                                        runs_by_code(claims)))
-    by_spark = {r.run_id: {c: n for c in CODES
-                           if (n := verdict.counts.get((r.run_id, c), 0))} for r in runs}
-    assert by_spark == memory
+    assert spark_counts(spark, optimistic_traces, runs)[0] == memory
