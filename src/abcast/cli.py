@@ -421,12 +421,14 @@ def node(
 def _register_commands() -> None:
     """Commands that live beside their subject; their heavy imports (Spark) stay lazy."""
     from abcast.apps.bank import demo
+    from abcast.apps.certify import certify
     from abcast.apps.chat import chat
     from abcast.apps.groups import group
     from abcast.apps.rpc_commands import call, serve
     from abcast.evaluation.cli import bench
     from abcast.pipeline.commands import check, report
 
+    demo.add_command(certify)
     for command in (bench, demo, group, check, report, serve, call):
         cli.add_command(command)
     demo.add_command(chat)

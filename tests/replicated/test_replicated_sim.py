@@ -22,7 +22,8 @@ def bank_call(rng: random.Random, _node: NodeId) -> tuple[str, tuple[Any, ...]]:
     return method, (rng.randint(1, 100),)
 
 
-@pytest.mark.parametrize("ordering", ["matrix", "sequencer", "skeen", "chandra-toueg"])
+@pytest.mark.parametrize("ordering", ["matrix", "sequencer", "skeen", "chandra-toueg",
+                                      "optimistic"])
 def test_accounts_agree_over_every_total_order(ordering: str) -> None:
     issued: dict[NodeId, list[tuple[str, int]]] = {}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from abcast.testing import TraceBuilder
 from abcast.trace.rows import EventRow, RunInfo
@@ -319,3 +320,32 @@ def write_scenarios(out: Path, scenarios: list[Scenario]) -> Path:
     for s in scenarios:
         write_run(out, s.rows, s.info)
     return out
+
+
+def memory_counts(trace_dir: Path) -> tuple[list[RunInfo], dict[str, dict[str, int]]]:
+    """The runs in `trace_dir` and the in-memory checker's count per code per run
+    (codes with none left out)."""
+    from abcast.testing import check_traces, count_by_code
+    from abcast.trace.schema import CODES
+    from abcast.trace.writer import read_traces
+
+    runs, events = read_traces(trace_dir)
+    return runs, {run_id: {c: n for c, n in count_by_code(found, CODES).items() if n}
+                  for run_id, found in check_traces(runs, events).items()}
+
+
+def spark_counts(
+    spark: object, trace_dir: Path, runs: list[RunInfo]
+) -> tuple[dict[str, dict[str, int]], Any]:
+    """The Spark checker's count per code per run on `trace_dir`, and its verdict."""
+    from abcast.pipeline.io import read_trace
+    from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
+    from abcast.pipeline.tables import materialize_tables
+    from abcast.trace.schema import CODES
+
+    trace = read_trace(spark, str(trace_dir))  # type: ignore[arg-type]
+    claims = [RunClaim(r.run_id, r.ordering, r.nodes, r.guarantees) for r in runs]
+    verdict = summarize(find_violations(materialize_tables(trace.events, with_views=True),
+                                        runs_by_code(claims)))
+    return {r.run_id: {c: n for c in CODES if (n := verdict.counts.get((r.run_id, c), 0))}
+            for r in runs}, verdict

@@ -10,17 +10,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from spark_traces import memory_counts, spark_counts
 
 from abcast.ordering.registry import OrderingOptions
-from abcast.pipeline.io import read_trace
-from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
-from abcast.pipeline.tables import materialize_tables
 from abcast.sim import SimConfig, run_simulation
-from abcast.testing import check_traces, count_by_code
 from abcast.testing.builders import EVS_CLAIMS, split_and_merge
 from abcast.trace.rows import EventRow, RunInfo
-from abcast.trace.schema import CODES, TOTAL_ORDER, VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY
-from abcast.trace.writer import read_traces, write_run
+from abcast.trace.schema import TOTAL_ORDER, VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY
+from abcast.trace.writer import write_run
 
 pytestmark = pytest.mark.spark
 
@@ -63,9 +60,7 @@ def evs_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_spark_finds_the_planted_evs_faults_and_agrees_with_memory(
         spark: object, evs_traces: Path) -> None:
-    runs, events = read_traces(evs_traces)
-    memory = {run_id: {c: n for c, n in count_by_code(found, CODES).items() if n}
-              for run_id, found in check_traces(runs, events).items()}
+    runs, memory = memory_counts(evs_traces)
     sim_id = next(r.run_id for r in runs if r.run_id.startswith("sequencer-"))
     assert memory["clean"] == {} and memory["crashed"] == {} and memory[sim_id] == {}
     assert memory["missed"] == {VIEW_CONSISTENCY: 1}
@@ -74,12 +69,7 @@ def test_spark_finds_the_planted_evs_faults_and_agrees_with_memory(
     assert memory["reused"] == {VIEW_CONSISTENCY: 2, VIRTUAL_SYNCHRONY: 4}
     assert memory["sim-missed"].get(VIEW_CONSISTENCY) == 1
 
-    trace = read_trace(spark, str(evs_traces))  # type: ignore[arg-type]
-    claims = [RunClaim(r.run_id, r.ordering, r.nodes, r.guarantees) for r in runs]
-    verdict = summarize(find_violations(materialize_tables(trace.events, with_views=True),
-                                        runs_by_code(claims)))
-    by_spark = {r.run_id: {c: n for c in CODES
-                           if (n := verdict.counts.get((r.run_id, c), 0))} for r in runs}
+    by_spark, verdict = spark_counts(spark, evs_traces, runs)
     assert by_spark == memory
     missed = [e for e in verdict.examples
               if e.run_id == "missed" and e.code == VIEW_CONSISTENCY]

@@ -23,7 +23,7 @@ from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.fifo import Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
 from abcast.ordering.sequencer import Sequencer
-from abcast.ordering.sequencer_state import MembershipConfig
+from abcast.ordering.sequencer_state import MembershipConfig, OptimisticConfig
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.basic_channel import BasicChannel
@@ -72,6 +72,8 @@ class OrderingOptions:
     #: the sequencer orders every id it admitted during this many ms in one order
     #: packet (ROMIOP's leader timer); 0: each admission is ordered at once
     order_interval_ms: float = 0
+    #: ordering "optimistic": compensation's inertia α and on/off (sequencer_optimistic)
+    optimistic: OptimisticConfig = field(default_factory=OptimisticConfig)
 
     def __post_init__(self) -> None:
         if not 0 <= self.order_interval_ms <= 10_000:
@@ -212,6 +214,16 @@ ORDERINGS: dict[str, OrderingSpec] = {
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
             channel=OpenChannel, detector_layer=OpenDetector, supports_evs=True,
             supports_relay=True,
+        ),
+        OrderingSpec(
+            "optimistic",
+            lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
+                                          membership=_REJOIN, optimistic=opts.optimistic)],
+            (*BASIC, "fifo", "total", "local_order"), ALL_FAULTS, lambda n: 2 * (n - 1),
+            "the sequencer's total order, opt-delivered first on receipt after a per-sender"
+            " compensation delay (optimistic total order for wide-area groups)",
+            needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
+            channel=OpenChannel, detector_layer=OpenDetector,
         ),
         OrderingSpec(
             "skeen", lambda node, _: [Membership(node, Skeen(node))], (*BASIC, "total"),

@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from abcast.effects import Effect
-from abcast.errors import RemoteProtocolError
+from abcast.errors import ConfigError, RemoteProtocolError
 from abcast.events import (
     BroadcastRequested,
     Event,
@@ -43,16 +43,19 @@ from abcast.events import (
     TimerFired,
     ViewInstalled,
 )
-from abcast.ids import NodeId, View
+from abcast.ids import MsgId, NodeId, View
 from abcast.layer import Layer
 from abcast.ordering import sequencer_flush as flush
 from abcast.ordering import sequencer_join as membership
 from abcast.ordering import sequencer_merge as merge
 from abcast.ordering import sequencer_numbering as numbering
+from abcast.ordering import sequencer_optimistic as optimistic
 from abcast.ordering.sequencer_state import (
     Flow,
     MembershipConfig,
     MergeConfig,
+    OptimisticConfig,
+    OptimisticState,
     Role,
     SequencerState,
 )
@@ -60,6 +63,7 @@ from abcast.ordering.sequencer_wire import (
     FLUSH_HEADERS,
     SEQUENCER_HEADERS,
     CTData,
+    OData,
     SAck,
     SData,
     SFarewell,
@@ -87,8 +91,12 @@ class Sequencer(Layer):
         safe: bool = False, causal: bool = False, evs: bool = False,
         stable_period_us: int = 50_000, membership: MembershipConfig | None = None,
         merge: MergeConfig | None = None, order_interval_us: int = 0,
+        optimistic: OptimisticConfig | None = None,
     ) -> None:
         super().__init__(node)
+        if optimistic is not None and (relay or causal or evs):
+            raise ConfigError("optimistic delivery needs every data packet at every member: "
+                              "not with relay, causal or evs")
         config = membership or MembershipConfig()
         if evs and config.rejoin:
             # A leaver cut off by a partition just goes (it was leaving); a member never
@@ -99,8 +107,10 @@ class Sequencer(Layer):
             node, self, batch=check_batch(batch), relay=relay, safe=safe or evs, evs=evs,
             causal=causal, stable_period_us=stable_period_us, membership=config,
             merge=merge or MergeConfig(), order_interval_us=order_interval_us,
+            optimistic=OptimisticState(optimistic) if optimistic is not None else None,
         )
-        self._data_type: type[SData] | type[CTData] = CTData if causal else SData
+        self._data_type: type[SData] | type[CTData] | type[OData] = (
+            CTData if causal else OData if optimistic is not None else SData)
 
     # -- introspection -----------------------------------------------------------------
     @property
@@ -178,6 +188,8 @@ class Sequencer(Layer):
         if st.merging is not None:
             clock["merging"] = {"target": st.merging[0], "attempt": st.merging[1],
                                 "coordinator": st.merging[2]}
+        if st.optimistic is not None:
+            clock["optimistic"] = optimistic.snapshot(st.optimistic)
         return LayerSnapshot(
             layer=self.name, phase=self.phase, clock=clock, holdback=held,
             counters={
@@ -215,6 +227,12 @@ class Sequencer(Layer):
     # -- events --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
         st = self.st
+        if st.optimistic is not None:
+            return self._handle_optimistic(st.optimistic, event, now)
+        return self._handle_plain(event, now)
+
+    def _handle_plain(self, event: Event, now: int) -> list[Effect]:
+        st = self.st
         # The hot path, by exact type: a member's data, or the sequencer's order, in a
         # steady view. None of the cases below would take it before the steady state.
         if type(event) is Received and st.flow is Flow.STEADY and st.role is Role.MEMBER:
@@ -232,6 +250,67 @@ class Sequencer(Layer):
                     st.now = now
                     return self._on_data(event) + membership.after_event(st)
         return self._route(event, now)
+
+    def _handle_optimistic(self, opt: OptimisticState, event: Event, now: int
+                           ) -> list[Effect]:
+        """The optimistic option around the plain core (sequencer_optimistic's rules):
+        register receipts, hold the sequencer's own messages, put each opt-delivery
+        before its final one."""
+        st = self.st
+        view = st.view
+        mid: MsgId | None = None
+        payload = b""
+        pre: list[Effect] = []
+        effects: list[Effect]
+        opt.depth += 1
+        try:
+            match event:
+                case TimerFired(key) if key == optimistic.OPT_TIMER:
+                    effects = optimistic.on_timer(opt, now)
+                case TimerFired(key) if key == optimistic.OWN_TIMER:
+                    st.now = now
+                    effects = self._number_own(opt, now) + membership.after_event(st)
+                case BroadcastRequested(seq, body) if st.role is Role.MEMBER:
+                    mid, payload = MsgId(self.node, seq), body
+                    wait = optimistic.own_delay(st, opt)
+                    if (wait > 0 and view is not None and view.leader == self.node
+                            and st.flow is Flow.STEADY):
+                        st.now = now
+                        effects = (numbering.broadcast(st, seq, body, hold=True)
+                                   + optimistic.hold_own(opt, seq, now, wait))
+                    else:
+                        effects = self._handle_plain(event, now)
+                case Received(sender, OData(seq, suggest), inner) if (
+                        view is not None and sender in view.members
+                        and sender != self.node):
+                    optimistic.check_suggest(sender, suggest)
+                    opt.requests[sender] = suggest
+                    candidate = MsgId(sender, seq)
+                    if st.role in (Role.MEMBER, Role.LEAVING) and optimistic.is_fresh(
+                            st, opt, candidate):
+                        mid, payload = candidate, inner.payload
+                    effects = self._handle_plain(event, now)
+                case _:
+                    effects = self._handle_plain(event, now)
+            if mid is not None and (mid in st.bodies
+                                    or st.delivered.get(mid.origin, 0) >= mid.seq):
+                pre = optimistic.receive(opt, mid, payload, now)
+        finally:
+            opt.depth -= 1
+        if opt.depth:
+            return pre + effects
+        return optimistic.scan(opt, pre + effects, now)
+
+    def _number_own(self, opt: OptimisticState, now: int) -> list[Effect]:
+        st = self.st
+        ready, effects = optimistic.due_own(opt, now)
+        view = st.view
+        if view is None or view.leader != self.node or st.flow is not Flow.STEADY:
+            return effects  # a view change numbers them (its new sequencer takes over)
+        for seq in ready:
+            if MsgId(self.node, seq) in st.bodies and not st.admission.knows(self.node, seq):
+                effects += numbering.admit(st, self.node, seq, numbering.NO_DEPS)
+        return effects
 
     def _on_data(self, event: Received) -> list[Effect]:
         header = event.header
@@ -365,4 +444,4 @@ class Sequencer(Layer):
                 return []
 
 
-__all__ = ["MembershipConfig", "MergeConfig", "Sequencer"]
+__all__ = ["MembershipConfig", "MergeConfig", "OptimisticConfig", "Sequencer"]

@@ -22,12 +22,14 @@ from abcast.codec import Header, Packet
 from abcast.effects import Deliver, Effect, Multicast, Send, SetTimer
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import MsgId, NodeId, View
+from abcast.ordering import sequencer_optimistic as optimistic
 from abcast.ordering._holdback import CausalHoldback
 from abcast.ordering.sequencer_state import Flow, SequencerState
 from abcast.ordering.sequencer_wire import (
     MAX_ORDER_IDS,
     RELAY_ORDER_BYTES,
     CTData,
+    OData,
     SData,
     SOrder,
     VcState,
@@ -49,10 +51,16 @@ def data_header(st: SequencerState, seq: int) -> Header:
     """The header our own message `seq` goes out with (causal-total: with our vector)."""
     if st.causal:
         return CTData(seq, {o: k for o, k in st.delivered.items() if o != st.node})
+    if st.optimistic is not None:
+        return OData(seq, optimistic.suggestion(st, st.optimistic))
     return SData(seq)
 
 
-def broadcast(st: SequencerState, seq: int, payload: bytes) -> list[Effect]:
+def broadcast(
+    st: SequencerState, seq: int, payload: bytes, *, hold: bool = False
+) -> list[Effect]:
+    """Send our message `seq`; the sequencer numbers it at once unless `hold` (the
+    optimistic option numbers it later, sequencer_optimistic)."""
     view = require_view(st)
     header = data_header(st, seq)
     st.bodies[MsgId(st.node, seq)] = payload
@@ -64,7 +72,7 @@ def broadcast(st: SequencerState, seq: int, payload: bytes) -> list[Effect]:
         effects = [Send(leader, header, Packet((), payload))]
     else:
         effects = []  # our order packet carries it
-    if leader == st.node and st.flow is Flow.STEADY:
+    if leader == st.node and st.flow is Flow.STEADY and not hold:
         # What we delivered, we numbered: our own message's dependencies are met.
         effects.extend(admit(st, st.node, seq, NO_DEPS))
     return effects

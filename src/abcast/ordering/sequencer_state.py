@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
-from abcast.errors import LocalProtocolError
+from abcast.errors import ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering._holdback import CausalHoldback
 
@@ -86,6 +86,41 @@ class MembershipConfig:
     def __post_init__(self) -> None:
         if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us) <= 0:
             raise LocalProtocolError(f"membership knobs must be positive: {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class OptimisticConfig:
+    """Optimistic delivery (sequencer_optimistic): `alpha` is the compensation's inertia
+    (0 ≤ α < 1: the share of the old delay kept per correction); `compensate=False`
+    opt-delivers in receipt order (the baseline)."""
+
+    alpha: float = 0.8
+    compensate: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha < 1.0:
+            raise ConfigError(f"optimistic alpha must be in [0, 1), got {self.alpha}")
+
+
+@dataclass(slots=True)
+class OptimisticState:
+    """One node's optimistic side: the delays and what waits for its opt-delivery."""
+
+    config: OptimisticConfig
+    delay: dict[NodeId, float] = field(default_factory=dict)
+    received: dict[MsgId, int] = field(default_factory=dict)  # receipt time, until final
+    held: dict[MsgId, bytes] = field(default_factory=dict)  # opt-delivery not yet due
+    due: list[tuple[int, NodeId, int]] = field(default_factory=list)  # heap, lazily kept
+    opted: set[MsgId] = field(default_factory=set)  # opt-delivered, not final yet
+    last: tuple[NodeId, int, float] | None = None  # previous final: origin, time, opt time
+    requests: dict[NodeId, int] = field(default_factory=dict)  # sequencer: suggestions
+    own: list[tuple[int, int]] = field(default_factory=list)  # sequencer: (due, seq) FIFO
+    armed: int | None = None  # when OPT_TIMER fires
+    opt_deliveries: int = 0
+    corrections: int = 0
+    #: nesting of the core's handle (a flush replays events through it): the effects
+    #: are scanned once, at the outermost level
+    depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +201,7 @@ class SequencerState:
         self, node: NodeId, hub: Hub, *, batch: int | None, relay: bool, safe: bool,
         evs: bool, causal: bool, stable_period_us: int, membership: MembershipConfig,
         merge: MergeConfig, order_interval_us: int = 0,
+        optimistic: OptimisticState | None = None,
     ) -> None:
         self.node = node
         self.hub = hub
@@ -178,6 +214,8 @@ class SequencerState:
         self.stable_period_us = stable_period_us
         self.membership = membership
         self.merge_config = merge
+        #: opt-delivery and delay compensation (sequencer_optimistic); None: off
+        self.optimistic = optimistic
         # phases
         self.role = Role.MEMBER
         self.flow = Flow.STEADY

@@ -50,6 +50,15 @@ class CTData(Header, frozen=True):
     deps: DepsField = {}
 
 
+class OData(Header, frozen=True):
+    """Optimistic total order: a broadcast message and the delay (µs) its origin suggests
+    the sequencer impose on the sequencer's own messages (sequencer_optimistic). A plain
+    int: a negative or absurd value is the core's RemoteProtocolError, not a DecodeError."""
+
+    seq: Seq
+    suggest: int = 0
+
+
 class SOrder(Header, frozen=True):
     """The sequencer's verdict: `ids[i]` gets global number `first + i`; in relay mode
     `bodies[i]` is that message (else `bodies` is empty)."""
@@ -239,7 +248,7 @@ class MAbort(Header, frozen=True):
     attempt: Count
 
 
-STEADY_HEADERS = SData | CTData | SOrder
+STEADY_HEADERS = SData | CTData | OData | SOrder
 FLUSH_HEADERS = VcPrepare | VcState | VcInstall | SStable | SAck | SSafe | VcBusy
 MEMBERSHIP_HEADERS = SJoin | SJoinFwd | SWelcome | SNotYet | SLeave | SFarewell
 MERGE_HEADERS = MProbe | MPrepare | MState | MOutcome | MSideState | MInstall | MAbort

@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from abcast.checks import Violation, check_events
-from abcast.effects import Deliver, InstallState, InstallView, Output, TakeSnapshot
+from abcast.effects import Deliver, InstallState, InstallView, Output, Stage, TakeSnapshot
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
@@ -51,6 +51,8 @@ class ReplicaCluster(SimCluster):
         return self.join(stack, contacts) if contacts is not None else self.add(stack)
 
     def _execute(self, node: NodeId, delivery: Deliver) -> None:
+        if delivery.stage is not Stage.FINAL:
+            return  # a tentative delivery (ordering "optimistic"): the final one applies
         outcome = self.replicas[node].apply(delivery.origin, delivery.seq, delivery.payload)
         if outcome is not None:
             self.outcomes[node].append(outcome)

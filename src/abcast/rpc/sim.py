@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from abcast.checks import Violation, check_events
-from abcast.effects import Deliver
+from abcast.effects import Deliver, Stage
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
 from abcast.rpc.executor import Action, Executor
@@ -117,8 +117,8 @@ def simulate_rpc(
             reply(node, request, cached.value)
 
     def on_deliver(node: NodeId, delivery: Deliver) -> None:
-        if not is_request(delivery.payload):
-            return
+        if delivery.stage is not Stage.FINAL or not is_request(delivery.payload):
+            return  # a tentative delivery (ordering "optimistic") executes nothing
         request = read_ordered_request(delivery.payload)
         srv = state[node]
         if srv.executor.on_ordered(request) is not Action.EXECUTE:

@@ -357,7 +357,8 @@ class GroupDriver:
                     view_id=self.view_id,
                 )
                 # the prefixes only feed the `deps` of send rows: untraced, skip the cost
-                prefix.note(delivery.origin, delivery.seq)
+                if final:
+                    prefix.note(delivery.origin, delivery.seq)
             if final:
                 self.delivered += 1
             if on_deliver is not None:

@@ -21,10 +21,12 @@ Addresses of members that join later are found through the registry
 (abcast.runtime.node), so nothing but node ids travels with a join.
 
 The application is told, besides deliveries (`on_deliver`, called on the loop in
-delivery order, or a queue read by `deliveries()`): `get_state()` when a joiner needs a
-snapshot, `set_state(state)` when this node joined, `on_view(view)` for every view
-change (the last one, without this node, ends the group here), and — in a group made
-with `partitions="evs"`, whose partitions go on apart and merge on heal —
+delivery order, or a queue read by `deliveries()`; under ordering "optimistic" the
+tentative ones go to `on_opt_deliver` or `deliveries(stage="optimistic")`):
+`get_state()` when a joiner needs a snapshot, `set_state(state)` when this node joined,
+`on_view(view)` for every view change (the last one, without this node, ends the group
+here), and — in a group made with `partitions="evs"`, whose partitions go on apart and
+merge on heal —
 `merge_state(states)` when they merge (without it the side holding the lowest member
 keeps its state). `app=` takes one object
 with those methods (a `ReplicatedHandle`: a replicated object's state then moves to
@@ -43,7 +45,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from abcast.effects import Deliver
+from abcast.effects import Deliver, Stage
 from abcast.errors import AbcastError, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
@@ -147,6 +149,7 @@ class Group:
         recheck_s: float = RECHECK_S,
         partitions: str | None = None,
         merge_state: Callable[[list[bytes]], bytes] | None = None,
+        on_opt_deliver: Callable[[Deliver], None] | None = None,
     ) -> None:
         if not isinstance(name, str) or not 1 <= len(name) <= 128:
             raise ConfigError(f"group name must be a 1..128 char string, got {name!r}")
@@ -185,6 +188,9 @@ class Group:
         self._peers = dict(peers) if peers is not None else None
         self._app = app
         self._user_hook = app.on_deliver if app is not None else on_deliver
+        self._opt_hook = on_opt_deliver
+        #: opt-deliveries for deliveries(stage="optimistic"), when no on_opt_deliver
+        self._opt_queue: asyncio.Queue[Deliver | None] | None = None
         self._get_state = app.get_state if app is not None else get_state
         self._set_state = app.set_state if app is not None else set_state
         self._on_view = on_view
@@ -241,6 +247,8 @@ class Group:
                 self._app.bind(self)
             if self._user_hook is None:
                 self._queue = asyncio.Queue()
+            if self._opt_hook is None:
+                self._opt_queue = asyncio.Queue()
             if self._mode == "static":
                 await self._open_static(host)
             elif self._mode == "create":
@@ -374,8 +382,7 @@ class Group:
         self._state = "closed"
         await self._stop_registrar()
         self._host.detach(self.name)
-        if self._queue is not None:
-            self._queue.put_nowait(None)
+        self._end_queues()
         await self._leave_registry()
         if self._own_host:
             await self._host.close()
@@ -439,8 +446,7 @@ class Group:
         if self._departed is not None:
             self._departed.set()
         asyncio.get_running_loop().call_soon(self._host.detach, self.name)
-        if self._queue is not None:
-            self._queue.put_nowait(None)  # deliveries() ends: nothing more comes here
+        self._end_queues()  # deliveries() ends: nothing more comes here
         if self._registrar is not None:
             # The next leader announces the view without us; we stop at once.
             asyncio.get_running_loop().create_task(self._stop_registrar())
@@ -511,13 +517,17 @@ class Group:
         callback it waits for the end of the turn all the same."""
         self._require_driver().send_queued()
 
-    async def deliveries(self) -> AsyncIterator[Deliver]:
-        """Every delivery, in delivery order, until the group closes."""
-        queue = self._queue
+    async def deliveries(self, stage: str = "final") -> AsyncIterator[Deliver]:
+        """Every delivery, in delivery order, until the group closes: the final ones, or
+        with stage="optimistic" the tentative ones (ordering "optimistic")."""
+        if stage not in ("final", "optimistic"):
+            raise LocalProtocolError(f"stage must be 'final' or 'optimistic', not {stage!r}")
+        queue = self._queue if stage == "final" else self._opt_queue
         if queue is None:
+            hook = "on_deliver" if stage == "final" else "on_opt_deliver"
             raise LocalProtocolError(
-                "deliveries() needs an open group made without on_deliver= "
-                "(with on_deliver, deliveries go to that callback)"
+                f"deliveries(stage={stage!r}) needs an open group made without {hook}= "
+                f"(with {hook}, deliveries go to that callback)"
             )
         while True:
             item = await queue.get()
@@ -526,7 +536,18 @@ class Group:
                 return
             yield item
 
+    def _end_queues(self) -> None:
+        for queue in (self._queue, self._opt_queue):
+            if queue is not None:
+                queue.put_nowait(None)
+
     def _on_deliver(self, delivery: Deliver) -> None:
+        if delivery.stage is Stage.OPTIMISTIC:
+            if self._opt_hook is not None:
+                self._opt_hook(delivery)
+            elif self._opt_queue is not None:
+                self._opt_queue.put_nowait(delivery)
+            return
         if self._user_hook is not None:
             self._user_hook(delivery)
         elif self._queue is not None:

@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from abcast.checks import Violation, check_events, count_by_code
-from abcast.effects import Deliver
+from abcast.effects import Deliver, Stage
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, OrderingSpec, build_stack, get_ordering
@@ -50,6 +50,8 @@ class SimConfig:
     options: OrderingOptions = field(default_factory=OrderingOptions)
     group: str = "g"
     link: LinkModel = DEFAULT_LINK
+    #: per-link latencies (src, dst, model) over `link` (a WAN model: bench/wan_optimistic.py)
+    links: tuple[tuple[NodeId, NodeId, LinkModel], ...] = ()
     #: the network delivers a packet to several nodes as one IP multicast (one send)
     ip_multicast: bool = False
     max_time_us: int = HOUR_US
@@ -65,7 +67,8 @@ class SimConfig:
 
     def run_id(self) -> str:
         text = repr((self.faults, self.payload, self.rate, self.options, self.link,
-                     self.group, self.net_trace, self.max_time_us))
+                     self.group, self.net_trace, self.max_time_us)
+                     + ((self.links,) if self.links else ()))
         digest = hashlib.sha1(text.encode()).hexdigest()[:8]
         return f"{self.ordering}-n{self.nodes}-m{self.messages}-s{self.seed}-{digest}"
 
@@ -155,6 +158,8 @@ def run_simulation(
     rng = random.Random(config.seed)
     link = LinkModel(*plan.delay_us) if plan.delay_us else config.link
     network = Network(rng, link, plan.drop, plan.dup, ip_multicast=config.ip_multicast)
+    for src, dst, model in config.links:
+        network.set_link(src, dst, model)
     scheduler = Scheduler()
     run_id = config.run_id()
     recorder = TraceRecorder(run_id)
@@ -167,6 +172,8 @@ def run_simulation(
 
     def on_deliver(node: NodeId, d: Deliver) -> None:
         nonlocal delivered, last_delivery_us
+        if d.stage is not Stage.FINAL:
+            return  # a tentative delivery (ordering "optimistic"): the final one counts
         delivered += 1
         last_delivery_us = scheduler.now
         if config.rate is None and workload.on_deliver(node, d.origin, d.seq):

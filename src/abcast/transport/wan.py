@@ -24,7 +24,7 @@ import json
 import random
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -99,6 +99,16 @@ def link_latency_us(matrix: LatencyMatrix, a_site: str, b_site: str) -> tuple[in
     """The one-way latency range of a link in integer µs, for the simulator."""
     lo, hi = matrix.one_way_range_ms(a_site, b_site)
     return round(lo * 1000), round(hi * 1000)
+
+
+def node_links_us(
+    matrix: LatencyMatrix, nodes: Sequence[NodeId]
+) -> list[tuple[NodeId, NodeId, int, int]]:
+    """Every directed link between `nodes` with its one-way latency range in µs (for the
+    simulator's per-link models: `SimConfig(links=...)`)."""
+    sites = {n: matrix.site_of(n) for n in nodes}
+    return [(a, b, *link_latency_us(matrix, sites[a], sites[b]))
+            for a in nodes for b in nodes if a != b]
 
 
 def matrix_from_json(text: str) -> LatencyMatrix:

@@ -1,0 +1,60 @@
+"""The Spark checker on ordering "optimistic" traces: two clean simulated runs (one with
+the sequencer crashing) and one whose opt-deliveries come after the final ones (the
+planted bug of tests/sim/test_optimistic.py). Spark reports exactly the in-memory
+checker's count per code per run: nothing on the clean ones, LOCAL_ORDER on the other."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from spark_traces import memory_counts, spark_counts
+
+from abcast.effects import Effect
+from abcast.ids import MsgId
+from abcast.ordering import sequencer_optimistic
+from abcast.ordering.registry import OrderingOptions
+from abcast.ordering.sequencer_state import OptimisticConfig, OptimisticState
+from abcast.sim import SimConfig, run_simulation
+from abcast.trace.schema import LOCAL_ORDER
+from abcast.trace.writer import write_run
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # Spark on a loaded machine
+
+FAULTS = "drop=0.05,dup=0.02,delay=1-40ms"
+
+
+def _write(out: Path, run_id: str, config: SimConfig) -> None:
+    result = run_simulation(config)
+    rows = [replace(r, run_id=run_id) for r in result.recorder.rows()]
+    write_run(out, rows, replace(result.run_info(), run_id=run_id))
+
+
+@pytest.fixture(scope="module")
+def optimistic_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("optimistic")
+    _write(out, "clean", SimConfig("optimistic", nodes=3, messages=60, seed=1, faults=FAULTS))
+    _write(out, "crash", SimConfig(
+        "optimistic", nodes=5, messages=80, seed=2, faults=f"{FAULTS},crash=n1@300ms",
+        options=OrderingOptions(optimistic=OptimisticConfig(alpha=0.5))))
+    receive = sequencer_optimistic.receive
+
+    def hold_long(opt: OptimisticState, mid: MsgId, payload: bytes, now: int) -> list[Effect]:
+        opt.delay[mid.origin] = 30_000.0
+        return receive(opt, mid, payload, now)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sequencer_optimistic, "receive", hold_long)
+        patch.setattr(sequencer_optimistic, "scan", lambda opt, effects, now: effects)
+        _write(out, "late", SimConfig("optimistic", nodes=5, messages=80, seed=7,
+                                      faults=FAULTS))
+    return out
+
+
+def test_spark_agrees_with_memory_on_optimistic_runs(
+        spark: object, optimistic_traces: Path) -> None:
+    runs, memory = memory_counts(optimistic_traces)
+    assert memory["clean"] == {} and memory["crash"] == {}
+    assert set(memory["late"]) == {LOCAL_ORDER}
+    assert spark_counts(spark, optimistic_traces, runs)[0] == memory
