@@ -20,14 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from abcast.ids import View
 from abcast.ordering.registry import build_stack, get_ordering
-from abcast.sim.churn import (
-    checked_rows,
-    incarnations,
-    present_throughout,
-    same_view_delivery,
-    view_consistency,
-    virtual_synchrony,
-)
+from abcast.sim.churn import checked_rows, present_throughout, view_problems
 from abcast.sim.cluster import SimCluster
 from abcast.sim.network import LinkModel, Network
 from abcast.sim.scheduler import Scheduler
@@ -120,8 +113,7 @@ class MembershipMachine(RuleBasedStateMachine):
         present = present_throughout(rows, INITIAL)
         violations = check_events(checked_rows(rows, present), claims, "machine")
         assert violations == [], [v.detail for v in violations[:3]]
-        incs = incarnations(rows)
-        problems = view_consistency(incs) + virtual_synchrony(incs) + same_view_delivery(incs)
+        problems = view_problems(rows)
         assert problems == [], problems[:3]
         sent = {(r.origin, r.seq) for r in rows if r.kind == "send" and r.node in present}
         for node in present:
