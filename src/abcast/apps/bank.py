@@ -26,9 +26,9 @@ from typing import Any, Final
 import click
 
 from abcast.errors import AbcastError, ConfigError
-from abcast.ordering.registry import OrderingOptions, get_ordering
+from abcast.ordering.registry import OrderingOptions
 from abcast.replicated.batteries import Account
-from abcast.replicated.handle import ReplicatedHandle
+from abcast.replicated.handle import ReplicatedHandle, require_total_order, total_orderings
 
 GROUP: Final = "bank"
 MAX_AMOUNT: Final = 100
@@ -54,10 +54,7 @@ class BankConfig:
             raise ConfigError("--operations must be >= 0")
         if self.timeout_s <= 0:
             raise ConfigError("--timeout must be positive")
-        if "total" not in get_ordering(self.ordering).guarantees:
-            raise ConfigError(f"ordering {self.ordering!r} does not claim total order; a "
-                              "replicated object needs one (e.g. matrix, sequencer, skeen, "
-                              "chandra-toueg)")
+        require_total_order(self.ordering, self.options)
         if self.transport not in known_schemes():
             raise ConfigError(f"unknown transport {self.transport!r}; choose one of: "
                               f"{', '.join(known_schemes())}")
@@ -212,12 +209,6 @@ def _options(heartbeat_ms: float, fixed: bool) -> OrderingOptions:
 
 # ---------------------------------------------------------------- the command line
 
-def _total_orderings() -> list[str]:
-    from abcast.ordering.registry import ORDERINGS
-
-    return sorted(name for name, spec in ORDERINGS.items() if "total" in spec.guarantees)
-
-
 @click.group()
 def demo() -> None:
     """Demonstrations built on abcast."""
@@ -226,7 +217,7 @@ def demo() -> None:
 @demo.command()
 @click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
 @click.option("--ordering", default="matrix", show_default=True,
-              type=click.Choice(_total_orderings()))
+              type=click.Choice(total_orderings()))
 @click.option("--operations", default=100, show_default=True, type=click.IntRange(0))
 @click.option("--transport", default="tcp", show_default=True,
               help="Transport scheme (tcp, zmq, grpc, pyro, mem; mem runs in this process).")
