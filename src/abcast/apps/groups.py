@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
@@ -67,18 +68,42 @@ def group() -> None:
 
 class _Stdin:
     """Lines from standard input on the event loop (raw reads, so that two lines that
-    arrive together are both seen); None marks the end of input."""
+    arrive together are both seen); None marks the end of input. A terminal or a pipe is
+    watched by the loop; a regular file or /dev/null (which the loop cannot watch) is
+    read by a thread."""
 
     def __init__(self) -> None:
         self.lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._pending = b""
         self._fd = sys.stdin.fileno()
-        asyncio.get_running_loop().add_reader(self._fd, self._read)
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_reader(self._fd, self._read)
+        except (PermissionError, ValueError, OSError):
+            threading.Thread(target=self._read_blocking, args=(loop,), daemon=True,
+                             name="abcast-stdin").start()
+
+    def _read_blocking(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except OSError:
+                chunk = b""
+            try:
+                loop.call_soon_threadsafe(self._take, chunk)
+            except RuntimeError:
+                return  # the loop is closed: the session is over
+            if not chunk:
+                return
 
     def _read(self) -> None:
         chunk = os.read(self._fd, 65536)
         if not chunk:
             asyncio.get_running_loop().remove_reader(self._fd)
+        self._take(chunk)
+
+    def _take(self, chunk: bytes) -> None:
+        if not chunk:
             if self._pending:
                 self.lines.put_nowait(self._pending.decode(errors="replace"))
             self.lines.put_nowait(None)
@@ -96,12 +121,25 @@ def _show_delivery(delivery: Deliver) -> None:
     _say(f"{delivery.origin}> {delivery.payload.decode(errors='replace')}")
 
 
-def _show_view(me: Callable[[], str | None]) -> Callable[[View], None]:
-    def show(view: View) -> None:
-        if me() in view.members or me() is None:
+class _Views:
+    """Prints view changes; those installed before the session opened wait until it has
+    (a refused create prints nothing but its error)."""
+
+    def __init__(self) -> None:
+        self.me: str | None = None
+        self._early: list[View] = []
+
+    def show(self, view: View) -> None:
+        if self.me is None:
+            self._early.append(view)
+        elif self.me in view.members:
             _say(f"* view {view.view_id}: {' '.join(view.members)}")
 
-    return show
+    def opened(self, me: str) -> None:
+        self.me = me
+        early, self._early = self._early, []
+        for view in early:
+            self.show(view)
 
 
 async def _session(
@@ -110,10 +148,10 @@ async def _session(
 ) -> int:
     from abcast.runtime.group import Group
 
-    me: list[str] = []
+    views = _Views()
     kwargs: dict[str, Any] = {
         "registry": registry_url, "transport": transport, "node": node,
-        "on_deliver": _show_delivery, "on_view": _show_view(lambda: me[0] if me else None),
+        "on_deliver": _show_delivery, "on_view": views.show,
         "options": options, "join_timeout_s": timeout,
     }
     async with asyncio.timeout(timeout):
@@ -122,15 +160,16 @@ async def _session(
             g = await Group.create(name, ordering=ordering, **kwargs)
         else:
             g = await Group.join(name, ordering=ordering, **kwargs)
-    me.append(g.node)
-    stdin = _Stdin()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        # A signal is a /leave: the member says goodbye instead of vanishing.
-        loop.add_signal_handler(sig, stdin.lines.put_nowait, "/leave")
-    _say(f"{'created' if create else 'joined'} {name} as {g.node} (ordering {g.ordering}); "
-         "type lines to send, /leave to leave")
+    stdin: _Stdin | None = None
     try:
+        views.opened(g.node)
+        stdin = _Stdin()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # A signal is a /leave: the member says goodbye instead of vanishing.
+            loop.add_signal_handler(sig, stdin.lines.put_nowait, "/leave")
+        _say(f"{'created' if create else 'joined'} {name} as {g.node} "
+             f"(ordering {g.ordering}); type lines to send, /leave to leave")
         while g.active:
             getter = asyncio.ensure_future(stdin.lines.get())
             watcher = asyncio.ensure_future(_until_inactive(g))
@@ -155,8 +194,9 @@ async def _session(
         await g.leave()
         _say(f"left {name}")
         return 0
-    except asyncio.CancelledError:
-        # Ctrl-C or SIGTERM: leave gracefully anyway, then let the cancellation go on.
+    except BaseException:
+        # Ctrl-C, SIGTERM or a failure of the session itself: leave gracefully anyway
+        # (the last member takes the group out of the registry), then let it go on.
         with contextlib.suppress(Exception):
             if g.active:
                 await g.leave()
@@ -165,7 +205,8 @@ async def _session(
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        stdin.close()
+        if stdin is not None:
+            stdin.close()
         await g.close()
 
 
