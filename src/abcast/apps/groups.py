@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
 import click
