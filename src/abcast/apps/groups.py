@@ -22,33 +22,40 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import click
 
+from abcast.cli_params import (
+    EXIT_USAGE,
+    NAME,
+    PREFIX,
+    SECONDS,
+    TRANSPORT,
+    fail,
+    group_options,
+    ordering_options,
+    transport_help,
+)
 from abcast.effects import Deliver
 from abcast.errors import AbcastError, ConfigError
 from abcast.ids import View
 from abcast.ordering.registry import ORDERINGS, OrderingOptions
+from abcast.registry.client import REGISTRY_TIMEOUT_S
 
 EXIT_REMOVED: Final = 1
-EXIT_USAGE: Final = 2
 
 registry_option = click.option(
     "--registry", "registry_url", required=True, envvar="ABCAST_REGISTRY",
     show_envvar=True, help="The registry (tcp://host:port), e.g. from `abcast registry`.")
 timeout_option = click.option(
-    "--timeout", default=10.0, show_default=True, type=click.FloatRange(0, min_open=True),
+    "--timeout", default=REGISTRY_TIMEOUT_S, show_default=True, type=SECONDS,
     help="Seconds to wait for the registry (and, for join, to be admitted).")
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"abcast: error: {message}", err=True)
-    sys.exit(EXIT_USAGE)
+name_argument = click.argument("name", type=NAME)
 
 
 def _error(message: str) -> int:
-    click.echo(f"abcast: error: {message}", err=True)
+    click.echo(f"{PREFIX}{message}", err=True)
     return EXIT_USAGE
 
 
@@ -145,11 +152,13 @@ async def _session(
     name: str, *, create: bool, registry_url: str, ordering: str | None, transport: str,
     node: str | None, options: OrderingOptions | None, timeout: float,
 ) -> int:
+    from abcast.registry.client import RegistryClient
     from abcast.runtime.group import Group
 
     views = _Views()
     kwargs: dict[str, Any] = {
-        "registry": registry_url, "transport": transport, "node": node,
+        "registry": RegistryClient(registry_url, connect_timeout_s=timeout),
+        "transport": transport, "node": node,
         "on_deliver": _show_delivery, "on_view": views.show,
         "options": options, "join_timeout_s": timeout,
     }
@@ -214,58 +223,64 @@ async def _until_inactive(g: Any) -> None:
         await asyncio.sleep(0.1)
 
 
-def _options(batch: int | None, safe: bool) -> OrderingOptions | None:
-    if batch is None and not safe:
-        return None
-    return OrderingOptions(batch=batch, safe=safe)
-
-
-def _run(main: Any) -> int:
+def _run(main: Any, registry_url: str) -> int:
     from abcast.cli import _run_async
 
     try:
         code: int = _run_async(main)
     except TimeoutError:
-        _fail("timed out (is the registry running, and the group's members reachable?)")
+        fail(f"timed out waiting for the registry {registry_url} or the group's members "
+             "(is the registry running there?)")
     except AbcastError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     return code
 
 
+_node_option = click.option("--node", default=None, type=NAME,
+                            help="Claim this node id (default: assigned).")
+_transport_option = click.option(
+    "--transport", default="tcp://127.0.0.1:0", show_default=True, type=TRANSPORT,
+    help=transport_help("Address this node listens on (registered with the registry)"))
+
+
 @group.command()
-@click.argument("name")
+@name_argument
 @registry_option
 @click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)),
               help="The group's ordering (joiners use the same; they need one that "
                    "admits members at run time, e.g. matrix).")
-@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True,
-              help="Address this node listens on (registered with the registry).")
-@click.option("--node", default=None, help="Claim this node id (default: assigned).")
-@click.option("--batch", default=None, type=click.IntRange(1),
-              help="Message ids per order packet (sequencer family).")
-@click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
+@_transport_option
+@_node_option
+@ordering_options()
 @timeout_option
 def create(name: str, registry_url: str, ordering: str, transport: str, node: str | None,
-           batch: int | None, safe: bool, timeout: float) -> None:
+           batch: int | None, safe: bool, relay: bool, multicast: str, partitions: str,
+           suspect_after: int | None, timeout: float) -> None:
     """Create group NAME (this node its first member and leader) and open a session."""
+    options = group_options(ordering, batch=batch, safe=safe, relay=relay,
+                            multicast=multicast, partitions=partitions,
+                            suspect_after=suspect_after)
     sys.exit(_run(_session(name, create=True, registry_url=registry_url, ordering=ordering,
-                           transport=transport, node=node, options=_options(batch, safe),
-                           timeout=timeout)))
+                           transport=transport, node=node,
+                           options=None if options == OrderingOptions() else options,
+                           timeout=timeout), registry_url))
 
 
 @group.command()
-@click.argument("name")
+@name_argument
 @registry_option
 @click.option("--ordering", default=None, type=click.Choice(sorted(ORDERINGS)),
-              help="Only check that the group uses this ordering.")
-@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True)
-@click.option("--node", default=None, help="Claim this node id (default: assigned).")
+              help="Only check that the group uses this ordering (the registry names it, "
+                   "with the options its creator chose).")
+@_transport_option
+@_node_option
 @timeout_option
 def join(name: str, registry_url: str, ordering: str | None, transport: str,
          node: str | None, timeout: float) -> None:
     """Join group NAME (found through the registry) and open a session."""
     sys.exit(_run(_session(name, create=False, registry_url=registry_url, ordering=ordering,
-                           transport=transport, node=node, options=None, timeout=timeout)))
+                           transport=transport, node=node, options=None, timeout=timeout),
+                  registry_url))
 
 
 @group.command(name="list")
@@ -276,7 +291,7 @@ def list_groups(registry_url: str, as_json: bool, timeout: float) -> None:
     """The groups the registry knows: name, ordering, view, leader, member count."""
 
     async def main() -> int:
-        async with _client(registry_url) as client, asyncio.timeout(timeout):
+        async with _client(registry_url, timeout) as client, asyncio.timeout(timeout):
             groups = await client.list_groups()
         for g in groups:
             if as_json:
@@ -290,11 +305,11 @@ def list_groups(registry_url: str, as_json: bool, timeout: float) -> None:
             _say("no groups")
         return 0
 
-    sys.exit(_run(main()))
+    sys.exit(_run(main(), registry_url))
 
 
 @group.command()
-@click.argument("name")
+@name_argument
 @registry_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @timeout_option
@@ -302,7 +317,7 @@ def members(name: str, registry_url: str, as_json: bool, timeout: float) -> None
     """The members of group NAME as its leader last registered them."""
 
     async def main() -> int:
-        async with _client(registry_url) as client, asyncio.timeout(timeout):
+        async with _client(registry_url, timeout) as client, asyncio.timeout(timeout):
             info = await client.lookup(name)
         if not info.members:
             return _error(f"the registry has no group {name!r}")
@@ -317,11 +332,11 @@ def members(name: str, registry_url: str, as_json: bool, timeout: float) -> None
             _say(f"  {member}  {address}")
         return 0
 
-    sys.exit(_run(main()))
+    sys.exit(_run(main(), registry_url))
 
 
 @group.command()
-@click.argument("name")
+@name_argument
 @registry_option
 @timeout_option
 def remove(name: str, registry_url: str, timeout: float) -> None:
@@ -329,7 +344,7 @@ def remove(name: str, registry_url: str, timeout: float) -> None:
     stops registering it; running members go on until they leave."""
 
     async def main() -> int:
-        async with _client(registry_url) as client, asyncio.timeout(timeout):
+        async with _client(registry_url, timeout) as client, asyncio.timeout(timeout):
             known = {g.group for g in await client.list_groups()}
             await client.remove(name)
         if name not in known:
@@ -337,13 +352,13 @@ def remove(name: str, registry_url: str, timeout: float) -> None:
         _say(f"removed {name}")
         return 0
 
-    sys.exit(_run(main()))
+    sys.exit(_run(main(), registry_url))
 
 
-def _client(url: str) -> Any:
+def _client(url: str, timeout: float) -> Any:
     from abcast.registry.client import RegistryClient
 
     try:
-        return RegistryClient(url)
+        return RegistryClient(url, connect_timeout_s=timeout)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))

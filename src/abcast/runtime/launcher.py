@@ -204,6 +204,7 @@ def node_command(config: ClusterConfig, registry_url: str, run_id: str) -> list[
         cmd.append("--safe")
     if config.options.relay:
         cmd.append("--relay")
+    cmd += ["--multicast", config.options.multicast, "--partitions", config.options.partitions]
     cmd += ["--suspect-after", str(config.options.detector.timeout_us // 1000)]
     return cmd
 
