@@ -69,9 +69,12 @@ def cli() -> None:
 
 @cli.command()
 @_ORDERING
-@click.option("--nodes", default=3, show_default=True, type=count(1, 256))
-@click.option("--messages", default=1000, show_default=True, type=count(0))
-@click.option("--seed", default=1, show_default=True, type=SEED)
+@click.option("--nodes", default=3, show_default=True, type=count(1, 256),
+              help="Nodes n1…nN in the group.")
+@click.option("--messages", default=1000, show_default=True, type=count(0),
+              help="Messages broadcast over the whole run, round-robin over the nodes.")
+@click.option("--seed", default=1, show_default=True, type=SEED,
+              help="The run's one seed: same arguments, same seed, the same trace.")
 @click.option("--faults", default="", help="e.g. drop=0.1,dup=0.05,delay=1-30ms,"
               "crash=n2@300ms,partition=n1+n2|n3@100ms-400ms,hold=n1@100ms-200ms (a side "
               "'*': every other node, joiners included)")
@@ -210,13 +213,15 @@ def _logging(verbose: bool) -> None:
 
 
 @cli.command()
-@click.option("--nodes", default=3, show_default=True, type=count(1, 256))
+@click.option("--nodes", default=3, show_default=True, type=count(1, 256),
+              help="Nodes n1…nN in the group.")
 @_ORDERING
 @click.option("--transport", default="tcp", show_default=True, type=TRANSPORT,
               help=transport_help("The nodes' transport (only its scheme is used: each "
                                   "node binds 127.0.0.1, a free port); mem runs every "
                                   "node in this one process"))
-@click.option("--messages", default=1000, show_default=True, type=count(0))
+@click.option("--messages", default=1000, show_default=True, type=count(0),
+              help="Messages broadcast over the whole run, round-robin over the nodes.")
 @click.option("--payload", default=64, show_default=True, type=PAYLOAD,
               help="Payload bytes per message (>= 8 stamps the send time into it).")
 @click.option("--rate", default=None, type=RATE,
@@ -405,13 +410,13 @@ def node(
         run_pipe_node,
     )
 
-    _logging(verbose)
-    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a node is stuck
     if serial and rate is not None:
         fail("--serial is a closed loop: it takes no --rate")
     options = group_options(ordering, batch=batch, safe=safe, relay=relay,
                             multicast=multicast, partitions=partitions,
                             suspect_after=suspect_after)
+    _logging(verbose)
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a node is stuck
     if out is not None and trace == "on":
         make_out_dir(out)
     config = WorkerConfig(

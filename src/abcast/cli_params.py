@@ -198,6 +198,27 @@ def transport_help(what: str) -> str:
             "on 127.0.0.1, any free port.")
 
 
+class SparkMaster(click.ParamType[str]):
+    """A Spark master URL: local, local[N], local[*], local[N,F], spark://host:port[,…],
+    yarn, k8s://…, mesos://…, sc://… (Spark Connect)."""
+
+    name = "url"
+    _FORMS: Final = re.compile(
+        r"local(\[(\d+|\*)(,\d+)?\])?|yarn|spark://[^/:\s]+:\d+(,[^/:\s]+:\d+)*"
+        r"|(k8s|mesos|sc)://\S+")
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        if self._FORMS.fullmatch(text) is None:
+            self.fail(f"{text!r} is not a Spark master URL (local[*], local[N], "
+                      "spark://host:port, yarn, k8s://…, sc://…)", param, ctx)
+        return text
+
+
+SPARK_MASTER: Final = SparkMaster()
+
+
 # ---------------------------------------------------------------- the ordering's knobs
 
 _F = TypeVar("_F", bound=Callable[..., Any])

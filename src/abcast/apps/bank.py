@@ -25,6 +25,16 @@ from typing import Any, Final
 
 import click
 
+from abcast.cli_params import (
+    MILLISECONDS,
+    SECONDS,
+    SEED,
+    TRANSPORT,
+    count,
+    fail,
+    scheme_of,
+    transport_help,
+)
 from abcast.errors import AbcastError, ConfigError
 from abcast.ordering.registry import OrderingOptions
 from abcast.replicated.batteries import Account
@@ -215,28 +225,33 @@ def demo() -> None:
 
 
 @demo.command()
-@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
+@click.option("--nodes", default=3, show_default=True, type=count(1, 64),
+              help="Processes (replicas) in the group.")
 @click.option("--ordering", default="matrix", show_default=True,
-              type=click.Choice(total_orderings()))
-@click.option("--operations", default=100, show_default=True, type=click.IntRange(0))
-@click.option("--transport", default="tcp", show_default=True,
-              help="Transport scheme (tcp, zmq, grpc, pyro, mem; mem runs in this process).")
-@click.option("--seed", default=1, show_default=True, type=int)
-@click.option("--heartbeat-ms", default=300.0, show_default=True, type=float,
+              type=click.Choice(total_orderings()),
+              help="The group's ordering (one that claims total order).")
+@click.option("--operations", default=100, show_default=True, type=count(0),
+              help="Deposits and withdrawals over the whole group (K).")
+@click.option("--transport", default="tcp", show_default=True, type=TRANSPORT,
+              help=transport_help("The nodes' transport (only its scheme is used); mem runs "
+                                  "every node in this process"))
+@click.option("--seed", default=1, show_default=True, type=SEED,
+              help="Seed of the random amounts.")
+@click.option("--heartbeat-ms", default=300.0, show_default=True, type=MILLISECONDS,
               help="matrix: the NOPE heartbeat period (adaptive: its idle start).")
 @click.option("--fixed-heartbeat", is_flag=True, help="matrix: the thesis's fixed period.")
-@click.option("--timeout", default=120.0, show_default=True, type=float)
+@click.option("--timeout", default=120.0, show_default=True, type=SECONDS,
+              help="Seconds before the demo gives up on the nodes.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
 def bank(nodes: int, ordering: str, operations: int, transport: str, seed: int,
          heartbeat_ms: float, fixed_heartbeat: bool, timeout: float, as_json: bool) -> None:
     """N processes apply K random deposits and withdrawals to one replicated Account."""
     try:
-        config = BankConfig(nodes, ordering, operations, transport, seed, timeout,
+        config = BankConfig(nodes, ordering, operations, scheme_of(transport), seed, timeout,
                             _options(heartbeat_ms, fixed_heartbeat))
         result = asyncio.run(run_bank(config))
     except AbcastError as exc:
-        click.echo(f"abcast: error: {exc}", err=True)
-        sys.exit(2)
+        fail(str(exc))
     summary = result.summary()
     if as_json:
         click.echo(json.dumps(summary))
