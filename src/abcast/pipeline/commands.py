@@ -171,7 +171,8 @@ def _print_tables(outcome: CheckOutcome, *, to_stderr: bool) -> None:
 @click.option("--master", default=None, type=SPARK_MASTER,
               help="Spark master URL (default: embedded local[*]).")
 @click.option("--json", "as_json", is_flag=True,
-              help="End with one JSON line: runs, events, violations per code, examples.")
+              help="End with one JSON line: runs, events, violations per claimed code, "
+                   "examples.")
 def check(trace_dir: str, master: str | None, as_json: bool) -> None:
     """Check every run in TRACE_DIR for the guarantees its runs row claims.
 
@@ -201,10 +202,14 @@ def check(trace_dir: str, master: str | None, as_json: bool) -> None:
     # With --json, stdout carries only the JSON line (the CLI's convention).
     _print_tables(outcome, to_stderr=as_json)
     if as_json:
+        claimed = {code for claim in outcome.runs for code in claim.codes}
         summary = {
             "runs": len(outcome.runs),
             "events": outcome.events,
-            "violations": outcome.verdict.totals(),
+            # the codes some run claimed, as in the tables: a code nobody claimed was
+            # not checked, and a 0 would say it was
+            "violations": {code: n for code, n in outcome.verdict.totals().items()
+                           if code in claimed},
             "examples": [e.as_json() for e in outcome.verdict.examples],
         }
         click.echo(json.dumps(summary, sort_keys=False))

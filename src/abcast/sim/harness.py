@@ -27,7 +27,7 @@ from abcast.sim.scheduler import Scheduler
 from abcast.stack import Stack
 from abcast.testing import Violation, check_events, count_by_code
 from abcast.trace.recorder import TraceRecorder
-from abcast.trace.rows import RunInfo
+from abcast.trace.rows import RunInfo, options_label
 from abcast.trace.writer import write_run
 from abcast.workload import RoundRobin
 
@@ -105,7 +105,7 @@ class SimResult:
             run_id=self.run_id, ordering=cfg.ordering, transport="sim", nodes=cfg.nodes,
             payload_bytes=cfg.payload, workload=workload, seed=cfg.seed,
             faults=cfg.faults or None, guarantees=self.guarantees, started_ns=0,
-            duration_ns=self.end_us * 1_000,
+            duration_ns=self.end_us * 1_000, options=options_label(cfg.options),
         )
 
     def summary(self) -> dict[str, object]:
