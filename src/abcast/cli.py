@@ -140,11 +140,15 @@ class _Progress:
         self._bar.stop()
 
 
+#: how the summary tables name a key whose bare name misleads
+_SHOWN: Final = {"delivered": "delivered (on all nodes)"}
+
+
 def _print_summary(console: Console, summary: dict[str, Any], out: Path) -> None:
     table = Table(title=f"run {summary['run_id']}", show_header=False)
     for key in ("ordering", "nodes", "messages", "delivered", "packets_per_broadcast",
                 "retransmissions", "virtual_ms", "quiescent"):
-        table.add_row(key, str(summary[key]))
+        table.add_row(_SHOWN.get(key, key), str(summary[key]))
     violations = summary["violations"]
     verdict = (
         "[green]none[/green]" if not violations
@@ -290,7 +294,7 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
                 "packets_per_broadcast", "retransmissions", "wall_ms",
                 "throughput_msgs_per_s", "latency_p50_us", "latency_p99_us", "bad_frames",
                 "quiescent"):
-        table.add_row(key, str(summary[key]))
+        table.add_row(_SHOWN.get(key, key), str(summary[key]))
     violations = summary["violations"]
     verdict = (
         ("[green]none[/green]" if summary["traced"] else "not checked (--trace off)")

@@ -191,6 +191,20 @@ def test_a_session_reads_stdin_from_a_file_and_leaves_no_record(
     assert _run("group", "list", "--registry", registry).stdout == "no groups\n"
 
 
+def test_create_takes_the_ordering_options_sim_takes(registry: str) -> None:
+    """--multicast, --partitions, --relay, --safe: the same declarations as sim and
+    cluster; one an ordering cannot honour is refused before anything starts."""
+    with open(os.devnull, "rb") as stdin:
+        done = subprocess.run([*ABCAST, "group", "create", "opts", "--registry", registry,
+                               "--ordering", "sequencer", "--multicast", "basic",
+                               "--partitions", "evs", "--relay"], stdin=stdin,
+                              capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    refused = _run("group", "create", "opts", "--registry", registry, "--ordering", "matrix",
+                   "--partitions", "evs")
+    assert refused.returncode == 2 and "cannot run partitions='evs'" in refused.stderr
+
+
 def test_a_refused_create_prints_only_its_error(registry: str) -> None:
     one = Terminal("group", "create", "once", "--registry", registry, "--ordering", "fifo")
     try:

@@ -131,6 +131,21 @@ def test_wan_emulation_delays_links_without_breaking_anything(tmp_path: Path) ->
     assert [r.faults for r in read_runs(tmp_path)] == [f"wan={EXAMPLE_MATRIX.name}"]
 
 
+@pytest.mark.parametrize("transport", ["mem", "tcp"])
+def test_basic_multicast_and_relay_run_and_are_recorded(tmp_path: Path, transport: str) -> None:
+    """--multicast and the other ordering options work on cluster as on sim: the run
+    claims what a best-effort group claims, and runs.parquet records the options."""
+    proc = _cluster("--nodes", "3", "--ordering", "sequencer", "--transport", transport,
+                    "--messages", "30", "--multicast", "basic", "--relay",
+                    "--out", str(tmp_path))
+    summary = _summary(proc)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary["delivered"] == 90 and summary["violations"] == {}
+    (run,) = read_runs(tmp_path)
+    assert run.options == "relay multicast=basic"
+    assert "validity" not in run.guarantees and "total" in run.guarantees
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("args", "message"),
