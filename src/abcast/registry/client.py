@@ -253,8 +253,11 @@ class RegistryClient:
                 if writer is not None:
                     writer.close()
                 if delay == self._initial:
-                    log.warning("registry %s unreachable (%s); retrying with backoff",
-                                self.url, exc)
+                    # Never reached with a deadline: the waiting call reports it (one
+                    # error naming the URL); a registry lost mid-run is worth a warning.
+                    quiet = not self._reached and self.connect_timeout_s is not None
+                    log.log(logging.INFO if quiet else logging.WARNING,
+                            "registry %s unreachable (%s); retrying with backoff", self.url, exc)
                 await asyncio.sleep(delay * self._rng.uniform(0.75, 1.25))
                 delay = min(delay * 2, self._max)
                 continue
