@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from abcast.ordering.registry import OrderingOptions
 
 from abcast.errors import ConfigError
 from abcast.trace.schema import (
@@ -74,7 +77,7 @@ class RunInfo:
             object.__setattr__(self, "guarantees", tuple(self.guarantees))
 
 
-def options_label(options: OrderingOptionsLike) -> str:
+def options_label(options: OrderingOptions) -> str:
     """The runs row's `options`: the knobs that change what a run measures or claims,
     when not at their default, in one fixed order ("" when all are)."""
     parts = [name for name, on in (("relay", options.relay), ("safe", options.safe)) if on]
@@ -85,21 +88,6 @@ def options_label(options: OrderingOptionsLike) -> str:
     if options.partitions != "primary":
         parts.append(f"partitions={options.partitions}")
     return " ".join(parts)
-
-
-class OrderingOptionsLike(Protocol):
-    """What options_label reads of abcast.ordering.registry.OrderingOptions."""
-
-    @property
-    def relay(self) -> bool: ...
-    @property
-    def safe(self) -> bool: ...
-    @property
-    def batch(self) -> int | None: ...
-    @property
-    def multicast(self) -> str: ...
-    @property
-    def partitions(self) -> str: ...
 
 
 # ---------------------------------------------------------------- Python → Arrow
