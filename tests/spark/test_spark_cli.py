@@ -5,6 +5,7 @@ traceback), and the report's tables and plots."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -192,9 +193,10 @@ def test_report_keeps_a_crash_an_evs_and_a_relay_run_apart(spark: object,
     configs = page.split("## By configuration")[1].split("##")[0]
     rows = [line for line in configs.splitlines() if line.startswith("| sequencer |")]
     assert len(rows) == 3
-    by_setting = {row.split("|")[5].strip(): row.split("|")[-2].strip() for row in rows}
+    cells = [re.split(r"(?<!\\)\|", row) for row in rows]  # `\|` is a pipe inside a cell
+    by_setting = {c[5].strip(): c[-2].strip() for c in cells}
     assert by_setting == {"closed-round-robin, faults crash=n3@20ms": "4 †",
-                          "closed-round-robin, partitions=evs, faults partition=n1|*@5ms-60ms":
+                          "closed-round-robin, partitions=evs, faults partition=n1\\|*@5ms-60ms":
                               "4 †",
                           "closed-round-robin, relay": "3"}
     assert "† the model is of a failure-free run" in page

@@ -375,7 +375,9 @@ def _num(value: float | int | None, digits: int = 3) -> str:
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |",
              "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    # a `|` in a cell (a partition fault) would end the cell: escaped, it stays text
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+              for row in rows]
     return lines
 
 
