@@ -1,7 +1,8 @@
 """The `abcast` command line. Thin: parse, call the library, print, pick the exit code.
 
 Exit codes: 0 clean, 1 the run or the check found violations, 2 bad arguments or input
-(one clear line on stderr, no traceback). With `--json` the last stdout line is a single
+(one line on stderr, `abcast: error: …`, no traceback; abcast.cli_params declares every
+parameter and formats every refusal). With `--json` the last stdout line is a single
 JSON object; progress and tables go to stderr then, so stdout stays machine-readable.
 """
 
@@ -15,38 +16,48 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from abcast.cli_params import (
+    EXIT_USAGE,
+    NAME,
+    OUT_DIR,
+    PAYLOAD,
+    RATE,
+    SECONDS,
+    SECONDS_OR_ZERO,
+    SEED,
+    TRANSPORT,
+    count,
+    fail,
+    group_options,
+    make_out_dir,
+    ordering_options,
+    scheme_of,
+    transport_help,
+    usage_error,
+)
 from abcast.errors import AbcastError
-from abcast.ordering.registry import ORDERINGS, OrderingOptions
+from abcast.ordering.registry import ORDERINGS
 
-EXIT_VIOLATIONS = 1
-EXIT_USAGE = 2
+EXIT_VIOLATIONS: Final = 1
+__all__ = ["EXIT_USAGE", "EXIT_VIOLATIONS", "cli", "fail", "main"]
 
 T = TypeVar("T")
 
-
-def fail(message: str) -> NoReturn:
-    click.echo(f"abcast: error: {message}", err=True)
-    sys.exit(EXIT_USAGE)
-
-
-#: --relay, the same on sim, cluster and node
-_RELAY: Final = click.option(
-    "--relay", is_flag=True,
-    help="Sequencer family: the origin sends to the sequencer only, which relays the "
-         "message with its number (n packets per broadcast, not 2(n-1)).")
-#: --order-interval-ms, the same on sim, cluster and node
-_ORDER_INTERVAL: Final = click.option(
-    "--order-interval-ms", "order_interval_ms", default=0.0, show_default=True,
-    type=click.FloatRange(0, 10_000),
-    help="Sequencer family: order every id admitted during this many ms in one order "
-         "packet (ROMIOP's leader timer); 0: order each at once.")
+#: --ordering, the same wherever a group is made
+_ORDERING: Final = click.option(
+    "--ordering", required=True, type=click.Choice(sorted(ORDERINGS)),
+    help="Ordering protocol in the ordering slot of the stack.")
+_JSON: Final = click.option("--json", "as_json", is_flag=True,
+                            help="Last stdout line is a JSON summary.")
+_VERBOSE: Final = click.option("-v", "--verbose", is_flag=True,
+                               help="Log at INFO level on stderr.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -56,56 +67,47 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)),
-              help="Ordering protocol in the ordering slot of the stack.")
-@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 256))
-@click.option("--messages", default=1000, show_default=True, type=click.IntRange(0))
-@click.option("--seed", default=1, show_default=True, type=int)
+@_ORDERING
+@click.option("--nodes", default=3, show_default=True, type=count(1, 256),
+              help="Nodes n1…nN in the group.")
+@click.option("--messages", default=1000, show_default=True, type=count(0),
+              help="Messages broadcast over the whole run, round-robin over the nodes.")
+@click.option("--seed", default=1, show_default=True, type=SEED,
+              help="The run's one seed: same arguments, same seed, the same trace.")
 @click.option("--faults", default="", help="e.g. drop=0.1,dup=0.05,delay=1-30ms,"
-              "crash=n2@300ms,partition=n1+n2|n3@100ms-400ms (a side '*': every other"
-              " node, joiners included)")
-@click.option("--payload", default=64, show_default=True, type=click.IntRange(0),
+              "crash=n2@300ms,partition=n1+n2|n3@100ms-400ms,hold=n1@100ms-200ms (a side "
+              "'*': every other node, joiners included)")
+@click.option("--payload", default=64, show_default=True, type=PAYLOAD,
               help="Payload bytes per message.")
-@click.option("--rate", default=None, type=float,
+@click.option("--rate", default=None, type=RATE,
               help="Open loop: broadcasts per second over the whole group.")
-@click.option("--batch", default=None, type=click.IntRange(1),
-              help="Message ids per order packet (sequencer family; default adaptive).")
-@click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
-@_RELAY
-@_ORDER_INTERVAL
-@click.option("--multicast", default="reliable", show_default=True,
-              type=click.Choice(["reliable", "basic", "nak"]),
-              help="basic: best effort, no retransmission (drops validity and agreement); "
-                   "nak: multicast streams repaired by NAKs (the udp:// channel).")
-@click.option("--partitions", default="primary", show_default=True,
-              type=click.Choice(["primary", "evs"]),
-              help="evs: every partition goes on and they merge on heal (sequencer, "
-                   "causal-total); primary: only a majority goes on.")
+@ordering_options()
 @click.option("--net-trace", is_flag=True, help="Record net_send/net_recv rows.")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", required=True, type=OUT_DIR,
               help="Trace directory (runs.parquet + events/).")
-@click.option("--json", "as_json", is_flag=True, help="Last stdout line is a JSON summary.")
+@_JSON
 def sim(
     ordering: str, nodes: int, messages: int, seed: int, faults: str, payload: int,
     rate: float | None, batch: int | None, safe: bool, relay: bool,
-    order_interval_ms: float, multicast: str, partitions: str, net_trace: bool, out: Path,
-    as_json: bool,
+    order_interval_ms: float, multicast: str,
+    partitions: str, suspect_after: int | None, net_trace: bool, out: Path, as_json: bool,
 ) -> None:
     """Simulate N nodes broadcasting M messages round-robin; write and check the trace."""
     from abcast.sim import SimConfig, run_simulation
 
     console = Console(stderr=True)
+    options = group_options(ordering, batch=batch, safe=safe, relay=relay,
+                            order_interval_ms=order_interval_ms, multicast=multicast,
+                            partitions=partitions,
+                            suspect_after=suspect_after)
     try:
         config = SimConfig(
             ordering=ordering, nodes=nodes, messages=messages, seed=seed, faults=faults,
-            payload=payload, rate=rate, net_trace=net_trace,
-            options=OrderingOptions(batch=batch, safe=safe, multicast=multicast,
-                                    partitions=partitions, relay=relay,
-                                    order_interval_ms=order_interval_ms),
+            payload=payload, rate=rate, net_trace=net_trace, options=options,
         )
         with _Progress(console, "simulating") as advance:
             result = run_simulation(config, on_progress=advance)
-        result.write(out)
+        result.write(make_out_dir(out))
     except AbcastError as exc:
         fail(str(exc))
     summary = result.summary()
@@ -116,12 +118,14 @@ def sim(
 
 
 class _Progress:
-    """A rich progress bar for `on_progress(done, total)` callbacks."""
+    """A rich progress bar for `on_progress(done, total)` callbacks; off a terminal, no
+    bar (a bar that is not redrawn would only leave a blank line)."""
 
     def __init__(self, console: Console, label: str) -> None:
         self._bar = Progress(
             TextColumn(f"[bold]{label}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TimeElapsedColumn(), console=console, transient=True,
+            disable=not console.is_terminal,
         )
         self._task = self._bar.add_task(label, total=None)
 
@@ -137,11 +141,15 @@ class _Progress:
         self._bar.stop()
 
 
+#: how the summary tables name a key whose bare name misleads
+_SHOWN: Final = {"delivered": "delivered (on all nodes)"}
+
+
 def _print_summary(console: Console, summary: dict[str, Any], out: Path) -> None:
     table = Table(title=f"run {summary['run_id']}", show_header=False)
     for key in ("ordering", "nodes", "messages", "delivered", "packets_per_broadcast",
                 "retransmissions", "virtual_ms", "quiescent"):
-        table.add_row(key, str(summary[key]))
+        table.add_row(_SHOWN.get(key, key), str(summary[key]))
     violations = summary["violations"]
     verdict = (
         "[green]none[/green]" if not violations
@@ -153,6 +161,28 @@ def _print_summary(console: Console, summary: dict[str, Any], out: Path) -> None
 
 
 # ---------------------------------------------------------------- the real runtime
+
+
+class _RegistryUrl(click.ParamType[str]):
+    """tcp://host:port, checked before anything starts."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        from abcast.registry import parse_registry_url
+
+        try:
+            parse_registry_url(str(value))
+        except AbcastError as exc:
+            self.fail(str(exc), param, ctx)
+        return str(value)
+
+
+_REGISTRY_URL: Final = _RegistryUrl()
+_WAN: Final = click.option(
+    "--wan", default=None, type=click.Path(dir_okay=False, exists=True),
+    help="Emulate WAN links (transport/wan.py) as this RTT-matrix file describes.")
 
 
 def _run_async(main: Coroutine[Any, Any, T]) -> T:
@@ -167,40 +197,19 @@ def _logging(verbose: bool) -> None:
                         else "%(name)s: %(message)s", stream=sys.stderr)
 
 
-def _options(
-    batch: int | None, safe: bool, suspect_after_ms: int | None, relay: bool = False,
-    order_interval_ms: float = 0,
-) -> OrderingOptions:
-    if suspect_after_ms is None:
-        return OrderingOptions(batch=batch, safe=safe, relay=relay,
-                               order_interval_ms=order_interval_ms)
-    from abcast.group.failure_detector import DetectorConfig
-
-    defaults = DetectorConfig()
-    timeout_us = suspect_after_ms * 1000
-    detector = DetectorConfig(period_us=min(defaults.period_us, timeout_us // 2),
-                              timeout_us=timeout_us)
-    return OrderingOptions(batch=batch, safe=safe, detector=detector, relay=relay,
-                           order_interval_ms=order_interval_ms)
-
-
-def _transport_schemes() -> list[str]:
-    from abcast.transport import known_schemes
-
-    return list(known_schemes())
-
-
 @cli.command()
-@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 256))
-@click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)),
-              help="Ordering protocol in the ordering slot of the stack.")
-@click.option("--transport", "scheme", default="tcp", show_default=True,
-              type=click.Choice(_transport_schemes()),
-              help="Transport scheme; mem runs every node in this one process.")
-@click.option("--messages", default=1000, show_default=True, type=click.IntRange(0))
-@click.option("--payload", default=64, show_default=True, type=click.IntRange(0),
+@click.option("--nodes", default=3, show_default=True, type=count(1, 256),
+              help="Nodes n1…nN in the group.")
+@_ORDERING
+@click.option("--transport", default="tcp", show_default=True, type=TRANSPORT,
+              help=transport_help("The nodes' transport (only its scheme is used: each "
+                                  "node binds 127.0.0.1, a free port); mem runs every "
+                                  "node in this one process"))
+@click.option("--messages", default=1000, show_default=True, type=count(0),
+              help="Messages broadcast over the whole run, round-robin over the nodes.")
+@click.option("--payload", default=64, show_default=True, type=PAYLOAD,
               help="Payload bytes per message (>= 8 stamps the send time into it).")
-@click.option("--rate", default=None, type=float,
+@click.option("--rate", default=None, type=RATE,
               help="Open loop: broadcasts per second over the whole group.")
 @click.option("--serial", is_flag=True,
               help="One message in flight: message k leaves once its sender delivered "
@@ -210,51 +219,47 @@ def _transport_schemes() -> list[str]:
 @click.option("--loop", "event_loop", default=None, type=click.Choice(["asyncio", "uvloop"]),
               help="The node processes' event loop (default: uvloop when installed).")
 @click.option("--busy-poll", "busy_poll_us", default=0, show_default=True,
-              type=click.IntRange(0, 10_000),
+              type=count(0, 10_000, "us"),
               help="µs the node processes keep polling their sockets after each read or "
                    "write instead of sleeping (lower latency, more CPU); 0: off.")
-@click.option("--wan", default=None, type=click.Path(dir_okay=False),
-              help="Emulate WAN links (transport/wan.py) as this file describes.")
-@click.option("--batch", default=None, type=click.IntRange(1),
-              help="Message ids per order packet (sequencer family; default adaptive).")
-@click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
-@_RELAY
-@_ORDER_INTERVAL
-@click.option("--suspect-after", default=2000, show_default=True, type=click.IntRange(50),
-              help="Milliseconds of silence before a crash-tolerant ordering's failure "
-                   "detector suspects a peer. No crashes are injected here, so a false "
-                   "suspicion (a loaded machine) only costs: the default is generous.")
-@click.option("--registry", default=None,
+@_WAN
+@ordering_options(suspect_after_default=2000)
+@click.option("--registry", default=None, type=_REGISTRY_URL,
               help="Use this running registry (tcp://host:port) instead of starting one.")
-@click.option("--timeout", default=600.0, show_default=True, type=float,
+@click.option("--timeout", default=600.0, show_default=True, type=SECONDS,
               help="Seconds before an unfinished run is stopped (and reported incomplete).")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", required=True, type=OUT_DIR,
               help="Trace directory (runs.parquet + events/).")
-@click.option("--json", "as_json", is_flag=True, help="Last stdout line is a JSON summary.")
-@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
+@_JSON
+@_VERBOSE
 def cluster(
-    nodes: int, ordering: str, scheme: str, messages: int, payload: int, rate: float | None,
-    serial: bool, trace: str, event_loop: str | None, busy_poll_us: int, wan: str | None,
-    batch: int | None, safe: bool, relay: bool, order_interval_ms: float,
-    suspect_after: int, registry: str | None,
-    timeout: float, out: Path, as_json: bool, verbose: bool,
+    nodes: int, ordering: str, transport: str, messages: int, payload: int,
+    rate: float | None, serial: bool, trace: str, event_loop: str | None, busy_poll_us: int,
+    wan: str | None, batch: int | None, safe: bool, relay: bool,
+    order_interval_ms: float, multicast: str,
+    partitions: str, suspect_after: int, registry: str | None, timeout: float, out: Path,
+    as_json: bool, verbose: bool,
 ) -> None:
     """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
     from abcast.evaluation.cluster import ClusterConfig
     from abcast.evaluation.launcher import run_cluster
 
     _logging(verbose)
+    scheme = scheme_of(transport)
+    options = group_options(ordering, batch=batch, safe=safe, relay=relay,
+                            order_interval_ms=order_interval_ms, multicast=multicast,
+                            partitions=partitions,
+                            suspect_after=suspect_after)
     config = ClusterConfig(
         nodes=nodes, ordering=ordering, transport=scheme, messages=messages, out=out,
         payload=payload, rate=rate, serial=serial, trace=trace == "on", wan=wan,
-        event_loop=event_loop, busy_poll_us=busy_poll_us,
-        options=_options(batch, safe, suspect_after, relay, order_interval_ms),
-        timeout_s=timeout,
-        registry=registry,
+        event_loop=event_loop, busy_poll_us=busy_poll_us, options=options,
+        timeout_s=timeout, registry=registry,
     )
     console = Console(stderr=True)
     try:
         config.validate()
+        make_out_dir(out)
         with console.status(f"running {nodes} nodes over {scheme}"):
             result = _run_async(run_cluster(config))
     except AbcastError as exc:
@@ -272,7 +277,7 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
                 "packets_per_broadcast", "retransmissions", "wall_ms",
                 "throughput_msgs_per_s", "latency_p50_us", "latency_p99_us", "bad_frames",
                 "quiescent"):
-        table.add_row(key, str(summary[key]))
+        table.add_row(_SHOWN.get(key, key), str(summary[key]))
     violations = summary["violations"]
     verdict = (
         ("[green]none[/green]" if summary["traced"] else "not checked (--trace off)")
@@ -291,7 +296,7 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
               help="Address to serve on (port 0: any free one).")
 @click.option("--json", "as_json", is_flag=True,
               help='First stdout line is {"url": ...}, the address actually bound.')
-@click.option("--recovery-grace", default=1.0, show_default=True, type=click.FloatRange(0),
+@click.option("--recovery-grace", default=1.0, show_default=True, type=SECONDS_OR_ZERO,
               help="Seconds new nodes wait after start, so that after a restart running "
                    "members re-claim their ids before any id is handed out again.")
 @click.option("--group", "groups", multiple=True, metavar="NAME=SIZE",
@@ -299,7 +304,7 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
                    "without naming it.")
 @click.option("--stop-on-eof", is_flag=True, hidden=True,
               help="Stop when stdin closes (the cluster launcher's lifeline).")
-@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
+@_VERBOSE
 def registry(
     listen: str, as_json: bool, recovery_grace: float, groups: tuple[str, ...],
     stop_on_eof: bool, verbose: bool,
@@ -311,9 +316,9 @@ def registry(
     sizes: dict[str, int] = {}
     for spec in groups:
         name, _, size = spec.partition("=")
-        if not name or not size.isdigit() or int(size) < 1:
+        if not size.isdigit() or int(size) < 1:
             fail(f"--group {spec!r} is not NAME=SIZE with SIZE >= 1")
-        sizes[name] = int(size)
+        sizes[NAME.convert(name, None, None)] = int(size)
     try:
         host, port = parse_registry_url(listen)
     except AbcastError as exc:
@@ -342,43 +347,45 @@ def registry(
 
 
 @cli.command()
-@click.option("--registry", "registry_url", required=True,
+@click.option("--registry", "registry_url", required=True, type=_REGISTRY_URL,
               help="The registry to join through (tcp://host:port).")
-@click.option("--group", default="g", show_default=True)
-@click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)))
-@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True,
-              help="Address to bind (advertised to the group through the registry).")
-@click.option("--size", required=True, type=click.IntRange(1, 65_536),
+@click.option("--group", default="g", show_default=True, type=NAME,
+              help="The group's name at the registry.")
+@_ORDERING
+@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True, type=TRANSPORT,
+              help=transport_help("Address to bind (advertised to the group through the "
+                                  "registry)"))
+@click.option("--size", required=True, type=count(1, 65_536),
               help="Members the group has; the run starts once all have joined.")
-@click.option("--messages", required=True, type=click.IntRange(0),
+@click.option("--messages", required=True, type=count(0),
               help="Messages of the whole run (M): this node is done once it delivered M.")
-@click.option("--payload", default=64, show_default=True, type=click.IntRange(0))
-@click.option("--rate", default=None, type=float,
+@click.option("--payload", default=64, show_default=True, type=PAYLOAD,
+              help="Payload bytes per message.")
+@click.option("--rate", default=None, type=RATE,
               help="Open loop: broadcasts per second over the whole group.")
 @click.option("--serial", is_flag=True,
               help="One message in flight: send message k once message k-1 is delivered.")
-@click.option("--node", "claim", default=None, help="Claim this node id (default: assigned).")
-@click.option("--run-id", default=None, help="Trace run id shared by every node of the run.")
-@click.option("--out", default=None, type=click.Path(file_okay=False, path_type=Path),
-              help="Write this node's trace rows here.")
-@click.option("--trace", default="on", show_default=True, type=click.Choice(["on", "off"]))
-@click.option("--wan", default=None, type=click.Path(dir_okay=False))
-@click.option("--batch", default=None, type=click.IntRange(1))
-@click.option("--safe", is_flag=True)
-@_RELAY
-@_ORDER_INTERVAL
-@click.option("--suspect-after", default=None, type=click.IntRange(50),
-              help="Failure detector timeout in ms (default: the ordering's own).")
+@click.option("--node", "claim", default=None, type=NAME,
+              help="Claim this node id (default: assigned).")
+@click.option("--run-id", default=None, type=NAME,
+              help="Trace run id shared by every node of the run.")
+@click.option("--out", default=None, type=OUT_DIR, help="Write this node's trace rows here.")
+@click.option("--trace", default="on", show_default=True, type=click.Choice(["on", "off"]),
+              help="off: record only counters and latencies, write no trace.")
+@_WAN
+@ordering_options()
 @click.option("--control", default="registry", show_default=True,
               type=click.Choice(["registry", "pipe"]),
               help="registry: start and stop through the registry (nodes started by hand); "
                    "pipe: go/stop lines on stdin (the cluster launcher).")
-@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
+@_VERBOSE
 def node(
     registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
     payload: int, rate: float | None, serial: bool, claim: str | None, run_id: str | None,
     out: Path | None, trace: str, wan: str | None, batch: int | None, safe: bool,
-    relay: bool, order_interval_ms: float, suspect_after: int | None, control: str,
+    relay: bool,
+    order_interval_ms: float, multicast: str, partitions: str, suspect_after: int | None,
+    control: str,
     verbose: bool,
 ) -> None:
     """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
@@ -392,19 +399,22 @@ def node(
         run_pipe_node,
     )
 
-    _logging(verbose)
-    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a node is stuck
-    if rate is not None and not rate > 0:
-        fail("--rate must be positive")
     if serial and rate is not None:
         fail("--serial is a closed loop: it takes no --rate")
+    options = group_options(ordering, batch=batch, safe=safe, relay=relay,
+                            order_interval_ms=order_interval_ms, multicast=multicast,
+                            partitions=partitions,
+                            suspect_after=suspect_after)
+    _logging(verbose)
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a node is stuck
+    if out is not None and trace == "on":
+        make_out_dir(out)
     config = WorkerConfig(
         group=group, ordering=ordering, transport=transport, size=size, messages=messages,
         registry=registry_url, run_id=run_id or f"{group}-{ordering}-n{size}-m{messages}",
         node=claim, payload=payload, rate=rate, serial=serial,
         out=out if trace == "on" else None,
-        options=_options(batch, safe, suspect_after, relay, order_interval_ms),
-        wan=wan,
+        options=options, wan=wan,
     )
     runner = run_pipe_node if control == "pipe" else run_manual_node
     try:
@@ -438,7 +448,15 @@ _register_commands()
 
 
 def main() -> None:
-    cli(prog_name="abcast")
+    """The `abcast` entry point: click's own refusals in the one error format."""
+    try:
+        code = cli.main(prog_name="abcast", standalone_mode=False)
+    except click.ClickException as exc:
+        usage_error(exc)
+    except click.exceptions.Abort:
+        click.echo("", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -191,6 +192,51 @@ def test_refusals_are_one_line_and_exit_2(registry: str) -> None:
         one.expect("created taken")
         again = _run("group", "create", "taken", "--registry", registry, "--ordering", "fifo")
         assert again.returncode == 2 and "already exists" in again.stderr
+    finally:
+        one.kill()
+
+
+@pytest.mark.parametrize("source", ["devnull", "file"])
+def test_a_session_reads_stdin_from_a_file_and_leaves_no_record(
+    registry: str, source: str, tmp_path: Path
+) -> None:
+    """`abcast group create NAME < file` (or < /dev/null): the lines are sent, end of file
+    leaves, and the registry forgets the group (its last member took it out)."""
+    lines = tmp_path / "lines.txt"
+    lines.write_text("first line\nsecond line\n")
+    with open(os.devnull if source == "devnull" else lines, "rb") as stdin:
+        done = subprocess.run([*ABCAST, "group", "create", "batch", "--registry", registry,
+                               "--ordering", "sequencer"], stdin=stdin, capture_output=True,
+                              text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    out = done.stdout.splitlines()
+    assert out[0] == "* view 1: n1" and out[-1] == "left batch"
+    if source == "file":
+        assert [line for line in out if "> " in line] == ["n1> first line", "n1> second line"]
+    assert _run("group", "list", "--registry", registry).stdout == "no groups\n"
+
+
+def test_create_takes_the_ordering_options_sim_takes(registry: str) -> None:
+    """--multicast, --partitions, --relay, --safe: the same declarations as sim and
+    cluster; one an ordering cannot honour is refused before anything starts."""
+    with open(os.devnull, "rb") as stdin:
+        done = subprocess.run([*ABCAST, "group", "create", "opts", "--registry", registry,
+                               "--ordering", "sequencer", "--multicast", "basic",
+                               "--partitions", "evs", "--relay"], stdin=stdin,
+                              capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    refused = _run("group", "create", "opts", "--registry", registry, "--ordering", "matrix",
+                   "--partitions", "evs")
+    assert refused.returncode == 2 and "cannot run partitions='evs'" in refused.stderr
+
+
+def test_a_refused_create_prints_only_its_error(registry: str) -> None:
+    one = Terminal("group", "create", "once", "--registry", registry, "--ordering", "fifo")
+    try:
+        one.expect("created once")
+        again = _run("group", "create", "once", "--registry", registry, "--ordering", "fifo")
+        assert (again.returncode, again.stdout) == (2, "")
+        assert again.stderr.count("\n") == 1 and "already exists" in again.stderr
     finally:
         one.kill()
 

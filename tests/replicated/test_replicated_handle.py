@@ -186,3 +186,22 @@ async def test_replicas_over_real_groups_agree(ordering: str) -> None:
                 await handle.close()
         finally:
             await asyncio.gather(*(g.close() for g in groups))
+
+
+@pytest.mark.parametrize("ordering", ["unordered", "fifo", "causal"])
+@run_async
+async def test_attach_refuses_a_group_that_does_not_claim_total_order(ordering: str) -> None:
+    """Copies on a fifo or causal group would apply writes in different orders and end
+    with different values, silently: attaching is a ConfigError naming what works."""
+    from abcast.errors import ConfigError
+    from abcast.registry.server import RegistryServer
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        async with Group("counter", ordering=ordering, transport="mem://",
+                         registry=server.url, node="n1", size=1) as group:
+            with pytest.raises(ConfigError, match=r"total order.*chandra-toueg.*sequencer"):
+                await attach(group, Counter)
+        with pytest.raises(ConfigError, match="does not claim total order"):
+            await Group.create("kv", ordering=ordering, transport="mem://",
+                               registry=server.url, app=ReplicatedHandle(Counter()))

@@ -157,3 +157,27 @@ def test_a_restarted_registry_learns_members_again_and_waiting_calls_resume() ->
         await second.close()
 
     asyncio.run(main())
+
+
+def test_a_registry_never_reached_fails_within_the_timeout_naming_its_url() -> None:
+    """The Python API and the CLI give up on a dead registry alike: one default,
+    REGISTRY_TIMEOUT_S (the CLI's --timeout default), and an error that names the URL."""
+    from abcast.apps.groups import timeout_option
+    from abcast.registry.client import REGISTRY_TIMEOUT_S
+    from abcast.runtime.group import Group
+    from abcast.runtime.node import Node
+
+    dead = "tcp://127.0.0.1:9"  # the discard port: nothing listens there
+    assert Node("mem://", registry=dead).registry.connect_timeout_s == REGISTRY_TIMEOUT_S
+    assert RegistryClient(dead).connect_timeout_s == REGISTRY_TIMEOUT_S
+    assert any(getattr(p, "default", None) == REGISTRY_TIMEOUT_S
+               for p in timeout_option(lambda: None).__click_params__)  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        client = RegistryClient(dead, connect_timeout_s=0.3, **FAST)
+        with pytest.raises(ConfigError, match=r"registry tcp://127\.0\.0\.1:9 did not answer"):
+            async with asyncio.timeout(5):  # the client gives up first, by itself
+                await Group("g", ordering="fifo", transport="mem://", registry=client,
+                            size=1).open()
+
+    asyncio.run(main())

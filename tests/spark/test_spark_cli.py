@@ -5,6 +5,7 @@ traceback), and the report's tables and plots."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -110,7 +111,11 @@ def test_check_clean_dir_exits_0(spark: object, tmp_path: Path) -> None:
     assert len(lines) == 1  # with --json, stdout is the JSON line alone
     summary = json.loads(lines[0])
     assert summary["runs"] == 1 and summary["events"] > 0
-    assert set(summary["violations"].values()) == {0} and summary["examples"] == []
+    # the codes the run claimed, and only those: what it did not claim was not checked
+    assert set(summary["violations"].values()) == {0}
+    assert {"VALIDITY", "AGREEMENT", "FIFO_ORDER", "TOTAL_ORDER"} <= set(summary["violations"])
+    assert "UNIFORM_AGREEMENT" not in summary["violations"]
+    assert "CAUSAL_ORDER" not in summary["violations"] and summary["examples"] == []
 
 
 def test_check_planted_dir_exits_1_with_counts_and_examples(spark: object,
@@ -155,14 +160,46 @@ def test_report_writes_tables_and_plots(spark: object, tmp_path: Path) -> None:
     for heading in ("## Runs", "## By configuration", "## Optimistic delivery",
                     "## Fitted latency model"):
         assert heading in page
-    assert "| sequencer | sim | 4 | 512 | 1 |" in page  # a configuration row
+    # a configuration row; simulated time says it is virtual
+    assert "| sequencer | sim (virtual time) | 4 | 512 | closed-round-robin | 1 |" in page
+    assert "virtual time" in page.split("## Runs")[0]
     assert "| optimistic | 2 | 100.0% |" in page  # accuracy: both positions match
-    fit = next(line for line in page.splitlines() if line.startswith("| sequencer | 4 |"))
-    assert "—" not in fit.split("|")[3]  # a slope: two group sizes
+    fit = next(line for line in page.splitlines()
+               if line.startswith("| sequencer | sim (virtual time) | 512 | closed-round-robin |"))
+    assert fit.split("|")[5].strip() == "2" and "—" not in fit.split("|")[6]  # two sizes
     for name in ("latency_vs_nodes.png", "latency_vs_payload.png", "throughput_vs_nodes.png"):
         png = out / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
         assert f"]({name})" in page
+
+
+def test_report_keeps_a_crash_an_evs_and_a_relay_run_apart(spark: object,
+                                                           tmp_path: Path) -> None:
+    """Three sequencer runs of one size that measure different things: each is its own
+    configuration, beside its own model (relay: n packets; the others 2(n−1), marked as
+    a failure-free reference where faults were injected)."""
+    from abcast.ordering.registry import OrderingOptions
+
+    traces = tmp_path / "traces"
+    for faults, options in (("crash=n3@20ms", OrderingOptions()),
+                            ("partition=n1|*@5ms-60ms", OrderingOptions(partitions="evs")),
+                            ("", OrderingOptions(relay=True))):
+        run_simulation(SimConfig("sequencer", 3, 30, seed=2, faults=faults, net_trace=True,
+                                 options=options)).write(traces)
+    out = tmp_path / "report"
+    result = CliRunner().invoke(report, [str(traces), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    page = (out / "report.md").read_text()
+    configs = page.split("## By configuration")[1].split("##")[0]
+    rows = [line for line in configs.splitlines() if line.startswith("| sequencer |")]
+    assert len(rows) == 3
+    cells = [re.split(r"(?<!\\)\|", row) for row in rows]  # `\|` is a pipe inside a cell
+    by_setting = {c[5].strip(): c[-2].strip() for c in cells}
+    assert by_setting == {"closed-round-robin, faults crash=n3@20ms": "4 †",
+                          "closed-round-robin, partitions=evs, faults partition=n1\\|*@5ms-60ms":
+                              "4 †",
+                          "closed-round-robin, relay": "3"}
+    assert "† the model is of a failure-free run" in page
 
 
 def test_report_skips_plots_of_a_single_point(spark: object, tmp_path: Path) -> None:

@@ -256,3 +256,19 @@ def test_narrower_integer_columns_are_accepted(tmp_path: Path) -> None:
     pq.write_table(narrowed, events_dir / "n1.parquet")
     _, events = read_traces(tmp_path)
     assert events == sample_run().rows()
+
+
+def test_a_runs_file_written_before_the_options_column_still_reads(tmp_path: Path) -> None:
+    """`options` came later: an older runs.parquet without it reads as null, and the
+    Spark pipeline's preflight accepts it."""
+    from abcast.pipeline.io import preflight
+    from abcast.trace.rows import runs_to_table
+    from abcast.trace.writer import read_runs
+
+    run = RunInfo("old", "fifo", "sim", 2, 16, "closed-loop", 1, None, ("fifo",), 0, 9,
+                  options="relay")
+    write_run(tmp_path, [EventRow("old", "n1", "send", "n1", 1, "g", 1, 0)], run)
+    table = runs_to_table([run]).drop_columns(["options"])
+    pq.write_table(table, tmp_path / "runs.parquet")
+    assert [r.options for r in read_runs(tmp_path)] == [None]
+    assert preflight(str(tmp_path)) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from abcast.errors import ConfigError
-from abcast.sim.faults import Crash, Join, Leave, Partition, parse_faults
+from abcast.sim.faults import Crash, Hold, Join, Leave, Partition, parse_faults
 
 
 def test_parses_every_kind() -> None:
@@ -21,6 +21,25 @@ def test_parses_every_kind() -> None:
     )
     assert plan.joins == (Join("n9", 2_000_000),) and plan.leaves == (Leave("n3", 700_000),)
     assert plan.kinds() == {"drop", "dup", "delay", "crash", "partition", "join", "leave"}
+
+
+def test_parses_hold_both_ways_and_one_way() -> None:
+    plan = parse_faults("hold=n1|n2+n3@10ms-50ms,hold=n2>n3@1s-2s")
+    assert plan.holds == (Hold(("n1",), ("n2", "n3"), 10_000, 50_000),
+                          Hold(("n2",), ("n3",), 1_000_000, 2_000_000, one_way=True))
+    assert plan.holds[0].links() == (("n1", "n2"), ("n1", "n3"), ("n2", "n1"), ("n3", "n1"))
+    assert plan.holds[1].links() == (("n2", "n3"),)
+    assert plan.kinds() == {"hold"} and plan.nodes_named() == {"n1", "n2", "n3"}
+
+
+def test_a_held_link_delays_but_loses_nothing() -> None:
+    """Every ordering tolerates `hold` (it is in NETWORK_FAULTS): the run is clean."""
+    from abcast.sim import SimConfig, run_simulation
+
+    for ordering in ("fifo", "sequencer"):
+        result = run_simulation(SimConfig(ordering=ordering, nodes=3, messages=60, seed=4,
+                                          faults="hold=n1|n2+n3@2ms-40ms"))
+        assert not result.violations and result.summary()["delivered"] == 180
 
 
 def test_empty_means_no_faults() -> None:
@@ -42,6 +61,7 @@ def test_empty_means_no_faults() -> None:
         ("partition=n1|n1@1s-2s", "both sides"),
         ("partition=n1|n2@2s-1s", "must end after"),
         ("melt=n1@1s", "unknown fault"),
+        ("hold=n1|*@1s-2s", "both sides"),
         ("crash=1n@1s", "bad node name"),
     ],
 )

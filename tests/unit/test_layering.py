@@ -35,8 +35,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sim/runtime/transport/registry", ("abcast.sim", "abcast.runtime", "abcast.transport",
                                         "abcast.registry")),
     # (abcast.rpc: where DESIGN places client/server requests, being built on branch `rpc`)
+    # (abcast.cli_params: the command-line parameter types and the one error line, used by
+    # the commands that live in pipeline/ and evaluation/ as well as by cli and apps)
     ("replicated/pipeline/evaluation", ("abcast.replicated", "abcast.rpc", "abcast.pipeline",
-                                        "abcast.evaluation")),
+                                        "abcast.evaluation", "abcast.cli_params")),
     # the entry points: the command line, its apps, the package's public face, the test kit
     ("cli/apps", ("abcast.cli", "abcast.apps", "abcast.testing", "abcast")),
 )

@@ -25,10 +25,20 @@ from typing import Any, Final
 
 import click
 
+from abcast.cli_params import (
+    MILLISECONDS,
+    SECONDS,
+    SEED,
+    TRANSPORT,
+    count,
+    fail,
+    scheme_of,
+    transport_help,
+)
 from abcast.errors import AbcastError, ConfigError
-from abcast.ordering.registry import OrderingOptions, get_ordering
+from abcast.ordering.registry import OrderingOptions
 from abcast.replicated.batteries import Account
-from abcast.replicated.handle import ReplicatedHandle
+from abcast.replicated.handle import ReplicatedHandle, require_total_order, total_orderings
 
 GROUP: Final = "bank"
 MAX_AMOUNT: Final = 100
@@ -54,10 +64,7 @@ class BankConfig:
             raise ConfigError("--operations must be >= 0")
         if self.timeout_s <= 0:
             raise ConfigError("--timeout must be positive")
-        if "total" not in get_ordering(self.ordering).guarantees:
-            raise ConfigError(f"ordering {self.ordering!r} does not claim total order; a "
-                              "replicated object needs one (e.g. matrix, sequencer, skeen, "
-                              "chandra-toueg)")
+        require_total_order(self.ordering, self.options)
         if self.transport not in known_schemes():
             raise ConfigError(f"unknown transport {self.transport!r}; choose one of: "
                               f"{', '.join(known_schemes())}")
@@ -212,40 +219,39 @@ def _options(heartbeat_ms: float, fixed: bool) -> OrderingOptions:
 
 # ---------------------------------------------------------------- the command line
 
-def _total_orderings() -> list[str]:
-    from abcast.ordering.registry import ORDERINGS
-
-    return sorted(name for name, spec in ORDERINGS.items() if "total" in spec.guarantees)
-
-
 @click.group()
 def demo() -> None:
     """Demonstrations built on abcast."""
 
 
 @demo.command()
-@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
+@click.option("--nodes", default=3, show_default=True, type=count(1, 64),
+              help="Processes (replicas) in the group.")
 @click.option("--ordering", default="matrix", show_default=True,
-              type=click.Choice(_total_orderings()))
-@click.option("--operations", default=100, show_default=True, type=click.IntRange(0))
-@click.option("--transport", default="tcp", show_default=True,
-              help="Transport scheme (tcp, zmq, grpc, pyro, mem; mem runs in this process).")
-@click.option("--seed", default=1, show_default=True, type=int)
-@click.option("--heartbeat-ms", default=300.0, show_default=True, type=float,
+              type=click.Choice(total_orderings()),
+              help="The group's ordering (one that claims total order).")
+@click.option("--operations", default=100, show_default=True, type=count(0),
+              help="Deposits and withdrawals over the whole group (K).")
+@click.option("--transport", default="tcp", show_default=True, type=TRANSPORT,
+              help=transport_help("The nodes' transport (only its scheme is used); mem runs "
+                                  "every node in this process"))
+@click.option("--seed", default=1, show_default=True, type=SEED,
+              help="Seed of the random amounts.")
+@click.option("--heartbeat-ms", default=300.0, show_default=True, type=MILLISECONDS,
               help="matrix: the NOPE heartbeat period (adaptive: its idle start).")
 @click.option("--fixed-heartbeat", is_flag=True, help="matrix: the thesis's fixed period.")
-@click.option("--timeout", default=120.0, show_default=True, type=float)
+@click.option("--timeout", default=120.0, show_default=True, type=SECONDS,
+              help="Seconds before the demo gives up on the nodes.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
 def bank(nodes: int, ordering: str, operations: int, transport: str, seed: int,
          heartbeat_ms: float, fixed_heartbeat: bool, timeout: float, as_json: bool) -> None:
     """N processes apply K random deposits and withdrawals to one replicated Account."""
     try:
-        config = BankConfig(nodes, ordering, operations, transport, seed, timeout,
+        config = BankConfig(nodes, ordering, operations, scheme_of(transport), seed, timeout,
                             _options(heartbeat_ms, fixed_heartbeat))
         result = asyncio.run(run_bank(config))
     except AbcastError as exc:
-        click.echo(f"abcast: error: {exc}", err=True)
-        sys.exit(2)
+        fail(str(exc))
     summary = result.summary()
     if as_json:
         click.echo(json.dumps(summary))

@@ -21,34 +21,41 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
-from typing import Any, Final, NoReturn
+import threading
+from typing import Any, Final
 
 import click
 
+from abcast.cli_params import (
+    EXIT_USAGE,
+    NAME,
+    PREFIX,
+    SECONDS,
+    TRANSPORT,
+    fail,
+    group_options,
+    ordering_options,
+    transport_help,
+)
 from abcast.effects import Deliver
 from abcast.errors import AbcastError, ConfigError
 from abcast.ids import View
 from abcast.ordering.registry import ORDERINGS, OrderingOptions
+from abcast.registry.client import REGISTRY_TIMEOUT_S
 
 EXIT_REMOVED: Final = 1
-EXIT_USAGE: Final = 2
 
 registry_option = click.option(
     "--registry", "registry_url", required=True, envvar="ABCAST_REGISTRY",
     show_envvar=True, help="The registry (tcp://host:port), e.g. from `abcast registry`.")
 timeout_option = click.option(
-    "--timeout", default=10.0, show_default=True, type=click.FloatRange(0, min_open=True),
+    "--timeout", default=REGISTRY_TIMEOUT_S, show_default=True, type=SECONDS,
     help="Seconds to wait for the registry (and, for join, to be admitted).")
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"abcast: error: {message}", err=True)
-    sys.exit(EXIT_USAGE)
+name_argument = click.argument("name", type=NAME)
 
 
 def _error(message: str) -> int:
-    click.echo(f"abcast: error: {message}", err=True)
+    click.echo(f"{PREFIX}{message}", err=True)
     return EXIT_USAGE
 
 
@@ -67,18 +74,42 @@ def group() -> None:
 
 class _Stdin:
     """Lines from standard input on the event loop (raw reads, so that two lines that
-    arrive together are both seen); None marks the end of input."""
+    arrive together are both seen); None marks the end of input. A terminal or a pipe is
+    watched by the loop; a regular file or /dev/null (which the loop cannot watch) is
+    read by a thread."""
 
     def __init__(self) -> None:
         self.lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._pending = b""
         self._fd = sys.stdin.fileno()
-        asyncio.get_running_loop().add_reader(self._fd, self._read)
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_reader(self._fd, self._read)
+        except (PermissionError, ValueError, OSError):
+            threading.Thread(target=self._read_blocking, args=(loop,), daemon=True,
+                             name="abcast-stdin").start()
+
+    def _read_blocking(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            try:
+                chunk = os.read(self._fd, 65536)
+            except OSError:
+                chunk = b""
+            try:
+                loop.call_soon_threadsafe(self._take, chunk)
+            except RuntimeError:
+                return  # the loop is closed: the session is over
+            if not chunk:
+                return
 
     def _read(self) -> None:
         chunk = os.read(self._fd, 65536)
         if not chunk:
             asyncio.get_running_loop().remove_reader(self._fd)
+        self._take(chunk)
+
+    def _take(self, chunk: bytes) -> None:
+        if not chunk:
             if self._pending:
                 self.lines.put_nowait(self._pending.decode(errors="replace"))
             self.lines.put_nowait(None)
@@ -96,24 +127,39 @@ def _show_delivery(delivery: Deliver) -> None:
     _say(f"{delivery.origin}> {delivery.payload.decode(errors='replace')}")
 
 
-def _show_view(me: Callable[[], str | None]) -> Callable[[View], None]:
-    def show(view: View) -> None:
-        if me() in view.members or me() is None:
+class _Views:
+    """Prints view changes; those installed before the session opened wait until it has
+    (a refused create prints nothing but its error)."""
+
+    def __init__(self) -> None:
+        self.me: str | None = None
+        self._early: list[View] = []
+
+    def show(self, view: View) -> None:
+        if self.me is None:
+            self._early.append(view)
+        elif self.me in view.members:
             _say(f"* view {view.view_id}: {' '.join(view.members)}")
 
-    return show
+    def opened(self, me: str) -> None:
+        self.me = me
+        early, self._early = self._early, []
+        for view in early:
+            self.show(view)
 
 
 async def _session(
     name: str, *, create: bool, registry_url: str, ordering: str | None, transport: str,
     node: str | None, options: OrderingOptions | None, timeout: float,
 ) -> int:
+    from abcast.registry.client import RegistryClient
     from abcast.runtime.group import Group
 
-    me: list[str] = []
+    views = _Views()
     kwargs: dict[str, Any] = {
-        "registry": registry_url, "transport": transport, "node": node,
-        "on_deliver": _show_delivery, "on_view": _show_view(lambda: me[0] if me else None),
+        "registry": RegistryClient(registry_url, connect_timeout_s=timeout),
+        "transport": transport, "node": node,
+        "on_deliver": _show_delivery, "on_view": views.show,
         "options": options, "join_timeout_s": timeout,
     }
     async with asyncio.timeout(timeout):
@@ -122,15 +168,16 @@ async def _session(
             g = await Group.create(name, ordering=ordering, **kwargs)
         else:
             g = await Group.join(name, ordering=ordering, **kwargs)
-    me.append(g.node)
-    stdin = _Stdin()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        # A signal is a /leave: the member says goodbye instead of vanishing.
-        loop.add_signal_handler(sig, stdin.lines.put_nowait, "/leave")
-    _say(f"{'created' if create else 'joined'} {name} as {g.node} (ordering {g.ordering}); "
-         "type lines to send, /leave to leave")
+    stdin: _Stdin | None = None
     try:
+        views.opened(g.node)
+        stdin = _Stdin()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            # A signal is a /leave: the member says goodbye instead of vanishing.
+            loop.add_signal_handler(sig, stdin.lines.put_nowait, "/leave")
+        _say(f"{'created' if create else 'joined'} {name} as {g.node} "
+             f"(ordering {g.ordering}); type lines to send, /leave to leave")
         while g.active:
             getter = asyncio.ensure_future(stdin.lines.get())
             watcher = asyncio.ensure_future(_until_inactive(g))
@@ -155,8 +202,9 @@ async def _session(
         await g.leave()
         _say(f"left {name}")
         return 0
-    except asyncio.CancelledError:
-        # Ctrl-C or SIGTERM: leave gracefully anyway, then let the cancellation go on.
+    except BaseException:
+        # Ctrl-C, SIGTERM or a failure of the session itself: leave gracefully anyway
+        # (the last member takes the group out of the registry), then let it go on.
         with contextlib.suppress(Exception):
             if g.active:
                 await g.leave()
@@ -165,7 +213,8 @@ async def _session(
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        stdin.close()
+        if stdin is not None:
+            stdin.close()
         await g.close()
 
 
@@ -174,58 +223,67 @@ async def _until_inactive(g: Any) -> None:
         await asyncio.sleep(0.1)
 
 
-def _options(batch: int | None, safe: bool) -> OrderingOptions | None:
-    if batch is None and not safe:
-        return None
-    return OrderingOptions(batch=batch, safe=safe)
-
-
-def _run(main: Any) -> int:
+def _run(main: Any, registry_url: str | None = None) -> int:
     from abcast.runtime.loop import run_async
 
     try:
         code: int = run_async(main)
     except TimeoutError:
-        _fail("timed out (is the registry running, and the group's members reachable?)")
+        where = f" {registry_url}" if registry_url else ""
+        fail(f"timed out waiting for the registry{where} or the group's members "
+             "(is the registry running there?)")
     except AbcastError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     return code
 
 
+_node_option = click.option("--node", default=None, type=NAME,
+                            help="Claim this node id (default: assigned).")
+_transport_option = click.option(
+    "--transport", default="tcp://127.0.0.1:0", show_default=True, type=TRANSPORT,
+    help=transport_help("Address this node listens on (registered with the registry)"))
+
+
 @group.command()
-@click.argument("name")
+@name_argument
 @registry_option
 @click.option("--ordering", required=True, type=click.Choice(sorted(ORDERINGS)),
               help="The group's ordering (joiners use the same; every ordering "
                    "admits members at run time).")
-@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True,
-              help="Address this node listens on (registered with the registry).")
-@click.option("--node", default=None, help="Claim this node id (default: assigned).")
-@click.option("--batch", default=None, type=click.IntRange(1),
-              help="Message ids per order packet (sequencer family).")
-@click.option("--safe", is_flag=True, help="Deliver only once a majority has the order.")
+@_transport_option
+@_node_option
+@ordering_options()
 @timeout_option
 def create(name: str, registry_url: str, ordering: str, transport: str, node: str | None,
-           batch: int | None, safe: bool, timeout: float) -> None:
+           batch: int | None, safe: bool, relay: bool,
+           order_interval_ms: float, multicast: str, partitions: str,
+           suspect_after: int | None, timeout: float) -> None:
     """Create group NAME (this node its first member and leader) and open a session."""
+    options = group_options(ordering, batch=batch, safe=safe, relay=relay,
+                            order_interval_ms=order_interval_ms, multicast=multicast,
+                            partitions=partitions,
+                            suspect_after=suspect_after)
     sys.exit(_run(_session(name, create=True, registry_url=registry_url, ordering=ordering,
-                           transport=transport, node=node, options=_options(batch, safe),
-                           timeout=timeout)))
+                           transport=transport, node=node,
+                           options=None if options == OrderingOptions() else options,
+                           timeout=timeout), registry_url))
 
 
 @group.command()
-@click.argument("name")
+@name_argument
 @registry_option
 @click.option("--ordering", default=None, type=click.Choice(sorted(ORDERINGS)),
-              help="Only check that the group uses this ordering.")
-@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True)
-@click.option("--node", default=None, help="Claim this node id (default: assigned).")
+              help="Only check that the group uses this ordering (the registry names it, "
+                   "with the options its creator chose).")
+@_transport_option
+@_node_option
 @timeout_option
 def join(name: str, registry_url: str, ordering: str | None, transport: str,
          node: str | None, timeout: float) -> None:
     """Join group NAME (found through the registry) and open a session."""
     sys.exit(_run(_session(name, create=False, registry_url=registry_url, ordering=ordering,
-                           transport=transport, node=node, options=None, timeout=timeout)))
+                           transport=transport, node=node, options=None, timeout=timeout),
+                  registry_url))
 
 
 @group.command(name="list")
@@ -236,7 +294,7 @@ def list_groups(registry_url: str, as_json: bool, timeout: float) -> None:
     """The groups the registry knows: name, ordering, view, leader, member count."""
 
     async def main() -> int:
-        async with _client(registry_url) as client, asyncio.timeout(timeout):
+        async with _client(registry_url, timeout) as client, asyncio.timeout(timeout):
             groups = await client.list_groups()
         for g in groups:
             if as_json:
@@ -250,11 +308,11 @@ def list_groups(registry_url: str, as_json: bool, timeout: float) -> None:
             _say("no groups")
         return 0
 
-    sys.exit(_run(main()))
+    sys.exit(_run(main(), registry_url))
 
 
 @group.command()
-@click.argument("name")
+@name_argument
 @registry_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @timeout_option
@@ -262,7 +320,7 @@ def members(name: str, registry_url: str, as_json: bool, timeout: float) -> None
     """The members of group NAME as its leader last registered them."""
 
     async def main() -> int:
-        async with _client(registry_url) as client, asyncio.timeout(timeout):
+        async with _client(registry_url, timeout) as client, asyncio.timeout(timeout):
             info = await client.lookup(name)
         if not info.members:
             return _error(f"the registry has no group {name!r}")
@@ -277,11 +335,11 @@ def members(name: str, registry_url: str, as_json: bool, timeout: float) -> None
             _say(f"  {member}  {address}")
         return 0
 
-    sys.exit(_run(main()))
+    sys.exit(_run(main(), registry_url))
 
 
 @group.command()
-@click.argument("name")
+@name_argument
 @registry_option
 @timeout_option
 def remove(name: str, registry_url: str, timeout: float) -> None:
@@ -289,7 +347,7 @@ def remove(name: str, registry_url: str, timeout: float) -> None:
     stops registering it; running members go on until they leave."""
 
     async def main() -> int:
-        async with _client(registry_url) as client, asyncio.timeout(timeout):
+        async with _client(registry_url, timeout) as client, asyncio.timeout(timeout):
             known = {g.group for g in await client.list_groups()}
             await client.remove(name)
         if name not in known:
@@ -297,13 +355,13 @@ def remove(name: str, registry_url: str, timeout: float) -> None:
         _say(f"removed {name}")
         return 0
 
-    sys.exit(_run(main()))
+    sys.exit(_run(main(), registry_url))
 
 
-def _client(url: str) -> Any:
+def _client(url: str, timeout: float) -> Any:
     from abcast.registry.client import RegistryClient
 
     try:
-        return RegistryClient(url)
+        return RegistryClient(url, connect_timeout_s=timeout)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))

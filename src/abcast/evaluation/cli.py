@@ -30,6 +30,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from abcast.cli_params import OUT_DIR, SPARK_MASTER, make_out_dir
 from abcast.evaluation.analysis import load_curves, peer_ratios
 from abcast.evaluation.grid import Grid, GridSpec, Phase, build_grid, full_spec, quick_spec
 from abcast.evaluation.peers import REDIS_INSTALL, find_redis_server
@@ -43,22 +44,31 @@ EXIT_FAILED: Final = 1
 
 
 class RichProgress:
-    """Two bars: the whole bench, and the section running now."""
+    """Two bars on a terminal: the whole bench, and the section running now. Off a
+    terminal (output redirected, CI) one line per section instead."""
 
     def __init__(self, progress: Progress, total: int) -> None:
         self._progress = progress
         self._overall: TaskID = progress.add_task("bench", total=total)
         self._section: TaskID | None = None
+        self._lines = not progress.console.is_terminal
+        self._total = total
+        self._done = 0
 
     def begin(self, section: str, total: int) -> None:
         if self._section is not None:
             self._progress.remove_task(self._section)
         self._section = self._progress.add_task(section, total=total)
+        if self._lines:
+            self._progress.console.print(
+                f"bench: {section} ({total} steps; {self._done}/{self._total} done)",
+                highlight=False)
 
     def step(self, label: str) -> None:
         self._progress.update(self._overall, description=f"bench: {label}")
 
     def advance(self) -> None:
+        self._done += 1
         self._progress.advance(self._overall)
         if self._section is not None:
             self._progress.advance(self._section)
@@ -119,7 +129,8 @@ def summary_lines(result: BenchResult) -> list[str]:
         lines.append(f"{e.ordering:>15} n={e.nodes}: closed-loop p50 "
                      f"{'—' if p50 is None else f'{p50:,.0f} µs'}")
     for peer in result.peers:
-        if peer.skipped:
+        # a peer skipped for a reason already said up front (a note) is not said again
+        if peer.skipped and not any(peer.experiment.peer in n.lower() for n in result.notes):
             lines.append(f"peer {peer.experiment.peer}: skipped — {peer.skipped}")
     for r in peer_ratios(result):
         lines.append(f"{r.ordering} / {r.peer}: throughput {_times(r.throughput_ratio)}, "
@@ -143,10 +154,9 @@ def _rate(value: float | None) -> str:
 
 @click.command("bench")
 @click.option("--quick", is_flag=True, help="A reduced grid (about two minutes).")
-@click.option("--out", "out", default="bench-out", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out", default="bench-out", show_default=True, type=OUT_DIR,
               help="Directory for traces, bench.json, report.md and the plots.")
-@click.option("--master", default=None, metavar="URL",
+@click.option("--master", default=None, type=SPARK_MASTER,
               help="Spark master URL for the trace check (default: embedded local[*]).")
 @click.option("--spark/--no-spark", "use_spark", default=True, show_default=True,
               help="Check every trace with the Spark pipeline.")
@@ -163,7 +173,7 @@ def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
     if not with_peers:
         spec = replace(spec, peers=())
     console = Console(stderr=True)
-    out.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out)
     result = run_bench(spec, out, quick=quick, master=master, use_spark=use_spark,
                        console=console)
     save(result, out / "bench.json")

@@ -25,7 +25,7 @@ from abcast.checks import Violation, count_by_code
 from abcast.errors import ConfigError
 from abcast.evaluation.worker import WorkerOutcome, workload_name
 from abcast.ordering.registry import OrderingOptions, get_ordering
-from abcast.trace.rows import EventRow, RunInfo
+from abcast.trace.rows import EventRow, RunInfo, options_label
 from abcast.transport import known_schemes, transport_from_url
 from abcast.transport.udp import pick_group
 
@@ -196,7 +196,7 @@ class ClusterResult:
             nodes=cfg.nodes, payload_bytes=cfg.payload, workload=cfg.workload, seed=None,
             faults=f"wan={Path(cfg.wan).name}" if cfg.wan else None,
             guarantees=self.guarantees, started_ns=self.started_ns,
-            duration_ns=self.duration_ns,
+            duration_ns=self.duration_ns, options=options_label(cfg.options),
         )
 
     def summary(self) -> dict[str, object]:

@@ -138,7 +138,7 @@ async def run_cluster(config: ClusterConfig, *, on_go: GoHook | None = None) -> 
     else:
         await _run_processes(config, run_id, tally, on_go)
     outcomes = [tally.outcomes[n] for n in sorted(tally.outcomes, key=node_sort_key)]
-    result = ClusterResult(config, run_id, spec.guarantees, outcomes, [], [],
+    result = ClusterResult(config, run_id, spec.claimed(config.options), outcomes, [], [],
                            errors=list(tally.errors))
     if not config.trace:
         result.latencies_ns = merge_stamped_latencies(outcomes)
@@ -152,7 +152,7 @@ async def run_cluster(config: ClusterConfig, *, on_go: GoHook | None = None) -> 
     except TraceFormatError as exc:
         result.errors.append(f"unreadable trace: {exc}")
         return result
-    violations: list[Violation] = check_events(rows, spec.guarantees, run_id)
+    violations: list[Violation] = check_events(rows, spec.claimed(config.options), run_id)
     result.violations = violations
     result.latencies_ns = latencies_from_rows(rows)
     add_run(config.out, result.run_info())
@@ -204,6 +204,7 @@ def node_command(config: ClusterConfig, registry_url: str, run_id: str) -> list[
         cmd.append("--safe")
     if config.options.relay:
         cmd.append("--relay")
+    cmd += ["--multicast", config.options.multicast, "--partitions", config.options.partitions]
     if config.options.order_interval_ms:
         cmd += ["--order-interval-ms", repr(config.options.order_interval_ms)]
     cmd += ["--suspect-after", str(config.options.detector.timeout_us // 1000)]

@@ -42,7 +42,7 @@ from abcast.registry.client import RegistryClient
 from abcast.runtime.group import Group
 from abcast.runtime.node import Node
 from abcast.trace.recorder import TraceRecorder
-from abcast.trace.rows import EventRow, RunInfo, events_to_table
+from abcast.trace.rows import EventRow, RunInfo, events_to_table, options_label
 from abcast.trace.writer import COMPRESSION, NodeTraceWriter, add_run
 from abcast.transport import parse_url
 from abcast.workload import RoundRobin
@@ -626,7 +626,9 @@ async def run_manual_node(config: WorkerConfig) -> WorkerOutcome:
             transport=parse_url(config.transport).scheme, nodes=config.size,
             payload_bytes=config.payload,
             workload=workload_name(config.rate, config.serial),
-            seed=None, faults=None, guarantees=spec.guarantees, started_ns=outcome.go_ns,
+            seed=None, faults=None, guarantees=spec.claimed(config.options),
+            started_ns=outcome.go_ns,
             duration_ns=max(0, outcome.last_deliver_ns - outcome.go_ns),
+            options=options_label(config.options),
         ))
     return outcome

@@ -5,9 +5,12 @@ Rules: these only wire steps — validate the trace dir (before Java starts, so 
 fails fast), build the session, read, derive the shared tables, run the pure transforms of
 abcast.pipeline, print. pyspark is imported inside the commands only, so the rest of the
 CLI starts without Java. Exit codes: 0 clean, 1 violations found (check), 2 the trace dir
-is missing, empty or not in the format (one line on stderr naming the file or column).
-With `--json` the tables go to stderr and stdout holds only the JSON line. A session
-that already runs (tests share one) is reused and left running.
+is missing, empty or not in the format (one line on stderr naming the file or column), or
+Spark could not run on the master named (one line naming it). With `--json` the tables go
+to stderr and stdout holds only the JSON line. Spark takes tens of seconds: each phase
+prints one line on stderr (`abcast check: reading …`), and on a terminal Spark's own
+stage progress bar shows between them. A session that already runs (tests share one) is
+reused and left running.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Final, NoReturn
 
 import click
 
+from abcast.cli_params import OUT_DIR, SPARK_MASTER, fail, make_out_dir
 from abcast.pipeline.io import TraceDirError, preflight, read_trace
 
 if TYPE_CHECKING:
@@ -46,8 +50,26 @@ class CheckOutcome:
 
 
 def _refuse(command: str, error: TraceDirError) -> NoReturn:
-    click.echo(f"abcast {command}: error: {error}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
+    fail(str(error))
+
+
+def _phase(command: str, line: str) -> None:
+    """One line per phase on stderr, so a long Spark job never runs without a word."""
+    click.echo(f"abcast {command}: {line}", err=True)
+
+
+def _spark_failure(exc: Exception) -> bool:
+    """A failure of Spark itself (the JVM, a master that cannot be reached or used)."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    return isinstance(exc, (Py4JError, PySparkException, ConnectionError))
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc)
+    return next((line.strip() for line in text.splitlines() if line.strip()),
+                type(exc).__name__)[:300]
 
 
 _UNREADABLE: Final = ("not a Parquet file", "CANNOT_READ_FILE", "FileNotFoundException",
@@ -64,14 +86,22 @@ def _unreadable(exc: Exception) -> TraceDirError | None:
     return TraceDirError(f"cannot read the trace: {first[:300]}")
 
 
-def _session(master: str | None) -> tuple[SparkSession, bool]:
+def _session(command: str, master: str | None) -> tuple[SparkSession, bool]:
     """The session to use and whether this command started it (and so stops it)."""
     from pyspark import SparkContext
 
-    from abcast.pipeline.session import build_session
+    from abcast.pipeline.session import DEFAULT_MASTER, build_session
 
     already = SparkContext._active_spark_context is not None
-    return build_session(master), not already
+    if not already:
+        _phase(command, f"starting Spark on {master or DEFAULT_MASTER}")
+    try:
+        return build_session(master, progress=sys.stderr.isatty()), not already
+    except Exception as exc:
+        if not _spark_failure(exc):
+            raise
+        fail(f"Spark could not start on master {master or DEFAULT_MASTER}: "
+             f"{_first_line(exc)}")
 
 
 def read_claims(runs: DataFrame) -> tuple[RunClaim, ...]:
@@ -138,10 +168,11 @@ def _print_tables(outcome: CheckOutcome, *, to_stderr: bool) -> None:
 
 @click.command("check")
 @click.argument("trace_dir")
-@click.option("--master", default=None, metavar="URL",
+@click.option("--master", default=None, type=SPARK_MASTER,
               help="Spark master URL (default: embedded local[*]).")
 @click.option("--json", "as_json", is_flag=True,
-              help="End with one JSON line: runs, events, violations per code, examples.")
+              help="End with one JSON line: runs, events, violations per claimed code, "
+                   "examples.")
 def check(trace_dir: str, master: str | None, as_json: bool) -> None:
     """Check every run in TRACE_DIR for the guarantees its runs row claims.
 
@@ -152,26 +183,33 @@ def check(trace_dir: str, master: str | None, as_json: bool) -> None:
         event_rows = preflight(trace_dir)
     except TraceDirError as exc:
         _refuse("check", exc)
-    spark, owned = _session(master)
+    spark, owned = _session("check", master)
+    _phase("check", f"checking the runs in {trace_dir}")
     try:
         outcome = run_check(spark, trace_dir, event_rows)
     except TraceDirError as exc:
         _refuse("check", exc)
     except Exception as exc:
         refusal = _unreadable(exc)
-        if refusal is None:
+        if refusal is not None:
+            _refuse("check", refusal)
+        if not _spark_failure(exc):
             raise
-        _refuse("check", refusal)
+        fail(f"Spark failed on master {master or 'local[*]'}: {_first_line(exc)}")
     finally:
         if owned:
             spark.stop()
     # With --json, stdout carries only the JSON line (the CLI's convention).
     _print_tables(outcome, to_stderr=as_json)
     if as_json:
+        claimed = {code for claim in outcome.runs for code in claim.codes}
         summary = {
             "runs": len(outcome.runs),
             "events": outcome.events,
-            "violations": outcome.verdict.totals(),
+            # the codes some run claimed, as in the tables: a code nobody claimed was
+            # not checked, and a 0 would say it was
+            "violations": {code: n for code, n in outcome.verdict.totals().items()
+                           if code in claimed},
             "examples": [e.as_json() for e in outcome.verdict.examples],
         }
         click.echo(json.dumps(summary, sort_keys=False))
@@ -197,10 +235,9 @@ def run_report(
 
 @click.command("report")
 @click.argument("trace_dir")
-@click.option("--out", "out_dir", required=True, metavar="REPORT_DIR",
-              type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", required=True, type=OUT_DIR,
               help="Directory for report.md and the plots (created if missing).")
-@click.option("--master", default=None, metavar="URL",
+@click.option("--master", default=None, type=SPARK_MASTER,
               help="Spark master URL (default: embedded local[*]).")
 def report(trace_dir: str, out_dir: Path, master: str | None) -> None:
     """Summarise the runs in TRACE_DIR: latency, throughput, packets per broadcast
@@ -212,17 +249,20 @@ def report(trace_dir: str, out_dir: Path, master: str | None) -> None:
         event_rows = preflight(trace_dir)
     except TraceDirError as exc:
         _refuse("report", exc)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spark, owned = _session(master)
+    make_out_dir(out_dir)
+    spark, owned = _session("report", master)
+    _phase("report", f"summarising the runs in {trace_dir}")
     try:
         page = run_report(spark, trace_dir, out_dir, event_rows)
     except TraceDirError as exc:
         _refuse("report", exc)
     except Exception as exc:
         refusal = _unreadable(exc)
-        if refusal is None:
+        if refusal is not None:
+            _refuse("report", refusal)
+        if not _spark_failure(exc):
             raise
-        _refuse("report", refusal)
+        fail(f"Spark failed on master {master or 'local[*]'}: {_first_line(exc)}")
     finally:
         if owned:
             spark.stop()

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from abcast.errors import AbcastError
-from abcast.trace.schema import EVENT_SCHEMA, RUN_SCHEMA
+from abcast.trace.schema import EVENT_SCHEMA, OPTIONAL_RUN_COLUMNS, RUN_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -71,7 +71,8 @@ def _check_local_schema(path: Path, shown: str, expected: pa.Schema) -> int:
         schema = metadata.schema.to_arrow_schema()
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceDirError(f"{shown}: not a Parquet file ({exc})") from None
-    missing = [name for name in expected.names if name not in schema.names]
+    missing = [name for name in expected.names if name not in schema.names
+               and not (expected is RUN_SCHEMA and name in OPTIONAL_RUN_COLUMNS)]
     if missing:
         raise TraceDirError(f"{shown}: missing column {missing[0]!r}"
                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
@@ -130,6 +131,9 @@ def conform(frame: DataFrame, expected: pa.Schema, shown: str) -> DataFrame:
     for field in expected:
         want = _spark_type(field.type)
         have = present.get(field.name)
+        if have is None and expected is RUN_SCHEMA and field.name in OPTIONAL_RUN_COLUMNS:
+            columns.append(F.lit(None).cast(want).alias(field.name))  # an older trace
+            continue
         if have is None:
             raise TraceDirError(f"{shown}: missing column {field.name!r}")
         integral = (T.IntegerType, T.LongType, T.ShortType, T.ByteType)

@@ -6,7 +6,12 @@ Rules: the Spark part is pure transforms (`latency_rows`, `run_stats`, `config_s
 brings only those rows to the driver; fitting and rendering are plain Python on them.
 Latency is a deliver row's t_ns minus its origin's send t_ns; percentiles are
 `percentile_approx` (relative error 1e-4). Packets per broadcast are net_send rows over
-sent messages, next to the thesis model. Plots live in abcast.pipeline.plots.
+sent messages, next to the model of the run's own ordering and options (the registry's
+thesis model; relay: n). A configuration is everything that changes what is measured:
+ordering, transport, nodes, payload, workload, faults and the ordering's options — runs
+differing in any of them are never averaged together, and the latency model is fitted
+per configuration family (all but nodes). Runs over the simulator (`transport` sim)
+are in virtual time, and say so. Plots live in abcast.pipeline.plots.
 """
 
 from __future__ import annotations
@@ -22,22 +27,45 @@ if TYPE_CHECKING:
 
 PERCENTILE_ACCURACY: Final = 10_000
 NS_PER_MS: Final = 1_000_000.0
-CONFIG_KEY: Final = ("ordering", "transport", "nodes", "payload_bytes")
-
-#: packets per broadcast of the thesis model, as multiples of (n - 1)
-MODEL_FACTOR: Final = {
-    "unordered": 1, "fifo": 1, "causal": 1, "sequencer": 2, "skeen": 3, "chandra-toueg": 4,
-}
-
-
-def model_factor(ordering: str) -> int | None:
-    """s in the model's s·(n−1) packets per broadcast, or None for orderings it lacks."""
-    return MODEL_FACTOR.get(ordering.lower().replace("_", "-"))
+#: what makes two runs comparable: every one of these equal (faults, options may be null)
+CONFIG_KEY: Final = ("ordering", "transport", "nodes", "payload_bytes", "workload", "faults",
+                     "options")
+#: a configuration family: all of CONFIG_KEY but the group size (one latency fit each)
+FAMILY_KEY: Final = tuple(k for k in CONFIG_KEY if k != "nodes")
+#: the transport the simulator writes: its times are virtual
+SIMULATED: Final = "sim"
 
 
-def model_packets(ordering: str, nodes: int) -> int | None:
-    factor = model_factor(ordering)
-    return None if factor is None else factor * (nodes - 1)
+def _option_set(options: str | None) -> set[str]:
+    return set((options or "").split())
+
+
+def model_factor(ordering: str, options: str | None = None) -> int | None:
+    """s in the model's s·(n−1) packets per broadcast (and latency slope), or None when
+    the ordering has no such model. Relay sends n packets, one hop more than the
+    origin's own n−1: s = 1."""
+    from abcast.ordering.registry import ORDERINGS
+
+    spec = ORDERINGS.get(ordering.lower().replace("_", "-"))
+    if spec is None:
+        return None
+    if "relay" in _option_set(options):
+        return 1
+    return spec.model_packets(2)
+
+
+def model_packets(ordering: str, nodes: int, options: str | None = None) -> int | None:
+    """Packets per broadcast of a failure-free unbatched run of this ordering with these
+    options: the registry's model, n for relay, None for safe (a bound, not a figure)."""
+    from abcast.ordering.registry import ORDERINGS
+
+    spec = ORDERINGS.get(ordering.lower().replace("_", "-"))
+    opts = _option_set(options)
+    if spec is None or "safe" in opts:
+        return None
+    if "relay" in opts:
+        return nodes
+    return spec.model_packets(nodes)
 
 
 # ---------------------------------------------------------------- Spark transforms
@@ -99,8 +127,8 @@ def run_stats(events: DataFrame, runs: DataFrame) -> DataFrame:
 
 
 def config_stats(events: DataFrame, runs: DataFrame) -> DataFrame:
-    """One row per (ordering, transport, nodes, payload_bytes): runs, deliveries, mean
-    throughput of its runs, latency aggregates over all its deliveries, packets."""
+    """One row per configuration (CONFIG_KEY): runs, deliveries, mean throughput of its
+    runs, latency aggregates over all its deliveries, packets."""
     from pyspark.sql import functions as F
 
     config_of = runs.select("run_id", *CONFIG_KEY)
@@ -154,12 +182,31 @@ class Latency:
 
 
 @dataclass(frozen=True, slots=True)
+class Setting:
+    """What a configuration holds fixed besides ordering, transport, nodes and payload."""
+
+    workload: str
+    faults: str | None
+    options: str | None
+
+    @property
+    def label(self) -> str:
+        parts = [self.workload]
+        if self.options:
+            parts.append(self.options)
+        if self.faults:
+            parts.append(f"faults {self.faults}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
 class RunRow:
     run_id: str
     ordering: str
     transport: str
     nodes: int
     payload_bytes: int
+    setting: Setting
     deliveries: int
     throughput: float | None
     latency: Latency
@@ -173,6 +220,7 @@ class ConfigRow:
     transport: str
     nodes: int
     payload_bytes: int
+    setting: Setting
     runs: int
     deliveries: int
     throughput: float | None
@@ -193,13 +241,23 @@ class OptimisticRow:
 
 @dataclass(frozen=True, slots=True)
 class Fit:
-    """T = s·(n−1)·T_msg + T_overhead, least squares of mean latency (ms) over runs."""
+    """T = s·(n−1)·T_msg + T_overhead, least squares of mean latency (ms) over the runs
+    of one configuration family."""
 
     ordering: str
+    transport: str
+    payload_bytes: int
+    setting: Setting
     points: int
     slope_ms: float | None
     intercept_ms: float | None
     factor: int | None
+
+    @property
+    def negative(self) -> bool:
+        """A negative T_overhead: latency does not grow linearly with n−1 here (too few
+        sizes, or a cost the model lacks); the line is no measurement of T_overhead."""
+        return self.intercept_ms is not None and self.intercept_ms < 0
 
     @property
     def t_msg_ms(self) -> float | None:
@@ -237,15 +295,20 @@ def _packets(net_sends: int | None, sent: int | None) -> float | None:
     return net_sends / sent
 
 
+def _family(row: RunRow) -> tuple[str, str, int, Setting]:
+    return (row.ordering, row.transport, row.payload_bytes, row.setting)
+
+
 def fit_latency(runs: Sequence[RunRow]) -> tuple[Fit, ...]:
-    """One least-squares line per ordering through (n−1, mean latency) of its runs."""
-    by_ordering: dict[str, list[tuple[float, float]]] = {}
+    """One least-squares line per configuration family through (n−1, mean latency)."""
+    by_family: dict[tuple[str, str, int, Setting], list[tuple[float, float]]] = {}
     for run in runs:
         if run.latency.mean is not None:
-            by_ordering.setdefault(run.ordering, []).append(
+            by_family.setdefault(_family(run), []).append(
                 (float(run.nodes - 1), run.latency.mean))
     fits = []
-    for ordering, points in sorted(by_ordering.items()):
+    for family, points in sorted(by_family.items(), key=lambda kv: _family_order(kv[0])):
+        ordering, transport, payload, setting = family
         xs = [x for x, _ in points]
         slope = intercept = None
         if len(set(xs)) >= 2:
@@ -255,27 +318,37 @@ def fit_latency(runs: Sequence[RunRow]) -> tuple[Fit, ...]:
             sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
             slope = sxy / sxx
             intercept = mean_y - slope * mean_x
-        fits.append(Fit(ordering, len(points), slope, intercept, model_factor(ordering)))
+        fits.append(Fit(ordering, transport, payload, setting, len(points), slope, intercept,
+                        model_factor(ordering, setting.options)))
     return tuple(fits)
+
+
+def _family_order(family: tuple[str, str, int, Setting]) -> tuple[str, str, int, str]:
+    ordering, transport, payload, setting = family
+    return (ordering, transport, payload, setting.label)
+
+
+def _setting(r: object) -> Setting:
+    return Setting(r["workload"], r["faults"], r["options"])  # type: ignore[index]
 
 
 def collect_report(events: DataFrame, runs: DataFrame, source: str, event_count: int) -> Report:
     """Run the transforms and bring their few rows back (the only actions here)."""
     run_rows = tuple(sorted((RunRow(
         run_id=r["run_id"], ordering=r["ordering"], transport=r["transport"],
-        nodes=int(r["nodes"]), payload_bytes=int(r["payload_bytes"]),
+        nodes=int(r["nodes"]), payload_bytes=int(r["payload_bytes"]), setting=_setting(r),
         deliveries=int(r["deliveries"] or 0), throughput=r["throughput"], latency=_latency(r),
         packets_per_broadcast=_packets(r["net_sends"], r["sent"]),
-        model_packets=model_packets(r["ordering"], int(r["nodes"])),
+        model_packets=model_packets(r["ordering"], int(r["nodes"]), r["options"]),
     ) for r in run_stats(events, runs).collect()), key=lambda r: r.run_id))
     config_rows = tuple(sorted((ConfigRow(
         ordering=r["ordering"], transport=r["transport"], nodes=int(r["nodes"]),
-        payload_bytes=int(r["payload_bytes"]), runs=int(r["runs"]),
+        payload_bytes=int(r["payload_bytes"]), setting=_setting(r), runs=int(r["runs"]),
         deliveries=int(r["deliveries"] or 0), throughput=r["throughput"], latency=_latency(r),
         packets_per_broadcast=_packets(r["net_sends"], r["sent"]),
-        model_packets=model_packets(r["ordering"], int(r["nodes"])),
+        model_packets=model_packets(r["ordering"], int(r["nodes"]), r["options"]),
     ) for r in config_stats(events, runs).collect()),
-        key=lambda c: (c.ordering, c.transport, c.nodes, c.payload_bytes)))
+        key=lambda c: (c.ordering, c.transport, c.payload_bytes, c.setting.label, c.nodes)))
     optimistic = tuple(sorted((OptimisticRow(
         run_id=r["run_id"], pairs=int(r["pairs"]), accuracy=float(r["accuracy"]),
         window_p50_ms=_ms(r["window_q"][0]) if r["window_q"] else None,
@@ -302,8 +375,19 @@ def _num(value: float | int | None, digits: int = 3) -> str:
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |",
              "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    # a `|` in a cell (a partition fault) would end the cell: escaped, it stays text
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+              for row in rows]
     return lines
+
+
+def _transport(transport: str) -> str:
+    return f"{transport} (virtual time)" if transport == SIMULATED else transport
+
+
+def _model(model: int | None, setting: Setting) -> str:
+    # The model is of a failure-free run: beside a run with faults it is a reference only.
+    return _num(model) + (" †" if model is not None and setting.faults else "")
 
 
 def render_markdown(report: Report, plots: Sequence[tuple[str, str | None, str]]) -> str:
@@ -313,24 +397,38 @@ def render_markdown(report: Report, plots: Sequence[tuple[str, str | None, str]]
     def lat(lat_: Latency) -> list[str]:
         return [_num(lat_.p50), _num(lat_.p95), _num(lat_.p99), _num(lat_.max)]
 
+    simulated = any(r.transport == SIMULATED for r in report.runs)
     lines = ["# abcast report", "",
              f"Traces: `{report.source}` — {len(report.runs)} runs, {report.events:,} events.",
              "", "Latency: a deliver row's t_ns minus its origin's send t_ns. Packets per "
              "broadcast: net_send rows / sent messages (— without net_* rows), next to the "
-             "thesis model s·(n−1).", "", "## Runs", ""]
+             "model of the run's ordering and options (the thesis's s·(n−1); relay: n; safe: "
+             "no single figure). A configuration is ordering, transport, nodes, payload, "
+             "workload, options and faults: runs differing in any of them are not averaged "
+             "together."]
+    if simulated:
+        lines += ["", "Runs over `sim` are simulated: their latencies, durations and "
+                  "throughputs are in the simulator's virtual time, not comparable with "
+                  "real runs."]
+    lines += ["", "## Runs", ""]
     lines += _table(
-        ["run", "ordering", "transport", "nodes", "payload B", "deliveries", "throughput msg/s",
-         *latency_header, "packets/bcast", "model"],
-        [[r.run_id, r.ordering, r.transport, str(r.nodes), str(r.payload_bytes),
-          _num(r.deliveries), _num(r.throughput, 1), *lat(r.latency),
-          _num(r.packets_per_broadcast, 2), _num(r.model_packets)] for r in report.runs])
-    lines += ["", "## By configuration (ordering, transport, nodes, payload)", ""]
-    lines += _table(
-        ["ordering", "transport", "nodes", "payload B", "runs", "deliveries",
+        ["run", "ordering", "transport", "nodes", "payload B", "setting", "deliveries",
          "throughput msg/s", *latency_header, "packets/bcast", "model"],
-        [[c.ordering, c.transport, str(c.nodes), str(c.payload_bytes), str(c.runs),
-          _num(c.deliveries), _num(c.throughput, 1), *lat(c.latency),
-          _num(c.packets_per_broadcast, 2), _num(c.model_packets)] for c in report.configs])
+        [[r.run_id, r.ordering, _transport(r.transport), str(r.nodes), str(r.payload_bytes),
+          r.setting.label, _num(r.deliveries), _num(r.throughput, 1), *lat(r.latency),
+          _num(r.packets_per_broadcast, 2), _model(r.model_packets, r.setting)]
+         for r in report.runs])
+    lines += ["", "## By configuration", ""]
+    lines += _table(
+        ["ordering", "transport", "nodes", "payload B", "setting", "runs", "deliveries",
+         "throughput msg/s", *latency_header, "packets/bcast", "model"],
+        [[c.ordering, _transport(c.transport), str(c.nodes), str(c.payload_bytes),
+          c.setting.label, str(c.runs), _num(c.deliveries), _num(c.throughput, 1),
+          *lat(c.latency), _num(c.packets_per_broadcast, 2),
+          _model(c.model_packets, c.setting)] for c in report.configs])
+    if any(c.setting.faults and c.model_packets is not None for c in report.configs):
+        lines += ["", "† the model is of a failure-free run; this configuration injects "
+                  "faults, so its figures are beside the model, not a measure of it."]
     lines += ["", "## Optimistic delivery", ""]
     if report.optimistic:
         lines += _table(
@@ -341,14 +439,21 @@ def render_markdown(report: Report, plots: Sequence[tuple[str, str | None, str]]
     else:
         lines.append("No opt_deliver rows in these traces.")
     lines += ["", "## Fitted latency model T = s·(n−1)·T_msg + T_overhead", "",
-              "Least squares of each run's mean latency against n−1.", ""]
+              "Least squares of each run's mean latency against n−1, per configuration "
+              "family (everything but n equal).", ""]
     lines += _table(
-        ["ordering", "runs", "slope s·T_msg ms", "intercept T_overhead ms", "s (model)",
-         "T_msg ms"],
-        [[f.ordering, str(f.points), _num(f.slope_ms), _num(f.intercept_ms), _num(f.factor),
-          _num(f.t_msg_ms)] for f in report.fits])
+        ["ordering", "transport", "payload B", "setting", "runs", "slope s·T_msg ms",
+         "intercept T_overhead ms", "s (model)", "T_msg ms"],
+        [[f.ordering, _transport(f.transport), str(f.payload_bytes), f.setting.label,
+          str(f.points), _num(f.slope_ms),
+          _num(f.intercept_ms) + (" (negative: no fit)" if f.negative else ""),
+          _num(f.factor), _num(f.t_msg_ms)] for f in report.fits])
     if any(f.slope_ms is None for f in report.fits):
-        lines += ["", "— : fewer than two distinct group sizes for that ordering."]
+        lines += ["", "— : fewer than two distinct group sizes in that family."]
+    if any(f.negative for f in report.fits):
+        lines += ["", "A negative T_overhead means mean latency does not grow linearly "
+                  "with n−1 in those runs (too few sizes, noise, or costs the model "
+                  "lacks); that line measures neither T_msg nor T_overhead."]
     lines += ["", "## Plots", ""]
     for title, file_name, note in plots:
         lines.append(f"![{title}]({file_name})" if file_name else f"- {title}: {note}")

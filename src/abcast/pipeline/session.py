@@ -67,12 +67,14 @@ def build_session(
     master: str | None = None,
     app_name: str = "abcast",
     driver_memory: str | None = None,
+    progress: bool = False,
 ) -> SparkSession:
     """A SparkSession on `master` (default `local[*]`), loopback-bound and quiet.
 
     `driver_memory` (default: $ABCAST_SPARK_DRIVER_MEMORY, else 3g for a local master)
     only takes effect when this call starts the JVM (an already running session is
-    returned as it is, with its own settings).
+    returned as it is, with its own settings). `progress` shows Spark's stage progress
+    bar on stderr (for a terminal).
     """
     _prepare_environment()
     master = master or DEFAULT_MASTER
@@ -88,7 +90,7 @@ def build_session(
         .config("spark.driver.bindAddress", LOOPBACK)
         .config("spark.driver.host", LOOPBACK)
         .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.ui.showConsoleProgress", "true" if progress else "false")
         .config("spark.sql.shuffle.partitions", _SHUFFLE_PARTITIONS)
         .config("spark.sql.adaptive.enabled", "true")
         # The pipeline lays tables out by (run_id, node) and by (run_id, origin, seq) on

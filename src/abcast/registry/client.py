@@ -7,7 +7,10 @@ node id (by token, with its address) and its group memberships, so a registry th
 restarted empty learns them again before anything else is asked. Requests wait while the
 registry is away and are re-sent on the next connection (every request is idempotent),
 so a running group never notices the registry dying: only calls that need an answer
-wait for it to come back. A refusal from the registry raises ConfigError with the registry's reason.
+wait for it to come back. A registry never reached is another matter (a wrong URL, none
+started): until the first connection, a call waits at most `connect_timeout_s`
+(REGISTRY_TIMEOUT_S, 10 s, the CLI's `--timeout` default too), then raises ConfigError
+naming the URL. A refusal from the registry raises ConfigError with the registry's reason.
 
 It knows the registry protocol (messages.py) and nothing about transports or stacks.
 """
@@ -52,6 +55,9 @@ from abcast.registry.messages import (
 
 log: Final = logging.getLogger("abcast.registry")
 
+#: how long a call waits for a registry this client never reached (None: for ever)
+REGISTRY_TIMEOUT_S: Final = 10.0
+
 
 class _LostError(Exception):
     """The connection carrying a request broke before its reply came."""
@@ -60,9 +66,15 @@ class _LostError(Exception):
 class RegistryClient:
     def __init__(
         self, url: str, *, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+        connect_timeout_s: float | None = REGISTRY_TIMEOUT_S,
     ) -> None:
         if not 0 < initial_backoff_s <= max_backoff_s:
             raise ConfigError("need 0 < initial_backoff_s <= max_backoff_s")
+        if connect_timeout_s is not None and not 0 < connect_timeout_s < float("inf"):
+            raise ConfigError(f"connect_timeout_s must be a positive number of seconds "
+                              f"(or None: wait for ever), not {connect_timeout_s!r}")
+        self.connect_timeout_s = connect_timeout_s
+        self._reached = False  # connected at least once
         self.url = url
         self._host, self._port = parse_registry_url(url)
         self._initial = initial_backoff_s
@@ -190,7 +202,7 @@ class RegistryClient:
             raise LocalProtocolError("registry client closed")
         up = self._ensure_keeper()
         while True:
-            await up.wait()
+            await self._wait_up(up)
             writer = self._writer
             if writer is None:
                 await asyncio.sleep(0)
@@ -208,6 +220,17 @@ class RegistryClient:
             if isinstance(reply, Refused):
                 raise ConfigError(f"registry {self.url} refused: {reply.reason}")
             return reply
+
+    async def _wait_up(self, up: asyncio.Event) -> None:
+        if up.is_set() or self._reached or self.connect_timeout_s is None:
+            await up.wait()
+            return
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                await up.wait()
+        except TimeoutError:
+            raise ConfigError(f"registry {self.url} did not answer within "
+                              f"{self.connect_timeout_s:g} s (is it running there?)") from None
 
     def _ensure_keeper(self) -> asyncio.Event:
         if self._up is None:
@@ -230,8 +253,11 @@ class RegistryClient:
                 if writer is not None:
                     writer.close()
                 if delay == self._initial:
-                    log.warning("registry %s unreachable (%s); retrying with backoff",
-                                self.url, exc)
+                    # Never reached with a deadline: the waiting call reports it (one
+                    # error naming the URL); a registry lost mid-run is worth a warning.
+                    quiet = not self._reached and self.connect_timeout_s is not None
+                    log.log(logging.INFO if quiet else logging.WARNING,
+                            "registry %s unreachable (%s); retrying with backoff", self.url, exc)
                 await asyncio.sleep(delay * self._rng.uniform(0.75, 1.25))
                 delay = min(delay * 2, self._max)
                 continue
@@ -241,6 +267,7 @@ class RegistryClient:
             first = False
             delay = self._initial
             self._writer = writer
+            self._reached = True
             up.set()
             try:
                 await self._read_replies(reader)

@@ -18,7 +18,10 @@ object's state moves to every joiner at the exact point of the group's order whe
 was admitted.
 
 It needs from the group only `node`, `broadcast_nowait(payload) -> MsgId` and, for
-`attach`, `deliveries()`; nothing here knows orderings, transports or the wire.
+`attach`, `deliveries()`; when the group also names its `ordering` (and `options`), as
+abcast.Group does, binding refuses with ConfigError an ordering that does not claim total
+order — copies applying writes in different orders diverge silently. Nothing here knows
+transports or the wire.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from abcast.effects import Deliver, Stage
-from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import MsgId, NodeId
+from abcast.ordering.registry import ORDERINGS, OrderingOptions, get_ordering
 from abcast.replicated._declare import READ, spec_of
 from abcast.replicated.replica import Outcome, Replica
 
@@ -82,6 +86,9 @@ class ReplicatedHandle(Generic[T]):
         """Use `group` (open, with this handle's `on_deliver` as its delivery hook)."""
         if self._group is not None:
             raise LocalProtocolError("this replicated object is already bound to a group")
+        ordering = getattr(group, "ordering", None)
+        if isinstance(ordering, str):
+            require_total_order(ordering, getattr(group, "options", None))
         self._group = group
         self._replica.node = group.node
 
@@ -195,6 +202,21 @@ def _settle(future: asyncio.Future[Any], outcome: Outcome) -> None:
         future.set_exception(outcome.error)
     else:
         future.set_result(outcome.value)
+
+
+def total_orderings() -> tuple[str, ...]:
+    """The orderings a replicated object can run on: those that claim total order."""
+    return tuple(sorted(n for n, spec in ORDERINGS.items() if "total" in spec.guarantees))
+
+
+def require_total_order(ordering: str, options: OrderingOptions | None = None) -> None:
+    """ConfigError unless a group of `ordering` (with `options`) claims total order: every
+    copy must apply the same writes in the same order."""
+    if "total" not in get_ordering(ordering).claimed(options or OrderingOptions()):
+        raise ConfigError(
+            f"ordering {ordering!r} does not claim total order, so replicas would apply "
+            f"writes in different orders and diverge; a replicated object needs one of: "
+            f"{', '.join(total_orderings())}")
 
 
 async def attach(group: GroupLike, cls: type[T], *args: Any, **kwargs: Any) -> ReplicatedHandle[T]:

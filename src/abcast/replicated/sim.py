@@ -169,6 +169,10 @@ def simulate_replicas(
         scheduler.at(part.start_us, partial(network.partition, part.left, part.right,
                                             part.one_way))
         scheduler.at(part.end_us, partial(network.heal, part.left, part.right, part.one_way))
+    for hold in plan.holds:
+        for src, dst in hold.links():
+            scheduler.at(hold.start_us, partial(network.hold, src, dst))
+            scheduler.at(hold.end_us, partial(cluster.release, src, dst))
 
     def settle() -> None:
         if issued >= operations and scheduler.now - last_activity >= settle_us:

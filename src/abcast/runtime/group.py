@@ -243,8 +243,8 @@ class Group:
         try:
             if self._own_host:
                 await host.start()
-            if self._app is not None:
-                self._app.bind(self)
+            if self._app is not None and self._mode != "join":
+                self._app.bind(self)  # a joiner binds once the registry named the ordering
             if self._user_hook is None:
                 self._queue = asyncio.Queue()
             if self._opt_hook is None:
@@ -320,6 +320,8 @@ class Group:
             self.options = decode_options(info.options)
         if host.id in info.members:
             raise ConfigError(f"{host.id} is already a member of {self.name!r}")
+        if self._app is not None:
+            self._app.bind(self)
         host.reserve(self.name)
         contacts = self._contacts(host, info)
         driver = self._attach(host, View(0, (host.id,)))

@@ -2,9 +2,11 @@
 
 Rules: parsing only. `drop=P`, `dup=P` (probabilities per packet), `delay=A-Bms` (per
 packet, uniform), `crash=NODE@T`, `partition=NODES|NODES@T1-T2` (two-way; `NODES>NODES`
-is one-way: the left side's packets to the right side are lost), `join=NODE@T`,
-`leave=NODE@T`; NODES are joined by `+`; times take `us`, `ms` or `s`. Every mistake is a
-ConfigError whose message names the bad item, because users type these by hand.
+is one-way: the left side's packets to the right side are lost), `hold=NODES|NODES@T1-T2`
+(the links between the sides keep their packets from T1 and let them all go, in the order
+sent, at T2; `>`: one way), `join=NODE@T`, `leave=NODE@T`; NODES are joined by `+`; times
+take `us`, `ms` or `s`. Every mistake is a ConfigError whose message names the bad item,
+because users type these by hand.
 
 A partition cuts only the links between the nodes it names: a node on neither side (one
 left out of the list, or a joiner) still reaches both sides — a partial partition, which
@@ -44,6 +46,22 @@ class Partition:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """The links from `left` to `right` (and back, unless one way) hold their packets
+    from `start_us` and release them at `end_us`."""
+
+    left: tuple[NodeId, ...]
+    right: tuple[NodeId, ...]
+    start_us: int
+    end_us: int
+    one_way: bool = False
+
+    def links(self) -> tuple[tuple[NodeId, NodeId], ...]:
+        there = tuple((a, b) for a in self.left for b in self.right)
+        return there if self.one_way else there + tuple((b, a) for a, b in there)
+
+
+@dataclass(frozen=True, slots=True)
 class Join:
     node: NodeId
     at_us: int
@@ -65,21 +83,23 @@ class FaultPlan:
     joins: tuple[Join, ...] = ()
     leaves: tuple[Leave, ...] = ()
     text: str = ""
+    holds: tuple[Hold, ...] = ()
 
     def kinds(self) -> set[str]:
         """Fault kinds present, for `OrderingSpec.refuse_faults`."""
         present = {
             "drop": self.drop > 0, "dup": self.dup > 0, "delay": self.delay_us is not None,
             "crash": bool(self.crashes), "partition": bool(self.partitions),
-            "join": bool(self.joins), "leave": bool(self.leaves),
+            "join": bool(self.joins), "leave": bool(self.leaves), "hold": bool(self.holds),
         }
         return {k for k, on in present.items() if on}
 
     def nodes_named(self) -> set[NodeId]:
         named = {c.node for c in self.crashes} | {j.node for j in self.joins}
         named |= {lv.node for lv in self.leaves}
-        for p in self.partitions:
-            named |= (set(p.left) | set(p.right)) - {REST}
+        cuts: tuple[Partition | Hold, ...] = (*self.partitions, *self.holds)
+        for sides in cuts:
+            named |= (set(sides.left) | set(sides.right)) - {REST}
         return named
 
 
@@ -157,6 +177,14 @@ def _partition(value: str, item: str) -> Partition:
     return Partition(lnodes, rnodes, start, end, one_way)
 
 
+def _hold(value: str, item: str) -> Hold:
+    sides = _partition(value, item)
+    if REST in (*sides.left, *sides.right):
+        raise ConfigError(f"a hold names the nodes of both sides; '*' is for partitions "
+                          f"({item!r})")
+    return Hold(sides.left, sides.right, sides.start_us, sides.end_us, sides.one_way)
+
+
 def parse_faults(text: str | None) -> FaultPlan:
     """Parse a `--faults` string; the empty string means a fault-free run."""
     if not text or not text.strip():
@@ -167,6 +195,7 @@ def parse_faults(text: str | None) -> FaultPlan:
     partitions: list[Partition] = []
     joins: list[Join] = []
     leaves: list[Leave] = []
+    holds: list[Hold] = []
     for raw in text.split(","):
         item = raw.strip()
         key, eq, value = item.partition("=")
@@ -187,11 +216,12 @@ def parse_faults(text: str | None) -> FaultPlan:
                 joins.append(Join(*_at(value, item)))
             case "leave":
                 leaves.append(Leave(*_at(value, item)))
+            case "hold":
+                holds.append(_hold(value, item))
             case _:
-                raise ConfigError(
-                    f"unknown fault {key!r}; known: drop, dup, delay, crash, partition, join, leave"
-                )
+                raise ConfigError(f"unknown fault {key!r}; known: drop, dup, delay, crash, "
+                                  "partition, hold, join, leave")
     return FaultPlan(
         drop, dup, delay, tuple(crashes), tuple(partitions), tuple(joins), tuple(leaves),
-        text.strip(),
+        text.strip(), tuple(holds),
     )

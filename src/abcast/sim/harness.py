@@ -27,7 +27,7 @@ from abcast.sim.network import DEFAULT_LINK, LinkModel, Network
 from abcast.sim.scheduler import Scheduler
 from abcast.stack import Stack
 from abcast.trace.recorder import TraceRecorder
-from abcast.trace.rows import RunInfo
+from abcast.trace.rows import RunInfo, options_label
 from abcast.trace.writer import write_run
 from abcast.workload import RoundRobin
 
@@ -110,7 +110,7 @@ class SimResult:
             run_id=self.run_id, ordering=cfg.ordering, transport="sim", nodes=cfg.nodes,
             payload_bytes=cfg.payload, workload=workload, seed=cfg.seed,
             faults=cfg.faults or None, guarantees=self.guarantees, started_ns=0,
-            duration_ns=self.end_us * 1_000,
+            duration_ns=self.end_us * 1_000, options=options_label(cfg.options),
         )
 
     def summary(self) -> dict[str, object]:
@@ -235,6 +235,10 @@ def run_simulation(
     for part in plan.partitions:
         scheduler.at(part.start_us, partial(network.partition, part.left, part.right, part.one_way))
         scheduler.at(part.end_us, partial(network.heal, part.left, part.right, part.one_way))
+    for hold in plan.holds:
+        for src, dst in hold.links():
+            scheduler.at(hold.start_us, partial(network.hold, src, dst))
+            scheduler.at(hold.end_us, partial(cluster.release, src, dst))
 
     settled = stalled = False
 

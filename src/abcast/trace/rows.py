@@ -11,12 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+if TYPE_CHECKING:
+    from abcast.ordering.registry import OrderingOptions
+
 from abcast.errors import ConfigError
-from abcast.trace.schema import EVENT_COLUMNS, EVENT_SCHEMA, RUN_COLUMNS, RUN_SCHEMA
+from abcast.trace.schema import (
+    EVENT_COLUMNS,
+    EVENT_SCHEMA,
+    OPTIONAL_RUN_COLUMNS,
+    RUN_COLUMNS,
+    RUN_SCHEMA,
+)
 
 
 class TraceFormatError(ConfigError):
@@ -60,11 +69,25 @@ class RunInfo:
     guarantees: tuple[str, ...]
     started_ns: int
     duration_ns: int
+    options: str | None = None  # options_label(...); None: written before the column
 
     def __post_init__(self) -> None:
         # Lists sneak in from Arrow and from callers; the record stays immutable.
         if not isinstance(self.guarantees, tuple):
             object.__setattr__(self, "guarantees", tuple(self.guarantees))
+
+
+def options_label(options: OrderingOptions) -> str:
+    """The runs row's `options`: the knobs that change what a run measures or claims,
+    when not at their default, in one fixed order ("" when all are)."""
+    parts = [name for name, on in (("relay", options.relay), ("safe", options.safe)) if on]
+    if options.batch is not None:
+        parts.append(f"batch={options.batch}")
+    if options.multicast != "reliable":
+        parts.append(f"multicast={options.multicast}")
+    if options.partitions != "primary":
+        parts.append(f"partitions={options.partitions}")
+    return " ".join(parts)
 
 
 # ---------------------------------------------------------------- Python → Arrow
@@ -113,6 +136,10 @@ def conform(table: pa.Table, schema: pa.Schema, source: str) -> pa.Table:
     non-nullable field) null-holding column raises TraceFormatError naming it."""
     arrays = []
     for f in schema:
+        if f.name not in table.column_names and schema is RUN_SCHEMA \
+                and f.name in OPTIONAL_RUN_COLUMNS:
+            arrays.append(pa.nulls(table.num_rows, type=f.type))
+            continue
         if f.name not in table.column_names:
             raise TraceFormatError(f"{source}: missing column {f.name!r}")
         column = table.column(f.name)

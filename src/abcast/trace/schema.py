@@ -84,7 +84,12 @@ RUN_SCHEMA: Final = pa.schema([
     pa.field("guarantees", pa.list_(pa.string()), nullable=False),
     pa.field("started_ns", pa.int64(), nullable=False),
     pa.field("duration_ns", pa.int64(), nullable=False),
+    # the ordering's non-default knobs, e.g. "relay safe batch=1 multicast=basic
+    # partitions=evs" ("" for none; see abcast.trace.rows.options_label)
+    pa.field("options", pa.string()),
 ])
+#: columns added after traces were first written: a runs file without one reads as null
+OPTIONAL_RUN_COLUMNS: Final = frozenset({"options"})
 
 EVENT_COLUMNS: Final = tuple(EVENT_SCHEMA.names)
 RUN_COLUMNS: Final = tuple(RUN_SCHEMA.names)
