@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from abcast import RegistryServer
+from abcast.ordering.registry import ORDERINGS
 from abcast.rpc import Client, Status
 
 pytestmark = pytest.mark.timeout(120)
@@ -59,11 +60,14 @@ async def _load(client: Client, key: str, stop: asyncio.Event, told: list[int],
         told.append(int(outcome.value or b"0"))
 
 
-@pytest.mark.parametrize(("ordering", "fault"), [
-    ("sequencer", "kill"), ("causal-total", "kill"), ("chandra-toueg", "kill"),
-    ("skeen", "kill"),
-    ("matrix", "leave"),  # matrix claims no crash tolerance: its server leaves (Ctrl-C)
-])
+#: every total ordering `serve` can make (it admits joiners); the first server is killed
+#: where the ordering tolerates crashes, else it leaves (Ctrl-C)
+CASES = [(name, "kill" if "crash" in spec.tolerates else "leave")
+         for name, spec in sorted(ORDERINGS.items())
+         if "total" in spec.guarantees and "join" in spec.tolerates]
+
+
+@pytest.mark.parametrize(("ordering", "fault"), CASES)
 def test_servers_survive_a_kill(ordering: str, fault: str, tmp_path: Path) -> None:
     asyncio.run(_scenario(ordering, fault, tmp_path))
 
