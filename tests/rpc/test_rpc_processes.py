@@ -2,14 +2,13 @@
 order and survives crashes: three `abcast serve --kv` processes (the first creates the
 group), two clients in this process calling `incr` in closed loops — Case A and Case B
 alternating, `majority` votes with `majority_same` — and the first server (the leader:
-sequencer or first coordinator) SIGKILLed mid-run; matrix, which claims no crash
-tolerance, has its leader leave (Ctrl-C) instead (skeen admits no joiners, so `serve`
-cannot make its group; the simulated and in-process tests cover it). Every request
-returns OK; at the end
-both survivors answer `digest` identically (`all` + `all_same`), and the counter equals
-the number of increments the clients were told about (a request executed twice would
-show as a larger counter). With one of three servers dead, `quorum(3)` ends MEMBERS_LOST
-or NO_QUORUM within its timeout."""
+sequencer, first coordinator; for skeen, the membership layer's flush coordinator)
+SIGKILLed mid-run; matrix, which claims no crash tolerance, has its leader leave
+(Ctrl-C) instead. Every request returns OK; at the end both survivors answer `digest`
+identically (`all` + `all_same`), and the counter equals the number of increments the
+clients were told about (a request executed twice would show as a larger counter).
+With one of three servers dead, `quorum(3)` ends MEMBERS_LOST or NO_QUORUM within its
+timeout."""
 
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from abcast import RegistryServer
+from abcast.ordering.registry import ORDERINGS
 from abcast.rpc import Client, Status
 
 pytestmark = pytest.mark.timeout(120)
@@ -60,10 +60,14 @@ async def _load(client: Client, key: str, stop: asyncio.Event, told: list[int],
         told.append(int(outcome.value or b"0"))
 
 
-@pytest.mark.parametrize(("ordering", "fault"), [
-    ("sequencer", "kill"), ("causal-total", "kill"), ("chandra-toueg", "kill"),
-    ("matrix", "leave"),  # matrix claims no crash tolerance: its server leaves (Ctrl-C)
-])
+#: every total ordering `serve` can make (it admits joiners); the first server is killed
+#: where the ordering tolerates crashes, else it leaves (Ctrl-C)
+CASES = [(name, "kill" if "crash" in spec.tolerates else "leave")
+         for name, spec in sorted(ORDERINGS.items())
+         if "total" in spec.guarantees and "join" in spec.tolerates]
+
+
+@pytest.mark.parametrize(("ordering", "fault"), CASES)
 def test_servers_survive_a_kill(ordering: str, fault: str, tmp_path: Path) -> None:
     asyncio.run(_scenario(ordering, fault, tmp_path))
 
