@@ -119,7 +119,7 @@ def test_an_output_directory_that_cannot_be_one_is_refused(
         (["sim", "--ordering", "fifo", "--out", "{tmp}", "--bogus"], "No such option"),
         (["group", "create", "a b", "--registry", REGISTRY, "--ordering", "fifo"],
          "not a name"),
-        (["group", "join", "chat", "--registry", REGISTRY, "--transport", "udp://x:1"],
+        (["group", "join", "chat", "--registry", REGISTRY, "--transport", "sctp://x:1"],
          "not a transport"),
         (["check", "{tmp}", "--master", "bogus://x"], "not a Spark master"),
         (["report", "{tmp}", "--out", "{tmp}", "--master", "nowhere"], "not a Spark master"),
