@@ -425,10 +425,11 @@ def _register_commands() -> None:
     """Commands that live beside their subject; their heavy imports (Spark) stay lazy."""
     from abcast.apps.bank import demo
     from abcast.apps.groups import group
+    from abcast.cli_probe import probe_command
     from abcast.evaluation.cli import bench
     from abcast.pipeline.commands import check, report
 
-    for command in (bench, demo, group, check, report):
+    for command in (bench, demo, group, check, report, probe_command):
         cli.add_command(command)
 
 
