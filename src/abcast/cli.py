@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import json
-import logging
 import os
 import signal
 import sys
@@ -24,6 +23,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from abcast.errors import AbcastError
+from abcast.logs import FORMATS, LOG_FORMAT_ENV
+from abcast.logs import configure as configure_logging
 from abcast.ordering.registry import ORDERINGS, OrderingOptions
 
 EXIT_VIOLATIONS = 1
@@ -46,8 +47,12 @@ _RELAY: Final = click.option(
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="abcast")
-def cli() -> None:
+@click.option("--log-format", type=click.Choice(FORMATS), default=None, envvar=LOG_FORMAT_ENV,
+              help="Logs on stderr as text lines or one JSON object per line.")
+def cli(log_format: str | None) -> None:
     """abcast: group communication with the delivery guarantee you choose."""
+    if log_format is not None:
+        os.environ[LOG_FORMAT_ENV] = log_format  # the nodes it starts log the same way
 
 
 @cli.command()
@@ -173,9 +178,7 @@ def _run_async(main: Coroutine[Any, Any, T]) -> T:
 
 
 def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s: %(message)s" if verbose
-                        else "%(name)s: %(message)s", stream=sys.stderr)
+    configure_logging(verbose)
 
 
 def _options(

@@ -150,3 +150,35 @@ def test_probe_json_returns_every_layer_snapshot_of_a_live_three_node_group(
         channel = next(layer for layer in group["layers"] if layer["layer"] == "open-channel")
         assert set(channel["clock"]["out"]) == set(IDS) - {status["node"]}
     assert not list(folder.glob("*.sock"))  # closed nodes take their sockets with them
+
+
+def test_json_logs_are_one_object_per_line_with_node_group_view_and_event() -> None:
+    import io
+    import logging
+
+    from abcast.logs import CONTEXT_FIELDS, JsonFormatter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("abcast")
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+    async def main() -> None:
+        nodes, groups = await _cluster("fifo")
+        await _close(nodes, groups)
+
+    try:
+        asyncio.run(main())
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    entries = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert entries and all(set(CONTEXT_FIELDS) <= set(e) for e in entries)
+    assert all(e["logger"].startswith("abcast.") for e in entries)
+    views = [e for e in entries if e["event"] == "view"]
+    assert sorted(e["node"] for e in views) == list(IDS)
+    assert all(e["group"] == "g" and e["view"] == 1 for e in views)
+    assert {e["logger"] for e in views} == {"abcast.runtime.driver"}

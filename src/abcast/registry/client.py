@@ -50,7 +50,7 @@ from abcast.registry.messages import (
     read_body,
 )
 
-log: Final = logging.getLogger("abcast.registry")
+log: Final = logging.getLogger(__name__)
 
 
 class _LostError(Exception):

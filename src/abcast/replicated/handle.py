@@ -35,7 +35,7 @@ from abcast.ids import MsgId, NodeId
 from abcast.replicated._declare import READ, spec_of
 from abcast.replicated.replica import Outcome, Replica
 
-log: Final = logging.getLogger("abcast.replicated")
+log: Final = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -54,7 +54,7 @@ from abcast.testing import Violation, check_events
 from abcast.trace.rows import TraceFormatError
 from abcast.trace.writer import EVENTS_DIR, add_run, clear_run, read_events
 
-log: Final = logging.getLogger("abcast.cluster")
+log: Final = logging.getLogger(__name__)
 
 ABCAST: Final = (sys.executable, "-m", "abcast.cli")
 START_TIMEOUT_S: Final = 60.0

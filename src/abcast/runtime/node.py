@@ -205,7 +205,8 @@ class Node:
                 await self.registry.close()
             raise
         self._state = "open"
-        log.info("node %s up at %s", self._id, self._address)
+        log.info("node %s up at %s", self._id, self._address,
+                 extra={"node": self._id, "event": "up"})
         return self
 
     async def close(self) -> None:
