@@ -241,12 +241,13 @@ def _transport_schemes() -> list[str]:
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Trace directory (runs.parquet + events/).")
 @click.option("--json", "as_json", is_flag=True, help="Last stdout line is a JSON summary.")
+@click.option("--metrics", is_flag=True, help="Every node serves Prometheus /metrics.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
 def cluster(
     nodes: int, ordering: str, scheme: str, messages: int, payload: int, rate: float | None,
     serial: bool, trace: str, event_loop: str | None, busy_poll_us: int, wan: str | None,
     batch: int | None, safe: bool, relay: bool, suspect_after: int, registry: str | None,
-    timeout: float, out: Path, as_json: bool, verbose: bool,
+    timeout: float, out: Path, as_json: bool, metrics: bool, verbose: bool,
 ) -> None:
     """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
     from abcast.runtime.cluster import ClusterConfig
@@ -258,7 +259,7 @@ def cluster(
         payload=payload, rate=rate, serial=serial, trace=trace == "on", wan=wan,
         event_loop=event_loop, busy_poll_us=busy_poll_us,
         options=_options(batch, safe, suspect_after, relay), timeout_s=timeout,
-        registry=registry,
+        registry=registry, metrics=metrics,
     )
     console = Console(stderr=True)
     try:
@@ -380,12 +381,19 @@ def registry(
               type=click.Choice(["registry", "pipe"]),
               help="registry: start and stop through the registry (nodes started by hand); "
                    "pipe: go/stop lines on stdin (the cluster launcher).")
+@click.option("--metrics-port", default=None, type=click.IntRange(0, 65_535),
+              help="Serve Prometheus /metrics on this port (0: any free one; default off).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address /metrics listens on (0.0.0.0: every interface).")
+@click.option("--probe/--no-probe", default=True, show_default=True,
+              help="Answer `abcast probe` on a local control socket.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level on stderr.")
 def node(
     registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
     payload: int, rate: float | None, serial: bool, claim: str | None, run_id: str | None,
     out: Path | None, trace: str, wan: str | None, batch: int | None, safe: bool,
-    relay: bool, suspect_after: int | None, control: str, verbose: bool,
+    relay: bool, suspect_after: int | None, control: str, metrics_port: int | None,
+    metrics_host: str, probe: bool, verbose: bool,
 ) -> None:
     """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
     from abcast.runtime.worker import (
@@ -410,7 +418,7 @@ def node(
         node=claim, payload=payload, rate=rate, serial=serial,
         out=out if trace == "on" else None,
         options=_options(batch, safe, suspect_after, relay),
-        wan=wan,
+        wan=wan, metrics_port=metrics_port, metrics_host=metrics_host, probe=probe,
     )
     runner = run_pipe_node if control == "pipe" else run_manual_node
     try:

@@ -57,6 +57,7 @@ class ClusterConfig:
     group: str = "g"
     timeout_s: float = 600.0
     registry: str | None = None  # use this running registry instead of starting one
+    metrics: bool = False  # every node serves /metrics (on a port of its own choosing)
 
     @property
     def in_process(self) -> bool:

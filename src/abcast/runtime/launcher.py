@@ -205,6 +205,8 @@ def node_command(config: ClusterConfig, registry_url: str, run_id: str) -> list[
     if config.options.relay:
         cmd.append("--relay")
     cmd += ["--suspect-after", str(config.options.detector.timeout_us // 1000)]
+    if config.metrics:
+        cmd += ["--metrics-port", "0"]
     return cmd
 
 
@@ -341,6 +343,7 @@ async def _run_in_process(
         size=config.nodes, messages=config.messages, registry=registry_url, run_id=run_id,
         payload=config.payload, rate=config.rate, serial=config.serial,
         out=config.out if config.trace else None, options=config.options, wan=config.wan,
+        metrics_port=0 if config.metrics else None,
     )
 
     async def one(i: int) -> None:

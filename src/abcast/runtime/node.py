@@ -244,8 +244,13 @@ class Node:
 
             path = None if self._probe_at is True else str(self._probe_at)
             probe_server = ProbeServer(self, path)
-            self._services.append(probe_server)
-            await probe_server.start()
+            try:
+                await probe_server.start()
+            except OSError as exc:  # the node runs on; only `abcast probe` cannot reach it
+                log.warning("%s: no probe socket: %s", self._id, exc,
+                            extra={"node": self._id, "event": "probe"})
+            else:
+                self._services.append(probe_server)
 
     async def _stop_services(self) -> None:
         services, self._services = self._services, []
