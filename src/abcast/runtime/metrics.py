@@ -113,6 +113,8 @@ _LAYER_SUMS: Final = {
     "gap_acks": ("abcast_naks",
                  "Acks naming packets above a gap (the reliable channel's NAKs)."),
     "flushes": ("abcast_flushes", "View-change flushes, where the ordering counts them."),
+    "flush_us": ("abcast_flush_seconds",
+                 "Time spent in view-change flushes, where the ordering counts it."),
 }
 
 
@@ -162,7 +164,8 @@ def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]
                 if counter in totals:
                     totals[counter] += value
         for key, family in sums.items():
-            family.add_metric(labels, totals[key])
+            family.add_metric(labels, totals[key] / 1e6 if key.endswith("_us")
+                              else totals[key])
         view_id.add_metric(labels, g.view_id)
         view_size.add_metric(labels, len(g.members))
         leader.add_metric(labels, 1 if g.leader == node else 0)
