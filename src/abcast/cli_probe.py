@@ -77,7 +77,7 @@ def _group_table(group: GroupStatus) -> object:
     from rich.table import Table
 
     table = Table(title=(f"group {group.name}: view {group.view_id} "
-                         f"[{', '.join(group.members)}], leader {group.leader}"
+                         f"({', '.join(group.members)}), leader {group.leader}"
                          + (" (closed)" if group.closed else "")),
                   title_justify="left", caption=_pairs(group.counters), caption_justify="left")
     table.add_column("layer")
