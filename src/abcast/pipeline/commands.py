@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, NoReturn
 
 import click
 
-from abcast.pipeline.io import TraceDirError, preflight, read_trace
+from abcast.pipeline.io import TraceDirError, local_path, preflight, read_trace
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,14 +64,34 @@ def _unreadable(exc: Exception) -> TraceDirError | None:
     return TraceDirError(f"cannot read the trace: {first[:300]}")
 
 
-def _session(master: str | None) -> tuple[SparkSession, bool]:
+def _session(master: str | None, remote: str | None = None) -> tuple[SparkSession, bool]:
     """The session to use and whether this command started it (and so stops it)."""
     from pyspark import SparkContext
 
     from abcast.pipeline.session import build_session
 
+    if remote is not None:
+        return build_session(remote=remote), True
     already = SparkContext._active_spark_context is not None
     return build_session(master), not already
+
+
+def _absolute(uri: str) -> str:
+    """A local trace dir as an absolute path: executors of a cluster and a Spark Connect
+    server resolve a relative one against their own working directory."""
+    local = local_path(uri)
+    return str(local.resolve()) if local is not None else uri
+
+
+def _where(master: str | None, remote: str | None) -> tuple[str | None, str | None]:
+    if master is not None and remote is not None:
+        click.echo("abcast: error: give --master or --remote, not both", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    return master, remote
+
+
+_REMOTE_HELP: Final = ("Spark Connect server (sc://HOST:PORT) to run on instead of a "
+                       "master.")
 
 
 def read_claims(runs: DataFrame) -> tuple[RunClaim, ...]:
@@ -140,9 +160,10 @@ def _print_tables(outcome: CheckOutcome, *, to_stderr: bool) -> None:
 @click.argument("trace_dir")
 @click.option("--master", default=None, metavar="URL",
               help="Spark master URL (default: embedded local[*]).")
+@click.option("--remote", default=None, metavar="URL", help=_REMOTE_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="End with one JSON line: runs, events, violations per code, examples.")
-def check(trace_dir: str, master: str | None, as_json: bool) -> None:
+def check(trace_dir: str, master: str | None, remote: str | None, as_json: bool) -> None:
     """Check every run in TRACE_DIR for the guarantees its runs row claims.
 
     Exit code 0 when clean, 1 when any violation is found, 2 when TRACE_DIR is missing,
@@ -152,9 +173,9 @@ def check(trace_dir: str, master: str | None, as_json: bool) -> None:
         event_rows = preflight(trace_dir)
     except TraceDirError as exc:
         _refuse("check", exc)
-    spark, owned = _session(master)
+    spark, owned = _session(*_where(master, remote))
     try:
-        outcome = run_check(spark, trace_dir, event_rows)
+        outcome = run_check(spark, _absolute(trace_dir), event_rows)
     except TraceDirError as exc:
         _refuse("check", exc)
     except Exception as exc:
@@ -202,7 +223,8 @@ def run_report(
               help="Directory for report.md and the plots (created if missing).")
 @click.option("--master", default=None, metavar="URL",
               help="Spark master URL (default: embedded local[*]).")
-def report(trace_dir: str, out_dir: Path, master: str | None) -> None:
+@click.option("--remote", default=None, metavar="URL", help=_REMOTE_HELP)
+def report(trace_dir: str, out_dir: Path, master: str | None, remote: str | None) -> None:
     """Summarise the runs in TRACE_DIR: latency, throughput, packets per broadcast
     against the model, optimistic accuracy, a fitted latency model, and plots.
 
@@ -213,9 +235,9 @@ def report(trace_dir: str, out_dir: Path, master: str | None) -> None:
     except TraceDirError as exc:
         _refuse("report", exc)
     out_dir.mkdir(parents=True, exist_ok=True)
-    spark, owned = _session(master)
+    spark, owned = _session(*_where(master, remote))
     try:
-        page = run_report(spark, trace_dir, out_dir, event_rows)
+        page = run_report(spark, _absolute(trace_dir), out_dir, event_rows)
     except TraceDirError as exc:
         _refuse("report", exc)
     except Exception as exc:
