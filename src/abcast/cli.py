@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import json
-import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -43,6 +43,8 @@ from abcast.cli_params import (
     usage_error,
 )
 from abcast.errors import AbcastError
+from abcast.logs import FORMATS, LOG_FORMAT_ENV
+from abcast.logs import configure as configure_logging
 from abcast.ordering.registry import ORDERINGS
 
 EXIT_VIOLATIONS: Final = 1
@@ -62,8 +64,12 @@ _VERBOSE: Final = click.option("-v", "--verbose", is_flag=True,
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="abcast")
-def cli() -> None:
+@click.option("--log-format", type=click.Choice(FORMATS), default=None, envvar=LOG_FORMAT_ENV,
+              help="Logs on stderr as text lines or one JSON object per line.")
+def cli(log_format: str | None) -> None:
     """abcast: group communication with the delivery guarantee you choose."""
+    if log_format is not None:
+        os.environ[LOG_FORMAT_ENV] = log_format  # the nodes it starts log the same way
 
 
 @cli.command()
@@ -192,9 +198,7 @@ def _run_async(main: Coroutine[Any, Any, T]) -> T:
 
 
 def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s: %(message)s" if verbose
-                        else "%(name)s: %(message)s", stream=sys.stderr)
+    configure_logging(verbose)
 
 
 @cli.command()
@@ -231,6 +235,7 @@ def _logging(verbose: bool) -> None:
 @click.option("--out", required=True, type=OUT_DIR,
               help="Trace directory (runs.parquet + events/).")
 @_JSON
+@click.option("--metrics", is_flag=True, help="Every node serves Prometheus /metrics.")
 @_VERBOSE
 def cluster(
     nodes: int, ordering: str, transport: str, messages: int, payload: int,
@@ -238,7 +243,7 @@ def cluster(
     wan: str | None, batch: int | None, safe: bool, relay: bool,
     order_interval_ms: float, multicast: str,
     partitions: str, suspect_after: int, registry: str | None, timeout: float, out: Path,
-    as_json: bool, verbose: bool,
+    as_json: bool, metrics: bool, verbose: bool,
 ) -> None:
     """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
     from abcast.evaluation.cluster import ClusterConfig
@@ -254,7 +259,7 @@ def cluster(
         nodes=nodes, ordering=ordering, transport=scheme, messages=messages, out=out,
         payload=payload, rate=rate, serial=serial, trace=trace == "on", wan=wan,
         event_loop=event_loop, busy_poll_us=busy_poll_us, options=options,
-        timeout_s=timeout, registry=registry,
+        timeout_s=timeout, registry=registry, metrics=metrics,
     )
     console = Console(stderr=True)
     try:
@@ -378,6 +383,12 @@ def registry(
               type=click.Choice(["registry", "pipe"]),
               help="registry: start and stop through the registry (nodes started by hand); "
                    "pipe: go/stop lines on stdin (the cluster launcher).")
+@click.option("--metrics-port", default=None, type=click.IntRange(0, 65_535),
+              help="Serve Prometheus /metrics on this port (0: any free one; default off).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address /metrics listens on (0.0.0.0: every interface).")
+@click.option("--probe/--no-probe", default=True, show_default=True,
+              help="Answer `abcast probe` on a local control socket.")
 @_VERBOSE
 def node(
     registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
@@ -385,8 +396,7 @@ def node(
     out: Path | None, trace: str, wan: str | None, batch: int | None, safe: bool,
     relay: bool,
     order_interval_ms: float, multicast: str, partitions: str, suspect_after: int | None,
-    control: str,
-    verbose: bool,
+    control: str, metrics_port: int | None, metrics_host: str, probe: bool, verbose: bool,
 ) -> None:
     """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
     from abcast.evaluation.worker import (
@@ -414,7 +424,8 @@ def node(
         registry=registry_url, run_id=run_id or f"{group}-{ordering}-n{size}-m{messages}",
         node=claim, payload=payload, rate=rate, serial=serial,
         out=out if trace == "on" else None,
-        options=options, wan=wan,
+        options=options, wan=wan, metrics_port=metrics_port, metrics_host=metrics_host,
+        probe=probe,
     )
     runner = run_pipe_node if control == "pipe" else run_manual_node
     try:
@@ -435,11 +446,12 @@ def _register_commands() -> None:
     from abcast.apps.chat import chat
     from abcast.apps.groups import group
     from abcast.apps.rpc_commands import call, serve
+    from abcast.cli_probe import probe_command
     from abcast.evaluation.cli import bench
     from abcast.pipeline.commands import check, report
 
     demo.add_command(certify)
-    for command in (bench, demo, group, check, report, serve, call):
+    for command in (bench, demo, group, check, report, serve, call, probe_command):
         cli.add_command(command)
     demo.add_command(chat)
 

@@ -136,7 +136,7 @@ def test_bad_connection_is_dropped_and_others_keep_going(
     run(main)
     drops = [r for r in caplog.records if "dropped connection" in r.getMessage()]
     assert len(drops) == 1, [r.getMessage() for r in caplog.records]
-    assert drops[0].levelno == logging.WARNING and drops[0].name == "abcast.transport"
+    assert drops[0].levelno == logging.WARNING and drops[0].name == "abcast.transport.tcp"
     assert reason in drops[0].getMessage()
 
 

@@ -54,6 +54,8 @@ class BankConfig:
     seed: int = 1
     timeout_s: float = 120.0
     options: OrderingOptions = field(default_factory=OrderingOptions)
+    #: node i serves Prometheus /metrics on metrics_port + i (0: each a free port)
+    metrics_port: int | None = None
 
     def validate(self) -> None:
         from abcast.transport import known_schemes
@@ -93,7 +95,9 @@ async def run_bank_node(config: BankConfig, index: int, registry: str) -> BankRe
     handle = ReplicatedHandle(Account())
     group = Group(GROUP, ordering=config.ordering, transport=config.bind_url(),
                   registry=registry, node=node, size=config.nodes,
-                  on_deliver=handle.on_deliver, options=config.options)
+                  on_deliver=handle.on_deliver, options=config.options,
+                  metrics_port=None if config.metrics_port is None
+                  else config.metrics_port and config.metrics_port + index)
     async with group:
         handle.bind(group)
         rng = random.Random(f"{config.seed}:{node}")
@@ -174,6 +178,8 @@ def _worker_command(config: BankConfig, index: int, registry: str) -> list[str]:
     cmd += ["--heartbeat-ms", repr(matrix.period_us / 1000)]
     if not matrix.adaptive:
         cmd.append("--fixed-heartbeat")
+    if config.metrics_port is not None:
+        cmd += ["--metrics-port", str(config.metrics_port)]
     return cmd
 
 
@@ -243,12 +249,15 @@ def demo() -> None:
 @click.option("--timeout", default=120.0, show_default=True, type=SECONDS,
               help="Seconds before the demo gives up on the nodes.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
+@click.option("--metrics-port", default=None, type=click.IntRange(0, 65_000),
+              help="Node i serves Prometheus /metrics on this port + i (0: free ports).")
 def bank(nodes: int, ordering: str, operations: int, transport: str, seed: int,
-         heartbeat_ms: float, fixed_heartbeat: bool, timeout: float, as_json: bool) -> None:
+         heartbeat_ms: float, fixed_heartbeat: bool, timeout: float, as_json: bool,
+         metrics_port: int | None) -> None:
     """N processes apply K random deposits and withdrawals to one replicated Account."""
     try:
         config = BankConfig(nodes, ordering, operations, scheme_of(transport), seed, timeout,
-                            _options(heartbeat_ms, fixed_heartbeat))
+                            _options(heartbeat_ms, fixed_heartbeat), metrics_port)
         result = asyncio.run(run_bank(config))
     except AbcastError as exc:
         fail(str(exc))
@@ -274,11 +283,14 @@ def bank(nodes: int, ordering: str, operations: int, transport: str, seed: int,
 @click.option("--seed", default=1, type=int)
 @click.option("--heartbeat-ms", default=300.0, type=float)
 @click.option("--fixed-heartbeat", is_flag=True)
+@click.option("--metrics-port", default=None, type=int)
 def bank_node(index: int, registry: str, nodes: int, ordering: str, operations: int,
-              transport: str, seed: int, heartbeat_ms: float, fixed_heartbeat: bool) -> None:
+              transport: str, seed: int, heartbeat_ms: float, fixed_heartbeat: bool,
+              metrics_port: int | None) -> None:
     """One node of `demo bank` (started by it): prints one JSON report line."""
     config = BankConfig(nodes, ordering, operations, transport, seed,
-                        options=_options(heartbeat_ms, fixed_heartbeat))
+                        options=_options(heartbeat_ms, fixed_heartbeat),
+                        metrics_port=metrics_port)
     try:
         report = asyncio.run(run_bank_node(config, index, registry))
     except Exception as exc:  # reported to the parent, which prints it

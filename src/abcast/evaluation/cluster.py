@@ -62,6 +62,7 @@ class ClusterConfig:
     udp_group: str = field(default_factory=pick_group)
     #: more transport options for every node's URL ("loss=0.05&datagram_bytes=1400")
     transport_options: str = ""
+    metrics: bool = False  # every node serves /metrics (on a port of its own choosing)
 
     @property
     def in_process(self) -> bool:

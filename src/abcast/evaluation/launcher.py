@@ -54,7 +54,7 @@ from abcast.registry.server import RegistryServer
 from abcast.trace.rows import TraceFormatError
 from abcast.trace.writer import EVENTS_DIR, add_run, clear_run, read_events
 
-log: Final = logging.getLogger("abcast.cluster")
+log: Final = logging.getLogger(__name__)
 
 ABCAST: Final = (sys.executable, "-m", "abcast.cli")
 START_TIMEOUT_S: Final = 60.0
@@ -208,6 +208,8 @@ def node_command(config: ClusterConfig, registry_url: str, run_id: str) -> list[
     if config.options.order_interval_ms:
         cmd += ["--order-interval-ms", repr(config.options.order_interval_ms)]
     cmd += ["--suspect-after", str(config.options.detector.timeout_us // 1000)]
+    if config.metrics:
+        cmd += ["--metrics-port", "0"]
     return cmd
 
 
@@ -344,6 +346,7 @@ async def _run_in_process(
         size=config.nodes, messages=config.messages, registry=registry_url, run_id=run_id,
         payload=config.payload, rate=config.rate, serial=config.serial,
         out=config.out if config.trace else None, options=config.options, wan=config.wan,
+        metrics_port=0 if config.metrics else None,
     )
 
     async def one(i: int) -> None:

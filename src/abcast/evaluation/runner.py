@@ -37,7 +37,7 @@ from abcast.evaluation.results import (
 )
 from abcast.registry.server import RegistryServer
 
-log: Final = logging.getLogger("abcast.bench")
+log: Final = logging.getLogger(__name__)
 TRACES_DIR: Final = "traces"
 #: a load curve stops after this many rates in a row delivered below the offered rate
 #: (or after one incomplete run): past the knee, higher rates only lengthen the queue

@@ -76,6 +76,9 @@ class WorkerConfig:
     out: Path | None = None  # trace directory; None: tracing off
     options: OrderingOptions = field(default_factory=OrderingOptions)
     wan: str | None = None
+    metrics_port: int | None = None  # serve /metrics on this port (0: any free one)
+    metrics_host: str = "127.0.0.1"
+    probe: bool = False  # answer `abcast probe` on a local control socket
 
 
 class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -355,7 +358,8 @@ async def run_worker(
         sink.warm_up()
     recorder = TraceRecorder(config.run_id, sink=sink, keep_rows=False) if sink else None
     node = Node(config.transport, node=config.node, registry=config.registry,
-                recorder=recorder, wan=config.wan)
+                recorder=recorder, wan=config.wan, metrics_port=config.metrics_port,
+                metrics_host=config.metrics_host, probe=config.probe)
     try:
         await node.start()
         control = make_control(node)

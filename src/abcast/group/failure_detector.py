@@ -51,6 +51,7 @@ from abcast.events import (
 )
 from abcast.ids import NodeId
 from abcast.layer import Layer
+from abcast.snapshot import LayerSnapshot
 
 TICK = "tick"
 
@@ -109,6 +110,9 @@ class _State:
     tick_due: int = 0  # when the armed tick was asked for
     view_id: int = 0
     noticed: dict[NodeId, int] = field(default_factory=dict)  # non-member -> last notice
+    suspicions: int = 0  # Suspect verdicts given
+    heartbeats: int = 0  # heartbeats sent
+    stalls: int = 0  # ticks that found this node had been stalled
 
 
 class FailureDetectorLayer(Layer):
@@ -125,6 +129,18 @@ class FailureDetectorLayer(Layer):
 
     def timeout_of(self, peer: NodeId) -> int:
         return self._s.peers[peer].timeout
+
+    def inspect(self) -> LayerSnapshot:
+        """Per peer: its timeout, whether it is suspected and how often that was wrong."""
+        st = self._s
+        peers = {p: {"timeout_us": q.timeout, "suspected": q.suspected, "mistakes": q.mistakes}
+                 for p, q in sorted(st.peers.items())}
+        return LayerSnapshot(
+            layer=self.name, phase="suspecting" if self.suspects() else "steady",
+            clock={"view_id": st.view_id, "peers": peers},
+            counters={"suspicions": st.suspicions,
+                      "mistakes": sum(q.mistakes for q in st.peers.values()),
+                      "heartbeats": st.heartbeats, "stalls": st.stalls})
 
     def handle(self, event: Event, now: int) -> list[Effect]:
         # Every packet of the node passes here twice (down and up), so the per-packet
@@ -238,6 +254,7 @@ class FailureDetectorLayer(Layer):
     def _tick(self, now: int) -> list[Effect]:
         paused = now - self._s.tick_due
         if paused > self.config.period_us:  # this node was stalled: see the rules above
+            self._s.stalls += 1
             for st in self._s.peers.values():
                 st.last_heard = min(now, st.last_heard + paused)
         effects: list[Effect] = []
@@ -245,9 +262,11 @@ class FailureDetectorLayer(Layer):
         for peer in idle:
             self._s.peers[peer].last_sent = now
             effects.append(Send(peer, Heartbeat(), control=True))
+        self._s.heartbeats += len(idle)
         for peer, st in self._s.peers.items():
             if not st.suspected and now - st.last_heard > st.timeout:
                 st.suspected = True
+                self._s.suspicions += 1
                 effects.append(Suspect(peer))
         if self._s.peers:
             self._s.tick_due = now + self.config.period_us

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final, NoReturn
 import click
 
 from abcast.cli_params import OUT_DIR, SPARK_MASTER, fail, make_out_dir
-from abcast.pipeline.io import TraceDirError, preflight, read_trace
+from abcast.pipeline.io import TraceDirError, local_path, preflight, read_trace
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -86,12 +86,16 @@ def _unreadable(exc: Exception) -> TraceDirError | None:
     return TraceDirError(f"cannot read the trace: {first[:300]}")
 
 
-def _session(command: str, master: str | None) -> tuple[SparkSession, bool]:
+def _session(
+    command: str, master: str | None, remote: str | None = None
+) -> tuple[SparkSession, bool]:
     """The session to use and whether this command started it (and so stops it)."""
     from pyspark import SparkContext
 
     from abcast.pipeline.session import DEFAULT_MASTER, build_session
 
+    if remote is not None:
+        return build_session(remote=remote), True
     already = SparkContext._active_spark_context is not None
     if not already:
         _phase(command, f"starting Spark on {master or DEFAULT_MASTER}")
@@ -102,6 +106,23 @@ def _session(command: str, master: str | None) -> tuple[SparkSession, bool]:
             raise
         fail(f"Spark could not start on master {master or DEFAULT_MASTER}: "
              f"{_first_line(exc)}")
+
+
+def _absolute(uri: str) -> str:
+    """A local trace dir as an absolute path: executors of a cluster and a Spark Connect
+    server resolve a relative one against their own working directory."""
+    local = local_path(uri)
+    return str(local.resolve()) if local is not None else uri
+
+
+def _where(master: str | None, remote: str | None) -> tuple[str | None, str | None]:
+    if master is not None and remote is not None:
+        fail("give --master or --remote, not both")
+    return master, remote
+
+
+_REMOTE_HELP: Final = ("Spark Connect server (sc://HOST:PORT) to run on instead of a "
+                       "master.")
 
 
 def read_claims(runs: DataFrame) -> tuple[RunClaim, ...]:
@@ -170,10 +191,11 @@ def _print_tables(outcome: CheckOutcome, *, to_stderr: bool) -> None:
 @click.argument("trace_dir")
 @click.option("--master", default=None, type=SPARK_MASTER,
               help="Spark master URL (default: embedded local[*]).")
+@click.option("--remote", default=None, metavar="URL", help=_REMOTE_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="End with one JSON line: runs, events, violations per claimed code, "
                    "examples.")
-def check(trace_dir: str, master: str | None, as_json: bool) -> None:
+def check(trace_dir: str, master: str | None, remote: str | None, as_json: bool) -> None:
     """Check every run in TRACE_DIR for the guarantees its runs row claims.
 
     Exit code 0 when clean, 1 when any violation is found, 2 when TRACE_DIR is missing,
@@ -183,10 +205,10 @@ def check(trace_dir: str, master: str | None, as_json: bool) -> None:
         event_rows = preflight(trace_dir)
     except TraceDirError as exc:
         _refuse("check", exc)
-    spark, owned = _session("check", master)
+    spark, owned = _session("check", *_where(master, remote))
     _phase("check", f"checking the runs in {trace_dir}")
     try:
-        outcome = run_check(spark, trace_dir, event_rows)
+        outcome = run_check(spark, _absolute(trace_dir), event_rows)
     except TraceDirError as exc:
         _refuse("check", exc)
     except Exception as exc:
@@ -239,7 +261,8 @@ def run_report(
               help="Directory for report.md and the plots (created if missing).")
 @click.option("--master", default=None, type=SPARK_MASTER,
               help="Spark master URL (default: embedded local[*]).")
-def report(trace_dir: str, out_dir: Path, master: str | None) -> None:
+@click.option("--remote", default=None, metavar="URL", help=_REMOTE_HELP)
+def report(trace_dir: str, out_dir: Path, master: str | None, remote: str | None) -> None:
     """Summarise the runs in TRACE_DIR: latency, throughput, packets per broadcast
     against the model, optimistic accuracy, a fitted latency model, and plots.
 
@@ -250,10 +273,10 @@ def report(trace_dir: str, out_dir: Path, master: str | None) -> None:
     except TraceDirError as exc:
         _refuse("report", exc)
     make_out_dir(out_dir)
-    spark, owned = _session("report", master)
+    spark, owned = _session("report", *_where(master, remote))
     _phase("report", f"summarising the runs in {trace_dir}")
     try:
-        page = run_report(spark, trace_dir, out_dir, event_rows)
+        page = run_report(spark, _absolute(trace_dir), out_dir, event_rows)
     except TraceDirError as exc:
         _refuse("report", exc)
     except Exception as exc:

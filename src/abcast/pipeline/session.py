@@ -2,7 +2,9 @@
 
 Rules: Spark stays on loopback and quiet (no UI, log level ERROR), and its Python
 workers run the interpreter that runs us (so pyarrow/pandas are importable in them).
-The master is `local[*]` unless the caller names another; this module does not read
+The master is `local[*]` unless the caller names another (`spark://host:7077`, a
+standalone cluster) or a Spark Connect server (`remote="sc://host:15002"`: the session
+is then a thin client, and the server's own settings apply); this module does not read
 traces or know any check. pyspark is imported only inside `build_session`, so importing
 this module costs nothing when Java is absent.
 """
@@ -25,6 +27,8 @@ LOOPBACK: Final = "127.0.0.1"
 # overrides it.
 DRIVER_MEMORY_ENV: Final = "ABCAST_SPARK_DRIVER_MEMORY"
 LOCAL_DRIVER_MEMORY: Final = "3g"
+#: the executors' heap on a cluster (Spark's default: 1g)
+EXECUTOR_MEMORY_ENV: Final = "ABCAST_SPARK_EXECUTOR_MEMORY"
 
 # Few shuffle partitions: traces are checked on one machine or a small cluster, and
 # Spark's default of 200 makes every small job pay for 200 near-empty tasks. Adaptive
@@ -68,8 +72,10 @@ def build_session(
     app_name: str = "abcast",
     driver_memory: str | None = None,
     progress: bool = False,
+    remote: str | None = None,
 ) -> SparkSession:
-    """A SparkSession on `master` (default `local[*]`), loopback-bound and quiet.
+    """A SparkSession on `master` (default `local[*]`), loopback-bound and quiet; or,
+    given `remote`, a Spark Connect session to that server.
 
     `driver_memory` (default: $ABCAST_SPARK_DRIVER_MEMORY, else 3g for a local master)
     only takes effect when this call starts the JVM (an already running session is
@@ -77,6 +83,12 @@ def build_session(
     bar on stderr (for a terminal).
     """
     _prepare_environment()
+    if remote is not None:
+        from pyspark.sql import SparkSession as Session
+
+        connected = Session.builder.remote(remote).appName(app_name).getOrCreate()
+        connected.conf.set("spark.sql.shuffle.partitions", _SHUFFLE_PARTITIONS)
+        return connected
     master = master or DEFAULT_MASTER
     if driver_memory is None:
         driver_memory = os.environ.get(DRIVER_MEMORY_ENV) or (
@@ -107,6 +119,9 @@ def build_session(
     )
     if driver_memory is not None:
         builder = builder.config("spark.driver.memory", driver_memory)
+    executor_memory = os.environ.get(EXECUTOR_MEMORY_ENV)
+    if executor_memory:
+        builder = builder.config("spark.executor.memory", executor_memory)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

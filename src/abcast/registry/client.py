@@ -53,7 +53,7 @@ from abcast.registry.messages import (
     read_body,
 )
 
-log: Final = logging.getLogger("abcast.registry")
+log: Final = logging.getLogger(__name__)
 
 #: how long a call waits for a registry this client never reached (None: for ever)
 REGISTRY_TIMEOUT_S: Final = 10.0

@@ -17,7 +17,7 @@ and refuses its later announcements (a tombstone, in memory like the rest); `Loc
 answers a node's registered address, `ListGroups` every group.
 
 Bad input (garbage, an oversize length prefix, a truncated message, an unknown message
-type) gets one log line on "abcast.registry", that connection is closed and
+type) gets one log line on "abcast.registry.server", that connection is closed and
 `stats.bad_messages` goes up; everyone else keeps being served. Nothing here knows about
 transports, stacks or the runtime.
 """
@@ -58,7 +58,7 @@ from abcast.registry.messages import (
     read_body,
 )
 
-log: Final = logging.getLogger("abcast.registry")
+log: Final = logging.getLogger(__name__)
 
 _ASSIGNED = re.compile(r"n(\d+)")
 

@@ -52,6 +52,7 @@ from abcast.events import (
 from abcast.ids import NodeId, View
 from abcast.layer import Layer
 from abcast.reliability.rto import RtoEstimator
+from abcast.snapshot import LayerSnapshot
 
 
 class RData(Header, frozen=True):
@@ -156,8 +157,27 @@ class ReliableChannel(Layer):
         self._members: frozenset[NodeId] = frozenset()
         self.retransmissions = 0
         self.duplicates = 0
+        self.acks_sent = 0  # standalone acks (piggybacked ones are not counted)
+        self.gap_acks = 0  # of which: acks naming packets above a gap (this channel's NAKs)
 
     # -- introspection (tests and metrics) -------------------------------------------
+    def inspect(self) -> LayerSnapshot:
+        """Per link: the last sequence number sent and acked, the contiguous high mark
+        received and the RTO; in flight and held above are gauges."""
+        links = {
+            peer: {"sent": link.next_seq - 1, "unacked": len(link.unacked),
+                   "rto_us": link.timer.rto}
+            for peer, link in sorted(self._out.items())
+        }
+        received = {peer: {"high": link.high, "above": len(link.above)}
+                    for peer, link in sorted(self._in.items())}
+        return LayerSnapshot(
+            layer=self.name, phase="steady",
+            clock={"out": links, "in": received, "in_flight": self.in_flight(),
+                   "held_above": self.held_above()},
+            counters={"retransmissions": self.retransmissions, "duplicates": self.duplicates,
+                      "acks_sent": self.acks_sent, "gap_acks": self.gap_acks})
+
     def in_flight(self) -> int:
         """Packets sent and not yet acknowledged, over all links."""
         return sum(len(link.unacked) for link in self._out.values())
@@ -300,7 +320,10 @@ class ReliableChannel(Layer):
         if link is None:
             return []
         link.ack_armed = False
+        self.acks_sent += 1
         sacks = sorted(link.above)[: self.config.max_sacks] if link.above else []
+        if sacks:
+            self.gap_acks += 1
         return [Send(peer, RAck(link.high, sacks), control=True)]
 
     def _on_ack(self, sender: NodeId, high: int, sacks: list[int], now: int) -> list[Effect]:

@@ -39,7 +39,7 @@ from abcast.ordering.registry import ORDERINGS, OrderingOptions, get_ordering
 from abcast.replicated._declare import READ, spec_of
 from abcast.replicated.replica import Outcome, Replica
 
-log: Final = logging.getLogger("abcast.replicated")
+log: Final = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

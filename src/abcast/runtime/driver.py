@@ -43,7 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from abcast.batching import Batcher, unpack
 from abcast.codec import Envelope
@@ -65,9 +65,12 @@ from abcast.runtime.loop import MonotonicClock
 from abcast.stack import Stack
 from abcast.trace.recorder import DeliveredPrefix, TraceRecorder
 
+if TYPE_CHECKING:
+    from abcast.runtime.metrics import GroupMeter
+
 DeliverHook = Callable[[Deliver], None]
 
-log = logging.getLogger("abcast.runtime")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,12 @@ class GroupDriver:
         self.rejoins = 0  # times this node was admitted again after being cut off
         self.prefix = DeliveredPrefix()
         self.delivered = 0  # FINAL deliveries
+        self.opt_delivered = 0  # optimistic (early) deliveries
+        self.views = 0  # views installed here
+        #: what the group was opened with (ordering, options), for `abcast probe`
+        self.config: dict[str, object] = {}
+        #: latency and batch-size samples, only while metrics are on (abcast.runtime.metrics)
+        self.meter: GroupMeter | None = None
         self.protocol_packets = 0
         self.control_packets = 0
         self.closed = False
@@ -201,7 +210,10 @@ class GroupDriver:
                     recorder.record(node, "send", now_ns, origin=node, seq=seq,
                                     group=self.name, size=len(payload), view_id=view_id,
                                     deps=deps)
-            _, outputs = stack.broadcast(batch.data, clock.now_us())
+            now = clock.now_us()
+            if self.meter is not None:
+                self.meter.sent(batch.first, len(batch.payloads), now)
+            _, outputs = stack.broadcast(batch.data, now)
             self._apply(outputs)
 
     def _flush_soon(self) -> None:
@@ -297,6 +309,10 @@ class GroupDriver:
                     self._removed(view)
                 case InstallView(view):
                     self.view_id = view.view_id
+                    self.views += 1
+                    log.info("view %d installed: %s", view.view_id, ",".join(view.members),
+                             extra={"node": host.id, "group": self.name,
+                                    "view": view.view_id, "event": "view"})
                     recorder = host.recorder
                     if recorder is not None:
                         recorder.record(
@@ -349,6 +365,9 @@ class GroupDriver:
         host, prefix, on_deliver = self.host, self.prefix, self.on_deliver
         recorder = host.recorder
         final = batch.stage is Stage.FINAL
+        meter = self.meter
+        if meter is not None and final and deliveries[0].origin == host.id:
+            meter.delivered(deliveries[0].seq, host.clock.now_us())
         for delivery in deliveries:
             if recorder is not None:
                 recorder.record(
@@ -361,6 +380,8 @@ class GroupDriver:
                     prefix.note(delivery.origin, delivery.seq)
             if final:
                 self.delivered += 1
+            else:
+                self.opt_delivered += 1
             if on_deliver is not None:
                 on_deliver(delivery)
             if self.closed:

@@ -58,7 +58,7 @@ from abcast.snapshot import LayerSnapshot
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Transport
 
-log: Final = logging.getLogger("abcast.runtime")
+log: Final = logging.getLogger(__name__)
 
 DEFAULT_TRANSPORT: Final = "tcp://127.0.0.1:0"
 LEAVE_TIMEOUT_S: Final = 2.0
@@ -150,15 +150,18 @@ class Group:
         partitions: str | None = None,
         merge_state: Callable[[list[bytes]], bytes] | None = None,
         on_opt_deliver: Callable[[Deliver], None] | None = None,
+        metrics_port: int | None = None,
+        probe: bool | str = False,
     ) -> None:
         if not isinstance(name, str) or not 1 <= len(name) <= 128:
             raise ConfigError(f"group name must be a 1..128 char string, got {name!r}")
         get_ordering(ordering)  # unknown names fail here, with the list of known ones
-        if host is not None and any(
-            x is not None for x in (transport, registry, node, recorder, wan)
-        ):
+        if (host is not None and any(
+            x is not None for x in (transport, registry, node, recorder, wan, metrics_port)
+        )) or (host is not None and probe):
             raise ConfigError("give either host= (a running Node) or transport/registry/"
-                              "node/recorder/wan for a node of the group's own, not both")
+                              "node/recorder/wan/metrics_port/probe for a node of the "
+                              "group's own, not both")
         if size is not None and size < 1:
             raise ConfigError(f"size must be >= 1, got {size}")
         if peers is not None:
@@ -200,6 +203,7 @@ class Group:
         self._host = host or Node(
             transport if transport is not None else DEFAULT_TRANSPORT,
             node=node, registry=registry, recorder=recorder, wan=wan,
+            metrics_port=metrics_port, probe=probe,
         )
         self._driver: GroupDriver | None = None
         self._registered = False
@@ -284,6 +288,8 @@ class Group:
         self._admitted = asyncio.Event()
         self._departed = asyncio.Event()
         self._driver = GroupDriver(host, stack, self._on_deliver, hooks)
+        self._driver.config = {"ordering": self.ordering,
+                               "options": msgspec.to_builtins(for_streams(self.options))}
         host.attach(self._driver)
         return self._driver
 
@@ -506,7 +512,7 @@ class Group:
     async def broadcast(self, payload: bytes) -> MsgId:
         """Broadcast `payload` to the group (this node delivers it too, in order)."""
         driver = self._require_driver()
-        await self._host.transport.drain()
+        await self._host.drain()
         return MsgId(self._host.id, driver.broadcast(bytes(payload)))
 
     def broadcast_nowait(self, payload: bytes) -> MsgId:

@@ -33,10 +33,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from abcast.codec import Envelope, decode_envelope
 from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
@@ -47,7 +48,7 @@ from abcast.runtime.loop import MonotonicClock
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Link, Transport, transport_from_url
 
-log: Final = logging.getLogger("abcast.runtime")
+log: Final = logging.getLogger(__name__)
 
 #: frames held per group that is still joining; beyond it they are dropped (and later
 #: retransmitted by the sender's reliable channel)
@@ -59,6 +60,12 @@ RESOLVE_FOR_S: Final = 10.0
 RESOLVE_EVERY_S: Final = 0.1
 
 
+class Service(Protocol):
+    """Something a node runs beside its groups (a metrics or probe server)."""
+
+    async def stop(self) -> None: ...
+
+
 @dataclass(slots=True)
 class NodeStats:
     bad_frames: int = 0  # frames refused (the link that sent each was dropped)
@@ -68,6 +75,8 @@ class NodeStats:
     overflow_frames: int = 0  # frames dropped because that hold was full
     resolved_peers: int = 0  # peers whose address came from the registry
     unresolved_frames: int = 0  # frames dropped: their peer's address was never found
+    backpressure_waits: int = 0  # broadcasts that waited for the transport (metrics on)
+    backpressure_us: int = 0  # how long they waited in all
 
 
 def wrap_wan(transport: Transport, matrix_file: str | os.PathLike[str]) -> Transport:
@@ -91,6 +100,9 @@ class Node:
         registry: str | RegistryClient | None = None,
         recorder: TraceRecorder | None = None,
         wan: str | os.PathLike[str] | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+        probe: bool | str = False,
     ) -> None:
         if registry is None and node is None:
             raise ConfigError("a node needs an id (node='n1') or a registry to assign one")
@@ -112,6 +124,14 @@ class Node:
         self._unresolved: dict[NodeId, list[bytes]] = {}
         self._resolvers: dict[NodeId, asyncio.Task[None]] = {}
         self._state = "new"
+        # Operating it (abcast.runtime.metrics, abcast.runtime.probe): both off unless asked.
+        self._metrics_at = (metrics_host, metrics_port) if metrics_port is not None else None
+        self._probe_at = probe
+        self._services: list[Service] = []
+        self.metrics_url: str | None = None
+        #: peer -> [frames out, bytes out, frames in, bytes in]; None (not counted) while
+        #: metrics are off
+        self.traffic: dict[NodeId, list[int]] | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -158,14 +178,17 @@ class Node:
             self._address = await transport.start(self.id, self._on_frame)
             if self.registry is not None:
                 await self.registry.register(self._id, self._address)
+            await self._start_services()
         except BaseException:
             self._state = "closed"
+            await self._stop_services()
             await transport.close()
             if self.registry is not None:
                 await self.registry.close()
             raise
         self._state = "open"
-        log.info("node %s up at %s", self._id, self._address)
+        log.info("node %s up at %s", self._id, self._address,
+                 extra={"node": self._id, "event": "up"})
         return self
 
     async def close(self) -> None:
@@ -181,6 +204,7 @@ class Node:
         self._closed_groups.update(self._groups)
         self._groups.clear()
         self._joining.clear()
+        await self._stop_services()
         try:
             if self._transport is not None:
                 await self._transport.close()
@@ -188,6 +212,53 @@ class Node:
             if self.registry is not None:
                 await self.registry.close()
             self._state = "closed"
+
+    async def _start_services(self) -> None:
+        if self._metrics_at is not None:
+            from abcast.runtime.metrics import MetricsServer
+
+            self.traffic = {}
+            server = MetricsServer(self, *self._metrics_at)
+            self._services.append(server)
+            self.metrics_url = await server.start()
+        if self._probe_at:
+            from abcast.runtime.probe import ProbeServer
+
+            path = None if self._probe_at is True else str(self._probe_at)
+            probe_server = ProbeServer(self, path)
+            try:
+                await probe_server.start()
+            except OSError as exc:  # the node runs on; only `abcast probe` cannot reach it
+                log.warning("%s: no probe socket: %s", self._id, exc,
+                            extra={"node": self._id, "event": "probe"})
+            else:
+                self._services.append(probe_server)
+
+    async def _stop_services(self) -> None:
+        services, self._services = self._services, []
+        for service in services:
+            await service.stop()
+
+    def drivers(self) -> list[GroupDriver]:
+        """The hosted groups' drivers (for status and metrics: read, do not drive)."""
+        return list(self._groups.values())
+
+    async def drain(self) -> None:
+        """Wait for the transport's backpressure; counted (waits, seconds) while metrics
+        are on."""
+        transport = self.transport
+        if self.traffic is None:
+            await transport.drain()
+            return
+        options = getattr(transport, "options", None)
+        high = getattr(options, "high_water_bytes", None)
+        if high is None or transport.buffered() <= high:
+            await transport.drain()
+            return
+        started = time.perf_counter()
+        await transport.drain()
+        self.stats.backpressure_waits += 1
+        self.stats.backpressure_us += int((time.perf_counter() - started) * 1e6)
 
     async def __aenter__(self) -> Node:
         if self._state == "new":
@@ -220,6 +291,10 @@ class Node:
             raise LocalProtocolError(f"node {self.id} already hosts group {name!r}")
         held = self._joining.pop(name, [])
         self._groups[name] = driver
+        if self.traffic is not None:  # metrics on
+            from abcast.runtime.metrics import GroupMeter
+
+            driver.meter = GroupMeter()
         driver.start()
         for link, env in held:
             self._deliver(driver, link, env)
@@ -275,6 +350,8 @@ class Node:
         transport = self._transport
         if transport is None or self._state != "open":
             return  # shutting down: the frames would be discarded anyway
+        if self.traffic is not None:
+            self._count(dst, 0, len(data))
         if dst in self._peer_urls or self.registry is None:
             transport.send(dst, data)
             return
@@ -339,6 +416,8 @@ class Node:
         except RemoteProtocolError as exc:
             self._refuse(link, str(exc))
             return
+        if self.traffic is not None:
+            self._count(env.sender, 2, len(data))
         driver = self._groups.get(env.group)
         if driver is not None:
             # `_deliver` inlined: this is the path of every frame
@@ -367,6 +446,15 @@ class Node:
             return
         self.stats.unknown_group_frames += 1
         self._refuse(link, f"frame for unknown group {env.group!r}")
+
+    def _count(self, peer: NodeId, at: int, size: int) -> None:
+        traffic = self.traffic
+        assert traffic is not None  # called only while metrics are on
+        counts = traffic.get(peer)
+        if counts is None:
+            counts = traffic[peer] = [0, 0, 0, 0]
+        counts[at] += 1
+        counts[at + 1] += size
 
     def _deliver(self, driver: GroupDriver, link: Link, env: Envelope) -> None:
         try:

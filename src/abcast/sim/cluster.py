@@ -37,7 +37,7 @@ from abcast.sim.scheduler import Scheduler
 from abcast.stack import Stack
 from abcast.trace.recorder import DeliveredPrefix, TraceRecorder
 
-log = logging.getLogger("abcast.sim")
+log = logging.getLogger(__name__)
 
 DeliverHook = Callable[[NodeId, Deliver], None]
 

@@ -23,6 +23,7 @@ on it are discarded, so a reconnect can lose frames at the break but never reord
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import secrets
@@ -43,7 +44,6 @@ from abcast.transport.base import (
     TransportOptions,
     TransportStats,
     TransportUrl,
-    logger,
     parse_url,
 )
 
@@ -239,6 +239,8 @@ class QueuedTransport(Transport):
             raise ConfigError(f"{type(self).__name__} speaks {self.scheme}://, not {self._url}")
         self.options = (options or TransportOptions()).with_query(self._url.query)
         self.stats = TransportStats()
+        #: the concrete transport's module logger (abcast.transport.tcp, …)
+        self.log = logging.getLogger(type(self).__module__)
         self.incarnation = secrets.randbits(61)
         self.sessions = Sessions()
         self._state = "new"  # new → open → closing → closed
@@ -390,7 +392,7 @@ class QueuedTransport(Transport):
         except RemoteProtocolError as exc:
             link.drop(f"{type(exc).__name__}: {exc}")
         except Exception:
-            logger.exception(
+            self.log.exception(
                 "%s: frame handler raised on a frame from %s; frame discarded", self.label,
                 link.peer,
             )
@@ -413,7 +415,7 @@ class QueuedTransport(Transport):
             except RemoteProtocolError as exc:
                 link.drop(f"{type(exc).__name__}: {exc}")
             except Exception:
-                logger.exception(
+                self.log.exception(
                     "%s: frame handler raised on a frame from %s; frame discarded", self.label,
                     link.peer,
                 )
@@ -427,7 +429,7 @@ class QueuedTransport(Transport):
         self.stats.bad_frames += 1
         self.stats.dropped_connections += 1
         self.sessions.forget(link)
-        logger.warning(
+        self.log.warning(
             "%s: dropped connection from %s (%s): %s",
             self.label, link.peer or "unidentified peer", link.remote, reason,
         )
@@ -449,7 +451,7 @@ class QueuedTransport(Transport):
         (backoff=False: the library reconnects by itself; nothing to wait for here)."""
         self.stats.lost_connections += 1
         delay = peer.backoff.next() if backoff else 0.0
-        logger.info(
+        self.log.info(
             "%s: connection to %s (%s) lost: %s%s",
             self.label, peer.node, peer.address, why,
             f"; reconnecting in {delay:.2f}s" if backoff else "",

@@ -35,9 +35,9 @@ Rules (the contract the runtime codes against):
 - A `Link` is one inbound connection. `link.peer` is the node that the sender named in
   its hello (None where the transport cannot know). The runtime calls
   `link.drop(reason)` when that connection delivered bytes it cannot accept: the
-  transport logs one line on logger "abcast.transport", counts `bad_frames` and
-  `dropped_connections`, closes that connection and delivers nothing more from it; the
-  sender reconnects and the node keeps serving everyone else. If `on_frame` raises
+  transport logs one line on its module's logger ("abcast.transport.tcp", …), counts
+  `bad_frames` and `dropped_connections`, closes that connection and delivers nothing
+  more from it; the sender reconnects and the node keeps serving everyone else. If `on_frame` raises
   `RemoteProtocolError` (DecodeError included) the transport does that drop itself;
   any other exception is logged with its traceback and the frame is discarded.
 - One live inbound connection per sending node: a newer connection from the same node
@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,8 +71,6 @@ from urllib.parse import parse_qsl, urlsplit
 
 from abcast.errors import ConfigError
 from abcast.ids import NodeId
-
-logger: Final = logging.getLogger("abcast.transport")
 
 MiB: Final = 1024 * 1024
 #: the longest busy-poll window (TransportOptions.busy_poll_us)

@@ -16,6 +16,7 @@ the call; a superseded call is cancelled.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import ClassVar, Final
 
@@ -26,7 +27,9 @@ from abcast.errors import ConfigError, DecodeError
 from abcast.ids import NodeId
 from abcast.transport._common import PeerState, QueuedTransport, decode_hello, encode_hello
 from abcast.transport._framing import encode_frames, split_frames
-from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
+from abcast.transport.base import Link, TransportOptions, TransportUrl
+
+logger = logging.getLogger(__name__)
 
 SERVICE: Final = "abcast.transport.Transport"
 METHOD: Final = "Push"

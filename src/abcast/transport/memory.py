@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
@@ -25,7 +26,9 @@ from typing import Any, ClassVar, Final
 from abcast.errors import ConfigError
 from abcast.ids import NodeId
 from abcast.transport._common import Hello, PeerState, QueuedTransport
-from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
+from abcast.transport.base import Link, TransportOptions, TransportUrl
+
+logger = logging.getLogger(__name__)
 
 _hub_lock: Final = threading.Lock()
 _hub: dict[str, MemoryTransport] = {}

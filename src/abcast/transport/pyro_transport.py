@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
@@ -41,7 +42,9 @@ from Pyro5.callcontext import current_context
 from abcast.errors import ConfigError
 from abcast.ids import NodeId
 from abcast.transport._common import Hello, PeerState, QueuedTransport
-from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
+from abcast.transport.base import Link, TransportOptions, TransportUrl
+
+logger = logging.getLogger(__name__)
 
 OBJECT_ID: Final = "abcast.inbox"
 SERIALIZER: Final = "marshal"

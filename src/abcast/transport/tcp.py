@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from typing import ClassVar, cast
 
@@ -28,7 +29,9 @@ from abcast.errors import ConfigError, DecodeError
 from abcast.ids import NodeId
 from abcast.transport._common import Hello, PeerState, QueuedTransport, decode_hello, encode_hello
 from abcast.transport._framing import PREFIX, FrameReader, encode_frames
-from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
+from abcast.transport.base import Link, TransportOptions, TransportUrl
+
+logger = logging.getLogger(__name__)
 
 _HELLO_ROOM = 512  # the reader must accept a hello even if max_frame_bytes is tiny
 

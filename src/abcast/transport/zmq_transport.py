@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import ClassVar, Final
 
 import zmq
@@ -30,7 +31,9 @@ from abcast.errors import ConfigError, DecodeError
 from abcast.ids import NodeId
 from abcast.transport._common import PeerState, QueuedTransport, decode_hello, encode_hello
 from abcast.transport._framing import encode_frames, split_frames
-from abcast.transport.base import Link, TransportOptions, TransportUrl, logger
+from abcast.transport.base import Link, TransportOptions, TransportUrl
+
+logger = logging.getLogger(__name__)
 
 DROP: Final = b"DROP"
 _SNDHWM: Final = 4  # messages (batches) queued inside libzmq per peer; the rest waits in ours

@@ -1,0 +1,289 @@
+"""Prometheus metrics of a node: `Node(..., metrics_port=9464)` serves `/metrics`.
+
+Rules: off by default, and then nothing here is imported or run. On, almost everything
+is read at scrape time from what the node keeps anyway (`abcast.runtime.status`: the
+drivers' and transports' counters, `Stack.inspect()` per group) by one custom collector,
+so the hot path pays nothing for it. Four things are counted only while metrics are on:
+frames and bytes per peer (abcast.runtime.node), back-pressure waits, and per group a
+`GroupMeter` — the latency from broadcast to delivery at the origin of the first message
+of each batch (a sample, one per batch), and the batch sizes. The HTTP endpoint runs on
+the node's own asyncio loop (no thread), so a scrape reads a consistent instant.
+
+Names follow Prometheus conventions (`abcast_…_total` counters, `_seconds`/`_bytes` in
+base units, labels `node`, `group`, `peer`, `layer`); docs/operations.md lists them.
+prometheus_client is imported only when a node starts its server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from abcast.runtime.status import NodeStatus, node_status
+
+if TYPE_CHECKING:
+    from abcast.runtime.node import Node
+
+log: Final = logging.getLogger(__name__)
+
+#: delivery latency buckets, seconds (loopback µs to WAN seconds)
+LATENCY_BUCKETS_S: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                            0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: batch size buckets, messages
+BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+#: sent batches remembered per group awaiting their own delivery (older ones are dropped)
+MAX_PENDING: Final = 10_000
+
+
+class Buckets:
+    """A histogram's counts (per bucket, not cumulative), sum and count: plain ints and
+    floats, cumulated only when scraped."""
+
+    __slots__ = ("bounds", "count", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip((*map(_le, self.bounds), "+Inf"), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+class GroupMeter:
+    """What a group's driver samples while metrics are on (see the rules above)."""
+
+    __slots__ = ("_pending", "batches", "latency")
+
+    def __init__(self) -> None:
+        self.latency = Buckets(LATENCY_BUCKETS_S)
+        self.batches = Buckets(BATCH_BUCKETS)
+        self._pending: dict[int, int] = {}
+
+    def sent(self, first_seq: int, size: int, now_us: int) -> None:
+        self.batches.observe(size)
+        pending = self._pending
+        if len(pending) >= MAX_PENDING:  # deliveries stopped (a partition): forget the oldest
+            del pending[next(iter(pending))]
+        pending[first_seq] = now_us
+
+    def delivered(self, first_seq: int, now_us: int) -> None:
+        sent = self._pending.pop(first_seq, None)
+        if sent is not None:
+            self.latency.observe((now_us - sent) / 1e6)
+
+
+# ------------------------------------------------------------------------ the collector
+
+_GROUP_COUNTERS: Final = {
+    # driver counter -> (metric, help)
+    "broadcasts": ("abcast_messages_broadcast", "Messages broadcast by this node."),
+    "protocol_packets": ("abcast_protocol_packets_sent",
+                         "Protocol packets sent (per destination)."),
+    "control_packets": ("abcast_control_packets_sent",
+                        "Control packets sent: acks, retransmissions, heartbeats."),
+    "retransmissions": ("abcast_retransmissions", "Packets sent again by the reliable channel."),
+    "bad_batches": ("abcast_decode_errors",
+                    "Delivered messages whose batch did not decode (skipped)."),
+    "snapshots": ("abcast_state_transfers", "States handed to joiners."),
+    "views": ("abcast_view_changes", "Views installed on this node."),
+}
+#: layer counters also summed into a family of their own, across layers
+_LAYER_SUMS: Final = {
+    "suspicions": ("abcast_suspicions", "Peers suspected by the failure detector."),
+    "gap_acks": ("abcast_naks",
+                 "Acks naming packets above a gap (the reliable channel's NAKs)."),
+    "flushes": ("abcast_flushes", "View-change flushes, where the ordering counts them."),
+    "flush_us": ("abcast_flush_seconds",
+                 "Time spent in view-change flushes, where the ordering counts it."),
+}
+
+
+def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]:
+    """The metric families of one node's status (and its groups' meters)."""
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+
+    node = status.node
+    delivered = CounterMetricFamily("abcast_messages_delivered", "Messages delivered, by stage.",
+                                    labels=["node", "group", "stage"])
+    named = {key: CounterMetricFamily(name, doc, labels=["node", "group"])
+             for key, (name, doc) in _GROUP_COUNTERS.items()}
+    sums = {key: CounterMetricFamily(name, doc, labels=["node", "group"])
+            for key, (name, doc) in _LAYER_SUMS.items()}
+    layer_counts = CounterMetricFamily("abcast_layer_events", "Every layer's own counters.",
+                                       labels=["node", "group", "layer", "counter"])
+    holdback = GaugeMetricFamily("abcast_holdback_messages",
+                                 "Messages held back by a layer, waiting to be delivered.",
+                                 labels=["node", "group", "layer"])
+    view_id = GaugeMetricFamily("abcast_view_id", "The installed view's id.",
+                                labels=["node", "group"])
+    view_size = GaugeMetricFamily("abcast_view_members", "Members of the installed view.",
+                                  labels=["node", "group"])
+    leader = GaugeMetricFamily("abcast_is_leader", "1 on the view's leader (lowest member).",
+                               labels=["node", "group"])
+    latency = HistogramMetricFamily(
+        "abcast_delivery_latency_seconds",
+        "Broadcast to delivery at the origin (the first message of each batch).",
+        labels=["node", "group"])
+    batch = HistogramMetricFamily("abcast_batch_messages", "Messages per ordered batch.",
+                                  labels=["node", "group"])
+    for g in status.groups:
+        labels = [node, g.name]
+        delivered.add_metric([*labels, "final"], g.counters["delivered"])
+        delivered.add_metric([*labels, "optimistic"], g.counters["opt_delivered"])
+        for key, family in named.items():
+            family.add_metric(labels, g.counters[key])
+        totals = dict.fromkeys(_LAYER_SUMS, 0)
+        for layer in g.layers:
+            holdback.add_metric([*labels, layer.layer], len(layer.holdback))
+            for counter, value in layer.counters.items():
+                layer_counts.add_metric([*labels, layer.layer, counter], value)
+                if counter in totals:
+                    totals[counter] += value
+        for key, family in sums.items():
+            family.add_metric(labels, totals[key] / 1e6 if key.endswith("_us")
+                              else totals[key])
+        view_id.add_metric(labels, g.view_id)
+        view_size.add_metric(labels, len(g.members))
+        leader.add_metric(labels, 1 if g.leader == node else 0)
+        meter = meters.get(g.name)
+        if meter is not None:
+            latency.add_metric(labels, meter.latency.cumulative(), meter.latency.total)
+            batch.add_metric(labels, meter.batches.cumulative(), meter.batches.total)
+    yield delivered
+    yield from named.values()
+    yield from sums.values()
+    yield from (layer_counts, holdback, view_id, view_size, leader, latency, batch)
+    yield from _node_families(status)
+
+
+def _node_families(status: NodeStatus) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily
+
+    node, c = status.node, status.counters
+    frames = CounterMetricFamily("abcast_peer_frames", "Frames to and from each peer.",
+                                 labels=["node", "peer", "direction"])
+    data = CounterMetricFamily("abcast_peer_bytes", "Frame bytes to and from each peer.",
+                               labels=["node", "peer", "direction"])
+    for peer, t in status.peers.items():
+        frames.add_metric([node, peer, "out"], t.frames_out)
+        frames.add_metric([node, peer, "in"], t.frames_in)
+        data.add_metric([node, peer, "out"], t.bytes_out)
+        data.add_metric([node, peer, "in"], t.bytes_in)
+    yield frames
+    yield data
+    plain = {
+        "abcast_transport_frames_sent": ("transport_frames_out", "Frames written."),
+        "abcast_transport_frames_received": ("transport_frames_in", "Frames read."),
+        "abcast_transport_bad_frames": ("transport_bad_frames",
+                                        "Inbound connections dropped for bad framing."),
+        "abcast_transport_lost_connections": ("transport_lost_connections",
+                                              "Outbound connections that broke."),
+        "abcast_transport_reconnects": ("transport_reconnects", "Outbound reconnections."),
+        "abcast_transport_discarded_frames": ("transport_discarded_frames",
+                                              "Queued frames thrown away (peer removed)."),
+        "abcast_refused_frames": ("node_bad_frames",
+                                  "Frames refused by the node (undecodable or foreign)."),
+        "abcast_backpressure_waits": ("node_backpressure_waits",
+                                      "Broadcasts that waited for the transport's queue."),
+    }
+    for name, (key, doc) in plain.items():
+        yield CounterMetricFamily(name, doc, value=c.get(key, 0), labels=None)
+    yield CounterMetricFamily("abcast_transport_sent_bytes", "Frame bytes written.",
+                              value=c.get("transport_bytes_out", 0))
+    yield CounterMetricFamily("abcast_transport_received_bytes", "Frame bytes read.",
+                              value=c.get("transport_bytes_in", 0))
+    yield CounterMetricFamily("abcast_backpressure_wait_seconds",
+                              "Time broadcasts waited for the transport's queue.",
+                              value=c.get("node_backpressure_us", 0) / 1e6)
+
+
+class NodeCollector:
+    """A prometheus_client collector over one node (read at each scrape)."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def collect(self) -> Iterator[Any]:
+        node = self._node
+        if not node.running:
+            return
+        meters = {d.name: d.meter for d in node.drivers() if d.meter is not None}
+        yield from families(node_status(node), meters)
+
+
+# ------------------------------------------------------------------------ the endpoint
+
+
+class MetricsServer:
+    """`GET /metrics` on (host, port), on the node's loop; port 0 picks a free port."""
+
+    def __init__(self, node: Node, host: str, port: int) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self._node = node
+        self._host, self._port = host, port
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(NodeCollector(node))
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        url = f"http://{host}:{port}/metrics"
+        log.info("metrics at %s", url)
+        return url
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        try:
+            async with asyncio.timeout(5.0):
+                request = await reader.readuntil(b"\r\n\r\n")
+            method, _, rest = request.partition(b" ")
+            path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+            if method != b"GET" or path not in (b"/metrics", b"/"):
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                             b"Connection: close\r\n\r\n")
+            else:
+                body = generate_latest(self.registry)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: "
+                             + CONTENT_TYPE_LATEST.encode() + b"\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+                             + body)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()

@@ -1,0 +1,102 @@
+"""What a running node says about itself: one typed status, read by `abcast probe` and
+by the Prometheus collector alike.
+
+Rules: `node_status(node)` only reads (counters, views, `Stack.inspect()`), never changes
+anything and runs on the node's loop, so it sees a consistent instant. It returns plain
+msgspec Structs; `abcast.runtime.probe` sends them as JSON and
+`abcast.runtime.metrics` turns them into metric families at scrape time. Nothing here
+costs anything between two calls.
+
+Counters per group (`GroupStatus.counters`) are the driver's: `broadcasts`, `delivered`
+(final deliveries), `opt_delivered` (optimistic ones), `protocol_packets`,
+`control_packets`, `retransmissions`, `bad_batches`, `snapshots`, `rejoins`,
+`views` (views installed here). Per node (`NodeStatus.counters`): the node's refusals
+(`node_*`, abcast.runtime.node.NodeStats) and the transport's frames, bytes and
+connection events (`transport_*`, abcast.transport.TransportStats).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from abcast.snapshot import LayerSnapshot
+
+if TYPE_CHECKING:
+    from abcast.runtime.driver import GroupDriver
+    from abcast.runtime.node import Node
+
+
+class GroupStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One hosted group at one instant."""
+
+    name: str
+    view_id: int
+    members: list[str]
+    #: the view's lowest member: sequencer, coordinator and leader by convention
+    leader: str
+    closed: bool
+    #: `Stack.inspect()`, bottom first
+    layers: list[LayerSnapshot]
+    counters: dict[str, int]
+    #: the ordering and its options, as the group was opened with them
+    config: dict[str, Any] = {}
+
+
+class PeerTraffic(msgspec.Struct, frozen=True, kw_only=True):
+    frames_out: int
+    bytes_out: int
+    frames_in: int
+    bytes_in: int
+
+
+class NodeStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One node at one instant (`abcast probe --json` prints a list of these)."""
+
+    node: str
+    address: str
+    pid: int
+    groups: list[GroupStatus]
+    counters: dict[str, int]
+    config: dict[str, Any]
+    #: frames and bytes per peer (only while metrics are on: counting them costs a little)
+    peers: dict[str, PeerTraffic] = {}
+    #: where /metrics is served ("" when off)
+    metrics: str = ""
+
+
+def group_status(driver: GroupDriver) -> GroupStatus:
+    view = driver.stack.view
+    counters = {
+        "broadcasts": driver.broadcasts, "delivered": driver.delivered,
+        "opt_delivered": driver.opt_delivered, "protocol_packets": driver.protocol_packets,
+        "control_packets": driver.control_packets, "retransmissions": driver.retransmissions,
+        "bad_batches": driver.bad_batches, "snapshots": driver.snapshots,
+        "rejoins": driver.rejoins, "views": driver.views,
+    }
+    return GroupStatus(
+        name=driver.name, view_id=view.view_id, members=list(view.members),
+        leader=view.leader, closed=driver.closed, layers=driver.stack.inspect(),
+        counters=counters, config=dict(driver.config))
+
+
+def node_status(node: Node) -> NodeStatus:
+    transport = node.transport
+    counters = {f"node_{k}": v for k, v in dataclasses.asdict(node.stats).items()}
+    counters.update({f"transport_{k}": v
+                     for k, v in dataclasses.asdict(transport.stats).items()})
+    options = getattr(transport, "options", None)
+    config: dict[str, Any] = {"transport": type(transport).__name__}
+    if options is not None and dataclasses.is_dataclass(options):
+        config.update(msgspec.to_builtins(options))
+    traffic = node.traffic
+    peers = {} if traffic is None else {
+        peer: PeerTraffic(frames_out=c[0], bytes_out=c[1], frames_in=c[2], bytes_in=c[3])
+        for peer, c in sorted(traffic.items())}
+    return NodeStatus(
+        node=node.id, address=node.address, pid=os.getpid(),
+        groups=[group_status(d) for d in node.drivers()], counters=counters,
+        config=config, peers=peers, metrics=node.metrics_url or "")

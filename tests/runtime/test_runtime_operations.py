@@ -1,0 +1,184 @@
+"""Operating a live group: `/metrics` scraped during a run agrees with the trace, and
+`abcast probe --json` returns every layer's snapshot of every node of a 3-node group."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from abcast import Group, Node
+from abcast.trace.recorder import TraceRecorder
+
+pytestmark = pytest.mark.timeout(60)
+
+IDS = ("n1", "n2", "n3")
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+async def _cluster(ordering: str, recorder: TraceRecorder | None = None, **node_kw: object
+                   ) -> tuple[list[Node], list[Group]]:
+    nodes = [Node("tcp://127.0.0.1:0", node=n, recorder=recorder, **node_kw)  # type: ignore[arg-type]
+             for n in IDS]
+    for node in nodes:
+        await node.start()
+    groups = []
+    for node in nodes:
+        peers = {other.id: other.address for other in nodes if other is not node}
+        groups.append(Group("g", ordering=ordering, host=node, peers=peers,
+                            on_deliver=lambda d: None))
+    await asyncio.gather(*(g.open() for g in groups))
+    return nodes, groups
+
+
+async def _close(nodes: list[Node], groups: list[Group]) -> None:
+    for group in groups:
+        await group.close()
+    for node in nodes:
+        await node.close()
+
+
+async def _scrape(url: str) -> str:
+    host, _, rest = url.removeprefix("http://").partition(":")
+    port = int(rest.split("/", 1)[0])
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return body.decode()
+
+
+def _samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                out[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def test_metrics_scraped_during_a_run_count_what_the_trace_holds() -> None:
+    recorder = TraceRecorder("ops-metrics")
+    per_node = 40
+
+    async def main() -> tuple[str, str]:
+        nodes, groups = await _cluster("sequencer", recorder, metrics_port=0)
+        try:
+            assert all(n.metrics_url for n in nodes)
+            for k in range(per_node):
+                for g in groups:
+                    await g.broadcast(f"{k}".encode())
+            total = per_node * len(groups)
+            await _until(lambda: all(g.driver.delivered == total for g in groups))
+            mid_run = await _scrape(nodes[0].metrics_url or "")
+            return mid_run, await _scrape(nodes[2].metrics_url or "")
+        finally:
+            await _close(nodes, groups)
+
+    first, third = asyncio.run(main())
+    rows = Counter(r.node for r in recorder.rows() if r.kind == "deliver")
+    for node, text in (("n1", first), ("n3", third)):
+        delivered = _samples(text, "abcast_messages_delivered_total")
+        key = (("group", "g"), ("node", node), ("stage", "final"))
+        assert delivered[key] == rows[node] == per_node * 3
+        sent = _samples(text, "abcast_messages_broadcast_total")
+        assert sent[(("group", "g"), ("node", node))] == per_node
+        assert _samples(text, "abcast_view_members")[(("group", "g"), ("node", node))] == 3
+        latency = _samples(text, "abcast_delivery_latency_seconds_count")
+        assert latency[(("group", "g"), ("node", node))] >= 1
+        frames = _samples(text, "abcast_peer_frames_total")
+        assert {dict(k)["peer"] for k in frames} == set(IDS) - {node}
+        layers = {dict(k)["layer"] for k in _samples(text, "abcast_holdback_messages")}
+        assert {"open-channel", "open-fd", "sequencer"} == layers
+
+
+def test_probe_json_returns_every_layer_snapshot_of_a_live_three_node_group(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "probe"
+
+    async def main() -> list[dict[str, object]]:
+        os.environ["ABCAST_PROBE_DIR"] = str(folder)
+        try:
+            nodes, groups = await _cluster("sequencer", probe=True)
+        finally:
+            del os.environ["ABCAST_PROBE_DIR"]
+        try:
+            for g in groups:
+                await g.broadcast(b"x")
+            await _until(lambda: all(g.driver.delivered == 3 for g in groups))
+            # The CLI in another process, while this loop keeps the nodes answering.
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "abcast.cli", "probe", "--json", "--dir", str(folder),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = await proc.communicate()
+            assert proc.returncode == 0, err.decode()
+            statuses: list[dict[str, object]] = json.loads(out.decode().splitlines()[-1])
+            return statuses
+        finally:
+            await _close(nodes, groups)
+
+    statuses = asyncio.run(main())
+    assert sorted(s["node"] for s in statuses) == list(IDS)
+    expected_layers: list[str] | None = None
+    for status in statuses:
+        (group,) = status["groups"]  # type: ignore[misc]
+        assert group["name"] == "g" and group["members"] == list(IDS)
+        assert group["leader"] == "n1" and group["view_id"] == 1
+        assert group["config"]["ordering"] == "sequencer"
+        layers = [layer["layer"] for layer in group["layers"]]
+        expected_layers = expected_layers or layers
+        assert layers == expected_layers == ["open-fd", "open-channel", "sequencer"]
+        assert group["counters"]["delivered"] == 3
+        channel = next(layer for layer in group["layers"] if layer["layer"] == "open-channel")
+        assert set(channel["clock"]["out"]) == set(IDS) - {status["node"]}
+    assert not list(folder.glob("*.sock"))  # closed nodes take their sockets with them
+
+
+def test_json_logs_are_one_object_per_line_with_node_group_view_and_event() -> None:
+    import io
+    import logging
+
+    from abcast.logs import CONTEXT_FIELDS, JsonFormatter
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("abcast")
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+    async def main() -> None:
+        nodes, groups = await _cluster("fifo")
+        await _close(nodes, groups)
+
+    try:
+        asyncio.run(main())
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+    entries = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert entries and all(set(CONTEXT_FIELDS) <= set(e) for e in entries)
+    assert all(e["logger"].startswith("abcast.") for e in entries)
+    views = [e for e in entries if e["event"] == "view"]
+    assert sorted(e["node"] for e in views) == list(IDS)
+    assert all(e["group"] == "g" and e["view"] == 1 for e in views)
+    assert {e["logger"] for e in views} == {"abcast.runtime.driver"}
