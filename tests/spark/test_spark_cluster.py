@@ -4,8 +4,9 @@ and stopped afterwards) and a Spark Connect server (`start-connect-server.sh`, w
 ships with PySpark) give the same JSON verdict as `local[2]` on the same trace directory:
 one clean run and every planted violation of tests/spark/spark_traces.py.
 
-Heavy (three JVMs, three `abcast check` processes): marked `cluster`, one cluster and
-one server for the whole module.
+Heavy (three JVMs, three `abcast check` processes; 45 min on a loaded 2-core machine):
+marked `cluster` and `heavy` — outside the default run, `ABCAST_HEAVY=1 ./run tests -m
+heavy` runs it — with one cluster and one server for the whole module.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from abcast.pipeline.local_cluster import (
     standalone_cluster,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(3000)]
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.heavy,
+              pytest.mark.timeout(3000)]
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import ipaddress
+import logging
 import random
 import secrets
 import socket
@@ -51,7 +52,7 @@ from urllib.parse import parse_qsl, urlencode
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError
 from abcast.ids import NodeId
 from abcast.transport._common import PeerState, QueuedTransport
-from abcast.transport.base import Link, TransportOptions, TransportUrl, logger, parse_url
+from abcast.transport.base import Link, TransportOptions, TransportUrl, parse_url
 from abcast.transport.udp_wire import (
     HEADER_BYTES,
     LAST_FRAGMENT,
@@ -63,6 +64,8 @@ from abcast.transport.udp_wire import (
     encode,
     group_id,
 )
+
+logger = logging.getLogger(__name__)
 
 #: at most this much leaves per loop turn (then the loop turns, and readers read)
 PACE_DATAGRAMS: Final = 512
