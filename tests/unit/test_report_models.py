@@ -25,7 +25,7 @@ def test_each_setting_has_its_own_model() -> None:
     assert model_packets("sequencer", 5, "safe") is None  # a bound, not a figure
     assert model_packets("chandra-toueg", 4, "batch=1") == 12
     assert (model_factor("skeen"), model_factor("sequencer", "relay")) == (3, 1)
-    assert model_packets("optimistic", 3) is None
+    assert model_packets("no-such-ordering", 3) is None
 
 
 def test_the_options_label_names_only_what_differs_from_the_default() -> None:
