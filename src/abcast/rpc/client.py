@@ -46,7 +46,7 @@ from abcast.rpc.wire import ReplyFrame, Request, ViewNotice, decode_rpc, encode_
 from abcast.runtime.node import Node
 from abcast.transport import Link
 
-log: Final = logging.getLogger("abcast.rpc")
+log: Final = logging.getLogger(__name__)
 
 PATHS: Final = ("direct", "via-member")
 CONTACTS: Final = ("round-robin", "any", "sequencer")

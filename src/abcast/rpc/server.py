@@ -59,7 +59,7 @@ from abcast.rpc.wire import (
 from abcast.runtime.group import Group
 from abcast.transport import Link
 
-log: Final = logging.getLogger("abcast.rpc")
+log: Final = logging.getLogger(__name__)
 
 #: a client that sent nothing for this long is not told about view changes
 NOTIFY_FOR_S: Final = 30.0

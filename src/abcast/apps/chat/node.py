@@ -58,7 +58,7 @@ from abcast.runtime.node import Node
 from abcast.snapshot import to_builtins
 from abcast.transport import transport_from_url
 
-log: Final = logging.getLogger("abcast.chat")
+log: Final = logging.getLogger(__name__)
 
 DEBUG_EVERY_S: Final = 0.25
 DEMO_SUSPECT_AFTER_US: Final = 10_000_000
