@@ -33,6 +33,7 @@ from abcast.cli_params import (
     SECONDS_OR_ZERO,
     SEED,
     TRANSPORT,
+    GroupFlags,
     count,
     fail,
     group_options,
@@ -94,18 +95,13 @@ def cli(log_format: str | None) -> None:
 @_JSON
 def sim(
     ordering: str, nodes: int, messages: int, seed: int, faults: str, payload: int,
-    rate: float | None, batch: int | None, safe: bool, relay: bool,
-    order_interval_ms: float, multicast: str,
-    partitions: str, suspect_after: int | None, net_trace: bool, out: Path, as_json: bool,
+    rate: float | None, flags: GroupFlags, net_trace: bool, out: Path, as_json: bool,
 ) -> None:
     """Simulate N nodes broadcasting M messages round-robin; write and check the trace."""
     from abcast.sim import SimConfig, run_simulation
 
     console = Console(stderr=True)
-    options = group_options(ordering, batch=batch, safe=safe, relay=relay,
-                            order_interval_ms=order_interval_ms, multicast=multicast,
-                            partitions=partitions,
-                            suspect_after=suspect_after)
+    options = group_options(ordering, flags)
     try:
         config = SimConfig(
             ordering=ordering, nodes=nodes, messages=messages, seed=seed, faults=faults,
@@ -240,9 +236,7 @@ def _logging(verbose: bool) -> None:
 def cluster(
     nodes: int, ordering: str, transport: str, messages: int, payload: int,
     rate: float | None, serial: bool, trace: str, event_loop: str | None, busy_poll_us: int,
-    wan: str | None, batch: int | None, safe: bool, relay: bool,
-    order_interval_ms: float, multicast: str,
-    partitions: str, suspect_after: int, registry: str | None, timeout: float, out: Path,
+    wan: str | None, flags: GroupFlags, registry: str | None, timeout: float, out: Path,
     as_json: bool, metrics: bool, verbose: bool,
 ) -> None:
     """Run N real nodes on 127.0.0.1 broadcasting M messages round-robin; check the trace."""
@@ -251,10 +245,7 @@ def cluster(
 
     _logging(verbose)
     scheme = scheme_of(transport)
-    options = group_options(ordering, batch=batch, safe=safe, relay=relay,
-                            order_interval_ms=order_interval_ms, multicast=multicast,
-                            partitions=partitions,
-                            suspect_after=suspect_after)
+    options = group_options(ordering, flags)
     config = ClusterConfig(
         nodes=nodes, ordering=ordering, transport=scheme, messages=messages, out=out,
         payload=payload, rate=rate, serial=serial, trace=trace == "on", wan=wan,
@@ -393,9 +384,7 @@ def registry(
 def node(
     registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
     payload: int, rate: float | None, serial: bool, claim: str | None, run_id: str | None,
-    out: Path | None, trace: str, wan: str | None, batch: int | None, safe: bool,
-    relay: bool,
-    order_interval_ms: float, multicast: str, partitions: str, suspect_after: int | None,
+    out: Path | None, trace: str, wan: str | None, flags: GroupFlags,
     control: str, metrics_port: int | None, metrics_host: str, probe: bool, verbose: bool,
 ) -> None:
     """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
@@ -411,10 +400,7 @@ def node(
 
     if serial and rate is not None:
         fail("--serial is a closed loop: it takes no --rate")
-    options = group_options(ordering, batch=batch, safe=safe, relay=relay,
-                            order_interval_ms=order_interval_ms, multicast=multicast,
-                            partitions=partitions,
-                            suspect_after=suspect_after)
+    options = group_options(ordering, flags)
     _logging(verbose)
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a node is stuck
     if out is not None and trace == "on":

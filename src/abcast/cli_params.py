@@ -14,13 +14,15 @@ argument.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
 import click
 
@@ -224,11 +226,30 @@ SPARK_MASTER: Final = SparkMaster()
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+@dataclass(frozen=True, slots=True)
+class GroupFlags:
+    """The ordering's flags as parsed (`ordering_options`); `group_options` checks them
+    against the ordering and builds OrderingOptions."""
+
+    batch: int | None = None
+    safe: bool = False
+    relay: bool = False
+    order_interval_ms: float = 0.0
+    multicast: str = "reliable"
+    partitions: str = "primary"
+    suspect_after: int | None = None
+    opt_alpha: float | None = None
+    opt_compensate: bool = True
+
+
+_FLAG_NAMES: Final = tuple(f.name for f in fields(GroupFlags))
+
+
 def ordering_options(*, suspect_after_default: int | None = None) -> Callable[[_F], _F]:
-    """--batch, --safe, --relay, --order-interval-ms, --multicast, --partitions and
-    --suspect-after, declared
-    once for every command that builds a group; `group_options(...)` turns them into
-    OrderingOptions."""
+    """--batch, --safe, --relay, --order-interval-ms, --multicast, --partitions,
+    --suspect-after, --opt-alpha and --no-opt-compensate, declared once for every command
+    that builds a group; the command receives them as one `flags: GroupFlags`, and
+    `group_options(ordering, flags)` turns them into OrderingOptions."""
     suspect_help = ("Milliseconds of silence before a crash-tolerant ordering's failure "
                     "detector suspects a peer"
                     + (" (default: the ordering's own)." if suspect_after_default is None
@@ -261,39 +282,79 @@ def ordering_options(*, suspect_after_default: int | None = None) -> Callable[[_
         click.option("--suspect-after", "suspect_after", default=suspect_after_default,
                      show_default=suspect_after_default is not None,
                      type=count(50, 3_600_000, "ms"), help=suspect_help),
+        click.option("--opt-alpha", "opt_alpha", default=None,
+                     type=Number(float, low=0, high=1, what="inertia"),
+                     help="Ordering optimistic: delay compensation's inertia α in [0, 1) "
+                          "(default 0.8)."),
+        click.option("--opt-compensate/--no-opt-compensate", "opt_compensate",
+                     default=True, show_default=True,
+                     help="Ordering optimistic: compensate per-sender delays, or opt-deliver "
+                          "in receipt order (the baseline)."),
     ]
 
     def apply(function: _F) -> _F:
+        @functools.wraps(function)
+        def collect(**kwargs: Any) -> Any:
+            flags = GroupFlags(**{name: kwargs.pop(name) for name in _FLAG_NAMES})
+            return function(flags=flags, **kwargs)
+
+        wrapped: Any = collect
         for decorator in reversed(decorators):
-            function = decorator(function)
-        return function
+            wrapped = decorator(wrapped)
+        return cast(_F, wrapped)
 
     return apply
 
 
-def group_options(
-    ordering: str, *, batch: int | None = None, safe: bool = False, relay: bool = False,
-    order_interval_ms: float = 0, multicast: str = "reliable", partitions: str = "primary",
-    suspect_after: int | None = None,
-) -> OrderingOptions:
-    """The OrderingOptions the flags of `ordering_options` name, refused (exit 2, one
-    line) when `ordering` cannot honour them — the same check the simulator makes."""
+def group_options(ordering: str, flags: GroupFlags) -> OrderingOptions:
+    """The OrderingOptions the flags name, refused (exit 2, one line) when `ordering`
+    cannot honour them — the same check the simulator makes."""
     from abcast.errors import ConfigError
     from abcast.ordering.registry import OrderingOptions, get_ordering
+    from abcast.ordering.sequencer_state import OptimisticConfig
 
-    detector: dict[str, Any] = {}
-    if suspect_after is not None:
+    extra: dict[str, Any] = {}
+    if flags.suspect_after is not None:
         from abcast.group.failure_detector import DetectorConfig
 
         defaults = DetectorConfig()
-        timeout_us = suspect_after * 1000
-        detector["detector"] = DetectorConfig(
+        timeout_us = flags.suspect_after * 1000
+        extra["detector"] = DetectorConfig(
             period_us=min(defaults.period_us, timeout_us // 2), timeout_us=timeout_us)
     try:
-        options = OrderingOptions(batch=batch, safe=safe, relay=relay, multicast=multicast,
-                                  partitions=partitions, order_interval_ms=order_interval_ms,
-                                  **detector)
+        if flags.opt_alpha is not None or not flags.opt_compensate:
+            if ordering != "optimistic":
+                raise ConfigError(f"--opt-alpha and --no-opt-compensate are for ordering "
+                                  f"'optimistic', not {ordering!r}")
+            alpha = OptimisticConfig().alpha if flags.opt_alpha is None else flags.opt_alpha
+            extra["optimistic"] = OptimisticConfig(alpha=alpha,
+                                                   compensate=flags.opt_compensate)
+        options = OrderingOptions(batch=flags.batch, safe=flags.safe, relay=flags.relay,
+                                  multicast=flags.multicast, partitions=flags.partitions,
+                                  order_interval_ms=flags.order_interval_ms, **extra)
         get_ordering(ordering).claimed(options)
     except ConfigError as exc:
         fail(str(exc))
     return options
+
+
+def ordering_argv(options: OrderingOptions) -> list[str]:
+    """The flags of `ordering_options` that give `options` back (the cluster launcher
+    starts its nodes with them): the inverse of `group_options`."""
+    argv: list[str] = []
+    if options.batch is not None:
+        argv += ["--batch", str(options.batch)]
+    if options.safe:
+        argv.append("--safe")
+    if options.relay:
+        argv.append("--relay")
+    argv += ["--multicast", options.multicast, "--partitions", options.partitions]
+    if options.order_interval_ms:
+        argv += ["--order-interval-ms", repr(options.order_interval_ms)]
+    argv += ["--suspect-after", str(options.detector.timeout_us // 1000)]
+    optimistic = options.optimistic
+    if optimistic != type(optimistic)():
+        argv += ["--opt-alpha", repr(optimistic.alpha)]
+        if not optimistic.compensate:
+            argv.append("--no-opt-compensate")
+    return argv

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from abcast.cli import main
+from abcast.group.failure_detector import DetectorConfig
+from abcast.ordering.registry import OrderingOptions
+from abcast.ordering.sequencer_state import OptimisticConfig
 
 REGISTRY = "tcp://127.0.0.1:9"
 
@@ -20,7 +23,8 @@ REGISTRY = "tcp://127.0.0.1:9"
 COMMANDS: dict[str, tuple[list[str], dict[str, bool]]] = {
     "sim": (["--ordering", "fifo", "--out", "{tmp}"],
             {"--nodes": False, "--messages": True, "--seed": True, "--payload": True,
-             "--rate": False, "--batch": False, "--suspect-after": False}),
+             "--rate": False, "--batch": False, "--suspect-after": False,
+             "--opt-alpha": True}),
     "cluster": (["--ordering", "fifo", "--out", "{tmp}"],
                 {"--nodes": False, "--messages": True, "--payload": True, "--rate": False,
                  "--busy-poll": True, "--batch": False, "--suspect-after": False,
@@ -125,6 +129,12 @@ def test_an_output_directory_that_cannot_be_one_is_refused(
         (["report", "{tmp}", "--out", "{tmp}", "--master", "nowhere"], "not a Spark master"),
         (["bench", "--master", "bogus://x"], "not a Spark master"),
         (["registry", "--group", "chat=0"], "NAME=SIZE"),
+        (["sim", "--ordering", "fifo", "--out", "{tmp}", "--opt-alpha", "0.5"],
+         "for ordering 'optimistic'"),
+        (["sim", "--ordering", "sequencer", "--out", "{tmp}", "--no-opt-compensate"],
+         "for ordering 'optimistic'"),
+        (["sim", "--ordering", "optimistic", "--out", "{tmp}", "--opt-alpha", "1"],
+         "alpha must be in [0, 1)"),
         (["demo", "bank", "--transport", "carrier"], "not a transport"),
     ],
 )
@@ -155,3 +165,41 @@ def test_every_option_has_help(command: list[str], capsys: pytest.CaptureFixture
     missing = [p.name for p in target.params
                if isinstance(p, click.Option) and not p.hidden and not p.help]
     assert missing == []
+
+
+#: what group_options makes of --suspect-after 2000
+_DETECTOR = DetectorConfig(period_us=DetectorConfig().period_us, timeout_us=2_000_000)
+
+
+@pytest.mark.parametrize(
+    ("ordering", "wanted"),
+    [
+        ("fifo", OrderingOptions(detector=_DETECTOR)),
+        ("sequencer", OrderingOptions(batch=4, safe=True, relay=True, order_interval_ms=2.5,
+                                      detector=_DETECTOR)),
+        ("sequencer", OrderingOptions(multicast="basic", partitions="evs",
+                                      detector=_DETECTOR)),
+        ("optimistic", OrderingOptions(optimistic=OptimisticConfig(alpha=0.5),
+                                       detector=_DETECTOR)),
+        ("optimistic", OrderingOptions(optimistic=OptimisticConfig(compensate=False),
+                                       detector=_DETECTOR)),
+    ],
+)
+def test_the_flags_a_launcher_passes_give_the_options_back(
+    ordering: str, wanted: OrderingOptions
+) -> None:
+    """ordering_argv is group_options' inverse: a node started with the flags the cluster
+    launcher derives from OrderingOptions runs with those options."""
+    import click
+
+    from abcast.cli_params import GroupFlags, group_options, ordering_argv, ordering_options
+
+    got: list[OrderingOptions] = []
+
+    @click.command()
+    @ordering_options()
+    def node(flags: GroupFlags) -> None:
+        got.append(group_options(ordering, flags))
+
+    node.main(ordering_argv(wanted), standalone_mode=False)
+    assert got == [wanted]

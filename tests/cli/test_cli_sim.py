@@ -95,3 +95,17 @@ def test_the_cluster_passes_the_order_interval_to_its_nodes(tmp_path: Path) -> N
     assert "--order-interval-ms" not in node_command(
         ClusterConfig(nodes=3, ordering="sequencer", transport="tcp", messages=1,
                       out=tmp_path), "tcp://127.0.0.1:1", "run")
+
+
+@pytest.mark.parametrize(("flags", "label"), [(["--no-opt-compensate"], "optimistic=plain"),
+                                              (["--opt-alpha", "0.5"], "optimistic_alpha=0.5")])
+def test_the_optimistic_flags_reach_the_run(tmp_path: Path, flags: list[str],
+                                            label: str) -> None:
+    import pyarrow.parquet as pq
+
+    proc = _run("sim", "--ordering", "optimistic", "--nodes", "3", "--messages", "30",
+                *flags, "--out", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["violations"] == {}
+    runs = pq.read_table(tmp_path / "runs.parquet").to_pylist()
+    assert [r["options"] for r in runs] == [label]

@@ -100,6 +100,23 @@ def test_open_loop_rate_spreads_broadcasts_in_time() -> None:
     assert sends[-1] >= 89 * 1_000_000  # the 90th broadcast goes out at 89 ms
 
 
+def test_open_loop_senders_are_the_only_origins() -> None:
+    result = run_simulation(SimConfig("fifo", nodes=4, messages=40, seed=1, rate=1000.0,
+                                      senders=("n2", "n4")))
+    origins = [r.origin for r in result.recorder.rows() if r.kind == "send"]
+    assert origins.count("n2") == origins.count("n4") == 20 and len(origins) == 40
+    assert result.delivered == 160 and result.violations == []
+
+
+@pytest.mark.parametrize(("rate", "senders", "says"),
+                         [(None, ("n1",), "open-loop"), (100.0, ("n9",), "outside n1..n3")])
+def test_senders_need_an_open_loop_and_members(rate: float | None, senders: tuple[str, ...],
+                                               says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        run_simulation(SimConfig("fifo", nodes=3, messages=10, seed=1, rate=rate,
+                                 senders=senders))
+
+
 def test_packets_per_broadcast_is_n_minus_one_for_unordered_and_fifo() -> None:
     for n in (2, 3, 5):
         result = run_simulation(SimConfig("fifo", nodes=n, messages=60, seed=1, net_trace=True))

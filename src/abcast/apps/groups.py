@@ -32,6 +32,7 @@ from abcast.cli_params import (
     PREFIX,
     SECONDS,
     TRANSPORT,
+    GroupFlags,
     fail,
     group_options,
     ordering_options,
@@ -255,14 +256,9 @@ _transport_option = click.option(
 @ordering_options()
 @timeout_option
 def create(name: str, registry_url: str, ordering: str, transport: str, node: str | None,
-           batch: int | None, safe: bool, relay: bool,
-           order_interval_ms: float, multicast: str, partitions: str,
-           suspect_after: int | None, timeout: float) -> None:
+           flags: GroupFlags, timeout: float) -> None:
     """Create group NAME (this node its first member and leader) and open a session."""
-    options = group_options(ordering, batch=batch, safe=safe, relay=relay,
-                            order_interval_ms=order_interval_ms, multicast=multicast,
-                            partitions=partitions,
-                            suspect_after=suspect_after)
+    options = group_options(ordering, flags)
     sys.exit(_run(_session(name, create=True, registry_url=registry_url, ordering=ordering,
                            transport=transport, node=node,
                            options=None if options == OrderingOptions() else options,

@@ -29,6 +29,7 @@ from typing import Final
 import msgspec
 
 from abcast.checks import Violation, check_events
+from abcast.cli_params import ordering_argv
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.evaluation.cluster import (
     ClusterConfig,
@@ -198,16 +199,7 @@ def node_command(config: ClusterConfig, registry_url: str, run_id: str) -> list[
     cmd += ["--out", str(config.out)] if config.trace else ["--trace", "off"]
     if config.wan is not None:
         cmd += ["--wan", config.wan]
-    if config.options.batch is not None:
-        cmd += ["--batch", str(config.options.batch)]
-    if config.options.safe:
-        cmd.append("--safe")
-    if config.options.relay:
-        cmd.append("--relay")
-    cmd += ["--multicast", config.options.multicast, "--partitions", config.options.partitions]
-    if config.options.order_interval_ms:
-        cmd += ["--order-interval-ms", repr(config.options.order_interval_ms)]
-    cmd += ["--suspect-after", str(config.options.detector.timeout_us // 1000)]
+    cmd += ordering_argv(config.options)
     if config.metrics:
         cmd += ["--metrics-port", "0"]
     return cmd

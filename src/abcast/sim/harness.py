@@ -54,6 +54,8 @@ class SimConfig:
     links: tuple[tuple[NodeId, NodeId, LinkModel], ...] = ()
     #: the network delivers a packet to several nodes as one IP multicast (one send)
     ip_multicast: bool = False
+    #: open loop only: the nodes that broadcast, round robin (empty: every node)
+    senders: tuple[NodeId, ...] = ()
     max_time_us: int = HOUR_US
     #: with periodic timers (failure detectors) a run never goes quiet: it ends once every
     #: broadcast went out and nothing was delivered for this long
@@ -68,7 +70,8 @@ class SimConfig:
     def run_id(self) -> str:
         text = repr((self.faults, self.payload, self.rate, self.options, self.link,
                      self.group, self.net_trace, self.max_time_us)
-                     + ((self.links,) if self.links else ()))
+                     + ((self.links,) if self.links else ())
+                     + ((self.senders,) if self.senders else ()))
         digest = hashlib.sha1(text.encode()).hexdigest()[:8]
         return f"{self.ordering}-n{self.nodes}-m{self.messages}-s{self.seed}-{digest}"
 
@@ -136,6 +139,11 @@ def _validate(config: SimConfig, plan: FaultPlan, spec: OrderingSpec) -> None:
         raise ConfigError("--payload must be >= 0")
     if config.rate is not None and config.rate <= 0:
         raise ConfigError("--rate must be positive")
+    if config.senders and config.rate is None:
+        raise ConfigError("senders needs an open-loop workload (a rate)")
+    strangers = set(config.senders) - set(config.node_ids())
+    if strangers:
+        raise ConfigError(f"senders outside n1..n{config.nodes}: {sorted(strangers)}")
     spec.refuse_faults(plan.kinds())
     spec.claimed(config.options)  # refuses --safe where there is no safe mode
     unknown = plan.nodes_named() - set(config.node_ids()) - {j.node for j in plan.joins}
@@ -164,7 +172,7 @@ def run_simulation(
     run_id = config.run_id()
     recorder = TraceRecorder(run_id)
     ids = config.node_ids()
-    workload = RoundRobin(ids, config.messages)
+    workload = RoundRobin(config.senders or ids, config.messages)
     payload = bytes(config.payload)
     delivered = 0
     last_delivery_us = 0
@@ -214,8 +222,9 @@ def run_simulation(
             scheduler.at(0, partial(send, node))
     else:
         gap = 1_000_000 / config.rate
+        senders = config.senders or ids
         for k in range(config.messages):
-            node = ids[k % config.nodes]
+            node = senders[k % len(senders)]
             scheduler.at(round(k * gap), partial(send, node))
 
     def do_leave(node: NodeId) -> None:
@@ -268,7 +277,7 @@ def run_simulation(
     return SimResult(
         config=config, run_id=run_id, guarantees=claimed, recorder=recorder,
         violations=violations, delivered=delivered,
-        broadcasts=sum(workload.sent_by(n) for n in ids),
+        broadcasts=sum(workload.sent_by(n) for n in workload.nodes),
         protocol_packets=cluster.protocol_packets, control_packets=cluster.control_packets,
         retransmissions=retransmissions, quiescent=quiescent, end_us=scheduler.now,
         events=scheduler.events_run,

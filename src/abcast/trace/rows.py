@@ -87,6 +87,13 @@ def options_label(options: OrderingOptions) -> str:
         parts.append(f"multicast={options.multicast}")
     if options.partitions != "primary":
         parts.append(f"partitions={options.partitions}")
+    if options.order_interval_ms:
+        parts.append(f"order_interval_ms={options.order_interval_ms:g}")
+    optimistic = options.optimistic
+    if not optimistic.compensate:
+        parts.append("optimistic=plain")
+    elif optimistic != type(optimistic)():
+        parts.append(f"optimistic_alpha={optimistic.alpha:g}")
     return " ".join(parts)
 
 
