@@ -139,15 +139,26 @@ def test_a_claim_confirmed_on_the_claimants_own_link_is_believed() -> None:
         NotifyExcluded("b", 9)]
 
 
-def test_a_stale_not_member_is_dropped_and_a_suspected_ones_believed_at_once() -> None:
+def test_a_stale_not_member_is_passed_up_and_a_suspected_ones_believed_at_once() -> None:
     fd = _fd()
-    assert fd.handle(Received("b", NotMember(1), Packet()), 5) == []  # not after my view
+    # not after my view: no claim against it (the layers above drop it, or a joiner
+    # learns from it), so nothing is probed or held
+    assert fd.handle(Received("b", NotMember(1), Packet()), 5) == [NotifyExcluded("b", 1)]
     assert fd.inspect().counters["stale_not_member"] == 1
     for now in range(10, 70, 10):  # c keeps talking, b is silent and suspected
         fd.handle(Received("c", Heartbeat(), Packet()), now)
         fd.handle(TimerFired("tick"), now)
     assert fd.suspects() == ["b"]
-    assert fd.handle(Received("b", NotMember(2), Packet()), 70) == [NotifyExcluded("b", 2)]
+    assert fd.handle(Received("b", NotMember(2), Packet()), 70) == [Restore("b"),
+                                                                  NotifyExcluded("b", 2)]
+
+
+def test_a_second_members_claim_corroborates_the_first() -> None:
+    fd = _fd()
+    _probe_of(fd.handle(Received("b", NotMember(9), Packet()), 5))
+    assert fd.handle(Received("b", Fd(), Packet((), b"held")), 6) == []
+    assert fd.handle(Received("c", NotMember(9), Packet()), 7) == [
+        NotifyExcluded("c", 9), Up("b", Packet((), b"held"))]
 
 
 def test_a_probe_is_answered_with_a_heartbeat_by_a_member_and_its_nonce_by_a_stranger() -> None:

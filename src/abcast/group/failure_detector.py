@@ -22,19 +22,23 @@ one packet must not stop a node (a forged or stale one would stop it silently), 
 checked against the view and asked back over the claimant's own link before anything
 acts on it:
 
-    NotMember(v) from a member, v <= my view   stale (sent before it installed my view): dropped
-    NotMember(v) from a member I suspect       believed: its silence agrees (NotifyExcluded)
+    NotMember(v) from a member, v <= my view   not against my view (sent before it installed
+                                               it): passed up, the layers above weigh it
+    NotMember(v) from a member I suspect, or   believed: NotifyExcluded (its silence, or a
+      while another member's claim is held     second member, agrees), then what was held
     NotMember(v) from another member           held as its claim; Probe(nonce) to it, again
                                                every period while the claim is held
     Probe(nonce) at a node, from a member      Heartbeat: "you are in my view"
     Probe(nonce) at a node, from a non-member  NotMember(my view, nonce)
-    NotMember(v, nonce of my probe)            believed: NotifyExcluded; what it held is dropped
+    NotMember(v, nonce of my probe)            believed: NotifyExcluded, then what it held
     Heartbeat from the claimant                refutes the claim (counted); what it held goes up
-    other packets of the claimant meanwhile    held (at most MAX_HELD_PER_CLAIM; more: dropped,
-                                               the channel resends them)
+    other packets of the claimant meanwhile    held, so that none is acted on before the claim
+                                               is settled (at most MAX_HELD_PER_CLAIM; more:
+                                               dropped, the channel resends them)
 
 Only a node that really holds the claimant's address gets the answer, so a forger that
-can send but not receive as the claimant cannot confirm its own claim; meanwhile a
+can send but not receive as the claimant cannot confirm its own claim (it takes two
+forged frames claiming two members, which a group secret's MACs refuse); meanwhile a
 claimant that answers nothing is suspected like any silent peer: at worst a flush, never
 a stall. Counters: `stale_not_member`, `refuted_not_member`, `probes`.
 
@@ -251,12 +255,12 @@ class FailureDetectorLayer(Layer):
             st.last_sent = now
 
     def _heard(self, sender: NodeId, header: object, inner: Packet, now: int) -> list[Effect]:
-        effects: list[Effect] = []
         st = self._s.peers.get(sender)
         if st is None:
             return self._from_stranger(sender, header, inner, now)
         if isinstance(header, NotMember):
             return self._claimed(sender, st, header, now)
+        effects = self._alive(sender, st, now)
         if isinstance(header, Probe):
             effects.append(Send(sender, Heartbeat(), control=True))
         elif st.claim is not None and isinstance(header, Heartbeat):
@@ -265,16 +269,9 @@ class FailureDetectorLayer(Layer):
             effects += [Up(sender, packet) for packet in st.held]
             st.held = []
         elif st.claim is not None and isinstance(header, Fd):
-            st.last_heard = now
             if len(st.held) < MAX_HELD_PER_CLAIM:
                 st.held.append(inner)
             return effects
-        st.last_heard = now
-        if st.suspected:
-            st.suspected = False
-            st.mistakes += 1
-            st.timeout += self.config.timeout_increment_us
-            effects.append(Restore(sender))
         match header:
             case Fd():
                 effects.append(Up(sender, inner))
@@ -284,19 +281,39 @@ class FailureDetectorLayer(Layer):
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
         return effects
 
+    def _alive(self, sender: NodeId, st: _Peer, now: int) -> list[Effect]:
+        """`sender` spoke: a sign of life, and a suspicion taken back."""
+        st.last_heard = now
+        if not st.suspected:
+            return []
+        st.suspected = False
+        st.mistakes += 1
+        st.timeout += self.config.timeout_increment_us
+        return [Restore(sender)]
+
     def _claimed(
         self, sender: NodeId, st: _Peer, header: NotMember, now: int
     ) -> list[Effect]:
         """A member says it installed a later view without me: see the rules above."""
         view_id = header.view_id
         if view_id <= self._s.view_id:
+            # Not against my view (a member that has not installed it yet): passed up as it
+            # always was, the layers above weigh it (a joiner or a leaver learns from it).
             self._s.stale_not_member += 1
-            return []
-        if st.suspected or (st.claim is not None and header.nonce == st.claim[1]):
-            st.claim = None  # its silence, or its answer on its own link, agrees
-            st.held = []
-            return [NotifyExcluded(sender, view_id)]
-        if st.claim is None:
+            return [*self._alive(sender, st, now), NotifyExcluded(sender, view_id)]
+        echoed = st.claim is not None and header.nonce == st.claim[1]
+        others = [p for p, q in self._s.peers.items() if q.claim is not None and p != sender]
+        if st.suspected or echoed or others:
+            # its silence, its answer on its own link, or another member's claim agrees
+            released: list[Effect] = []
+            for peer in (sender, *others):
+                claimant = self._s.peers[peer]
+                claimant.claim = None
+                released += [Up(peer, p) for p in claimant.held]
+                claimant.held = []
+            life = [] if echoed else self._alive(sender, st, now)
+            return [*life, NotifyExcluded(sender, view_id), *released]
+        if st.claim is None:  # not a sign of life: a forger could keep a dead peer up
             st.claim = (view_id, 0)
             return self._probe(sender, st, now)
         return []
