@@ -3,7 +3,9 @@
 fast as `Group.broadcast()` lets it (abcast.testing.slow_receiver). Prints, per node, the
 peak of every queue the channel keeps and the transport's buffered bytes, the broadcasts
 and deliveries, and the bounds they are judged against; exit 1 if a queue passed its
-bound or a broadcast was not delivered everywhere. A benchmark, not a test: the marked
+bound (the sender's credit queue: max_waiting; the sequencer's queue to the slow node
+carries orders for everybody's traffic and is reported, not judged) or a broadcast was
+not delivered everywhere. A benchmark, not a test: the marked
 test (tests/runtime/test_runtime_slow_receiver.py) runs it for 4 s.
 
     .venv/bin/python bench/slow_receiver.py                   # 60 s, window 1024 (default)
@@ -48,8 +50,8 @@ def main() -> int:
           if v > args.window),
         *(f"{n}: held above {v} > window" for n, v in peaks.held_above.items()
           if v > args.window),
-        *(f"{n}: credit queue {v} > 2 x max_waiting" for n, v in peaks.backlog.items()
-          if v > 2 * args.max_waiting),
+        *(f"{n}: the sender's credit queue {v} > max_waiting + 1"
+          for n, v in peaks.backlog.items() if n == "n2" and v > args.max_waiting + 1),
         *(f"{n}: delivered {v} of {peaks.broadcasts}" for n, v in peaks.delivered.items()
           if v != peaks.broadcasts),
     ]

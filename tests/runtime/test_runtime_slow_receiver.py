@@ -26,7 +26,11 @@ def test_a_slow_receiver_keeps_every_queue_under_its_bound() -> None:
     assert peaks.samples > 10 and peaks.broadcasts > 100
     assert max(peaks.unacked_per_link.values()) <= WINDOW
     assert max(peaks.held_above.values()) <= WINDOW
-    # a waiting broadcast holds back the application, not the protocol: the sequencer's
-    # orders and the batches already numbered may add to a queue past max_waiting
-    assert max(peaks.backlog.values()) <= 2 * MAX_WAITING
+    # the sender's own credit queue: broadcast() waits at max_waiting (the batch being
+    # numbered when it filled may go past by one packet)
+    assert peaks.backlog["n2"] <= MAX_WAITING + 1
+    # the sequencer's queue to the slow node holds its orders for everybody's traffic:
+    # held back by the senders' credit, not by its own (60 s, window 32: peak 88; see
+    # docs/operations.md, "Limits")
+    assert peaks.backlog["n1"] <= 8 * MAX_WAITING
     assert set(peaks.delivered.values()) == {peaks.broadcasts}
