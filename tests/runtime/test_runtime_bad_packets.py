@@ -14,9 +14,11 @@ against a real 3-node sequencer group over tcp on loopback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -141,3 +143,66 @@ def test_a_far_ahead_data_frame_is_refused_not_delivered(
     assert all(payload != b"forged" for _, payload in orders[0])
     lines = [r.getMessage() for r in caplog.records if "beyond the window" in r.getMessage()]
     assert len(lines) == 1
+
+
+def test_broadcast_nowait_raises_backpressure_when_a_member_stops_reading() -> None:
+    """n3 stops reading: n1's link to it fills its window (2) and its credit queue (2),
+    and `broadcast_nowait` raises Backpressure; once the group has removed the silent
+    n3, `broadcast` goes through."""
+    from abcast import Backpressure, OrderingOptions
+    from abcast.testing.slow_receiver import channel_config
+
+    async def main() -> tuple[bool, list[str]]:
+        options = OrderingOptions(channel=channel_config(window=2, max_waiting=2))
+        nodes = [await Node("tcp://127.0.0.1:0", node=n).start() for n in IDS]
+        groups = []
+        try:
+            for node in nodes:
+                peers = {o.id: o.address for o in nodes if o is not node}
+                groups.append(await Group("g", ordering="sequencer", options=options,
+                                          host=node, peers=peers).open())
+            transport: Any = nodes[2].transport
+            await _rounds(groups, "warm-")  # every connection is up
+            await _until(lambda: len(transport._inbound) == 2)
+            for inbound in list(transport._inbound.values()):
+                inbound._transport.pause_reading()
+            raised = False
+            for k in range(200):  # until n3's link has no credit left
+                try:
+                    groups[0].broadcast_nowait(b"%d" % k)
+                except Backpressure:
+                    raised = True
+                    break
+                groups[0].send_queued()  # one packet each
+                await asyncio.sleep(0.02)  # n2's acks come back meanwhile; n3's do not
+            await nodes[2].close()  # n3 is gone for good: suspected, removed
+            async with asyncio.timeout(20):
+                await groups[0].broadcast(b"after")
+                await _until(lambda: len(groups[0].view.members) == 2)
+            return raised, list(groups[0].view.members)
+        finally:
+            for g in groups:
+                with contextlib.suppress(Exception):
+                    await g.close()
+            for node in nodes:
+                await node.close()
+
+    raised, members = asyncio.run(main())
+    assert raised and members == ["n1", "n2"]
+
+
+def test_broadcast_waits_while_the_stack_is_backpressured() -> None:
+    from types import SimpleNamespace
+
+    from abcast.runtime.group import _await_credit
+
+    class Stack:
+        asked = 0
+
+        def backpressured(self) -> bool:
+            self.asked += 1
+            return self.asked < 5  # credit comes back at the fifth look
+
+    stack = Stack()
+    asyncio.run(_await_credit(SimpleNamespace(stack=stack, closed=False)))  # type: ignore[arg-type]
+    assert stack.asked == 5
