@@ -96,6 +96,15 @@ async def closed_by_peer(reader: asyncio.StreamReader) -> bool:
     return rest == b""
 
 
+async def started(
+    nodes: Nodes, name: str, options: TransportOptions | None, handler: object
+) -> tuple[TcpTransport, str]:
+    """A tcp transport started as `name` on a free port, closed with `nodes`."""
+    transport = TcpTransport("tcp://127.0.0.1:0", options)
+    nodes.started.append(transport)
+    return transport, await transport.start(name, handler)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_connection_is_dropped_and_others_keep_going(
     case: str, caplog: pytest.LogCaptureFixture
@@ -107,12 +116,8 @@ def test_bad_connection_is_dropped_and_others_keep_going(
     async def main() -> None:
         inbox = EnvelopeInbox()
         async with Nodes() as nodes:
-            receiver = TcpTransport("tcp://127.0.0.1:0", options)
-            nodes.started.append(receiver)
-            address = await receiver.start("r", inbox)
-            good = TcpTransport("tcp://127.0.0.1:0", options)
-            nodes.started.append(good)
-            await good.start("good", lambda link, frame: None)
+            receiver, address = await started(nodes, "r", options, inbox)
+            good, _ = await started(nodes, "good", options, lambda link, frame: None)
             good.add_peer("r", address)
             await send_block(good, inbox, range(100))
 
@@ -206,9 +211,7 @@ def test_a_slowloris_after_the_hello_is_dropped_and_an_idle_connection_closed(
     async def main() -> None:
         inbox = EnvelopeInbox()
         async with Nodes() as nodes:
-            receiver = TcpTransport("tcp://127.0.0.1:0", options)
-            nodes.started.append(receiver)
-            address = await receiver.start("r", inbox)
+            receiver, address = await started(nodes, "r", options, inbox)
             port = int(address.rsplit(":", 1)[1])
             slow_r, slow_w = await asyncio.open_connection("127.0.0.1", port)
             slow_w.write(hello_from("slow") + struct.pack(">I", 1000) + b"x")
@@ -223,9 +226,7 @@ def test_a_slowloris_after_the_hello_is_dropped_and_an_idle_connection_closed(
                     slow_w.write(b"x")
 
             dripping = asyncio.create_task(drip())
-            good = TcpTransport("tcp://127.0.0.1:0", options)
-            nodes.started.append(good)
-            await good.start("good", lambda link, frame: None)
+            good, _ = await started(nodes, "good", options, lambda link, frame: None)
             good.add_peer("r", address)
 
             async def talk() -> None:  # whole frames, 40 ms apart, outlive the timeouts
