@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from abcast.effects import Stage
     from abcast.errors import (
         AbcastError,
+        Backpressure,
         ConfigError,
         DecodeError,
         LocalProtocolError,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 _WHERE: dict[str, tuple[str, str]] = {
     "AbcastError": ("abcast.errors", "AbcastError"),
+    "Backpressure": ("abcast.errors", "Backpressure"),
     "Client": ("abcast.rpc.client", "Client"),
     "Outcome": ("abcast.rpc.voting", "Outcome"),
     "Server": ("abcast.rpc.server", "Server"),
@@ -58,6 +60,7 @@ _WHERE: dict[str, tuple[str, str]] = {
 __all__ = [
     "ORDERINGS",
     "AbcastError",
+    "Backpressure",
     "Client",
     "ConfigError",
     "DecodeError",

@@ -40,6 +40,12 @@ class Layer(ABC):
         something to show (holdback queues, clocks, counters) override it."""
         return LayerSnapshot(layer=self.name)
 
+    def backpressured(self) -> bool:
+        """True while this layer's send queue is past its bound, so that the driver's
+        waiting broadcast waits and its non-waiting one raises `Backpressure`; only
+        layers that queue for credit (the channels) override it."""
+        return False
+
     def snapshots(self) -> list[LayerSnapshot]:
         """The snapshots this slot shows, bottom first: its own, or those of the cores it
         wraps too (the membership layer and the ordering it drives)."""

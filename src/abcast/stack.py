@@ -93,6 +93,10 @@ class Stack:
         leave, and drivers record it as such."""
         return any(getattr(layer, "cut_off", False) is True for layer in self.layers)
 
+    def backpressured(self) -> bool:
+        """Some layer's send queue is past its bound (see `Layer.backpressured`)."""
+        return any(layer.backpressured() for layer in self.layers)
+
     def inspect(self) -> list[LayerSnapshot]:
         """Every layer's snapshot, bottom first."""
         return [snap for layer in self.layers for snap in layer.snapshots()]

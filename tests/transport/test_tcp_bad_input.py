@@ -96,6 +96,15 @@ async def closed_by_peer(reader: asyncio.StreamReader) -> bool:
     return rest == b""
 
 
+async def started(
+    nodes: Nodes, name: str, options: TransportOptions | None, handler: object
+) -> tuple[TcpTransport, str]:
+    """A tcp transport started as `name` on a free port, closed with `nodes`."""
+    transport = TcpTransport("tcp://127.0.0.1:0", options)
+    nodes.started.append(transport)
+    return transport, await transport.start(name, handler)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_connection_is_dropped_and_others_keep_going(
     case: str, caplog: pytest.LogCaptureFixture
@@ -107,12 +116,8 @@ def test_bad_connection_is_dropped_and_others_keep_going(
     async def main() -> None:
         inbox = EnvelopeInbox()
         async with Nodes() as nodes:
-            receiver = TcpTransport("tcp://127.0.0.1:0", options)
-            nodes.started.append(receiver)
-            address = await receiver.start("r", inbox)
-            good = TcpTransport("tcp://127.0.0.1:0", options)
-            nodes.started.append(good)
-            await good.start("good", lambda link, frame: None)
+            receiver, address = await started(nodes, "r", options, inbox)
+            good, _ = await started(nodes, "good", options, lambda link, frame: None)
             good.add_peer("r", address)
             await send_block(good, inbox, range(100))
 
@@ -191,3 +196,58 @@ def test_a_peer_that_writes_back_on_our_connection_is_refused(
 
     run(main)
     assert any("unexpected bytes" in r.getMessage() for r in caplog.records)
+
+
+def test_a_slowloris_after_the_hello_is_dropped_and_an_idle_connection_closed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue #21: a connection that had said hello was never timed out (a truncated
+    frame, or one byte a second, held it open for ever). Now one that stays inside an
+    unfinished frame is dropped with one warning, one that sends nothing is closed
+    quietly, and a peer that keeps sending whole frames is left alone."""
+    caplog.set_level(logging.INFO, logger="abcast.transport")
+    options = TransportOptions(io_timeout_s=0.1, idle_timeout_s=0.5)
+
+    async def main() -> None:
+        inbox = EnvelopeInbox()
+        async with Nodes() as nodes:
+            receiver, address = await started(nodes, "r", options, inbox)
+            port = int(address.rsplit(":", 1)[1])
+            slow_r, slow_w = await asyncio.open_connection("127.0.0.1", port)
+            slow_w.write(hello_from("slow") + struct.pack(">I", 1000) + b"x")
+            idle_r, idle_w = await asyncio.open_connection("127.0.0.1", port)
+            idle_w.write(hello_from("idle"))
+
+            async def drip() -> None:  # a byte every 50 ms: never a whole frame
+                for _ in range(40):
+                    await asyncio.sleep(0.05)
+                    if slow_w.is_closing():
+                        return
+                    slow_w.write(b"x")
+
+            dripping = asyncio.create_task(drip())
+            good, _ = await started(nodes, "good", options, lambda link, frame: None)
+            good.add_peer("r", address)
+
+            async def talk() -> None:  # whole frames, 40 ms apart, outlive the timeouts
+                for k in range(0, 60, 4):
+                    await send_block(good, inbox, range(k, k + 4))
+                    await asyncio.sleep(0.04)
+
+            talking = asyncio.create_task(talk())
+            assert await closed_by_peer(slow_r), "the slowloris was left open"
+            assert await closed_by_peer(idle_r), "the idle connection was left open"
+            dripping.cancel()
+            for writer in (slow_w, idle_w):
+                writer.close()
+            await talking
+            assert inbox.got("good") == list(range(60))
+            assert receiver.stats.dropped_connections == 1
+            assert receiver.stats.idle_closed == 1
+            assert good.stats.lost_connections == 0
+
+    run(main)
+    drops = [r.getMessage() for r in caplog.records if "dropped connection" in r.getMessage()]
+    assert len(drops) == 1 and "a frame unfinished for over 0.1s" in drops[0], drops
+    assert any("idle for" in r.getMessage() and r.levelno == logging.INFO
+               for r in caplog.records)

@@ -59,6 +59,27 @@ def test_backoff_grows_to_its_cap_and_resets() -> None:
     assert backoff.next() <= 0.125
 
 
+def test_a_connection_that_ends_at_once_does_not_reset_the_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #21: a peer that refuses our hello (a name it cannot accept) closes each
+    connection at once; the backoff reset on every connect made that a tight loop."""
+    import abcast.transport._common as common
+
+    clock = [100.0]
+    monkeypatch.setattr(common.time, "monotonic", lambda: clock[0])
+    backoff = Backoff(0.1, 1.0)
+    delays = []
+    for _ in range(6):
+        backoff.connected()
+        clock[0] += 0.01  # refused at once
+        delays.append(backoff.next())
+    assert delays[-1] >= 0.75  # still growing to the cap
+    backoff.connected()
+    clock[0] += 1.0  # a connection that lasted the cap: a success
+    assert backoff.next() <= 0.125
+
+
 def prefixed(payload: bytes) -> bytes:
     return struct.pack(">I", len(payload)) + payload
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abcast.codec import Packet
 from abcast.effects import CancelTimer, Effect, Send, SetTimer, Up
+from abcast.errors import RemoteProtocolError
 from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
 from abcast.ids import View
 from abcast.reliability.channel import ChannelConfig, RAck, RData, ReliableChannel
@@ -95,3 +96,45 @@ def test_memory_stays_bounded_over_a_long_exchange() -> None:
         for s in _sends(b.handle(TimerFired(("ack", "a")), now)):
             a.handle(Received("b", s.header, s.inner), now)
     assert a.in_flight() == 0 and b.held_above() == 0
+
+
+# -- flow control: a window per link (issue #21) ----------------------------------------
+
+
+def test_a_full_window_queues_packets_and_acks_release_them_in_order() -> None:
+    cfg = ChannelConfig(ack_delay_us=100, rto_us=1_000, max_rto_us=4_000, window=4,
+                        max_waiting=3)
+    a, b = ReliableChannel("a", cfg), ReliableChannel("b", cfg)
+    a.handle(ViewInstalled(VIEW), 0)
+    b.handle(ViewInstalled(VIEW), 0)
+    sent = []
+    for i in range(10):
+        sent += _sends(a.handle(SendRequested("b", Packet((), bytes([i]))), 0))
+    assert [s.header.seq for s in sent] == [1, 2, 3, 4]  # the window: 4 in flight
+    assert a.backlog() == 6 and a.backpressured() and a.in_flight() == 4
+    released: list[Send] = []
+    while sent:
+        for s in sent:
+            b.handle(Received("a", s.header, s.inner), 10)
+        ack = _sends(b.handle(TimerFired(("ack", "a")), 10))[0]
+        sent = _sends(a.handle(Received("b", ack.header, ack.inner), 20))
+        released += sent
+    assert [s.inner.payload for s in released] == [bytes([i]) for i in range(4, 10)]
+    assert a.backlog() == 0 and not a.backpressured() and a.in_flight() == 0
+    assert a.inspect().counters["window_waits"] == 6
+
+
+def test_a_packet_beyond_the_window_is_refused_not_handed_up() -> None:
+    a, b = _pair()
+    send = _sends(a.handle(SendRequested("b", Packet((), b"1")), 0))[0]
+    b.handle(Received("a", send.header, send.inner), 1)
+    far = RData(1 + CFG.window + 1)
+    try:
+        b.handle(Received("a", far, Packet((), b"forged")), 2)
+    except RemoteProtocolError as exc:
+        assert "beyond the window" in str(exc)
+    else:
+        raise AssertionError("a far-ahead packet was accepted")
+    assert b.held_above() == 0 and b.inspect().counters["refused_far"] == 1
+    # the edge of the window is still accepted (an honest sender may be that far ahead)
+    assert _ups(b.handle(Received("a", RData(1 + CFG.window), Packet((), b"edge")), 3))

@@ -1,16 +1,19 @@
 """The heartbeat failure detector core: silence → Suspect, speech → Restore and a longer
-timeout, traffic counts as a heartbeat."""
+timeout, traffic counts as a heartbeat; a member's NotMember is a claim asked back before
+it is believed."""
 
 from __future__ import annotations
 
 from abcast.codec import Packet
-from abcast.effects import Effect, Restore, Send, SetTimer, Suspect, Up
+from abcast.effects import Effect, NotifyExcluded, Restore, Send, SetTimer, Suspect, Up
 from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
 from abcast.group.failure_detector import (
     DetectorConfig,
     FailureDetectorLayer,
     Fd,
     Heartbeat,
+    NotMember,
+    Probe,
 )
 from abcast.ids import View
 
@@ -95,3 +98,72 @@ def test_control_flag_passes_through() -> None:
     fd = _fd()
     (send,) = fd.handle(SendRequested("b", Packet((), b""), control=True), 1)
     assert isinstance(send, Send) and send.control and send.header == Fd()
+
+
+# -- a NotMember is a claim, checked before it is believed (issue #21) -----------------
+
+
+def _probe_of(effects: list[Effect]) -> Probe:
+    probes = [e.header for e in effects if isinstance(e, Send) and isinstance(e.header, Probe)]
+    assert len(probes) == 1, effects
+    return probes[0]
+
+
+def test_a_not_member_from_a_live_member_is_asked_back_and_its_heartbeat_refutes_it() -> None:
+    fd = _fd()
+    effects = fd.handle(Received("b", NotMember(9), Packet()), 5)
+    assert not [e for e in effects if isinstance(e, NotifyExcluded)]
+    _probe_of(effects)
+    # the probe is asked again every tick while the claim is held, never believed alone;
+    # b's packets meanwhile wait (they are a sign of life all the same)
+    for now in range(10, 200, 10):
+        assert fd.handle(Received("b", Fd(), Packet((), b"%d" % now)), now) == []
+        fd.handle(Received("c", Fd(), Packet((), b"data")), now)
+        ticked = fd.handle(TimerFired("tick"), now)
+        assert not [e for e in ticked if isinstance(e, NotifyExcluded | Suspect)]
+        _probe_of(ticked)
+    released = fd.handle(Received("b", Heartbeat(), Packet()), 200)
+    assert released == [Up("b", Packet((), b"%d" % now)) for now in range(10, 200, 10)]
+    counters = fd.inspect().counters
+    assert counters["refuted_not_member"] == 1 and counters["probes"] == 20
+    assert not [e for e in fd.handle(TimerFired("tick"), 210) if isinstance(e, Send)
+                and isinstance(e.header, Probe)]
+
+
+def test_a_claim_confirmed_on_the_claimants_own_link_is_believed() -> None:
+    fd = _fd()
+    probe = _probe_of(fd.handle(Received("b", NotMember(9), Packet()), 5))
+    # a guessed nonce (a forger's) confirms nothing; the claimant's echo does
+    assert fd.handle(Received("b", NotMember(9, probe.nonce + 1), Packet()), 6) == []
+    assert fd.handle(Received("b", NotMember(9, probe.nonce), Packet()), 7) == [
+        NotifyExcluded("b", 9)]
+
+
+def test_a_stale_not_member_is_passed_up_and_a_suspected_ones_believed_at_once() -> None:
+    fd = _fd()
+    # not after my view: no claim against it (the layers above drop it, or a joiner
+    # learns from it), so nothing is probed or held
+    assert fd.handle(Received("b", NotMember(1), Packet()), 5) == [NotifyExcluded("b", 1)]
+    assert fd.inspect().counters["stale_not_member"] == 1
+    for now in range(10, 70, 10):  # c keeps talking, b is silent and suspected
+        fd.handle(Received("c", Heartbeat(), Packet()), now)
+        fd.handle(TimerFired("tick"), now)
+    assert fd.suspects() == ["b"]
+    assert fd.handle(Received("b", NotMember(2), Packet()), 70) == [Restore("b"),
+                                                                  NotifyExcluded("b", 2)]
+
+
+def test_a_second_members_claim_corroborates_the_first() -> None:
+    fd = _fd()
+    _probe_of(fd.handle(Received("b", NotMember(9), Packet()), 5))
+    assert fd.handle(Received("b", Fd(), Packet((), b"held")), 6) == []
+    assert fd.handle(Received("c", NotMember(9), Packet()), 7) == [
+        NotifyExcluded("c", 9), Up("b", Packet((), b"held"))]
+
+
+def test_a_probe_is_answered_with_a_heartbeat_by_a_member_and_its_nonce_by_a_stranger() -> None:
+    fd = _fd()
+    assert fd.handle(Received("b", Probe(77), Packet()), 5) == [Send("b", Heartbeat(),
+                                                                    control=True)]
+    assert fd.handle(Received("z", Probe(78), Packet()), 6) == [Send("z", NotMember(1, 78),
+                                                                    control=True)]

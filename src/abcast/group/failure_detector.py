@@ -17,6 +17,31 @@ before it polls the sockets. The pause is credited to every peer before the tick
 judges (as Cassandra's detector ignores a long local pause); a peer that really went
 quiet is then suspected that much later. In the simulator ticks are never late.
 
+A `NotMember` from a member is a claim ("I installed a later view without you") and
+one packet must not stop a node (a forged or stale one would stop it silently), so it is
+checked against the view and asked back over the claimant's own link before anything
+acts on it:
+
+    NotMember(v) from a member, v <= my view   not against my view (sent before it installed
+                                               it): passed up, the layers above weigh it
+    NotMember(v) from a member I suspect, or   believed: NotifyExcluded (its silence, or a
+      while another member's claim is held     second member, agrees), then what was held
+    NotMember(v) from another member           held as its claim; Probe(nonce) to it, again
+                                               every period while the claim is held
+    Probe(nonce) at a node, from a member      Heartbeat: "you are in my view"
+    Probe(nonce) at a node, from a non-member  NotMember(my view, nonce)
+    NotMember(v, nonce of my probe)            believed: NotifyExcluded, then what it held
+    Heartbeat from the claimant                refutes the claim (counted); what it held goes up
+    other packets of the claimant meanwhile    held, so that none is acted on before the claim
+                                               is settled (at most MAX_HELD_PER_CLAIM; more:
+                                               dropped, the channel resends them)
+
+Only a node that really holds the claimant's address gets the answer, so a forger that
+can send but not receive as the claimant cannot confirm its own claim (it takes two
+forged frames claiming two members, which a group secret's MACs refuse); meanwhile a
+claimant that answers nothing is suspected like any silent peer: at worst a flush, never
+a stall. Counters: `stale_not_member`, `refuted_not_member`, `probes`.
+
 It adds a one-field header to every packet passing down; heartbeats are control
 traffic, not protocol packets.
 """
@@ -65,15 +90,25 @@ class Heartbeat(Header, frozen=True):
 
 
 class NotMember(Header, frozen=True):
-    """Reply to a node that is not in my view (`view_id`) but still talks to me."""
+    """Reply to a node that is not in my view (`view_id`) but still talks to me; `nonce`
+    echoes the `Probe` it answers (0: unasked)."""
 
     view_id: Count
+    nonce: Count = 0
 
 
-FdHeader = Fd | Heartbeat | NotMember
+class Probe(Header, frozen=True):
+    """Do you still count me? (asked of a member that said `NotMember`)"""
+
+    nonce: Count
+
+
+FdHeader = Fd | Heartbeat | NotMember | Probe
 
 #: the header of every passing packet: it has no fields, so one instance serves them all
 FD: Final = Fd()
+#: packets of a claimant held while its claim is asked back (above it: dropped)
+MAX_HELD_PER_CLAIM: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +136,9 @@ class _Peer:
     timeout: int
     suspected: bool = False
     mistakes: int = 0
+    #: a `NotMember` claim not yet believed: (its view id, the nonce of our probe)
+    claim: tuple[int, int] | None = None
+    held: list[Packet] = field(default_factory=list)  # its packets while the claim stands
 
 
 @dataclass(slots=True)
@@ -113,6 +151,9 @@ class _State:
     suspicions: int = 0  # Suspect verdicts given
     heartbeats: int = 0  # heartbeats sent
     stalls: int = 0  # ticks that found this node had been stalled
+    stale_not_member: int = 0  # NotMember claims older than this node's view, dropped
+    refuted_not_member: int = 0  # NotMember claims the claimant's heartbeat contradicted
+    probes: int = 0  # Probes sent (and the nonce of the last one)
 
 
 class FailureDetectorLayer(Layer):
@@ -140,7 +181,9 @@ class FailureDetectorLayer(Layer):
             clock={"view_id": st.view_id, "peers": peers},
             counters={"suspicions": st.suspicions,
                       "mistakes": sum(q.mistakes for q in st.peers.values()),
-                      "heartbeats": st.heartbeats, "stalls": st.stalls})
+                      "heartbeats": st.heartbeats, "stalls": st.stalls,
+                      "stale_not_member": st.stale_not_member,
+                      "refuted_not_member": st.refuted_not_member, "probes": st.probes})
 
     def handle(self, event: Event, now: int) -> list[Effect]:
         # Every packet of the node passes here twice (down and up), so the per-packet
@@ -152,7 +195,8 @@ class FailureDetectorLayer(Layer):
             received: Received = event  # type: ignore[assignment]  # the type test above
             sender = received.sender
             st = self._s.peers.get(sender)
-            if st is not None and not st.suspected and type(received.header) is Fd:
+            if (st is not None and not st.suspected and st.claim is None
+                    and type(received.header) is Fd):
                 st.last_heard = now
                 return [Up(sender, received.inner)]
             return self._heard(sender, received.header, received.inner, now)
@@ -211,27 +255,86 @@ class FailureDetectorLayer(Layer):
             st.last_sent = now
 
     def _heard(self, sender: NodeId, header: object, inner: Packet, now: int) -> list[Effect]:
-        effects: list[Effect] = []
         st = self._s.peers.get(sender)
         if st is None:
             return self._from_stranger(sender, header, inner, now)
-        st.last_heard = now
-        if st.suspected:
-            st.suspected = False
-            st.mistakes += 1
-            st.timeout += self.config.timeout_increment_us
-            effects.append(Restore(sender))
+        if isinstance(header, NotMember):
+            return self._claimed(sender, st, header, now)
+        effects = self._alive(sender, st, now)
+        if isinstance(header, Probe):
+            effects.append(Send(sender, Heartbeat(), control=True))
+        elif st.claim is not None and isinstance(header, Heartbeat):
+            st.claim = None  # it still counts me: the claim was stale or forged
+            self._s.refuted_not_member += 1
+            effects += [Up(sender, packet) for packet in st.held]
+            st.held = []
+        elif st.claim is not None and isinstance(header, Fd):
+            if len(st.held) < MAX_HELD_PER_CLAIM:
+                st.held.append(inner)
+            return effects
         match header:
             case Fd():
                 effects.append(Up(sender, inner))
-            case Heartbeat():
+            case Heartbeat() | Probe():
                 pass
-            case NotMember(view_id):
-                # A member of my view installed a later one without me: the group has
-                # removed me (the layers above decide what that means).
-                effects.append(NotifyExcluded(sender, view_id))
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
+        return effects
+
+    def _alive(self, sender: NodeId, st: _Peer, now: int) -> list[Effect]:
+        """`sender` spoke: a sign of life, and a suspicion taken back."""
+        st.last_heard = now
+        if not st.suspected:
+            return []
+        st.suspected = False
+        st.mistakes += 1
+        st.timeout += self.config.timeout_increment_us
+        return [Restore(sender)]
+
+    def _claimed(
+        self, sender: NodeId, st: _Peer, header: NotMember, now: int
+    ) -> list[Effect]:
+        """A member says it installed a later view without me: see the rules above."""
+        view_id = header.view_id
+        if view_id <= self._s.view_id:
+            # Not against my view (a member that has not installed it yet): passed up as it
+            # always was, the layers above weigh it (a joiner or a leaver learns from it).
+            self._s.stale_not_member += 1
+            return [*self._alive(sender, st, now), NotifyExcluded(sender, view_id)]
+        echoed = st.claim is not None and header.nonce == st.claim[1]
+        others = [p for p, q in self._s.peers.items() if q.claim is not None and p != sender]
+        if st.suspected or echoed or others:
+            # its silence, its answer on its own link, or another member's claim agrees
+            released: list[Effect] = []
+            for peer in (sender, *others):
+                claimant = self._s.peers[peer]
+                claimant.claim = None
+                released += [Up(peer, p) for p in claimant.held]
+                claimant.held = []
+            life = [] if echoed else self._alive(sender, st, now)
+            return [*life, NotifyExcluded(sender, view_id), *released]
+        if st.claim is None:  # not a sign of life: a forger could keep a dead peer up
+            st.claim = (view_id, 0)
+            return self._probe(sender, st, now)
+        return []
+
+    def _probe(self, sender: NodeId, st: _Peer, now: int) -> list[Effect]:
+        """Ask the claimant over its own link; the nonce is a counter mixed with the
+        time, so that a forger that cannot read the answer cannot guess it."""
+        assert st.claim is not None
+        self._s.probes += 1
+        view_id, nonce = st.claim
+        if not nonce:  # one nonce per claim: a late answer to an earlier probe still counts
+            nonce = ((now << 20) ^ (self._s.probes * 0x9E3779B1)) & (2**63 - 1) or 1
+            st.claim = (view_id, nonce)
+        return [Send(sender, Probe(nonce), control=True)]
+
+    def _reprobe(self, now: int) -> list[Effect]:
+        """Claims still held: ask again (a probe or its answer may have been lost)."""
+        effects: list[Effect] = []
+        for peer, st in self._s.peers.items():
+            if st.claim is not None:
+                effects += self._probe(peer, st, now)
         return effects
 
     def _from_stranger(
@@ -240,6 +343,8 @@ class FailureDetectorLayer(Layer):
         """A packet from a node outside the view: answered with `NotMember`, dropped."""
         if isinstance(header, NotMember):
             return []  # a non-member's verdict about me means nothing
+        if isinstance(header, Probe):  # answered every time: it carries its nonce
+            return [Send(sender, NotMember(self._s.view_id, header.nonce), control=True)]
         return self._not_a_member(sender, now)
 
     def _not_a_member(self, sender: NodeId, now: int) -> list[Effect]:
@@ -257,7 +362,7 @@ class FailureDetectorLayer(Layer):
             self._s.stalls += 1
             for st in self._s.peers.values():
                 st.last_heard = min(now, st.last_heard + paused)
-        effects: list[Effect] = []
+        effects = self._reprobe(now)
         idle = [p for p, st in self._s.peers.items() if now - st.last_sent >= self.config.period_us]
         for peer in idle:
             self._s.peers[peer].last_sent = now

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from abcast.registry.client import RegistryClient
 from abcast.registry.messages import GroupInfo, parse_registry_url
-from abcast.registry.server import RegistryServer, RegistryStats
+from abcast.registry.server import RegistryLimits, RegistryServer, RegistryStats
 
-__all__ = ["GroupInfo", "RegistryClient", "RegistryServer", "RegistryStats", "parse_registry_url"]
+__all__ = [
+    "GroupInfo", "RegistryClient", "RegistryLimits", "RegistryServer", "RegistryStats",
+    "parse_registry_url",
+]

@@ -2,15 +2,20 @@
 
 Rules: one TCP connection per client, kept by a background task that reconnects with
 exponential backoff (jittered, capped) whenever it drops, for as long as the client is
-open. On every (re)connection it first re-asserts what this client already holds, its
-node id (by token, with its address) and its group memberships, so a registry that
-restarted empty learns them again before anything else is asked. Requests wait while the
-registry is away and are re-sent on the next connection (every request is idempotent),
-so a running group never notices the registry dying: only calls that need an answer
-wait for it to come back. A registry never reached is another matter (a wrong URL, none
-started): until the first connection, a call waits at most `connect_timeout_s`
-(REGISTRY_TIMEOUT_S, 10 s, the CLI's `--timeout` default too), then raises ConfigError
-naming the URL. A refusal from the registry raises ConfigError with the registry's reason.
+open — after every failure, a connection the registry closed included: the delay is
+reset only once a connection has carried a reply (a request the registry cannot read
+made a tight reconnect loop before). A request is checked against the registry's own
+decoder before it is sent, so an invalid one (a bad node id or group name) raises
+ConfigError at once instead of being re-sent for ever. On every (re)connection it first
+re-asserts what this client already holds, its node id (by token, with its address) and
+its group memberships, so a registry that restarted empty learns them again before
+anything else is asked. Requests wait while the registry is away and are re-sent on the
+next connection (every request is idempotent), so a running group never notices the
+registry dying: only calls that need an answer wait for it to come back. A registry
+never reached is another matter (a wrong URL, none started): until the first connection,
+a call waits at most `connect_timeout_s` (REGISTRY_TIMEOUT_S, 10 s, the CLI's
+`--timeout` default too), then raises ConfigError naming the URL. A refusal from the
+registry raises ConfigError with the registry's reason.
 
 It knows the registry protocol (messages.py) and nothing about transports or stacks.
 """
@@ -48,6 +53,7 @@ from abcast.registry.messages import (
     Request,
     WaitDone,
     decode_reply,
+    decode_request,
     encode,
     parse_registry_url,
     read_body,
@@ -57,6 +63,18 @@ log: Final = logging.getLogger(__name__)
 
 #: how long a call waits for a registry this client never reached (None: for ever)
 REGISTRY_TIMEOUT_S: Final = 10.0
+
+
+def _checked(request: Request) -> bytes:
+    """`request` encoded, once the registry's own decoder accepts it: ConfigError for a
+    request it would refuse to read (it would close the connection, and re-sending the
+    request after each reconnect would loop for ever)."""
+    data = encode(request)
+    try:
+        decode_request(data[4:])
+    except DecodeError as exc:
+        raise ConfigError(f"invalid registry request {type(request).__name__}: {exc}") from None
+    return data
 
 
 class _LostError(Exception):
@@ -132,10 +150,23 @@ class RegistryClient:
             rid, node, self.token, group, ordering, view_id, dict(members), create, options))
 
     async def list_groups(self) -> list[GroupSummary]:
-        reply = await self._request(ListGroups)
+        """Every group, fetched page by page (see ListGroups)."""
+        groups: list[GroupSummary] = []
+        after = ""
+        while True:
+            page = await self.list_page(after)
+            groups += page.groups
+            if not page.next or page.next <= after:
+                return groups
+            after = page.next
+
+    async def list_page(self, after: str = "", limit: int = 0) -> GroupList:
+        """One page of groups: those named after `after`, at most `limit` (0: the
+        registry's page size)."""
+        reply = await self._request(lambda rid: ListGroups(rid, after, limit))
         if not isinstance(reply, GroupList):
             raise ConfigError(f"registry answered {type(reply).__name__} to ListGroups")
-        return list(reply.groups)
+        return reply
 
     async def remove(self, group: str) -> GroupInfo:
         """Forget `group` at the registry (its members are not told; see Remove)."""
@@ -208,10 +239,11 @@ class RegistryClient:
                 await asyncio.sleep(0)
                 continue
             rid = next(self._rids)
+            data = _checked(build(rid))
             fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
             self._pending[rid] = fut
             try:
-                writer.write(encode(build(rid)))
+                writer.write(data)
                 reply = await fut
             except _LostError:
                 continue  # re-sent on the next connection; every request is idempotent
@@ -258,19 +290,17 @@ class RegistryClient:
                     quiet = not self._reached and self.connect_timeout_s is not None
                     log.log(logging.INFO if quiet else logging.WARNING,
                             "registry %s unreachable (%s); retrying with backoff", self.url, exc)
-                await asyncio.sleep(delay * self._rng.uniform(0.75, 1.25))
-                delay = min(delay * 2, self._max)
+                delay = await self._back_off(delay)
                 continue
             if not first:
                 self.reconnects += 1
                 log.info("registry %s reached again", self.url)
             first = False
-            delay = self._initial
             self._writer = writer
             self._reached = True
             up.set()
             try:
-                await self._read_replies(reader)
+                answered = await self._read_replies(reader)
             finally:
                 up.clear()
                 self._writer = None
@@ -278,6 +308,7 @@ class RegistryClient:
                 for fut in self._pending.values():
                     if not fut.done():
                         fut.set_exception(_LostError())
+            delay = await self._back_off(self._initial if answered else delay)
 
     async def _replay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Re-assert this client's id and memberships on a fresh connection."""
@@ -296,16 +327,33 @@ class RegistryClient:
                 log.error("registry %s refused to restore %s: %s", self.url, self.node,
                           reply.reason)
 
-    async def _read_replies(self, reader: asyncio.StreamReader) -> None:
+    async def _back_off(self, delay: float) -> float:
+        """Sleep `delay`, jittered; the next delay (doubled, capped)."""
+        if not self._closed:
+            await asyncio.sleep(delay * self._rng.uniform(0.75, 1.25))
+        return min(delay * 2, self._max)
+
+    async def _read_replies(self, reader: asyncio.StreamReader) -> bool:
+        """Read replies until the connection ends; whether any reply came."""
+        answered = False
         try:
             while True:
                 reply = decode_reply(await read_body(reader))
+                answered = True
                 fut = self._pending.get(reply.rid)
                 if fut is not None and not fut.done():
                     fut.set_result(reply)
-        except (OSError, asyncio.IncompleteReadError) as exc:
+        except asyncio.IncompleteReadError as exc:
+            if not self._closed:
+                # A clean close between messages is the registry's idle timeout (or its
+                # shutdown): worth a line, not a warning; inside a message it is a loss.
+                level = logging.INFO if not exc.partial else logging.WARNING
+                log.log(level, "lost the registry %s (%s); reconnecting",
+                        self.url, "closed" if not exc.partial else "truncated reply")
+        except OSError as exc:
             if not self._closed:
                 log.warning("lost the registry %s (%s); reconnecting",
                             self.url, type(exc).__name__)
         except DecodeError as exc:
             log.warning("registry %s sent a bad reply (%s); reconnecting", self.url, exc)
+        return answered

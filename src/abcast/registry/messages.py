@@ -113,7 +113,11 @@ class Announce(_Message, frozen=True):
 
 
 class ListGroups(_Message, frozen=True):
-    """Every group the registry knows."""
+    """One page of the groups the registry knows, by name: those after `after` ("": from
+    the first), at most `limit` of them (0: the registry's page size; it caps it too)."""
+
+    after: Annotated[str, msgspec.Meta(max_length=128)] = ""
+    limit: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 class Remove(_Message, frozen=True):
@@ -165,7 +169,10 @@ class GroupSummary(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 class GroupList(_Message, frozen=True):
+    """A page of `ListGroups`; `next` is the `after` of the next page ("": the last)."""
+
     groups: Annotated[list[GroupSummary], msgspec.Meta(max_length=65_536)]
+    next: str = ""
 
 
 class Refused(_Message, frozen=True):

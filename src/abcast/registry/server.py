@@ -20,6 +20,14 @@ Bad input (garbage, an oversize length prefix, a truncated message, an unknown m
 type) gets one log line on "abcast.registry.server", that connection is closed and
 `stats.bad_messages` goes up; everyone else keeps being served. Nothing here knows about
 transports, stacks or the runtime.
+
+Bounds (`RegistryLimits`, docs/operations.md "Limits"): a connection that starts a
+message must finish it within `message_timeout_s`, and one with nothing to wait for
+that sends nothing for `idle_timeout_s` is closed (`stats.timeouts`; a client reconnects
+and re-asserts what it holds); the registry holds at most `max_nodes` node ids and
+`max_groups` groups, and one connection may create at most `max_entries_per_client` of
+them — past a bound the request is refused with a reason that names it
+(`stats.refused_full`). `ListGroups` answers a page of at most `list_page` groups.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from abcast.errors import ConfigError, DecodeError, LocalProtocolError
 from abcast.ids import NodeId, node_sort_key, sorted_nodes
 from abcast.registry.messages import (
     MAX_MESSAGE_BYTES,
+    PREFIX,
     Announce,
     Done,
     GroupInfo,
@@ -55,7 +64,6 @@ from abcast.registry.messages import (
     WaitDone,
     decode_request,
     encode,
-    read_body,
 )
 
 log: Final = logging.getLogger(__name__)
@@ -78,6 +86,35 @@ class RegistryStats:
     connections: int = 0
     requests: int = 0
     bad_messages: int = 0
+    timeouts: int = 0  # connections closed idle or inside a message
+    refused_full: int = 0  # requests refused by a bound of RegistryLimits
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryLimits:
+    """What one registry holds and waits for at most (docs/operations.md, "Limits")."""
+
+    max_nodes: int = 100_000  # node ids registered
+    max_groups: int = 10_000  # groups (static and dynamic)
+    max_entries_per_client: int = 1_024  # node ids and groups one connection may create
+    list_page: int = 1_000  # groups per ListGroups reply (64 B each: far below 1 MiB)
+    idle_timeout_s: float = 600.0  # a connection with nothing pending and nothing sent
+    message_timeout_s: float = 10.0  # a message started must be complete by then
+
+    def __post_init__(self) -> None:
+        if min(self.max_nodes, self.max_groups, self.max_entries_per_client,
+               self.list_page) < 1 or min(self.idle_timeout_s, self.message_timeout_s) <= 0:
+            raise ConfigError(f"registry limits must be positive: {self}")
+        if self.list_page > 65_536:
+            raise ConfigError("list_page above 65536 would not fit a GroupList")
+
+
+@dataclass(slots=True)
+class _Client:
+    """One connection: what it has created (the per-client bound)."""
+
+    peer: object
+    entries: int = 0
 
 
 class RegistryServer:
@@ -86,7 +123,7 @@ class RegistryServer:
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, *,
         max_message_bytes: int = MAX_MESSAGE_BYTES, recovery_grace_s: float = 0.0,
-        sizes: Mapping[str, int] | None = None,
+        sizes: Mapping[str, int] | None = None, limits: RegistryLimits | None = None,
     ) -> None:
         """`recovery_grace_s`: how long after start registrations without a claim wait,
         so that after a restart the running members re-assert their ids before any id
@@ -95,6 +132,7 @@ class RegistryServer:
         if any(size < 1 for size in (sizes or {}).values()):
             raise ConfigError(f"group sizes must be >= 1, got {dict(sizes or {})}")
         self.sizes = dict(sizes or {})
+        self.limits = limits or RegistryLimits()
         self.host = host
         self.port = port
         self.max_message_bytes = max_message_bytes
@@ -179,11 +217,15 @@ class RegistryServer:
             self._connections[task] = writer
         self.stats.connections += 1
         peer = writer.get_extra_info("peername")
+        client = _Client(peer)
         waits: set[asyncio.Task[None]] = set()
         try:
             while True:
                 try:
-                    request = decode_request(await read_body(reader, self.max_message_bytes))
+                    body = await self._read_timed(reader, waits)
+                    if body is None:
+                        return  # timed out (logged)
+                    request = decode_request(body)
                 except asyncio.IncompleteReadError as exc:
                     if exc.partial:
                         self._bad(peer, f"message truncated after {len(exc.partial)} bytes")
@@ -192,6 +234,10 @@ class RegistryServer:
                     self._bad(peer, str(exc))
                     return
                 self.stats.requests += 1
+                refused = self._over_limits(request, client)
+                if refused is not None:
+                    writer.write(encode(refused))
+                    continue
                 if isinstance(request, Lookup | WaitDone) or (
                     isinstance(request, Register) and request.claim is None
                     and self._grace_over is not None and not self._grace_over.is_set()
@@ -209,6 +255,61 @@ class RegistryServer:
             writer.close()
             if task is not None:
                 self._connections.pop(task, None)
+
+    async def _read_timed(
+        self, reader: asyncio.StreamReader, waits: set[asyncio.Task[None]]
+    ) -> bytes | None:
+        """The next message body, or None once the connection has been idle (with no
+        answer pending) for idle_timeout_s or has spent message_timeout_s inside one
+        message (a slow or truncated sender): see the rules above."""
+        limits = self.limits
+        while True:
+            try:
+                async with asyncio.timeout(limits.idle_timeout_s):
+                    first = await reader.readexactly(1)
+                break
+            except TimeoutError:
+                if not waits:
+                    self.stats.timeouts += 1
+                    log.info("registry closed an idle connection (%g s)", limits.idle_timeout_s)
+                    return None
+        try:
+            async with asyncio.timeout(limits.message_timeout_s):
+                (length,) = PREFIX.unpack(first + await reader.readexactly(PREFIX.size - 1))
+                if length > self.max_message_bytes:
+                    raise DecodeError(f"registry message of {length} bytes exceeds the limit "
+                                      f"{self.max_message_bytes}")
+                return await reader.readexactly(length)
+        except TimeoutError:
+            self.stats.timeouts += 1
+            log.warning("registry dropped a connection: a message unfinished after %g s",
+                        limits.message_timeout_s)
+            return None
+
+    def _over_limits(self, request: Request, client: _Client) -> Refused | None:
+        """Refused if `request` would create a node id or a group past a bound; else
+        counts what it creates against its connection."""
+        match request:
+            case Register(rid, token, claim, _) if token not in self._by_token and (
+                    claim is None or claim not in self._owner):
+                what, total, bound = "node ids", len(self._owner), self.limits.max_nodes
+            case Join(rid, group=group) | Announce(rid, group=group) if (
+                    group not in self._groups):
+                what, total, bound = "groups", len(self._groups), self.limits.max_groups
+            case _:
+                return None
+        per_client = self.limits.max_entries_per_client
+        if total >= bound:
+            reason = f"registry full: it holds {total} {what} (max_{what.replace(' ids', 's')})"
+        elif client.entries >= per_client:
+            reason = (f"this connection created {client.entries} entries already "
+                      f"(max_entries_per_client {per_client})")
+        else:
+            client.entries += 1
+            return None
+        self.stats.refused_full += 1
+        log.warning("registry refused a request from %s: %s", client.peer, reason)
+        return Refused(rid, reason)
 
     def _bad(self, peer: object, reason: str) -> None:
         self.stats.bad_messages += 1
@@ -262,8 +363,8 @@ class RegistryServer:
                     self._groups[group].options = opts
                     reply = self.group_info(group, rid)
                 return reply
-            case ListGroups(rid):
-                return GroupList(rid, [self._summary(name) for name in sorted(self._groups)])
+            case ListGroups(rid, after, limit):
+                return self._list_page(rid, after, limit)
             case Remove(rid, group):
                 if self._groups.pop(group, None) is not None:
                     log.info("removed group %s", group)
@@ -371,6 +472,15 @@ class RegistryServer:
         for member, address in members.items():
             self._addresses.setdefault(member, address)  # a node's own word comes first
         return self.group_info(group, rid)
+
+    def _list_page(self, rid: int, after: str, limit: int) -> GroupList:
+        """The groups named after `after`, at most `limit` (capped at list_page)."""
+        size = min(limit or self.limits.list_page, self.limits.list_page)
+        names = [name for name in sorted(self._groups) if name > after]
+        page = names[:size]
+        more = len(names) > size
+        return GroupList(rid, [self._summary(name) for name in page],
+                         page[-1] if more else "")
 
     def _summary(self, name: str) -> GroupSummary:
         g = self._groups[name]

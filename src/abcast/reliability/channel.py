@@ -19,10 +19,22 @@ next valid sample; and while the cumulative ack keeps advancing the clock restar
 (§5.3), so packets that are merely queued behind others — on a busy stream transport,
 say — are not retransmitted just because the queue is long.
 
-What it does not do: order (orderings above hold packets back as they need), relay a
+Flow control is a window per link, counted in sequence numbers: a sender keeps every
+packet it transmits within `window` of the oldest one not yet acknowledged; a packet
+that does not fit waits in the link's queue until an ack opens the window (the
+retransmission buffer is therefore at most `window` packets a link). A receiver
+accepts nothing above its contiguous high mark + `window` — no honest sender of the same
+configuration sends that — so the numbers it remembers above the mark are bounded too,
+and a far-ahead packet (forged, or from a confused peer) is refused with
+RemoteProtocolError, not buffered and not handed up. `backlog()` is the longest queue
+waiting for credit; past `max_waiting` the runtime's `broadcast()` waits and
+`broadcast_nowait()` raises `Backpressure` (the channel itself still queues what the
+layers above send: they cannot take a packet back).
+
+What it does not do: order (orderings above hold packets back as they need), or relay a
 crashed sender's packets to others (agreement under crashes is the ordering's or the
-membership layer's job), or flow control. Packets to or from nodes outside the current
-view are dropped and their link state freed.
+membership layer's job). Packets to or from nodes outside the current view are dropped
+and their link state freed.
 
 Acks and retransmissions are sent with `control=True`, so drivers do not count them as
 protocol packets (the thesis's message counts are about the protocols above).
@@ -30,6 +42,7 @@ protocol packets (the thesis's message counts are about the protocols above).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Annotated, Final
 
@@ -89,6 +102,10 @@ class ChannelConfig:
     - piggyback_acks: a packet to a peer that is owed an ack carries it (see above). Off
       by default: the simulator's regression scenarios were found, seed by seed, with
       standalone acks; the fault sweeps run both.
+    - window: sequence numbers a link may have in flight past its oldest unacked packet;
+      a receiver refuses anything further ahead (every member must use the same value).
+    - max_waiting: packets waiting for credit on one link above which the node is
+      backpressured (`backlog()`; the runtime's broadcast waits or raises).
     """
 
     ack_delay_us: int = 2_000
@@ -97,9 +114,12 @@ class ChannelConfig:
     max_rto_us: int = 1_000_000
     max_sacks: int = 256
     piggyback_acks: bool = False
+    window: int = 1024
+    max_waiting: int = 1024
 
     def __post_init__(self) -> None:
-        if min(self.ack_delay_us, self.rto_us, self.rto_floor_us, self.max_sacks) <= 0:
+        if min(self.ack_delay_us, self.rto_us, self.rto_floor_us, self.max_sacks,
+               self.window, self.max_waiting) <= 0:
             raise ConfigError(f"channel knobs must be positive: {self}")
         if not self.rto_floor_us <= self.rto_us <= self.max_rto_us:
             raise ConfigError(
@@ -136,6 +156,8 @@ class _OutLink:
     rto_armed_at: int | None = None
     #: when the cumulative ack last advanced (RFC 6298 §5.3 restarts the clock there)
     progress_at: int = _NEVER
+    #: packets (and their control flag) waiting for the window to open
+    waiting: deque[tuple[Packet, bool]] = field(default_factory=deque)
 
 
 @dataclass(slots=True)
@@ -159,6 +181,8 @@ class ReliableChannel(Layer):
         self.duplicates = 0
         self.acks_sent = 0  # standalone acks (piggybacked ones are not counted)
         self.gap_acks = 0  # of which: acks naming packets above a gap (this channel's NAKs)
+        self.window_waits = 0  # packets that waited for credit (the window was full)
+        self.refused_far = 0  # packets refused: sequence number beyond the window
 
     # -- introspection (tests and metrics) -------------------------------------------
     def inspect(self) -> LayerSnapshot:
@@ -166,7 +190,7 @@ class ReliableChannel(Layer):
         received and the RTO; in flight and held above are gauges."""
         links = {
             peer: {"sent": link.next_seq - 1, "unacked": len(link.unacked),
-                   "rto_us": link.timer.rto}
+                   "waiting": len(link.waiting), "rto_us": link.timer.rto}
             for peer, link in sorted(self._out.items())
         }
         received = {peer: {"high": link.high, "above": len(link.above)}
@@ -174,13 +198,22 @@ class ReliableChannel(Layer):
         return LayerSnapshot(
             layer=self.name, phase="steady",
             clock={"out": links, "in": received, "in_flight": self.in_flight(),
-                   "held_above": self.held_above()},
+                   "held_above": self.held_above(), "backlog": self.backlog()},
             counters={"retransmissions": self.retransmissions, "duplicates": self.duplicates,
-                      "acks_sent": self.acks_sent, "gap_acks": self.gap_acks})
+                      "acks_sent": self.acks_sent, "gap_acks": self.gap_acks,
+                      "window_waits": self.window_waits, "refused_far": self.refused_far})
 
     def in_flight(self) -> int:
         """Packets sent and not yet acknowledged, over all links."""
         return sum(len(link.unacked) for link in self._out.values())
+
+    def backlog(self) -> int:
+        """Packets waiting for credit on the most backlogged link."""
+        return max((len(link.waiting) for link in self._out.values()), default=0)
+
+    def backpressured(self) -> bool:
+        """The longest credit queue is past `max_waiting`: new broadcasts should wait."""
+        return self.backlog() >= self.config.max_waiting
 
     def held_above(self) -> int:
         """Sequence numbers remembered above the contiguous high marks."""
@@ -270,6 +303,16 @@ class ReliableChannel(Layer):
         link = self._out.get(to)
         if link is None:
             link = self._out[to] = self._new_out_link()
+        if link.waiting or link.next_seq - next(iter(link.unacked), link.next_seq) >= \
+                self.config.window:
+            link.waiting.append((packet, control))
+            self.window_waits += 1
+            return []
+        return self._transmit(to, link, packet, now, control)
+
+    def _transmit(
+        self, to: NodeId, link: _OutLink, packet: Packet, now: int, control: bool
+    ) -> list[Effect]:
         seq = link.next_seq
         link.next_seq += 1
         deadline = now + link.timer.rto
@@ -294,8 +337,13 @@ class ReliableChannel(Layer):
     ) -> list[Effect]:
         if sender not in self._members:
             return []
-        effects = self._on_ack(sender, ack, _NO_SACKS, now) if ack else []
         link = self._in.get(sender)
+        if seq > (0 if link is None else link.high) + self.config.window:
+            self.refused_far += 1
+            raise RemoteProtocolError(
+                f"{sender} sent seq {seq}, beyond the window of {self.config.window} "
+                f"above {0 if link is None else link.high}")
+        effects = self._on_ack(sender, ack, _NO_SACKS, now) if ack else []
         if link is None:
             link = self._in[sender] = _InLink()
         if seq <= link.high or seq in link.above:
@@ -355,10 +403,21 @@ class ReliableChannel(Layer):
                 timed = pending_or_none
         if timed is not None:
             link.timer.sample(now - timed.sent)
+        if link.waiting:
+            return self._release(sender, link, now)
         if not unacked and link.rto_armed_at is not None:
             link.rto_armed_at = None
             return [CancelTimer(("rto", sender))]
         return []
+
+    def _release(self, to: NodeId, link: _OutLink, now: int) -> list[Effect]:
+        """Send what waited for credit, as far as the window now reaches."""
+        effects: list[Effect] = []
+        waiting, window = link.waiting, self.config.window
+        while waiting and link.next_seq - next(iter(link.unacked), link.next_seq) < window:
+            packet, control = waiting.popleft()
+            effects += self._transmit(to, link, packet, now, control)
+        return effects
 
     def _retransmit(self, peer: NodeId, now: int) -> list[Effect]:
         link = self._out.get(peer)

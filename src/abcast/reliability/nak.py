@@ -133,10 +133,12 @@ class NakConfig:
     frag_bytes: int = 60_000  # payload bytes per fragment (1_400: MTU-safe)
     max_fragments: int = 1024  # a packet needing more fragments is refused
     max_holdback: int = 65_536  # seqs held above a gap, at most, per stream
+    max_waiting: int = 1024  # packets waiting for window room before broadcasts wait
 
     def __post_init__(self) -> None:
         values = (self.nak_delay_us, self.nak_retry_us, self.gather_us, self.stable_us,
-                  self.window_bytes, self.frag_bytes, self.max_fragments, self.max_holdback)
+                  self.window_bytes, self.frag_bytes, self.max_fragments, self.max_holdback,
+                  self.max_waiting)
         if min(values) <= 0:
             raise ConfigError(f"NAK channel knobs must be positive: {self}")
         if self.max_fragments > 65_536:
@@ -210,6 +212,7 @@ class NakChannel(Layer):
         self.digests = 0
         self.held_back_packets = 0  # packets that waited for window room
         self.peak_unstable_bytes = 0
+        self.refused_far = 0  # packets dropped: beyond max_holdback above the next seq
 
     # -- dispatch --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
@@ -318,6 +321,8 @@ class NakChannel(Layer):
         if st.next == 0:  # a joiner, before the member's digest says where to start
             if seq not in st.held and len(st.held) < self.config.max_holdback:
                 st.held[seq] = (header, inner)
+            elif seq not in st.held:
+                self.refused_far += 1
             return []
         if seq < st.next or seq in st.held:
             self.duplicates += 1
@@ -325,6 +330,7 @@ class NakChannel(Layer):
         st.known = max(st.known, seq)
         if seq > st.next:
             if seq - st.next > self.config.max_holdback:
+                self.refused_far += 1
                 return []  # too far ahead: it is resent once the gap closes
             st.held[seq] = (header, inner)
             return self._arm_nak(now)
@@ -571,6 +577,11 @@ class NakChannel(Layer):
         return self._free(self._m, None, self._stable_mark(), now)
 
     # -- inspection ------------------------------------------------------------------------
+    def backpressured(self) -> bool:
+        """A stream's queue waiting for window room is past `max_waiting`."""
+        longest = max((len(o.waiting) for o in self._u.values()), default=0)
+        return max(longest, len(self._m.waiting)) >= self.config.max_waiting
+
     def inspect(self) -> LayerSnapshot:
         held = sum(len(st.held) for st in self._in.values())
         return LayerSnapshot(
@@ -587,5 +598,6 @@ class NakChannel(Layer):
                 "held_back_packets": self.held_back_packets, "held_above_gaps": held,
                 "unstable_bytes": self._unstable_bytes(),
                 "peak_unstable_bytes": self.peak_unstable_bytes,
+                "refused_far": self.refused_far,
             },
         )

@@ -31,7 +31,9 @@ merge on heal —
 keeps its state). `app=` takes one object
 with those methods (a `ReplicatedHandle`: a replicated object's state then moves to
 joiners with no more code). `broadcast` waits for the transport's backpressure
-(`drain`) first; `broadcast_nowait` does not.
+(`drain`) and for the channel's credit (`Stack.backpressured`: a link's queue of packets
+waiting for its window past `ChannelConfig.max_waiting`) first; `broadcast_nowait`
+waits for neither and raises `Backpressure` past the credit bound.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from abcast.effects import Deliver, Stage
-from abcast.errors import AbcastError, ConfigError, LocalProtocolError
+from abcast.errors import AbcastError, Backpressure, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
 from abcast.registry.client import RegistryClient
@@ -92,6 +94,16 @@ class GroupApp(Protocol):
 #: costs its nodes no standalone ack frame to write, wake up for and read).
 STREAM_CHANNEL: Final = ChannelConfig(rto_us=1_000_000, max_rto_us=4_000_000,
                                       piggyback_acks=True)
+
+
+async def _await_credit(driver: GroupDriver) -> None:
+    """Wait until no layer of the group's stack is backpressured. Polled, backing off
+    from 1 ms to 50 ms: credit comes back with acks, through a transport handler that
+    knows nothing of waiting broadcasts."""
+    delay = 0.001
+    while driver.stack.backpressured() and not driver.closed:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def for_streams(options: OrderingOptions | None, scheme: str = "tcp") -> OrderingOptions:
@@ -513,11 +525,18 @@ class Group:
         """Broadcast `payload` to the group (this node delivers it too, in order)."""
         driver = self._require_driver()
         await self._host.drain()
-        return MsgId(self._host.id, driver.broadcast(bytes(payload)))
+        await _await_credit(driver)
+        return MsgId(self._host.id, self._require_driver().broadcast(bytes(payload)))
 
     def broadcast_nowait(self, payload: bytes) -> MsgId:
-        """Broadcast without waiting for backpressure (callbacks, closed loops)."""
-        return MsgId(self._host.id, self._require_driver().broadcast(bytes(payload)))
+        """Broadcast without waiting for backpressure (callbacks, closed loops); raises
+        `Backpressure` while the group's channel is past its credit bound."""
+        driver = self._require_driver()
+        if driver.stack.backpressured():
+            raise Backpressure(
+                f"group {driver.name!r} on {self._host.id}: a link's queue waiting for "
+                "credit is full (a slow member); await broadcast() instead")
+        return MsgId(self._host.id, driver.broadcast(bytes(payload)))
 
     def send_queued(self) -> None:
         """Send this loop turn's broadcasts now (still as one batch) instead of at the end

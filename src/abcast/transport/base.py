@@ -146,6 +146,7 @@ class TransportStats:
     lost_connections: int = 0  # outbound connections that ended without being asked to
     reconnects: int = 0  # outbound connections opened after an earlier one to that peer
     discarded_frames: int = 0  # queued frames thrown away by remove_peer / close
+    idle_closed: int = 0  # inbound connections closed after idle_timeout_s without a byte
 
     def snapshot(self) -> TransportStats:
         return dataclasses.replace(self)
@@ -161,6 +162,11 @@ class TransportOptions:
     reconnect_initial_s: float = 0.05
     reconnect_max_s: float = 2.0
     io_timeout_s: float = 10.0  # connect timeout, and the longest a blocking RPC may take
+    #: an inbound stream connection that sends nothing for this long is closed (members
+    #: heartbeat every 50 ms; a sender reconnects when it has something to say), and one
+    #: that stays inside a frame for io_timeout_s to 2 × io_timeout_s (a slowloris, a
+    #: truncated frame) too: tcp:// (docs/operations.md, "Limits")
+    idle_timeout_s: float = 120.0
     #: After reading or writing, keep the event loop polling for this long (µs) instead
     #: of letting it sleep, yielding the CPU to any other runnable task meanwhile: a frame
     #: that comes in then is read at once, not after the idle CPU has woken up (tens of
@@ -183,6 +189,8 @@ class TransportOptions:
             )
         if self.io_timeout_s <= 0:
             raise ConfigError(f"io_timeout_s must be > 0, got {self.io_timeout_s}")
+        if self.idle_timeout_s <= 0:
+            raise ConfigError(f"idle_timeout_s must be > 0, got {self.idle_timeout_s}")
         if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
             raise ConfigError(
                 f"busy_poll_us must be in 0..{MAX_BUSY_POLL_US}, got {self.busy_poll_us}")

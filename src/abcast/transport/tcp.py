@@ -14,7 +14,10 @@ the "handed to the wire" part of `buffered()`; its limits are set so that
 exponential backoff; its queue waits. The inbound side refuses, with one log line and a
 dropped connection, a bad hello or none within io_timeout_s, a length prefix above
 max_frame_bytes, a frame truncated at EOF, and any bytes on an
-outbound connection (we never expect the peer to write back).
+outbound connection (we never expect the peer to write back). After the hello a watchdog
+looks at each inbound connection every io_timeout_s: one still inside the same
+unfinished frame at two looks in a row (a slowloris, a frame cut short) is dropped, and
+one that sent nothing for idle_timeout_s is closed (`_Watchdog`).
 """
 
 from __future__ import annotations
@@ -318,6 +321,9 @@ class _Inbound(asyncio.Protocol):
         self._hello: Hello | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
         self.link = Link(None, "?", self._dropped)
+        self.watchdog: _Watchdog | None = None
+        self.active = False  # bytes came since the watchdog's last look
+        self.framed = False  # a whole frame came since the watchdog's last look
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
@@ -340,6 +346,9 @@ class _Inbound(asyncio.Protocol):
         if not link.alive:
             return
         frames, error = self._reader.feed(data)
+        self.active = True
+        if frames:
+            self.framed = True
         owner = self._owner
         if self._hello is None and frames:
             try:
@@ -349,6 +358,7 @@ class _Inbound(asyncio.Protocol):
                 return
             self._hello = hello
             self._cancel_hello_timer()
+            self.watchdog = _Watchdog(self)
             accepted, superseded = owner.admit(hello, link)
             if superseded is not None:
                 owner.close_inbound(superseded)
@@ -373,6 +383,8 @@ class _Inbound(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_hello_timer()
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self._owner._inbound.pop(self.link, None)
         self._owner.sessions.forget(self.link)
         self.link.retire()
@@ -391,3 +403,50 @@ class _Inbound(asyncio.Protocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+
+class _Watchdog:
+    """Looks at one inbound connection every io_timeout_s after its hello: drops it when
+    it was inside an unfinished frame at two looks in a row with no frame completed in
+    between, closes it after idle_timeout_s without a byte."""
+
+    __slots__ = ("_idle_for", "_inbound", "_partial", "_timer")
+
+    def __init__(self, inbound: _Inbound) -> None:
+        self._inbound = inbound
+        self._partial = False  # inside an unfinished frame at the last look
+        self._idle_for = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        owner = self._inbound._owner
+        self._timer = owner.loop.call_later(owner.options.io_timeout_s, self._look)
+
+    def _look(self) -> None:
+        inbound = self._inbound
+        link, options = inbound.link, inbound._owner.options
+        if not link.alive:
+            return
+        pending = inbound._reader.pending
+        if pending and self._partial and not inbound.framed:
+            link.drop(f"a frame unfinished for over {options.io_timeout_s:g}s "
+                      f"({pending} of {inbound._reader.expected()} bytes)")
+            return
+        self._partial = bool(pending)
+        self._idle_for = 0.0 if inbound.active else self._idle_for + options.io_timeout_s
+        if self._idle_for >= options.idle_timeout_s:  # not an error: closed quietly
+            owner = inbound._owner
+            logger.info("%s: closed the connection from %s (%s), idle for %gs",
+                        owner.label, link.peer, link.remote, self._idle_for)
+            owner.stats.idle_closed += 1
+            link.retire()
+            owner.close_inbound(link)
+            return
+        inbound.active = inbound.framed = False
+        self._arm()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
