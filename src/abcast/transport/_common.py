@@ -434,6 +434,15 @@ class QueuedTransport(Transport):
             self.label, link.peer or "unidentified peer", link.remote, reason,
         )
 
+    def reject_frame(self, link: Link, reason: str) -> None:
+        """One frame of an authenticated link failed its MAC or counter: one log line,
+        counted, the frame dropped; the link and everything else go on."""
+        self.stats.rejected_frames += 1
+        self.log.warning(
+            "%s: rejected a frame from %s (%s): %s; frame dropped",
+            self.label, link.peer or "unidentified peer", link.remote, reason,
+        )
+
     def admit(self, hello: Hello, link: Link) -> tuple[bool, Link | None]:
         """Apply the supersede rule to a fresh inbound connection (see module rules)."""
         link.peer = hello.node
