@@ -507,6 +507,11 @@ class _Inbound(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        auth = self._auth
+        if auth is not None and auth.phase != "established" and self.link.alive:
+            # a dialler that cannot check our proof hangs up: that is its refusal too
+            self.link.drop("link handshake failed: the peer closed the connection "
+                           "before proving it holds the group secret")
         self._cancel_hello_timer()
         self._owner._inbound.pop(self.link, None)
         self._owner.sessions.forget(self.link)
