@@ -54,6 +54,7 @@ from abcast.registry.messages import GroupInfo
 from abcast.reliability.channel import ChannelConfig
 from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.node import Node
+from abcast.security import load_secret
 from abcast.snapshot import LayerSnapshot
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Transport
@@ -152,6 +153,7 @@ class Group:
         on_opt_deliver: Callable[[Deliver], None] | None = None,
         metrics_port: int | None = None,
         probe: bool | str = False,
+        secret: bytes | str | None = None,
     ) -> None:
         if not isinstance(name, str) or not 1 <= len(name) <= 128:
             raise ConfigError(f"group name must be a 1..128 char string, got {name!r}")
@@ -162,6 +164,9 @@ class Group:
             raise ConfigError("give either host= (a running Node) or transport/registry/"
                               "node/recorder/wan/metrics_port/probe for a node of the "
                               "group's own, not both")
+        if host is not None and load_secret(secret) not in (None, host.secret):
+            raise ConfigError("secret= differs from the host node's: a node has one secret "
+                              "(Node(..., secret=...)) for every group it hosts")
         if size is not None and size < 1:
             raise ConfigError(f"size must be >= 1, got {size}")
         if peers is not None:
@@ -203,7 +208,7 @@ class Group:
         self._host = host or Node(
             transport if transport is not None else DEFAULT_TRANSPORT,
             node=node, registry=registry, recorder=recorder, wan=wan,
-            metrics_port=metrics_port, probe=probe,
+            metrics_port=metrics_port, probe=probe, secret=secret,
         )
         self._driver: GroupDriver | None = None
         self._registered = False

@@ -30,7 +30,7 @@ import secrets
 import time
 from abc import abstractmethod
 from collections import deque
-from typing import Annotated, Final
+from typing import Annotated, ClassVar, Final
 
 import msgspec
 
@@ -233,11 +233,22 @@ class BusyPoll:
 class QueuedTransport(Transport):
     """The shared half of every transport; subclasses implement the `_wire` hooks."""
 
+    #: whether this transport runs the link handshake and seals frames with a secret
+    secures_links: ClassVar[bool] = False
+    #: whether `tls=1` means something to it
+    speaks_tls: ClassVar[bool] = False
+
     def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
         self._url = url if isinstance(url, TransportUrl) else parse_url(url)
         if self._url.scheme != self.scheme:
             raise ConfigError(f"{type(self).__name__} speaks {self.scheme}://, not {self._url}")
         self.options = (options or TransportOptions()).with_query(self._url.query)
+        if self.options.secret is not None and not self.secures_links:
+            raise ConfigError(
+                f"{self.scheme}:// does not authenticate links: a group secret needs "
+                "tcp:// or tcps:// (frames would otherwise go unprotected)")
+        if self.options.tls and not self.speaks_tls:
+            raise ConfigError(f"{self.scheme}:// has no TLS option (tcps:// and tcp:// do)")
         self.stats = TransportStats()
         #: the concrete transport's module logger (abcast.transport.tcp, …)
         self.log = logging.getLogger(type(self).__module__)

@@ -67,6 +67,8 @@ def _set_nodelay(transport: asyncio.BaseTransport) -> None:
 
 class TcpTransport(QueuedTransport):
     scheme: ClassVar[str] = "tcp"
+    secures_links: ClassVar[bool] = True
+    speaks_tls: ClassVar[bool] = True
 
     def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
         super().__init__(url, options)
