@@ -11,12 +11,12 @@ import asyncio
 import logging
 import os
 import struct
-from collections.abc import Callable
 
 import pytest
 from transport_harness import TEST_SECRET, Inbox, Nodes, numbered, run
 
 from abcast.security.handshake import Challenge, Confirm, encode
+from abcast.testing.mitm import MitmProxy
 from abcast.transport import TransportOptions
 from abcast.transport._common import Hello, encode_hello
 from abcast.transport.tcp import TcpTransport
@@ -109,53 +109,6 @@ def test_a_raw_socket_claiming_a_member_cannot_finish_the_handshake(
     run(main)
 
 
-class MitmProxy:
-    """Forwards one tcp:// connection both ways, frame by frame on the dialler's side,
-    and can inject frames after the handshake (hello, Challenge, Confirm)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.data_frames: list[bytes] = []  # sealed frames seen after the handshake
-        self.attack: Callable[[int, bytes, list[bytes]], list[bytes]] | None = None
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-
-        async def backwards() -> None:
-            while data := await up_reader.read(65536):
-                writer.write(data)
-
-        back = asyncio.create_task(backwards())
-        index = 0
-        try:
-            while True:
-                head = await reader.readexactly(4)
-                frame = await reader.readexactly(struct.unpack(">I", head)[0])
-                out = [frame]
-                if index >= 3:
-                    self.data_frames.append(frame)
-                    if self.attack is not None:
-                        out = self.attack(len(self.data_frames) - 1, frame, self.data_frames)
-                index += 1
-                up_writer.write(b"".join(_prefixed(f) for f in out))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            back.cancel()
-            up_writer.close()
-            writer.close()
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-
 def _flip(frame: bytes, at: int) -> bytes:
     out = bytearray(frame)
     out[at % len(out)] ^= 0x10
@@ -185,8 +138,7 @@ def test_forged_replayed_and_tampered_frames_are_each_rejected_with_one_log_line
         async with Nodes() as nodes:
             a = await nodes.start("tcp", "a", Inbox(), options)
             b = await nodes.start("tcp", "b", inbox, options)
-            proxy = MitmProxy(int(b.address.rsplit(":", 1)[1]))
-            proxy.attack = attack
+            proxy = MitmProxy(int(b.address.rsplit(":", 1)[1]), attack=attack)
             port = await proxy.start()
             try:
                 a.add_peer("b", f"tcp://127.0.0.1:{port}")

@@ -316,7 +316,7 @@ class RegistryServer:
         elif offered and offered != needed:
             return f"{what} is bound to another secret"
         if not request.auth:
-            return f"{what} belongs to a secret group: the request carries no proof"
+            return f"{what} is bound to a group secret: the request carries no proof"
         if not verify(needed, nonce, signed_body(request), request.auth):
             return f"the proof for {what} does not verify (not the group's secret)"
         return None
