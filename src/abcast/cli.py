@@ -36,9 +36,11 @@ from abcast.cli_params import (
     count,
     fail,
     group_options,
+    group_secret,
     make_out_dir,
     ordering_options,
     scheme_of,
+    secret_option,
     transport_help,
     usage_error,
 )
@@ -309,15 +311,17 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
                    "without naming it.")
 @click.option("--stop-on-eof", is_flag=True, hidden=True,
               help="Stop when stdin closes (the cluster launcher's lifeline).")
+@secret_option("every group and node id here (only its holders may change anything)")
 @_VERBOSE
 def registry(
     listen: str, as_json: bool, recovery_grace: float, groups: tuple[str, ...],
-    stop_on_eof: bool, verbose: bool,
+    stop_on_eof: bool, secret_file: Path | None, verbose: bool,
 ) -> None:
     """Run the registration server (node ids, group members, leaders) until interrupted."""
     from abcast.registry import RegistryServer, parse_registry_url
 
     _logging(verbose)
+    secret = group_secret(secret_file)
     sizes: dict[str, int] = {}
     for spec in groups:
         name, _, size = spec.partition("=")
@@ -330,7 +334,8 @@ def registry(
         fail(str(exc))
 
     async def serve() -> None:
-        server = RegistryServer(host, port, recovery_grace_s=recovery_grace, sizes=sizes)
+        server = RegistryServer(host, port, recovery_grace_s=recovery_grace, sizes=sizes,
+                                secret=secret)
         try:
             url = await server.start()
         except OSError as exc:

@@ -168,6 +168,7 @@ class GroupInfo(_Message, frozen=True):
     ordering: str = ""  # dynamic groups: the ordering their creator chose
     view_id: int = 0  # dynamic groups: the latest view their leader announced
     options: bytes = b""  # dynamic groups: their ordering options (see Announce)
+    secret: bool = False  # bound to a group secret: only its holders may join or change it
 
 
 class Located(_Message, frozen=True):

@@ -185,7 +185,8 @@ class RegistryServer:
         members = {n: g.members[n] for n in sorted_nodes(list(g.members))}
         leader = next(iter(members), "")
         return GroupInfo(rid, group, members, leader, g.size, list(sorted_nodes(g.done)),
-                         g.ordering, g.view_id, g.options)
+                         g.ordering, g.view_id, g.options,
+                         self._required is not None or group in self._group_keys)
 
     def group_names(self) -> list[str]:
         return sorted(self._groups)

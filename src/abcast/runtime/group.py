@@ -317,6 +317,9 @@ class Group:
     async def _open_joined(self, host: Node) -> None:
         registry = self._dynamic_registry(host)
         info = await registry.lookup(self.name)
+        if info.secret and host.secret is None:
+            raise ConfigError(f"group {self.name!r} is a secret group: its members admit only "
+                              "holders of its secret (secret=, ABCAST_SECRET or --secret-file)")
         if not info.ordering or not info.members:
             raise ConfigError(f"the registry has no group {self.name!r} (create it first)")
         given = self._ordering_given
