@@ -394,6 +394,7 @@ def registry(
               help="Address /metrics listens on (0.0.0.0: every interface).")
 @click.option("--probe/--no-probe", default=True, show_default=True,
               help="Answer `abcast probe` on a local control socket.")
+@secret_option()
 @_VERBOSE
 def node(
     registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
@@ -401,7 +402,8 @@ def node(
     out: Path | None, trace: str, wan: str | None, batch: int | None, safe: bool,
     relay: bool,
     order_interval_ms: float, multicast: str, partitions: str, suspect_after: int | None,
-    control: str, metrics_port: int | None, metrics_host: str, probe: bool, verbose: bool,
+    control: str, metrics_port: int | None, metrics_host: str, probe: bool,
+    secret_file: Path | None, verbose: bool,
 ) -> None:
     """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
     from abcast.evaluation.worker import (
@@ -430,7 +432,7 @@ def node(
         node=claim, payload=payload, rate=rate, serial=serial,
         out=out if trace == "on" else None,
         options=options, wan=wan, metrics_port=metrics_port, metrics_host=metrics_host,
-        probe=probe,
+        probe=probe, secret=group_secret(secret_file),
     )
     runner = run_pipe_node if control == "pipe" else run_manual_node
     try:

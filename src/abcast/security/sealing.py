@@ -5,9 +5,11 @@ Rules (one sealer per sending side of a link, one opener per receiving side, bot
 keyed by the handshake, abcast.security.handshake):
 
 - A sealed frame is `counter (8 bytes, big-endian) | body | tag (16 bytes)`. MAC mode:
-  body = the frame, tag = HMAC-SHA256(key, counter | frame) cut to 16 bytes. AEAD mode:
-  body | tag = ChaCha20-Poly1305(key).encrypt(nonce = 4 zero bytes | counter, frame,
+  body = the frame, tag = keyed BLAKE2b-128(key, counter | frame) (RFC 7693's MAC mode;
+  a quarter of what HMAC-SHA256 costs per frame through OpenSSL 3). AEAD mode:
+  body | tag = AES-256-GCM(key).encrypt(nonce = 4 zero bytes | counter, frame,
   aad = counter); a counter is never reused under one key, so neither is a nonce.
+  (AES-GCM, not ChaCha20-Poly1305: with AES-NI it costs about half as much per frame.)
 - The sealer's counters start at 1 and go up by one per frame. The opener accepts a
   frame only if its tag verifies and its counter is above the last accepted one;
   anything else raises `RemoteProtocolError` and changes nothing, so the caller drops
@@ -21,7 +23,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from typing import Final, Literal
+from typing import Any, Final, Literal
+
+from cryptography.exceptions import InvalidTag as _InvalidTag
 
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 
@@ -35,12 +39,14 @@ _MAX_COUNTER: Final = 2**63 - 1
 _NONCE_PAD: Final = bytes(4)
 
 
-def _aead(key: bytes):  # type: ignore[no-untyped-def]
-    try:
-        from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-    except ImportError as exc:  # pragma: no cover - a dependency of the package
-        raise LocalProtocolError(f"AEAD links need the cryptography package: {exc}") from exc
-    return ChaCha20Poly1305(key)
+def _aead(key: bytes) -> Any:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    return AESGCM(key)
+
+
+def _mac(key: bytes, head: bytes, frame: bytes) -> bytes:
+    return hashlib.blake2b(head + frame, key=key, digest_size=TAG_BYTES).digest()
 
 
 class Sealer:
@@ -69,8 +75,7 @@ class Sealer:
         if self._aead is not None:
             sealed: bytes = self._aead.encrypt(_NONCE_PAD + head, frame, head)
             return head + sealed
-        tag = hmac.new(self._key, head + frame, hashlib.sha256).digest()[:TAG_BYTES]
-        return head + frame + tag
+        return head + frame + _mac(self._key, head, frame)
 
 
 class Opener:
@@ -92,18 +97,15 @@ class Opener:
         head = sealed[: COUNTER.size]
         (counter,) = COUNTER.unpack(head)
         if self._aead is not None:
-            from cryptography.exceptions import InvalidTag
-
             try:
                 frame: bytes = self._aead.decrypt(
                     _NONCE_PAD + head, sealed[COUNTER.size :], head)
-            except InvalidTag:
+            except _InvalidTag:
                 raise RemoteProtocolError(
                     f"frame {counter} fails authentication (forged or altered)") from None
         else:
             frame = sealed[COUNTER.size : -TAG_BYTES]
-            tag = hmac.new(self._key, head + frame, hashlib.sha256).digest()[:TAG_BYTES]
-            if not hmac.compare_digest(tag, sealed[-TAG_BYTES:]):
+            if not hmac.compare_digest(_mac(self._key, head, frame), sealed[-TAG_BYTES:]):
                 raise RemoteProtocolError(
                     f"frame {counter} fails its MAC (forged or altered)")
         if counter <= self.last:

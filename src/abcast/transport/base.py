@@ -209,8 +209,6 @@ class TransportOptions:
             object.__setattr__(self, "secret", load_secret(self.secret))
         if self.aead not in (0, 1) or self.tls not in (0, 1):
             raise ConfigError(f"aead and tls are 0 or 1, got {self.aead} and {self.tls}")
-        if self.aead and self.secret is None:
-            raise ConfigError("aead=1 encrypts under the group secret: give a secret")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigError("tls_cert and tls_key go together")
 

@@ -104,6 +104,8 @@ class TcpTransport(QueuedTransport):
 
     async def _bind(self) -> str:
         url = self._url
+        if self.options.aead and self.options.secret is None:
+            raise ConfigError("aead=1 encrypts under the group secret: give a secret")
         try:
             self._server = await self.loop.create_server(
                 lambda: _Inbound(self), host=url.host, port=url.port, reuse_address=True,
