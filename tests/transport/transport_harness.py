@@ -22,7 +22,7 @@ from abcast.transport.memory import bound_names
 
 SCHEMES: Final = ("tcp", "mem", "zmq", "grpc", "pyro", "udp")
 #: secured variants that must pass the conformance suite too (see options_for)
-SECURED: Final = ("tcp-secret", "tcp-aead", "tcps")
+SECURED: Final = ("tcp-secret", "tcp-aead", "tcps", "grpc-tls")
 WAIT_S: Final = 20.0
 TEST_SECRET: Final = b"conformance-suite-secret"
 
@@ -34,17 +34,19 @@ def bind_url(scheme: str) -> str:
 
 def options_for(scheme: str, options: TransportOptions | None = None) -> TransportOptions:
     """`options` (or the defaults) plus what the variant `scheme` names: a group secret
-    (tcp-secret: MAC; tcp-aead: encrypted), or mutual TLS with a throwaway CA (tcps)."""
+    (tcp-secret: MAC; tcp-aead: encrypted), or mutual TLS with a throwaway CA (tcps,
+    grpc-tls)."""
     options = options or TransportOptions()
     if scheme.endswith("-secret"):
         return dataclasses.replace(options, secret=TEST_SECRET)
     if scheme.endswith("-aead"):
         return dataclasses.replace(options, secret=TEST_SECRET, aead=1)
-    if scheme == "tcps":
+    if scheme in ("tcps", "grpc-tls"):
         from tls_certs import test_pki
 
         pki = test_pki()
-        return dataclasses.replace(options, tls_cert=pki.cert, tls_key=pki.key, tls_ca=pki.ca)
+        return dataclasses.replace(options, tls_cert=pki.cert, tls_key=pki.key, tls_ca=pki.ca,
+                                   tls=int(scheme == "grpc-tls"))
     return options
 
 

@@ -54,3 +54,19 @@ def client_context(options: TransportOptions) -> ssl.SSLContext:
     if options.tls_cert:
         _load_chain(ctx, options)
     return ctx
+
+
+def read_pems(options: TransportOptions) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """(certificate, key, CA) as PEM bytes, for libraries that take bytes (grpc)."""
+
+    def read(path: str, what: str) -> bytes | None:
+        if not path:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read TLS {what} {path!r}: {exc.strerror or exc}") from None
+
+    return (read(options.tls_cert, "certificate"), read(options.tls_key, "key"),
+            read(options.tls_ca, "CA"))

@@ -20,11 +20,12 @@ With a group secret (options.secret, abcast.security) the hello is followed by t
 link handshake on the same connection: the dialler sends a Challenge, the listener
 writes back its Response (the one time it writes on a connection), the dialler
 verifies it and sends its Confirm; only then is the connection admitted (the supersede
-rule) and does the dialler's channel start writing frames, each sealed (MAC or AEAD,
-and a counter). A failed handshake is one log line with the remote address and a
-closed connection; a frame that fails its MAC or counter is one log line and is
-dropped, the link goes on. TLS (tcps://, or ?tls=1) wraps the connection below all
-this (abcast.transport._tls).
+rule) and does the dialler's channel start writing frames, sealed (MAC or AEAD, and a
+counter) a batch at a time: each write's frames, up to batch_bytes per sealed record,
+so the cost of a MAC is paid per batch, not per frame. A failed handshake is one log
+line with the remote address and a closed connection; a record that fails its MAC or
+counter is one log line and is dropped with its frames, the link goes on. TLS
+(tcps://, or ?tls=1) wraps the connection below all this (abcast.transport._tls).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import logging
 import secrets
 import socket
 import ssl
+from collections.abc import Iterable, Iterator
 from typing import ClassVar, cast
 
 from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
@@ -42,7 +44,7 @@ from abcast.ids import NodeId
 from abcast.security import OVERHEAD, Initiator, Opener, Responder, Sealer
 from abcast.security.handshake import NONCE_BYTES
 from abcast.transport._common import Hello, PeerState, QueuedTransport, decode_hello, encode_hello
-from abcast.transport._framing import PREFIX, FrameReader, encode_frames
+from abcast.transport._framing import PREFIX, FrameReader, encode_frames, split_frames
 from abcast.transport._tls import client_context, server_context
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
@@ -290,7 +292,8 @@ class _Channel:
         # case at low load) skips the join
         sealer = conn.sealer
         if sealer is not None:
-            data = encode_frames([sealer.seal(frame) for frame in queue])
+            data = encode_frames([sealer.seal(record) for record in
+                                  _records(queue, self._owner.options.batch_bytes)])
         else:
             data = PREFIX.pack(size) + queue[0] if count == 1 else encode_frames(queue)
         queue.clear()
@@ -315,6 +318,21 @@ class _Channel:
         if self._connecting is not None:
             self._connecting.cancel()
             self._connecting = None
+
+
+def _records(queue: Iterable[bytes], batch_bytes: int) -> Iterator[bytes]:
+    """The queued frames as sealed-record bodies: each the length-prefixed frames of up
+    to `batch_bytes` (at least one frame), so one MAC covers a whole batch."""
+    chunk: list[bytes] = []
+    size = 0
+    for frame in queue:
+        if chunk and size + len(frame) > batch_bytes:
+            yield encode_frames(chunk)
+            chunk, size = [], 0
+        chunk.append(frame)
+        size += len(frame)
+    if chunk:
+        yield encode_frames(chunk)
 
 
 class _Outbound(asyncio.Protocol):
@@ -417,9 +435,10 @@ class _Inbound(asyncio.Protocol):
     def __init__(self, owner: TcpTransport) -> None:
         self._owner = owner
         self._transport: asyncio.Transport | None = None
-        sealed_room = OVERHEAD if owner.options.secret is not None else 0
-        self._reader = FrameReader(
-            max(owner.options.max_frame_bytes + sealed_room, _HELLO_ROOM))
+        limit = owner.options.max_frame_bytes
+        if owner.options.secret is not None:  # a sealed record: a batch of frames
+            limit += owner.options.batch_bytes + PREFIX.size + OVERHEAD
+        self._reader = FrameReader(max(limit, _HELLO_ROOM))
         self._hello: Hello | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
         self._auth: Responder | None = None
@@ -480,9 +499,15 @@ class _Inbound(asyncio.Protocol):
             opened: list[bytes] = []
             for sealed in frames:
                 try:
-                    opened.append(opener.open(sealed))
+                    record = opener.open(sealed)
                 except RemoteProtocolError as exc:
                     owner.reject_frame(link, str(exc))
+                    continue
+                try:  # genuine, so the peer itself framed it wrong: a broken peer
+                    opened += split_frames(record, owner.options.max_frame_bytes)
+                except DecodeError as exc:
+                    link.drop(f"a sealed record holds bad framing: {exc}")
+                    return
             frames = opened
         if frames and not owner.deliver_all(link, frames):
             return
