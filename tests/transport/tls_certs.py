@@ -68,6 +68,6 @@ _tmp = tempfile.TemporaryDirectory(prefix="abcast-tls-")
 
 
 @functools.cache
-def test_pki() -> Pki:
+def shared_pki() -> Pki:
     """This process's throwaway PKI (removed when the process exits)."""
     return make_pki(Path(_tmp.name) / "pki")
