@@ -22,7 +22,7 @@ from abcast.transport.memory import bound_names
 
 SCHEMES: Final = ("tcp", "mem", "zmq", "grpc", "pyro", "udp")
 #: secured variants that must pass the conformance suite too (see options_for)
-SECURED: Final = ("tcp-secret", "tcp-aead", "tcps", "grpc-tls")
+SECURED: Final = ("tcp-secret", "tcp-aead", "tcps", "grpc-tls", "zmq-secret")
 WAIT_S: Final = 20.0
 TEST_SECRET: Final = b"conformance-suite-secret"
 
@@ -34,8 +34,8 @@ def bind_url(scheme: str) -> str:
 
 def options_for(scheme: str, options: TransportOptions | None = None) -> TransportOptions:
     """`options` (or the defaults) plus what the variant `scheme` names: a group secret
-    (tcp-secret: MAC; tcp-aead: encrypted), or mutual TLS with a throwaway CA (tcps,
-    grpc-tls)."""
+    (tcp-secret: MAC; tcp-aead and zmq-secret: encrypted), or mutual TLS with a
+    throwaway CA (tcps, grpc-tls)."""
     options = options or TransportOptions()
     if scheme.endswith("-secret"):
         return dataclasses.replace(options, secret=TEST_SECRET)

@@ -53,6 +53,13 @@ def hkdf(secret: bytes, *, salt: bytes, info: bytes, length: int = DIGEST_BYTES)
     return out[:length]
 
 
+def session_key(secret: bytes, *, session: bytes, label: bytes) -> bytes:
+    """The key of one sender session of a transport without a handshake (zmq://): the
+    session id (unique per connection) salts it, so counters may restart per session
+    without a nonce ever repeating under one key."""
+    return hkdf(secret, salt=session, info=b"abcast session " + label)
+
+
 def proof(secret: bytes, label: bytes, *parts: bytes) -> bytes:
     """HMAC-SHA256 under a key derived for `label`, over length-prefixed `parts` (so no
     two different part lists digest the same bytes)."""
