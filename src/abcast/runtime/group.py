@@ -32,6 +32,9 @@ keeps its state). `app=` takes one object
 with those methods (a `ReplicatedHandle`: a replicated object's state then moves to
 joiners with no more code). `broadcast` waits for the transport's backpressure
 (`drain`) first; `broadcast_nowait` does not.
+
+`secret=` makes it a secret group (its node's links and registry requests
+authenticated; docs/operations.md, Security); a joiner without it is refused at once.
 """
 
 from __future__ import annotations

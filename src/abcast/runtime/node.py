@@ -23,6 +23,11 @@ group) to `handler(link, envelope)` — how clients and servers of abcast.rpc ta
 without a client being a group member. The handler raises RemoteProtocolError for a
 frame it refuses (the link is dropped, as for a group's).
 
+Secrets: `secret=` (abcast.security) goes to the transport it builds (every link
+authenticated, every frame sealed) and to the registry client (every change to its
+groups and its id proven); a transport or registry client passed in ready-made must
+hold the same secret (ConfigError otherwise). One node, one secret, for all its groups.
+
 What it does not know: orderings (GroupDriver and build_stack), the application API
 (abcast.runtime.group), or how transports move bytes.
 """
