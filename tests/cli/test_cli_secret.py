@@ -5,30 +5,18 @@ cannot be one is refused while the arguments are parsed."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_cli_groups import Terminal, _run
+from test_cli_groups import Terminal, _run, registry  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.timeout(90)
 
 SECRET = "chat-room-secret"
 
 
-@pytest.fixture()
-def registry() -> Iterator[str]:
-    term = Terminal("registry", "--listen", "tcp://127.0.0.1:0", "--json",
-                    "--recovery-grace", "0")
-    try:
-        yield json.loads(term.expect("url"))["url"]
-    finally:
-        term.kill()
-
-
 def test_holders_chat_and_strangers_are_refused_in_one_line(
-    registry: str, tmp_path: Path,
+    registry: str, tmp_path: Path,  # noqa: F811  (the fixture)
 ) -> None:
     secret_file = tmp_path / "secret"
     secret_file.write_text(SECRET + "\n")  # the trailing newline of an editor is dropped

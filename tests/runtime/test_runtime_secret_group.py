@@ -15,8 +15,9 @@ import struct
 from collections.abc import Callable
 
 import pytest
+from test_runtime_group import _collect
 
-from abcast import ConfigError, Delivery, Group, Node, RegistryServer
+from abcast import ConfigError, Group, Node, RegistryServer
 from abcast.codec import Packet, encode_frame
 from abcast.group.failure_detector import NotMember
 from abcast.ordering.registry import ORDERINGS
@@ -34,15 +35,6 @@ async def _until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None
     async with asyncio.timeout(timeout_s):
         while not predicate():
             await asyncio.sleep(0.005)
-
-
-async def _collect(group: Group, count: int) -> list[Delivery]:
-    got: list[Delivery] = []
-    async for delivery in group.deliveries():
-        got.append(delivery)
-        if len(got) == count:
-            break
-    return got
 
 
 async def _traffic(groups: list[Group]) -> list[list[tuple[str, int]]]:

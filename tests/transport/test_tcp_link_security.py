@@ -17,7 +17,7 @@ from transport_harness import TEST_SECRET, Inbox, Nodes, numbered, run
 
 from abcast.security.handshake import Challenge, Confirm, encode
 from abcast.testing.mitm import MitmProxy
-from abcast.transport import TransportOptions
+from abcast.transport import Transport, TransportOptions
 from abcast.transport._common import Hello, encode_hello
 from abcast.transport.tcp import TcpTransport
 
@@ -48,6 +48,16 @@ async def _send_and_check(a: TcpTransport, inbox: Inbox, start: int, count: int)
     assert inbox.corrupt == 0
 
 
+async def _members(nodes: Nodes, inbox: Inbox, count: int) -> tuple[TcpTransport, Transport]:
+    """Members a and b (b's frames go to `inbox`), a's first `count` frames delivered."""
+    a = await nodes.start("tcp", "a", Inbox(), SECRET)
+    b = await nodes.start("tcp", "b", inbox, SECRET)
+    a.add_peer("b", b.address)
+    assert isinstance(a, TcpTransport)
+    await _send_and_check(a, inbox, 0, count)
+    return a, b
+
+
 @pytest.mark.parametrize("stranger", ["no-secret", "wrong-secret"])
 def test_a_stranger_is_refused_at_the_handshake_with_one_log_line(
     stranger: str, caplog: pytest.LogCaptureFixture
@@ -57,11 +67,7 @@ def test_a_stranger_is_refused_at_the_handshake_with_one_log_line(
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            a = await nodes.start("tcp", "a", Inbox(), SECRET)
-            b = await nodes.start("tcp", "b", inbox, SECRET)
-            a.add_peer("b", b.address)
-            assert isinstance(a, TcpTransport)
-            await _send_and_check(a, inbox, 0, 50)
+            a, b = await _members(nodes, inbox, 50)
             secret = None if stranger == "no-secret" else b"some-other-secret"
             x = await nodes.start(
                 "tcp", "a", Inbox(), TransportOptions(secret=secret, reconnect_initial_s=60.0,
@@ -87,11 +93,7 @@ def test_a_raw_socket_claiming_a_member_cannot_finish_the_handshake(
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            a = await nodes.start("tcp", "a", Inbox(), SECRET)
-            b = await nodes.start("tcp", "b", inbox, SECRET)
-            a.add_peer("b", b.address)
-            assert isinstance(a, TcpTransport)
-            await _send_and_check(a, inbox, 0, 20)
+            a, b = await _members(nodes, inbox, 20)
             port = int(b.address.rsplit(":", 1)[1])
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(_prefixed(encode_hello(Hello("a", 99, 1)))

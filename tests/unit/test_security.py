@@ -53,9 +53,14 @@ def test_a_stranger_fails_the_handshake_on_either_side() -> None:
     response = r.receive(i.challenge())
     assert response is not None
     with pytest.raises(RemoteProtocolError):
-        i.receive(response)  # the stranger cannot check our proof...
+        i.receive(response)  # the stranger cannot check our proof: it says so
+    assert i.parting is not None
+    with pytest.raises(RemoteProtocolError, match="refused our proof"):
+        r.receive(i.parting)
+    i, r = _pair(initiator_secret=b"not-the-secret")
+    assert r.receive(i.challenge()) is not None
     with pytest.raises(RemoteProtocolError, match="initiator does not hold"):
-        r.receive(encode(Confirm(os.urandom(32))))  # ...nor make its own
+        r.receive(encode(Confirm(os.urandom(32))))  # ...nor can it make a proof of ours
     assert r.phase == "failed"
 
 

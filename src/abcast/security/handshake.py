@@ -18,9 +18,12 @@ the initiator; both sides know the responder's id (the initiator dialled it).
 
 Each side proves itself over the other's fresh nonce, so neither proof can be replayed
 from an earlier handshake; the responder answers first, but its answer teaches a
-stranger nothing it could use (a MAC over nonces the responder chose). MACs are
-compared with `hmac.compare_digest`. Any failure raises RemoteProtocolError and leaves
-the handshake FAILED: the transport logs one line with the remote address and closes.
+stranger nothing it could use (a MAC over nonces the responder chose), and an
+initiator never proves itself to a responder whose proof failed: it sends a `Refusal`
+(no MAC) instead, so the responder can log the refusal rather than see a bare hang-up.
+MACs are compared with `hmac.compare_digest`. Any failure raises RemoteProtocolError and
+leaves the handshake FAILED: the transport logs one line with the remote address and
+closes.
 
 Phases (one table each; any other message, or a message in another phase, fails):
 """
@@ -67,7 +70,11 @@ class Confirm(msgspec.Struct, frozen=True, array_like=True, tag=3):
     mac: bytes
 
 
-AuthMessage = Challenge | Response | Confirm
+class Refusal(msgspec.Struct, frozen=True, array_like=True, tag=4):
+    """The initiator could not verify the responder's proof: it hangs up."""
+
+
+AuthMessage = Challenge | Response | Confirm | Refusal
 _decoder: Final = msgspec.msgpack.Decoder(AuthMessage)
 _encoder: Final = msgspec.msgpack.Encoder()
 
@@ -95,9 +102,14 @@ def _check_nonce(nonce: bytes, who: str) -> None:
 class _Side:
     role: str
 
-    def __init__(self, secret: bytes, initiator: NodeId, responder: NodeId, mode: Mode) -> None:
+    def __init__(self, secret: bytes, initiator: NodeId, responder: NodeId, mode: Mode,
+                 nonce: bytes) -> None:
         if mode not in MODES:
             raise LocalProtocolError(f"unknown link protection mode {mode!r}; known: {MODES}")
+        _check_nonce(nonce, self.role)
+        self._nonce = nonce  # this side's fresh nonce
+        #: what to send before hanging up after a failure (an initiator's Refusal)
+        self.parting: bytes | None = None
         self._secret = secret
         self._ids = (initiator.encode(), responder.encode())
         self.mode: Mode = mode
@@ -142,9 +154,7 @@ class Initiator(_Side):
 
     def __init__(self, secret: bytes, *, me: NodeId, peer: NodeId, mode: Mode,
                  nonce: bytes) -> None:
-        super().__init__(secret, me, peer, mode)
-        _check_nonce(nonce, "initiator")
-        self._nonce = nonce
+        super().__init__(secret, me, peer, mode, nonce)
 
     def challenge(self) -> bytes:
         self._go("send Challenge")
@@ -159,6 +169,7 @@ class Initiator(_Side):
             raise self._fail("the responder's nonce is malformed or ours echoed back")
         transcript = self._transcript(self._nonce, message.nonce)
         if not same(proof(self._secret, b"responder", *transcript), message.mac):
+            self.parting = encode(Refusal())
             raise self._fail("the responder does not hold the group secret")
         self._go("recv Response, mac_r ok")
         self._derive(self._nonce, message.nonce)
@@ -176,9 +187,7 @@ class Responder(_Side):
 
     def __init__(self, secret: bytes, *, me: NodeId, peer: NodeId, mode: Mode,
                  nonce: bytes) -> None:
-        super().__init__(secret, peer, me, mode)
-        _check_nonce(nonce, "responder")
-        self._nonce = nonce
+        super().__init__(secret, peer, me, mode, nonce)
         self._nonce_i = b""
 
     def receive(self, data: bytes) -> bytes | None:
@@ -194,7 +203,9 @@ class Responder(_Side):
             transcript = self._transcript(self._nonce_i, self._nonce)
             return encode(Response(self._nonce, proof(self._secret, b"responder", *transcript)))
         if self.phase == "responded":
-            message = self._expect(data, Confirm)
+            message = self._expect(data, Confirm | Refusal)  # type: ignore[arg-type]
+            if isinstance(message, Refusal):
+                raise self._fail("the peer refused our proof: it holds no or another secret")
             assert isinstance(message, Confirm)
             transcript = self._transcript(self._nonce_i, self._nonce)
             if not same(proof(self._secret, b"initiator", *transcript), message.mac):

@@ -49,18 +49,27 @@ def _mac(key: bytes, head: bytes, frame: bytes) -> bytes:
     return hashlib.blake2b(head + frame, key=key, digest_size=TAG_BYTES).digest()
 
 
-class Sealer:
-    """The sending side: `seal(frame)` -> sealed bytes, counters 1, 2, 3, ..."""
+class _Keyed:
+    """A link key and its mode (the cipher object too, in AEAD mode)."""
 
-    __slots__ = ("_aead", "_counter", "_key", "mode")
+    __slots__ = ("_aead", "_key", "mode")
 
     def __init__(self, key: bytes, mode: Mode = "mac") -> None:
         if mode not in MODES:
             raise LocalProtocolError(f"unknown link protection mode {mode!r}; known: {MODES}")
         self.mode = mode
         self._key = key
-        self._counter = 0
         self._aead = _aead(key) if mode == "aead" else None
+
+
+class Sealer(_Keyed):
+    """The sending side: `seal(frame)` -> sealed bytes, counters 1, 2, 3, ..."""
+
+    __slots__ = ("_counter",)
+
+    def __init__(self, key: bytes, mode: Mode = "mac") -> None:
+        super().__init__(key, mode)
+        self._counter = 0
 
     @property
     def counter(self) -> int:
@@ -78,18 +87,14 @@ class Sealer:
         return head + frame + _mac(self._key, head, frame)
 
 
-class Opener:
+class Opener(_Keyed):
     """The receiving side: `open(sealed)` -> the frame, or RemoteProtocolError."""
 
-    __slots__ = ("_aead", "_key", "last", "mode")
+    __slots__ = ("last",)
 
     def __init__(self, key: bytes, mode: Mode = "mac") -> None:
-        if mode not in MODES:
-            raise LocalProtocolError(f"unknown link protection mode {mode!r}; known: {MODES}")
-        self.mode = mode
-        self._key = key
+        super().__init__(key, mode)
         self.last = 0  # the counter of the last frame accepted
-        self._aead = _aead(key) if mode == "aead" else None
 
     def open(self, sealed: bytes) -> bytes:
         if len(sealed) < OVERHEAD:

@@ -37,7 +37,7 @@ import secrets
 import socket
 import ssl
 from collections.abc import Iterable, Iterator
-from typing import ClassVar, cast
+from typing import ClassVar, TypeVar, cast
 
 from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
 from abcast.ids import NodeId
@@ -51,6 +51,7 @@ from abcast.transport.base import Link, TransportOptions, TransportUrl
 logger = logging.getLogger(__name__)
 
 _HELLO_ROOM = 512  # the reader must accept a hello even if max_frame_bytes is tiny
+_H = TypeVar("_H", Initiator, Responder)
 
 
 def _describe(transport: asyncio.BaseTransport) -> str:
@@ -83,21 +84,14 @@ class TcpTransport(QueuedTransport):
         self._server_ssl: ssl.SSLContext | None = server_context(self.options) if tls else None
         self._client_ssl: ssl.SSLContext | None = client_context(self.options) if tls else None
 
-    def initiator(self, peer: NodeId) -> Initiator | None:
-        """The handshake of a new outbound connection (None without a secret)."""
+    def handshake(self, role: type[_H], peer: NodeId) -> _H | None:
+        """The handshake of a new connection with `peer`, as Initiator (outbound) or
+        Responder (inbound, once its hello named `peer`); None without a secret."""
         secret = self.options.secret
         if secret is None:
             return None
-        return Initiator(secret, me=self.node, peer=peer, mode=self.options.link_mode,
-                         nonce=secrets.token_bytes(NONCE_BYTES))
-
-    def responder(self, peer: NodeId) -> Responder | None:
-        """The handshake of a new inbound connection whose hello named `peer`."""
-        secret = self.options.secret
-        if secret is None:
-            return None
-        return Responder(secret, me=self.node, peer=peer, mode=self.options.link_mode,
-                         nonce=secrets.token_bytes(NONCE_BYTES))
+        return role(secret, me=self.node, peer=peer, mode=self.options.link_mode,
+                    nonce=secrets.token_bytes(NONCE_BYTES))
 
     @property
     def client_ssl(self) -> ssl.SSLContext | None:
@@ -214,7 +208,7 @@ class _Channel:
         hello = peer.next_hello(owner.node, owner.incarnation)
         address = peer.address
         attempt = self._attempt
-        auth = owner.initiator(peer.node)
+        auth = owner.handshake(Initiator, peer.node)
         try:
             await asyncio.wait_for(
                 owner.loop.create_connection(
@@ -369,11 +363,15 @@ class _Outbound(asyncio.Protocol):
         self._timer = owner.loop.call_later(
             timeout, self._refused, f"no handshake response within {timeout:g}s")
 
-    def _refused(self, why: str) -> None:
+    def _refused(self, why: str, parting: bytes | None = None) -> None:
         self._timer = None
         channel = self._channel
         logger.warning("%s: link handshake with %s (%s) failed: %s; closing",
                        channel._owner.label, channel._peer.node, channel._peer.address, why)
+        if parting is not None and self._transport is not None:
+            self._transport.write(encode_frames([parting]))
+            self._transport.close()  # after the Refusal has gone out
+            return
         self.abort()
 
     def data_received(self, data: bytes) -> None:
@@ -390,7 +388,7 @@ class _Outbound(asyncio.Protocol):
             try:
                 confirm = self._auth.receive(frames[0])
             except RemoteProtocolError as exc:
-                self._refused(str(exc))
+                self._refused(str(exc), self._auth.parting)
                 return
             self.write(encode_frames([confirm]))
             self.sealer = self._auth.sealer()
@@ -476,7 +474,7 @@ class _Inbound(asyncio.Protocol):
                 return
             self._hello = hello
             del frames[0]
-            self._auth = owner.responder(hello.node)
+            self._auth = owner.handshake(Responder, hello.node)
             if self._auth is None and not self._admit(hello):
                 return
             link.peer = hello.node  # claimed, for the log lines of a failed handshake
@@ -536,11 +534,8 @@ class _Inbound(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        auth = self._auth
-        if auth is not None and auth.phase != "established" and self.link.alive:
-            # a dialler that cannot check our proof hangs up: that is its refusal too
-            self.link.drop("link handshake failed: the peer closed the connection "
-                           "before proving it holds the group secret")
+        # A hang-up during the handshake is quiet: a dialler replacing its connection
+        # does that; one that could not check our proof says so first (a Refusal).
         self._cancel_hello_timer()
         self._owner._inbound.pop(self.link, None)
         self._owner.sessions.forget(self.link)
