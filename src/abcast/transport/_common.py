@@ -246,7 +246,7 @@ class QueuedTransport(Transport):
         if self.options.secret is not None and not self.secures_links:
             raise ConfigError(
                 f"{self.scheme}:// does not authenticate links: a group secret needs "
-                "tcp:// or tcps:// (frames would otherwise go unprotected)")
+                "tcp://, tcps:// or zmq:// (frames would otherwise go unprotected)")
         if self.options.tls and not self.speaks_tls:
             raise ConfigError(f"{self.scheme}:// has no TLS option (tcps:// and tcp:// do)")
         self.stats = TransportStats()
@@ -446,8 +446,9 @@ class QueuedTransport(Transport):
         )
 
     def reject_frame(self, link: Link, reason: str) -> None:
-        """One frame of an authenticated link failed its MAC or counter: one log line,
-        counted, the frame dropped; the link and everything else go on."""
+        """A sealed record (a batch of frames) of an authenticated link failed its MAC,
+        tag or counter: one log line, counted, its frames dropped; the link and
+        everything else go on."""
         self.stats.rejected_frames += 1
         self.log.warning(
             "%s: rejected a frame from %s (%s): %s; frame dropped",

@@ -51,6 +51,11 @@ Rules (the contract the runtime codes against):
   schemes, malformed URLs and bad options are ConfigErrors that say what is wrong, and
   `register_scheme` adds schemes.
 
+Security (abcast.security; docs/operations.md): `TransportOptions.secret` makes tcp://
+and tcps:// authenticate every link (a handshake) and seal every frame, and zmq://
+encrypt every batch; a transport that cannot honour a secret refuses it (ConfigError).
+`tls=1` (tcps://, grpc://) is TLS with the `tls_*` files.
+
 `multicast(nodes, frame)` is `send` to each, except where one write reaches them all
 (udp:// with a multicast group; udp.py says how its datagram semantics differ).
 
@@ -175,8 +180,8 @@ class TransportOptions:
     #: challenge–response and every frame after it carries a MAC and a counter. Never
     #: from a URL (a query string would put it on command lines and in logs).
     secret: bytes | None = dataclasses.field(default=None, repr=False)
-    #: With a secret: encrypt frames too (ChaCha20-Poly1305 under the link key) instead
-    #: of only authenticating them.
+    #: With a secret: encrypt frames too (AES-256-GCM under the link key) instead of
+    #: only authenticating them (zmq:// always encrypts with a secret).
     aead: int = 0
     #: TLS (tcp://, grpc://): on when 1 (tcps:// sets it); the PEM files of this node's
     #: certificate and key, and of the CA that signed the peers' (mutual TLS when the
