@@ -22,7 +22,8 @@ from abcast.transport.memory import bound_names
 
 SCHEMES: Final = ("tcp", "mem", "zmq", "grpc", "pyro", "udp")
 #: secured variants that must pass the conformance suite too (see options_for)
-SECURED: Final = ("tcp-secret", "tcp-aead", "tcps", "grpc-tls", "zmq-secret")
+SECURED: Final = ("tcp-secret", "tcp-aead", "tcps", "grpc-tls", "zmq-secret",
+                   "udp-secret")
 WAIT_S: Final = 20.0
 TEST_SECRET: Final = b"conformance-suite-secret"
 
@@ -34,7 +35,7 @@ def bind_url(scheme: str) -> str:
 
 def options_for(scheme: str, options: TransportOptions | None = None) -> TransportOptions:
     """`options` (or the defaults) plus what the variant `scheme` names: a group secret
-    (tcp-secret: MAC; tcp-aead and zmq-secret: encrypted), or mutual TLS with a
+    (tcp-secret: MAC; tcp-aead, zmq-secret and udp-secret: encrypted), or mutual TLS with a
     throwaway CA (tcps, grpc-tls)."""
     options = options or TransportOptions()
     if scheme.endswith("-secret"):

@@ -39,7 +39,8 @@ _MAX_COUNTER: Final = 2**63 - 1
 _NONCE_PAD: Final = bytes(4)
 
 
-def _aead(key: bytes) -> Any:
+def aead_cipher(key: bytes) -> Any:
+    """The AEAD of every sealed thing here: AES-256-GCM under `key` (32 bytes)."""
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     return AESGCM(key)
@@ -59,7 +60,7 @@ class _Keyed:
             raise LocalProtocolError(f"unknown link protection mode {mode!r}; known: {MODES}")
         self.mode = mode
         self._key = key
-        self._aead = _aead(key) if mode == "aead" else None
+        self._aead = aead_cipher(key) if mode == "aead" else None
 
 
 class Sealer(_Keyed):

@@ -246,7 +246,7 @@ class QueuedTransport(Transport):
         if self.options.secret is not None and not self.secures_links:
             raise ConfigError(
                 f"{self.scheme}:// does not authenticate links: a group secret needs "
-                "tcp://, tcps:// or zmq:// (frames would otherwise go unprotected)")
+                "tcp://, tcps://, zmq:// or udp:// (frames would otherwise go unprotected)")
         if self.options.tls and not self.speaks_tls:
             raise ConfigError(f"{self.scheme}:// has no TLS option (tcps:// and tcp:// do)")
         self.stats = TransportStats()

@@ -52,9 +52,9 @@ Rules (the contract the runtime codes against):
   `register_scheme` adds schemes.
 
 Security (abcast.security; docs/operations.md): `TransportOptions.secret` makes tcp://
-and tcps:// authenticate every link (a handshake) and seal every frame, and zmq://
-encrypt every batch; a transport that cannot honour a secret refuses it (ConfigError).
-`tls=1` (tcps://, grpc://) is TLS with the `tls_*` files.
+and tcps:// authenticate every link (a handshake) and seal every frame, zmq:// encrypt
+every batch and udp:// every datagram; a transport that cannot honour a secret refuses
+it (ConfigError). `tls=1` (tcps://, grpc://) is TLS with the `tls_*` files.
 
 `multicast(nodes, frame)` is `send` to each, except where one write reaches them all
 (udp:// with a multicast group; udp.py says how its datagram semantics differ).
