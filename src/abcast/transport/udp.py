@@ -511,18 +511,14 @@ class UdpTransport(QueuedTransport):
             try:
                 data = self._unprotect(data)
             except RemoteProtocolError as exc:
-                stats.bad_datagrams += 1
                 self.stats.rejected_frames += 1
-                logger.warning("%s: rejected a datagram from %s:%s (%d bytes): %s",
-                               self.label, addr[0], addr[1], len(data), exc)
+                self._bad_datagram("rejected a", addr, len(data), exc)
                 return
         try:
             d = decode(data, self.options.max_frame_bytes)
         except DecodeError as exc:
-            stats.bad_datagrams += 1
             self.stats.bad_frames += 1
-            logger.warning("%s: dropped a bad datagram from %s:%s (%d bytes): %s",
-                           self.label, addr[0], addr[1], len(data), exc)
+            self._bad_datagram("dropped a bad", addr, len(data), exc)
             return
         if d.group not in (self._group_id, 0):
             stats.foreign_datagrams += 1
@@ -564,6 +560,12 @@ class UdpTransport(QueuedTransport):
         if lane == _MCAST:
             stats.multicast_frames_in += 1
         self.deliver(source.link, frame)
+
+    def _bad_datagram(self, what: str, addr: tuple[str, int], size: int,
+                      exc: Exception) -> None:
+        self.udp_stats.bad_datagrams += 1
+        logger.warning("%s: %s datagram from %s:%s (%d bytes): %s",
+                       self.label, what, addr[0], addr[1], size, exc)
 
     def _new_source(self, sender: str, incarnation: int, session: int, addr: tuple[str, int],
                     old: _Source | None) -> _Source:
