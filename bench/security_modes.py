@@ -8,7 +8,7 @@ per second, and `cpu`: CPU µs the node and registry processes spent per message
 other load on the machine disturbs far less than wall time) and `--serial`, one message
 in flight (`lone p50`, µs). The secret reaches
 the node processes and the registry as a person would give it, through $ABCAST_SECRET;
-TLS uses a throwaway CA and certificate made with `cryptography` for this run. Prints
+TLS uses a throwaway CA and certificate (abcast.testing.pki) made for this run. Prints
 every run, then per mode the median over rounds and its ratio to plaintext's median
 of the same run. A benchmark, not a test: it asserts nothing about time.
 
@@ -24,17 +24,13 @@ import json
 import os
 import resource
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 from urllib.parse import urlencode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "transport"))
-
-from tls_certs import make_pki
-
 from abcast.evaluation.cluster import ClusterConfig
 from abcast.evaluation.launcher import run_cluster
+from abcast.testing.pki import make_pki
 
 MODES = ("plaintext", "mac", "aead", "tls")
 SECRET = "bench-security-modes-secret"

@@ -10,10 +10,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from tls_certs import make_pki, shared_pki
 from transport_harness import Inbox, Nodes, numbered, run
 
 from abcast.errors import ConfigError
+from abcast.testing.pki import make_pki, shared_pki
 from abcast.transport import TransportOptions, transport_from_url
 
 pytestmark = pytest.mark.timeout(60)

@@ -43,7 +43,7 @@ def options_for(scheme: str, options: TransportOptions | None = None) -> Transpo
     if scheme.endswith("-aead"):
         return dataclasses.replace(options, secret=TEST_SECRET, aead=1)
     if scheme in ("tcps", "grpc-tls"):
-        from tls_certs import shared_pki
+        from abcast.testing.pki import shared_pki
 
         pki = shared_pki()
         return dataclasses.replace(options, tls_cert=pki.cert, tls_key=pki.key, tls_ca=pki.ca,

@@ -1,5 +1,6 @@
-"""A throwaway CA and one node certificate it signed (SAN 127.0.0.1, localhost), made
-with `cryptography` once per test process in a temporary directory: for the TLS tests.
+"""A throwaway PKI for TLS tests and benchmarks: a CA and one node certificate it signed
+(SAN 127.0.0.1 and localhost), made with `cryptography`; `make_pki(dir)` writes one,
+`shared_pki()` makes one per process in a temporary directory removed at exit.
 """
 
 from __future__ import annotations
