@@ -37,9 +37,11 @@ from abcast.cli_params import (
     count,
     fail,
     group_options,
+    group_secret,
     make_out_dir,
     ordering_options,
     scheme_of,
+    secret_option,
     transport_help,
     usage_error,
 )
@@ -300,15 +302,17 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
                    "without naming it.")
 @click.option("--stop-on-eof", is_flag=True, hidden=True,
               help="Stop when stdin closes (the cluster launcher's lifeline).")
+@secret_option("every group and node id here (only its holders may change anything)")
 @_VERBOSE
 def registry(
     listen: str, as_json: bool, recovery_grace: float, groups: tuple[str, ...],
-    stop_on_eof: bool, verbose: bool,
+    stop_on_eof: bool, secret_file: Path | None, verbose: bool,
 ) -> None:
     """Run the registration server (node ids, group members, leaders) until interrupted."""
     from abcast.registry import RegistryServer, parse_registry_url
 
     _logging(verbose)
+    secret = group_secret(secret_file)
     sizes: dict[str, int] = {}
     for spec in groups:
         name, _, size = spec.partition("=")
@@ -321,7 +325,8 @@ def registry(
         fail(str(exc))
 
     async def serve() -> None:
-        server = RegistryServer(host, port, recovery_grace_s=recovery_grace, sizes=sizes)
+        server = RegistryServer(host, port, recovery_grace_s=recovery_grace, sizes=sizes,
+                                secret=secret)
         try:
             url = await server.start()
         except OSError as exc:
@@ -380,12 +385,14 @@ def registry(
               help="Address /metrics listens on (0.0.0.0: every interface).")
 @click.option("--probe/--no-probe", default=True, show_default=True,
               help="Answer `abcast probe` on a local control socket.")
+@secret_option()
 @_VERBOSE
 def node(
     registry_url: str, group: str, ordering: str, transport: str, size: int, messages: int,
     payload: int, rate: float | None, serial: bool, claim: str | None, run_id: str | None,
     out: Path | None, trace: str, wan: str | None, flags: GroupFlags,
-    control: str, metrics_port: int | None, metrics_host: str, probe: bool, verbose: bool,
+    control: str, metrics_port: int | None, metrics_host: str, probe: bool,
+    secret_file: Path | None, verbose: bool,
 ) -> None:
     """Run one node of a round-robin run; prints JSON lines (ready, done, result)."""
     from abcast.evaluation.worker import (
@@ -411,7 +418,7 @@ def node(
         node=claim, payload=payload, rate=rate, serial=serial,
         out=out if trace == "on" else None,
         options=options, wan=wan, metrics_port=metrics_port, metrics_host=metrics_host,
-        probe=probe,
+        probe=probe, secret=group_secret(secret_file),
     )
     runner = run_pipe_node if control == "pipe" else run_manual_node
     try:

@@ -358,3 +358,44 @@ def ordering_argv(options: OrderingOptions) -> list[str]:
         if not optimistic.compensate:
             argv.append("--no-opt-compensate")
     return argv
+
+
+# ---------------------------------------------------------------- the group secret
+
+#: where a command finds the group secret when --secret-file is not given
+SECRET_ENV: Final = "ABCAST_SECRET"
+
+
+def secret_option(what: str = "the group") -> Callable[[_F], _F]:
+    """--secret-file, declared once for every command that takes a group secret. The
+    secret itself never goes on a command line (it would show in `ps` and in shell
+    history): it comes from that file or from $ABCAST_SECRET."""
+    return click.option(
+        "--secret-file", "secret_file", default=None,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=f"File holding {what}'s secret (authenticated links and registry requests; "
+             f"docs/operations.md, Security). Default: ${SECRET_ENV} if set, else none.")
+
+
+def group_secret(secret_file: Path | None) -> bytes | None:
+    """The group secret: the file's bytes (one trailing newline dropped), else
+    $ABCAST_SECRET, else None; refused (one line, exit 2) if it cannot be a secret."""
+    from abcast.errors import ConfigError
+    from abcast.security import load_secret
+
+    raw: bytes | None
+    if secret_file is not None:
+        try:
+            raw = secret_file.read_bytes()
+        except OSError as exc:
+            fail(f"cannot read --secret-file {str(secret_file)!r}: {exc.strerror or exc}")
+        raw = raw[:-1] if raw.endswith(b"\n") else raw
+        raw = raw[:-1] if raw.endswith(b"\r") else raw
+    else:
+        env = os.environb.get(SECRET_ENV.encode())
+        raw = env if env else None
+    try:
+        return load_secret(raw)
+    except ConfigError as exc:
+        where = f"--secret-file {str(secret_file)!r}" if secret_file else f"${SECRET_ENV}"
+        fail(f"{where}: {exc}")

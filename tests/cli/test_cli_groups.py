@@ -24,10 +24,10 @@ ABCAST = [sys.executable, "-m", "abcast.cli"]
 class Terminal:
     """A command with its stdin and stdout in reach, read line by line with a deadline."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [*ABCAST, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env={**os.environ, "ABCAST_LOOP": "asyncio"})
+            stderr=subprocess.PIPE, env={**os.environ, "ABCAST_LOOP": "asyncio", **(env or {})})
         self.seen: list[str] = []
         self._buffer = b""
 
@@ -66,9 +66,9 @@ class Terminal:
             self.proc.wait()
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*ABCAST, *args], capture_output=True, text=True, timeout=60,
-                          check=False)
+                          check=False, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture()

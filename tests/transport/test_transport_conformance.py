@@ -1,4 +1,5 @@
-"""The one conformance suite every transport must pass (tcp, mem, zmq, grpc, pyro, udp).
+"""The one conformance suite every transport must pass (tcp, mem, zmq, grpc, pyro, udp),
+and tcp with a group secret (MAC or AEAD frames) and with mutual TLS.
 
 Properties: per-link FIFO with no loss on a healthy link and no duplicates ever; large
 frames arrive intact; six nodes all-to-all keep every link's order; after a peer
@@ -17,11 +18,13 @@ from collections.abc import Callable
 import pytest
 from transport_harness import (
     SCHEMES,
+    SECURED,
     Inbox,
     Nodes,
     bind_url,
     number_of,
     numbered,
+    options_for,
     run,
     strictly_increasing,
 )
@@ -29,7 +32,7 @@ from transport_harness import (
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.transport import Link, Transport, TransportOptions, transport_from_url
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("scheme", SCHEMES)]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("scheme", SCHEMES + SECURED)]
 
 MiB = 1024 * 1024
 
@@ -271,7 +274,7 @@ def test_close_stops_callbacks_and_refuses_the_api(scheme: str) -> None:
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            unstarted = transport_from_url(bind_url(scheme))
+            unstarted = transport_from_url(bind_url(scheme), options_for(scheme))
             with pytest.raises(LocalProtocolError):
                 unstarted.send("b", b"x")
             a = await nodes.start(scheme, "a", Inbox())

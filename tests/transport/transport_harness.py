@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import threading
 from collections import defaultdict
@@ -20,11 +21,34 @@ from abcast.transport import Link, Transport, TransportOptions, transport_from_u
 from abcast.transport.memory import bound_names
 
 SCHEMES: Final = ("tcp", "mem", "zmq", "grpc", "pyro", "udp")
+#: secured variants that must pass the conformance suite too (see options_for)
+SECURED: Final = ("tcp-secret", "tcp-aead", "tcps", "grpc-tls", "zmq-secret",
+                   "udp-secret")
 WAIT_S: Final = 20.0
+TEST_SECRET: Final = b"conformance-suite-secret"
 
 
 def bind_url(scheme: str) -> str:
+    scheme = scheme.split("-", maxsplit=1)[0]
     return "mem://" if scheme == "mem" else f"{scheme}://127.0.0.1:0"
+
+
+def options_for(scheme: str, options: TransportOptions | None = None) -> TransportOptions:
+    """`options` (or the defaults) plus what the variant `scheme` names: a group secret
+    (tcp-secret: MAC; tcp-aead, zmq-secret and udp-secret: encrypted), or mutual TLS with a
+    throwaway CA (tcps, grpc-tls)."""
+    options = options or TransportOptions()
+    if scheme.endswith("-secret"):
+        return dataclasses.replace(options, secret=TEST_SECRET)
+    if scheme.endswith("-aead"):
+        return dataclasses.replace(options, secret=TEST_SECRET, aead=1)
+    if scheme in ("tcps", "grpc-tls"):
+        from abcast.testing.pki import shared_pki
+
+        pki = shared_pki()
+        return dataclasses.replace(options, tls_cert=pki.cert, tls_key=pki.key, tls_ca=pki.ca,
+                                   tls=int(scheme == "grpc-tls"))
+    return options
 
 
 def numbered(seq: int, size: int = 16) -> bytes:
@@ -99,7 +123,7 @@ class Nodes:
         options: TransportOptions | None = None,
         url: str | None = None,
     ) -> Transport:
-        transport = transport_from_url(url or bind_url(scheme), options)
+        transport = transport_from_url(url or bind_url(scheme), options_for(scheme, options))
         self.started.append(transport)
         await transport.start(node, inbox)
         return transport

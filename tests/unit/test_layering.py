@@ -27,8 +27,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "abcast.effects", "abcast.snapshot", "abcast.layer")),
     # the sans-IO protocol cores, and the sans-IO helpers the drivers share with them
     # (abcast.membership: the membership layer issue #19 introduces, on branch `mem`)
+    # (abcast.security: the link handshake, frame MACs/AEAD and key derivation, sans-IO)
     ("cores", ("abcast.ordering", "abcast.reliability", "abcast.group", "abcast.consensus",
-               "abcast.membership", "abcast.batching", "abcast.workload")),
+               "abcast.membership", "abcast.batching", "abcast.workload", "abcast.security")),
     # composition: the stack, and the registry of orderings that builds stacks
     ("stack", ("abcast.stack", "abcast.ordering.registry")),
     ("trace/checks", ("abcast.trace", "abcast.checks")),

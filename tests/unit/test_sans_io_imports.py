@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "abcast"
-CORE_DIRS = ("ordering", "reliability", "group", "consensus", "membership")
+CORE_DIRS = ("ordering", "reliability", "group", "consensus", "membership", "security")
 CORE_FILES = ("stack.py", "codec.py", "events.py", "effects.py", "ids.py", "workload.py",
               "batching.py", "snapshot.py", "layer.py", "rpc/voting.py", "rpc/executor.py",
               "rpc/wire.py")

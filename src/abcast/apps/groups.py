@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Final
 
 import click
@@ -35,7 +36,9 @@ from abcast.cli_params import (
     GroupFlags,
     fail,
     group_options,
+    group_secret,
     ordering_options,
+    secret_option,
     transport_help,
 )
 from abcast.effects import Deliver
@@ -152,14 +155,15 @@ class _Views:
 async def _session(
     name: str, *, create: bool, registry_url: str, ordering: str | None, transport: str,
     node: str | None, options: OrderingOptions | None, timeout: float,
+    secret: bytes | None = None,
 ) -> int:
     from abcast.registry.client import RegistryClient
     from abcast.runtime.group import Group
 
     views = _Views()
     kwargs: dict[str, Any] = {
-        "registry": RegistryClient(registry_url, connect_timeout_s=timeout),
-        "transport": transport, "node": node,
+        "registry": RegistryClient(registry_url, connect_timeout_s=timeout, secret=secret),
+        "transport": transport, "node": node, "secret": secret,
         "on_deliver": _show_delivery, "on_view": views.show,
         "options": options, "join_timeout_s": timeout,
     }
@@ -255,14 +259,15 @@ _transport_option = click.option(
 @_node_option
 @ordering_options()
 @timeout_option
+@secret_option()
 def create(name: str, registry_url: str, ordering: str, transport: str, node: str | None,
-           flags: GroupFlags, timeout: float) -> None:
+           flags: GroupFlags, timeout: float, secret_file: Path | None) -> None:
     """Create group NAME (this node its first member and leader) and open a session."""
     options = group_options(ordering, flags)
     sys.exit(_run(_session(name, create=True, registry_url=registry_url, ordering=ordering,
                            transport=transport, node=node,
                            options=None if options == OrderingOptions() else options,
-                           timeout=timeout), registry_url))
+                           timeout=timeout, secret=group_secret(secret_file)), registry_url))
 
 
 @group.command()
@@ -274,11 +279,13 @@ def create(name: str, registry_url: str, ordering: str, transport: str, node: st
 @_transport_option
 @_node_option
 @timeout_option
+@secret_option()
 def join(name: str, registry_url: str, ordering: str | None, transport: str,
-         node: str | None, timeout: float) -> None:
+         node: str | None, timeout: float, secret_file: Path | None) -> None:
     """Join group NAME (found through the registry) and open a session."""
     sys.exit(_run(_session(name, create=False, registry_url=registry_url, ordering=ordering,
-                           transport=transport, node=node, options=None, timeout=timeout),
+                           transport=transport, node=node, options=None, timeout=timeout,
+                           secret=group_secret(secret_file)),
                   registry_url))
 
 
@@ -338,12 +345,15 @@ def members(name: str, registry_url: str, as_json: bool, timeout: float) -> None
 @name_argument
 @registry_option
 @timeout_option
-def remove(name: str, registry_url: str, timeout: float) -> None:
+@secret_option()
+def remove(name: str, registry_url: str, timeout: float, secret_file: Path | None) -> None:
     """Remove group NAME from the registry: nobody can join it any more and its leader
-    stops registering it; running members go on until they leave."""
+    stops registering it; running members go on until they leave. A secret group is
+    removed only by a holder of its secret."""
+    secret = group_secret(secret_file)
 
     async def main() -> int:
-        async with _client(registry_url, timeout) as client, asyncio.timeout(timeout):
+        async with _client(registry_url, timeout, secret) as client, asyncio.timeout(timeout):
             known = {g.group for g in await client.list_groups()}
             await client.remove(name)
         if name not in known:
@@ -354,10 +364,10 @@ def remove(name: str, registry_url: str, timeout: float) -> None:
     sys.exit(_run(main(), registry_url))
 
 
-def _client(url: str, timeout: float) -> Any:
+def _client(url: str, timeout: float, secret: bytes | None = None) -> Any:
     from abcast.registry.client import RegistryClient
 
     try:
-        return RegistryClient(url, connect_timeout_s=timeout)
+        return RegistryClient(url, connect_timeout_s=timeout, secret=secret)
     except ConfigError as exc:
         fail(str(exc))

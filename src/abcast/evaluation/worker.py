@@ -79,6 +79,8 @@ class WorkerConfig:
     metrics_port: int | None = None  # serve /metrics on this port (0: any free one)
     metrics_host: str = "127.0.0.1"
     probe: bool = False  # answer `abcast probe` on a local control socket
+    #: the group secret (abcast.security); None: open links
+    secret: bytes | None = field(default=None, repr=False)
 
 
 class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -359,7 +361,7 @@ async def run_worker(
     recorder = TraceRecorder(config.run_id, sink=sink, keep_rows=False) if sink else None
     node = Node(config.transport, node=config.node, registry=config.registry,
                 recorder=recorder, wan=config.wan, metrics_port=config.metrics_port,
-                metrics_host=config.metrics_host, probe=config.probe)
+                metrics_host=config.metrics_host, probe=config.probe, secret=config.secret)
     try:
         await node.start()
         control = make_control(node)

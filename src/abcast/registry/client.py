@@ -17,6 +17,12 @@ a call waits at most `connect_timeout_s` (REGISTRY_TIMEOUT_S, 10 s, the CLI's
 `--timeout` default too), then raises ConfigError naming the URL. A refusal from the
 registry raises ConfigError with the registry's reason.
 
+With a group secret (`secret=`), each connection starts by asking the registry for its
+nonce (`Challenge`), and every request that changes something (register, join, leave,
+done, announce, remove) carries the secret's verifier and a proof over that nonce
+(abcast.security.signing): the registry then refuses those changes to anyone without
+the secret.
+
 It knows the registry protocol (messages.py) and nothing about transports or stacks.
 """
 
@@ -31,10 +37,13 @@ import secrets
 from collections.abc import Callable
 from typing import Final
 
+import msgspec
+
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError
 from abcast.ids import NodeId
 from abcast.registry.messages import (
     Announce,
+    Challenge,
     Done,
     GroupInfo,
     GroupList,
@@ -45,19 +54,24 @@ from abcast.registry.messages import (
     Locate,
     Located,
     Lookup,
+    Nonce,
     Refused,
     Register,
     Registered,
     Remove,
     Reply,
     Request,
+    Signed,
     WaitDone,
     decode_reply,
     decode_request,
     encode,
     parse_registry_url,
     read_body,
+    signed_body,
 )
+from abcast.security import load_secret
+from abcast.security.signing import Signer
 
 log: Final = logging.getLogger(__name__)
 
@@ -85,6 +99,7 @@ class RegistryClient:
     def __init__(
         self, url: str, *, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0,
         connect_timeout_s: float | None = REGISTRY_TIMEOUT_S,
+        secret: bytes | str | None = None,
     ) -> None:
         if not 0 < initial_backoff_s <= max_backoff_s:
             raise ConfigError("need 0 < initial_backoff_s <= max_backoff_s")
@@ -110,6 +125,21 @@ class RegistryClient:
         # Jitter only spreads reconnect storms; it never decides protocol behaviour.
         self._rng = random.Random(secrets.randbits(64))
         self.reconnects = 0
+        loaded = load_secret(secret)
+        self.secret = loaded
+        self._signer = Signer(loaded) if loaded is not None else None
+        self._nonce = b""  # the current connection's challenge (with a secret)
+
+    def _prove(self, request: Request) -> Request:
+        """`request` with the secret's verifier and a proof over this connection's
+        nonce, if it is one that changes something and this client holds a secret."""
+        signer = self._signer
+        if signer is None or not isinstance(request, Signed):
+            return request
+        if isinstance(request, Register | Join | Announce):
+            request = msgspec.structs.replace(request, verifier=signer.verifier)
+        return msgspec.structs.replace(
+            request, auth=signer.prove(self._nonce, signed_body(request)))
 
     @property
     def connected(self) -> bool:
@@ -239,7 +269,7 @@ class RegistryClient:
                 await asyncio.sleep(0)
                 continue
             rid = next(self._rids)
-            data = _checked(build(rid))
+            data = _checked(self._prove(build(rid)))
             fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
             self._pending[rid] = fut
             try:
@@ -311,7 +341,14 @@ class RegistryClient:
             delay = await self._back_off(self._initial if answered else delay)
 
     async def _replay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Re-assert this client's id and memberships on a fresh connection."""
+        """Fetch the connection's nonce (with a secret), then re-assert this client's id
+        and memberships on it."""
+        if self._signer is not None:
+            writer.write(encode(Challenge(0)))
+            reply = decode_reply(await read_body(reader))
+            if not isinstance(reply, Nonce):
+                raise DecodeError(f"registry answered {type(reply).__name__} to a Challenge")
+            self._nonce = reply.nonce
         if self.node is None:
             return
         requests: list[Request] = [Register(0, self.token, self.node, self.address)]
@@ -320,7 +357,7 @@ class RegistryClient:
             for group, (address, size) in self._joined.items()
         ]
         for request in requests:
-            writer.write(encode(request))
+            writer.write(encode(self._prove(request)))
             reply = decode_reply(await read_body(reader))
             if isinstance(reply, Refused):
                 # Someone else took our id while the registry was away: report, carry on.

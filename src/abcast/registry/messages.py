@@ -29,6 +29,9 @@ Rid = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
 Size = Annotated[int, msgspec.Meta(ge=1, le=65_536)]
 Address = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 Token = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+#: a secret group's verifier (abcast.security.signing), and a request's proof under it
+Verifier = Annotated[bytes, msgspec.Meta(max_length=32)]
+Proof = Annotated[bytes, msgspec.Meta(max_length=64)]
 
 
 class _Message(msgspec.Struct, frozen=True, array_like=True, tag=True, gc=False):
@@ -49,6 +52,9 @@ class Register(_Message, frozen=True):
     #: the node's transport URL, for peers that must reach it without a group's
     #: member table (members of later views resolve it with `Locate`)
     address: Address | None = None
+    #: with a group secret: its verifier (binds this id to it) and this request's proof
+    verifier: Verifier = b""
+    auth: Proof = b""
 
 
 class Join(_Message, frozen=True):
@@ -60,12 +66,15 @@ class Join(_Message, frozen=True):
     group: GroupField
     address: Address
     size: Size | None = None
+    verifier: Verifier = b""
+    auth: Proof = b""
 
 
 class Leave(_Message, frozen=True):
     node: NodeField
     token: Token
     group: GroupField
+    auth: Proof = b""
 
 
 class Lookup(_Message, frozen=True):
@@ -80,6 +89,7 @@ class Done(_Message, frozen=True):
 
     node: NodeField
     group: GroupField
+    auth: Proof = b""
 
 
 class WaitDone(_Message, frozen=True):
@@ -110,6 +120,8 @@ class Announce(_Message, frozen=True):
     create: bool = False
     #: the creator's ordering options, opaque here (msgpack; joiners build the same stack)
     options: Annotated[bytes, msgspec.Meta(max_length=16_384)] = b""
+    verifier: Verifier = b""
+    auth: Proof = b""
 
 
 class ListGroups(_Message, frozen=True):
@@ -125,11 +137,20 @@ class Remove(_Message, frozen=True):
     restarts: removals live in memory like everything else)."""
 
     group: GroupField
+    auth: Proof = b""
+
+
+class Challenge(_Message, frozen=True):
+    """Send me this connection's nonce: a secret group's requests on it carry a proof
+    over it (see Signed)."""
 
 
 Request = (
     Register | Join | Leave | Lookup | Done | WaitDone | Locate | Announce | ListGroups | Remove
+    | Challenge
 )
+#: the requests that carry a proof of the group secret (an `auth` field)
+Signed = Register | Join | Leave | Done | Announce | Remove
 
 # ------------------------------------------------------------------------ replies
 
@@ -151,6 +172,7 @@ class GroupInfo(_Message, frozen=True):
     ordering: str = ""  # dynamic groups: the ordering their creator chose
     view_id: int = 0  # dynamic groups: the latest view their leader announced
     options: bytes = b""  # dynamic groups: their ordering options (see Announce)
+    secret: bool = False  # bound to a group secret: only its holders may join or change it
 
 
 class Located(_Message, frozen=True):
@@ -175,13 +197,19 @@ class GroupList(_Message, frozen=True):
     next: str = ""
 
 
+class Nonce(_Message, frozen=True):
+    """This connection's challenge (the answer to Challenge)."""
+
+    nonce: Annotated[bytes, msgspec.Meta(min_length=16, max_length=64)]
+
+
 class Refused(_Message, frozen=True):
     """The request cannot be granted (group full, size mismatch, id taken, …)."""
 
     reason: Annotated[str, msgspec.Meta(max_length=1024)]
 
 
-Reply = Registered | GroupInfo | Refused | Located | GroupList
+Reply = Registered | GroupInfo | Refused | Located | GroupList | Nonce
 
 _encoder: Final = msgspec.msgpack.Encoder()
 _request_decoder: Final = msgspec.msgpack.Decoder(Request)
@@ -192,6 +220,11 @@ def encode(message: Request | Reply) -> bytes:
     """The message with its length prefix, ready for one write."""
     body = _encoder.encode(message)
     return PREFIX.pack(len(body)) + body
+
+
+def signed_body(request: Signed) -> bytes:
+    """What a proof covers: the request's encoding with its `auth` field empty."""
+    return _encoder.encode(msgspec.structs.replace(request, auth=b""))
 
 
 def decode_request(body: bytes) -> Request:

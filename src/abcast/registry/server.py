@@ -16,6 +16,14 @@ it now and then, so a restarted registry learns them again. `Remove` forgets a g
 and refuses its later announcements (a tombstone, in memory like the rest); `Locate`
 answers a node's registered address, `ListGroups` every group.
 
+Secret groups (abcast.security.signing): a request that names a verifier binds its group
+(Join, Announce) or its node id (Register) to it, first come first served, and must
+carry a proof under it; from then on every request that changes that group (Join,
+Leave, Done, Announce, Remove) or claims that id needs a proof under the same verifier,
+signed over this connection's nonce (`Challenge`), so a captured proof is useless on
+another connection. A registry started with a secret binds every group and id to it
+from the start, restarts included. A refusal is one log line and a `Refused` reply.
+
 Bad input (garbage, an oversize length prefix, a truncated message, an unknown message
 type) gets one log line on "abcast.registry.server", that connection is closed and
 `stats.bad_messages` goes up; everyone else keeps being served. Nothing here knows about
@@ -35,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -45,6 +54,7 @@ from abcast.registry.messages import (
     MAX_MESSAGE_BYTES,
     PREFIX,
     Announce,
+    Challenge,
     Done,
     GroupInfo,
     GroupList,
@@ -55,16 +65,21 @@ from abcast.registry.messages import (
     Locate,
     Located,
     Lookup,
+    Nonce,
     Refused,
     Register,
     Registered,
     Remove,
     Reply,
     Request,
+    Signed,
     WaitDone,
     decode_request,
     encode,
+    signed_body,
 )
+from abcast.security import load_secret
+from abcast.security.signing import Signer, verify
 
 log: Final = logging.getLogger(__name__)
 
@@ -88,6 +103,7 @@ class RegistryStats:
     bad_messages: int = 0
     timeouts: int = 0  # connections closed idle or inside a message
     refused_full: int = 0  # requests refused by a bound of RegistryLimits
+    refused_unauthenticated: int = 0  # secret-group requests without a valid proof
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +140,13 @@ class RegistryServer:
         self, host: str = "127.0.0.1", port: int = 0, *,
         max_message_bytes: int = MAX_MESSAGE_BYTES, recovery_grace_s: float = 0.0,
         sizes: Mapping[str, int] | None = None, limits: RegistryLimits | None = None,
+        secret: bytes | str | None = None,
     ) -> None:
         """`recovery_grace_s`: how long after start registrations without a claim wait,
         so that after a restart the running members re-assert their ids before any id
         is handed out again (a fresh registry needs none). `sizes`: group sizes declared
-        up front, so members may join without naming one."""
+        up front, so members may join without naming one. `secret`: every group and
+        node id is bound to it (only its holders may change anything here)."""
         if any(size < 1 for size in (sizes or {}).values()):
             raise ConfigError(f"group sizes must be >= 1, got {dict(sizes or {})}")
         self.sizes = dict(sizes or {})
@@ -149,6 +167,11 @@ class RegistryServer:
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.recovery_grace_s = recovery_grace_s
         self._grace_over: asyncio.Event | None = None
+        loaded = load_secret(secret)
+        #: the verifier every request must prove (a registry started with a secret)
+        self._required = Signer(loaded).verifier if loaded is not None else None
+        self._group_keys: dict[str, bytes] = {}  # group -> its verifier
+        self._node_keys: dict[NodeId, bytes] = {}  # node id -> its verifier
 
     @property
     def url(self) -> str:
@@ -201,7 +224,8 @@ class RegistryServer:
         members = {n: g.members[n] for n in sorted_nodes(list(g.members))}
         leader = next(iter(members), "")
         return GroupInfo(rid, group, members, leader, g.size, list(sorted_nodes(g.done)),
-                         g.ordering, g.view_id, g.options)
+                         g.ordering, g.view_id, g.options,
+                         self._required is not None or group in self._group_keys)
 
     def group_names(self) -> list[str]:
         return sorted(self._groups)
@@ -218,6 +242,7 @@ class RegistryServer:
         self.stats.connections += 1
         peer = writer.get_extra_info("peername")
         client = _Client(peer)
+        nonce = secrets.token_bytes(32)  # this connection's challenge (secret groups)
         waits: set[asyncio.Task[None]] = set()
         try:
             while True:
@@ -242,11 +267,13 @@ class RegistryServer:
                     isinstance(request, Register) and request.claim is None
                     and self._grace_over is not None and not self._grace_over.is_set()
                 ):
-                    wait = asyncio.create_task(self._answer_later(request, writer))
+                    wait = asyncio.create_task(self._answer_later(request, writer, nonce, peer))
                     waits.add(wait)
                     wait.add_done_callback(waits.discard)
+                elif isinstance(request, Challenge):
+                    writer.write(encode(Nonce(request.rid, nonce)))
                 else:
-                    writer.write(encode(self._handle(request)))
+                    writer.write(encode(self._checked(request, nonce, peer)))
         except (ConnectionError, OSError):
             return
         finally:
@@ -316,13 +343,14 @@ class RegistryServer:
         log.warning("registry dropped connection from %s: %s", peer, reason)
 
     async def _answer_later(
-        self, request: Lookup | WaitDone | Register, writer: asyncio.StreamWriter
+        self, request: Lookup | WaitDone | Register, writer: asyncio.StreamWriter,
+        nonce: bytes = b"", peer: object = None,
     ) -> None:
         if isinstance(request, Register):
             assert self._grace_over is not None
             await self._grace_over.wait()
             if not writer.is_closing():
-                writer.write(encode(self._handle(request)))
+                writer.write(encode(self._checked(request, nonce, peer)))
             return
         if isinstance(request, Lookup):
             def ready() -> bool:
@@ -344,6 +372,57 @@ class RegistryServer:
         # Wake every waiter once; they re-check their condition against the new state.
         self._changed.set()
         self._changed = asyncio.Event()
+
+    # ----------------------------------------------------------------- secret groups
+
+    def _checked(self, request: Request, nonce: bytes, peer: object) -> Reply:
+        """`_handle(request)`, once a secret group's request proved the secret."""
+        if not isinstance(request, Signed):
+            return self._handle(request)
+        refusal = self._authenticate(request, nonce)
+        if refusal is not None:
+            self.stats.refused_unauthenticated += 1
+            log.warning("registry refused %s from %s: %s", type(request).__name__, peer, refusal)
+            return Refused(request.rid, refusal)
+        reply = self._handle(request)
+        offered = getattr(request, "verifier", b"")
+        if offered and not isinstance(reply, Refused):
+            if isinstance(request, Register) and isinstance(reply, Registered):
+                self._node_keys.setdefault(reply.node, offered)
+            elif isinstance(request, Join | Announce) and request.group in self._groups:
+                self._group_keys.setdefault(request.group, offered)
+        return reply
+
+    def _verifier_for(self, request: Signed) -> bytes | None:
+        """The verifier `request` must prove (None: an open group or id)."""
+        if self._required is not None:
+            return self._required
+        if isinstance(request, Register):
+            return self._node_keys.get(request.claim) if request.claim is not None else None
+        if request.group not in self._groups:
+            self._group_keys.pop(request.group, None)  # gone (left, removed): unbound
+            return None
+        return self._group_keys.get(request.group)
+
+    def _authenticate(self, request: Signed, nonce: bytes) -> str | None:
+        """None if `request` may go ahead; else why not."""
+        needed = self._verifier_for(request)
+        offered: bytes = getattr(request, "verifier", b"")
+        what = (f"node id {request.claim!r}" if isinstance(request, Register)
+                else f"group {request.group!r}")
+        if needed is None:
+            if not offered:
+                return None  # an open group or id, as before secrets
+            if not isinstance(request, Register) and request.group in self._groups:
+                return f"{what} exists without a secret"
+            needed = offered  # the first holder binds it, proving the secret it binds
+        elif offered and offered != needed:
+            return f"{what} is bound to another secret"
+        if not request.auth:
+            return f"{what} is bound to a group secret: the request carries no proof"
+        if not verify(needed, nonce, signed_body(request), request.auth):
+            return f"the proof for {what} does not verify (not the group's secret)"
+        return None
 
     # ----------------------------------------------------------------- the requests
 

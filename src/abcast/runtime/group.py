@@ -34,6 +34,9 @@ joiners with no more code). `broadcast` waits for the transport's backpressure
 (`drain`) and for the channel's credit (`Stack.backpressured`: a link's queue of packets
 waiting for its window past `ChannelConfig.max_waiting`) first; `broadcast_nowait`
 waits for neither and raises `Backpressure` past the credit bound.
+
+`secret=` makes it a secret group (its node's links and registry requests
+authenticated; docs/operations.md, Security); a joiner without it is refused at once.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from abcast.registry.messages import GroupInfo
 from abcast.reliability.channel import ChannelConfig
 from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.node import Node
+from abcast.security import load_secret
 from abcast.snapshot import LayerSnapshot
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Transport
@@ -164,6 +168,7 @@ class Group:
         on_opt_deliver: Callable[[Deliver], None] | None = None,
         metrics_port: int | None = None,
         probe: bool | str = False,
+        secret: bytes | str | None = None,
     ) -> None:
         if not isinstance(name, str) or not 1 <= len(name) <= 128:
             raise ConfigError(f"group name must be a 1..128 char string, got {name!r}")
@@ -174,6 +179,9 @@ class Group:
             raise ConfigError("give either host= (a running Node) or transport/registry/"
                               "node/recorder/wan/metrics_port/probe for a node of the "
                               "group's own, not both")
+        if host is not None and load_secret(secret) not in (None, host.secret):
+            raise ConfigError("secret= differs from the host node's: a node has one secret "
+                              "(Node(..., secret=...)) for every group it hosts")
         if size is not None and size < 1:
             raise ConfigError(f"size must be >= 1, got {size}")
         if peers is not None:
@@ -215,7 +223,7 @@ class Group:
         self._host = host or Node(
             transport if transport is not None else DEFAULT_TRANSPORT,
             node=node, registry=registry, recorder=recorder, wan=wan,
-            metrics_port=metrics_port, probe=probe,
+            metrics_port=metrics_port, probe=probe, secret=secret,
         )
         self._driver: GroupDriver | None = None
         self._registered = False
@@ -324,6 +332,9 @@ class Group:
     async def _open_joined(self, host: Node) -> None:
         registry = self._dynamic_registry(host)
         info = await registry.lookup(self.name)
+        if info.secret and host.secret is None:
+            raise ConfigError(f"group {self.name!r} is a secret group: its members admit only "
+                              "holders of its secret (secret=, ABCAST_SECRET or --secret-file)")
         if not info.ordering or not info.members:
             raise ConfigError(f"the registry has no group {self.name!r} (create it first)")
         given = self._ordering_given

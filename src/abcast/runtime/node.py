@@ -23,6 +23,11 @@ group) to `handler(link, envelope)` — how clients and servers of abcast.rpc ta
 without a client being a group member. The handler raises RemoteProtocolError for a
 frame it refuses (the link is dropped, as for a group's).
 
+Secrets: `secret=` (abcast.security) goes to the transport it builds (every link
+authenticated, every frame sealed) and to the registry client (every change to its
+groups and its id proven); a transport or registry client passed in ready-made must
+hold the same secret (ConfigError otherwise). One node, one secret, for all its groups.
+
 What it does not know: orderings (GroupDriver and build_stack), the application API
 (abcast.runtime.group), or how transports move bytes.
 """
@@ -45,8 +50,9 @@ from abcast.ids import NodeId
 from abcast.registry.client import RegistryClient
 from abcast.runtime.driver import GroupDriver
 from abcast.runtime.loop import MonotonicClock
+from abcast.security import load_secret
 from abcast.trace.recorder import TraceRecorder
-from abcast.transport import Link, Transport, transport_from_url
+from abcast.transport import Link, Transport, TransportOptions, transport_from_url
 
 log: Final = logging.getLogger(__name__)
 
@@ -87,6 +93,19 @@ def wrap_wan(transport: Transport, matrix_file: str | os.PathLike[str]) -> Trans
     return WanTransport(transport, load_matrix(Path(matrix_file)))
 
 
+def _check_secret(secret: bytes | None, transport: str | Transport,
+                  registry: str | RegistryClient | None) -> None:
+    """A transport or registry client made by the caller must hold the node's secret."""
+    if not isinstance(transport, str):
+        held = getattr(getattr(transport, "options", None), "secret", None)
+        if held != secret:
+            raise ConfigError("the transport given was built with another group secret than "
+                              "the node's (TransportOptions(secret=...))")
+    if isinstance(registry, RegistryClient) and registry.secret != secret:
+        raise ConfigError("the registry client given holds another group secret than the "
+                          "node's (RegistryClient(url, secret=...))")
+
+
 class Node:
     """Usage: `node = Node("tcp://127.0.0.1:0", registry="tcp://127.0.0.1:7400")`,
     `await node.start()`, then host groups on it (`Group(..., host=node)`), then
@@ -103,12 +122,18 @@ class Node:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         probe: bool | str = False,
+        secret: bytes | str | None = None,
     ) -> None:
         if registry is None and node is None:
             raise ConfigError("a node needs an id (node='n1') or a registry to assign one")
+        #: the group secret (abcast.security): authenticates every link and, at the
+        #: registry, every change to this node's groups; None: open links
+        self.secret = load_secret(secret)
+        _check_secret(self.secret, transport, registry)
         self._transport_spec = transport
         self._claim = node
-        self.registry = RegistryClient(registry) if isinstance(registry, str) else registry
+        self.registry = (RegistryClient(registry, secret=self.secret)
+                         if isinstance(registry, str) else registry)
         self.recorder = recorder
         self._wan = wan
         self.clock = MonotonicClock()
@@ -166,7 +191,8 @@ class Node:
             raise LocalProtocolError(f"node already {self._state}")
         self._state = "starting"
         spec = self._transport_spec
-        transport = transport_from_url(spec) if isinstance(spec, str) else spec
+        transport = (transport_from_url(spec, TransportOptions(secret=self.secret))
+                     if isinstance(spec, str) else spec)
         if self._wan is not None:
             transport = wrap_wan(transport, self._wan)
         try:

@@ -30,7 +30,7 @@ import secrets
 import time
 from abc import abstractmethod
 from collections import deque
-from typing import Annotated, Final
+from typing import Annotated, ClassVar, Final
 
 import msgspec
 
@@ -244,11 +244,22 @@ class BusyPoll:
 class QueuedTransport(Transport):
     """The shared half of every transport; subclasses implement the `_wire` hooks."""
 
+    #: whether this transport runs the link handshake and seals frames with a secret
+    secures_links: ClassVar[bool] = False
+    #: whether `tls=1` means something to it
+    speaks_tls: ClassVar[bool] = False
+
     def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
         self._url = url if isinstance(url, TransportUrl) else parse_url(url)
         if self._url.scheme != self.scheme:
             raise ConfigError(f"{type(self).__name__} speaks {self.scheme}://, not {self._url}")
         self.options = (options or TransportOptions()).with_query(self._url.query)
+        if self.options.secret is not None and not self.secures_links:
+            raise ConfigError(
+                f"{self.scheme}:// does not authenticate links: a group secret needs "
+                "tcp://, tcps://, zmq:// or udp:// (frames would otherwise go unprotected)")
+        if self.options.tls and not self.speaks_tls:
+            raise ConfigError(f"{self.scheme}:// has no TLS option (tcps:// and tcp:// do)")
         self.stats = TransportStats()
         #: the concrete transport's module logger (abcast.transport.tcp, …)
         self.log = logging.getLogger(type(self).__module__)
@@ -442,6 +453,16 @@ class QueuedTransport(Transport):
         self.sessions.forget(link)
         self.log.warning(
             "%s: dropped connection from %s (%s): %s",
+            self.label, link.peer or "unidentified peer", link.remote, reason,
+        )
+
+    def reject_frame(self, link: Link, reason: str) -> None:
+        """A sealed record (a batch of frames) of an authenticated link failed its MAC,
+        tag or counter: one log line, counted, its frames dropped; the link and
+        everything else go on."""
+        self.stats.rejected_frames += 1
+        self.log.warning(
+            "%s: rejected a frame from %s (%s): %s; frame dropped",
             self.label, link.peer or "unidentified peer", link.remote, reason,
         )
 

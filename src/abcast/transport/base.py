@@ -51,6 +51,11 @@ Rules (the contract the runtime codes against):
   schemes, malformed URLs and bad options are ConfigErrors that say what is wrong, and
   `register_scheme` adds schemes.
 
+Security (abcast.security; docs/operations.md): `TransportOptions.secret` makes tcp://
+and tcps:// authenticate every link (a handshake) and seal every frame, zmq:// encrypt
+every batch and udp:// every datagram; a transport that cannot honour a secret refuses
+it (ConfigError). `tls=1` (tcps://, grpc://) is TLS with the `tls_*` files.
+
 `multicast(nodes, frame)` is `send` to each, except where one write reaches them all
 (udp:// with a multicast group; udp.py says how its datagram semantics differ).
 
@@ -71,6 +76,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from abcast.errors import ConfigError
 from abcast.ids import NodeId
+from abcast.security.sealing import Mode
 
 MiB: Final = 1024 * 1024
 #: the longest busy-poll window (TransportOptions.busy_poll_us)
@@ -79,6 +85,7 @@ MAX_BUSY_POLL_US: Final = 10_000
 #: (scheme://name). `registry.register_scheme` adds to it.
 URL_FORMS: Final[dict[str, Literal["host", "name"]]] = {
     "tcp": "host",
+    "tcps": "host",
     "zmq": "host",
     "grpc": "host",
     "pyro": "host",
@@ -142,6 +149,7 @@ class TransportStats:
     frames_in: int = 0  # frames handed to on_frame
     bytes_in: int = 0
     bad_frames: int = 0  # inbound connections dropped for bad input (framing or Link.drop)
+    rejected_frames: int = 0  # frames dropped: their MAC, tag or counter failed (secret)
     dropped_connections: int = 0  # inbound connections this node dropped
     lost_connections: int = 0  # outbound connections that ended without being asked to
     reconnects: int = 0  # outbound connections opened after an earlier one to that peer
@@ -174,6 +182,20 @@ class TransportOptions:
     #: At most 10 ms: heartbeats (every 50 ms by default) would otherwise keep an idle
     #: group polling for ever.
     busy_poll_us: int = 0
+    #: The group secret (abcast.security): every link opens with a mutual
+    #: challenge–response and every frame after it carries a MAC and a counter. Never
+    #: from a URL (a query string would put it on command lines and in logs).
+    secret: bytes | None = dataclasses.field(default=None, repr=False)
+    #: With a secret: encrypt frames too (AES-256-GCM under the link key) instead of
+    #: only authenticating them (zmq:// always encrypts with a secret).
+    aead: int = 0
+    #: TLS (tcp://, grpc://): on when 1 (tcps:// sets it); the PEM files of this node's
+    #: certificate and key, and of the CA that signed the peers' (mutual TLS when the
+    #: listener has a CA and the dialler a certificate).
+    tls: int = 0
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_frame_bytes <= 2**31:
@@ -194,18 +216,38 @@ class TransportOptions:
         if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
             raise ConfigError(
                 f"busy_poll_us must be in 0..{MAX_BUSY_POLL_US}, got {self.busy_poll_us}")
+        if self.secret is not None:
+            from abcast.security import load_secret
+
+            object.__setattr__(self, "secret", load_secret(self.secret))
+        if self.aead not in (0, 1) or self.tls not in (0, 1):
+            raise ConfigError(f"aead and tls are 0 or 1, got {self.aead} and {self.tls}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("tls_cert and tls_key go together")
+
+    @property
+    def link_mode(self) -> Mode:
+        """How frames are protected after the handshake (with a secret)."""
+        return "aead" if self.aead else "mac"
 
     def with_query(self, query: str) -> TransportOptions:
         """These options overridden by `key=value` pairs of a URL query string."""
         if not query:
             return self
         fields = {f.name: f.type for f in dataclasses.fields(self)}
-        changes: dict[str, int | float] = {}
+        changes: dict[str, int | float | str] = {}
         for key, raw in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+            if key == "secret":
+                raise ConfigError("a secret never goes in a URL: use ABCAST_SECRET, "
+                                  "--secret-file or secret=")
             if key not in fields:
                 raise ConfigError(
-                    f"unknown transport option {key!r}; known: {', '.join(sorted(fields))}"
+                    f"unknown transport option {key!r}; known: "
+                    f"{', '.join(sorted(k for k in fields if k != 'secret'))}"
                 )
+            if fields[key] == "str":
+                changes[key] = raw
+                continue
             try:
                 changes[key] = int(raw) if fields[key] == "int" else float(raw)
             except ValueError:
@@ -335,6 +377,7 @@ TransportFactory = Callable[[str, TransportOptions | None], Transport]
 # scheme -> (module, class, the pip package that module needs)
 _BUILTIN: Final = {
     "tcp": ("abcast.transport.tcp", "TcpTransport", None),
+    "tcps": ("abcast.transport.tcp", "TlsTransport", None),
     "mem": ("abcast.transport.memory", "MemoryTransport", None),
     "udp": ("abcast.transport.udp", "UdpTransport", None),
     "zmq": ("abcast.transport.zmq_transport", "ZmqTransport", "pyzmq"),

@@ -11,6 +11,10 @@ written counts as in flight. A failed call (peer gone, dropped) is replaced by a
 channel and call after a backoff; the batch that was being written is lost (it may have
 been half delivered, and resending could duplicate). To drop a link the receiver aborts
 the call; a superseded call is cancelled.
+
+TLS (`grpc://…?tls=1` with tls_cert/tls_key, and tls_ca to check the other side) is
+grpc's own: the listener's port is a secure port (demanding a client certificate signed
+by tls_ca when one is given: mutual TLS), every channel a secure channel.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from abcast.errors import ConfigError, DecodeError
 from abcast.ids import NodeId
 from abcast.transport._common import PeerState, QueuedTransport, decode_hello, encode_hello
 from abcast.transport._framing import encode_frames, split_frames
+from abcast.transport._tls import read_pems
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)
@@ -43,9 +48,20 @@ def _target(url: TransportUrl) -> str:
 
 class GrpcTransport(QueuedTransport):
     scheme: ClassVar[str] = "grpc"
+    speaks_tls: ClassVar[bool] = True
 
     def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
         super().__init__(url, options)
+        self._server_creds: grpc.ServerCredentials | None = None
+        self._channel_creds: grpc.ChannelCredentials | None = None
+        if self.options.tls:
+            cert, key, ca = read_pems(self.options)
+            if cert is None or key is None:
+                raise ConfigError("grpc:// with tls=1 needs tls_cert and tls_key")
+            self._server_creds = grpc.ssl_server_credentials(
+                [(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+            self._channel_creds = grpc.ssl_channel_credentials(
+                root_certificates=ca, private_key=key, certificate_chain=cert)
         self._server: grpc.aio.Server | None = None
         self._channels: dict[NodeId, _GrpcChannel] = {}
         self._handlers: dict[Link, asyncio.Task[object]] = {}
@@ -66,6 +82,13 @@ class GrpcTransport(QueuedTransport):
             ("grpc.max_reconnect_backoff_ms", int(self.options.reconnect_max_s * 1000)),
         ]
 
+    def open_channel(self, target: str) -> grpc.aio.Channel:
+        """A channel to `target`: a secure one with TLS on."""
+        if self._channel_creds is not None:
+            return grpc.aio.secure_channel(target, self._channel_creds,
+                                           options=self.channel_options())
+        return grpc.aio.insecure_channel(target, options=self.channel_options())
+
     async def _bind(self) -> str:
         server = grpc.aio.server(
             options=[
@@ -82,7 +105,10 @@ class GrpcTransport(QueuedTransport):
         server.add_generic_rpc_handlers((handler,))
         url = self._url
         try:
-            port = server.add_insecure_port(_target(url))
+            if self._server_creds is not None:
+                port = server.add_secure_port(_target(url), self._server_creds)
+            else:
+                port = server.add_insecure_port(_target(url))
         except RuntimeError as exc:
             raise ConfigError(f"grpc: cannot listen on {url}: {exc}") from exc
         if port == 0:
@@ -203,7 +229,7 @@ class _GrpcChannel:
             established = False
             why = "call ended"
             address = peer.address
-            channel = grpc.aio.insecure_channel(_target(address), options=owner.channel_options())
+            channel = owner.open_channel(_target(address))
             call: grpc.aio.StreamUnaryCall = channel.stream_unary(METHOD_PATH)()
             call.add_done_callback(lambda _call: self.wake())
             try:

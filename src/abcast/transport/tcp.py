@@ -14,10 +14,22 @@ the "handed to the wire" part of `buffered()`; its limits are set so that
 exponential backoff; its queue waits. The inbound side refuses, with one log line and a
 dropped connection, a bad hello or none within io_timeout_s, a length prefix above
 max_frame_bytes, a frame truncated at EOF, and any bytes on an
-outbound connection (we never expect the peer to write back). After the hello a watchdog
-looks at each inbound connection every io_timeout_s: one still inside the same
-unfinished frame at two looks in a row (a slowloris, a frame cut short) is dropped, and
-one that sent nothing for idle_timeout_s is closed (`_Watchdog`).
+outbound connection (we never expect the peer to write back). Once admitted (after
+the hello, and the handshake with a secret) a watchdog looks at each inbound
+connection every io_timeout_s: one still inside the same unfinished frame at two
+looks in a row (a slowloris, a frame cut short) is dropped, and one that sent
+nothing for idle_timeout_s is closed (`_Watchdog`).
+
+With a group secret (options.secret, abcast.security) the hello is followed by the
+link handshake on the same connection: the dialler sends a Challenge, the listener
+writes back its Response (the one time it writes on a connection), the dialler
+verifies it and sends its Confirm; only then is the connection admitted (the supersede
+rule) and does the dialler's channel start writing frames, sealed (MAC or AEAD, and a
+counter) a batch at a time: each write's frames, up to batch_bytes per sealed record,
+so the cost of a MAC is paid per batch, not per frame. A failed handshake is one log
+line with the remote address and a closed connection; a record that fails its MAC or
+counter is one log line and is dropped with its frames, the link goes on. TLS
+(tcps://, or ?tls=1) wraps the connection below all this (abcast.transport._tls).
 """
 
 from __future__ import annotations
@@ -25,18 +37,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import socket
-from typing import ClassVar, cast
+import ssl
+from collections.abc import Iterable, Iterator
+from typing import ClassVar, TypeVar, cast
 
-from abcast.errors import ConfigError, DecodeError
+from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
 from abcast.ids import NodeId
+from abcast.security import OVERHEAD, Initiator, Opener, Responder, Sealer
+from abcast.security.handshake import NONCE_BYTES
 from abcast.transport._common import Hello, PeerState, QueuedTransport, decode_hello, encode_hello
-from abcast.transport._framing import PREFIX, FrameReader, encode_frames
+from abcast.transport._framing import PREFIX, FrameReader, encode_frames, split_frames
+from abcast.transport._tls import client_context, server_context
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)
 
 _HELLO_ROOM = 512  # the reader must accept a hello even if max_frame_bytes is tiny
+_H = TypeVar("_H", Initiator, Responder)
 
 
 def _describe(transport: asyncio.BaseTransport) -> str:
@@ -55,6 +74,8 @@ def _set_nodelay(transport: asyncio.BaseTransport) -> None:
 
 class TcpTransport(QueuedTransport):
     scheme: ClassVar[str] = "tcp"
+    secures_links: ClassVar[bool] = True
+    speaks_tls: ClassVar[bool] = True
 
     def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
         super().__init__(url, options)
@@ -63,17 +84,37 @@ class TcpTransport(QueuedTransport):
         self._inbound: dict[Link, _Inbound] = {}
         #: channels with frames queued this loop turn; one callback flushes them all
         self._dirty: list[_Channel] = []
+        tls = self.options.tls or self.scheme == "tcps"
+        self._server_ssl: ssl.SSLContext | None = server_context(self.options) if tls else None
+        self._client_ssl: ssl.SSLContext | None = client_context(self.options) if tls else None
+
+    def handshake(self, role: type[_H], peer: NodeId) -> _H | None:
+        """The handshake of a new connection with `peer`, as Initiator (outbound) or
+        Responder (inbound, once its hello named `peer`); None without a secret."""
+        secret = self.options.secret
+        if secret is None:
+            return None
+        return role(secret, me=self.node, peer=peer, mode=self.options.link_mode,
+                    nonce=secrets.token_bytes(NONCE_BYTES))
+
+    @property
+    def client_ssl(self) -> ssl.SSLContext | None:
+        """The TLS context of outbound connections (None: plain TCP)."""
+        return self._client_ssl
 
     async def _bind(self) -> str:
         url = self._url
+        if self.options.aead and self.options.secret is None:
+            raise ConfigError("aead=1 encrypts under the group secret: give a secret")
         try:
             self._server = await self.loop.create_server(
-                lambda: _Inbound(self), host=url.host, port=url.port, reuse_address=True
+                lambda: _Inbound(self), host=url.host, port=url.port, reuse_address=True,
+                ssl=self._server_ssl,
             )
         except OSError as exc:
-            raise ConfigError(f"tcp: cannot listen on {url}: {exc}") from exc
+            raise ConfigError(f"{self.scheme}: cannot listen on {url}: {exc}") from exc
         port = self._server.sockets[0].getsockname()[1]
-        return str(TransportUrl("tcp", host=url.host, port=port))
+        return str(TransportUrl(self.scheme, host=url.host, port=port))
 
     def _peer_added(self, peer: PeerState) -> None:
         channel = _Channel(self, peer)
@@ -171,10 +212,13 @@ class _Channel:
         hello = peer.next_hello(owner.node, owner.incarnation)
         address = peer.address
         attempt = self._attempt
+        auth = owner.handshake(Initiator, peer.node)
         try:
             await asyncio.wait_for(
                 owner.loop.create_connection(
-                    lambda: _Outbound(self, hello, attempt), address.host, address.port
+                    lambda: _Outbound(self, hello, attempt, auth), address.host, address.port,
+                    ssl=owner.client_ssl,
+                    server_hostname=address.host if owner.client_ssl is not None else None,
                 ),
                 owner.options.io_timeout_s,
             )
@@ -201,6 +245,11 @@ class _Channel:
 
     def connection_lost(self, conn: _Outbound, why: str) -> None:
         if conn is not self._conn:
+            if (conn.attempt == self._attempt and not conn.established and not self._closed
+                    and self._owner.is_open and self._retry is None):
+                # the current attempt failed its handshake: retry, with backoff
+                delay = self._owner.lost(self._peer, why)
+                self._retry = self._owner.loop.call_later(delay, self.connect_now)
             return  # a connection we replaced or aborted ourselves
         self._conn = None
         if self._closed or not self._owner.is_open:
@@ -239,7 +288,12 @@ class _Channel:
         count, size = len(queue), peer.queued_bytes
         # one write (one syscall) for all of this turn's frames; a lone frame (the common
         # case at low load) skips the join
-        data = PREFIX.pack(size) + queue[0] if count == 1 else encode_frames(queue)
+        sealer = conn.sealer
+        if sealer is not None:
+            data = encode_frames([sealer.seal(record) for record in
+                                  _records(queue, self._owner.options.batch_bytes)])
+        else:
+            data = PREFIX.pack(size) + queue[0] if count == 1 else encode_frames(queue)
         queue.clear()
         peer.queued_bytes = 0
         conn.write(data)
@@ -264,26 +318,89 @@ class _Channel:
             self._connecting = None
 
 
-class _Outbound(asyncio.Protocol):
-    """One outbound TCP connection: hello first, then whatever the channel writes."""
+def _records(queue: Iterable[bytes], batch_bytes: int) -> Iterator[bytes]:
+    """The queued frames as sealed-record bodies: each the length-prefixed frames of up
+    to `batch_bytes` (at least one frame), so one MAC covers a whole batch."""
+    chunk: list[bytes] = []
+    size = 0
+    for frame in queue:
+        if chunk and size + len(frame) > batch_bytes:
+            yield encode_frames(chunk)
+            chunk, size = [], 0
+        chunk.append(frame)
+        size += len(frame)
+    if chunk:
+        yield encode_frames(chunk)
 
-    def __init__(self, channel: _Channel, hello: Hello, attempt: int) -> None:
+
+class _Outbound(asyncio.Protocol):
+    """One outbound TCP connection: hello first (and, with a secret, the handshake),
+    then whatever the channel writes."""
+
+    def __init__(self, channel: _Channel, hello: Hello, attempt: int,
+                 auth: Initiator | None) -> None:
         self._channel = channel
         self._hello = hello
         self.attempt = attempt
         self._transport: asyncio.WriteTransport | None = None
+        self._auth = auth
+        self._reader: FrameReader | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.established = auth is None
+        #: seals every frame once the handshake is done (None without a secret)
+        self.sealer: Sealer | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A cast, not an isinstance check: uvloop's transports do not subclass asyncio's.
         writer = self._transport = cast(asyncio.WriteTransport, transport)
         _set_nodelay(transport)
-        high = self._channel._owner.options.high_water_bytes
+        owner = self._channel._owner
+        high = owner.options.high_water_bytes
         writer.set_write_buffer_limits(high=high, low=high // 2)
-        writer.write(encode_frames([encode_hello(self._hello)]))
-        self._channel.connection_made(self)
+        if self._auth is None:
+            writer.write(encode_frames([encode_hello(self._hello)]))
+            self._channel.connection_made(self)
+            return
+        writer.write(encode_frames([encode_hello(self._hello), self._auth.challenge()]))
+        self._reader = FrameReader(_HELLO_ROOM)
+        timeout = owner.options.io_timeout_s
+        self._timer = owner.loop.call_later(
+            timeout, self._refused, f"no handshake response within {timeout:g}s")
+
+    def _refused(self, why: str, parting: bytes | None = None) -> None:
+        self._timer = None
+        channel = self._channel
+        logger.warning("%s: link handshake with %s (%s) failed: %s; closing",
+                       channel._owner.label, channel._peer.node, channel._peer.address, why)
+        if parting is not None and self._transport is not None:
+            self._transport.write(encode_frames([parting]))
+            self._transport.close()  # after the Refusal has gone out
+            return
+        self.abort()
 
     def data_received(self, data: bytes) -> None:
-        # The receiving side never writes on this connection: anything here is garbage.
+        if not self.established and self._auth is not None and self._reader is not None:
+            frames, error = self._reader.feed(data)
+            if error is not None or len(frames) > 1 or (self._reader.pending and frames):
+                self._refused(error or "unexpected bytes after the handshake response")
+                return
+            if not frames:
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            try:
+                confirm = self._auth.receive(frames[0])
+            except RemoteProtocolError as exc:
+                self._refused(str(exc), self._auth.parting)
+                return
+            self.write(encode_frames([confirm]))
+            self.sealer = self._auth.sealer()
+            self.established = True
+            self._channel.connection_made(self)
+            return
+        # The receiving side never writes on this connection after the handshake:
+        # anything here is garbage.
         self._channel._owner.stats.bad_frames += 1
         logger.warning(
             "%s: %d unexpected bytes on the outbound connection to %s; reconnecting",
@@ -293,6 +410,9 @@ class _Outbound(asyncio.Protocol):
         self._channel.connection_lost(self, "peer wrote on an outbound connection")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._channel.connection_lost(self, str(exc) if exc else "closed by peer")
         self._transport = None
 
@@ -317,9 +437,14 @@ class _Inbound(asyncio.Protocol):
     def __init__(self, owner: TcpTransport) -> None:
         self._owner = owner
         self._transport: asyncio.Transport | None = None
-        self._reader = FrameReader(max(owner.options.max_frame_bytes, _HELLO_ROOM))
+        limit = owner.options.max_frame_bytes
+        if owner.options.secret is not None:  # a sealed record: a batch of frames
+            limit += owner.options.batch_bytes + PREFIX.size + OVERHEAD
+        self._reader = FrameReader(max(limit, _HELLO_ROOM))
         self._hello: Hello | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
+        self._auth: Responder | None = None
+        self._opener: Opener | None = None
         self.link = Link(None, "?", self._dropped)
         self.watchdog: _Watchdog | None = None
         self.active = False  # bytes came since the watchdog's last look
@@ -337,9 +462,9 @@ class _Inbound(asyncio.Protocol):
         self._hello_timer = self._owner.loop.call_later(timeout, self._no_hello, timeout)
 
     def _no_hello(self, timeout: float) -> None:
-        self._hello_timer = None
-        if self._hello is None:
-            self.link.drop(f"no hello within {timeout:g}s")
+        self._hello_timer = None  # cancelled on admission: still here, never admitted
+        self.link.drop(f"no hello within {timeout:g}s" if self._hello is None
+                       else f"link handshake not completed within {timeout:g}s")
 
     def data_received(self, data: bytes) -> None:
         link = self.link
@@ -357,20 +482,57 @@ class _Inbound(asyncio.Protocol):
                 link.drop(str(exc))
                 return
             self._hello = hello
-            self._cancel_hello_timer()
-            self.watchdog = _Watchdog(self)
-            accepted, superseded = owner.admit(hello, link)
-            if superseded is not None:
-                owner.close_inbound(superseded)
-            if not accepted:
-                link.retire()
-                owner.close_inbound(link)
-                return
             del frames[0]
+            self._auth = owner.handshake(Responder, hello.node)
+            if self._auth is None and not self._admit(hello):
+                return
+            link.peer = hello.node  # claimed, for the log lines of a failed handshake
+        auth = self._auth
+        while auth is not None and frames and auth.phase != "established":
+            try:
+                reply = auth.receive(frames.pop(0))
+            except RemoteProtocolError as exc:
+                link.drop(str(exc))
+                return
+            if reply is not None and self._transport is not None:
+                self._transport.write(encode_frames([reply]))
+            elif reply is None:
+                self._opener = auth.opener()
+                assert self._hello is not None
+                if not self._admit(self._hello):
+                    return
+        opener = self._opener
+        if opener is not None and frames:
+            opened: list[bytes] = []
+            for sealed in frames:
+                try:
+                    record = opener.open(sealed)
+                except RemoteProtocolError as exc:
+                    owner.reject_frame(link, str(exc))
+                    continue
+                try:  # genuine, so the peer itself framed it wrong: a broken peer
+                    opened += split_frames(record, owner.options.max_frame_bytes)
+                except DecodeError as exc:
+                    link.drop(f"a sealed record holds bad framing: {exc}")
+                    return
+            frames = opened
         if frames and not owner.deliver_all(link, frames):
             return
         if error is not None:
             link.drop(error)
+
+    def _admit(self, hello: Hello) -> bool:
+        """The hello (and handshake, with a secret) is done: apply the supersede rule."""
+        owner, link = self._owner, self.link
+        self._cancel_hello_timer()
+        self.watchdog = _Watchdog(self)
+        accepted, superseded = owner.admit(hello, link)
+        if superseded is not None:
+            owner.close_inbound(superseded)
+        if not accepted:
+            link.retire()
+            owner.close_inbound(link)
+        return accepted
 
     def eof_received(self) -> bool | None:
         pending = self._reader.pending
@@ -382,6 +544,8 @@ class _Inbound(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # A hang-up during the handshake is quiet: a dialler replacing its connection
+        # does that; one that could not check our proof says so first (a Refusal).
         self._cancel_hello_timer()
         if self.watchdog is not None:
             self.watchdog.stop()
@@ -450,3 +614,9 @@ class _Watchdog:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+class TlsTransport(TcpTransport):
+    """tcps:// — tcp:// inside TLS (the same as tcp://…?tls=1, but the scheme says so)."""
+
+    scheme: ClassVar[str] = "tcps"

@@ -29,6 +29,12 @@ Rules:
   logs, counts, ignores that session from then on and sends the sender a RESET, after
   which it starts a new session (counted in its `reconnects`), as a TCP sender would
   reconnect. `add_peer` again also starts a new session.
+- With a group secret every datagram is authenticated and its body encrypted
+  (AES-256-GCM, abcast.security): the key is derived from the secret and the header's
+  sender, incarnation and session, the nonce is the datagram's type, fragment index and
+  sequence number (unique per key), and the header is the associated data. A datagram
+  that fails is one log line and dropped before it touches any state (a stranger
+  cannot start a session, reset one or fill a reassembly); replays die as stale.
 - Bad input never stops a node: a datagram that does not decode (udp_wire's rules) is
   counted, logged in one line and dropped; datagrams of another group on the same port
   and this node's own multicasts (looped back) are ignored quietly.
@@ -46,14 +52,19 @@ import socket
 import struct
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 from urllib.parse import parse_qsl, urlencode
 
-from abcast.errors import ConfigError, DecodeError, LocalProtocolError
+from cryptography.exceptions import InvalidTag as _InvalidTag
+
+from abcast.errors import ConfigError, DecodeError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
+from abcast.security.sealing import TAG_BYTES, aead_cipher
+from abcast.security.secret import session_key
 from abcast.transport._common import PeerState, QueuedTransport
 from abcast.transport.base import Link, TransportOptions, TransportUrl, parse_url
 from abcast.transport.udp_wire import (
+    HEADER,
     HEADER_BYTES,
     LAST_FRAGMENT,
     MAX_DATAGRAM,
@@ -205,8 +216,13 @@ class _Source:
         self.reset_at = 0.0
 
 
+#: at most this many datagram keys are cached (then the cache starts afresh)
+_MAX_KEYS: Final = 1024
+
+
 class UdpTransport(QueuedTransport):
     scheme: ClassVar[str] = "udp"
+    secures_links: ClassVar[bool] = True
 
     def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
         parsed = url if isinstance(url, TransportUrl) else parse_url(url, expect_scheme="udp")
@@ -228,6 +244,58 @@ class UdpTransport(QueuedTransport):
         self._writer_armed = False
         self._sources: dict[NodeId, _Source] = {}
         self._reassembly_bytes = 0
+        #: with a secret: (sender, incarnation, session) -> its datagrams' cipher
+        self._ciphers: dict[tuple[bytes, int, int], Any] | None = (
+            {} if self.options.secret is not None else None)
+        self._tag = TAG_BYTES if self._ciphers is not None else 0
+
+    # ----------------------------------------------------------- the secret
+
+    def _cipher(self, sender: bytes, incarnation: int, session: int) -> Any:
+        ciphers = self._ciphers
+        assert ciphers is not None and self.options.secret is not None
+        key = (sender, incarnation, session)
+        cipher = ciphers.get(key)
+        if cipher is None:
+            if len(ciphers) >= _MAX_KEYS:
+                ciphers.clear()
+            session_id = sender + struct.pack("!QI", incarnation, session)
+            cipher = ciphers[key] = aead_cipher(
+                session_key(self.options.secret, session=session_id, label=b"udp"))
+        return cipher
+
+    @staticmethod
+    def _nonce_of(datagram: bytes) -> tuple[int, bytes]:
+        """(header length, nonce) of a datagram whose header is well-formed."""
+        (_magic, _version, kind, _flags, sender_len, _frags, _group, _inc, _session, seq,
+         frag, _size) = HEADER.unpack_from(datagram)
+        return HEADER_BYTES + sender_len, struct.pack("!BxHQ", kind, frag, seq)
+
+    def _protect(self, datagram: bytes) -> bytes:
+        """Encrypt the body of one datagram we made (its header as associated data)."""
+        end, nonce = self._nonce_of(datagram)
+        (*_, incarnation, session, _seq, _frag, _size) = HEADER.unpack_from(datagram)
+        header = datagram[:end]
+        cipher = self._cipher(datagram[HEADER_BYTES:end], incarnation, session)
+        sealed: bytes = cipher.encrypt(nonce, datagram[end:], header)
+        return header + sealed
+
+    def _unprotect(self, data: bytes) -> bytes:
+        """The datagram with its body decrypted; RemoteProtocolError if it fails."""
+        if len(data) < HEADER_BYTES + TAG_BYTES:
+            raise RemoteProtocolError(f"{len(data)} bytes cannot be a sealed datagram")
+        end, nonce = self._nonce_of(data)
+        if not 1 <= end - HEADER_BYTES <= MAX_SENDER_BYTES or len(data) < end + TAG_BYTES:
+            raise RemoteProtocolError("malformed sealed datagram header")
+        (*_, incarnation, session, _seq, _frag, _size) = HEADER.unpack_from(data)
+        header = data[:end]
+        try:
+            body: bytes = self._cipher(data[HEADER_BYTES:end], incarnation, session).decrypt(
+                nonce, data[end:], header)
+        except _InvalidTag:
+            raise RemoteProtocolError(
+                "fails authentication (no or another group secret, or altered)") from None
+        return header + body
 
     # ----------------------------------------------------------- binding
 
@@ -340,7 +408,7 @@ class UdpTransport(QueuedTransport):
     def _datagrams(self, frame: bytes, address: tuple[str, int], flags: int) -> None:
         """Cut `frame` into datagrams (one unless it is large) onto the write queue."""
         self._seq += 1
-        room = self.udp.datagram_bytes - HEADER_BYTES - len(self._sender)
+        room = self.udp.datagram_bytes - HEADER_BYTES - len(self._sender) - self._tag
         size = len(frame)
         frags = max(1, -(-size // room))
         out = self._out
@@ -350,6 +418,8 @@ class UdpTransport(QueuedTransport):
             datagram = encode(PacketType.DATA, flags | last, frags, self._group_id,
                               self.incarnation, self._session, self._seq, index, size,
                               self._sender, body)
+            if self._ciphers is not None:
+                datagram = self._protect(datagram)
             out.append((datagram, address))
             self._out_bytes += len(datagram)
 
@@ -406,6 +476,8 @@ class UdpTransport(QueuedTransport):
         self.udp_stats.resets_sent += 1
         datagram = encode(PacketType.RESET, 0, 1, self._group_id, source.incarnation,
                           source.session, 0, 0, 0, self._sender, b"")
+        if self._ciphers is not None:
+            datagram = self._protect(datagram)
         with contextlib.suppress(OSError):
             self._sock.sendto(datagram, source.addr)
 
@@ -431,13 +503,22 @@ class UdpTransport(QueuedTransport):
         if loss and self._rng.random() < loss:
             stats.injected_losses += 1
             return
+        if self._ciphers is not None:
+            if len(data) >= HEADER_BYTES and HEADER.unpack_from(data)[6] not in (
+                    self._group_id, 0):
+                stats.foreign_datagrams += 1  # another group on this port: not ours to judge
+                return
+            try:
+                data = self._unprotect(data)
+            except RemoteProtocolError as exc:
+                self.stats.rejected_frames += 1
+                self._bad_datagram("rejected a", addr, len(data), exc)
+                return
         try:
             d = decode(data, self.options.max_frame_bytes)
         except DecodeError as exc:
-            stats.bad_datagrams += 1
             self.stats.bad_frames += 1
-            logger.warning("%s: dropped a bad datagram from %s:%s (%d bytes): %s",
-                           self.label, addr[0], addr[1], len(data), exc)
+            self._bad_datagram("dropped a bad", addr, len(data), exc)
             return
         if d.group not in (self._group_id, 0):
             stats.foreign_datagrams += 1
@@ -479,6 +560,12 @@ class UdpTransport(QueuedTransport):
         if lane == _MCAST:
             stats.multicast_frames_in += 1
         self.deliver(source.link, frame)
+
+    def _bad_datagram(self, what: str, addr: tuple[str, int], size: int,
+                      exc: Exception) -> None:
+        self.udp_stats.bad_datagrams += 1
+        logger.warning("%s: %s datagram from %s:%s (%d bytes): %s",
+                       self.label, what, addr[0], addr[1], size, exc)
 
     def _new_source(self, sender: str, incarnation: int, session: int, addr: tuple[str, int],
                     old: _Source | None) -> _Source:

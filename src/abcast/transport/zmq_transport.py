@@ -14,6 +14,13 @@ id after a backoff. libzmq reconnects a DEALER by itself after a peer restart
 A batch that does not split into whole frames is a bad frame (drop, counted); a message
 larger than any valid batch makes libzmq (MAXMSGSIZE) cut the connection itself, which
 we cannot count.
+
+With a group secret every batch is encrypted (AES-256-GCM, abcast.security.sealing)
+under a key derived from the secret and the DEALER's routing id (unique per connection),
+its counter as nonce; there is no handshake. The ROUTER admits a routing id (the
+supersede rule) only once its first batch authenticates: a first batch that does not is
+a stranger (one log line, link dropped); a later one that does not, or a replayed one,
+is one log line and dropped, the link goes on.
 """
 
 from __future__ import annotations
@@ -27,9 +34,17 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
-from abcast.errors import ConfigError, DecodeError
+from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
 from abcast.ids import NodeId
-from abcast.transport._common import PeerState, QueuedTransport, decode_hello, encode_hello
+from abcast.security import Opener, Sealer
+from abcast.security.secret import session_key
+from abcast.transport._common import (
+    Hello,
+    PeerState,
+    QueuedTransport,
+    decode_hello,
+    encode_hello,
+)
 from abcast.transport._framing import encode_frames, split_frames
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
@@ -48,6 +63,7 @@ def _endpoint(url: TransportUrl) -> str:
 
 class ZmqTransport(QueuedTransport):
     scheme: ClassVar[str] = "zmq"
+    secures_links: ClassVar[bool] = True
 
     def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
         super().__init__(url, options)
@@ -57,6 +73,15 @@ class ZmqTransport(QueuedTransport):
         self._links: dict[bytes, Link] = {}
         self._channels: dict[NodeId, _ZmqChannel] = {}
         self._notices: set[asyncio.Task[None]] = set()
+        #: with a secret: each link's opener, and the hello of links not yet admitted
+        self._openers: dict[Link, Opener] = {}
+        self._unproven: dict[Link, Hello] = {}
+
+    def session_key(self, routing_id: bytes) -> bytes | None:
+        """The AEAD key of the connection with this routing id (None: no secret)."""
+        secret = self.options.secret
+        return None if secret is None else session_key(secret, session=routing_id,
+                                                        label=b"zmq")
 
     @property
     def context(self) -> zmq.asyncio.Context:
@@ -93,7 +118,13 @@ class ZmqTransport(QueuedTransport):
                 link = self._open_link(identity)
             if not link.alive:
                 continue
-            for batch in parts[1:]:
+            opener = self._openers.get(link)
+            for message in parts[1:]:
+                batch = message if opener is None else self._open(link, opener, message)
+                if batch is None:
+                    if not link.alive:
+                        break
+                    continue
                 try:
                     frames = split_frames(batch, self.options.max_frame_bytes)
                 except DecodeError as exc:
@@ -107,17 +138,43 @@ class ZmqTransport(QueuedTransport):
         self._links[identity] = link
         if len(self._links) > _MAX_DEAD_IDS:
             for key in [k for k, v in self._links.items() if not v.alive][: _MAX_DEAD_IDS // 2]:
-                del self._links[key]
+                dead = self._links.pop(key)
+                self._openers.pop(dead, None)
+                self._unproven.pop(dead, None)
         try:
             hello = decode_hello(identity)
         except DecodeError as exc:
             link.drop(f"routing id is not an abcast hello: {exc}")
             return link
         link.remote = f"zmq connection {hello.conn_seq} of {hello.node}"
+        link_key = self.session_key(identity)
+        if link_key is not None:  # admitted once its first batch authenticates (_open)
+            link.peer = hello.node  # claimed, for the log lines
+            self._openers[link] = Opener(link_key, "aead")
+            self._unproven[link] = hello
+            return link
         accepted, _superseded = self.admit(hello, link)
         if not accepted:
             link.retire()
         return link
+
+    def _open(self, link: Link, opener: Opener, batch: bytes) -> bytes | None:
+        """The batch decrypted, or None (rejected: logged; a stranger's link dropped)."""
+        try:
+            opened = opener.open(batch)
+        except RemoteProtocolError as exc:
+            if link in self._unproven:
+                link.drop(f"not a holder of the group secret: {exc}")
+            else:
+                self.reject_frame(link, str(exc))
+            return None
+        hello = self._unproven.pop(link, None)
+        if hello is not None:
+            accepted, _superseded = self.admit(hello, link)
+            if not accepted:
+                link.retire()
+                return None
+        return opened
 
     def _dropped(self, link: Link, reason: str) -> None:
         self.report_drop(link, reason)
@@ -173,7 +230,8 @@ class ZmqTransport(QueuedTransport):
 class _ZmqChannel:
     """One DEALER (replaced on reconnect) and its pump and control tasks."""
 
-    __slots__ = ("_closed", "_monitor", "_owner", "_peer", "_retry", "_sock", "_tasks", "_wake")
+    __slots__ = ("_closed", "_monitor", "_owner", "_peer", "_retry", "_sealer", "_sock", "_tasks",
+                 "_wake")
 
     def __init__(self, owner: ZmqTransport, peer: PeerState) -> None:
         self._owner = owner
@@ -184,6 +242,7 @@ class _ZmqChannel:
         self._wake: asyncio.Future[None] | None = None
         self._retry: asyncio.TimerHandle | None = None
         self._closed = False
+        self._sealer: Sealer | None = None  # this connection's, with a secret
 
     def connect_now(self) -> None:
         if self._closed:
@@ -192,7 +251,10 @@ class _ZmqChannel:
         owner, peer = self._owner, self._peer
         sock = owner.context.socket(zmq.DEALER)
         hello = peer.next_hello(owner.node, owner.incarnation)
-        sock.setsockopt(zmq.ROUTING_ID, encode_hello(hello))
+        routing_id = encode_hello(hello)
+        key = owner.session_key(routing_id)
+        self._sealer = Sealer(key, "aead") if key is not None else None
+        sock.setsockopt(zmq.ROUTING_ID, routing_id)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, _SNDHWM)
         sock.setsockopt(zmq.RECONNECT_IVL, max(1, int(owner.options.reconnect_initial_s * 1000)))
@@ -221,8 +283,11 @@ class _ZmqChannel:
                 continue
             frames, size = peer.take(limit)
             peer.inflight_bytes = size
+            data = encode_frames(frames)
+            if self._sealer is not None:
+                data = self._sealer.seal(data)
             try:
-                await sock.send(encode_frames(frames), copy=size < _COPY_THRESHOLD)
+                await sock.send(data, copy=size < _COPY_THRESHOLD)
             except asyncio.CancelledError:
                 # A cancelled zmq send never happened (a message goes whole or not).
                 if self._closed:

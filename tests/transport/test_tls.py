@@ -1,0 +1,74 @@
+"""tcps:// (and grpc://…?tls=1) with mutual TLS: a node whose certificate another CA
+signed, and a node speaking plain tcp://, get no frame in, while members' traffic goes
+on in order; missing or unreadable certificate files are ConfigErrors naming the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+from transport_harness import Inbox, Nodes, numbered, run
+
+from abcast.errors import ConfigError
+from abcast.testing.pki import make_pki, shared_pki
+from abcast.transport import TransportOptions, transport_from_url
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _options(scheme: str, pki_dir: Path | None = None) -> TransportOptions:
+    pki = make_pki(pki_dir, ca_name="another CA") if pki_dir is not None else shared_pki()
+    return TransportOptions(tls_cert=pki.cert, tls_key=pki.key, tls_ca=pki.ca,
+                            tls=int(scheme == "grpc"), reconnect_initial_s=0.2,
+                            reconnect_max_s=0.5)
+
+
+@pytest.mark.parametrize("scheme", ["tcps", "grpc"])
+@pytest.mark.parametrize("intruder", ["other-ca", "plaintext"])
+def test_a_node_outside_the_pki_gets_nothing_in(
+    scheme: str, intruder: str, tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            member = _options(scheme)
+            a = await nodes.start("as-given", "a", Inbox(), member, url=f"{scheme}://127.0.0.1:0")
+            b = await nodes.start("as-given", "b", inbox, member, url=f"{scheme}://127.0.0.1:0")
+            a.add_peer("b", b.address)
+            if intruder == "other-ca":
+                x = await nodes.start("as-given", "x", Inbox(), _options(scheme, tmp_path),
+                                      url=f"{scheme}://127.0.0.1:0")
+                x.add_peer("b", b.address)
+            else:
+                plain = "grpc" if scheme == "grpc" else "tcp"
+                x = await nodes.start("as-given", "x", Inbox(), url=f"{plain}://127.0.0.1:0")
+                port = b.address.rsplit(":", 1)[1]
+                x.add_peer("b", f"{plain}://127.0.0.1:{port}")
+            for seq in range(20):
+                x.send("b", numbered(10_000 + seq))
+                a.send("b", numbered(seq))
+            await inbox.wait_until(lambda: len(inbox.got("a")) >= 20, "a's frames")
+            await asyncio.sleep(0.5)  # x keeps trying meanwhile
+            assert inbox.got("a") == list(range(20))
+            assert inbox.got("x") == []
+
+    run(main)
+
+
+def test_missing_certificate_files_are_config_errors(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.pem")
+    with pytest.raises(ConfigError, match=r"nope\.pem"):
+        transport_from_url("tcps://127.0.0.1:0",
+                           TransportOptions(tls_cert=missing, tls_key=missing))
+    with pytest.raises(ConfigError, match="tls_cert and tls_key"):
+        transport_from_url("tcps://127.0.0.1:0")
+    with pytest.raises(ConfigError, match=r"nope\.pem"):
+        transport_from_url("grpc://127.0.0.1:0", dataclasses.replace(
+            _options("grpc"), tls_ca=missing))
+    with pytest.raises(ConfigError, match="no TLS option"):
+        transport_from_url("zmq://127.0.0.1:0?tls=1")
+    with pytest.raises(ConfigError, match="never goes in a URL"):
+        transport_from_url("tcp://127.0.0.1:0?secret=hunter22")
