@@ -29,30 +29,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, overload
 
 from abcast.effects import Deliver, Stage
-from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
-from abcast.ids import MsgId, NodeId
-from abcast.ordering.registry import ORDERINGS, OrderingOptions, get_ordering
+from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.replicated._declare import READ, spec_of
+from abcast.replicated._group import GroupLike, require_total_order, total_orderings
 from abcast.replicated.replica import Outcome, Replica
+
+if TYPE_CHECKING:
+    from abcast.replicated.objects import ObjectHandle
+
+__all__ = ["GroupLike", "ReplicatedHandle", "attach", "require_total_order", "total_orderings"]
 
 log: Final = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class GroupLike(Protocol):
-    """What a handle needs from abcast.Group."""
-
-    @property
-    def node(self) -> NodeId: ...
-
-    def broadcast_nowait(self, payload: bytes) -> MsgId: ...
-
-    def deliveries(self) -> AsyncIterator[Deliver]: ...
 
 
 class ReplicatedHandle(Generic[T]):
@@ -204,25 +197,27 @@ def _settle(future: asyncio.Future[Any], outcome: Outcome) -> None:
         future.set_result(outcome.value)
 
 
-def total_orderings() -> tuple[str, ...]:
-    """The orderings a replicated object can run on: those that claim total order."""
-    return tuple(sorted(n for n, spec in ORDERINGS.items() if "total" in spec.guarantees))
+@overload
+async def attach(group: GroupLike, cls: type[T], *args: Any, name: None = None,
+                 **kwargs: Any) -> ReplicatedHandle[T]: ...
 
 
-def require_total_order(ordering: str, options: OrderingOptions | None = None) -> None:
-    """ConfigError unless a group of `ordering` (with `options`) claims total order: every
-    copy must apply the same writes in the same order."""
-    if "total" not in get_ordering(ordering).claimed(options or OrderingOptions()):
-        raise ConfigError(
-            f"ordering {ordering!r} does not claim total order, so replicas would apply "
-            f"writes in different orders and diverge; a replicated object needs one of: "
-            f"{', '.join(total_orderings())}")
+@overload
+async def attach(group: GroupLike, cls: type[T], *args: Any, name: str,
+                 **kwargs: Any) -> ObjectHandle: ...
 
 
-async def attach(group: GroupLike, cls: type[T], *args: Any, **kwargs: Any) -> ReplicatedHandle[T]:
+async def attach(group: GroupLike, cls: type[T], *args: Any, name: str | None = None,
+                 **kwargs: Any) -> ReplicatedHandle[T] | ObjectHandle:
     """A replica of `cls(*args, **kwargs)` on an open group made without on_deliver; it
-    applies the group's deliveries from a task until `close()`."""
+    applies the group's deliveries from a task until `close()`. With `name=`, a named
+    object among the group's others (abcast.replicated.objects): created in the group's
+    order, found by the other members with `lookup(group, name)`."""
     spec_of(cls)  # refuse undecorated classes before building anything
+    if name is not None:
+        from abcast.replicated.objects import attach_named
+
+        return await attach_named(group, cls, name, *args, **kwargs)
     handle = ReplicatedHandle(cls(*args, **kwargs))
     handle.bind(group)
     handle.start_reading()
