@@ -17,118 +17,40 @@ Outcomes of this node's operations are matched to their callers by the group's s
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any
 
-from abcast.effects import Deliver, Stage
-from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.errors import LocalProtocolError
+from abcast.replicated._app import GroupApp
 from abcast.replicated._declare import READ, spec_of
-from abcast.replicated._group import GroupLike, require_total_order
+from abcast.replicated._group import GroupLike
 from abcast.replicated.directory import (
     Directory,
     encode_call,
     encode_create,
     encode_drop,
 )
-from abcast.replicated.replica import Outcome
-
-log: Final = logging.getLogger(__name__)
 
 #: the Objects serving each open group (a group has at most one)
 _BY_GROUP: weakref.WeakKeyDictionary[Any, Objects] = weakref.WeakKeyDictionary()
 
 
-class Objects:
+class Objects(GroupApp[Directory]):
     """A group's named objects: `Group.join("bank", registry=url, app=Objects())`."""
 
     def __init__(self) -> None:
-        self.directory = Directory()
-        self._group: GroupLike | None = None
-        self._futures: dict[int, asyncio.Future[Any]] = {}
-        self._early: dict[int, Outcome] = {}
-        self._changed: asyncio.Event | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self.bad_deliveries = 0
+        super().__init__(Directory(), "replicated objects")
 
-    # -- the group's application ---------------------------------------------------------
+    @property
+    def directory(self) -> Directory:
+        return self.core
+
     def bind(self, group: GroupLike) -> None:
-        if self._group is not None:
-            raise LocalProtocolError("these objects are already bound to a group")
         if _BY_GROUP.get(group) is not None:
             raise LocalProtocolError("this group already has its named objects")
-        ordering = getattr(group, "ordering", None)
-        if isinstance(ordering, str):
-            require_total_order(ordering, getattr(group, "options", None))
-        self._group = group
-        self.directory.node = group.node
+        super().bind(group)
         _BY_GROUP[group] = self
-
-    def on_deliver(self, delivery: Deliver) -> None:
-        if delivery.stage is not Stage.FINAL:
-            return
-        try:
-            outcome = self.directory.apply(delivery.origin, delivery.seq, delivery.payload)
-        except RemoteProtocolError as exc:
-            self.bad_deliveries += 1
-            log.warning("ignored %s#%d: %s", delivery.origin, delivery.seq, exc)
-            return
-        if outcome is not None:
-            future = self._futures.pop(outcome.seq, None)
-            if future is None:
-                self._early[outcome.seq] = outcome
-            elif not future.done():
-                _settle(future, outcome)
-        if self._changed is not None:
-            self._changed.set()
-
-    def get_state(self) -> bytes:
-        return self.directory.state()
-
-    def set_state(self, state: bytes) -> None:
-        self.directory.load(state)
-        if self._changed is not None:
-            self._changed.set()
-
-    def start_reading(self) -> None:
-        group = self._require_group()
-        if self._reader is None:
-            self._reader = asyncio.get_running_loop().create_task(self._read_all(group))
-
-    async def _read_all(self, group: GroupLike) -> None:
-        async for delivery in group.deliveries():
-            self.on_deliver(delivery)
-
-    async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-            self._reader = None
-        for future in self._futures.values():
-            if not future.done():
-                future.set_exception(LocalProtocolError("replicated objects closed"))
-        self._futures.clear()
-
-    def _require_group(self) -> GroupLike:
-        if self._group is None:
-            raise LocalProtocolError("bind the objects to an open group first")
-        return self._group
-
-    # -- operations --------------------------------------------------------------------
-    def submit(self, payload: bytes) -> tuple[int, asyncio.Future[Any]]:
-        """Broadcast one operation; (its seq, a future for its outcome here)."""
-        group = self._require_group()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        seq = group.broadcast_nowait(payload).seq
-        early = self._early.pop(seq, None)
-        if early is not None:
-            _settle(future, early)
-        else:
-            self._futures[seq] = future
-        return seq, future
 
     async def create(self, name: str, cls: type, *args: Any, **kwargs: Any) -> ObjectHandle:
         _seq, future = self.submit(encode_create(name, cls, args, kwargs))
@@ -136,19 +58,16 @@ class Objects:
         return ObjectHandle(self, name)
 
     def lookup(self, name: str) -> ObjectHandle:
-        self.directory.replica(name)  # NoSuchObjectError unless it is here
+        self.core.replica(name)  # NoSuchObjectError unless it is here
         return ObjectHandle(self, name)
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        while not predicate():
-            self._changed.clear()
-            await self._changed.wait()
+        """Wait until `predicate()` holds; re-checked after every operation."""
+        await self._wait(predicate)
 
     async def wait_for(self, name: str) -> ObjectHandle:
         """The handle of `name` once its create has executed here."""
-        await self.wait_until(lambda: self.directory.has(name))
+        await self._wait(lambda: self.core.has(name))
         return self.lookup(name)
 
 
@@ -193,13 +112,6 @@ class ObjectHandle:
         """Remove the object from the group (ordered: later writes to it fail)."""
         _seq, future = self._objects.submit(encode_drop(self.name))
         await future
-
-
-def _settle(future: asyncio.Future[Any], outcome: Outcome) -> None:
-    if outcome.error is not None:
-        future.set_exception(outcome.error)
-    else:
-        future.set_result(outcome.value)
 
 
 def objects_of(group: GroupLike) -> Objects:
