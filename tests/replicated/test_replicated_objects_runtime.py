@@ -135,3 +135,43 @@ def objects_for(group: Any) -> Objects:
     from abcast.replicated.objects import objects_of
 
     return objects_of(group)
+
+
+class HeldGroup:
+    """A one-member group whose deliveries the test releases by hand."""
+
+    def __init__(self) -> None:
+        self.node = "n1"
+        self.sent: list[bytes] = []
+
+    def broadcast_nowait(self, payload: bytes) -> Any:
+        from abcast.ids import MsgId
+
+        self.sent.append(payload)
+        return MsgId(self.node, len(self.sent))
+
+    async def deliveries(self) -> Any:  # never used: the objects are the group's app
+        yield None
+
+    def release(self, objects: Objects, upto: int) -> None:
+        from abcast.effects import Deliver
+
+        for seq in range(1, upto + 1):
+            objects.on_deliver(Deliver(self.node, seq, self.sent[seq - 1]))
+
+
+@run_async
+async def test_a_read_waits_only_for_the_callers_writes_to_that_object() -> None:
+    group, objects = HeldGroup(), Objects()
+    objects.bind(group)  # type: ignore[arg-type]
+    creates = [asyncio.ensure_future(objects.create(n, Account)) for n in ("alice", "bob")]
+    await asyncio.sleep(0)  # both creates broadcast
+    group.release(objects, 2)
+    alice, bob = [await c for c in creates]
+    pending = alice.deposit(5)  # issued, not yet delivered
+    assert await bob.get() == 0  # bob's read does not wait for alice's write
+    reading = asyncio.ensure_future(alice.get())
+    await asyncio.sleep(0)
+    assert not reading.done()  # alice's read waits for it
+    group.release(objects, 3)
+    assert await pending == 5 and await reading == 5
