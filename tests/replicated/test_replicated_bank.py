@@ -1,7 +1,7 @@
 """`abcast demo bank`: every replica of the Account ends with the same balance — in one
 process over mem:// (ordering ticket with its own ticket server too), and as real
-processes over TCP (matrix) — and arguments that
-cannot work are refused with exit code 2."""
+processes over TCP (matrix) — and arguments that cannot work are refused with exit
+code 2."""
 
 from __future__ import annotations
 
