@@ -139,6 +139,10 @@ class Ticket(Layer):
             case TTicket(epoch, first_number, first_seq, count):
                 if sender != self.issuer() or epoch != self.epoch or self.phase != "steady":
                     return []  # a late ticket of an epoch given up: asked for again
+                if self._asked is None or self._asked[:2] != (first_seq, count):
+                    raise RemoteProtocolError(f"{sender} sent a ticket for {first_seq}+{count}"
+                                              f", which this node did not ask for")
+                self._asked = None
                 return self._ticketed(first_number, first_seq, count, now)
             case TRequest(epoch, first_seq, count):
                 self._check_member(sender, header)
@@ -188,10 +192,6 @@ class Ticket(Layer):
 
     def _ticketed(self, first_number: int, first_seq: int, count: int,
                   now: int) -> list[Effect]:
-        if self._asked is not None and self._asked[:2] != (first_seq, count):
-            raise RemoteProtocolError(f"ticket for {first_seq}+{count}, asked for "
-                                      f"{self._asked[0]}+{self._asked[1]}")
-        self._asked = None
         effects: list[Effect] = []
         others = self._others()
         for i in range(count):
