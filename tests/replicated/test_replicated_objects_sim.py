@@ -111,3 +111,28 @@ def test_a_second_create_of_a_name_is_refused_at_the_same_point_everywhere() -> 
         assert directory.replica("alice").obj.balance == 7
         expected = ObjectExistsError if node == "n2" else type(None)
         assert type(verdicts[node]) is expected
+
+
+def test_unknown_classes_and_bad_bytes_are_refused_without_importing_anything() -> None:
+    import pickle
+
+    from abcast.errors import RemoteProtocolError
+    from abcast.replicated import NoSuchObjectError
+
+    directory = Directory("n1")
+    create = pickle.dumps(("abcast.objects", "create", "evil", "os.system", ("id",), {}))
+    assert directory.apply("n2", 1, create) is None  # a placeholder, nothing built
+    with pytest.raises(NoSuchObjectError, match=r"os\.system"):
+        directory.replica("evil")
+    outcome = directory.apply("n1", 1, deposit("evil", 3))
+    assert outcome is not None and isinstance(outcome.error, NoSuchObjectError)
+    with pytest.raises(RemoteProtocolError):
+        directory.apply("n2", 2, b"not a pickle")
+    with pytest.raises(RemoteProtocolError):
+        directory.apply("n2", 3, pickle.dumps(("abcast.objects", "explode", "x")))
+    # the snapshot keeps the placeholder and real objects alike
+    directory.apply("n2", 4, encode_create("alice", Account, (9,), {}))
+    joiner = Directory("n3")
+    joiner.load(directory.state())
+    assert joiner.names() == ("evil", "alice") and joiner.state() == directory.state()
+    assert joiner.replica("alice").obj.balance == 9
