@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from abcast.ids import MsgId, NodeId, View
     from abcast.ordering.registry import ORDERINGS, OrderingOptions
     from abcast.registry import RegistryClient, RegistryServer
+    from abcast.replicated import Objects, lookup
     from abcast.rpc import Client, Outcome, Server
     from abcast.runtime import Group, Node
 
@@ -53,6 +54,8 @@ _WHERE: dict[str, tuple[str, str]] = {
     "View": ("abcast.ids", "View"),
     "ReplicatedHandle": ("abcast.replicated", "ReplicatedHandle"),
     "attach": ("abcast.replicated", "attach"),
+    "lookup": ("abcast.replicated", "lookup"),
+    "Objects": ("abcast.replicated", "Objects"),
     "read": ("abcast.replicated", "read"),
     "write": ("abcast.replicated", "write"),
 }
@@ -70,6 +73,7 @@ __all__ = [
     "MsgId",
     "Node",
     "NodeId",
+    "Objects",
     "OrderingOptions",
     "Outcome",
     "RegistryClient",
@@ -80,6 +84,7 @@ __all__ = [
     "Stage",
     "View",
     "attach",
+    "lookup",
     "read",
     "replicated",
     "write",

@@ -439,12 +439,14 @@ def _register_commands() -> None:
     from abcast.apps.chat import chat
     from abcast.apps.groups import group
     from abcast.apps.rpc_commands import call, serve
+    from abcast.apps.ticket_server import ticket_server
     from abcast.cli_probe import probe_command
     from abcast.evaluation.cli import bench
     from abcast.pipeline.commands import check, report
 
     demo.add_command(certify)
-    for command in (bench, demo, group, check, report, serve, call, probe_command):
+    for command in (bench, demo, group, check, report, serve, call, probe_command,
+                    ticket_server):
         cli.add_command(command)
     demo.add_command(chat)
 

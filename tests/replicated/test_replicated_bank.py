@@ -1,6 +1,7 @@
 """`abcast demo bank`: every replica of the Account ends with the same balance — in one
-process over mem://, and as real processes over TCP (matrix) — and arguments that
-cannot work are refused with exit code 2."""
+process over mem:// (ordering ticket with its own ticket server too), and as real
+processes over TCP (matrix) — and arguments that cannot work are refused with exit
+code 2."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from abcast.apps.bank import BankConfig, demo, run_bank
 from abcast.errors import ConfigError
 
 
-@pytest.mark.parametrize("ordering", ["matrix", "sequencer", "chandra-toueg"])
+@pytest.mark.parametrize("ordering", ["matrix", "sequencer", "chandra-toueg", "ticket"])
 def test_balances_are_equal_in_process(ordering: str) -> None:
     result = asyncio.run(run_bank(BankConfig(3, ordering, 45, "mem", seed=3,
                                              timeout_s=60)))

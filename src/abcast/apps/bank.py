@@ -5,10 +5,12 @@ network transports, tasks of this process for mem:// — that open group "bank" 
 chosen ordering, each hold a replica of `Account` (abcast.replicated.batteries) and
 together apply K random deposits and withdrawals: node i issues its share one at a time,
 each awaited until executed on its own copy (RepMI's synchronous invocation), amounts
-drawn from `random.Random(f"{seed}:{node}")`. A node that has executed all K operations
-reports its balance, tells the registry it is done and waits for every other node
-before closing (a matrix group needs every member's heartbeats until the end). The
-command prints every replica's final balance, or with --json one line
+drawn from `random.Random(f"{seed}:{node}")`. With `--ordering ticket` the command also
+starts the group's ticket server (abcast.apps.ticket_server) in this process. A node
+that has executed all K operations reports its balance, tells the registry it is done
+and waits for every other node before closing (a matrix group needs every member's
+heartbeats until the end). The command prints every replica's final balance, or with
+--json one line
 `{"balances": {"n1": …}, "equal": true|false}`; exit code 0 when every replica reported
 and all balances are equal, 1 otherwise, 2 for bad arguments.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
 import sys
@@ -143,7 +146,15 @@ async def run_bank(config: BankConfig) -> BankResult:
 
     config.validate()
     result = BankResult({}, [])
-    async with RegistryServer() as server:
+    async with RegistryServer() as server, contextlib.AsyncExitStack() as stack:
+        if config.ordering == "ticket" and not config.options.ticket:
+            # ordering "ticket" numbers from a server outside the group: start one
+            from abcast.apps.ticket_server import TicketService
+
+            ticket = await stack.enter_async_context(TicketService(
+                [GROUP], registry=server.url, listen=config.bind_url()))
+            config = dataclasses.replace(config, options=dataclasses.replace(
+                config.options, ticket=ticket.url))
         try:
             async with asyncio.timeout(config.timeout_s):
                 if config.transport == "mem":
@@ -178,6 +189,8 @@ def _worker_command(config: BankConfig, index: int, registry: str) -> list[str]:
     cmd += ["--heartbeat-ms", repr(matrix.period_us / 1000)]
     if not matrix.adaptive:
         cmd.append("--fixed-heartbeat")
+    if config.options.ticket:
+        cmd += ["--ticket", config.options.ticket]
     if config.metrics_port is not None:
         cmd += ["--metrics-port", str(config.metrics_port)]
     return cmd
@@ -284,12 +297,14 @@ def bank(nodes: int, ordering: str, operations: int, transport: str, seed: int,
 @click.option("--heartbeat-ms", default=300.0, type=float)
 @click.option("--fixed-heartbeat", is_flag=True)
 @click.option("--metrics-port", default=None, type=int)
+@click.option("--ticket", default="")
 def bank_node(index: int, registry: str, nodes: int, ordering: str, operations: int,
               transport: str, seed: int, heartbeat_ms: float, fixed_heartbeat: bool,
-              metrics_port: int | None) -> None:
+              metrics_port: int | None, ticket: str) -> None:
     """One node of `demo bank` (started by it): prints one JSON report line."""
     config = BankConfig(nodes, ordering, operations, transport, seed,
-                        options=_options(heartbeat_ms, fixed_heartbeat),
+                        options=dataclasses.replace(_options(heartbeat_ms, fixed_heartbeat),
+                                                    ticket=ticket),
                         metrics_port=metrics_port)
     try:
         report = asyncio.run(run_bank_node(config, index, registry))

@@ -25,6 +25,7 @@ from abcast.ordering.matrix import Matrix, MatrixConfig
 from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.sequencer_state import MembershipConfig, OptimisticConfig
 from abcast.ordering.skeen import Skeen
+from abcast.ordering.ticket import TICKET_NODE, Ticket, TicketConfig
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.basic_channel import BasicChannel
 from abcast.reliability.channel import ChannelConfig, ReliableChannel
@@ -74,6 +75,8 @@ class OrderingOptions:
     order_interval_ms: float = 0
     #: ordering "optimistic": compensation's inertia α and on/off (sequencer_optimistic)
     optimistic: OptimisticConfig = field(default_factory=OptimisticConfig)
+    #: ordering "ticket": the ticket server's address ("": the lowest member issues)
+    ticket: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.order_interval_ms <= 10_000:
@@ -255,6 +258,15 @@ ORDERINGS: dict[str, OrderingSpec] = {
             lambda n: n * (n - 1),
             "total order from Lamport matrix clocks and NOPE heartbeats (RepMI); open group",
             periodic=True, channel=OpenChannel,
+        ),
+        OrderingSpec(
+            "ticket",
+            lambda node, opts: [Ticket(node, TicketConfig(TICKET_NODE if opts.ticket else None))],
+            (*BASIC, "fifo", "total"), NETWORK_FAULTS, lambda n: n + 1,
+            "total order from a ticket server outside the group (RepMI): the origin asks"
+            " it for a number, then sends the numbered body; a member takes over if the"
+            " server crashes",
+            channel=OpenChannel,
         ),
     )
 }

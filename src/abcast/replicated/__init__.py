@@ -15,6 +15,14 @@ local copy.
         await acc.deposit(300)      # returns once executed on this node's copy
         print(await acc.get())      # after this node's writes
 
+Several objects per group, found by name (abcast.replicated.objects): the group's
+application is an `Objects`, and each object is created — an operation ordered like the
+writes — and found by name from any member:
+
+    group = await Group.create("bank", ordering="sequencer", registry=url, app=Objects())
+    alice = await attach(group, Account, name="alice")
+    bob = lookup(group, "bob")          # created by another member; NoSuchObjectError if not
+
 Any ordering that claims total order works (matrix, sequencer, skeen, chandra-toueg…).
 In a dynamic group the handle is the group's application, and its state moves to every
 joiner by itself:
@@ -45,7 +53,9 @@ from abcast.replicated.batteries import (
     locked,
     release,
 )
+from abcast.replicated.directory import NoSuchObjectError, ObjectExistsError
 from abcast.replicated.handle import ReplicatedHandle, attach
+from abcast.replicated.objects import ObjectHandle, Objects, lookup
 from abcast.replicated.replica import Outcome, Replica
 
 __all__ = [
@@ -53,6 +63,10 @@ __all__ = [
     "ClassSpec",
     "Counter",
     "Lock",
+    "NoSuchObjectError",
+    "ObjectExistsError",
+    "ObjectHandle",
+    "Objects",
     "Outcome",
     "Replica",
     "ReplicatedDict",
@@ -60,6 +74,7 @@ __all__ = [
     "acquire",
     "attach",
     "locked",
+    "lookup",
     "read",
     "release",
     "replicated",

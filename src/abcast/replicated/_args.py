@@ -98,7 +98,7 @@ class _PlainUnpickler(pickle.Unpickler):
         raise RemoteProtocolError(f"operation refers to {module}.{name}: not plain data")
 
 
-def _loads(data: bytes, what: str) -> Any:
+def loads_plain(data: bytes, what: str) -> Any:
     try:
         return _PlainUnpickler(io.BytesIO(data)).load()
     except RemoteProtocolError:
@@ -108,7 +108,7 @@ def _loads(data: bytes, what: str) -> Any:
 
 
 def decode_invocation(data: bytes) -> Invocation:
-    body = _loads(data, "operation")
+    body = loads_plain(data, "operation")
     match body:
         case (str(cls), str(method), tuple(args), dict(kwargs)) if all(
                 type(k) is str for k in kwargs):
@@ -147,7 +147,7 @@ def decode_state(obj: object, data: bytes) -> None:
         return
     if tag != b"P":
         raise RemoteProtocolError("state bytes carry no known tag")
-    attrs = _loads(body, "state")
+    attrs = loads_plain(body, "state")
     if not isinstance(attrs, dict) or not all(type(k) is str for k in attrs):
         raise RemoteProtocolError("state is not a dict of attributes")
     vars(obj).clear()

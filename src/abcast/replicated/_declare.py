@@ -22,6 +22,10 @@ C = TypeVar("C", bound=type)
 F = TypeVar("F", bound=Callable[..., Any])
 
 _KIND_ATTR: Final = "__abcast_kind__"
+#: every @replicated class of this process by its wire name: a named object's create
+#: operation names its class, and a member builds its copy only from a class it has
+#: itself imported and declared (a peer can never make it import anything)
+_CLASSES: Final[dict[str, type]] = {}
 _SPEC_ATTR: Final = "__abcast_spec__"
 WRITE: Final = "write"
 READ: Final = "read"
@@ -105,7 +109,13 @@ def replicated(cls: C) -> C:
         raise LocalProtocolError(f"{cls.__name__} has no @write method: nothing to replicate")
     name = f"{cls.__module__}.{cls.__qualname__}"
     setattr(cls, _SPEC_ATTR, ClassSpec(name, cls, methods))
+    _CLASSES[name] = cls
     return cls
+
+
+def class_named(name: str) -> type | None:
+    """The @replicated class of this process whose wire name is `name`, if any."""
+    return _CLASSES.get(name)
 
 
 def spec_of(target: object) -> ClassSpec:

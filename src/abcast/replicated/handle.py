@@ -27,103 +27,41 @@ transports or the wire.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final, Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from abcast.effects import Deliver, Stage
-from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
-from abcast.ids import MsgId, NodeId
-from abcast.ordering.registry import ORDERINGS, OrderingOptions, get_ordering
+from abcast.replicated._app import GroupApp
 from abcast.replicated._declare import READ, spec_of
-from abcast.replicated.replica import Outcome, Replica
+from abcast.replicated._group import GroupLike, require_total_order, total_orderings
+from abcast.replicated.replica import Replica
 
-log: Final = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from abcast.replicated.objects import ObjectHandle
+
+__all__ = ["GroupLike", "ReplicatedHandle", "attach", "require_total_order", "total_orderings"]
 
 T = TypeVar("T")
 
 
-class GroupLike(Protocol):
-    """What a handle needs from abcast.Group."""
-
-    @property
-    def node(self) -> NodeId: ...
-
-    def broadcast_nowait(self, payload: bytes) -> MsgId: ...
-
-    def deliveries(self) -> AsyncIterator[Deliver]: ...
-
-
-class ReplicatedHandle(Generic[T]):
+class ReplicatedHandle(GroupApp[Replica[T]]):
     """`acc = await attach(group, Account)`; `await acc.deposit(300)`; `await acc.get()`."""
 
     def __init__(self, obj: T) -> None:
-        self._replica: Replica[T] = Replica(obj)
-        self._group: GroupLike | None = None
-        self._futures: dict[int, asyncio.Future[Any]] = {}
-        self._early: dict[int, Outcome] = {}  # outcomes that came before their future
-        self._changed: asyncio.Event | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self.bad_deliveries = 0
+        super().__init__(Replica(obj), "replicated object")
 
-    # -- wiring ------------------------------------------------------------------------------
     @property
     def replica(self) -> Replica[T]:
-        return self._replica
+        return self.core
 
     @property
     def local(self) -> T:
         """This node's copy (read it; never change it outside a @write)."""
-        return self._replica.obj
+        return self.core.obj
 
     @property
     def applied(self) -> int:
         """Operations executed on this copy so far."""
-        return self._replica.applied
-
-    def bind(self, group: GroupLike) -> None:
-        """Use `group` (open, with this handle's `on_deliver` as its delivery hook)."""
-        if self._group is not None:
-            raise LocalProtocolError("this replicated object is already bound to a group")
-        ordering = getattr(group, "ordering", None)
-        if isinstance(ordering, str):
-            require_total_order(ordering, getattr(group, "options", None))
-        self._group = group
-        self._replica.node = group.node
-
-    def get_state(self) -> bytes:
-        """The copy's state, for a joiner (the group's snapshot hook)."""
-        return self._replica.state()
-
-    def set_state(self, state: bytes) -> None:
-        """Replace the copy's state with a member's snapshot (this node just joined)."""
-        self._replica.load(state)
-        if self._changed is not None:
-            self._changed.set()
-
-    def start_reading(self) -> None:
-        """Apply the group's deliveries from a task (a group made without on_deliver)."""
-        group = self._require_group()
-        if self._reader is not None:
-            raise LocalProtocolError("this replicated object already reads its group")
-        self._reader = asyncio.get_running_loop().create_task(self._read_all(group))
-
-    async def _read_all(self, group: GroupLike) -> None:
-        async for delivery in group.deliveries():
-            self.on_deliver(delivery)
-
-    async def close(self) -> None:
-        """Stop applying deliveries; pending calls fail with LocalProtocolError."""
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-            self._reader = None
-        for future in self._futures.values():
-            if not future.done():
-                future.set_exception(LocalProtocolError("replicated object closed"))
-        self._futures.clear()
+        return self.core.applied
 
     async def __aenter__(self) -> ReplicatedHandle[T]:
         return self
@@ -131,98 +69,56 @@ class ReplicatedHandle(Generic[T]):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _require_group(self) -> GroupLike:
-        if self._group is None:
-            raise LocalProtocolError("bind the replicated object to an open group first")
-        return self._group
-
-    # -- deliveries ----------------------------------------------------------------------------
-    def on_deliver(self, delivery: Deliver) -> None:
-        """The group's delivery hook: execute the operation, resolve our caller."""
-        if delivery.stage is not Stage.FINAL:
-            return
-        try:
-            outcome = self._replica.apply(delivery.origin, delivery.seq, delivery.payload)
-        except RemoteProtocolError as exc:
-            self.bad_deliveries += 1
-            log.warning("ignored %s#%d: %s", delivery.origin, delivery.seq, exc)
-            return
-        if outcome is not None:
-            future = self._futures.pop(outcome.seq, None)
-            if future is None:
-                self._early[outcome.seq] = outcome
-            elif not future.done():
-                _settle(future, outcome)
-        if self._changed is not None:
-            self._changed.set()
-
     # -- calls -----------------------------------------------------------------------------------
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         if name.startswith("_"):
             raise AttributeError(name)
-        entry = spec_of(self._replica.obj).methods.get(name)
+        entry = spec_of(self.core.obj).methods.get(name)
         if entry is None:
             raise AttributeError(
-                f"{type(self._replica.obj).__name__} has no @write or @read method {name!r}")
+                f"{type(self.core.obj).__name__} has no @write or @read method {name!r}")
         if entry.kind == READ:
             return lambda *args, **kwargs: self.call_read(name, *args, **kwargs)
         return lambda *args, **kwargs: self.call_write(name, *args, **kwargs)
 
     def call_write(self, method: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """Broadcast a write now; the future resolves once it executed on this copy."""
-        group = self._require_group()
-        payload = self._replica.invocation(method, args, kwargs)
-        loop = asyncio.get_running_loop()
-        mid = group.broadcast_nowait(payload)
-        self._replica.issued_as(mid.seq)
-        future: asyncio.Future[Any] = loop.create_future()
-        early = self._early.pop(mid.seq, None)
-        if early is not None:
-            _settle(future, early)
-        else:
-            self._futures[mid.seq] = future
+        payload = self.core.invocation(method, args, kwargs)
+        seq, future = self.submit(payload)
+        self.core.issued_as(seq)
         return future
 
     async def call_read(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run a read on this copy once every write this node issued has executed here."""
-        await self.wait_until(lambda _obj: self._replica.caught_up())
-        return self._replica.read(method, args, kwargs)
+        await self._wait(self.core.caught_up)
+        return self.core.read(method, args, kwargs)
 
     async def wait_until(self, predicate: Callable[[T], bool]) -> None:
         """Wait until `predicate(local copy)` holds; re-checked after every operation."""
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        while not predicate(self._replica.obj):
-            self._changed.clear()
-            await self._changed.wait()
+        await self._wait(lambda: predicate(self.core.obj))
 
 
-def _settle(future: asyncio.Future[Any], outcome: Outcome) -> None:
-    if outcome.error is not None:
-        future.set_exception(outcome.error)
-    else:
-        future.set_result(outcome.value)
+@overload
+async def attach(group: GroupLike, cls: type[T], *args: Any, name: None = None,
+                 **kwargs: Any) -> ReplicatedHandle[T]: ...
 
 
-def total_orderings() -> tuple[str, ...]:
-    """The orderings a replicated object can run on: those that claim total order."""
-    return tuple(sorted(n for n, spec in ORDERINGS.items() if "total" in spec.guarantees))
+@overload
+async def attach(group: GroupLike, cls: type[T], *args: Any, name: str,
+                 **kwargs: Any) -> ObjectHandle: ...
 
 
-def require_total_order(ordering: str, options: OrderingOptions | None = None) -> None:
-    """ConfigError unless a group of `ordering` (with `options`) claims total order: every
-    copy must apply the same writes in the same order."""
-    if "total" not in get_ordering(ordering).claimed(options or OrderingOptions()):
-        raise ConfigError(
-            f"ordering {ordering!r} does not claim total order, so replicas would apply "
-            f"writes in different orders and diverge; a replicated object needs one of: "
-            f"{', '.join(total_orderings())}")
-
-
-async def attach(group: GroupLike, cls: type[T], *args: Any, **kwargs: Any) -> ReplicatedHandle[T]:
+async def attach(group: GroupLike, cls: type[T], *args: Any, name: str | None = None,
+                 **kwargs: Any) -> ReplicatedHandle[T] | ObjectHandle:
     """A replica of `cls(*args, **kwargs)` on an open group made without on_deliver; it
-    applies the group's deliveries from a task until `close()`."""
+    applies the group's deliveries from a task until `close()`. With `name=`, a named
+    object among the group's others (abcast.replicated.objects): created in the group's
+    order, found by the other members with `lookup(group, name)`."""
     spec_of(cls)  # refuse undecorated classes before building anything
+    if name is not None:
+        from abcast.replicated.objects import attach_named
+
+        return await attach_named(group, cls, name, *args, **kwargs)
     handle = ReplicatedHandle(cls(*args, **kwargs))
     handle.bind(group)
     handle.start_reading()

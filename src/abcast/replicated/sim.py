@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from abcast.checks import Violation, check_events
 from abcast.effects import Deliver, InstallState, InstallView, Output, Stage, TakeSnapshot
@@ -36,19 +36,50 @@ from abcast.trace.recorder import TraceRecorder
 CallPicker = Callable[[random.Random, NodeId], tuple[str, tuple[Any, ...]]]
 
 
+class Core(Protocol):
+    """What a node's application is: a `Replica`, or a `Directory` of named objects."""
+
+    def apply(self, origin: NodeId, seq: int, payload: bytes) -> Outcome | None: ...
+
+    def state(self) -> bytes: ...
+
+    def load(self, state: bytes) -> None: ...
+
+
+#: the bytes of the next operation a node issues, given its own application
+Invoker = Callable[[random.Random, NodeId, Any], bytes]
+
+
 class ReplicaCluster(SimCluster):
     def __init__(self, scheduler: Scheduler, network: Network, recorder: TraceRecorder,
-                 factory: Callable[[], object]) -> None:
+                 factory: Callable[[], object],
+                 core: Callable[[NodeId], Core] | None = None) -> None:
         super().__init__(scheduler, network, recorder, on_deliver=self._execute)
         self.factory = factory
-        self.replicas: dict[NodeId, Replica[Any]] = {}
+        self.core = core or (lambda node: Replica(self.factory(), node))
+        self.replicas: dict[NodeId, Any] = {}
+        #: nodes outside the group (a ticket server): run, but kept out of the trace
+        self.services: set[NodeId] = set()
         self.outcomes: dict[NodeId, list[Outcome]] = {}
         self.on_outcome: Callable[[NodeId, Outcome], None] | None = None
 
     def add_replica(self, stack: Stack, contacts: tuple[NodeId, ...] | None = None) -> SimNode:
-        self.replicas[stack.node] = Replica(self.factory(), stack.node)
+        self.replicas[stack.node] = self.core(stack.node)
         self.outcomes[stack.node] = []
         return self.join(stack, contacts) if contacts is not None else self.add(stack)
+
+    def add_service(self, stack: Stack) -> SimNode:
+        self.services.add(stack.node)
+        return self.add(stack)
+
+    def stop(self, node: NodeId) -> None:
+        """Crash `node`; a service stops without a trace row (it is no member)."""
+        if node not in self.services:
+            self.crash(node)
+            return
+        sim_node = self.nodes[node]
+        sim_node.crashed = True
+        sim_node.timers.clear()
 
     def _execute(self, node: NodeId, delivery: Deliver) -> None:
         if delivery.stage is not Stage.FINAL:
@@ -61,6 +92,9 @@ class ReplicaCluster(SimCluster):
 
     def _apply(self, sim_node: SimNode, outputs: list[Output]) -> None:
         replica = self.replicas.get(sim_node.node)
+        if sim_node.node in self.services:  # its own view is no view of the group's
+            super()._apply(sim_node, [o for o in outputs if not isinstance(o, InstallView)])
+            return
         if replica is None:
             super()._apply(sim_node, outputs)
             return
@@ -104,9 +138,15 @@ def simulate_replicas(
     link: LinkModel = DEFAULT_LINK, writers: tuple[NodeId, ...] | None = None,
     links: dict[tuple[NodeId, NodeId], LinkModel] | None = None,
     max_time_us: int = 3_600_000_000, settle_us: int = 3_000_000,
+    core: Callable[[NodeId], Core] | None = None, invoke: Invoker | None = None,
+    services: Callable[[Callable[[NodeId, View], Stack]], list[Stack]] | None = None,
+    crash: tuple[tuple[NodeId, int], ...] = (),
 ) -> ReplicaRun:
     """Run `operations` writes from `writers` (default: every initial node) through
-    replicas of `factory()`; see the module rules."""
+    replicas of `factory()` — or, with `core` and `invoke`, through each node's own
+    application (a `Directory` of named objects) and the operations `invoke` makes;
+    `services` starts nodes outside the group (a ticket server; `crash` stops nodes at
+    given times); see the module rules."""
     spec = get_ordering(ordering)
     plan = parse_faults(faults)
     spec.refuse_faults(plan.kinds())
@@ -121,7 +161,7 @@ def simulate_replicas(
         network.set_link(a, b, model)
     scheduler = Scheduler()
     recorder = TraceRecorder(f"replicated-{ordering}-n{nodes}-s{seed}")
-    cluster = ReplicaCluster(scheduler, network, recorder, factory)
+    cluster = ReplicaCluster(scheduler, network, recorder, factory, core)
     opts = options or OrderingOptions()
     issued = 0
     issued_at: dict[tuple[NodeId, int], int] = {}
@@ -136,12 +176,17 @@ def simulate_replicas(
         sim_node = cluster.nodes[node]
         if issued >= operations or sim_node.stopped or sim_node.leaving:
             return
-        method, args = pick(rng, node)
-        payload = cluster.replicas[node].invocation(method, args)
+        if invoke is not None:
+            payload = invoke(rng, node, cluster.replicas[node])
+        else:
+            method, args = pick(rng, node)
+            payload = cluster.replicas[node].invocation(method, args)
         issued += 1
         last_activity = scheduler.now
-        seq = cluster.broadcast(node, payload)
-        issued_at[(node, seq)] = scheduler.now
+        # noted first: an issuer's own write (the sequencer's) may execute inside
+        # cluster.broadcast, before it returns the seq
+        issued_at[(node, sim_node.stack.broadcasts + 1)] = scheduler.now
+        cluster.broadcast(node, payload)
 
     def on_outcome(node: NodeId, outcome: Outcome) -> None:
         nonlocal last_activity
@@ -155,6 +200,10 @@ def simulate_replicas(
     view = View(1, ids)
     for node in ids:
         cluster.add_replica(make(node, view))
+    for stack in services(make) if services is not None else ():
+        cluster.add_service(stack)
+    for node, at_us in crash:
+        scheduler.at(at_us, partial(cluster.stop, node))
     for node in active:
         scheduler.at(0, partial(issue, node))
     for leave in plan.leaves:
@@ -175,17 +224,21 @@ def simulate_replicas(
             scheduler.at(hold.end_us, partial(cluster.release, src, dst))
 
     def settle() -> None:
-        if issued >= operations and scheduler.now - last_activity >= settle_us:
+        # done once every write went out, none of a running node still waits for its
+        # outcome, and nothing happened for settle_us
+        waiting = any(not cluster.nodes[node].stopped for node, _seq in issued_at)
+        if issued >= operations and not waiting and scheduler.now - last_activity >= settle_us:
             scheduler.stop()
         else:
             scheduler.after(settle_us // 4, settle)
 
-    if spec.needs_detector or spec.periodic:
+    if spec.needs_detector or spec.periodic or services is not None:
         scheduler.at(settle_us, settle)
     scheduler.run(max_time_us)
-    running = {n: s for n, s in cluster.nodes.items() if not s.stopped}
+    running = {n: s for n, s in cluster.nodes.items()
+               if not s.stopped and n not in cluster.services}
     return ReplicaRun(
-        objects={n: cluster.replicas[n].obj for n in running},
+        objects={n: getattr(cluster.replicas[n], "obj", cluster.replicas[n]) for n in running},
         states={n: cluster.replicas[n].state() for n in running},
         outcomes=cluster.outcomes,
         violations=check_events(recorder.rows(), spec.guarantees, recorder.run_id),

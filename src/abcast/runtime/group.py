@@ -54,6 +54,7 @@ from abcast.effects import Deliver, Stage
 from abcast.errors import AbcastError, Backpressure, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
+from abcast.ordering.ticket import TICKET_NODE
 from abcast.registry.client import RegistryClient
 from abcast.registry.messages import GroupInfo
 from abcast.reliability.channel import ChannelConfig
@@ -301,6 +302,8 @@ class Group:
 
     def _attach(self, host: Node, view: View) -> GroupDriver:
         options = for_streams(self.options, host.transport.scheme)
+        if self.ordering == "ticket" and options.ticket:
+            host.pin_peer(TICKET_NODE, options.ticket)  # the group's ticket server
         stack = build_stack(host.id, self.name, self.ordering, view, options)
         hooks = AppHooks(get_state=self._get_state, set_state=self._set_state,
                          on_view=self._view_installed, on_removed=self._removed,

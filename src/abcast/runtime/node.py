@@ -146,6 +146,7 @@ class Node:
         self._joining: dict[str, list[tuple[Link, Envelope]]] = {}
         self._closed_groups: set[str] = set()
         self._peer_urls: dict[NodeId, str] = {}
+        self._pinned: set[NodeId] = set()  # peers outside every view (a ticket server)
         self._unresolved: dict[NodeId, list[bytes]] = {}
         self._resolvers: dict[NodeId, asyncio.Task[None]] = {}
         self._state = "new"
@@ -349,6 +350,7 @@ class Node:
         if self._state != "open":
             return
         needed = {m for d in self._groups.values() for m in d.stack.view.members}
+        needed |= self._pinned
         for peer in [p for p in self._peer_urls if p not in needed]:
             del self._peer_urls[peer]
             self.transport.remove_peer(peer)
@@ -367,6 +369,12 @@ class Node:
                 resolver.cancel()
             for data in queued or ():
                 self.transport.send(peer, data)
+
+    def pin_peer(self, peer: NodeId, url: str) -> None:
+        """Make `peer`, a node in no group's view (a ticket server), reachable at `url`
+        and keep it so: `prune_peers` leaves it alone."""
+        self.add_peers({peer: url})
+        self._pinned.add(peer)
 
     def peer_url(self, peer: NodeId) -> str | None:
         """`peer`'s address, if frames for it go out at once."""

@@ -1,0 +1,106 @@
+"""`abcast ticket-server`: the ticket server of ordering "ticket" as its own process.
+
+Rules: one node, id `TICKET_NODE` ("ticket"), listening at `--listen`, serving the ticket
+numbers of every group named by `--group` (one `TicketServer` stack each,
+abcast.ordering.ticket.server_layers). It is no member of those groups: members reach it at
+the address their group's `ticket=` option gives, and it answers them at the addresses
+the registry holds for them (`--registry`, the one the members use). It keeps one
+counter per group and nothing else; a crashed server is replaced by a member of the
+group (abcast.ordering.ticket), never restarted into the same epoch. `TicketService` is
+the same server inside a process (`abcast demo bank --ordering ticket` starts one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Sequence
+
+import click
+
+from abcast.cli_params import fail
+from abcast.errors import AbcastError, ConfigError
+from abcast.ids import View
+from abcast.ordering.ticket import TICKET_NODE, server_layers
+from abcast.runtime.driver import GroupDriver
+from abcast.runtime.group import for_streams
+from abcast.runtime.node import Node
+from abcast.stack import Stack
+
+
+class TicketService:
+    """`async with TicketService(["bank"], registry=url) as ticket: … ticket.url …`"""
+
+    def __init__(self, groups: Sequence[str], *, registry: str,
+                 listen: str = "tcp://127.0.0.1:0", wan: str | None = None) -> None:
+        if not groups:
+            raise ConfigError("a ticket server needs at least one group to serve")
+        self.groups = tuple(groups)
+        self.node = Node(listen, node=TICKET_NODE, registry=registry, wan=wan)
+
+    @property
+    def url(self) -> str:
+        """The address to give the groups as their `ticket=` option."""
+        return self.node.address
+
+    def issued(self, group: str) -> int:
+        """Numbers handed out for `group` so far."""
+        for driver in self.node.drivers():
+            if driver.name == group:
+                return int(driver.stack.inspect()[-1].clock.get("issued", 0))
+        raise ConfigError(f"this ticket server does not serve {group!r}")
+
+    async def start(self) -> TicketService:
+        await self.node.start()
+        channel = for_streams(None, self.node.transport.scheme).channel
+        for group in self.groups:
+            stack = Stack(TICKET_NODE, group, server_layers(channel), View(1, (TICKET_NODE,)))
+            self.node.attach(GroupDriver(self.node, stack))
+        return self
+
+    async def close(self) -> None:
+        await self.node.close()
+
+    async def __aenter__(self) -> TicketService:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+@click.command("ticket-server")
+@click.option("--registry", required=True,
+              help="The registry the groups' members use (their addresses are there).")
+@click.option("--group", "groups", multiple=True, required=True,
+              help="A group to number (repeatable).")
+@click.option("--listen", default="tcp://127.0.0.1:0", show_default=True,
+              help="Address to serve on: the groups' ticket= option.")
+@click.option("--wan", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Emulate WAN links (transport/wan.py); the matrix places node 'ticket'.")
+@click.option("--json", "as_json", is_flag=True,
+              help='First stdout line is {"url": ...}, the address actually bound.')
+def ticket_server(registry: str, groups: tuple[str, ...], listen: str, wan: str | None,
+                  as_json: bool) -> None:
+    """Hand out the ticket numbers of groups with ordering "ticket" until interrupted."""
+
+    async def serve() -> None:
+        service = TicketService(groups, registry=registry, listen=listen, wan=wan)
+        await service.start()
+        click.echo(json.dumps({"url": service.url}) if as_json
+                   else f"ticket server for {', '.join(groups)} at {service.url}")
+        sys.stdout.flush()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await service.close()
+
+    try:
+        asyncio.run(serve())
+    except (AbcastError, OSError) as exc:
+        fail(str(exc))

@@ -1,0 +1,148 @@
+"""`GroupApp`: a sans-IO replica core as a running group's application (asyncio side).
+
+Rules: the core (a `Replica`, or a `Directory` of named objects) executes each final
+delivery; this class feeds it — from the group's `on_deliver` hook (synchronously, so a
+state-transfer snapshot falls at its exact point of the order) or from a task reading
+`group.deliveries()` — and hands each outcome of this node's own operations to the
+caller waiting for it, matched by the group's seq (an outcome that comes before its
+caller started waiting is kept until then). A delivery the core refuses is logged and
+counted, never raised into the group's driver. It answers the group's `get_state` /
+`set_state`, and binding refuses an ordering that does not claim total order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+from abcast.effects import Deliver, Stage
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.ids import NodeId
+from abcast.replicated._group import GroupLike, require_total_order
+from abcast.replicated.replica import Outcome
+
+log: Final = logging.getLogger(__name__)
+
+
+class Core(Protocol):
+    node: NodeId | None
+
+    def apply(self, origin: NodeId, seq: int, payload: bytes) -> Outcome | None: ...
+
+    def state(self) -> bytes: ...
+
+    def load(self, state: bytes) -> None: ...
+
+
+C = TypeVar("C", bound=Core)
+
+
+class GroupApp(Generic[C]):
+    def __init__(self, core: C, what: str) -> None:
+        self.core = core
+        self._what = what  # for errors: "replicated object", "replicated objects"
+        self._group: GroupLike | None = None
+        self._futures: dict[int, asyncio.Future[Any]] = {}
+        self._early: dict[int, Outcome] = {}  # outcomes that came before their future
+        self._changed: asyncio.Event | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self.bad_deliveries = 0
+
+    def bind(self, group: GroupLike) -> None:
+        """Use `group` (open, with this object's `on_deliver` as its delivery hook)."""
+        if self._group is not None:
+            raise LocalProtocolError(f"this {self._what} is already bound to a group")
+        ordering = getattr(group, "ordering", None)
+        if isinstance(ordering, str):
+            require_total_order(ordering, getattr(group, "options", None))
+        self._group = group
+        self.core.node = group.node
+
+    def get_state(self) -> bytes:
+        """The state, for a joiner (the group's snapshot hook)."""
+        return self.core.state()
+
+    def set_state(self, state: bytes) -> None:
+        """Replace the state with a member's snapshot (this node just joined)."""
+        self.core.load(state)
+        self._wake()
+
+    def start_reading(self) -> None:
+        """Apply the group's deliveries from a task (a group made without on_deliver)."""
+        group = self._require_group()
+        if self._reader is not None:
+            raise LocalProtocolError(f"this {self._what} already reads its group")
+        self._reader = asyncio.get_running_loop().create_task(self._read_all(group))
+
+    async def _read_all(self, group: GroupLike) -> None:
+        async for delivery in group.deliveries():
+            self.on_deliver(delivery)
+
+    async def close(self) -> None:
+        """Stop applying deliveries; pending calls fail with LocalProtocolError."""
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+        for future in self._futures.values():
+            if not future.done():
+                future.set_exception(LocalProtocolError(f"{self._what} closed"))
+        self._futures.clear()
+
+    def _require_group(self) -> GroupLike:
+        if self._group is None:
+            raise LocalProtocolError(f"bind the {self._what} to an open group first")
+        return self._group
+
+    def on_deliver(self, delivery: Deliver) -> None:
+        """The group's delivery hook: execute the operation, resolve our caller."""
+        if delivery.stage is not Stage.FINAL:
+            return  # a tentative delivery (ordering "optimistic"): the final one applies
+        try:
+            outcome = self.core.apply(delivery.origin, delivery.seq, delivery.payload)
+        except RemoteProtocolError as exc:
+            self.bad_deliveries += 1
+            log.warning("ignored %s#%d: %s", delivery.origin, delivery.seq, exc)
+            return
+        if outcome is not None:
+            future = self._futures.pop(outcome.seq, None)
+            if future is None:
+                self._early[outcome.seq] = outcome
+            elif not future.done():
+                _settle(future, outcome)
+        self._wake()
+
+    def submit(self, payload: bytes) -> tuple[int, asyncio.Future[Any]]:
+        """Broadcast one operation now: (its seq, a future for its outcome here)."""
+        group = self._require_group()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        seq = group.broadcast_nowait(payload).seq
+        early = self._early.pop(seq, None)
+        if early is not None:
+            _settle(future, early)
+        else:
+            self._futures[seq] = future
+        return seq, future
+
+    async def _wait(self, predicate: Callable[[], bool]) -> None:
+        """Until `predicate()` holds; re-checked after every operation executed here."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        while not predicate():
+            self._changed.clear()
+            await self._changed.wait()
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+
+def _settle(future: asyncio.Future[Any], outcome: Outcome) -> None:
+    if outcome.error is not None:
+        future.set_exception(outcome.error)
+    else:
+        future.set_result(outcome.value)

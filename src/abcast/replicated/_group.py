@@ -1,0 +1,42 @@
+"""What a replicated object needs from a group, and which groups can carry one.
+
+Rules: `GroupLike` is the part of abcast.Group a replica's facade uses (ReplicatedHandle,
+Objects); `require_total_order` refuses, with ConfigError, an ordering whose copies
+would apply writes in different orders. Nothing here knows transports or the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from abcast.effects import Deliver
+from abcast.errors import ConfigError
+from abcast.ids import MsgId, NodeId
+from abcast.ordering.registry import ORDERINGS, OrderingOptions, get_ordering
+
+
+class GroupLike(Protocol):
+    """What a handle needs from abcast.Group."""
+
+    @property
+    def node(self) -> NodeId: ...
+
+    def broadcast_nowait(self, payload: bytes) -> MsgId: ...
+
+    def deliveries(self) -> AsyncIterator[Deliver]: ...
+
+
+def total_orderings() -> tuple[str, ...]:
+    """The orderings a replicated object can run on: those that claim total order."""
+    return tuple(sorted(n for n, spec in ORDERINGS.items() if "total" in spec.guarantees))
+
+
+def require_total_order(ordering: str, options: OrderingOptions | None = None) -> None:
+    """ConfigError unless a group of `ordering` (with `options`) claims total order: every
+    copy must apply the same writes in the same order."""
+    if "total" not in get_ordering(ordering).claimed(options or OrderingOptions()):
+        raise ConfigError(
+            f"ordering {ordering!r} does not claim total order, so replicas would apply "
+            f"writes in different orders and diverge; a replicated object needs one of: "
+            f"{', '.join(total_orderings())}")
