@@ -240,6 +240,7 @@ class GroupFlags:
     suspect_after: int | None = None
     opt_alpha: float | None = None
     opt_compensate: bool = True
+    ticket: str | None = None
 
 
 _FLAG_NAMES: Final = tuple(f.name for f in fields(GroupFlags))
@@ -247,7 +248,7 @@ _FLAG_NAMES: Final = tuple(f.name for f in fields(GroupFlags))
 
 def ordering_options(*, suspect_after_default: int | None = None) -> Callable[[_F], _F]:
     """--batch, --safe, --relay, --order-interval-ms, --multicast, --partitions,
-    --suspect-after, --opt-alpha and --no-opt-compensate, declared once for every command
+    --suspect-after, --opt-alpha, --no-opt-compensate and --ticket, declared once for every command
     that builds a group; the command receives them as one `flags: GroupFlags`, and
     `group_options(ordering, flags)` turns them into OrderingOptions."""
     suspect_help = ("Milliseconds of silence before a crash-tolerant ordering's failure "
@@ -290,6 +291,9 @@ def ordering_options(*, suspect_after_default: int | None = None) -> Callable[[_
                      default=True, show_default=True,
                      help="Ordering optimistic: compensate per-sender delays, or opt-deliver "
                           "in receipt order (the baseline)."),
+        click.option("--ticket", "ticket", default=None, type=TRANSPORT,
+                     help="Ordering ticket: the ticket server's address (`abcast "
+                          "ticket-server`); default: the view's lowest member numbers."),
     ]
 
     def apply(function: _F) -> _F:
@@ -329,6 +333,10 @@ def group_options(ordering: str, flags: GroupFlags) -> OrderingOptions:
             alpha = OptimisticConfig().alpha if flags.opt_alpha is None else flags.opt_alpha
             extra["optimistic"] = OptimisticConfig(alpha=alpha,
                                                    compensate=flags.opt_compensate)
+        if flags.ticket:
+            if ordering != "ticket":
+                raise ConfigError(f"--ticket is for ordering 'ticket', not {ordering!r}")
+            extra["ticket"] = flags.ticket
         options = OrderingOptions(batch=flags.batch, safe=flags.safe, relay=flags.relay,
                                   multicast=flags.multicast, partitions=flags.partitions,
                                   order_interval_ms=flags.order_interval_ms, **extra)
@@ -357,6 +365,8 @@ def ordering_argv(options: OrderingOptions) -> list[str]:
         argv += ["--opt-alpha", repr(optimistic.alpha)]
         if not optimistic.compensate:
             argv.append("--no-opt-compensate")
+    if options.ticket:
+        argv += ["--ticket", options.ticket]
     return argv
 
 

@@ -135,6 +135,8 @@ def test_an_output_directory_that_cannot_be_one_is_refused(
          "for ordering 'optimistic'"),
         (["sim", "--ordering", "optimistic", "--out", "{tmp}", "--opt-alpha", "1"],
          "alpha must be in [0, 1)"),
+        (["sim", "--ordering", "fifo", "--out", "{tmp}", "--ticket", "tcp://127.0.0.1:1"],
+         "for ordering 'ticket'"),
         (["demo", "bank", "--transport", "carrier"], "not a transport"),
     ],
 )
@@ -183,6 +185,7 @@ _DETECTOR = DetectorConfig(period_us=DetectorConfig().period_us, timeout_us=2_00
                                        detector=_DETECTOR)),
         ("optimistic", OrderingOptions(optimistic=OptimisticConfig(compensate=False),
                                        detector=_DETECTOR)),
+        ("ticket", OrderingOptions(ticket="tcp://127.0.0.1:7500", detector=_DETECTOR)),
     ],
 )
 def test_the_flags_a_launcher_passes_give_the_options_back(
