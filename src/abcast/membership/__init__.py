@@ -3,7 +3,8 @@ suspicion, and the flush that makes view changes virtually synchronous
 (abcast.membership.layer); the interface an ordering plugs in (abcast.membership.api)."""
 
 from abcast.membership.api import ViewOrdering
-from abcast.membership.layer import Membership, MembershipConfig
+from abcast.membership.layer import Membership
+from abcast.membership.state import MembershipConfig
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
 
 __all__ = ["FlushMessage", "JoinCut", "Membership", "MembershipConfig", "ViewOrdering",
