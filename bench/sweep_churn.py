@@ -5,8 +5,8 @@ Rules: one task = one seeded `run_simulation` over 6–8 nodes (drawn from the s
 fixed by --nodes) whose fault schedule is drawn from the seed too
 (abcast.sim.churn.churn_faults), so a failing run is replayed from its printed faults. The
 stack is the registry's (`build_stack`: for the sequencer family, the membership-aware
-core over an open detector and channel; for unordered, fifo, causal and skeen, the
-membership layer — abcast.membership — around the ordering, over the same); a run the
+core over an open detector and channel; for unordered, fifo, causal, skeen and matrix,
+the membership layer — abcast.membership — around the ordering, over the same); a run the
 registry refuses counts as refused. --safe and --relay apply to the orderings that offer
 them. A
 run is clean when: the trace checks find nothing among the members present for the
@@ -18,6 +18,7 @@ never compares times against a limit.
 
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings unordered,fifo,causal,skeen
+    .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings matrix
     .venv/bin/python bench/sweep_churn.py --seeds 20 --nodes 6 --safe
     .venv/bin/python bench/sweep_churn.py --seeds 30 --messages 400 --cut-sequencer \
         --partition-ms 3000-6000
@@ -63,7 +64,7 @@ from abcast.sim.churn import (
 from abcast.trace.rows import EventRow
 
 ORDERINGS = ("sequencer", "causal-total", "chandra-toueg", "unordered", "fifo", "causal",
-             "skeen")
+             "skeen", "matrix")
 
 
 @dataclass(frozen=True, slots=True)
