@@ -82,6 +82,19 @@ def test_joiners_get_the_state_and_leavers_depart(faults: str, nodes: int) -> No
         assert any(r.kind == "deliver" and r.node == joiner for r in rows)
 
 
+def test_a_leaver_whose_install_comes_late_still_departs() -> None:
+    """n5 gives its state to the flush for view 3 (which lets it go), but the install is
+    slow to reach it and the group installs view 4 meanwhile; told of view 4 first, n5
+    must wait for view 3's install and depart, not stop as if removed (cut off)."""
+    faults = ("drop=0.05,dup=0.02,delay=1-40ms,join=n20@152ms,join=n21@243ms,"
+              "leave=n5@317ms,leave=n2@404ms,leave=n4@578ms")
+    result = run_simulation(SimConfig("matrix", nodes=5, messages=300, seed=19,
+                                      faults=faults))
+    _clean(result, faults)
+    assert set(result.departed) == {"n2", "n4", "n5"}
+    assert not any(r.kind == "crash" for r in result.recorder.rows())
+
+
 def test_a_one_node_group_delivers_alone_and_admits_a_joiner() -> None:
     result = run_simulation(SimConfig("matrix", nodes=1, messages=30, seed=1,
                                       faults="join=n2@0us"))

@@ -206,9 +206,10 @@ class JoinLeave(MembershipState):
             waiting = self._final_view is not None
             self._final_view = final
             mine = self._flush is not None and self._flush.target == view_id
-            if view_id in self._answered_for and not mine:
-                # We gave our state to the flush that installed it: its install (our last
-                # deliveries) is on its way. Wait for it, once.
+            if any(t <= view_id for t in self._answered_for) and not mine:
+                # We gave our state to a flush for this view or an earlier one, not yet
+                # installed here: its install (our last deliveries, and the view that
+                # lets us go) is on its way. Wait for it, once.
                 if waiting:
                     return []
                 return [SetTimer(FAREWELL_WAIT, self._now + self.config.farewell_wait_us)]
