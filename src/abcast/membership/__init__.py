@@ -1,6 +1,9 @@
 """Membership: views for an ordering — join with state transfer, leave, removal on
 suspicion, and the flush that makes view changes virtually synchronous
-(abcast.membership.layer); the interface an ordering plugs in (abcast.membership.api)."""
+(abcast.membership.layer, with its phase table; the coordinator's flush in
+abcast.membership.flush_coordinator, join/leave/removal in abcast.membership.join_leave,
+the fields they share in abcast.membership.state); the interface an ordering plugs in
+(abcast.membership.api)."""
 
 from abcast.membership.api import ViewOrdering
 from abcast.membership.layer import Membership
