@@ -5,8 +5,8 @@ Rules: one task = one seeded `run_simulation` over 6–8 nodes (drawn from the s
 fixed by --nodes) whose fault schedule is drawn from the seed too
 (abcast.sim.churn.churn_faults), so a failing run is replayed from its printed faults. The
 stack is the registry's (`build_stack`: for the sequencer family, the membership-aware
-core over an open detector and channel; for unordered, fifo, causal and skeen, the
-membership layer — abcast.membership — around the ordering, over the same); a run the
+core over an open detector and channel; for unordered, fifo, causal, skeen and matrix,
+the membership layer — abcast.membership — around the ordering, over the same); a run the
 registry refuses counts as refused. --safe and --relay apply to the orderings that offer
 them. A
 run is clean when: the trace checks find nothing among the members present for the
@@ -18,12 +18,20 @@ never compares times against a limit.
 
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings unordered,fifo,causal,skeen
+    .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings matrix
     .venv/bin/python bench/sweep_churn.py --seeds 20 --nodes 6 --safe
     .venv/bin/python bench/sweep_churn.py --seeds 30 --messages 400 --cut-sequencer \
         --partition-ms 3000-6000
     .venv/bin/python bench/sweep_churn.py --seeds 60 --messages 400 --flapping --safe
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total --evs
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total --relay
+
+With --spark-sample K the first K seeds of each ordering also write their traces, and
+the Spark checker (`abcast check --json`, abcast.pipeline) checks them after the sweep:
+its violations per code must equal the in-memory checker's over the same whole traces
+(the "claimed checks, whole trace" column), else the sweep fails:
+
+    .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings matrix --spark-sample 10
 
 With --evs (partitions="evs", abcast.ordering.sequencer_merge) both sides of the
 partition go on and merge on heal. The workload is then open-loop (--rate, default 40
@@ -38,12 +46,17 @@ message one of them broadcast in it.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import random
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -61,9 +74,10 @@ from abcast.sim.churn import (
     present_throughout,
 )
 from abcast.trace.rows import EventRow
+from abcast.trace.writer import write_run
 
 ORDERINGS = ("sequencer", "causal-total", "chandra-toueg", "unordered", "fifo", "causal",
-             "skeen")
+             "skeen", "matrix")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +95,8 @@ class Task:
     rate: float = 40.0  # broadcasts per second, under evs
     stall_us: int = 8_000_000  # an evs run ends once idle this long
     relay: bool = False  # sequencer family: the origin sends to the sequencer only
+    #: write this run's trace here too, for the Spark checker ("": not sampled)
+    trace_dir: str = ""
 
     def options(self) -> OrderingOptions:
         return OrderingOptions(safe=self.safe, partitions="evs" if self.evs else "primary",
@@ -143,6 +159,8 @@ def run_one(task: Task) -> Outcome:
         return Outcome(task, {}, {}, False, refused=str(exc))
     violations, problems = judge(result)
     rows = result.recorder.rows()
+    if task.trace_dir:
+        write_run(task.trace_dir, rows, result.run_info())
     if task.evs:
         gone = (*result.departed, *result.leaving)
         complete = all(_complete(lin.rows, lin.members)
@@ -199,6 +217,25 @@ def table(outcomes: list[Outcome], orderings: list[str]) -> list[str]:
     return lines
 
 
+def spark_check(trace_dir: str, sampled: list[Outcome]) -> tuple[bool, str]:
+    """The Spark checker over the sampled traces, against the in-memory counts of the
+    same runs: (they agree, a line to print)."""
+    abcast = str(Path(sys.executable).with_name("abcast"))
+    done = subprocess.run([abcast, "check", trace_dir, "--json"], capture_output=True,
+                          text=True, check=False)
+    if done.returncode not in (0, 1) or not done.stdout.strip():
+        return False, f"Spark checker failed (exit {done.returncode}): {done.stderr[-400:]}"
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    spark = {code: n for code, n in summary["violations"].items() if n}
+    memory: Counter[str] = Counter()
+    for o in sampled:
+        memory.update({code: n for code, n in o.claimed_checks.items() if n})
+    agree = summary["runs"] == len(sampled) and spark == dict(memory)
+    return agree, (f"Spark checker (abcast check) on {summary['runs']} sampled traces, "
+                   f"{summary['events']} events: violations {spark or 0}; in-memory on the "
+                   f"same traces: {dict(memory) or 0}; {'agree' if agree else 'DISAGREE'}.")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--seeds", type=int, default=300)
@@ -229,7 +266,11 @@ def main(argv: list[str] | None = None) -> int:
                         "sequencer only); chandra-toueg runs as usual")
     p.add_argument("--stall-s", type=float, default=8.0,
                    help="with --evs: a run ends once nothing was delivered for this long")
+    p.add_argument("--spark-sample", type=int, default=0, metavar="K",
+                   help="also check the first K seeds' traces of each ordering with the "
+                        "Spark checker (abcast check), which must agree with the in-memory one")
     args = p.parse_args(argv)
+    spark_dir = tempfile.mkdtemp(prefix="churn-spark-") if args.spark_sample else ""
     lo, _, hi = args.partition_ms.partition("-")
     partition_ms = (int(lo), int(hi or lo))
     orderings = [o.strip() for o in args.orderings.split(",") if o.strip()]
@@ -237,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         Task(o, seed, args.nodes or random.Random(seed).choice((6, 7, 8)), args.messages,
              args.safe and get_ordering(o).supports_safe, partition_ms, args.cut_sequencer,
              args.clean_split, args.flapping, args.evs, args.rate,
-             round(args.stall_s * 1_000_000), args.relay and get_ordering(o).supports_relay)
+             round(args.stall_s * 1_000_000), args.relay and get_ordering(o).supports_relay,
+             spark_dir if seed < args.first_seed + args.spark_sample else "")
         for seed in range(args.first_seed, args.first_seed + args.seeds) for o in orderings
     ]
     console = Console(stderr=True)
@@ -259,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(outcomes, orderings)))
     print(f"\n{len(outcomes)} runs, {args.messages} messages each, "
           f"{time.perf_counter() - started:.0f} s elapsed.")
+    spark_ok = True
+    if spark_dir:
+        sampled = [o for o in outcomes if o.task.trace_dir and not o.refused]
+        spark_ok, line = spark_check(spark_dir, sampled)
+        print(line)
+        shutil.rmtree(spark_dir, ignore_errors=True)
     bad = [o for o in outcomes if not o.clean]
     refused = {o.refused for o in bad if o.refused}
     for reason in sorted(refused):
@@ -266,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     for o in [o for o in bad if not o.refused][:20]:
         what = {**o.violations, **o.problems} or "incomplete"
         print(f"- {what}: {o.task.command()}")
-    return 1 if bad else 0
+    return 1 if bad or not spark_ok else 0
 
 
 if __name__ == "__main__":

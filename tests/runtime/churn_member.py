@@ -1,6 +1,7 @@
 """One member process of the churn test (test_runtime_churn.py): creates or joins a
-dynamic group holding a replicated hash-chained log, writes to it in a closed loop,
-and obeys lines on stdin:
+dynamic group holding a replicated hash-chained log (an ordering that claims total
+order) or the set of the messages delivered (fifo, causal, unordered: no common order to
+chain), writes to it in a closed loop, and obeys lines on stdin:
 
     stop    stop writing            leave   leave the group gracefully
     report  print the log's state   exit    close and exit
@@ -23,6 +24,8 @@ from pathlib import Path
 import msgspec
 
 from abcast import Group, View
+from abcast.effects import Deliver
+from abcast.ordering.registry import get_ordering
 from abcast.replicated import ReplicatedHandle, read, replicated, write
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.rows import EventRow
@@ -47,6 +50,30 @@ class ChainLog:
         return self.digest, self.count
 
 
+class DeliveredSet:
+    """The messages delivered, as a set (a joiner gets it as its state): equal digests
+    mean the same messages were delivered, in whatever order."""
+
+    def __init__(self) -> None:
+        self.items: set[str] = set()
+
+    def on_deliver(self, delivery: Deliver) -> None:
+        self.items.add(delivery.payload.decode())
+
+    def get_state(self) -> bytes:
+        return json.dumps(sorted(self.items)).encode()
+
+    def set_state(self, state: bytes) -> None:
+        self.items = set(json.loads(state))
+
+    def bind(self, group: object) -> None:
+        pass
+
+    def state(self) -> tuple[str, int]:
+        joined = "\n".join(sorted(self.items))
+        return hashlib.sha256(joined.encode()).hexdigest(), len(self.items)
+
+
 def emit(**fields: object) -> None:
     sys.stdout.write(json.dumps(fields) + "\n")
     sys.stdout.flush()
@@ -64,9 +91,12 @@ class RowFile:
 async def main(args: argparse.Namespace) -> None:
     recorder = TraceRecorder(args.run_id, sink=RowFile(Path(args.out) / f"{os.getpid()}.rows"),
                              keep_rows=False)
+    total = "total" in get_ordering(args.ordering).guarantees
     handle = ReplicatedHandle(ChainLog())
+    delivered = DeliveredSet()
     views: list[View] = []
-    common = {"registry": args.registry, "transport": "tcp://127.0.0.1:0", "app": handle,
+    common = {"registry": args.registry, "transport": "tcp://127.0.0.1:0",
+              "app": handle if total else delivered,
               "recorder": recorder, "on_view": views.append, "recheck_s": 0.2}
     if args.create:
         group = await Group.create(args.group, ordering=args.ordering, **common)
@@ -98,7 +128,10 @@ async def main(args: argparse.Namespace) -> None:
         k = 0
         while writing and group.active:
             k += 1
-            await handle.append(f"{group.node}:{k}")
+            if total:
+                await handle.append(f"{group.node}:{k}")
+            else:
+                await group.broadcast(f"{group.node}:{k}".encode())
             await asyncio.sleep(args.pause)
 
     writer = asyncio.create_task(write_loop())
@@ -111,12 +144,14 @@ async def main(args: argparse.Namespace) -> None:
             await group.leave()
             emit(event="left", node=group.node, graceful=group.removed_view is not None)
         elif command == "report":
-            digest, count = handle.local.digest, handle.local.count
+            digest, count = ((handle.local.digest, handle.local.count) if total
+                             else delivered.state())
             emit(event="report", node=group.node, digest=digest, count=count,
                  members=list(views[-1].members) if views else [], active=group.active)
         elif command in ("exit", ""):
             break
-    await handle.close()
+    if total:
+        await handle.close()
     await group.close()
 
 

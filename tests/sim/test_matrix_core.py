@@ -15,6 +15,7 @@ from abcast.effects import Send, Up
 from abcast.errors import RemoteProtocolError
 from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
 from abcast.ids import MsgId, View
+from abcast.membership import Membership
 from abcast.ordering._matrix_wire import MatrixClock, MatrixWire, MxWrite
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering.matrix import Matrix, MatrixConfig
@@ -22,7 +23,7 @@ from abcast.ordering.registry import OrderingOptions
 from abcast.reliability.channel import RData, ReliableChannel
 from abcast.testing.pool import PacketPool
 
-BEAT_KEY = (1, ("beat",))  # the matrix layer (index 1 of the stack) and its timer
+BEAT_KEY = (2, ("beat",))  # the matrix slot (detector, channel, membership) and its timer
 
 
 def _pool(nodes: int, config: MatrixConfig) -> PacketPool:
@@ -30,9 +31,9 @@ def _pool(nodes: int, config: MatrixConfig) -> PacketPool:
 
 
 def _matrix(pool: PacketPool, node: str) -> Matrix:
-    layer = pool.stacks[node].top
-    assert isinstance(layer, Matrix)
-    return layer
+    slot = pool.stacks[node].top
+    assert isinstance(slot, Membership) and isinstance(slot.ordering, Matrix)
+    return slot.ordering
 
 
 def _deliver_all(pool: PacketPool) -> None:
@@ -105,6 +106,8 @@ def test_malformed_matrix_input_is_refused() -> None:
     layer = Matrix("n1")
     layer.handle(ViewInstalled(View(1, ("n1", "n2"))), 0)
     wire = MatrixWire(["n1", "n2"], [[0, 0], [0, 5]])
-    layer.handle(Received("n2", MxWrite(1, 5, 1, wire), Packet((), b"a")), 0)
+    layer.handle(Received("n2", MxWrite(1, 1, 5, 1, wire), Packet((), b"a")), 0)
+    # a packet of an older view is dropped (the flush settled that view)
+    assert layer.handle(Received("n2", MxWrite(0, 2, 3, 2, wire), Packet((), b"b")), 0) == []
     with pytest.raises(RemoteProtocolError, match="went backwards"):
-        layer.handle(Received("n2", MxWrite(2, 3, 2, wire), Packet((), b"b")), 0)
+        layer.handle(Received("n2", MxWrite(1, 2, 3, 2, wire), Packet((), b"b")), 0)

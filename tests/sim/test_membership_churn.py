@@ -20,7 +20,7 @@ from abcast.sim.churn import judge
 from abcast.stack import Stack
 
 SEEDS = range(1, 7)
-ORDERINGS = ["unordered", "fifo", "causal", "skeen"]
+ORDERINGS = ["unordered", "fifo", "causal", "skeen", "matrix"]
 
 
 @pytest.mark.parametrize("ordering", ORDERINGS)

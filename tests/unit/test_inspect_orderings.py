@@ -38,5 +38,5 @@ def test_matrix_shows_its_matrix_and_row_minimum() -> None:
     core.handle(ViewInstalled(View(1, ("n1", "n2"))), 0)
     core.handle(BroadcastRequested(1, b"x"), 0)
     snap = core.inspect()
-    assert snap.clock["matrix"]["n1"]["n1"] == 1 and snap.phase == "member"
+    assert snap.clock["matrix"]["n1"]["n1"] == 1 and snap.phase == "steady"
     assert [(h.origin, h.seq) for h in snap.holdback] == [("n1", 1)]

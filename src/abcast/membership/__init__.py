@@ -1,9 +1,13 @@
 """Membership: views for an ordering — join with state transfer, leave, removal on
 suspicion, and the flush that makes view changes virtually synchronous
-(abcast.membership.layer); the interface an ordering plugs in (abcast.membership.api)."""
+(abcast.membership.layer, with its phase table; the coordinator's flush in
+abcast.membership.flush_coordinator, join/leave/removal in abcast.membership.join_leave,
+the fields they share in abcast.membership.state); the interface an ordering plugs in
+(abcast.membership.api)."""
 
 from abcast.membership.api import ViewOrdering
-from abcast.membership.layer import Membership, MembershipConfig
+from abcast.membership.layer import Membership
+from abcast.membership.state import MembershipConfig
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
 
 __all__ = ["FlushMessage", "JoinCut", "Membership", "MembershipConfig", "ViewOrdering",

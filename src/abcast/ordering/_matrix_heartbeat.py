@@ -23,20 +23,16 @@ from abcast.errors import ConfigError
 
 @dataclass(frozen=True, slots=True)
 class MatrixConfig:
-    """Heartbeat, join and leave knobs of the matrix ordering, in microseconds."""
+    """Heartbeat knobs of the matrix ordering, in microseconds (joins and leaves are the
+    membership layer's: abcast.membership.MembershipConfig)."""
 
     period_us: int = 300_000  # fixed: NOPE after this much silence; adaptive: idle start
     adaptive: bool = True
     fast_us: int = 1_000  # adaptive: delay of a NOPE others are waiting for
     idle_max_us: int = 2_400_000  # adaptive: the idle period doubles up to this
-    join_retry_us: int = 1_000_000  # a joiner asks the next contact after this long
-    #: a leaver that said farewell to earlier leavers waits this long at most for their
-    #: acknowledgements before it departs (their last ack may die with them)
-    farewell_wait_us: int = 2_000_000
 
     def __post_init__(self) -> None:
-        knobs = (self.period_us, self.fast_us, self.join_retry_us, self.farewell_wait_us)
-        if min(knobs) <= 0:
+        if min(self.period_us, self.fast_us) <= 0:
             raise ConfigError(f"matrix heartbeat knobs must be positive: {self}")
         if self.idle_max_us < self.period_us:
             raise ConfigError("idle_max_us must be at least period_us")

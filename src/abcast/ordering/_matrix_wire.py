@@ -2,14 +2,14 @@
 
 Rules: declarations only (msgspec Structs), plus the matrix clock's in-memory form and
 its merge rules, which are pure bookkeeping. What the protocol does with them lives in
-abcast.ordering.matrix.
+abcast.ordering.matrix; joins, leaves and crashes are the membership layer's
+(abcast.membership.wire).
 
-Every packet of an origin's *stream* (a write, a JOIN, a LEAVE, a NOPE heartbeat) carries
-the origin's stream number `n` (1, 2, 3 … per origin: receivers process an origin's
-stream in that order, the channel below delivers in any order), its Lamport stamp `ts`
-and the origin's whole matrix clock. The rest is the open world's side traffic, outside
-the streams: a joiner's `MxJoinAsk`, the contact's `MxWelcome` (the object state and the
-contact's catch-up), every other member's `MxCatchup`, and `MxFarewell` to a leaver.
+Every packet of an origin's *stream* in a view (a write or a NOPE heartbeat) carries the
+view it was sent in (a late packet of a settled view is dropped), the origin's stream
+number `n` in that view (1, 2, 3 …: receivers process an origin's stream in that order,
+the channel below delivers in any order), its Lamport stamp `ts` and the origin's whole
+matrix clock.
 
 Matrix clock at node i: `M[i][k]` (i's own row) is the stamp of the latest packet of k's
 stream that i has processed, `M[i][i]` is i's Lamport clock; any other row `M[j][·]` is
@@ -19,7 +19,6 @@ row decides what i may execute; the other rows say what others have received.
 
 from __future__ import annotations
 
-import enum
 from typing import Annotated, Final
 
 import msgspec
@@ -28,16 +27,8 @@ from abcast.codec import Count, Header, NodeField, Seq
 from abcast.errors import RemoteProtocolError
 from abcast.ids import NodeId
 
-#: most nodes a piggybacked matrix or a welcome's member list may name
+#: most nodes a piggybacked matrix may name
 MAX_NODES: Final = 256
-#: most operations one catch-up carries (an origin's unexecuted ones; a bound, not a policy)
-MAX_CATCHUP_OPS: Final = 1 << 16
-
-
-class OpKind(enum.IntEnum):
-    WRITE = 0
-    JOIN = 1
-    LEAVE = 2
 
 
 class MatrixWire(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -48,97 +39,24 @@ class MatrixWire(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 class MxWrite(Header, frozen=True):
+    view: Count
     n: Seq
     ts: Seq
     seq: Seq  # the application's message number (its payload rides in the packet)
     clock: MatrixWire
 
 
-class MxJoin(Header, frozen=True):
-    n: Seq
-    ts: Seq
-    joiner: NodeField
-    clock: MatrixWire
-
-
-class MxLeave(Header, frozen=True):
-    n: Seq
-    ts: Seq
-    clock: MatrixWire
-
-
 class MxNope(Header, frozen=True):
     """A heartbeat: "my clock is ts; nothing I send from now on is stamped lower"."""
 
+    view: Count
     n: Seq
     ts: Count
     clock: MatrixWire
 
 
-class OpRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """An operation of the sender's stream, carried again in a catch-up."""
-
-    ts: Seq
-    kind: OpKind
-    seq: Count  # WRITE: the application's message number
-    subject: str  # JOIN: the joiner
-    payload: bytes
-
-
-class Catchup(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """What a joiner needs from one member's stream: the operations it sent before it
-    added the joiner to its view and that come after the JOIN in the order, and where
-    its stream goes on (`next_n`, at stamp `ts`)."""
-
-    next_n: Seq
-    ts: Count
-    ops: Annotated[list[OpRecord], msgspec.Meta(max_length=MAX_CATCHUP_OPS)]
-    clock: MatrixWire
-
-
-class MxJoinAsk(Header, frozen=True):
-    """A node outside the group asks a member to stamp its JOIN."""
-
-
-class MxJoinRedirect(Header, frozen=True):
-    """A contact that is leaving cannot admit anyone: ask one of these members."""
-
-    members: Annotated[list[NodeField], msgspec.Meta(max_length=MAX_NODES)]
-
-
-class MxWelcome(Header, frozen=True):
-    """The contact's answer, sent once it executed the JOIN: the view from there on, the
-    object state at the JOIN's position in the order, and its own catch-up."""
-
-    view_id: Count
-    members: Annotated[list[NodeField], msgspec.Meta(max_length=MAX_NODES)]
-    state: bytes
-    catchup: Catchup
-
-
-class MxCatchup(Header, frozen=True):
-    catchup: Catchup
-
-
-class MxFarewell(Header, frozen=True):
-    """A member executed the recipient's LEAVE: it holds the leaver's whole stream, and
-    once the leaver has processed the member's stream up to `after_n` it may take `ts`
-    as the member's stamp (the member sends the leaver nothing more; without this the
-    leaver could wait forever for a stamp to execute what precedes its LEAVE)."""
-
-    after_n: Count
-    ts: Count
-
-
-class MxFarewellAck(Header, frozen=True):
-    """The leaver has used the farewell (and the member's stream up to it)."""
-
-
-MatrixHeader = (
-    MxWrite | MxJoin | MxLeave | MxNope | MxJoinAsk | MxJoinRedirect | MxWelcome | MxCatchup
-    | MxFarewell | MxFarewellAck
-)
-StreamHeader = MxWrite | MxJoin | MxLeave | MxNope
+MatrixHeader = MxWrite | MxNope
+StreamHeader = MxWrite | MxNope
 
 
 class MatrixClock:
@@ -200,14 +118,18 @@ class MatrixClock:
                 if v > row.get(c, -1):
                     row[c] = v
 
-    def highest(self) -> int:
-        """The largest entry anywhere (a joiner's clock starts there)."""
-        return max(v for row in self._rows.values() for v in row.values())
+    def row(self) -> dict[NodeId, int]:
+        """A copy of this node's own row (its clock included)."""
+        return dict(self._rows[self.me])
 
-    def forget(self, node: NodeId) -> None:
-        self._rows.pop(node, None)
-        for row in self._rows.values():
-            row.pop(node, None)
+    def keep(self, members: frozenset[NodeId]) -> None:
+        """Drop every row and column outside `members` (departed nodes; never our own)."""
+        rows = self._rows
+        for node in [r for r in rows if r not in members and r != self.me]:
+            del rows[node]
+        for row in rows.values():
+            for node in [c for c in row if c not in members and c != self.me]:
+                del row[node]
 
     def wire(self, nodes: tuple[NodeId, ...]) -> MatrixWire:
         rows = self._rows

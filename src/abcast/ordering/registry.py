@@ -253,11 +253,12 @@ ORDERINGS: dict[str, OrderingSpec] = {
             needs_detector=True, channel=OpenChannel, detector_layer=OpenDetector,
         ),
         OrderingSpec(
-            "matrix", lambda node, opts: [Matrix(node, opts.matrix)],
-            (*BASIC, "fifo", "total", "virtual_synchrony"), NETWORK_FAULTS | {"join", "leave"},
+            "matrix", lambda node, opts: [Membership(node, Matrix(node, opts.matrix))],
+            (*BASIC, "fifo", "total", "virtual_synchrony"), ALL_FAULTS,
             lambda n: n * (n - 1),
-            "total order from Lamport matrix clocks and NOPE heartbeats (RepMI); open group",
-            periodic=True, channel=OpenChannel,
+            "total order from Lamport matrix clocks and NOPE heartbeats (RepMI); views by"
+            " the membership layer's flush, where a departed member's row leaves the clock",
+            periodic=True, **_MEMBERSHIP,
         ),
         OrderingSpec(
             "ticket",
