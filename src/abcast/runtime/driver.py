@@ -43,7 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from abcast.batching import Batcher, unpack
 from abcast.codec import Envelope
@@ -69,6 +69,8 @@ if TYPE_CHECKING:
     from abcast.runtime.metrics import GroupMeter
 
 DeliverHook = Callable[[Deliver], None]
+#: an Enum member lookup costs ~0.17 µs on CPython 3.11: read once, not per batch
+_FINAL: Final = Stage.FINAL
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +366,7 @@ class GroupDriver:
             return
         host, prefix, on_deliver = self.host, self.prefix, self.on_deliver
         recorder = host.recorder
-        final = batch.stage is Stage.FINAL
+        final = batch.stage is _FINAL
         meter = self.meter
         if meter is not None and final and deliveries[0].origin == host.id:
             meter.delivered(deliveries[0].seq, host.clock.now_us())

@@ -70,6 +70,7 @@ JOIN_TIMEOUT_S: Final = 30.0
 PRUNE_AFTER_S: Final = 15.0
 #: how often a leader checks the registry still holds its group
 RECHECK_S: Final = 1.0
+_OPTIMISTIC: Final = Stage.OPTIMISTIC
 
 
 class GroupApp(Protocol):
@@ -550,7 +551,9 @@ class Group:
                 queue.put_nowait(None)
 
     def _on_deliver(self, delivery: Deliver) -> None:
-        if delivery.stage is Stage.OPTIMISTIC:
+        # every delivery of every group passes here: a module constant, not the enum's
+        # attribute (an Enum member lookup costs ~0.17 µs on CPython 3.11)
+        if delivery.stage is _OPTIMISTIC:
             if self._opt_hook is not None:
                 self._opt_hook(delivery)
             elif self._opt_queue is not None:
