@@ -17,6 +17,10 @@ T_MSG_US = {"tcp": 30.0, "zmq": 100.0}
 OVERHEAD_US = 500.0
 CAPACITY = 7000.0  # the planted saturation of the fake load curve
 RATES = (1000.0, 2000.0, 4000.0, 8000.0, 16000.0)
+FLOOR_CAPACITY = 70000.0  # ten times abcast's: every saturation ratio is 0.1
+FLOOR_RATES = (*RATES, 32000.0, 64000.0, 128000.0)
+#: the floor's lone message per event loop: (p50, p99) µs
+FLOOR_LONE = {"asyncio": (100.0, 200.0), "uvloop": (80.0, 150.0)}
 
 
 def table_run(ordering: str, transport: str, n: int, mean_us: float,
@@ -63,6 +67,16 @@ def fake_result() -> BenchResult:
         Experiment(Phase.LONE, "sequencer", "tcp", 3, 64, 1000, trace=False, serial=True,
                    event_loop="uvloop", relay=True, busy_poll_us=200),
         "lone-relay-poll", Figures(5000.0, 150.0, 95.0, 400.0), True))
+    runs += [RunMeasurement(Experiment(Phase.FLOOR, "sequencer", "tcp", 3, 64, 1000,
+                                       trace=False, serial=True, event_loop=loop,
+                                       floor=True),
+                            f"floor-lone-{loop}", Figures(10000.0, p50, p50, p99), True)
+             for loop, (p50, p99) in FLOOR_LONE.items()]
+    runs += [RunMeasurement(Experiment(Phase.FLOOR, "sequencer", "tcp", 3, 64, 1000, rate=rate,
+                                       trace=False, floor=True),
+                            f"floor-{rate:g}", Figures(min(rate, FLOOR_CAPACITY) * 0.98, 90.0,
+                                                       80.0, 300.0), True)
+             for rate in FLOOR_RATES]
     runs += [load_run(rate, min(rate, CAPACITY) * 0.98) for rate in RATES]
     runs.append(RunMeasurement(
         Experiment(Phase.VERIFY, "sequencer", "tcp", 3, 64, 1000, rate=4000.0), "verify",

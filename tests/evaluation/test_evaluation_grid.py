@@ -134,11 +134,35 @@ def test_bad_specs_are_refused(change: dict[str, object]) -> None:
         build_grid(replace(full_spec(), **change))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("spec", [quick_spec(), full_spec()], ids=["quick", "full"])
+def test_the_floor_runs_beside_the_lone_message_and_every_tcp_load_curve(
+    spec: GridSpec,
+) -> None:
+    grid = build_grid(spec)
+    floor = grid.of(Phase.FLOOR)
+    assert all(e.floor and e.variant == "floor" and e.transport == "tcp" and not e.trace
+               for e in floor)
+    lone_loops = {e.event_loop for e in grid.of(Phase.LONE)}
+    assert {e.event_loop for e in floor if e.serial} == lone_loops
+    for n in spec.load_nodes:
+        rates = [e.rate for e in floor if e.nodes == n and e.rate is not None]
+        # every rate abcast is offered, and higher ones: the floor saturates far beyond
+        assert set(spec.load_rates) < set(rates) and max(rates) > max(spec.load_rates)
+        assert all(e.messages <= spec.floor_max_messages for e in floor)
+    phases = [e.phase for e in grid.experiments]
+    # in the same minutes as what it is the floor of: after the lone runs, before the load
+    assert phases.index(Phase.FLOOR) > max(i for i, p in enumerate(phases) if p is Phase.LONE)
+    assert max(i for i, p in enumerate(phases) if p is Phase.FLOOR) < phases.index(Phase.LOAD)
+    assert not build_grid(replace(spec, floor=False)).of(Phase.FLOOR)
+
+
 def test_open_loop_runs_get_the_shorter_timeout() -> None:
     spec = replace(full_spec(), timeout_s=100.0, load_timeout_s=10.0)
     grid = build_grid(spec)
     assert {spec.timeout_of(e) for e in grid.of(Phase.LOAD)} == {10.0}
-    others = [e for e in grid.experiments if e.phase is not Phase.LOAD]
+    floor_curve = [e for e in grid.of(Phase.FLOOR) if e.rate is not None]
+    assert floor_curve and {spec.timeout_of(e) for e in floor_curve} == {10.0}
+    others = [e for e in grid.experiments if not e.open_loop_load]
     assert {spec.timeout_of(e) for e in others} == {100.0}
     twin = verification_run(grid.of(Phase.LOAD)[0], spec)
     assert spec.timeout_of(twin) == 100.0  # at the knee it must finish: no excuse

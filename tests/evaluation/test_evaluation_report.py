@@ -63,6 +63,41 @@ def test_the_lone_message_section_gives_each_event_loop_its_row() -> None:
             "(one in flight)") in summary
 
 
+def test_every_saturation_and_lone_figure_has_its_ratio_to_the_floor() -> None:
+    page = render_markdown(fake_result())
+    floor = _section(page, "## The floor")
+    assert "does nothing else" in floor and "no failure detector" in floor
+    assert "| 3 | 68,600 |" in floor  # its saturation: 70,000 · 0.98
+    assert "| 3 | uvloop | 80 | 150 | ok |" in floor
+    load = _section(page, "## Throughput vs offered load")
+    # abcast's saturation 6,860 beside the floor's 68,600: 0.1 of it
+    assert "| sequencer | tcp | 3 | 4,000 | 6,860 | yes | 68,600 | 0.100 |" in load
+    lone = _section(page, "## A lone message")
+    # p50 and p99 over the floor's on the same loop (busy polling or not)
+    assert "| sequencer | 3 | 64 | asyncio | 0 | 190 | 600 | 210 | 5,000 | 100 | 1.90× | 3.00× |" \
+        in lone
+    assert "| sequencer | 3 | 64 | uvloop | 0 | 160 | 600 | 210 | 5,000 | 80 | 2.00× | 4.00× |" \
+        in lone
+    assert "| sequencer relay | 3 | 64 | uvloop | 200 | 95 | 400 | 150 | 5,000 | 80 | 1.19× | " \
+        "2.67× |" in lone
+    summary = "\n".join(summary_lines(fake_result()))
+    assert "floor n=3 tcp: saturation 68,600 msg/s" in summary
+    assert "sequencer n=3 tcp: saturation 6,860 msg/s, knee at 4,000 offered; 0.100 of the " \
+        "floor" in summary
+    assert ("sequencer n=3: lone message p50 160 µs on uvloop (one in flight); p50 2.00×, "
+            "p99 4.00× the floor's") in summary
+
+
+def test_a_report_without_the_floor_leaves_its_columns_empty() -> None:
+    result = fake_result()
+    without = replace(result, runs=tuple(r for r in result.runs
+                                         if r.experiment.phase is not Phase.FLOOR))
+    page = render_markdown(without)
+    assert "## The floor" not in page
+    load = _section(page, "## Throughput vs offered load")
+    assert "| sequencer | tcp | 3 | 4,000 | 6,860 | yes | — | — |" in load
+
+
 def test_verification_row_pairs_the_untraced_and_traced_runs() -> None:
     verify = _section(render_markdown(fake_result()), "## Tracing on")
     assert "| sequencer | 3 | 4,000 | 3,920 | 3,900 | clean (Spark) |" in verify
@@ -91,7 +126,15 @@ def test_exit_status_fails_on_violations_and_unfinished_runs_but_not_on_overload
     runs = list(result.runs)
     load_index = next(i for i, r in enumerate(runs) if r.experiment.phase is Phase.LOAD)
     runs[load_index] = replace(runs[load_index], complete=False)  # fell over past the knee
+    floor_load = next(i for i, r in enumerate(runs)
+                      if r.experiment.phase is Phase.FLOOR and r.experiment.rate is not None)
+    runs[floor_load] = replace(runs[floor_load], complete=False)  # the floor's too
     assert not bench_failed(replace(result, runs=tuple(runs)))
+    floor_lone = next(i for i, r in enumerate(runs)
+                      if r.experiment.phase is Phase.FLOOR and r.experiment.serial)
+    lost_floor = list(runs)
+    lost_floor[floor_lone] = replace(runs[floor_lone], complete=False)
+    assert bench_failed(replace(result, runs=tuple(lost_floor)))
     table_index = next(i for i, r in enumerate(runs) if r.experiment.phase is Phase.TABLE)
     unfinished = list(runs)
     unfinished[table_index] = replace(runs[table_index], complete=False)

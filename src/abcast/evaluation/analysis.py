@@ -185,18 +185,60 @@ class LoadCurve:
     transport: str = "tcp"
 
 
-def load_curves(runs: Sequence[RunMeasurement]) -> list[LoadCurve]:
-    """One curve per (ordering, middleware, n) of the open-loop runs."""
+def load_curves(runs: Sequence[RunMeasurement], phase: Phase = Phase.LOAD
+                ) -> list[LoadCurve]:
+    """One curve per (ordering, middleware, n) of the open-loop runs (abcast's, or with
+    `phase=Phase.FLOOR` the floor's)."""
     by_curve: dict[tuple[str, str, int], list[LoadPoint]] = {}
     for run in runs:
         e = run.experiment
-        if e.phase is not Phase.LOAD or e.rate is None:
+        if e.phase is not phase or e.rate is None:
             continue
         delivered = run.figures.throughput if run.complete else None
         by_curve.setdefault((e.ordering, e.transport, e.nodes), []).append(
             LoadPoint(e.rate, delivered, run.figures.p50_us))
     return [LoadCurve(o, n, tuple(sorted(pts, key=lambda p: p.offered)), find_knee(pts), t)
             for (o, t, n), pts in sorted(by_curve.items())]
+
+
+# ---------------------------------------------------------------- the floor
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """The floor's figures of one bench run (abcast.evaluation.floor), to divide by."""
+
+    saturation: dict[tuple[str, int], float]  # (transport, n) → its highest delivered rate
+    lone: dict[str | None, RunMeasurement]  # event loop → its lone-message run
+
+    def saturation_ratio(self, curve: LoadCurve) -> tuple[float | None, float | None]:
+        """(the floor's saturation beside `curve`, the curve's saturation over it)."""
+        floor = self.saturation.get((curve.transport, curve.nodes))
+        return floor, _ratio(curve.knee.saturation, floor)
+
+    def lone_of(self, run: RunMeasurement) -> RunMeasurement | None:
+        """The floor's lone-message run on `run`'s event loop and n."""
+        floor = self.lone.get(run.experiment.event_loop)
+        return floor if floor is not None and floor.experiment.nodes == run.experiment.nodes \
+            else None
+
+    def lone_ratios(self, run: RunMeasurement) -> tuple[float | None, float | None]:
+        """(p50, p99) of a lone-message run over the floor's on the same loop."""
+        floor = self.lone_of(run)
+        if floor is None:
+            return None, None
+        return (_ratio(run.figures.p50_us, floor.figures.p50_us),
+                _ratio(run.figures.p99_us, floor.figures.p99_us))
+
+
+def floor_of(result: BenchResult) -> Floor:
+    """The floor's saturation per (transport, n) and its clean lone runs per event loop."""
+    saturation = {(c.transport, c.nodes): c.knee.saturation
+                  for c in load_curves(result.runs, Phase.FLOOR)
+                  if c.knee.saturation is not None}
+    lone = {r.experiment.event_loop: r for r in clean_runs(result.of(Phase.FLOOR))
+            if r.experiment.serial}
+    return Floor(saturation, lone)
 
 
 # ---------------------------------------------------------------- peers

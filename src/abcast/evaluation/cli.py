@@ -31,7 +31,7 @@ from rich.progress import (
 )
 
 from abcast.cli_params import OUT_DIR, SPARK_MASTER, make_out_dir
-from abcast.evaluation.analysis import load_curves, peer_ratios
+from abcast.evaluation.analysis import floor_of, load_curves, peer_ratios
 from abcast.evaluation.grid import Grid, GridSpec, Phase, build_grid, full_spec, quick_spec
 from abcast.evaluation.peers import REDIS_INSTALL, find_redis_server
 from abcast.evaluation.report import write_report
@@ -107,10 +107,20 @@ def run_bench(spec: GridSpec, out: Path, *, quick: bool, master: str | None,
 
 def summary_lines(result: BenchResult) -> list[str]:
     lines = []
+    floor = floor_of(result)
+    for curve in load_curves(result.runs, Phase.FLOOR):
+        lines.append(f"{'floor':>15} n={curve.nodes} {curve.transport}: saturation "
+                     f"{_rate(curve.knee.saturation)} msg/s")
+    for loop, run in floor.lone.items():
+        lines.append(f"{'floor':>15} n={run.experiment.nodes}: lone message p50 "
+                     f"{_us(run.figures.p50_us)}, p99 {_us(run.figures.p99_us)} on "
+                     f"{loop or 'the default loop'}")
     for curve in load_curves(result.runs):
+        _, of_floor = floor.saturation_ratio(curve)
         lines.append(f"{curve.ordering:>15} n={curve.nodes} {curve.transport}: saturation "
                      f"{_rate(curve.knee.saturation)} msg/s, knee at "
-                     f"{_rate(curve.knee.offered)} offered")
+                     f"{_rate(curve.knee.offered)} offered"
+                     + ("" if of_floor is None else f"; {of_floor:.3f} of the floor"))
         lowest = min(curve.points, key=lambda p: p.offered, default=None)
         if lowest is not None and lowest.p50_us is not None:
             lines.append(f"{curve.ordering:>15} n={curve.nodes} {curve.transport}: p50 "
@@ -118,11 +128,13 @@ def summary_lines(result: BenchResult) -> list[str]:
                          f"at {_rate(lowest.offered)} msg/s offered")
     for lone in result.of(Phase.LONE):
         e = lone.experiment
-        p50 = lone.figures.p50_us
         poll = f", busy-poll {e.busy_poll_us} µs" if e.busy_poll_us else ""
+        p50_ratio, p99_ratio = floor.lone_ratios(lone)
+        ratios = "" if p50_ratio is None else (
+            f"; p50 {_times(p50_ratio)}, p99 {_times(p99_ratio)} the floor's")
         lines.append(f"{e.variant:>15} n={e.nodes}: lone message p50 "
-                     f"{'—' if p50 is None else f'{p50:,.0f} µs'} on "
-                     f"{e.event_loop or 'the default loop'}{poll} (one in flight)")
+                     f"{_us(lone.figures.p50_us)} on "
+                     f"{e.event_loop or 'the default loop'}{poll} (one in flight){ratios}")
     for base in result.of(Phase.BASELINE):
         e = base.experiment
         p50 = base.figures.p50_us
@@ -146,6 +158,10 @@ def summary_lines(result: BenchResult) -> list[str]:
 
 def _times(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
+
+
+def _us(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f} µs"
 
 
 def _rate(value: float | None) -> str:
@@ -193,6 +209,6 @@ def bench_failed(result: BenchResult) -> bool:
     for run in result.runs:
         if any(run.violations.values()) or run.checked_clean is False:
             return True
-        if not run.complete and run.experiment.phase is not Phase.LOAD:
+        if not run.complete and not run.experiment.open_loop_load:
             return True
     return result.spark_error is not None

@@ -63,6 +63,9 @@ class ClusterConfig:
     #: more transport options for every node's URL ("loss=0.05&datagram_bytes=1400")
     transport_options: str = ""
     metrics: bool = False  # every node serves /metrics (on a port of its own choosing)
+    #: run the floor (abcast.evaluation.floor) instead of abcast: the same workload,
+    #: measurement and start-up, a do-nothing sequencer in place of the group
+    floor: bool = False
 
     @property
     def in_process(self) -> bool:
@@ -111,6 +114,10 @@ class ClusterConfig:
                               "cluster has neither")
         if self.timeout_s <= 0:
             raise ConfigError("--timeout must be positive")
+        if self.floor and (self.transport != "tcp" or self.trace or self.wan is not None
+                           or self.busy_poll_us or self.metrics):
+            raise ConfigError("the floor runs on tcp, untraced, without --wan, busy polling "
+                              "or metrics")
         get_ordering(self.ordering).check_options(self.options)  # before any node starts
         if self.transport not in known_schemes():
             raise ConfigError(f"unknown transport {self.transport!r}; choose one of: "
@@ -125,7 +132,8 @@ class ClusterConfig:
 
     def new_run_id(self) -> str:
         # A real run is not reproducible, so its id is unique rather than derived.
-        return (f"{self.ordering}-{self.transport}-n{self.nodes}-m{self.messages}-"
+        name = "floor" if self.floor else self.ordering
+        return (f"{name}-{self.transport}-n{self.nodes}-m{self.messages}-"
                 f"{secrets.token_hex(4)}")
 
 

@@ -16,6 +16,11 @@ grouped by `Phase`:
   every run again with the node transports busy-polling (`lone_busy_poll_us`);
 - LOAD: open loop at rising offered rates per ordering, middleware and n, untraced
   (production settings: throughput);
+- FLOOR: the floor (abcast.evaluation.floor, a do-nothing sequencer) through the same
+  workload and start-up: a lone message on each event loop, and the load curve's rates
+  (and `floor_rates` above them) at each n of the load curves on tcp — run between LONE
+  and LOAD, so every saturation and lone figure has the floor of the same minutes beside
+  it;
 - VERIFY: built later by `verification_run`, once the load curve's knee is known — the
   same offered rate again with tracing on, so Spark checks what the untraced run did;
 - peers: `PeerExperiment`s (PySyncObj and Redis Streams) with the same payload and n.
@@ -51,6 +56,7 @@ class Phase(StrEnum):
     SIZES = "sizes"
     BASELINE = "baseline"
     LONE = "lone"
+    FLOOR = "floor"
     LOAD = "load"
     VERIFY = "verify"
 
@@ -71,11 +77,20 @@ class Experiment:
     event_loop: str | None = None  # of the node processes; None: uvloop when installed
     relay: bool = False  # sequencer family: the origin sends to the sequencer only
     busy_poll_us: int = 0  # the node transports' busy-poll window; 0: they sleep when idle
+    floor: bool = False  # the floor (abcast.evaluation.floor) instead of abcast
 
     @property
     def variant(self) -> str:
-        """The ordering as the report names it: with "relay" when it relays."""
+        """The ordering as the report names it: with "relay" when it relays; "floor"."""
+        if self.floor:
+            return "floor"
         return f"{self.ordering} relay" if self.relay else self.ordering
+
+    @property
+    def open_loop_load(self) -> bool:
+        """A run of a load curve (abcast's or the floor's): past saturation it may fall
+        over, which is a finding, not a failure."""
+        return self.phase in (Phase.LOAD, Phase.FLOOR) and self.rate is not None
 
     @property
     def closed_loop(self) -> bool:
@@ -108,7 +123,8 @@ class Experiment:
             messages=self.messages, out=out, payload=self.payload, rate=self.rate,
             serial=self.serial, event_loop=self.event_loop, busy_poll_us=self.busy_poll_us,
             options=OrderingOptions(relay=self.relay),
-            trace=self.trace, timeout_s=timeout_s, registry=registry, group=group)
+            trace=self.trace, timeout_s=timeout_s, registry=registry, group=group,
+            floor=self.floor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +178,11 @@ class GridSpec:
     # a trace row costs more than a delivery, so a traced node at the knee falls behind,
     # and hundreds of thousands of rows add minutes to the run and to Spark for nothing.
     verify_max_messages: int = 60_000
+    #: run the floor (Phase.FLOOR); its load curve offers `load_rates` and these above
+    #: them (the floor saturates far beyond abcast), at most `floor_max_messages` a run
+    floor: bool = True
+    floor_rates: tuple[float, ...] = (3_000_000, 10_000_000)
+    floor_max_messages: int = 1_000_000
     peers: tuple[str, ...] = PEERS
     peer_messages: int = 3000
     peer_rate: float = 100_000.0  # offered far above any peer's capacity: its saturation
@@ -184,7 +205,7 @@ class GridSpec:
         if any(n < 2 for n in (*self.table_nodes, *self.load_nodes, self.size_nodes,
                                self.compare_nodes)):
             raise ConfigError("every group in the grid needs at least 2 nodes")
-        if any(r <= 0 or not math.isfinite(r) for r in self.load_rates):
+        if any(r <= 0 or not math.isfinite(r) for r in (*self.load_rates, *self.floor_rates)):
             raise ConfigError("offered rates must be positive")
         if list(self.load_rates) != sorted(self.load_rates):
             raise ConfigError("offered rates must rise")
@@ -198,12 +219,14 @@ class GridSpec:
             raise ConfigError("timeouts must be positive")
 
     def timeout_of(self, exp: Experiment) -> float:
-        return self.load_timeout_s if exp.phase is Phase.LOAD else self.timeout_s
+        return self.load_timeout_s if exp.open_loop_load else self.timeout_s
 
-    def load_messages(self, rate: float) -> int:
-        """Enough messages to offer `rate` for `load_seconds`, within the bounds."""
+    def load_messages(self, rate: float, most: int | None = None) -> int:
+        """Enough messages to offer `rate` for `load_seconds`, within the bounds (`most`:
+        another upper one)."""
         wanted = math.ceil(rate * self.load_seconds)
-        return max(self.load_min_messages, min(self.load_max_messages, wanted))
+        top = self.load_max_messages if most is None else most
+        return max(self.load_min_messages, min(top, wanted))
 
 
 def quick_spec() -> GridSpec:
@@ -218,7 +241,7 @@ def quick_spec() -> GridSpec:
         sweep_middlewares=("tcp",),
         peers=("pysyncobj-tuned", "redis"), peer_messages=600, peer_load_messages=10_000,
         ping_rounds=200, ping_sizes=(5, TABLE_PAYLOAD), timeout_s=60.0,
-        load_timeout_s=20.0,
+        load_timeout_s=20.0, floor_max_messages=500_000,
     )
 
 
@@ -270,6 +293,7 @@ def build_grid(spec: GridSpec) -> Grid:
                                            spec.compare_nodes, spec.compare_payload,
                                            spec.lone_messages, trace=False, serial=True,
                                            event_loop=loop, relay=relay, busy_poll_us=poll))
+    runs += floor_runs(spec, loops)
     for ordering in spec.load_orderings:
         for middleware in dict.fromkeys((spec.sweep_transport, *sweep)):
             sizes = spec.load_nodes if middleware == spec.sweep_transport else (
@@ -287,6 +311,22 @@ def build_grid(spec: GridSpec) -> Grid:
         peers.append(PeerExperiment(peer, spec.compare_nodes, spec.compare_payload,
                                     spec.peer_load_messages, rate=spec.peer_rate))
     return Grid(spec, tuple(runs), tuple(peers))
+
+
+def floor_runs(spec: GridSpec, loops: list[str | None]) -> list[Experiment]:
+    """The floor's runs (Phase.FLOOR): beside the lone message and the load curves on tcp,
+    the only transport it has."""
+    if not spec.floor or spec.sweep_transport != "tcp" or not spec.load_orderings:
+        return []
+    runs = [Experiment(Phase.FLOOR, "sequencer", "tcp", spec.compare_nodes,
+                       spec.compare_payload, spec.lone_messages, trace=False, serial=True,
+                       event_loop=loop, floor=True) for loop in loops]
+    rates = sorted({*spec.load_rates, *spec.floor_rates})
+    for n in spec.load_nodes:
+        runs += [Experiment(Phase.FLOOR, "sequencer", "tcp", n, spec.compare_payload,
+                            spec.load_messages(rate, spec.floor_max_messages), rate=rate,
+                            trace=False, floor=True) for rate in rates]
+    return runs
 
 
 def verification_run(load_run: Experiment, spec: GridSpec) -> Experiment:

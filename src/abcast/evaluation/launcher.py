@@ -37,6 +37,7 @@ from abcast.evaluation.cluster import (
     latencies_from_rows,
     merge_stamped_latencies,
 )
+from abcast.evaluation.floor import floor_command
 from abcast.evaluation.worker import (
     Failed,
     Finished,
@@ -260,7 +261,9 @@ async def _run_processes(
             registry_proc, registry_url = await _start_registry_process()
         else:
             registry_url = config.registry
-        cmd = node_command(config, registry_url, run_id)
+        cmd = floor_command(registry_url, config.group, config.nodes, config.messages,
+                            config.payload, run_id, config.rate, config.serial
+                            ) if config.floor else node_command(config, registry_url, run_id)
         env = None if config.event_loop is None else {
             **os.environ, "ABCAST_LOOP": config.event_loop}
         for i in range(config.nodes):

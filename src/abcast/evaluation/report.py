@@ -4,8 +4,9 @@ Rules: rendering only — every figure shown comes from abcast.evaluation.result
 abcast.evaluation.analysis; nothing is measured or re-derived here. The page opens with
 the thesis's Tables 4–6 (mean TO-broadcast latency, one table per ordering, n × middleware,
 the model's prediction beside each cell), then measured vs model, the message-size
-sweep, throughput vs offered load with the knee, the tracing-on verification, the peers
-and their ratios, and every run with its checks. A missing figure prints as "—". Plots
+sweep, the floor, throughput vs offered load with the knee, the lone message (both with
+their ratio to the floor), the tracing-on verification, the peers and their ratios, and
+every run with its checks. A missing figure prints as "—". Plots
 use matplotlib's Agg backend (imported only in `draw_plots`); a machine without
 matplotlib gets the page without them.
 """
@@ -19,8 +20,10 @@ from typing import Final
 
 from abcast.evaluation.analysis import (
     TRACKING,
+    Floor,
     LoadCurve,
     ModelCell,
+    floor_of,
     load_curves,
     model_cells,
     peer_ratios,
@@ -148,7 +151,50 @@ def _size_section(result: BenchResult) -> list[str]:
     return lines
 
 
-def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]:
+FLOOR_TEXT: Final = (
+    "The floor is what this machine and interpreter allow for the sequencer's message "
+    "pattern: a do-nothing sequencer (abcast.evaluation.floor) run through the same "
+    "workload, the same measurement and the same process start-up as abcast, in this "
+    "bench, just before abcast's load curves. Each node is one process on one event loop "
+    "with a TCP connection to every peer on loopback, read and written by asyncio "
+    "Protocols; a loop turn's broadcasts leave as one data frame to every other node, the "
+    "lowest node numbers each such frame as one unit and announces the numbers of what it "
+    "handled at once in one order frame, and every node hands the application one "
+    "delivery per message in number order. It does nothing else: no reliable channel "
+    "(TCP's order and retransmission are all), no failure detector, no membership, views, "
+    "flush or fail-over, no protocol layers or effects, no tracing and no checks. Ratios "
+    "to the floor say how much of the machine abcast's layers take: a saturation of 0.5 "
+    "of the floor delivers half of what the bare pattern does, a lone-message p50 of 3× "
+    "takes three times as long. The workload's own delivery callback (counters, the "
+    "latency stamp) is in both: at saturation it is a good part of the floor's cost.")
+
+
+def _floor_section(result: BenchResult) -> list[str]:
+    runs = result.of(Phase.FLOOR)
+    if not runs:
+        return []
+    lines = ["## The floor", "", FLOOR_TEXT, ""]
+    curves = load_curves(result.runs, Phase.FLOOR)
+    if curves:
+        lines += _table(
+            ["n", "offered msg/s", "delivered msg/s", "p50 ms"],
+            [[str(c.nodes), f"{p.offered:,.0f}", _num(p.delivered, 0), _ms(p.p50_us)]
+             for c in curves for p in c.points])
+        lines += _table(["n", "saturation msg/s"],
+                        [[str(c.nodes), _num(c.knee.saturation, 0)] for c in curves])
+    lone = [r for r in runs if r.experiment.serial]
+    if lone:
+        lines += _table(
+            ["n", "event loop", "lone p50 µs", "lone p99 µs", "status"],
+            [[str(r.experiment.nodes), r.experiment.event_loop or "default",
+              _num(r.figures.p50_us, 0), _num(r.figures.p99_us, 0),
+              "ok" if r.complete else "INCOMPLETE " + "; ".join(r.errors)[:200]]
+             for r in lone])
+    return lines
+
+
+def _load_section(result: BenchResult, curves: Sequence[LoadCurve], floor: Floor
+                  ) -> list[str]:
     if not curves:
         return []
     lines = ["## Throughput vs offered load", "",
@@ -168,17 +214,20 @@ def _load_section(result: BenchResult, curves: Sequence[LoadCurve]) -> list[str]
                          _num(p.delivered, 0), _ms(p.p50_us)])
     lines += _table(["ordering", "middleware", "n", "offered msg/s", "delivered msg/s",
                      "p50 ms"], rows)
+    rows = []
+    for c in curves:
+        floor_rate, ratio = floor.saturation_ratio(c)
+        rows.append([c.ordering, c.transport, str(c.nodes), _num(c.knee.offered, 0),
+                     _num(c.knee.saturation, 0),
+                     "yes" if c.knee.saturated else "no (knee beyond the highest rate)",
+                     _num(floor_rate, 0), _num(ratio, 3)])
     lines += _table(
         ["ordering", "middleware", "n", "knee offered msg/s", "saturation msg/s",
-         "saturated in range"],
-        [[c.ordering, c.transport, str(c.nodes), _num(c.knee.offered, 0),
-          _num(c.knee.saturation, 0),
-          "yes" if c.knee.saturated else "no (knee beyond the highest rate)"]
-         for c in curves])
+         "saturated in range", "floor msg/s", "of the floor"], rows)
     return lines
 
 
-def _lone_section(result: BenchResult) -> list[str]:
+def _lone_section(result: BenchResult, floor: Floor) -> list[str]:
     runs = result.of(Phase.LONE)
     if not runs:
         return []
@@ -192,15 +241,24 @@ def _lone_section(result: BenchResult) -> list[str]:
              "member handles one packet per message instead of two. Busy poll: after each "
              "read or write a node's loop keeps polling its sockets for that many µs instead "
              "of sleeping (`--busy-poll`), so a frame is not kept waiting for an idle CPU "
-             "to wake up; it costs CPU while the group is idle.", ""]
+             "to wake up; it costs CPU while the group is idle. The floor's p50 and the "
+             "ratios beside each row are the floor's lone message on the same event loop "
+             "(it never busy-polls).", ""]
+    rows = []
+    for r in runs:
+        floor_run = floor.lone_of(r)
+        p50_ratio, p99_ratio = floor.lone_ratios(r)
+        rows.append([r.experiment.variant, str(r.experiment.nodes), str(r.experiment.payload),
+                     r.experiment.event_loop or "default", str(r.experiment.busy_poll_us),
+                     _num(r.figures.p50_us, 0), _num(r.figures.p99_us, 0),
+                     _num(r.figures.mean_us, 0), _num(r.figures.throughput, 0),
+                     _num(floor_run.figures.p50_us if floor_run else None, 0),
+                     _ratio(p50_ratio), _ratio(p99_ratio),
+                     "ok" if r.complete else "INCOMPLETE " + "; ".join(r.errors)[:200]])
     lines += _table(
         ["ordering", "n", "payload B", "event loop", "busy poll µs", "p50 µs", "p99 µs",
-         "mean µs", "messages/s", "status"],
-        [[r.experiment.variant, str(r.experiment.nodes), str(r.experiment.payload),
-          r.experiment.event_loop or "default", str(r.experiment.busy_poll_us),
-          _num(r.figures.p50_us, 0),
-          _num(r.figures.p99_us, 0), _num(r.figures.mean_us, 0), _num(r.figures.throughput, 0),
-          "ok" if r.complete else "INCOMPLETE " + "; ".join(r.errors)[:200]] for r in runs])
+         "mean µs", "messages/s", "floor p50 µs", "p50 ÷ floor", "p99 ÷ floor", "status"],
+        rows)
     return lines
 
 
@@ -303,8 +361,10 @@ def render_markdown(result: BenchResult, plots: Sequence[Plot] = ()) -> str:
     lines += _thesis_tables(result, cells)
     lines += _model_section(result, cells)
     lines += _size_section(result)
-    lines += _load_section(result, curves)
-    lines += _lone_section(result)
+    floor = floor_of(result)
+    lines += _floor_section(result)
+    lines += _load_section(result, curves, floor)
+    lines += _lone_section(result, floor)
     lines += _verify_section(result)
     lines += _peer_section(result)
     if plots:

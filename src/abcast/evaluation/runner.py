@@ -115,7 +115,8 @@ class BenchRunner:
         self.registry_url = await registry.start()
         try:
             runs: list[RunMeasurement] = []
-            for phase in (Phase.TABLE, Phase.SIZES, Phase.BASELINE, Phase.LONE, Phase.LOAD):
+            for phase in (Phase.TABLE, Phase.SIZES, Phase.BASELINE, Phase.LONE, Phase.FLOOR,
+                          Phase.LOAD):
                 runs += await self._phase(phase.value, list(self.grid.of(phase)))
             runs += await self._phase("verify", self._verification_runs(runs))
         finally:
@@ -148,7 +149,7 @@ class BenchRunner:
         past_knee: dict[tuple[str, str, int], int] = {}  # load curve → runs fallen behind
         for exp in experiments:
             curve = (exp.ordering, exp.transport, exp.nodes)
-            if exp.phase is Phase.LOAD and past_knee.get(curve, 0) >= SATURATED_AFTER:
+            if exp.open_loop_load and past_knee.get(curve, 0) >= SATURATED_AFTER:
                 self.progress.advance()  # saturated: higher rates only queue up more
                 continue
             self.progress.step(exp.label())
@@ -157,7 +158,7 @@ class BenchRunner:
                                        registry=self.registry_url,
                                        group=f"bench-{self.runs_made}")
             done.append(run)
-            if exp.phase is Phase.LOAD and exp.rate is not None:
+            if exp.open_loop_load and exp.rate is not None:
                 tracking = LoadPoint(exp.rate, run.figures.throughput if run.complete
                                      else None).tracking
                 past_knee[curve] = (0 if tracking else past_knee.get(curve, 0) + 1

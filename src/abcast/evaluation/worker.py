@@ -26,11 +26,11 @@ import resource
 import sys
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -350,6 +350,34 @@ class _RowsToFiles:
             write.result()
 
 
+PipeWorker = Callable[[WorkerConfig, Control], Coroutine[Any, Any, WorkerOutcome]]
+
+
+class Drains(Protocol):
+    async def drain(self) -> None: ...
+
+
+class WorkloadNode(Protocol):
+    """What the workload needs of its node: abcast's `Node` or the floor's."""
+
+    @property
+    def id(self) -> NodeId: ...
+
+    @property
+    def transport(self) -> Drains: ...
+
+
+class WorkloadGroup(Protocol):
+    """What the workload needs of its group: abcast's `Group` or the floor's."""
+
+    @property
+    def members(self) -> tuple[NodeId, ...]: ...
+
+    def broadcast_nowait(self, payload: bytes) -> object: ...
+
+    def send_queued(self) -> None: ...
+
+
 async def run_worker(
     config: WorkerConfig, make_control: Callable[[Node], Control],
 ) -> WorkerOutcome:
@@ -372,16 +400,8 @@ async def run_worker(
         await group.open()
         try:
             run.group = group
-            run.prepare()
-            await control.ready(node.id, node.address)
-            run.begin(await control.wait_go())
-            stop = control.stop_requested()
-            await _first(run.finished, stop)
-            if run.finished.is_set() and not stop.is_set():
-                await control.done(node.id)
-                await stop.wait()
-            run.stopped = True
-            return run.outcome()
+            await run.run_to_stop(control, node.address)
+            return run.outcome(list(group.members), **abcast_counters(node, group))
         finally:
             await group.close()
     finally:
@@ -390,13 +410,29 @@ async def run_worker(
             sink.close()
 
 
+def abcast_counters(node: Node, group: Group) -> dict[str, int]:
+    """An abcast node's counters for its outcome (`_Run.outcome`)."""
+    driver = group.driver
+    layers = driver.stack.layers
+    return {
+        "broadcasts": driver.broadcasts, "protocol_packets": driver.protocol_packets,
+        "control_packets": driver.control_packets,
+        "retransmissions": driver.retransmissions, "bad_frames": node.stats.bad_frames,
+        "transport_bad_frames": node.transport.stats.bad_frames,
+        "naks": sum(getattr(layer, "naks_sent", 0) for layer in layers),
+        "peak_unstable_bytes": sum(getattr(layer, "peak_unstable_bytes", 0)
+                                   for layer in layers),
+        "bytes_out": node.transport.stats.bytes_out,
+    }
+
+
 class _Run:
     """The workload on one node (closed or open loop) and its counters."""
 
-    def __init__(self, config: WorkerConfig, node: Node) -> None:
+    def __init__(self, config: WorkerConfig, node: WorkloadNode) -> None:
         self.config = config
         self.node = node
-        self.group: Group | None = None
+        self.group: WorkloadGroup | None = None
         self.workload: RoundRobin | None = None
         self.finished = asyncio.Event()
         self.stopped = False
@@ -427,10 +463,23 @@ class _Run:
         if config.messages == 0:
             self.finished.set()
 
-    def _group(self) -> Group:
+    def _group(self) -> WorkloadGroup:
         if self.group is None:
             raise LocalProtocolError("the run has no open group")
         return self.group
+
+    async def run_to_stop(self, control: Control, address: str) -> None:
+        """The group is open: ready → go → the workload → done → stop."""
+        self.prepare()
+        me = self.node.id
+        await control.ready(me, address)
+        self.begin(await control.wait_go())
+        stop = control.stop_requested()
+        await _first(self.finished, stop)
+        if self.finished.is_set() and not stop.is_set():
+            await control.done(me)
+            await stop.wait()
+        self.stopped = True
 
     def prepare(self) -> None:
         """The group is open: set up the workload, counting what was delivered so far
@@ -571,37 +620,33 @@ class _Run:
         if self.covered >= self.expected:
             self.finished.set()
 
-    def outcome(self) -> WorkerOutcome:
+    def outcome(self, members: list[NodeId], **counters: int) -> WorkerOutcome:
+        """What this node reports: the workload's figures and the node's `counters`
+        (broadcasts, packets, …: `abcast_counters`, or the floor's)."""
         if self._starting is not None:
             self._starting.cancel()
         if self._pacer is not None:
             self._pacer.cancel()
-        group = self._group()
-        driver = group.driver
         return WorkerOutcome(
-            node=self.node.id, delivered=self.delivered, broadcasts=driver.broadcasts,
+            node=self.node.id, delivered=self.delivered,
             complete=self.covered >= self.config.messages,
-            protocol_packets=driver.protocol_packets, control_packets=driver.control_packets,
-            retransmissions=driver.retransmissions, bad_frames=self.node.stats.bad_frames,
-            transport_bad_frames=self.node.transport.stats.bad_frames,
-            go_ns=self.go_ns, last_deliver_ns=self.last_deliver_ns, members=list(group.members),
+            go_ns=self.go_ns, last_deliver_ns=self.last_deliver_ns, members=members,
             latencies_ns=list(self.latencies),
             peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-            naks=sum(getattr(layer, "naks_sent", 0) for layer in driver.stack.layers),
-            peak_unstable_bytes=sum(getattr(layer, "peak_unstable_bytes", 0)
-                                    for layer in driver.stack.layers),
-            bytes_out=self.node.transport.stats.bytes_out,
+            **counters,
         )
 
 
 # ------------------------------------------------------------------------ node processes
 
 
-async def run_pipe_node(config: WorkerConfig) -> WorkerOutcome:
-    """A node driven by the launcher's pipe; StoppedError if stopped before the run began."""
+async def run_pipe_node(config: WorkerConfig, run: PipeWorker | None = None) -> WorkerOutcome:
+    """A node driven by the launcher's pipe; StoppedError if stopped before the run began.
+    `run`: the node to run (default: abcast's, `run_worker`; the floor has its own)."""
     control = PipeControl()
     await control.start()
-    worker = asyncio.create_task(run_worker(config, lambda _node: control))
+    worker = asyncio.create_task(run_worker(config, lambda _node: control) if run is None
+                                 else run(config, control))
     stopper = asyncio.ensure_future(control.stop_requested().wait())
     try:
         await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -18,9 +18,9 @@ Theory, guarantees and what it does not handle: docs/orderings.md ("The sequence
 family"). Wire structs: sequencer_wire.
 
 The core only routes: one event goes to the steady state when the node is a member in a
-steady view and the packet is a data packet or its sequencer's order (the hot path,
-guarded by tests/unit/test_hotpath_sequencer.py); every other event goes, in turn, to
-evs, membership, the flush and the steady state, the first that takes it.
+steady view and the event is its own broadcast, a data packet or its sequencer's order
+(the hot path, guarded by tests/unit/test_hotpath_sequencer.py); every other event goes,
+in turn, to evs, membership, the flush and the steady state, the first that takes it.
 """
 
 from __future__ import annotations
@@ -233,11 +233,16 @@ class Sequencer(Layer):
 
     def _handle_plain(self, event: Event, now: int) -> list[Effect]:
         st = self.st
-        # The hot path, by exact type: a member's data, or the sequencer's order, in a
-        # steady view. None of the cases below would take it before the steady state.
-        if type(event) is Received and st.flow is Flow.STEADY and st.role is Role.MEMBER:
+        # The hot path, by exact type: a member's data, the sequencer's order or our own
+        # broadcast, in a steady view. None of the cases below would take it before the
+        # steady state.
+        if st.steady_member:
+            if type(event) is BroadcastRequested:
+                st.now = now
+                return (numbering.broadcast(st, event.seq, event.payload)
+                        + membership.after_event(st))
             view = st.view
-            if view is not None:
+            if type(event) is Received and view is not None:
                 header = event.header
                 header_type = type(header)
                 sender = event.sender
@@ -376,7 +381,7 @@ class Sequencer(Layer):
         view = st.view
         leader = view.leader if view is not None else None
         members = view.members if view is not None else ()
-        frozen = st.flow is not Flow.STEADY
+        frozen = not st.steady
         effects: list[Effect]
         match event:
             case BroadcastRequested(seq, payload) if frozen:

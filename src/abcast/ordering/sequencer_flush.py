@@ -41,7 +41,7 @@ VIEW_ID_SPAN: Final = 1 << 20
 def after_event(st: SequencerState) -> list[Effect]:
     """Batched per event: SAFE acks and the stability timer."""
     effects: list[Effect] = []
-    if st.safe and st.flow is Flow.STEADY and st.view is not None:
+    if st.safe and st.steady and st.view is not None:
         effects += _ack_holdings(st)
     if not st.timer_armed and st.delivered_through() > st.reported:
         st.timer_armed = True

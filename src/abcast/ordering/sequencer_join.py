@@ -290,7 +290,8 @@ def after_event(st: SequencerState) -> list[Effect]:
     """Batched per event: the flush's (SAFE acks, stability timer), then a leaver's ask
     once its own broadcasts are delivered."""
     effects = flush.after_event(st)
-    if st.role is Role.LEAVING and not st.leave_asked and not _own_pending(st):
+    if not st.steady_member and st.role is Role.LEAVING and not st.leave_asked \
+            and not _own_pending(st):
         effects += _ask_to_leave(st)
     return effects
 

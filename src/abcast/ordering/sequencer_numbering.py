@@ -24,7 +24,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering import sequencer_optimistic as optimistic
 from abcast.ordering._holdback import CausalHoldback
-from abcast.ordering.sequencer_state import Flow, SequencerState
+from abcast.ordering.sequencer_state import SequencerState
 from abcast.ordering.sequencer_wire import (
     MAX_ORDER_IDS,
     RELAY_ORDER_BYTES,
@@ -72,7 +72,7 @@ def broadcast(
         effects = [Send(leader, header, Packet((), payload))]
     else:
         effects = []  # our order packet carries it
-    if leader == st.node and st.flow is Flow.STEADY and not hold:
+    if leader == st.node and st.steady and not hold:
         # What we delivered, we numbered: our own message's dependencies are met.
         effects.extend(admit(st, st.node, seq, NO_DEPS))
     return effects
@@ -88,7 +88,7 @@ def on_data(
     if deps:
         st.deps_of[mid] = deps  # kept for a new sequencer after a fail-over
     view = require_view(st)
-    if view.leader == st.node and st.flow is Flow.STEADY:
+    if view.leader == st.node and st.steady:
         return admit(st, origin, seq, deps)
     return deliver_ready(st)
 
@@ -120,7 +120,7 @@ def on_order_timer(st: SequencerState) -> list[Effect]:
     st.interval_armed = False
     ids, st.interval_ids = st.interval_ids, []
     view = st.view
-    if not ids or st.flow is not Flow.STEADY or view is None or view.leader != st.node:
+    if not ids or not st.steady or view is None or view.leader != st.node:
         return []
     return number(st, ids)
 
@@ -201,7 +201,7 @@ def deliver_ready(st: SequencerState, *, thawed: bool = False) -> list[Effect]:
     """Deliver in number order what is here (number and body), up to the safe point
     under SAFE; nothing while frozen unless `thawed` (an evs side's outcome)."""
     effects: list[Effect] = []
-    if st.flow is not Flow.STEADY and not thawed:
+    if not st.steady and not thawed:
         return effects
     limit = st.safe_upto if st.safe else _UNLIMITED
     numbers, bodies, delivered, log = st.numbers, st.bodies, st.delivered, st.log

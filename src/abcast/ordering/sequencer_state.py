@@ -219,6 +219,10 @@ class SequencerState:
         # phases
         self.role = Role.MEMBER
         self.flow = Flow.STEADY
+        #: the phases as the hot path reads them, kept by `go_role`/`go_flow` (a plain
+        #: attribute: an Enum member lookup costs ~0.17 µs on CPython 3.11, several a frame)
+        self.steady = True  # flow is STEADY
+        self.steady_member = True  # ...and role is MEMBER
         self.now = 0
         # steady state (sequencer_numbering): what this node knows, not delivered yet
         self.view: View | None = None
@@ -293,7 +297,7 @@ class SequencerState:
     # -- phases ----------------------------------------------------------------------------
     @property
     def frozen(self) -> bool:
-        return self.flow is not Flow.STEADY
+        return not self.steady
 
     @property
     def stopped(self) -> bool:
@@ -304,12 +308,15 @@ class SequencerState:
             raise LocalProtocolError(
                 f"sequencer on {self.node}: no transition {self.role.value} → {role.value}")
         self.role = role
+        self.steady_member = self.steady and role is Role.MEMBER
 
     def go_flow(self, flow: Flow) -> None:
         if flow is not self.flow and flow not in FLOW_TRANSITIONS[self.flow]:
             raise LocalProtocolError(
                 f"sequencer on {self.node}: no transition {self.flow.value} → {flow.value}")
         self.flow = flow
+        self.steady = steady = flow is Flow.STEADY
+        self.steady_member = steady and self.role is Role.MEMBER
 
     def delivered_through(self) -> int:
         """The highest global number delivered here."""

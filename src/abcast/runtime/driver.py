@@ -43,7 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from abcast.batching import Batcher, unpack
 from abcast.codec import Envelope
@@ -69,6 +69,8 @@ if TYPE_CHECKING:
     from abcast.runtime.metrics import GroupMeter
 
 DeliverHook = Callable[[Deliver], None]
+#: an Enum member lookup costs ~0.17 µs on CPython 3.11: read once, not per batch
+_FINAL: Final = Stage.FINAL
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +117,7 @@ class Host(Protocol):
 class GroupDriver:
     def __init__(
         self, host: Host, stack: Stack, on_deliver: DeliverHook | None = None,
-        hooks: AppHooks = NO_HOOKS,
+        hooks: AppHooks = NO_HOOKS, on_opt_deliver: DeliverHook | None = None,
     ) -> None:
         if stack.node != host.id:
             raise LocalProtocolError(f"stack of {stack.node} driven by node {host.id}")
@@ -126,6 +128,8 @@ class GroupDriver:
         self.view_id = stack.view.view_id
         self.name = stack.group
         self.on_deliver = on_deliver
+        #: the optimistic (tentative) deliveries' callback; None: `on_deliver` gets them too
+        self.on_opt_deliver = on_opt_deliver if on_opt_deliver is not None else on_deliver
         self.hooks = hooks
         self.leaving = False
         self.removed: View | None = None  # the view without this node, once installed
@@ -362,9 +366,10 @@ class GroupDriver:
             log.error("group %s on %s: skipping a delivered message: %s",
                       self.name, self.host.id, exc)
             return
-        host, prefix, on_deliver = self.host, self.prefix, self.on_deliver
+        host, prefix = self.host, self.prefix
         recorder = host.recorder
-        final = batch.stage is Stage.FINAL
+        final = batch.stage is _FINAL
+        on_deliver = self.on_deliver if final else self.on_opt_deliver
         meter = self.meter
         if meter is not None and final and deliveries[0].origin == host.id:
             meter.delivered(deliveries[0].seq, host.clock.now_us())

@@ -50,7 +50,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from abcast.effects import Deliver, Stage
+from abcast.effects import Deliver
 from abcast.errors import AbcastError, Backpressure, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
@@ -310,7 +310,12 @@ class Group:
                          merge_state=self._merge_state)
         self._admitted = asyncio.Event()
         self._departed = asyncio.Event()
-        self._driver = GroupDriver(host, stack, self._on_deliver, hooks)
+        # the application's callbacks (or queues) straight to the driver: no forwarding
+        # call per delivery (at saturation one was ~5 % of a node's time)
+        final = self._user_hook if self._user_hook is not None else self._queue_of("final")
+        optimistic = self._opt_hook if self._opt_hook is not None else self._queue_of(
+            "optimistic")
+        self._driver = GroupDriver(host, stack, final, hooks, on_opt_deliver=optimistic)
         self._driver.config = {"ordering": self.ordering,
                                "options": msgspec.to_builtins(for_streams(self.options))}
         host.attach(self._driver)
@@ -582,17 +587,12 @@ class Group:
             if queue is not None:
                 queue.put_nowait(None)
 
-    def _on_deliver(self, delivery: Deliver) -> None:
-        if delivery.stage is Stage.OPTIMISTIC:
-            if self._opt_hook is not None:
-                self._opt_hook(delivery)
-            elif self._opt_queue is not None:
-                self._opt_queue.put_nowait(delivery)
-            return
-        if self._user_hook is not None:
-            self._user_hook(delivery)
-        elif self._queue is not None:
-            self._queue.put_nowait(delivery)
+    def _queue_of(self, stage: str) -> Callable[[Deliver], None]:
+        """Where `deliveries(stage)` reads from (made by `open` when there is no hook)."""
+        queue = self._queue if stage == "final" else self._opt_queue
+        if queue is None:
+            raise LocalProtocolError(f"group {self.name!r}: no {stage} deliveries queue")
+        return queue.put_nowait
 
     def _require_driver(self) -> GroupDriver:
         if self._driver is None or self._state != "open":

@@ -405,12 +405,14 @@ class Node:
         transport = self._transport
         if transport is None or self._state != "open":
             return len(dsts)
-        urls = self._peer_urls
-        if all(dst in urls for dst in dsts) or self.registry is None:
-            return transport.multicast(dsts, data)
-        for dst in dsts:
-            self.transmit(dst, data)
-        return len(dsts)
+        if self.registry is not None:
+            urls = self._peer_urls
+            for dst in dsts:  # a loop, not all(<generator>): this runs for every multicast
+                if dst not in urls:
+                    for each in dsts:
+                        self.transmit(each, data)
+                    return len(dsts)
+        return transport.multicast(dsts, data)
 
     async def _resolve(self, peer: NodeId) -> None:
         registry = self.registry
