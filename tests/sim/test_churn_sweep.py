@@ -57,7 +57,7 @@ def assert_clean_churn(result: SimResult, where: str) -> set[str]:
     return present
 
 
-@pytest.mark.parametrize("ordering", ["sequencer", "causal-total"])
+@pytest.mark.parametrize("ordering", ["sequencer", "causal-total", "optimistic"])
 def test_seeded_churn_keeps_every_property(ordering: str) -> None:
     for seed in SEEDS:
         result = churn_run(ordering, seed, safe=seed % 2 == 0)

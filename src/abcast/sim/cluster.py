@@ -27,6 +27,7 @@ from abcast.effects import (
     MergeStates,
     Output,
     SetTimer,
+    Stage,
     TakeSnapshot,
     Transmit,
 )
@@ -193,8 +194,9 @@ class SimCluster:
                         node, stage.value, self._t_ns(), origin=origin, seq=seq,
                         group=stack.group, size=len(payload), view_id=sim_node.view_id,
                     )
-                    sim_node.note_delivered(origin, seq)
-                    sim_node.apply_delivery(origin, seq, payload)
+                    if stage is Stage.FINAL:  # a tentative delivery changes no state
+                        sim_node.note_delivered(origin, seq)
+                        sim_node.apply_delivery(origin, seq, payload)
                     if self.on_deliver is not None:
                         self.on_deliver(node, out)
                 case SetTimer(key, at):
