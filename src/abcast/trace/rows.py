@@ -156,9 +156,17 @@ def conform(table: pa.Table, schema: pa.Schema, source: str) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def _python_columns(table: pa.Table, source: str) -> dict[str, list[Any]]:
+    try:
+        columns: dict[str, list[Any]] = table.to_pydict()
+    except (pa.ArrowException, ValueError) as exc:  # invalid UTF-8 in a string column
+        raise TraceFormatError(f"{source}: holds values that do not decode ({exc})") from exc
+    return columns
+
+
 def table_to_events(table: pa.Table, source: str) -> list[EventRow]:
     table = conform(table, EVENT_SCHEMA, source)
-    data = table.to_pydict()
+    data = _python_columns(table, source)
     deps_col = [None if d is None else dict(d) for d in data["deps"]]
     members_col = [None if m is None else tuple(m) for m in data["members"]]
     return [
@@ -175,7 +183,7 @@ def table_to_events(table: pa.Table, source: str) -> list[EventRow]:
 
 def table_to_runs(table: pa.Table, source: str) -> list[RunInfo]:
     table = conform(table, RUN_SCHEMA, source)
-    data = table.to_pydict()
+    data = _python_columns(table, source)
     return [
         RunInfo(**{name: data[name][i] for name in RUN_COLUMNS})
         for i in range(table.num_rows)
