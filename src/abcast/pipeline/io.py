@@ -88,9 +88,10 @@ def _check_local_schema(path: Path, shown: str, expected: pa.Schema) -> int:
     try:
         metadata = pq.read_metadata(path)
         schema = metadata.schema.to_arrow_schema()
-    except (pa.ArrowInvalid, OSError) as exc:
+        names = schema.names
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceDirError(f"{shown}: not a Parquet file ({exc})") from None
-    missing = [name for name in expected.names if name not in schema.names
+    missing = [name for name in expected.names if name not in names
                and not (expected is RUN_SCHEMA and name in OPTIONAL_RUN_COLUMNS)]
     if missing:
         raise TraceDirError(f"{shown}: missing column {missing[0]!r}"

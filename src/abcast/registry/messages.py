@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from abcast.codec import GroupField, NodeField
+from abcast.codec import NOT_A_MESSAGE, GroupField, NodeField
 from abcast.errors import ConfigError, DecodeError
 
 #: largest registry message either side accepts (a member table of thousands of nodes fits)
@@ -190,7 +190,7 @@ def encode(message: Request | Reply) -> bytes:
 def decode_request(body: bytes) -> Request:
     try:
         request: Request = _request_decoder.decode(body)
-    except (msgspec.MsgspecError, ValueError) as exc:
+    except NOT_A_MESSAGE as exc:
         raise DecodeError(f"not a registry request: {exc}") from None
     return request
 
@@ -198,7 +198,7 @@ def decode_request(body: bytes) -> Request:
 def decode_reply(body: bytes) -> Reply:
     try:
         reply: Reply = _reply_decoder.decode(body)
-    except (msgspec.MsgspecError, ValueError) as exc:
+    except NOT_A_MESSAGE as exc:
         raise DecodeError(f"not a registry reply: {exc}") from None
     return reply
 

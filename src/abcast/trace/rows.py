@@ -134,13 +134,16 @@ def runs_to_table(runs: Iterable[RunInfo]) -> pa.Table:
 def conform(table: pa.Table, schema: pa.Schema, source: str) -> pa.Table:
     """`table` restricted and cast to `schema`; a missing, uncastable or (for a
     non-nullable field) null-holding column raises TraceFormatError naming it."""
+    try:
+        names = table.column_names
+    except ValueError as exc:  # a column name that is not UTF-8
+        raise TraceFormatError(f"{source}: a column name does not decode ({exc})") from exc
     arrays = []
     for f in schema:
-        if f.name not in table.column_names and schema is RUN_SCHEMA \
-                and f.name in OPTIONAL_RUN_COLUMNS:
+        if f.name not in names and schema is RUN_SCHEMA and f.name in OPTIONAL_RUN_COLUMNS:
             arrays.append(pa.nulls(table.num_rows, type=f.type))
             continue
-        if f.name not in table.column_names:
+        if f.name not in names:
             raise TraceFormatError(f"{source}: missing column {f.name!r}")
         column = table.column(f.name)
         if not column.type.equals(f.type):
