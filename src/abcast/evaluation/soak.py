@@ -3,15 +3,16 @@ processes (abcast.evaluation.soak_member) under steady load and churn for minute
 time, every process's RSS and open fds sampled every second.
 
 Rules: a registry process and `nodes` members (the first creates the group, over tcp);
-two of the first members are anchors, never disturbed, so their samples span the whole
-run. Every `kill_every_s` the oldest non-anchor member is SIGKILLed (the group's creator,
-its first sequencer, is the first victim) and a new member joins; every `churn_every_s`,
-half a period later, the oldest remaining non-anchor leaves gracefully and a new one
-joins. At the end every member stops appending; the run waits until all live members
-report the same log (digest, count) and the same view, tells them to exit, and judges:
-the trace (killed members' unsealed streams included: they end in their crash row) by
-abcast.checks for the ordering's claims plus virtual synchrony, and each anchor's RSS and
-fd samples after `warmup_s` by a least-squares slope. A runs row is committed, so
+the clock starts once all are in. Two of the first members are anchors, never disturbed,
+so their samples span the whole run. Every `kill_every_s` the oldest non-anchor member is
+SIGKILLed (the group's creator, its first sequencer, is the first victim) and a new
+member joins; every `churn_every_s`, half a period later, the oldest remaining non-anchor
+leaves gracefully and a new one joins. At the end every member stops appending; the run
+waits until all live members report the same log (digest, count) and the same view,
+tells them to exit, and judges: the trace (killed members' unsealed streams included:
+they end in their crash row) by abcast.checks for the ordering's claims plus virtual
+synchrony, and each anchor's RSS and fd samples after `warmup_s` by a least-squares
+slope. A runs row is committed, so
 `abcast check <out>` judges the same trace with Spark.
 """
 
@@ -180,6 +181,12 @@ class _Soak:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
+    def restart_clock(self) -> None:
+        """t = 0 from now on; what was noted before gets negative times."""
+        offset = self.now()
+        self.t0 += offset
+        self.result.events = [(round(t - offset, 1), w) for t, w in self.result.events]
+
     def note(self, what: str) -> None:
         self.result.events.append((round(self.now(), 1), what))
 
@@ -268,6 +275,7 @@ async def run_soak(config: SoakConfig) -> SoakResult:
         for _ in range(config.nodes - 1):
             await soak.spawn()
         soak.anchors = {m.node for m in soak.members[1:3]}
+        soak.restart_clock()  # the run's minutes count from the full group
         sampler = asyncio.create_task(soak.sample_forever(registry_proc.pid))
         end = config.minutes * 60.0
         next_kill, next_churn = config.kill_every_s, config.kill_every_s / 2
