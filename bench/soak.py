@@ -1,13 +1,16 @@
-"""The soak: a 5-node sequencer group over tcp (real processes) under steady load with
-churn — a SIGKILL every minute, a graceful leave every minute (half a minute apart), a
-join after each — for `--minutes` of real time, RSS and open fds of every process
-sampled every second (abcast.evaluation.soak says what is judged and how).
+"""The soak: a 5-node sequencer group over tcp (real processes) under steady load with churn
+— every minute a SIGKILL, a graceful leave (each followed by a join) and a member cut off
+(SIGSTOP past the failure detector's timeout: the group installs a view without it; then
+SIGCONT: it is admitted again, or replaced when the group removed it; the partition that
+heals, as far as one can be made on loopback) — for `--minutes` of real time, RSS and
+open fds of every process sampled every second (abcast.evaluation.soak says what is
+judged and how).
 
 Writes, into `--out`: the trace (events/, runs.parquet: `abcast check <out>` judges it
-with Spark), `soak.md` (the report), `soak.json` (every sample and figure) and
-`soak.png` (RSS over time per process, kills and leaves marked). Exits 1 unless every
-check is clean, the live members' states are equal and no anchor's RSS grows.
-It loads both cores for its whole duration: run it alone.
+with Spark), `soak.md` (the report), `soak.json` (every sample and figure) and `soak.png`
+(RSS over time per process, kills and leaves marked). Exits 1 unless every check is
+clean, the live members' states are equal and no anchor's RSS grows. It loads both cores
+for its whole duration: run it alone.
 
     .venv/bin/python bench/soak.py [--minutes 10] [--out out/soak]
 """
@@ -43,12 +46,14 @@ def plot(result: SoakResult, path: Path) -> None:
         ax.plot(xs, ys, linewidth=1.6 if steady else 0.9, alpha=1.0 if steady else 0.6,
                 label=label if steady else None)
         ax.annotate(label, (xs[-1], ys[-1]), fontsize=7, alpha=0.7)
+    colors = {"SIGKILL": "red", " left": "grey", " paused": "blue"}
     for t, what in result.events:
-        if "SIGKILL" in what or "left" in what:
-            ax.axvline(t, color="red" if "SIGKILL" in what else "grey", linewidth=0.6,
-                       linestyle="--", alpha=0.6)
+        for word, color in colors.items():
+            if word in what:
+                ax.axvline(t, color=color, linewidth=0.6, linestyle="--", alpha=0.6)
     ax.axvspan(0, result.config.warmup_s, color="grey", alpha=0.08, label="warm-up")
-    ax.set_xlabel("time since start (s); red: SIGKILL, grey: graceful leave")
+    ax.set_xlabel("time since the group was up (s); red: SIGKILL, grey: graceful leave, "
+                  "blue: cut off (SIGSTOP)")
     ax.set_ylabel("RSS (MiB)")
     ax.set_title(f"soak: {result.config.nodes}-node {result.config.ordering} over tcp, "
                  f"{result.duration_s / 60:.1f} min")
@@ -84,8 +89,12 @@ def report(result: SoakResult, command: str) -> str:
     kills = sum("SIGKILL" in w for _, w in result.events)
     leaves = sum(" left" in w for _, w in result.events)
     joins = sum("joined" in w for _, w in result.events) - c.nodes
+    pauses = [w for _, w in result.events if " paused" in w]
+    back = sum(" back in" in w for _, w in result.events)
     last = result.reports[0] if result.reports else {"count": "?", "digest": "?"}
-    lines += [f"Churn: {kills} SIGKILLs, {leaves} graceful leaves, {joins} joins after the "
+    cut = (f" {len(pauses)} members cut off for {c.cut_off_s:g} s (SIGSTOP, then SIGCONT): "
+           f"{back} came back, {len(pauses) - back} were removed and replaced;" if pauses else "")
+    lines += [f"Churn: {kills} SIGKILLs, {leaves} graceful leaves,{cut} {joins} joins after the "
               f"first {c.nodes}. Final log: {last['count']} appends, digest "
               f"`{str(last['digest'])[:16]}…` on every live member.", ""]
     lines += ["## Growth after warm-up (least-squares slope, anchors and registry)", "",
@@ -118,11 +127,15 @@ def main() -> None:
     parser.add_argument("--kill-every", type=float, default=60.0, help="seconds")
     parser.add_argument("--churn-every", type=float, default=60.0, help="seconds")
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds")
+    parser.add_argument("--pause-every", type=float, default=60.0,
+                        help="seconds between cutting a member off (SIGSTOP past the "
+                             "detector's timeout, then SIGCONT); 0: never")
     args = parser.parse_args()
     if args.out.exists():
         shutil.rmtree(args.out)
     config = SoakConfig(out=args.out, minutes=args.minutes, nodes=args.nodes,
                         kill_every_s=args.kill_every, churn_every_s=args.churn_every,
+                        pause_every_s=args.pause_every or None,
                         warmup_s=min(args.warmup, args.minutes * 30))
     result = asyncio.run(run_soak(config))
     plot(result, args.out / "soak.png")

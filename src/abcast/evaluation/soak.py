@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -52,6 +53,10 @@ class SoakConfig:
     churn_every_s: float = 60.0
     warmup_s: float = 60.0
     pause_s: float = 0.02  # between one member's appends
+    #: every this many seconds, SIGSTOP a member for `cut_off_s` (past the failure
+    #: detector's timeout: the group cuts it off), then SIGCONT it (None: never)
+    pause_every_s: float | None = None
+    cut_off_s: float = 3.0
     run_id: str = "soak"
 
     def validate(self) -> None:
@@ -130,6 +135,13 @@ def slope_per_min(points: list[tuple[float, float]]) -> float:
     if var == 0:
         return 0.0
     return 60.0 * sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+
+
+@dataclass(slots=True)
+class _Step:
+    due: float
+    period: float
+    action: Callable[[], Awaitable[None]]
 
 
 class _Member:
@@ -230,6 +242,37 @@ class _Soak:
         self.note(f"{member.node} left ({'graceful' if left['graceful'] else 'removed'})")
         await self.spawn()
 
+    async def pause_one(self) -> None:
+        """Cut a member off (SIGSTOP past the detector's timeout), let it come back
+        (SIGCONT), and wait until it is in the group's view again, or removed: then it
+        exits and a new member joins."""
+        member = self.victim()
+        member.tell("report")
+        before = (await member.expect("report"))["view_id"]
+        member.proc.send_signal(signal.SIGSTOP)
+        self.note(f"{member.node} paused")
+        await asyncio.sleep(self.config.cut_off_s)
+        member.proc.send_signal(signal.SIGCONT)
+        self.note(f"{member.node} resumed")
+        async with asyncio.timeout(60):
+            while True:
+                member.tell("report")
+                report = await member.expect("report")
+                others = {m.node for m in self.members}
+                if (report["active"] and report["view_id"] > before
+                        and set(report["members"]) == others):
+                    self.note(f"{member.node} back in the group")
+                    return
+                if not report["active"]:
+                    self.note(f"{member.node} was removed")
+                    member.tell("exit")
+                    await asyncio.wait_for(member.proc.wait(), 30)
+                    self.members.remove(member)
+                    self.gone.append(member)
+                    await self.spawn()
+                    return
+                await asyncio.sleep(0.5)
+
     async def sample_forever(self, registry_pid: int | None) -> None:
         while True:
             t = self.now()
@@ -278,18 +321,19 @@ async def run_soak(config: SoakConfig) -> SoakResult:
         soak.restart_clock()  # the run's minutes count from the full group
         sampler = asyncio.create_task(soak.sample_forever(registry_proc.pid))
         end = config.minutes * 60.0
-        next_kill, next_churn = config.kill_every_s, config.kill_every_s / 2
+        # (due at, period, action): a kill at the end of each period, a leave half a
+        # period earlier, a pause (when asked for) a quarter of a period in
+        plan = [_Step(config.kill_every_s, config.kill_every_s, soak.kill_one),
+                _Step(config.kill_every_s / 2, config.churn_every_s, soak.leave_one)]
+        if config.pause_every_s is not None:
+            plan.append(_Step(config.kill_every_s / 4, config.pause_every_s, soak.pause_one))
         while (t := soak.now()) < end:
-            due = min(next_kill, next_churn, end)
-            await asyncio.sleep(max(0.0, due - t))
+            step = min(plan, key=lambda p: p.due)
+            await asyncio.sleep(max(0.0, min(step.due, end) - t))
             if soak.now() >= end:
                 break
-            if next_kill <= next_churn:
-                await soak.kill_one()
-                next_kill += config.kill_every_s
-            else:
-                await soak.leave_one()
-                next_churn += config.churn_every_s
+            await step.action()
+            step.due += step.period
         result.duration_s = soak.now()
         sampler.cancel()
         await soak.converge()

@@ -7,7 +7,7 @@ flushed every half second, sealed on a clean exit), and obeys lines on stdin:
     report  print the log's state exit    close and exit (EOF too)
 
 It prints one JSON object per line on stdout: `ready` (node, members, pid), `report`
-(node, digest, count, members, active, appended), `left` (node, graceful).
+(node, digest, count, members, view_id, active, appended), `left` (node, graceful).
 
     python -m abcast.evaluation.soak_member --registry tcp://… --out DIR --run-id R [--create]
 """
@@ -119,6 +119,7 @@ async def main(args: argparse.Namespace) -> None:
                 digest, count = handle.local.digest, handle.local.count
                 emit(event="report", node=group.node, digest=digest, count=count,
                      members=list(views[-1].members) if views else [],
+                     view_id=views[-1].view_id if views else 0,
                      active=group.active, appended=appended)
             elif command in ("exit", ""):
                 break
