@@ -288,6 +288,22 @@ class _Soak:
                     self.result.samples.append(Sample(round(t, 2), label, pid, *got))
             await asyncio.sleep(max(0.0, 1.0 - (self.now() - t)))
 
+    async def finish(self) -> None:
+        """Stop the load, wait for one state everywhere, let every member exit."""
+        self.result.duration_s = self.now()
+        await self.converge()
+        for m in self.members:
+            m.tell("exit")
+        for m in self.members:
+            await asyncio.wait_for(m.proc.wait(), 60)
+
+    async def close(self, registry: asyncio.subprocess.Process) -> None:
+        """Nothing outlives the run: every member (and the registry) still there is
+        killed and reaped."""
+        for m in [*self.members, *self.gone]:
+            await m.close()
+        await _kill(registry, grace_s=0.0)
+
     async def converge(self, timeout_s: float = 90.0) -> None:
         for m in self.members:
             m.tell("stop")
@@ -334,21 +350,14 @@ async def run_soak(config: SoakConfig) -> SoakResult:
                 break
             await step.action()
             step.due += step.period
-        result.duration_s = soak.now()
         sampler.cancel()
-        await soak.converge()
-        for m in soak.members:
-            m.tell("exit")
-        for m in soak.members:
-            await asyncio.wait_for(m.proc.wait(), 60)
+        await soak.finish()
     except (TimeoutError, ConfigError) as exc:
         result.errors.append(f"{type(exc).__name__}: {exc}")
     finally:
         if sampler is not None:
             sampler.cancel()
-        for m in [*soak.members, *soak.gone]:
-            await m.close()
-        await _kill(registry_proc, grace_s=0.0)
+        await soak.close(registry_proc)
     _judge(config, result, soak.anchors, started_ns)
     return result
 
@@ -392,18 +401,11 @@ async def kill_under_load(out: Path, *, nodes: int = 3, load_s: float = 2.0,
         kill_ns = time.time_ns()
         await soak.kill_one()
         await asyncio.sleep(load_s)
-        result.duration_s = soak.now()
-        await soak.converge()
-        for m in soak.members:
-            m.tell("exit")
-        for m in soak.members:
-            await asyncio.wait_for(m.proc.wait(), 60)
+        await soak.finish()
     except (TimeoutError, ConfigError) as exc:
         result.errors.append(f"{type(exc).__name__}: {exc}")
     finally:
-        for m in [*soak.members, *soak.gone]:
-            await m.close()
-        await _kill(registry_proc, grace_s=0.0)
+        await soak.close(registry_proc)
     _judge(config, result, set(), started_ns)
     return KillRun(victim, appended, kill_ns, result)
 

@@ -54,7 +54,7 @@ def emit(**fields: object) -> None:
     sys.stdout.flush()
 
 
-async def _commands() -> asyncio.Queue[str]:
+async def stdin_commands() -> asyncio.Queue[str]:
     """stdin lines as they arrive ("" at EOF), read without blocking the loop."""
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[str] = asyncio.Queue()
@@ -93,7 +93,7 @@ async def main(args: argparse.Namespace) -> None:
         else:
             group = await Group.join(args.group, **common)
         emit(event="ready", node=group.node, members=list(group.members), pid=os.getpid())
-        lines = await _commands()
+        lines = await stdin_commands()
         appended = 0
 
         async def append_loop() -> None:
