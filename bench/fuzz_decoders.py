@@ -22,7 +22,8 @@ from types import FrameType
 from rich.console import Console
 from rich.progress import track
 
-from abcast.testing.fuzz import Target, case, targets
+from abcast.testing.fuzz import Target, case
+from abcast.testing.fuzz_targets import targets
 
 _STDERR = Console(stderr=True)
 

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from abcast.codec import Packet, decode_envelope, encode_frame
 from abcast.errors import DecodeError, RemoteProtocolError
 from abcast.replicated._args import decode_invocation
-from abcast.testing.fuzz import Target, case, run_case, targets
+from abcast.testing.fuzz import Target, case, run_case
+from abcast.testing.fuzz_targets import targets
 from abcast.trace.rows import EventRow, TraceFormatError, events_to_table, table_to_events
 from abcast.trace.writer import parquet_table
 from abcast.transport._common import HELLO_MAGIC, decode_hello

@@ -11,7 +11,8 @@ invalid string, deep nesting, an element dropped or added) or byte-wise (flipped
 truncation, insertion, a length prefix claiming 4 GiB, garbage). `run_case` decodes one
 input and returns the exception that escaped, if any undeclared one did. Used by
 tests/property/test_fuzz_decoders.py (a few seconds, Hypothesis) and
-bench/fuzz_decoders.py (>= 100,000 cases per decoder).
+bench/fuzz_decoders.py (>= 100,000 cases per decoder); the decoders themselves are listed
+in abcast.testing.fuzz_targets.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, Final
 
 import msgspec
@@ -275,14 +275,3 @@ def run_case(target: Target, data: bytes) -> BaseException | None:
     except Exception as exc:  # what the fuzzer is here to find
         return exc
     return None
-
-
-# ---------------------------------------------------------------- the decoders
-
-
-@cache
-def targets() -> tuple[Target, ...]:
-    """Every decoder a peer's (or a trace file's) bytes reach."""
-    from abcast.testing._fuzz_targets import all_targets
-
-    return all_targets()

@@ -18,6 +18,7 @@ import pkgutil
 import random
 import zlib
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import msgspec
@@ -168,7 +169,9 @@ def _trace(reader: Callable[[io.BytesIO, str], Any]) -> Callable[[bytes], object
     return lambda data: table_to_events(reader(io.BytesIO(data), "fuzz"), "fuzz")
 
 
-def all_targets() -> tuple[Target, ...]:
+@cache
+def targets() -> tuple[Target, ...]:
+    """Every decoder a peer's (or a trace file's) bytes reach, with its valid inputs."""
     layers = layer_header_types()
     streams, parquets = _trace_seeds()
     frames = [p for t in layers.values() for p in _frames([t], 4, 3)]
