@@ -121,6 +121,8 @@ def process_sample(pid: int) -> tuple[int, int] | None:
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (OSError, ValueError, IndexError):
         return None
+    if rss_pages == 0:
+        return None  # a zombie: killed, not yet reaped
     return rss_pages * PAGE_KIB, fds
 
 
