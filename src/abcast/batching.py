@@ -26,6 +26,7 @@ from typing import Final
 
 import msgspec
 
+from abcast.codec import NOT_A_MESSAGE
 from abcast.effects import Deliver
 from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
 
@@ -139,7 +140,7 @@ def unpack(deliver: Deliver) -> list[Deliver]:
     """The application deliveries one delivered batch stands for, in broadcast order."""
     try:
         batch = _decode(deliver.payload)
-    except msgspec.DecodeError as exc:
+    except NOT_A_MESSAGE as exc:
         raise DecodeError(f"batch from {deliver.origin} does not decode: {exc}") from None
     if batch.first < 1 or not batch.payloads:
         raise RemoteProtocolError(

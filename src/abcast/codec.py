@@ -70,9 +70,12 @@ class Frame(msgspec.Struct, frozen=True, gc=False):
         return bool(self.flags & FLAG_CONTROL)
 
 
-# msgspec reports invalid UTF-8 in a str field as UnicodeDecodeError (a ValueError), not
-# as msgspec.DecodeError; the fuzz test found it. Both mean "not a frame".
-_NOT_A_FRAME = (msgspec.MsgspecError, ValueError)
+#: What msgspec raises for bytes that are not a valid message, for every decoder of a
+#: peer's bytes to catch: invalid UTF-8 in a str field is a UnicodeDecodeError (a
+#: ValueError), and nesting deeper than the interpreter's recursion limit (even inside a
+#: Raw field it only skips) a RecursionError; the fuzz tests found both.
+NOT_A_MESSAGE: Final = (msgspec.MsgspecError, ValueError, RecursionError)
+_NOT_A_FRAME = NOT_A_MESSAGE
 
 _encode = msgspec.msgpack.Encoder().encode
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)

@@ -29,7 +29,7 @@ def test_tiny_tcp_bench_runs_every_cell_clean(tmp_path: Path) -> None:
     result = asyncio.run(BenchRunner(grid, tmp_path, SilentProgress()).run())
     assert [r for r in result.runs if not is_clean(r)] == []
     assert {r.experiment.phase for r in result.runs} == {
-        Phase.TABLE, Phase.BASELINE, Phase.LONE, Phase.LOAD, Phase.VERIFY}
+        Phase.TABLE, Phase.BASELINE, Phase.LONE, Phase.FLOOR, Phase.LOAD, Phase.VERIFY}
     lone = result.of(Phase.LONE)
     assert [(r.experiment.relay, r.experiment.busy_poll_us, r.experiment.event_loop)
             for r in lone] == [(relay, poll, loop) for relay in (False, True)

@@ -25,29 +25,11 @@ import msgspec
 
 from abcast import Group, View
 from abcast.effects import Deliver
+from abcast.evaluation.soak_member import ChainLog, stdin_commands
 from abcast.ordering.registry import get_ordering
-from abcast.replicated import ReplicatedHandle, read, replicated, write
+from abcast.replicated import ReplicatedHandle
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.rows import EventRow
-
-
-@replicated
-class ChainLog:
-    """Equal digests mean the same writes were executed in the same order."""
-
-    def __init__(self) -> None:
-        self.digest = ""
-        self.count = 0
-
-    @write
-    def append(self, item: str) -> int:
-        self.digest = hashlib.sha256((self.digest + item).encode()).hexdigest()
-        self.count += 1
-        return self.count
-
-    @read
-    def state(self) -> tuple[str, int]:
-        return self.digest, self.count
 
 
 class DeliveredSet:
@@ -103,25 +85,7 @@ async def main(args: argparse.Namespace) -> None:
     else:
         group = await Group.join(args.group, **common)
     emit(event="ready", node=group.node, members=list(group.members))
-    lines: asyncio.Queue[str] = asyncio.Queue()
-    pending = bytearray()
-
-    def read_stdin() -> None:
-        # Raw reads: a buffered readline() would keep a second line in Python's buffer,
-        # where a readable-fd callback never sees it.
-        chunk = os.read(sys.stdin.fileno(), 4096)
-        if not chunk:
-            lines.put_nowait("")  # EOF: the test went away
-            loop.remove_reader(sys.stdin.fileno())
-            return
-        pending.extend(chunk)
-        while b"\n" in pending:
-            line, _, rest = bytes(pending).partition(b"\n")
-            pending[:] = rest
-            lines.put_nowait(line.decode() or "report")
-
-    loop = asyncio.get_running_loop()
-    loop.add_reader(sys.stdin.fileno(), read_stdin)
+    lines = await stdin_commands()
     writing = True
 
     async def write_loop() -> None:

@@ -53,7 +53,13 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
         delivered_by[(r.node, msg(r))].append(r)
     counts = dict.fromkeys(CODES, 0)
     counts[INTEGRITY_DUPLICATE] = sum(1 for v in delivered_by.values() if len(v) > 1)
-    counts[INTEGRITY_UNKNOWN] = sum(1 for (_, m) in delivered_by if m not in sent)
+    # a crashed origin's seq above all its send rows: its send row may have died with it
+    top: dict[tuple[str | None, str], int] = defaultdict(int)
+    for g, o, s in sent:
+        top[(g, o)] = max(top[(g, o)], s)
+    counts[INTEGRITY_UNKNOWN] = sum(
+        1 for (_, m) in delivered_by
+        if m not in sent and not (m[1] in crashed and m[2] > top[(m[0], m[1])]))
     counts[VALIDITY] = sum(1 for m in sent if m[1] in correct and (m[1], m) not in delivered_by)
 
     view_rows = {(r.node, r.group, r.view_id) for r in rows if r.kind == "view"}

@@ -1,6 +1,6 @@
 """Trace files: recorder → write_run → read_traces gives the same rows; re-writing a run
-replaces it; runs share an out dir (also from parallel processes); streaming writers
-split a node over several files; broken directories raise TraceFormatError naming the
+replaces it; runs share an out dir (also from parallel processes); a streaming writer
+seals its node's stream into one file; broken directories raise TraceFormatError naming the
 problem."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_bad_names_and_guarantees_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "runs.parquet").exists()
 
 
-def test_streaming_writer_splits_a_node_over_several_files(tmp_path: Path) -> None:
+def test_streaming_writer_writes_a_batch_per_flush_and_seals_one_file(tmp_path: Path) -> None:
     writers = {n: NodeTraceWriter(tmp_path, "live", n, flush_every=3) for n in ("n1", "n2")}
     rec = TraceRecorder("live", sink=lambda row: writers[row.node].append(row),
                         keep_rows=False)
@@ -133,7 +133,9 @@ def test_streaming_writer_splits_a_node_over_several_files(tmp_path: Path) -> No
     expected.append(rec.record("n2", "crash", 3))
     for w in writers.values():
         w.close()
-    assert writers["n1"].files_written == 4  # 3 + 3 + 3 + 1
+    assert writers["n1"].batches_written == 4  # 3 + 3 + 3 + 1
+    assert sorted(p.name for p in (tmp_path / "events" / "live").iterdir()) == [
+        "n1.parquet", "n2.parquet"]  # sealed: the streams are gone
     run = RunInfo("live", "skeen", "tcp", 2, 16, "closed-loop", None, None, ("total",), 0, 9)
     add_run(tmp_path, run)
     runs, events = read_traces(tmp_path)

@@ -142,6 +142,22 @@ class RunFacts:
                     deps[origin] = bound
         return sent
 
+    @cached_property
+    def sent_top(self) -> dict[StreamKey, int]:
+        """(group, origin) -> the highest seq the origin wrote a send row for."""
+        top: dict[StreamKey, int] = {}
+        for group, origin, seq in self.sent:
+            if seq > top.get((group, origin), 0):
+                top[(group, origin)] = seq
+        return top
+
+    def lost_with_crash(self, m: MessageKey) -> bool:
+        """m's send row may have died with its origin: the origin crashed and m's seq is
+        above every seq it wrote a send row for (docs/checks.md, "A trace that ends
+        without a close")."""
+        group, origin, seq = m
+        return origin in self.crashed and seq > self.sent_top.get((group, origin), 0)
+
     # ------------------------------------------------------------------ deliveries
 
     @cached_property

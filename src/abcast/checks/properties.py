@@ -14,6 +14,8 @@ choices docs/checks.md leaves open are made here, once:
   same as "violated at any of its deliveries": a later copy has more before it);
 - a delivered message without a `send` row still has its origin's earlier broadcasts
   as causal predecessors (its deps are empty);
+- a crashed origin's message with a seq above every send row it wrote is not
+  INTEGRITY_UNKNOWN: a killed node's last rows die with it (`RunFacts.lost_with_crash`);
 - LOCAL_ORDER compares the latest `opt_deliver` with the earliest `deliver` of m (the
   same as "some opt_deliver row is later than some deliver row");
 - rows a check cannot place are skipped, and a null group is one group of its own
@@ -113,7 +115,7 @@ def _integrity(f: RunFacts) -> list[Violation]:
                 out.append(Violation(
                     f.run_id, INTEGRITY_DUPLICATE, (node,), (m,), tuple(positions),
                     f"{node} delivered {_show(m)} {len(positions)} times"))
-            if m not in f.sent:
+            if m not in f.sent and not f.lost_with_crash(m):
                 out.append(Violation(
                     f.run_id, INTEGRITY_UNKNOWN, (node,), (m,), tuple(positions),
                     f"{node} delivered {_show(m)}, which {m[1]} never sent"))

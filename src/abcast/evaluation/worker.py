@@ -13,8 +13,10 @@ The start/done/stop handshake goes through a `Control`: the launcher's pipe
 (`LocalControl`, one-process clusters) or the registry (`RegistryControl`, nodes started
 by hand). With tracing off nothing is recorded but counters and the latency of each
 delivery, read from the send time the origin stamps into the first 8 payload bytes.
-With tracing on, rows are written in batches on a background thread, with pyarrow warmed
-up before the run: a loop that stalls misses heartbeats and gets its node suspected.
+With tracing on, rows are streamed to disk by a background thread every half second
+(abcast.trace.stream: a killed node's trace stays readable up to its last half second),
+with pyarrow warmed up before the run: a loop that stalls misses heartbeats and gets its
+node suspected.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import sys
 import time
 from array import array
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -42,8 +43,9 @@ from abcast.registry.client import RegistryClient
 from abcast.runtime.group import Group
 from abcast.runtime.node import Node
 from abcast.trace.recorder import TraceRecorder
-from abcast.trace.rows import EventRow, RunInfo, events_to_table, options_label
-from abcast.trace.writer import COMPRESSION, NodeTraceWriter, add_run
+from abcast.trace.rows import RunInfo, options_label
+from abcast.trace.stream import StreamingSink
+from abcast.trace.writer import add_run
 from abcast.transport import parse_url
 from abcast.workload import RoundRobin
 
@@ -293,63 +295,6 @@ async def _first(*events: asyncio.Event) -> None:
 # ------------------------------------------------------------------------ the run
 
 
-class _RowsToFiles:
-    """A recorder sink: each node's rows to its own NodeTraceWriter, in batches written
-    on one background thread, so a Parquet write never stalls the loop (a stalled loop
-    misses heartbeats and gets its node suspected). Writers are opened on first use: the
-    node id is known only once the registry assigned it."""
-
-    def __init__(self, out: Path, run_id: str, batch_rows: int = 50_000) -> None:
-        self._out = out
-        self._run_id = run_id
-        self._batch_rows = batch_rows
-        self._pending: dict[str, list[EventRow]] = {}
-        self._writers: dict[str, NodeTraceWriter] = {}  # touched on the writer thread only
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="abcast-trace")
-        self._writes: list[Future[None]] = []
-
-    def __call__(self, row: EventRow) -> None:
-        batch = self._pending.setdefault(row.node, [])
-        batch.append(row)
-        if len(batch) >= self._batch_rows:
-            self._submit(row.node)
-
-    def warm_up(self) -> None:
-        """Pay pyarrow's first-use costs (type inference, the zstd codec) now, before the
-        run: the first real batch otherwise holds the GIL for most of a second."""
-        import io
-
-        import pyarrow.parquet as pq
-
-        row = EventRow(self._run_id, "n0", "send", "n0", 1, "g", 1, 1, 1, 1, {"n1": 1}, None,
-                       ("n0",))
-        pq.write_table(events_to_table([row]), io.BytesIO(), compression=COMPRESSION)
-
-    def _submit(self, node: str) -> None:
-        batch = self._pending.pop(node, [])
-        if batch:
-            self._writes.append(self._thread.submit(self._write, node, batch))
-
-    def _write(self, node: str, batch: list[EventRow]) -> None:
-        writer = self._writers.get(node)
-        if writer is None:
-            writer = self._writers[node] = NodeTraceWriter(
-                self._out, self._run_id, node, flush_every=len(batch) + 1)
-        for row in batch:
-            writer.append(row)
-        writer.flush()
-
-    def close(self) -> None:
-        """Write what is left and wait for every write; a failed write raises here."""
-        for node in list(self._pending):
-            self._submit(node)
-        self._thread.shutdown(wait=True)
-        for writer in self._writers.values():
-            writer.close()
-        for write in self._writes:
-            write.result()
-
-
 PipeWorker = Callable[[WorkerConfig, Control], Coroutine[Any, Any, WorkerOutcome]]
 
 
@@ -383,7 +328,7 @@ async def run_worker(
 ) -> WorkerOutcome:
     """Run one node of the benchmark to the end; `make_control(node)` picks the handshake
     once the node is up (RegistryControl needs its registry client)."""
-    sink = _RowsToFiles(config.out, config.run_id) if config.out is not None else None
+    sink = StreamingSink(config.out, config.run_id) if config.out is not None else None
     if sink is not None:
         sink.warm_up()
     recorder = TraceRecorder(config.run_id, sink=sink, keep_rows=False) if sink else None

@@ -70,11 +70,31 @@ def integrity_duplicate(t: TraceTables) -> DataFrame:
                         F.col("copies")))
 
 
+def lost_sends_excused(t: TraceTables, unsent: DataFrame) -> DataFrame:
+    """`unsent` deliveries without those whose send row may have died with its origin:
+    the origin crashed and the seq is above every seq it wrote a send row for (the
+    in-memory `RunFacts.lost_with_crash`). `unsent` is small: a clean trace has none."""
+    from pyspark.sql import functions as F
+
+    events = t.events
+    crashed = (events.where(F.col("kind") == "crash").select("run_id", "node").distinct()
+               .withColumn("_crashed", F.lit(True)))
+    tops = (events.where((F.col("kind") == "send") & (F.col("node") == F.col("origin")))
+            .groupBy("run_id", "group", "origin").agg(F.max("seq").alias("_sent_top")))
+    marked = join_on(unsent, F.broadcast(crashed), [("run_id", "run_id"), ("origin", "node")],
+                     "left")
+    marked = join_on(marked, tops, [("run_id", "run_id"), ("group", "group"),
+                                    ("origin", "origin")], "left")
+    lost = (F.coalesce(F.col("_crashed"), F.lit(False))
+            & (F.col("seq") > F.coalesce(F.col("_sent_top"), F.lit(0))))
+    return marked.where(~lost).drop("_crashed", "_sent_top")
+
+
 def integrity_unknown(t: TraceTables) -> DataFrame:
     """INTEGRITY_UNKNOWN, one row per (node, message) delivered but never sent."""
     from pyspark.sql import functions as F
 
-    unsent = t.notable.where(~F.coalesce(F.col("sent"), F.lit(False)))
+    unsent = lost_sends_excused(t, t.notable.where(~F.coalesce(F.col("sent"), F.lit(False))))
     found = unsent.groupBy(*MESSAGE_KEY, "node").agg(
         F.array_sort(F.collect_list("index")).alias("positions"))
     return violations(

@@ -1,6 +1,9 @@
 """Reading a trace directory (docs/design.md §6) into Spark, refusing anything not in the format.
 
-Rules: a trace dir holds `events/` (Parquet files, any depth) and `runs.parquet`. The path
+Rules: a trace dir holds `events/` (Parquet files, any depth) and `runs.parquet`; a local
+one may also hold a killed node's unsealed stream (`<node>.arrows`, abcast.trace.stream),
+read on the driver with `read_stream` — the same reader, and so the same crash row, the
+in-memory checks get — and added to the Parquet rows. The path
 may be any Hadoop-compatible URI; only a path without a scheme (or `file:`) is inspected
 on the local disk first, file by file with pyarrow (cheap footer reads), so a missing or
 foreign file is named precisely. Remote paths are judged by what Spark reports. Every
@@ -19,7 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from abcast.errors import AbcastError
+from abcast.trace.rows import TraceFormatError
 from abcast.trace.schema import EVENT_SCHEMA, OPTIONAL_RUN_COLUMNS, RUN_SCHEMA
+from abcast.trace.stream import STREAM_SUFFIX, read_stream
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,14 +69,29 @@ def _is_data_file(path: Path) -> bool:
     return path.is_file() and not path.name.startswith(("_", "."))
 
 
+def open_streams(events_dir: Path) -> list[Path]:
+    """The unsealed node streams under a local events dir (any depth), skipping one whose
+    sealed `<node>.parquet` sits beside it (a seal killed between rename and unlink)."""
+    return sorted(p for p in events_dir.rglob(f"*{STREAM_SUFFIX}")
+                  if _is_data_file(p) and not p.with_suffix(".parquet").exists())
+
+
+def _stream_table(path: Path, shown: str) -> pa.Table:
+    try:
+        return read_stream(path)
+    except TraceFormatError as exc:
+        raise TraceDirError(f"{shown}: not a trace stream ({exc})") from None
+
+
 def _check_local_schema(path: Path, shown: str, expected: pa.Schema) -> int:
     """Refuse a file that is not Parquet or lacks a column; its row count otherwise."""
     try:
         metadata = pq.read_metadata(path)
         schema = metadata.schema.to_arrow_schema()
-    except (pa.ArrowInvalid, OSError) as exc:
+        names = schema.names
+    except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceDirError(f"{shown}: not a Parquet file ({exc})") from None
-    missing = [name for name in expected.names if name not in schema.names
+    missing = [name for name in expected.names if name not in names
                and not (expected is RUN_SCHEMA and name in OPTIONAL_RUN_COLUMNS)]
     if missing:
         raise TraceDirError(f"{shown}: missing column {missing[0]!r}"
@@ -96,10 +116,15 @@ def validate_local(root: Path, shown_root: str) -> int:
     if not files:
         raise TraceDirError(f"no event files under {join_path(shown_root, EVENTS_DIR)}/")
     rows = 0
+    streams = set(open_streams(events_dir))
     for file in files:
         shown = join_path(shown_root, str(file.relative_to(root)))
+        if file.suffix == STREAM_SUFFIX:
+            rows += _stream_table(file, shown).num_rows if file in streams else 0
+            continue
         if file.suffix != ".parquet":
-            raise TraceDirError(f"{shown}: not a Parquet file (event files end in .parquet)")
+            raise TraceDirError(f"{shown}: not a Parquet file (event files end in .parquet, "
+                                f"or {STREAM_SUFFIX} for a killed node's stream)")
         rows += _check_local_schema(file, shown, EVENT_SCHEMA)
     _check_local_schema(runs_file, join_path(shown_root, RUNS_FILE), RUN_SCHEMA)
     return rows
@@ -167,16 +192,26 @@ def read_trace(spark: SparkSession, uri: str) -> TraceFrames:
 
     events_uri = join_path(uri, EVENTS_DIR)
     runs_uri = join_path(uri, RUNS_FILE)
-    try:
-        events = (spark.read.option("recursiveFileLookup", "true")
-                  .option("pathGlobFilter", "*.parquet").parquet(events_uri))
-    except PySparkException as exc:
-        raise _spark_refusal(exc, events_uri + "/") from None
+    local = local_path(events_uri)
+    streams = open_streams(local) if local is not None and local.is_dir() else []
+    events: DataFrame | None = None
+    if not streams or any(local.rglob("*.parquet") if local is not None else ()):
+        try:
+            events = conform(spark.read.option("recursiveFileLookup", "true")
+                             .option("pathGlobFilter", "*.parquet").parquet(events_uri),
+                             EVENT_SCHEMA, events_uri + "/")
+        except PySparkException as exc:
+            raise _spark_refusal(exc, events_uri + "/") from None
+    if streams:
+        table = pa.concat_tables([_stream_table(p, str(p)) for p in streams])
+        from_streams = conform(spark.createDataFrame(table), EVENT_SCHEMA, events_uri + "/")
+        events = from_streams if events is None else events.unionByName(from_streams)
+    assert events is not None
     try:
         runs = spark.read.parquet(runs_uri)
     except PySparkException as exc:
         raise _spark_refusal(exc, runs_uri) from None
     return TraceFrames(
-        events=conform(events, EVENT_SCHEMA, events_uri + "/"),
+        events=events,
         runs=conform(runs, RUN_SCHEMA, runs_uri),
     )

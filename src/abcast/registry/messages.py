@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from abcast.codec import GroupField, NodeField
+from abcast.codec import NOT_A_MESSAGE, GroupField, NodeField
 from abcast.errors import ConfigError, DecodeError
 
 #: largest registry message either side accepts (a member table of thousands of nodes fits)
@@ -230,7 +230,7 @@ def signed_body(request: Signed) -> bytes:
 def decode_request(body: bytes) -> Request:
     try:
         request: Request = _request_decoder.decode(body)
-    except (msgspec.MsgspecError, ValueError) as exc:
+    except NOT_A_MESSAGE as exc:
         raise DecodeError(f"not a registry request: {exc}") from None
     return request
 
@@ -238,7 +238,7 @@ def decode_request(body: bytes) -> Request:
 def decode_reply(body: bytes) -> Reply:
     try:
         reply: Reply = _reply_decoder.decode(body)
-    except (msgspec.MsgspecError, ValueError) as exc:
+    except NOT_A_MESSAGE as exc:
         raise DecodeError(f"not a registry reply: {exc}") from None
     return reply
 

@@ -40,7 +40,7 @@ from typing import Any, Final
 
 import msgspec
 
-from abcast.codec import Envelope
+from abcast.codec import NOT_A_MESSAGE, Envelope
 from abcast.effects import Deliver, Stage
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View
@@ -169,7 +169,7 @@ class Server:
     def set_state(self, state: bytes) -> None:
         try:
             app, table = _state_decode(state)
-        except (msgspec.MsgspecError, ValueError) as exc:
+        except NOT_A_MESSAGE as exc:
             raise RemoteProtocolError(f"server state does not decode: {exc}") from None
         self.executor.load(table)
         if self._set_state is not None:

@@ -16,7 +16,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-from abcast.codec import NodeField, Packet, decode_envelope, encode_frame
+from abcast.codec import NOT_A_MESSAGE, NodeField, Packet, decode_envelope, encode_frame
 from abcast.errors import ConfigError, DecodeError
 
 REQUEST_MAGIC: Final = b"\xc1rpc"
@@ -87,7 +87,7 @@ def decode_rpc(payload: bytes) -> RpcFrame:
     try:
         frame: RpcFrame = _frame_decoder.decode(payload)
         return frame
-    except (msgspec.MsgspecError, ValueError) as exc:
+    except NOT_A_MESSAGE as exc:
         raise DecodeError(f"not a request-endpoint frame: {exc}") from None
 
 
@@ -109,5 +109,5 @@ def is_request(payload: bytes) -> bool:
 def read_ordered_request(payload: bytes) -> Request:
     try:
         return _request_decoder.decode(payload[4:])
-    except (msgspec.MsgspecError, ValueError) as exc:
+    except NOT_A_MESSAGE as exc:
         raise DecodeError(f"ordered request does not decode: {exc}") from None

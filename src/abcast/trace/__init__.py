@@ -12,8 +12,8 @@ from abcast.trace.schema import (
     RUN_COLUMNS,
     RUN_SCHEMA,
 )
+from abcast.trace.stream import NodeTraceWriter, StreamingSink, read_stream, seal
 from abcast.trace.writer import (
-    NodeTraceWriter,
     add_run,
     clear_run,
     read_events,
@@ -33,12 +33,15 @@ __all__ = [
     "EventRow",
     "NodeTraceWriter",
     "RunInfo",
+    "StreamingSink",
     "TraceFormatError",
     "TraceRecorder",
     "add_run",
     "clear_run",
     "read_events",
     "read_runs",
+    "read_stream",
     "read_traces",
+    "seal",
     "write_run",
 ]

@@ -141,13 +141,16 @@ def runs_to_table(runs: Iterable[RunInfo]) -> pa.Table:
 def conform(table: pa.Table, schema: pa.Schema, source: str) -> pa.Table:
     """`table` restricted and cast to `schema`; a missing, uncastable or (for a
     non-nullable field) null-holding column raises TraceFormatError naming it."""
+    try:
+        names = table.column_names
+    except ValueError as exc:  # a column name that is not UTF-8
+        raise TraceFormatError(f"{source}: a column name does not decode ({exc})") from exc
     arrays = []
     for f in schema:
-        if f.name not in table.column_names and schema is RUN_SCHEMA \
-                and f.name in OPTIONAL_RUN_COLUMNS:
+        if f.name not in names and schema is RUN_SCHEMA and f.name in OPTIONAL_RUN_COLUMNS:
             arrays.append(pa.nulls(table.num_rows, type=f.type))
             continue
-        if f.name not in table.column_names:
+        if f.name not in names:
             raise TraceFormatError(f"{source}: missing column {f.name!r}")
         column = table.column(f.name)
         if not column.type.equals(f.type):
@@ -163,9 +166,17 @@ def conform(table: pa.Table, schema: pa.Schema, source: str) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def _python_columns(table: pa.Table, source: str) -> dict[str, list[Any]]:
+    try:
+        columns: dict[str, list[Any]] = table.to_pydict()
+    except (pa.ArrowException, ValueError) as exc:  # invalid UTF-8 in a string column
+        raise TraceFormatError(f"{source}: holds values that do not decode ({exc})") from exc
+    return columns
+
+
 def table_to_events(table: pa.Table, source: str) -> list[EventRow]:
     table = conform(table, EVENT_SCHEMA, source)
-    data = table.to_pydict()
+    data = _python_columns(table, source)
     deps_col = [None if d is None else dict(d) for d in data["deps"]]
     members_col = [None if m is None else tuple(m) for m in data["members"]]
     return [
@@ -182,7 +193,7 @@ def table_to_events(table: pa.Table, source: str) -> list[EventRow]:
 
 def table_to_runs(table: pa.Table, source: str) -> list[RunInfo]:
     table = conform(table, RUN_SCHEMA, source)
-    data = table.to_pydict()
+    data = _python_columns(table, source)
     return [
         RunInfo(**{name: data[name][i] for name in RUN_COLUMNS})
         for i in range(table.num_rows)

@@ -1,10 +1,13 @@
-"""Trace files on disk (docs/design.md §6): writing a run, streaming a long run, reading back.
+"""Trace files on disk (docs/design.md §6): writing a run, committing a streamed one,
+reading back.
 
 Layout under one out dir, shared by any number of runs:
 
     <out>/runs.parquet                      one row per run (RUN_SCHEMA)
-    <out>/events/<run_id>/<node>.parquet    a node's rows (EVENT_SCHEMA); a streaming node
-    <out>/events/<run_id>/<node>-<k>.parquet   writes several files, k = 1, 2, …
+    <out>/events/<run_id>/<node>.parquet    a node's rows (EVENT_SCHEMA); older streaming
+    <out>/events/<run_id>/<node>-<k>.parquet   writers split a node over several files
+    <out>/events/<run_id>/<node>.arrows     a live node's stream (abcast.trace.stream), left
+                                            there unsealed when the node was killed
 
 Rules: the runs row is the commit point of a run. Event files are written first (each
 atomically: a hidden temp file renamed into place), the runs row last, so a reader that
@@ -22,18 +25,24 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from abcast.errors import LocalProtocolError
 from abcast.ids import node_sort_key
+from abcast.trace._files import (
+    COMPRESSION,
+    EVENTS_DIR,
+    check_name,
+    is_data,
+    write_table_atomically,
+)
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.rows import (
     EventRow,
@@ -45,27 +54,19 @@ from abcast.trace.rows import (
     table_to_runs,
 )
 from abcast.trace.schema import GUARANTEES
+from abcast.trace.stream import STREAM_SUFFIX, read_stream
+
+__all__ = [
+    "COMPRESSION", "EVENTS_DIR", "LOCK_FILE", "RUNS_FILE", "add_run", "clear_run",
+    "event_files", "parquet_table", "read_events", "read_runs", "read_traces", "write_run",
+]
 
 RUNS_FILE = "runs.parquet"
-EVENTS_DIR = "events"
 LOCK_FILE = ".runs.lock"
-COMPRESSION = "zstd"
-DEFAULT_FLUSH_EVERY = 50_000
-
-_BAD_NAME = re.compile(r"[/\\\x00]")
-
-
-def _check_name(what: str, name: str) -> None:
-    # run ids and node ids become path components
-    if not name or _BAD_NAME.search(name) or name[0] in "._":
-        raise LocalProtocolError(
-            f"{what} {name!r} cannot name a trace file: it must be non-empty, contain no "
-            "'/', '\\' or NUL, and not start with '.' or '_'"
-        )
 
 
 def _check_run(run: RunInfo) -> None:
-    _check_name("run_id", run.run_id)
+    check_name("run_id", run.run_id)
     unknown = [g for g in run.guarantees if g not in GUARANTEES]
     if unknown:
         raise LocalProtocolError(f"run {run.run_id!r}: unknown guarantees {unknown}; "
@@ -83,15 +84,6 @@ def _out_dir_lock(out_dir: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _write_table_atomically(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        pq.write_table(table, tmp, compression=COMPRESSION)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _upsert_run_row(out_dir: Path, run: RunInfo) -> None:
     """Replace-or-add the run's row; caller holds the lock."""
     runs_path = out_dir / RUNS_FILE
@@ -99,7 +91,7 @@ def _upsert_run_row(out_dir: Path, run: RunInfo) -> None:
     kept = [r for r in runs if r.run_id != run.run_id]
     kept.append(run)
     kept.sort(key=lambda r: r.run_id)
-    _write_table_atomically(runs_to_table(kept), runs_path)
+    write_table_atomically(runs_to_table(kept), runs_path)
 
 
 # ---------------------------------------------------------------- whole runs
@@ -134,7 +126,7 @@ def write_run(
             raise LocalProtocolError(f"row of run {row.run_id!r} written as run {run.run_id!r}")
         by_node.setdefault(row.node, []).append(row)
     for node in by_node:
-        _check_name("node", node)
+        check_name("node", node)
 
     events_root = out / EVENTS_DIR
     events_root.mkdir(parents=True, exist_ok=True)
@@ -170,7 +162,7 @@ def add_run(out_dir: str | os.PathLike[str], run: RunInfo) -> None:
 
 def clear_run(out_dir: str | os.PathLike[str], run_id: str) -> None:
     """Remove a run's event directory (before a streamed re-run) and its runs row."""
-    _check_name("run_id", run_id)
+    check_name("run_id", run_id)
     out = Path(out_dir)
     with _out_dir_lock(out):
         final = out / EVENTS_DIR / run_id
@@ -179,98 +171,46 @@ def clear_run(out_dir: str | os.PathLike[str], run_id: str) -> None:
         runs_path = out / RUNS_FILE
         if runs_path.exists():
             kept = [r for r in read_runs(out) if r.run_id != run_id]
-            _write_table_atomically(runs_to_table(kept), runs_path)
-
-
-# ---------------------------------------------------------------- streaming
-
-
-class NodeTraceWriter:
-    """Streams one node's rows of one run to `<node>-<k>.parquet`, a file every
-    `flush_every` rows (and on close), so a long real run holds at most one batch.
-
-    Opening it removes that node's files from an earlier run with the same run_id. Close
-    it (or use it as a context manager), then commit the run with `add_run`.
-    """
-
-    def __init__(
-        self,
-        out_dir: str | os.PathLike[str],
-        run_id: str,
-        node: str,
-        *,
-        flush_every: int = DEFAULT_FLUSH_EVERY,
-    ) -> None:
-        _check_name("run_id", run_id)
-        _check_name("node", node)
-        if flush_every < 1:
-            raise LocalProtocolError(f"flush_every must be >= 1, got {flush_every}")
-        self.run_id = run_id
-        self.node = node
-        self.flush_every = flush_every
-        self.directory = Path(out_dir) / EVENTS_DIR / run_id
-        self.directory.mkdir(parents=True, exist_ok=True)
-        own = re.compile(rf"{re.escape(node)}(-\d+)?\.parquet")
-        for stale in self.directory.iterdir():
-            if own.fullmatch(stale.name):
-                stale.unlink()
-        self._batch: list[EventRow] = []
-        self._files = 0
-        self._closed = False
-
-    def append(self, row: EventRow) -> None:
-        if self._closed:
-            raise LocalProtocolError(f"NodeTraceWriter for {self.node!r} is closed")
-        if row.run_id != self.run_id or row.node != self.node:
-            raise LocalProtocolError(
-                f"row of ({row.run_id!r}, {row.node!r}) given to the writer of "
-                f"({self.run_id!r}, {self.node!r})")
-        self._batch.append(row)
-        if len(self._batch) >= self.flush_every:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write the pending rows as the next file (nothing when none are pending)."""
-        if not self._batch:
-            return
-        self._files += 1
-        path = self.directory / f"{self.node}-{self._files}.parquet"
-        _write_table_atomically(events_to_table(self._batch), path)
-        self._batch = []
-
-    @property
-    def files_written(self) -> int:
-        return self._files
-
-    def close(self) -> None:
-        if not self._closed:
-            self.flush()
-            self._closed = True
-
-    def __enter__(self) -> NodeTraceWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+            write_table_atomically(runs_to_table(kept), runs_path)
 
 
 # ---------------------------------------------------------------- reading
 
 
-def _read_parquet(path: Path) -> pa.Table:
+def parquet_table(source: Path | BinaryIO, shown: str) -> pa.Table:
+    """A Parquet file's table; TraceFormatError (naming `shown`) when it is not one."""
     try:
-        return pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(f"{path}: not a readable Parquet file ({exc})") from exc
+        return pq.read_table(source)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceFormatError(f"{shown}: not a readable Parquet file ({exc})") from exc
 
 
-def _is_data(path: Path) -> bool:
-    return not path.name.startswith((".", "_"))
+def _read_parquet(path: Path) -> pa.Table:
+    return parquet_table(path, str(path))
+
+
+def _read_event_file(path: Path) -> pa.Table:
+    """A node's Parquet file, or its stream (`read_stream`: a never-closed one ends in a
+    crash row)."""
+    return read_stream(path) if path.suffix == STREAM_SUFFIX else _read_parquet(path)
+
+
+def event_files(directory: Path) -> list[Path]:
+    """A run's event files in name order: `<node>.parquet`, `<node>-<k>.parquet` and
+    `<node>.arrows` (skipped beside its node's sealed `<node>.parquet`: a seal killed
+    between its rename and its unlink). TraceFormatError for anything else."""
+    files = sorted(p for p in directory.iterdir() if is_data(p))
+    names = {p.name for p in files}
+    out = []
+    for path in files:
+        if path.suffix not in (".parquet", STREAM_SUFFIX) or not path.is_file():
+            raise TraceFormatError(f"{path}: unexpected entry in an event directory (only "
+                                   f"<node>.parquet, <node>-<k>.parquet or <node>{STREAM_SUFFIX} "
+                                   "belong there)")
+        if path.suffix == STREAM_SUFFIX and f"{path.stem}.parquet" in names:
+            continue
+        out.append(path)
+    return out
 
 
 def read_runs(out_dir: str | os.PathLike[str]) -> list[RunInfo]:
@@ -303,11 +243,8 @@ def read_events(out_dir: str | os.PathLike[str], run_id: str) -> list[EventRow]:
         raise TraceFormatError(f"{directory} is missing: run {run_id!r} has a runs row "
                                "but no event directory")
     rows: list[EventRow] = []
-    for path in sorted(p for p in directory.iterdir() if _is_data(p)):
-        if path.suffix != ".parquet" or not path.is_file():
-            raise TraceFormatError(f"{path}: unexpected entry in an event directory "
-                                   "(only <node>.parquet or <node>-<k>.parquet belong there)")
-        file_rows = table_to_events(_read_parquet(path), str(path))
+    for path in event_files(directory):
+        file_rows = table_to_events(_read_event_file(path), str(path))
         for row in file_rows:
             if row.run_id != run_id:
                 raise TraceFormatError(

@@ -34,7 +34,7 @@ from typing import Annotated, ClassVar, Final
 
 import msgspec
 
-from abcast.codec import NodeField
+from abcast.codec import NOT_A_MESSAGE, NodeField
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.transport.base import (
@@ -74,7 +74,7 @@ def decode_hello(data: bytes) -> Hello:
         raise DecodeError(f"expected a hello, got {bytes(data[:16])!r}...")
     try:
         return _hello_decoder.decode(data[len(HELLO_MAGIC) :])
-    except msgspec.MsgspecError as exc:
+    except NOT_A_MESSAGE as exc:
         raise DecodeError(f"bad hello: {exc}") from None
 
 

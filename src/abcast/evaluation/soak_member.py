@@ -1,0 +1,146 @@
+"""One member process of the soak (abcast.evaluation.soak) and of the killed-node tests:
+creates or joins a dynamic group holding a replicated hash-chained log, appends to it
+at a steady pace, streams its trace with the runtime's own sink (abcast.trace.stream:
+flushed every half second, sealed on a clean exit), and obeys lines on stdin:
+
+    stop    stop appending        leave   leave the group gracefully
+    report  print the log's state exit    close and exit (EOF too)
+
+It prints one JSON object per line on stdout: `ready` (node, members, pid), `report`
+(node, digest, count, members, view_id, active, appended), `left` (node, graceful).
+
+    python -m abcast.evaluation.soak_member --registry tcp://… --out DIR --run-id R [--create]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import sys
+
+from abcast.errors import AbcastError
+from abcast.ids import View
+from abcast.replicated import ReplicatedHandle, read, replicated, write
+from abcast.runtime.group import Group
+from abcast.trace.recorder import TraceRecorder
+from abcast.trace.stream import StreamingSink
+
+
+@replicated
+class ChainLog:
+    """Equal digests mean the same appends were executed in the same order."""
+
+    def __init__(self) -> None:
+        self.digest = ""
+        self.count = 0
+
+    @write
+    def append(self, item: str) -> int:
+        self.digest = hashlib.sha256((self.digest + item).encode()).hexdigest()
+        self.count += 1
+        return self.count
+
+    @read
+    def state(self) -> tuple[str, int]:
+        return self.digest, self.count
+
+
+def emit(**fields: object) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+async def stdin_commands() -> asyncio.Queue[str]:
+    """stdin lines as they arrive ("" at EOF), read without blocking the loop."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str] = asyncio.Queue()
+    pending = bytearray()
+    fd = sys.stdin.fileno()
+
+    def readable() -> None:
+        # Raw reads: a buffered readline() would keep a second line in Python's buffer,
+        # where a readable-fd callback never sees it.
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            lines.put_nowait("")
+            loop.remove_reader(fd)
+            return
+        pending.extend(chunk)
+        while b"\n" in pending:
+            line, _, rest = bytes(pending).partition(b"\n")
+            pending[:] = rest
+            lines.put_nowait(line.decode().strip() or "report")
+
+    loop.add_reader(fd, readable)
+    return lines
+
+
+async def main(args: argparse.Namespace) -> None:
+    sink = StreamingSink(args.out, args.run_id)
+    sink.warm_up()
+    recorder = TraceRecorder(args.run_id, sink=sink, keep_rows=False)
+    handle = ReplicatedHandle(ChainLog())
+    views: list[View] = []
+    common = {"registry": args.registry, "transport": "tcp://127.0.0.1:0", "app": handle,
+              "recorder": recorder, "on_view": views.append, "recheck_s": 0.2}
+    try:
+        if args.create:
+            group = await Group.create(args.group, ordering=args.ordering, **common)
+        else:
+            group = await Group.join(args.group, **common)
+        emit(event="ready", node=group.node, members=list(group.members), pid=os.getpid())
+        lines = await stdin_commands()
+        appended = 0
+
+        async def append_loop() -> None:
+            nonlocal appended
+            k = 0
+            while group.active:
+                k += 1
+                with contextlib.suppress(AbcastError):
+                    await handle.append(f"{group.node}:{k}")
+                    appended += 1
+                await asyncio.sleep(args.pause)
+
+        writer = asyncio.create_task(append_loop())
+        while True:
+            command = await lines.get()
+            if command in ("stop", "leave", "exit", ""):
+                writer.cancel()
+                await asyncio.gather(writer, return_exceptions=True)
+            if command == "leave":
+                await group.leave()
+                emit(event="left", node=group.node, graceful=group.removed_view is not None)
+            elif command == "report":
+                digest, count = handle.local.digest, handle.local.count
+                emit(event="report", node=group.node, digest=digest, count=count,
+                     members=list(views[-1].members) if views else [],
+                     view_id=views[-1].view_id if views else 0,
+                     active=group.active, appended=appended)
+            elif command in ("exit", ""):
+                break
+        await handle.close()
+        await group.close()
+    finally:
+        sink.close()
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m abcast.evaluation.soak_member")
+    parser.add_argument("--registry", required=True)
+    parser.add_argument("--group", default="soak")
+    parser.add_argument("--ordering", default="sequencer")
+    parser.add_argument("--create", action="store_true")
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--pause", type=float, default=0.02,
+                        help="seconds between one append's completion and the next")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
