@@ -7,10 +7,14 @@ bench/spark_check_10m.py, then times `abcast check DIR --json` in a fresh interp
 of 2 cores and `--worker-memory` each, started once from the installed PySpark,
 abcast.pipeline.local_cluster), sampling every 0.5 s the resident memory of the JVMs
 involved (the driver's process tree; on the cluster, the executors' too) and keeping the
-peak. It prints a Markdown table. A benchmark, not a test: it asserts only that every
-clean trace is reported clean.
+peak, and the 1-minute load average when the check started (other work on the machine
+slows it: compare only rows measured side by side). It prints a Markdown table, and
+writes it to `--table FILE` as well (each row as soon as it is measured, so a long run
+cut short keeps what it has). A benchmark, not a test: it asserts only that every clean
+trace is reported clean.
 
-    .venv/bin/python bench/spark_scaling.py [--sizes 1,10,50] [--out DIR]
+    .venv/bin/python bench/spark_scaling.py [--sizes 1,10,50] [--out DIR] [--table FILE]
+        [--where local,cluster]
 """
 
 from __future__ import annotations
@@ -92,13 +96,29 @@ def timed_check(trace: Path, master: str, also: list[int]) -> tuple[float, int, 
     return elapsed, peak, verdict
 
 
+_HEADER = ("| events | where | wall s | events/s | peak RSS GiB | load avg |\n"
+           "|---|---|---|---|---|---|\n")
+
+
+def _row(events: int, label: str, seconds: float, peak: int, load: float) -> str:
+    return (f"| {events:,} | {label} | {seconds:.1f} | {events / seconds:,.0f} | "
+            f"{peak / 2**30:.1f} | {load:.1f} |\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,10,50", help="millions of deliveries")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--worker-memory", default="4g")
     parser.add_argument("--executor-memory", default="3g")
+    parser.add_argument("--table", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--where", default="local,cluster",
+                        help="local, cluster or both (comma-separated)")
     args = parser.parse_args()
+    where = set(args.where.split(","))
+    if args.table is not None:
+        args.table.parent.mkdir(parents=True, exist_ok=True)
+        args.table.write_text(_HEADER)
     os.environ[EXECUTOR_MEMORY_ENV] = args.executor_memory
     work = args.out or Path(tempfile.mkdtemp(prefix="abcast-scaling-"))
     rows = []
@@ -109,20 +129,25 @@ def main() -> None:
                 shape = TraceShape(NODES, int(millions * 1_000_000 / NODES), 64, seed=7)
                 trace = work / f"trace-{millions:g}m"
                 generate(trace, shape)
-                for label, master, also in (("local[2]", "local[2]", []),
-                                            ("standalone 2×2", cluster.url, workers)):
+                for key, label, master, also in (
+                        ("local", "local[2]", "local[2]", []),
+                        ("cluster", "standalone 2×2", cluster.url, workers)):
+                    if key not in where:
+                        continue
+                    load = os.getloadavg()[0]
                     seconds, peak, _ = timed_check(trace, master, also)
-                    rows.append((shape.events, label, seconds, peak))
+                    row = _row(shape.events, label, seconds, peak, load)
+                    rows.append(row)
                     print(f"{shape.events:,} events, {label}: {seconds:.1f} s, "
-                          f"peak RSS {peak / 2**30:.1f} GiB", flush=True)
+                          f"peak RSS {peak / 2**30:.1f} GiB, load {load:.1f}", flush=True)
+                    if args.table is not None:
+                        with args.table.open("a") as table:
+                            table.write(row)
                 shutil.rmtree(trace, ignore_errors=True)
     finally:
         if args.out is None:
             shutil.rmtree(work, ignore_errors=True)
-    print("\n| events | where | wall s | events/s | peak RSS GiB |\n|---|---|---|---|---|")
-    for events, label, seconds, peak in rows:
-        print(f"| {events:,} | {label} | {seconds:.1f} | {events / seconds:,.0f} | "
-              f"{peak / 2**30:.1f} |")
+    print("\n" + _HEADER + "".join(rows), end="")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,30 @@ def test_metrics_scraped_during_a_run_count_what_the_trace_holds() -> None:
         assert {"open-channel", "open-fd", "sequencer"} == layers
 
 
+def test_a_leave_is_one_flush_in_the_flush_duration_histogram() -> None:
+    """n3 leaves: n1 and n2 each count one flush, as long as the flush really took, in
+    `abcast_flush_duration_seconds` (and nothing before it: the first view is no flush)."""
+
+    async def main() -> tuple[str, str, list[int]]:
+        nodes, groups = await _cluster("sequencer", metrics_port=0)
+        try:
+            before = await _scrape(nodes[0].metrics_url or "")
+            await groups[2].leave()
+            await _until(lambda: all(len(g.driver.stack.view.members) == 2
+                                     for g in groups[:2]))
+            after = await _scrape(nodes[0].metrics_url or "")
+            return before, after, [g.driver.views for g in groups[:2]]
+        finally:
+            await _close(nodes, groups)
+
+    before, after, views = asyncio.run(main())
+    key = (("group", "g"), ("node", "n1"))
+    assert _samples(before, "abcast_flush_duration_seconds_count")[key] == 0
+    assert _samples(after, "abcast_flush_duration_seconds_count")[key] == 1
+    assert views[0] == 2  # the first view and the one without n3
+    assert _samples(after, "abcast_flush_duration_seconds_sum")[key] > 0
+
+
 def test_probe_json_returns_every_layer_snapshot_of_a_live_three_node_group(
     tmp_path: Path,
 ) -> None:

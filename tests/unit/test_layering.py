@@ -49,16 +49,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 PRIVATE = ("abcast.testing",)
 
 #: (importer, imported) edges tolerated for now, and who removes each
-IGNORED: Mapping[tuple[str, str], str] = {
-    # The operating side (issue #22) types the node and driver it reads with the classes
-    # themselves, under TYPE_CHECKING only, while Node starts the metrics and probe
-    # servers: annotation-only cycles. Removed when status/metrics/probe type what they
-    # read by a Protocol (or Node.status() / GroupDriver.status() replace node_status).
-    ("abcast.runtime.status", "abcast.runtime.driver"): "issue #22 follow-up",
-    ("abcast.runtime.status", "abcast.runtime.node"): "issue #22 follow-up",
-    ("abcast.runtime.metrics", "abcast.runtime.node"): "issue #22 follow-up",
-    ("abcast.runtime.probe", "abcast.runtime.node"): "issue #22 follow-up",
-}
+IGNORED: Mapping[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The one place a SparkSession is built for abcast's pipeline.
 
-Rules: Spark stays on loopback and quiet (no UI, log level ERROR), and its Python
-workers run the interpreter that runs us (so pyarrow/pandas are importable in them).
+Rules: Spark stays on loopback and quiet (no UI, log level ERROR), its JVMs use the
+parallel (throughput) garbage collector, and its Python workers run the interpreter
+that runs us (so pyarrow/pandas are importable in them).
 The master is `local[*]` unless the caller names another (`spark://host:7077`, a
 standalone cluster) or a Spark Connect server (`remote="sc://host:15002"`: the session
 is then a thin client, and the server's own settings apply); this module does not read
@@ -35,6 +36,11 @@ EXECUTOR_MEMORY_ENV: Final = "ABCAST_SPARK_EXECUTOR_MEMORY"
 # execution coalesces or splits from there.
 _SHUFFLE_PARTITIONS: Final = "8"
 
+
+# The throughput collector: a check is one batch of jobs that fills and drops its caches
+# at once, where the default G1's concurrent work only costs (11.25 M events: 0.91 of
+# the CPU time, side by side).
+_JVM_GC: Final = "-XX:+UseParallelGC"
 
 # Spark's own log4j2 profile prints a banner and WARN lines before `setLogLevel` can run;
 # this profile keeps stderr to errors from the first line on.
@@ -95,7 +101,7 @@ def build_session(
             LOCAL_DRIVER_MEMORY if master.startswith("local") else None)
     from pyspark.sql import SparkSession
 
-    log_option = f"-Dlog4j2.configurationFile=file:{_log4j2_config()}"
+    java_options = f"{_JVM_GC} -Dlog4j2.configurationFile=file:{_log4j2_config()}"
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -114,8 +120,8 @@ def build_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
-        .config("spark.driver.extraJavaOptions", log_option)
-        .config("spark.executor.extraJavaOptions", log_option)
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.executor.extraJavaOptions", java_options)
     )
     if driver_memory is not None:
         builder = builder.config("spark.driver.memory", driver_memory)

@@ -1,7 +1,9 @@
 """The tables every Spark check reads, derived from the events frame by pure transforms.
 
 Rules: nothing here decides a violation. The layout is chosen so a 10-million-row trace
-is shuffled twice, sorted twice, and never collected:
+is shuffled twice, sorted twice, and never collected; only the facts of at most
+`BROADCAST_MESSAGES` messages go to every task (a broadcast), which spares the deliver
+rows a second shuffle by message:
 
 - `context`: one pass over all events, aggregated to (run, group, node, view_id) — a few
   rows per node. From it: `nodes` (rank in node order, correct?), `row_context` (what a
@@ -11,8 +13,11 @@ is shuffled twice, sorted twice, and never collected:
 - `rows`: the send/deliver/opt_deliver rows with their row context; `by_message`
   hash-partitions them by message (shuffle 1) for the next two tables.
 - `messages`: one hash aggregation per message: sent?, who delivered it (a bitmask:
-  exact under duplicates), who is owed it, its position at the reference node.
-- `deliveries` (shuffle 2): the deliver rows joined with their message's facts,
+  exact under duplicates), who is owed it, its position at the reference node; the job
+  that caches it also counts the messages and those delivered in several views (none:
+  the agreement checks never go back to the message rows).
+- `deliveries` (shuffle 2): the deliver rows joined with their message's facts (sent?,
+  position at the reference node; broadcast, or both sides partitioned by message),
   partitioned by lane, with one window pass per stream (node, group, origin) in position
   order (previous seq, highest seq so far). Windows key on the lane (an int), not on
   strings, and never re-shuffle.
@@ -58,6 +63,9 @@ _MESSAGE_KINDS: Final = ("send", "deliver", "opt_deliver")
 # with `group` compared null-safe can then reuse the partitioning.
 _MESSAGE_PARTITIONING: Final = ("run_id", "origin", "seq")
 _DELIVERY_ID: Final = ("lane", "index", "t_ns")
+#: up to this many messages, their facts (~100 bytes each) are broadcast to the delivery
+#: rows instead of both being shuffled by message
+BROADCAST_MESSAGES: Final = 2_000_000
 #: a stream, (run_id, node, group, origin), as the delivery table keys it
 STREAM: Final = ("lane", "origin")
 
@@ -322,24 +330,34 @@ def delivery_table(
     rows: DataFrame,
     messages: DataFrame,
     deps: DataFrame | None = None,
+    *,
+    broadcast_facts: bool = False,
 ) -> DataFrame:
     """One row per deliver row: message key, `node`, `rank`, `lane`, `index`, `t_ns`;
     from its message `sent` and `ref_index` (and `deps` when given); hash-partitioned by
     lane (shuffle 2);
     and from one window over its stream (node, group, origin) in position order:
     `prev_seq`, `prev_index` (the stream's previous delivery) and `max_before` (highest
-    seq delivered earlier in the stream)."""
+    seq delivered earlier in the stream).
+
+    `broadcast_facts` (without `deps`): the messages' facts are few enough to go to
+    every task, so the deliver rows join them where the scan put them instead of being
+    shuffled by message first."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    dels = by_message(rows.where(_is_delivery())).select(
-        *MESSAGE_KEY, "node", "rank", "lane", "index", "t_ns")
+    delivered = rows.where(_is_delivery())
     facts = messages.select(*MESSAGE_KEY, "sent", "ref_index")
     key_pairs = [(k, k) for k in MESSAGE_KEY]
-    # Both sides are partitioned by message already: a hash join, no shuffle, no sort.
-    joined = join_on(dels, facts.hint("shuffle_hash"), key_pairs, "left")
-    if deps is not None:
-        joined = join_on(joined, deps.hint("shuffle_hash"), key_pairs, "left")
+    columns = (*MESSAGE_KEY, "node", "rank", "lane", "index", "t_ns")
+    if broadcast_facts and deps is None:
+        joined = join_on(delivered.select(*columns), F.broadcast(facts), key_pairs, "left")
+    else:
+        # Both sides partitioned by message: a hash join, no further shuffle, no sort.
+        joined = join_on(by_message(delivered).select(*columns), facts.hint("shuffle_hash"),
+                         key_pairs, "left")
+        if deps is not None:
+            joined = join_on(joined, deps.hint("shuffle_hash"), key_pairs, "left")
     by_lane = joined.repartition(_partitions(rows), "lane")
     stream = Window.partitionBy(*STREAM).orderBy("index", "t_ns")
     before = stream.rowsBetween(Window.unboundedPreceding, -1)
@@ -591,6 +609,9 @@ class TraceTables:
     #: nothing: the second look at irregular streams, the pairwise total-order walk.
     irregular_count: int | None = None
     nonconforming_count: int | None = None
+    #: messages whose deliveries name more than one view (`one_view_any` false in a
+    #: group with views): only those send the agreement checks back to the message rows
+    mixed_view_count: int | None = None
     #: the view checks' tables (`view_rows`, `view_message_rows`), when materialized;
     #: None: abcast.pipeline.checks_views derives them on use
     views: DataFrame | None = None
@@ -649,6 +670,7 @@ def materialize_tables(
     columns than they use. Call `release` when done.
     """
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
     level = StorageLevel.MEMORY_AND_DISK
     context = context_table(events).localCheckpoint(storageLevel=level)
@@ -660,8 +682,12 @@ def materialize_tables(
     # Two jobs: the message table (cached), then the delivery table, which joins the
     # message rows (scanned and shuffled again: cheaper than caching them) with it.
     messages = message_table(rows, correct, width).persist(level)
-    messages.count()
-    deliveries = delivery_table(rows, messages, merged_deps(rows) if with_deps else None
+    # The action that fills the cache counts the messages delivered in several views.
+    counted = messages.agg(F.count("*"), F.count_if(F.col("has_views")
+                                                     & ~F.col("one_view_any"))).first()
+    message_count, mixed_view_count = (0, 0) if counted is None else map(int, counted)
+    deliveries = delivery_table(rows, messages, merged_deps(rows) if with_deps else None,
+                                broadcast_facts=message_count <= BROADCAST_MESSAGES
                                 ).persist(level)
     deliveries.count()
     notable = notable_deliveries(deliveries).localCheckpoint(storageLevel=level)
@@ -677,6 +703,7 @@ def materialize_tables(
     tables = TraceTables(events=events, words=width, nodes=nodes, rows=rows,
                          messages=messages, deliveries=deliveries, notable=notable,
                          irregular=irregular, irregular_count=irregular_count,
+                         mixed_view_count=mixed_view_count,
                          nonconforming=deliveries.limit(0).select("run_id", "group", "node"),
                          snapshots=snapshots)
     if with_views:

@@ -247,6 +247,8 @@ class GroupDriver:
         """One frame of this group; RemoteProtocolError if the stack refuses it."""
         outputs = self.stack.receive(env, self.host.clock.now_us())
         self._apply(outputs)
+        if self.meter is not None:  # metrics on: a flush begins after a frame or a timer
+            self.meter.watch(self.stack.top, self.host.clock.now_us())
 
     def close(self) -> None:
         if not self.closed and self.removed is None:
@@ -314,6 +316,8 @@ class GroupDriver:
                 case InstallView(view):
                     self.view_id = view.view_id
                     self.views += 1
+                    if self.meter is not None:
+                        self.meter.view_installed(host.clock.now_us())
                     log.info("view %d installed: %s", view.view_id, ",".join(view.members),
                              extra={"node": host.id, "group": self.name,
                                     "view": view.view_id, "event": "view"})
@@ -455,6 +459,8 @@ class GroupDriver:
         # time is at least the deadline it asked for, and the clock never runs backwards.
         now = self.host.clock.at_least(at)
         self._apply(self.stack.fire(key, now))
+        if self.meter is not None:
+            self.meter.watch(self.stack.top, now)
 
 
 class _Timer:

@@ -6,7 +6,8 @@ drivers' and transports' counters, `Stack.inspect()` per group) by one custom co
 so the hot path pays nothing for it. Four things are counted only while metrics are on:
 frames and bytes per peer (abcast.runtime.node), back-pressure waits, and per group a
 `GroupMeter` — the latency from broadcast to delivery at the origin of the first message
-of each batch (a sample, one per batch), and the batch sizes. The HTTP endpoint runs on
+of each batch (a sample, one per batch), the batch sizes, and how long view-change
+flushes take (the ordering's phase, looked at after each frame and timer). The HTTP endpoint runs on
 the node's own asyncio loop (no thread), so a scrape reads a consistent instant.
 
 Names follow Prometheus conventions (`abcast_…_total` counters, `_seconds`/`_bytes` in
@@ -21,12 +22,9 @@ import contextlib
 import logging
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-from abcast.runtime.status import NodeStatus, node_status
-
-if TYPE_CHECKING:
-    from abcast.runtime.node import Node
+from abcast.runtime.status import NodeStatus, ObservedGroup, ObservedNode, node_status
 
 log: Final = logging.getLogger(__name__)
 
@@ -35,6 +33,9 @@ LATENCY_BUCKETS_S: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                             0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: batch size buckets, messages
 BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+#: view-change flush buckets, seconds (a loopback flush to a slow WAN one)
+FLUSH_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                          5.0, 10.0, 30.0)
 #: sent batches remembered per group awaiting their own delivery (older ones are dropped)
 MAX_PENDING: Final = 10_000
 
@@ -70,14 +71,21 @@ def _le(bound: float) -> str:
 
 
 class GroupMeter:
-    """What a group's driver samples while metrics are on (see the rules above)."""
+    """What a group's driver samples while metrics are on (see the rules above): the
+    latency of the first message of each batch, batch sizes, and view-change flushes —
+    from the frame or timer after which the ordering's phase (`Layer.inspect()`'s, e.g.
+    the sequencer's "flushing", the membership layer's "member, flushing") names a flush,
+    to the view this node installs at its end. A flush given up without a view (the
+    phase goes back without one) is not counted."""
 
-    __slots__ = ("_pending", "batches", "latency")
+    __slots__ = ("_flush_began", "_pending", "batches", "flushes", "latency")
 
     def __init__(self) -> None:
         self.latency = Buckets(LATENCY_BUCKETS_S)
         self.batches = Buckets(BATCH_BUCKETS)
+        self.flushes = Buckets(FLUSH_BUCKETS_S)
         self._pending: dict[int, int] = {}
+        self._flush_began: int | None = None
 
     def sent(self, first_seq: int, size: int, now_us: int) -> None:
         self.batches.observe(size)
@@ -90,6 +98,35 @@ class GroupMeter:
         sent = self._pending.pop(first_seq, None)
         if sent is not None:
             self.latency.observe((now_us - sent) / 1e6)
+
+    def watch(self, top: object, now_us: int) -> None:
+        """After a frame or a timer: note when the top layer's phase starts naming a
+        flush, forget it when it stops naming one without a view."""
+        flushing = "flush" in getattr(top, "phase", "")
+        if flushing:
+            if self._flush_began is None:
+                self._flush_began = now_us
+        elif self._flush_began is not None:
+            self._flush_began = None
+
+    def view_installed(self, now_us: int) -> None:
+        """A view installed: the end of the flush under way, if one was."""
+        began, self._flush_began = self._flush_began, None
+        if began is not None:
+            self.flushes.observe((now_us - began) / 1e6)
+
+
+class MeteredGroup(ObservedGroup, Protocol):
+    """A group's driver as the collector reads it: its status and its meter."""
+
+    @property
+    def meter(self) -> GroupMeter | None: ...
+
+
+class MeteredNode(ObservedNode, Protocol):
+    """A node as the collector reads it (abcast.runtime.node.Node)."""
+
+    def drivers(self) -> Sequence[MeteredGroup]: ...
 
 
 # ------------------------------------------------------------------------ the collector
@@ -112,9 +149,6 @@ _LAYER_SUMS: Final = {
     "suspicions": ("abcast_suspicions", "Peers suspected by the failure detector."),
     "gap_acks": ("abcast_naks",
                  "Acks naming packets above a gap (the reliable channel's NAKs)."),
-    "flushes": ("abcast_flushes", "View-change flushes, where the ordering counts them."),
-    "flush_us": ("abcast_flush_seconds",
-                 "Time spent in view-change flushes, where the ordering counts it."),
 }
 
 
@@ -150,6 +184,10 @@ def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]
         labels=["node", "group"])
     batch = HistogramMetricFamily("abcast_batch_messages", "Messages per ordered batch.",
                                   labels=["node", "group"])
+    flush = HistogramMetricFamily(
+        "abcast_flush_duration_seconds",
+        "View-change flushes on this node, from its ordering entering the flush to the view "
+        "it installs (its _count: the flushes).", labels=["node", "group"])
     for g in status.groups:
         labels = [node, g.name]
         delivered.add_metric([*labels, "final"], g.counters["delivered"])
@@ -164,8 +202,7 @@ def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]
                 if counter in totals:
                     totals[counter] += value
         for key, family in sums.items():
-            family.add_metric(labels, totals[key] / 1e6 if key.endswith("_us")
-                              else totals[key])
+            family.add_metric(labels, totals[key])
         view_id.add_metric(labels, g.view_id)
         view_size.add_metric(labels, len(g.members))
         leader.add_metric(labels, 1 if g.leader == node else 0)
@@ -173,10 +210,11 @@ def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]
         if meter is not None:
             latency.add_metric(labels, meter.latency.cumulative(), meter.latency.total)
             batch.add_metric(labels, meter.batches.cumulative(), meter.batches.total)
+            flush.add_metric(labels, meter.flushes.cumulative(), meter.flushes.total)
     yield delivered
     yield from named.values()
     yield from sums.values()
-    yield from (layer_counts, holdback, view_id, view_size, leader, latency, batch)
+    yield from (layer_counts, holdback, view_id, view_size, leader, latency, batch, flush)
     yield from _node_families(status)
 
 
@@ -224,7 +262,7 @@ def _node_families(status: NodeStatus) -> Iterator[Any]:
 class NodeCollector:
     """A prometheus_client collector over one node (read at each scrape)."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: MeteredNode) -> None:
         self._node = node
 
     def collect(self) -> Iterator[Any]:
@@ -241,7 +279,7 @@ class NodeCollector:
 class MetricsServer:
     """`GET /metrics` on (host, port), on the node's loop; port 0 picks a free port."""
 
-    def __init__(self, node: Node, host: str, port: int) -> None:
+    def __init__(self, node: MeteredNode, host: str, port: int) -> None:
         from prometheus_client import CollectorRegistry
 
         self._node = node

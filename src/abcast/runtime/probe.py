@@ -23,14 +23,11 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import msgspec
 
-from abcast.runtime.status import NodeStatus, node_status
-
-if TYPE_CHECKING:
-    from abcast.runtime.node import Node
+from abcast.runtime.status import NodeStatus, ObservedNode, node_status
 
 log: Final = logging.getLogger(__name__)
 
@@ -56,7 +53,7 @@ def socket_name(node: str, pid: int) -> str:
 class ProbeServer:
     """The node's end: answers `status` with its NodeStatus as one JSON line."""
 
-    def __init__(self, node: Node, path: str | None = None) -> None:
+    def __init__(self, node: ObservedNode, path: str | None = None) -> None:
         self._node = node
         self._path = Path(path) if path is not None else None
         self._server: asyncio.AbstractServer | None = None

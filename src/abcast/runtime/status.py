@@ -13,21 +13,82 @@ Counters per group (`GroupStatus.counters`) are the driver's: `broadcasts`, `del
 `views` (views installed here). Per node (`NodeStatus.counters`): the node's refusals
 (`node_*`, abcast.runtime.node.NodeStats) and the transport's frames, bytes and
 connection events (`transport_*`, abcast.transport.TransportStats).
+
+What it reads is typed by two Protocols, `ObservedGroup` (a group's driver) and
+`ObservedNode` (the node), so this module, the probe and the metrics sit below
+abcast.runtime.node and abcast.runtime.driver, which start them, and import neither.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from abcast.snapshot import LayerSnapshot
 
 if TYPE_CHECKING:
-    from abcast.runtime.driver import GroupDriver
-    from abcast.runtime.node import Node
+    from _typeshed import DataclassInstance
+
+    from abcast.stack import Stack
+    from abcast.transport.base import Transport
+
+
+class ObservedGroup(Protocol):
+    """What a status reads of one hosted group (abcast.runtime.driver.GroupDriver)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def stack(self) -> Stack: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def config(self) -> Mapping[str, object]: ...
+    @property
+    def broadcasts(self) -> int: ...
+    @property
+    def delivered(self) -> int: ...
+    @property
+    def opt_delivered(self) -> int: ...
+    @property
+    def protocol_packets(self) -> int: ...
+    @property
+    def control_packets(self) -> int: ...
+    @property
+    def retransmissions(self) -> int: ...
+    @property
+    def bad_batches(self) -> int: ...
+    @property
+    def snapshots(self) -> int: ...
+    @property
+    def rejoins(self) -> int: ...
+    @property
+    def views(self) -> int: ...
+
+
+class ObservedNode(Protocol):
+    """What a status reads of a node (abcast.runtime.node.Node)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def transport(self) -> Transport: ...
+    @property
+    def stats(self) -> DataclassInstance: ...
+    @property
+    def traffic(self) -> Mapping[str, Sequence[int]] | None: ...
+    @property
+    def metrics_url(self) -> str | None: ...
+
+    def drivers(self) -> Sequence[ObservedGroup]: ...
 
 
 class GroupStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,7 +129,7 @@ class NodeStatus(msgspec.Struct, frozen=True, kw_only=True):
     metrics: str = ""
 
 
-def group_status(driver: GroupDriver) -> GroupStatus:
+def group_status(driver: ObservedGroup) -> GroupStatus:
     view = driver.stack.view
     counters = {
         "broadcasts": driver.broadcasts, "delivered": driver.delivered,
@@ -83,7 +144,7 @@ def group_status(driver: GroupDriver) -> GroupStatus:
         counters=counters, config=dict(driver.config))
 
 
-def node_status(node: Node) -> NodeStatus:
+def node_status(node: ObservedNode) -> NodeStatus:
     transport = node.transport
     counters = {f"node_{k}": v for k, v in dataclasses.asdict(node.stats).items()}
     counters.update({f"transport_{k}": v
