@@ -212,8 +212,13 @@ class ReliableChannel(Layer):
         return max((len(link.waiting) for link in self._out.values()), default=0)
 
     def backpressured(self) -> bool:
-        """The longest credit queue is past `max_waiting`: new broadcasts should wait."""
-        return self.backlog() >= self.config.max_waiting
+        """The longest credit queue is past `max_waiting`: new broadcasts should wait.
+        (Asked on every non-waiting broadcast: a plain loop, no generator.)"""
+        limit = self.config.max_waiting
+        for link in self._out.values():  # noqa: SIM110 (any(): 2.6× slower)
+            if len(link.waiting) >= limit:
+                return True
+        return False
 
     def held_above(self) -> int:
         """Sequence numbers remembered above the contiguous high marks."""
