@@ -245,10 +245,10 @@ class GroupDriver:
 
     def receive(self, env: Envelope) -> None:
         """One frame of this group; RemoteProtocolError if the stack refuses it."""
-        outputs = self.stack.receive(env, self.host.clock.now_us())
-        self._apply(outputs)
+        now = self.host.clock.now_us()
+        self._apply(self.stack.receive(env, now))
         if self.meter is not None:  # metrics on: a flush begins after a frame or a timer
-            self.meter.watch(self.stack.top, self.host.clock.now_us())
+            self.meter.watch(self.stack.top, now)
 
     def close(self) -> None:
         if not self.closed and self.removed is None:
