@@ -225,7 +225,7 @@ class LeavesAtOnce(ChandraToueg):
     def _decide(self, batch: Batch, source: NodeId) -> list[Effect]:
         effects = super()._decide(batch, source)
         if self.removed and self.view is not None:
-            self.stopped = True
+            self.phase = "stopped"
             self.view = View(self.view.view_id + 1, self.members)
             effects.append(InstallView(self.view))
         return effects
@@ -234,8 +234,8 @@ class LeavesAtOnce(ChandraToueg):
 class ChangesViewFirst(ChandraToueg):
     """The lowest member installs a batch's new view before delivering its messages."""
 
-    def _deliver_ready(self) -> list[Effect]:
-        effects = super()._deliver_ready()
+    def deliver_ready(self) -> list[Effect]:
+        effects = super().deliver_ready()
         if self.node != min(self.members, default=""):
             return effects
         views = [e for e in effects if isinstance(e, InstallView)]
