@@ -48,7 +48,7 @@ def kinds_of(result: SimResult, node: NodeId) -> list[str]:
     return [r.kind for r in result.recorder.rows() if r.node == node]
 
 
-@pytest.mark.parametrize("seed", [3, 7])
+@pytest.mark.parametrize("seed", [2, 7])
 def test_ct_rejoin_a_cut_off_leaver_comes_back_and_then_leaves(seed: int) -> None:
     result = simulate(6, seed, CUT_OFF_LEAVER)
     assert result.violations == [] and membership_problems(result) == []

@@ -5,12 +5,20 @@ decides membership changes in its batches; these are the steps one node takes ab
 *own* place in the group, as functions over the core (`CtNode`: the fields they read and
 write, and the three consensus steps they call):
 
-- Join: a stack started alone asks a contact (`CtJoin`, the next contact every
-  `join_retry_us`); until its `CtWelcome` it keeps what members send it and answers
-  nothing. The welcome — view, state, cut — is refused when it admitted an earlier
-  incarnation of this node (a retransmitted copy that outlived a partition).
-- Leave: `CtLeave(last)` to the members; the group removes the leaver with its last
-  broadcast. A graceful leaver delivers through the batch that removes it, lingers
+The records and the rules that are not consensus are the membership layer's
+(abcast.membership: `MJoin`, `MJoinFwd`, `MLeave`, `MWelcome` with its `JoinCut`, the
+knobs of `MembershipConfig`, abcast.membership.contacts' contact rotation and cut-off
+rule); what is this ordering's own is that views are decided by consensus, in the
+delivery sequence.
+
+- Join: a stack started alone asks a contact (`MJoin`, the next contact every
+  `join_retry_us`); until its `MWelcome` it keeps what members send it and answers
+  nothing. The welcome — view, state, cut, and before it the `Bodies` above the cut —
+  is refused when it admitted an earlier incarnation of this node (a retransmitted copy
+  that outlived a partition).
+- Leave: once all of its own broadcasts are decided (it sends no more), `MLeave` to the
+  members; the group removes the leaver in a later batch, so with its last broadcast
+  delivered. A graceful leaver delivers through the batch that removes it, lingers
   `linger_us` (its last `Decide` may still need retransmitting), then installs its view
   without itself and departs.
 - Removed without asking (suspected across a partition, or falsely), or before its leave
@@ -38,18 +46,7 @@ from typing import Final, Literal, Protocol
 from abcast.codec import Packet
 from abcast.consensus.bodies import BodyStore
 from abcast.consensus.membership import MembershipBook
-from abcast.consensus.messages import (
-    Ack,
-    Bodies,
-    CtData,
-    CtJoin,
-    CtLeave,
-    CtWelcome,
-    Decide,
-    Estimate,
-    Nack,
-    Propose,
-)
+from abcast.consensus.messages import Ack, Bodies, CtData, Decide, Estimate, Nack, Propose
 from abcast.consensus.rounds import DecidedBatch, DecisionLog
 from abcast.effects import (
     CancelTimer,
@@ -62,6 +59,9 @@ from abcast.effects import (
 )
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View, sorted_nodes
+from abcast.membership import MembershipConfig
+from abcast.membership.contacts import JoinContacts, left_out_by
+from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
 
 JOIN_RETRY: Final = "join"
 DEPART: Final = "depart"
@@ -92,7 +92,7 @@ class CtNode(Protocol):
     rejoin: bool
     rejoins: int
     cut_off: bool
-    join_retry_us: int
+    config: MembershipConfig
     linger_us: int
     book: MembershipBook
     store: BodyStore
@@ -101,9 +101,10 @@ class CtNode(Protocol):
     delivered_upto: int
     later: dict[int, list[tuple[NodeId, object]]]
     to_deliver: deque[DecidedBatch]
-    contacts: tuple[NodeId, ...]
+    contacts: JoinContacts | None
     queued: list[tuple[int, bytes]]  # broadcasts to send once admitted
     leave_after_join: bool
+    leave_sent: bool  # this leaver's MLeave is out
     last_seq: int  # the last seq this node broadcast
     final_view: View | None  # lingering: the view without this node, to install
     give_up_armed: bool
@@ -125,31 +126,30 @@ def others(ct: CtNode) -> tuple[NodeId, ...]:
 
 # -- joining -----------------------------------------------------------------------------
 def join(ct: CtNode, contacts: tuple[NodeId, ...]) -> list[Effect]:
-    candidates = tuple(c for c in contacts if c != ct.node)
-    if not candidates:
-        raise LocalProtocolError("join needs at least one contact other than this node")
+    asked = JoinContacts(contacts, ct.node)
     fresh = ct.k == 1 and ct.store.empty() and not ct.log
     if ct.phase != MEMBER or ct.view is None or len(ct.members) != 1 or not fresh:
         raise LocalProtocolError(f"{ct.node} cannot join now: it is in {ct.view}")
     ct.phase = JOINING
-    ct.contacts = candidates
-    return ask_to_join(ct)
+    ct.contacts = asked
+    return ask_to_join(ct, asked.current())
 
 
-def ask_to_join(ct: CtNode) -> list[Effect]:
-    if ct.phase != JOINING:
+def ask_again(ct: CtNode) -> list[Effect]:
+    """`join_retry_us` unanswered: the next contact."""
+    if ct.phase != JOINING or ct.contacts is None:
         return []
-    # One contact at a time (it forwards the request to the others): fewer asks to
-    # contacts that may have gone, which the open channel retransmits for ever.
-    contact, *rest = ct.contacts
-    ct.contacts = (*rest, contact)
-    return [Send(contact, CtJoin(ct.node)), SetTimer(JOIN_RETRY, ct.now + ct.join_retry_us)]
+    return ask_to_join(ct, ct.contacts.next())
+
+
+def ask_to_join(ct: CtNode, contact: NodeId) -> list[Effect]:
+    return [Send(contact, MJoin()), SetTimer(JOIN_RETRY, ct.now + ct.config.join_retry_us)]
 
 
 def receive_joining(ct: CtNode, sender: NodeId, header: object, inner: Packet) -> list[Effect]:
     """Before the welcome: keep what the next instances will need, answer nothing."""
     match header:
-        case CtWelcome():
+        case MWelcome():
             return welcomed(ct, sender, header) + ct.settle()
         case CtData(seq):
             ct.store.keep(sender, seq, inner.payload)
@@ -161,21 +161,19 @@ def receive_joining(ct: CtNode, sender: NodeId, header: object, inner: Packet) -
     return []
 
 
-def welcomed(ct: CtNode, sender: NodeId, welcome: CtWelcome) -> list[Effect]:
-    if welcome.k <= ct.stale_welcomes_upto:
+def welcomed(ct: CtNode, sender: NodeId, welcome: MWelcome) -> list[Effect]:
+    k = welcome.attempt  # the instance that admitted it
+    if k <= ct.stale_welcomes_upto:
         return []  # it admitted the incarnation the group removed since
     view = View(welcome.view_id, tuple(welcome.members))
     if ct.node not in view.members or sender not in view.members:
         raise RemoteProtocolError(f"{sender} welcomed {ct.node} into {view}")
     ct.phase = MEMBER
     ct.view, ct.members = view, view.members
-    k = welcome.k
     ct.k, ct.delivered_upto = k + 1, k
     ct.log.start_at(k)
-    cut = dict(welcome.decided)
-    ct.store.start_at(cut)
-    for origin, seq, body in welcome.pending:
-        ct.store.put(origin, seq, body)
+    cut = {origin: n + 1 for origin, n in welcome.cut.delivered.items()}  # first undecided
+    ct.store.start_at(cut)  # (the bodies above it came first, or come as `Bodies`)
     ct.later = {i: waiting for i, waiting in ct.later.items() if i > k}
     effects: list[Effect] = [CancelTimer(JOIN_RETRY), InstallState(welcome.state),
                              InstallView(view)]
@@ -196,14 +194,16 @@ def on_join(ct: CtNode, sender: NodeId, joiner: NodeId) -> list[Effect]:
     """A join request, from the joiner itself or forwarded by a member."""
     if joiner in ct.members:
         kept = ct.book.welcomes.get(joiner)  # a retry: the first welcome got lost
-        return [Send(joiner, kept[1])] if kept is not None and sender == joiner else []
+        if kept is None or sender != joiner:
+            return []
+        return [Send(joiner, header) for header in kept.packets()]
     if ct.phase != MEMBER or ct.removed:
         return []
     if not ct.book.note_join(joiner, ct.members, direct=sender == joiner):
         return []
     # Whoever coordinates next must know of it to propose it.
     to = tuple(m for m in ct.members if m not in (ct.node, sender))
-    return [Multicast(to, CtJoin(joiner))] if to else []
+    return [Multicast(to, MJoinFwd(joiner))] if to else []
 
 
 # -- leaving -----------------------------------------------------------------------------
@@ -222,18 +222,30 @@ def leave(ct: CtNode) -> list[Effect]:
                 ct.phase = LEAVING
         return []
     ct.phase = LEAVING
+    ct.leave_sent = False
     ct.book.note_leave(ct.node, ct.last_seq)
+    return ask_to_leave(ct)
+
+
+def ask_to_leave(ct: CtNode) -> list[Effect]:
+    """A leaver asks once all of its own broadcasts are decided (checked again after
+    every decision), so that any member may remove it in its next batch."""
+    if ct.phase != LEAVING or ct.leave_sent or ct.removed:
+        return []
+    if ct.store.decided_next.get(ct.node, 1) <= ct.last_seq:
+        return []
+    ct.leave_sent = True
     to = others(ct)
-    return [Multicast(to, CtLeave(ct.last_seq))] if to else []
+    return [Multicast(to, MLeave())] if to else []
 
 
 # -- removed -----------------------------------------------------------------------------
 def excluded_by(ct: CtNode, by: NodeId, view_id: int) -> bool:
     """Whether a member's "you are not in my view" means this node was removed: only
     if that view is later than ours (an earlier one may predate our joining)."""
-    if ct.phase not in DELIVERING or ct.removed or ct.view is None or by not in ct.members:
+    if ct.phase not in DELIVERING or ct.removed or ct.view is None:
         return False
-    return view_id > ct.view.view_id
+    return left_out_by(ct.members, ct.view.view_id, by, view_id)
 
 
 def on_excluded(ct: CtNode) -> list[Effect]:
@@ -328,7 +340,7 @@ def rejoin(ct: CtNode) -> list[Effect]:
     ct.book.restart()
     ct.restart_consensus()
     ct.phase = JOINING
-    ct.contacts = tuple(contacts)
+    ct.contacts = JoinContacts(tuple(contacts), ct.node)
     ct.rejoins += 1
     cancels: list[Effect] = [CancelTimer(key) for key in (GIVE_UP, DEPART, NUDGE, FETCH)]
-    return cancels + ask_to_join(ct)
+    return cancels + ask_to_join(ct, ct.contacts.current())

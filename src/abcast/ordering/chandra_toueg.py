@@ -4,10 +4,11 @@ next batch of message ids (and membership changes); every node delivers in insta
 Phases (`phase`: this node's place in the group; the steps are abcast.consensus.lifecycle's):
 
     phase      event                                    next       what it does
-    member     JoinRequested (alone, fresh)             joining    CtJoin to a contact
-    joining    CtWelcome of this incarnation            member     InstallState, InstallView,
+    member     JoinRequested (alone, fresh)             joining    MJoin to a contact
+    joining    MWelcome of this incarnation             member     InstallState, InstallView,
                                                                    its queued broadcasts
-    member     LeaveRequested                           leaving    CtLeave(last) to members
+    member     LeaveRequested                           leaving    MLeave to the members once
+                                                                   its broadcasts are decided
     member*    a decision removes it                    member*    (removed) delivers up to it
     leaving    delivers the batch removing it           departing  lingers linger_us
     member*    delivers the batch removing it           joining    rejoin: asks again (a new
@@ -50,8 +51,9 @@ changes view at that point of the order, so views are totally ordered with messa
 virtual synchrony holds by construction — members that install v and v+1 delivered the
 same batches in v, and every message is delivered in the same view everywhere (not
 necessarily the one it was sent in: it may be decided after a view change). What a
-node does about its own membership — joining through a contact and a `CtWelcome` (view,
-snapshot, cut), leaving, and being removed — lives in abcast.consensus.lifecycle. Bodies
+node does about its own membership — joining through a contact and an `MWelcome` (view,
+snapshot, cut), leaving, and being removed — lives in abcast.consensus.lifecycle, with
+the membership layer's records, knobs and rules (abcast.membership). Bodies
 and decisions are collected once every member has delivered them (`stable`, piggybacked
 on proposals from the acks' `delivered`).
 
@@ -96,9 +98,6 @@ from abcast.consensus.messages import (
     Bodies,
     CtData,
     CtHeader,
-    CtJoin,
-    CtLeave,
-    CtWelcome,
     Decide,
     Estimate,
     Fetch,
@@ -141,6 +140,9 @@ from abcast.events import (
 )
 from abcast.ids import MsgId, NodeId, View, sorted_nodes
 from abcast.layer import Layer
+from abcast.membership import MembershipConfig
+from abcast.membership.contacts import JoinContacts
+from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
 from abcast.snapshot import LayerSnapshot
 
 __all__ = ["EMPTY_BATCH", "Batch", "ChandraToueg"]
@@ -152,8 +154,8 @@ class ChandraToueg(Layer):
 
     def __init__(
         self, node: NodeId, batch: int | None = None, fetch_delay_us: int = 5_000,
-        join_retry_us: int = 200_000, linger_us: int = 1_000_000, nudge_us: int = 500_000,
-        *, rejoin: bool = True,
+        linger_us: int = 1_000_000, nudge_us: int = 500_000,
+        *, rejoin: bool = True, membership: MembershipConfig | None = None,
     ) -> None:
         super().__init__(node)
         if batch is not None and batch < 1:
@@ -163,7 +165,8 @@ class ChandraToueg(Layer):
         # wait this long for the bodies before asking for them.
         self.fetch_delay_us = fetch_delay_us
         self.fetch_retry_us = 40 * fetch_delay_us
-        self.join_retry_us = join_retry_us
+        # join_retry_us: the membership layer's (the other knobs are its flush's)
+        self.config = membership or MembershipConfig()
         self.linger_us = linger_us
         self.retain_us = 10 * linger_us
         self.nudge_us = nudge_us
@@ -180,9 +183,10 @@ class ChandraToueg(Layer):
         self.cut_off = False  # removed before our leave was decided (the driver reads it)
         self.rejoins = 0  # times this node asked to come back after a removal
         self.book = MembershipBook(node)
-        self.contacts: tuple[NodeId, ...] = ()
+        self.contacts: JoinContacts | None = None
         self.queued: list[tuple[int, bytes]] = []
         self.leave_after_join = False
+        self.leave_sent = False
         self.last_seq = 0
         self.final_view: View | None = None
         self.give_up_armed = False
@@ -283,12 +287,13 @@ class ChandraToueg(Layer):
                 return lifecycle.leave(self) + self.settle()
             case SnapshotTaken(token, state):
                 welcomes = self.book.welcome(token, state, self.store.above)
-                return [Send(joiner, welcome) for joiner, welcome in welcomes]
+                return [Send(joiner, header) for joiner, kept in welcomes
+                        for header in kept.packets()]
             case TimerFired(key) if key == FETCH:
                 self._fetch_armed = False
                 return self._fetch_missing() + self.settle()
             case TimerFired(key) if key == JOIN_RETRY:
-                return lifecycle.ask_to_join(self)
+                return lifecycle.ask_again(self)
             case TimerFired(key) if key == DEPART:
                 return lifecycle.depart(self)
             case TimerFired(_):
@@ -337,12 +342,14 @@ class ChandraToueg(Layer):
     # -- receiving -----------------------------------------------------------------------
     def _receive_member(self, sender: NodeId, header: object, inner: Packet) -> list[Effect]:
         match header:
-            case CtJoin(joiner):
-                if sender != joiner and sender not in self.members:
-                    return []  # only the joiner itself or a member may ask
+            case MJoin():
+                return lifecycle.on_join(self, sender, sender)
+            case MJoinFwd(joiner):
+                if sender not in self.members:
+                    return []  # only a member forwards
                 return lifecycle.on_join(self, sender, joiner)
-            case CtLeave(last) if sender in self.members:
-                self.book.note_leave(sender, last)
+            case MLeave() if sender in self.members:
+                self.book.note_leave(sender, 0)  # its broadcasts are decided (lifecycle)
                 return []
             case Fetch() | Bodies():
                 return self._receive(sender, header, inner)  # the removed may need them too
@@ -393,7 +400,7 @@ class ChandraToueg(Layer):
             case Estimate(_, r, ids, remove, ts, delivered, add):
                 self._note_delivered(sender, delivered)
                 return self._on_estimate(sender, r, batch_of(ids, remove, add), ts)
-            case CtWelcome():
+            case MWelcome():
                 return []  # a second welcome (we asked more than once)
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
@@ -621,6 +628,7 @@ class ChandraToueg(Layer):
         # everything before the change), then installs its view without itself — unless
         # bodies it lacks were collected meanwhile: it gives up after a while.
         effects = self._want_bodies() if self.store.missing(batch.ids) else []
+        effects += lifecycle.ask_to_leave(self)  # a leaver whose last broadcast this was
         if self.node in before and self.removed:
             self.give_up_armed = True
             effects.append(SetTimer(GIVE_UP, self.now + 2 * self.linger_us))
