@@ -83,7 +83,7 @@ def test_ct_rejoin_a_member_told_it_is_not_in_a_later_view_comes_back() -> None:
 def test_ct_rejoin_off_the_removed_member_stops() -> None:
     core = member(rejoin=False)
     effects = removed_by_decision(core)
-    assert not core.joining and core.rejoins == 0
+    assert core.phase == "expelled" and core.rejoins == 0
     assert not any(isinstance(e, Send) and isinstance(e.header, MJoin) for e in effects)
     # it lingers, then installs a view without itself (the driver stops it there)
     assert core.handle(TimerFired(DEPART), 2_000_000) == [InstallView(View(2, ("n1", "n2")))]
@@ -102,3 +102,17 @@ def test_ct_rejoin_the_group_readmits_a_removed_node_on_its_own_ask_only() -> No
     effects = core.handle(Received("n3", MJoin(), Packet()), 30)
     assert "n3" in core.book.joiners
     assert any(isinstance(e, Multicast) and e.header == MJoinFwd("n3") for e in effects)
+
+
+def test_ct_inspect_shows_the_phase_through_a_removal_and_the_way_back() -> None:
+    core = member()
+    assert core.inspect().phase == "member" and core.inspect().clock["instance"] == 1
+    core.handle(Received("n1", Decide(1, [], ["n2"]), Packet()), 10)  # another one removed
+    assert core.inspect().clock["members"] == ["n1", "n3"]
+    removed_by_decision(core)  # n3's own removal, as instance 1's decision, is old: ignored
+    assert core.inspect().phase == "member"
+    core.handle(Received("n1", Decide(2, [], ["n3"]), Packet()), 20)
+    assert core.inspect().phase == "joining" and core.inspect().counters["rejoins"] == 1
+    core.handle(Received("n1", welcome(5, {}), Packet()), 30)
+    snapshot = core.inspect()
+    assert snapshot.phase == "member" and snapshot.clock["instance"] == 6

@@ -61,9 +61,9 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View, sorted_nodes
 from abcast.membership import MembershipConfig
 from abcast.membership.contacts import JoinContacts, left_out_by
+from abcast.membership.state import JOIN_RETRY  # the membership layer's timer, ours too
 from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
 
-JOIN_RETRY: Final = "join"
 DEPART: Final = "depart"
 NUDGE: Final = "nudge"
 FETCH: Final = "fetch"

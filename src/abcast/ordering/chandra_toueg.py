@@ -84,7 +84,6 @@ from abcast.consensus.lifecycle import (
     DEPART,
     FETCH,
     GIVE_UP,
-    JOIN_RETRY,
     JOINING,
     LEAVING,
     MEMBER,
@@ -142,6 +141,7 @@ from abcast.ids import MsgId, NodeId, View, sorted_nodes
 from abcast.layer import Layer
 from abcast.membership import MembershipConfig
 from abcast.membership.contacts import JoinContacts
+from abcast.membership.state import JOIN_RETRY
 from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
 from abcast.snapshot import LayerSnapshot
 
