@@ -3,7 +3,8 @@ member that decides its own removal asks to join again, refuses a welcome into a
 incarnation, accepts a current one (state first, then the view) and sends again exactly
 its broadcasts the group had not decided; a member that hears "not in my view" does the
 same; without `rejoin` it stops; and the group re-admits a removed node on its own ask
-only."""
+only. Also on one core: the phase `inspect()` shows, and a leaver's `MLeave` going out
+only once its own broadcasts are decided."""
 
 from __future__ import annotations
 
@@ -11,10 +12,17 @@ from abcast.codec import Packet
 from abcast.consensus.lifecycle import DEPART
 from abcast.consensus.messages import CtData, Decide
 from abcast.effects import Effect, InstallState, InstallView, Multicast, Send
-from abcast.events import BroadcastRequested, Excluded, Received, TimerFired, ViewInstalled
+from abcast.events import (
+    BroadcastRequested,
+    Excluded,
+    LeaveRequested,
+    Received,
+    TimerFired,
+    ViewInstalled,
+)
 from abcast.ids import View
 from abcast.membership import JoinCut
-from abcast.membership.wire import MJoin, MJoinFwd, MWelcome
+from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
 from abcast.ordering.chandra_toueg import ChandraToueg
 
 MEMBERS = ("n1", "n2", "n3")
@@ -116,3 +124,24 @@ def test_ct_inspect_shows_the_phase_through_a_removal_and_the_way_back() -> None
     core.handle(Received("n1", welcome(5, {}), Packet()), 30)
     snapshot = core.inspect()
     assert snapshot.phase == "member" and snapshot.clock["instance"] == 6
+
+
+def test_ct_a_leaver_asks_once_its_own_broadcasts_are_decided() -> None:
+    core = member()
+    for seq in (1, 2):
+        core.handle(BroadcastRequested(seq, f"m{seq}".encode()), 5)
+    asked = core.handle(LeaveRequested(), 6)
+    assert core.phase == "leaving"
+    assert not any(isinstance(e, Multicast) and isinstance(e.header, MLeave) for e in asked)
+    # instance 1 decides n3#1 only: n3#2 is still undecided, so no MLeave yet
+    first = core.handle(Received("n1", Decide(1, [("n3", 1)], []), Packet()), 10)
+    assert not any(isinstance(e, Multicast) and isinstance(e.header, MLeave) for e in first)
+    second = core.handle(Received("n2", Decide(2, [("n3", 2)], []), Packet()), 20)
+    leaves = [e for e in second if isinstance(e, Multicast) and isinstance(e.header, MLeave)]
+    assert len(leaves) == 1 and set(leaves[0].to) == {"n1", "n2"}
+    # once only, and a member takes it (with nothing of the leaver's left to decide)
+    assert not any(isinstance(e, Multicast) and isinstance(e.header, MLeave)
+                   for e in core.handle(Received("n1", Decide(3, [], []), Packet()), 30))
+    other = member("n1")
+    other.handle(Received("n3", MLeave(), Packet()), 40)
+    assert other.book.leavers == {"n3": 0}
