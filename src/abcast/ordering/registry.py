@@ -23,7 +23,7 @@ from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.fifo import Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
 from abcast.ordering.sequencer import Sequencer
-from abcast.ordering.sequencer_state import MembershipConfig, OptimisticConfig
+from abcast.ordering.sequencer_state import MAX_UNSTABLE, MembershipConfig, OptimisticConfig
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.ticket import TICKET_NODE, Ticket, TicketConfig
 from abcast.ordering.unordered import Unordered
@@ -77,6 +77,10 @@ class OrderingOptions:
     optimistic: OptimisticConfig = field(default_factory=OptimisticConfig)
     #: ordering "ticket": the ticket server's address ("": the lowest member issues)
     ticket: str = ""
+    #: flow control of the sequencer family: numbers the sequencer announces past what
+    #: every member reported delivered, and own broadcasts undelivered before `broadcast()`
+    #: waits (abcast.ordering.sequencer_numbering)
+    max_unstable: int = MAX_UNSTABLE
 
     def __post_init__(self) -> None:
         if not 0 <= self.order_interval_ms <= 10_000:
@@ -85,6 +89,8 @@ class OrderingOptions:
         if self.multicast not in MULTICASTS:
             raise ConfigError(f"multicast must be one of {', '.join(MULTICASTS)}, "
                               f"not {self.multicast!r}")
+        if self.max_unstable < 1:
+            raise ConfigError(f"max_unstable must be at least 1, not {self.max_unstable!r}")
         if self.partitions not in PARTITIONS:
             raise ConfigError(f"partitions must be one of {', '.join(PARTITIONS)}, "
                               f"not {self.partitions!r}")
@@ -181,7 +187,7 @@ _SAFE_SEQUENCER = ("uniform_agreement", "virtual_synchrony")
 
 def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Sequencer:
     return Sequencer(node, opts.batch, safe=opts.safe, membership=_REJOIN, evs=opts.evs,
-                     relay=opts.relay, causal=causal,
+                     relay=opts.relay, causal=causal, max_unstable=opts.max_unstable,
                      order_interval_us=round(opts.order_interval_ms * 1000))
 
 
@@ -221,7 +227,8 @@ ORDERINGS: dict[str, OrderingSpec] = {
         OrderingSpec(
             "optimistic",
             lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
-                                          membership=_REJOIN, optimistic=opts.optimistic)],
+                                          membership=_REJOIN, optimistic=opts.optimistic,
+                                          max_unstable=opts.max_unstable)],
             (*BASIC, "fifo", "total", "local_order"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "the sequencer's total order, opt-delivered first on receipt after a per-sender"
             " compensation delay (optimistic total order for wide-area groups)",
