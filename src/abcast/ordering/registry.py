@@ -20,7 +20,7 @@ from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.causal import Causal
 from abcast.ordering.chandra_toueg import ChandraToueg
-from abcast.ordering.fifo import Fifo
+from abcast.ordering.fifo import MAX_AHEAD, Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
 from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.sequencer_state import MAX_UNSTABLE, MembershipConfig, OptimisticConfig
@@ -81,6 +81,9 @@ class OrderingOptions:
     #: every member reported delivered, and own broadcasts undelivered before `broadcast()`
     #: waits (abcast.ordering.sequencer_numbering)
     max_unstable: int = MAX_UNSTABLE
+    #: messages of one origin a FIFO holdback keeps waiting for an earlier one; a message
+    #: further ahead is refused (one log line; abcast.ordering.fifo). At least the window.
+    holdback: int = MAX_AHEAD
 
     def __post_init__(self) -> None:
         if not 0 <= self.order_interval_ms <= 10_000:
@@ -89,6 +92,9 @@ class OrderingOptions:
         if self.multicast not in MULTICASTS:
             raise ConfigError(f"multicast must be one of {', '.join(MULTICASTS)}, "
                               f"not {self.multicast!r}")
+        if self.holdback < self.channel.window:
+            raise ConfigError(f"holdback ({self.holdback}) must be at least the channel's "
+                              f"window ({self.channel.window})")
         if self.max_unstable < 1:
             raise ConfigError(f"max_unstable must be at least 1, not {self.max_unstable!r}")
         if self.partitions not in PARTITIONS:
@@ -201,8 +207,8 @@ ORDERINGS: dict[str, OrderingSpec] = {
             **_MEMBERSHIP,
         ),
         OrderingSpec(
-            "fifo", lambda node, _: [Membership(node, Fifo(node))], (*BASIC, "fifo"),
-            ALL_FAULTS, lambda n: n - 1,
+            "fifo", lambda node, opts: [Membership(node, Fifo(node, opts.holdback))],
+            (*BASIC, "fifo"), ALL_FAULTS, lambda n: n - 1,
             "per-origin order (holdback by origin sequence number); views by the"
             " membership layer's flush",
             **_MEMBERSHIP,
