@@ -64,7 +64,7 @@ def check_memo(data: bytes) -> None:
         elif kind == _LONG_BINPUT:
             _check_index(int.from_bytes(data[pos + 1:pos + 5], "little"), end)
             pos += 5
-        elif kind == _LINE or kind == _PUT:
+        elif kind in (_LINE, _PUT):
             newline = data.find(b"\n", pos + 1)
             if newline < 0:
                 return  # a truncated line: the unpickler refuses it
