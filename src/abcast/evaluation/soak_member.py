@@ -10,6 +10,11 @@ It prints one JSON object per line on stdout: `ready` (node, members, pid), `rep
 (node, digest, count, members, view_id, active, appended), `left` (node, graceful).
 
     python -m abcast.evaluation.soak_member --registry tcp://… --out DIR --run-id R [--create]
+
+With `ABCAST_SOAK_OBJECTS=DIR` in its environment it writes, every 30 s, what it holds to
+DIR/<node>-<k>.json: live objects by type and the retained bytes of each layer of its
+stack (abcast.evaluation.retained) — how the soak's growth is found: compare a late dump
+with an early one.
 """
 
 from __future__ import annotations
@@ -17,12 +22,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import hashlib
 import json
 import os
 import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
 
 from abcast.errors import AbcastError
+from abcast.evaluation.retained import retained_bytes
 from abcast.ids import View
 from abcast.replicated import ReplicatedHandle, read, replicated, write
 from abcast.runtime.group import Group
@@ -79,6 +89,28 @@ async def stdin_commands() -> asyncio.Queue[str]:
     return lines
 
 
+async def dump_objects(group: Group, every_s: float = 30.0) -> None:
+    """Every `every_s`, what this process holds into $ABCAST_SOAK_OBJECTS (unset: nothing)."""
+    where = os.environ.get("ABCAST_SOAK_OBJECTS")
+    if not where:
+        return
+    k = 0
+    while True:
+        await asyncio.sleep(every_s)
+        k += 1
+        gc.collect()
+        types = Counter(type(o).__qualname__ for o in gc.get_objects())
+        driver: Any = group._driver  # a diagnostic look inside
+        layers = {type(layer).__name__: retained_bytes(layer)
+                  for layer in (driver.stack.layers if driver is not None else [])}
+        arrow = sys.modules.get("pyarrow")
+        dump = {"types": dict(types.most_common(200)), "layers": layers,
+                "blocks": sys.getallocatedblocks(),
+                "arrow": arrow.total_allocated_bytes() if arrow is not None else None,
+                "rss_pages": int(Path("/proc/self/statm").read_text().split()[1])}
+        (Path(where) / f"{group.node}-{k:03d}.json").write_text(json.dumps(dump))
+
+
 async def main(args: argparse.Namespace) -> None:
     sink = StreamingSink(args.out, args.run_id)
     sink.warm_up()
@@ -93,6 +125,7 @@ async def main(args: argparse.Namespace) -> None:
         else:
             group = await Group.join(args.group, **common)
         emit(event="ready", node=group.node, members=list(group.members), pid=os.getpid())
+        dumps = asyncio.create_task(dump_objects(group))
         lines = await stdin_commands()
         appended = 0
 
@@ -123,6 +156,7 @@ async def main(args: argparse.Namespace) -> None:
                      active=group.active, appended=appended)
             elif command in ("exit", ""):
                 break
+        dumps.cancel()
         await handle.close()
         await group.close()
     finally:
