@@ -2,7 +2,8 @@
 (abcast.replicated._args.decode_invocation) with the guard against without it, for
 payloads of different shapes; and the guard it replaced (a pickletools.genops walk),
 kept here only as the reference. Prints µs per decode and the ratio to the unguarded
-unpickle. A benchmark, not a test: times vary with the machine's load.
+unpickle. Timed in this process's CPU time (the best of `--repeat`), which other load on
+the machine disturbs less than wall time. A benchmark, not a test.
 
     .venv/bin/python bench/micro_memo_guard.py [--repeat 5]
 """
@@ -14,6 +15,7 @@ import io
 import pickle
 import pickletools
 import sys
+import time
 import timeit
 from collections.abc import Callable
 
@@ -51,7 +53,7 @@ def decoder(guard: Callable[[bytes], None] | None) -> Callable[[bytes], object]:
 
 
 def per_call_us(fn: Callable[[bytes], object], data: bytes, repeat: int) -> float:
-    timer = timeit.Timer(lambda: fn(data))
+    timer = timeit.Timer(lambda: fn(data), timer=time.process_time)
     number, _ = timer.autorange()
     return min(timer.repeat(repeat, number)) / number * 1e6
 

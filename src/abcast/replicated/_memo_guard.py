@@ -9,7 +9,8 @@ names no index, and never PUT). BINPUT (`q`) names at most 255: harmless, allowe
 
 How it stays cheap: bytes holding neither `p` nor `r` cannot hold a memo put (two
 C-speed scans). Otherwise it walks the opcodes as the unpickler reads them, with one
-table lookup per opcode (how far to step) and no decoding of arguments (pickletools.genops,
+table lookup per opcode (how far to step), a run of one fixed-size opcode skipped by a
+strip over a strided slice, and no decoding of arguments (pickletools.genops,
 the guard before, decoded every one: 5–100× the unpickle itself). It stops where the
 unpickler stops: at STOP, and at an opcode the unpickler refuses (unknown, or a global:
 the plain unpickler refuses every global, so nothing after one is ever read). The table
@@ -44,6 +45,8 @@ def _table() -> tuple[int, ...]:
 
 
 _STEP: Final = _table()
+#: opcodes looked at per slice when skipping a run of one opcode
+_RUN_SLICE: Final = 512
 
 
 def check_memo(data: bytes) -> None:
@@ -54,9 +57,16 @@ def check_memo(data: bytes) -> None:
     step = _STEP
     pos = 0
     while pos < end:
-        kind = step[data[pos]]
+        code = data[pos]
+        kind = step[code]
         if kind > 0:
-            pos += kind
+            if pos + kind < end and data[pos + kind] == code:
+                # A run of one fixed-size opcode (a list of small ints, of floats): its
+                # length by one C-speed strip over every kind-th byte, a slice at a time.
+                run = data[pos:pos + _RUN_SLICE * kind:kind]
+                pos += kind * (len(run) - len(run.lstrip(run[:1])))
+            else:
+                pos += kind
         elif kind == _LEN1:
             pos += 2 + data[pos + 1] if pos + 1 < end else 1
         elif kind == 0:
