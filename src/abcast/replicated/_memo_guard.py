@@ -45,6 +45,7 @@ def _table() -> tuple[int, ...]:
 
 
 _STEP: Final = _table()
+_MEMOIZE: Final = 0x94
 #: opcodes looked at per slice when skipping a run of one opcode
 _RUN_SLICE: Final = 512
 
@@ -69,6 +70,8 @@ def check_memo(data: bytes) -> None:
                 pos += kind
         elif kind == _LEN1:
             pos += 2 + data[pos + 1] if pos + 1 < end else 1
+            if pos < end and data[pos] == _MEMOIZE:
+                pos += 1  # protocol 4+ memoizes every short string it writes
         elif kind == 0:
             return  # STOP, a global, or a byte the unpickler refuses: it stops here
         elif kind == _LONG_BINPUT:
