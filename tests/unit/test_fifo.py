@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from abcast.codec import Packet
 from abcast.effects import Deliver, Multicast
@@ -47,3 +49,37 @@ def test_a_second_copy_from_a_peer_is_a_protocol_error() -> None:
 def test_broadcast_before_a_view_is_api_misuse() -> None:
     with pytest.raises(LocalProtocolError):
         Unordered("n1").handle(BroadcastRequested(1, b""), 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 1_000_000), max_size=300), st.integers(1, 64))
+def test_a_flooding_peer_never_holds_more_than_max_ahead(seqs: list[int], bound: int) -> None:
+    # A hostile origin sends whatever numbers it likes: the holdback stays under the
+    # bound, what is further ahead is refused (one RemoteProtocolError each), and what
+    # is delivered is the origin's gapless prefix.
+    f = Fifo("n2", max_ahead=bound)
+    f.handle(ViewInstalled(View(1, ("n1", "n2"))), 0)
+    delivered: list[int] = []
+    refused = 0
+    for seq in seqs:
+        try:
+            effects = f.handle(Received("n1", UData(seq), Packet((), b"")), 0)
+        except RemoteProtocolError:
+            refused += 1
+            continue
+        delivered += [e.seq for e in effects if isinstance(e, Deliver)]
+        assert f.held() < bound
+    assert delivered == list(range(1, len(delivered) + 1))
+    assert f.refused_far <= refused
+
+
+def test_past_the_bound_a_message_is_refused_and_the_gap_still_fills() -> None:
+    f = Fifo("n2", max_ahead=4)
+    f.handle(ViewInstalled(View(1, ("n1", "n2"))), 0)
+    for seq in (2, 3, 4):
+        assert f.handle(Received("n1", UData(seq), Packet((), b"")), 0) == []
+    with pytest.raises(RemoteProtocolError, match="holdback bound"):
+        f.handle(Received("n1", UData(5), Packet((), b"")), 0)
+    assert f.held() == 3 and f.refused_far == 1
+    got = f.handle(Received("n1", UData(1), Packet((), b"")), 0)
+    assert [e.seq for e in got if isinstance(e, Deliver)] == [1, 2, 3, 4]

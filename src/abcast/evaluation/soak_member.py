@@ -10,6 +10,11 @@ It prints one JSON object per line on stdout: `ready` (node, members, pid), `rep
 (node, digest, count, members, view_id, active, appended), `left` (node, graceful).
 
     python -m abcast.evaluation.soak_member --registry tcp://… --out DIR --run-id R [--create]
+
+With `ABCAST_SOAK_OBJECTS=DIR` in its environment it writes, every 30 s, what it holds to
+DIR/<node>-<k>.json: live objects by type and the retained bytes of each layer of its
+stack (abcast.evaluation.retained) — how the soak's growth is found: compare a late dump
+with an early one.
 """
 
 from __future__ import annotations
@@ -17,12 +22,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import hashlib
 import json
 import os
 import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
 
 from abcast.errors import AbcastError
+from abcast.evaluation.retained import retained_bytes
 from abcast.ids import View
 from abcast.replicated import ReplicatedHandle, read, replicated, write
 from abcast.runtime.group import Group
@@ -79,20 +89,87 @@ async def stdin_commands() -> asyncio.Queue[str]:
     return lines
 
 
+def _pymalloc_stats() -> dict[str, int]:
+    """The totals of sys._debugmallocstats() (it prints to fd 2): arenas, bytes in use."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out:
+        saved = os.dup(2)
+        try:
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        stats = {}
+        for line in out:
+            if line.startswith("# ") and "=" in line:
+                name, _, value = line[2:].partition("=")
+                stats[name.strip()] = int(value.strip().replace(",", ""))
+        return stats
+
+
+def _malloc_trim() -> Any:
+    """glibc's malloc_trim (an experiment: $ABCAST_SOAK_TRIM hands freed heap back to the
+    OS at every view change), None where there is none."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+async def dump_objects(group: Group, every_s: float = 30.0) -> None:
+    """Every `every_s`, what this process holds into $ABCAST_SOAK_OBJECTS (unset: nothing)."""
+    where = os.environ.get("ABCAST_SOAK_OBJECTS")
+    if not where:
+        return
+    k = 0
+    while True:
+        await asyncio.sleep(every_s)
+        k += 1
+        gc.collect()
+        objects = gc.get_objects()
+        types = Counter(type(o).__qualname__ for o in objects)
+        biggest = sorted(((sys.getsizeof(o), type(o).__qualname__) for o in objects),
+                         reverse=True)[:15]
+        del objects
+        driver: Any = group._driver  # a diagnostic look inside
+        layers = {type(layer).__name__: retained_bytes(layer)
+                  for layer in (driver.stack.layers if driver is not None else [])}
+        arrow = sys.modules.get("pyarrow")
+        dump = {"types": dict(types.most_common(200)), "layers": layers,
+                "blocks": sys.getallocatedblocks(),
+                "arrow": arrow.total_allocated_bytes() if arrow is not None else None,
+                "rss_pages": int(Path("/proc/self/statm").read_text().split()[1]),
+                "biggest": biggest, "pymalloc": _pymalloc_stats()}
+        (Path(where) / f"{group.node}-{k:03d}.json").write_text(json.dumps(dump))
+
+
 async def main(args: argparse.Namespace) -> None:
     sink = StreamingSink(args.out, args.run_id)
     sink.warm_up()
     recorder = TraceRecorder(args.run_id, sink=sink, keep_rows=False)
     handle = ReplicatedHandle(ChainLog())
     views: list[View] = []
+    trim = _malloc_trim() if os.environ.get("ABCAST_SOAK_TRIM") else None
+
+    def on_view(view: View) -> None:
+        views[:] = [view]  # the last one is all a report needs
+        if trim is not None:
+            trim(0)
+
     common = {"registry": args.registry, "transport": "tcp://127.0.0.1:0", "app": handle,
-              "recorder": recorder, "on_view": views.append, "recheck_s": 0.2}
+              "recorder": recorder, "on_view": on_view, "recheck_s": 0.2}
     try:
         if args.create:
             group = await Group.create(args.group, ordering=args.ordering, **common)
         else:
             group = await Group.join(args.group, **common)
         emit(event="ready", node=group.node, members=list(group.members), pid=os.getpid())
+        dumps = asyncio.create_task(dump_objects(group))
         lines = await stdin_commands()
         appended = 0
 
@@ -123,6 +200,7 @@ async def main(args: argparse.Namespace) -> None:
                      active=group.active, appended=appended)
             elif command in ("exit", ""):
                 break
+        dumps.cancel()
         await handle.close()
         await group.close()
     finally:

@@ -9,7 +9,9 @@ channel admits as a *guest* any node the layer above sends to or that sends it d
 until a view holds it; a node that a view change removes *lingers* for `linger_us`, so
 what was sent to it just before (a leaver's farewell) is still retransmitted until
 acknowledged, and after that it is gone for good: its packets are dropped and it is
-never admitted again (node ids are not reused within a group).
+never admitted again (node ids are not reused within a group) — as long as it is among
+the last MAX_GONE departed (older ones are forgotten, so a long-lived member's memory
+does not grow with every node that ever left; one that speaks again is a guest at most).
 
 It drives the plain channel only through its public `handle`, by installing the widened
 view (members ∪ guests ∪ lingering) whenever that set changes. What it does not know:
@@ -36,6 +38,8 @@ from abcast.reliability.channel import ChannelConfig, RAck, RData, ReliableChann
 LINGER_US: Final = 10_000_000
 #: guests admitted at once; beyond it unknown senders are dropped (a bound, not a policy)
 MAX_GUESTS: Final = 1_024
+#: departed nodes remembered as gone (oldest forgotten first)
+MAX_GONE: Final = 1_024
 
 
 class OpenChannel(ReliableChannel):
@@ -49,7 +53,7 @@ class OpenChannel(ReliableChannel):
         self._view: View | None = None
         self._guests: set[NodeId] = set()
         self._lingering: set[NodeId] = set()
-        self._gone: set[NodeId] = set()
+        self._gone: dict[NodeId, None] = {}  # insertion order: the oldest first
         #: the widened view last installed in the plain channel; between calls it always
         #: equals `_allowed()` (every change of the sets reinstalls), except before the
         #: first view, when it is empty — so "in it" means "needs no admission"
@@ -138,7 +142,8 @@ class OpenChannel(ReliableChannel):
         members = set(view.members)
         self._guests -= members
         self._lingering -= members
-        self._gone -= members
+        for peer in members:
+            self._gone.pop(peer, None)
         effects: list[Effect] = []
         for peer in sorted(before - members):
             if peer == self.node:
@@ -151,5 +156,7 @@ class OpenChannel(ReliableChannel):
         if peer not in self._lingering:
             return []
         self._lingering.discard(peer)
-        self._gone.add(peer)
+        self._gone[peer] = None
+        if len(self._gone) > MAX_GONE:
+            del self._gone[next(iter(self._gone))]
         return self._reinstall(now)

@@ -10,11 +10,18 @@ and what it holds back; the outcome is, per origin, the longest run of messages 
 a gap above what every survivor delivered — so it holds everything anyone delivered —
 and what lies beyond a gap (a crashed origin's message whose predecessor nobody got) is
 given up.
+
+The holdback is bounded (issue #21): a message more than `max_ahead` past its origin's
+delivered prefix is refused (RemoteProtocolError: the driver logs one line and drops it),
+so one origin holds at most `max_ahead` here. An honest origin never runs that far ahead
+over the reliable channel, whose window bounds the gap (OrderingOptions.holdback is at
+least the channel's window).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from abcast.effects import Deliver, Effect
 from abcast.errors import RemoteProtocolError
@@ -25,13 +32,18 @@ from abcast.ordering._delivered import above_base, common_base
 from abcast.ordering.unordered import Unordered, _by_origin
 from abcast.snapshot import HeldMessage, LayerSnapshot
 
+#: messages one origin may have held back here (OrderingOptions.holdback)
+MAX_AHEAD: Final = 65_536
+
 
 class Fifo(Unordered):
     name = "fifo"
 
-    def __init__(self, node: NodeId) -> None:
+    def __init__(self, node: NodeId, max_ahead: int = MAX_AHEAD) -> None:
         super().__init__(node)
         self._held: dict[NodeId, dict[int, bytes]] = {}
+        self.max_ahead = max_ahead
+        self.refused_far = 0  # messages refused: beyond max_ahead
 
     def held(self) -> int:
         """Messages waiting for an earlier one of their origin."""
@@ -49,6 +61,11 @@ class Fifo(Unordered):
         held = self._held.setdefault(origin, {})
         if seq < expected or seq in held:
             raise RemoteProtocolError(f"{origin} sent message {seq} twice")
+        if seq >= expected + self.max_ahead:
+            self.refused_far += 1
+            raise RemoteProtocolError(
+                f"{origin} sent message {seq}, {self.max_ahead} or more past its #{expected}"
+                " awaited here (the holdback bound)")
         held[seq] = payload
         effects: list[Effect] = []
         while expected in held:
@@ -106,4 +123,5 @@ class Fifo(Unordered):
             for o, h in sorted(self._held.items()) for s in sorted(h)
         ]
         return LayerSnapshot(layer=self.name, phase="steady", clock={"next": next_expected},
-                             holdback=holdback, counters={"logged_this_view": len(self._log)})
+                             holdback=holdback, counters={"logged_this_view": len(self._log),
+                                                          "refused_far": self.refused_far})

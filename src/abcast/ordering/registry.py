@@ -20,10 +20,10 @@ from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.causal import Causal
 from abcast.ordering.chandra_toueg import ChandraToueg
-from abcast.ordering.fifo import Fifo
+from abcast.ordering.fifo import MAX_AHEAD, Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
 from abcast.ordering.sequencer import Sequencer
-from abcast.ordering.sequencer_state import MembershipConfig, OptimisticConfig
+from abcast.ordering.sequencer_state import MAX_UNSTABLE, MembershipConfig, OptimisticConfig
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.ticket import TICKET_NODE, Ticket, TicketConfig
 from abcast.ordering.unordered import Unordered
@@ -77,6 +77,13 @@ class OrderingOptions:
     optimistic: OptimisticConfig = field(default_factory=OptimisticConfig)
     #: ordering "ticket": the ticket server's address ("": the lowest member issues)
     ticket: str = ""
+    #: flow control of the sequencer family: numbers the sequencer announces past what
+    #: every member reported delivered, and own broadcasts undelivered before `broadcast()`
+    #: waits (abcast.ordering.sequencer_numbering)
+    max_unstable: int = MAX_UNSTABLE
+    #: messages of one origin a FIFO holdback keeps waiting for an earlier one; a message
+    #: further ahead is refused (one log line; abcast.ordering.fifo). At least the window.
+    holdback: int = MAX_AHEAD
 
     def __post_init__(self) -> None:
         if not 0 <= self.order_interval_ms <= 10_000:
@@ -85,6 +92,11 @@ class OrderingOptions:
         if self.multicast not in MULTICASTS:
             raise ConfigError(f"multicast must be one of {', '.join(MULTICASTS)}, "
                               f"not {self.multicast!r}")
+        if self.holdback < self.channel.window:
+            raise ConfigError(f"holdback ({self.holdback}) must be at least the channel's "
+                              f"window ({self.channel.window})")
+        if self.max_unstable < 1:
+            raise ConfigError(f"max_unstable must be at least 1, not {self.max_unstable!r}")
         if self.partitions not in PARTITIONS:
             raise ConfigError(f"partitions must be one of {', '.join(PARTITIONS)}, "
                               f"not {self.partitions!r}")
@@ -181,7 +193,7 @@ _SAFE_SEQUENCER = ("uniform_agreement", "virtual_synchrony")
 
 def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Sequencer:
     return Sequencer(node, opts.batch, safe=opts.safe, membership=_REJOIN, evs=opts.evs,
-                     relay=opts.relay, causal=causal,
+                     relay=opts.relay, causal=causal, max_unstable=opts.max_unstable,
                      order_interval_us=round(opts.order_interval_ms * 1000))
 
 
@@ -195,8 +207,8 @@ ORDERINGS: dict[str, OrderingSpec] = {
             **_MEMBERSHIP,
         ),
         OrderingSpec(
-            "fifo", lambda node, _: [Membership(node, Fifo(node))], (*BASIC, "fifo"),
-            ALL_FAULTS, lambda n: n - 1,
+            "fifo", lambda node, opts: [Membership(node, Fifo(node, opts.holdback))],
+            (*BASIC, "fifo"), ALL_FAULTS, lambda n: n - 1,
             "per-origin order (holdback by origin sequence number); views by the"
             " membership layer's flush",
             **_MEMBERSHIP,
@@ -221,7 +233,8 @@ ORDERINGS: dict[str, OrderingSpec] = {
         OrderingSpec(
             "optimistic",
             lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
-                                          membership=_REJOIN, optimistic=opts.optimistic)],
+                                          membership=_REJOIN, optimistic=opts.optimistic,
+                                          max_unstable=opts.max_unstable)],
             (*BASIC, "fifo", "total", "local_order"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "the sequencer's total order, opt-delivered first on receipt after a per-sender"
             " compensation delay (optimistic total order for wide-area groups)",

@@ -51,6 +51,7 @@ from abcast.ordering import sequencer_merge as merge
 from abcast.ordering import sequencer_numbering as numbering
 from abcast.ordering import sequencer_optimistic as optimistic
 from abcast.ordering.sequencer_state import (
+    MAX_UNSTABLE,
     Flow,
     MembershipConfig,
     MergeConfig,
@@ -91,7 +92,7 @@ class Sequencer(Layer):
         safe: bool = False, causal: bool = False, evs: bool = False,
         stable_period_us: int = 50_000, membership: MembershipConfig | None = None,
         merge: MergeConfig | None = None, order_interval_us: int = 0,
-        optimistic: OptimisticConfig | None = None,
+        optimistic: OptimisticConfig | None = None, max_unstable: int = MAX_UNSTABLE,
     ) -> None:
         super().__init__(node)
         if optimistic is not None and (relay or causal or evs):
@@ -108,11 +109,18 @@ class Sequencer(Layer):
             causal=causal, stable_period_us=stable_period_us, membership=config,
             merge=merge or MergeConfig(), order_interval_us=order_interval_us,
             optimistic=OptimisticState(optimistic) if optimistic is not None else None,
+            max_unstable=max_unstable,
         )
         self._data_type: type[SData] | type[CTData] | type[OData] = (
             CTData if causal else OData if optimistic is not None else SData)
 
     # -- introspection -----------------------------------------------------------------
+    def backpressured(self) -> bool:
+        """Our own broadcasts not yet delivered reach `max_unstable` (sequencer_numbering's
+        flow control): the runtime's broadcast waits."""
+        st = self.st
+        return numbering.outstanding(st) >= st.max_unstable
+
     @property
     def view(self) -> View | None:
         return self.st.view

@@ -9,6 +9,16 @@ the announced safe point. Delivered messages go to the log a flush may need. The
 (`report`) and the settlement (`settle`) are all a view change needs of this module:
 numbers and bodies, in and out.
 
+Flow control (issue #21): the sequencer numbers at most `max_unstable` past the group's
+stable point (what every member reported delivered, sequencer_flush); past it, what it
+admits waits for the order timer, which numbers as far as the bound allows and re-arms
+every half stability period until the slowest member catches up. So its order packets
+queued to a slow member, and every member's log, stay within `max_unstable` numbers (plus
+what one stability period reports late). The origin's side: `outstanding` — its own
+broadcasts not yet delivered here — past `max_unstable` backpressures it (the runtime's
+`broadcast()` waits, `broadcast_nowait()` raises `Backpressure`), so the bodies waiting at
+the sequencer for a number stay bounded too.
+
 This is the hot path (bench/micro_hotpath.py, tests/unit/test_hotpath_sequencer.py): no
 per-message method dispatch beyond these functions, dict lookups hoisted out of loops.
 """
@@ -63,6 +73,7 @@ def broadcast(
     optimistic option numbers it later, sequencer_optimistic)."""
     view = require_view(st)
     header = data_header(st, seq)
+    st.sent = seq
     st.bodies[MsgId(st.node, seq)] = payload
     leader = view.leader
     effects: list[Effect]
@@ -101,7 +112,8 @@ def admit(
     released = st.admission.offer(origin, seq, deps, None)
     if not released:
         return []
-    if st.order_interval_us:
+    if st.order_interval_us or st.interval_ids or (
+            st.next_number + len(released) - 1 - st.stable > st.max_unstable):
         return _hold_for_interval(st, [(h.origin, h.seq) for h in released])
     return number(st, [(h.origin, h.seq) for h in released])
 
@@ -111,18 +123,40 @@ def _hold_for_interval(st: SequencerState, ids: list[tuple[NodeId, int]]) -> lis
     if st.interval_armed:
         return []
     st.interval_armed = True
-    return [SetTimer(ORDER_TIMER, st.now + st.order_interval_us)]
+    return [SetTimer(ORDER_TIMER, st.now + (st.order_interval_us or _recheck_us(st)))]
+
+
+def _recheck_us(st: SequencerState) -> int:
+    """How soon a sequencer held back by `max_unstable` looks at the stable point again."""
+    return max(1, st.stable_period_us // 2)
+
+
+def unstable_room(st: SequencerState) -> int:
+    """Numbers the sequencer may still give before `max_unstable` (see the rules)."""
+    return st.max_unstable - (st.next_number - 1 - st.stable)
 
 
 def on_order_timer(st: SequencerState) -> list[Effect]:
     """The order interval is over: number its ids in one order packet (`batch` or
-    MAX_ORDER_IDS ids each), unless the view changed meanwhile (see the rules)."""
+    MAX_ORDER_IDS ids each), unless the view changed meanwhile (see the rules) — as many
+    as `max_unstable` allows; the rest wait for the next look."""
     st.interval_armed = False
     ids, st.interval_ids = st.interval_ids, []
     view = st.view
     if not ids or not st.steady or view is None or view.leader != st.node:
         return []
+    room = unstable_room(st)
+    if room < len(ids):
+        st.interval_ids = ids[max(room, 0):]
+        st.interval_armed = True
+        later = SetTimer(ORDER_TIMER, st.now + _recheck_us(st))
+        return [*number(st, ids[:room]), later] if room > 0 else [later]
     return number(st, ids)
+
+
+def outstanding(st: SequencerState) -> int:
+    """Our own broadcasts not yet delivered here (queued while frozen included)."""
+    return st.sent + len(st.queued) - st.delivered.get(st.node, 0)
 
 
 def number(st: SequencerState, ids: list[tuple[NodeId, int]]) -> list[Effect]:

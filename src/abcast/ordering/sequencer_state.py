@@ -46,6 +46,10 @@ class Flow(enum.StrEnum):
 
 
 #: role → the roles it may go to (and what takes it there: sequencer_join unless named)
+#: numbers the sequencer may announce past the group's stable point, and own broadcasts a
+#: member may have undelivered, before it waits (sequencer_numbering's flow control)
+MAX_UNSTABLE: Final = 65_536
+
 ROLE_TRANSITIONS: Final[dict[Role, frozenset[Role]]] = {
     # JoinRequested; cut off with rejoin; LeaveRequested; excluded, or the last to leave
     Role.MEMBER: frozenset({Role.JOINING, Role.LEAVING, Role.STOPPED}),
@@ -201,7 +205,7 @@ class SequencerState:
         self, node: NodeId, hub: Hub, *, batch: int | None, relay: bool, safe: bool,
         evs: bool, causal: bool, stable_period_us: int, membership: MembershipConfig,
         merge: MergeConfig, order_interval_us: int = 0,
-        optimistic: OptimisticState | None = None,
+        optimistic: OptimisticState | None = None, max_unstable: int = MAX_UNSTABLE,
     ) -> None:
         self.node = node
         self.hub = hub
@@ -240,6 +244,11 @@ class SequencerState:
         self.order_interval_us = order_interval_us  # 0: number on admission
         self.interval_ids: list[tuple[NodeId, int]] = []
         self.interval_armed = False
+        # flow control (sequencer_numbering): numbers past the stable point, own sends
+        if max_unstable < 1:
+            raise ConfigError(f"max_unstable must be at least 1, not {max_unstable}")
+        self.max_unstable = max_unstable
+        self.sent = 0  # the seq of our last broadcast sent
         # stability and SAFE (sequencer_flush)
         self.reports: dict[NodeId, int] = {}
         self.reported = 0

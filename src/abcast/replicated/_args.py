@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import io
 import pickle
-import pickletools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.replicated._declare import ClassSpec
+from abcast.replicated._memo_guard import check_memo
 
 #: nesting depth beyond which arguments are refused (also stops reference cycles)
 MAX_DEPTH: Final = 64
@@ -99,24 +99,9 @@ class _PlainUnpickler(pickle.Unpickler):
         raise RemoteProtocolError(f"operation refers to {module}.{name}: not plain data")
 
 
-#: the opcodes that store into the memo at an index the pickle names
-_MEMO_PUTS: Final = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
-
-
-def _check_memo(data: bytes) -> None:
-    """Refuse a memo index no pickle of this size can need: the C unpickler grows its memo
-    array to the index, so 36 bytes naming index 10⁹ would allocate 8 GB (the fuzz tests
-    found it). pickle.dumps numbers memo entries 0, 1, 2, … (one per opcode at most)."""
-    for opcode, arg, _pos in pickletools.genops(data):
-        if opcode.name in _MEMO_PUTS and not (isinstance(arg, int) and 0 <= arg <= len(data)):
-            raise RemoteProtocolError(f"memo index {arg!r} in a pickle of {len(data)} bytes")
-        if opcode.name == "STOP":
-            return
-
-
 def loads_plain(data: bytes, what: str) -> Any:
     try:
-        _check_memo(data)
+        check_memo(data)
         return _PlainUnpickler(io.BytesIO(data)).load()
     except RemoteProtocolError:
         raise

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from abcast.ordering.registry import OrderingOptions
@@ -82,10 +82,13 @@ async def _slow_reader(node: Node, period_s: float, open_s: float, stop: asyncio
 async def run(
     seconds: float, *, window: int = 64, max_waiting: int = 64, payload: int = 256,
     period_s: float = 0.1, open_s: float = 0.005, ordering: str = "sequencer",
-    drain_s: float = 30.0,
+    drain_s: float = 30.0, max_unstable: int | None = None,
 ) -> Peaks:
-    """n2 broadcasts for `seconds` while n3 reads slowly; the peaks of every queue."""
+    """n2 broadcasts for `seconds` while n3 reads slowly; the peaks of every queue
+    (`max_unstable`: the sequencer family's flow control, None: its default)."""
     options = OrderingOptions(channel=channel_config(window, max_waiting))
+    if max_unstable is not None:
+        options = replace(options, max_unstable=max_unstable)
     nodes = [await Node("tcp://127.0.0.1:0", node=n).start() for n in IDS]
     groups: list[Group] = []
     peaks = Peaks()

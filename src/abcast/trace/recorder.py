@@ -17,6 +17,7 @@ Not thread-safe: one recorder belongs to one event loop or one simulator.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -153,27 +154,58 @@ class TraceRecorder:
 
 class DeliveredPrefix:
     """Per origin, the highest k such that 1..k were delivered here (the `deps` of
-    docs/design.md §6), computed exactly as the simulator does."""
+    docs/design.md §6), computed exactly as the simulator does.
 
-    __slots__ = ("_above", "_prefix")
+    What was delivered above a gap is kept as runs of consecutive numbers (sorted starts
+    and their ends), not one entry per message: a gap that never fills (an origin's
+    message a view change gave up, the origin going on) used to keep every later message
+    of that origin for the rest of the run — the soak's RSS growth on long-lived members
+    (issue #21). Memory is one run per gap."""
+
+    __slots__ = ("_prefix", "_runs")
 
     def __init__(self) -> None:
         self._prefix: dict[NodeId, int] = {}
-        self._above: dict[NodeId, set[int]] = {}
+        #: per origin, above its prefix: (sorted run starts, their ends)
+        self._runs: dict[NodeId, tuple[list[int], list[int]]] = {}
 
     def note(self, origin: NodeId, seq: int) -> None:
         k = self._prefix.get(origin, 0)
         if seq <= k:
             return  # a message delivered twice (opt_deliver then deliver) adds nothing
-        if seq != k + 1:
-            self._above.setdefault(origin, set()).add(seq)
+        runs = self._runs.get(origin)
+        if seq == k + 1:
+            if runs is not None and runs[0] and runs[0][0] == seq + 1:
+                seq = runs[1][0]
+                del runs[0][0], runs[1][0]
+            self._prefix[origin] = seq
             return
-        k = seq
-        above = self._above.get(origin)
-        while above and k + 1 in above:
-            k += 1
-            above.discard(k)
-        self._prefix[origin] = k
+        if runs is None:
+            runs = self._runs[origin] = ([], [])
+        _add_to_runs(runs[0], runs[1], seq)
+
+    def above(self) -> int:
+        """Runs kept for what was delivered above gaps, over all origins."""
+        return sum(len(starts) for starts, _ in self._runs.values())
 
     def deps(self, me: NodeId) -> dict[NodeId, int]:
         return {o: k for o, k in self._prefix.items() if k > 0 and o != me}
+
+
+def _add_to_runs(starts: list[int], ends: list[int], seq: int) -> None:
+    """Add `seq` to the runs (sorted, disjoint, not adjacent); nothing if it is in one."""
+    i = bisect.bisect_right(starts, seq) - 1  # the run starting at or below seq
+    if i >= 0 and seq <= ends[i]:
+        return  # delivered twice
+    left = i >= 0 and ends[i] == seq - 1
+    right = i + 1 < len(starts) and starts[i + 1] == seq + 1
+    if left and right:
+        ends[i] = ends[i + 1]
+        del starts[i + 1], ends[i + 1]
+    elif left:
+        ends[i] = seq
+    elif right:
+        starts[i + 1] = seq
+    else:
+        starts.insert(i + 1, seq)
+        ends.insert(i + 1, seq)
