@@ -101,6 +101,12 @@ class _Host:
             self.transmit(dst, data)
         return len(dsts)
 
+    def cork(self) -> None:
+        pass
+
+    def uncork(self) -> None:
+        pass
+
 
 class _App:
     """Records every call, in order; its state is the list of payloads it delivered."""
