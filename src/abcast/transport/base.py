@@ -342,13 +342,13 @@ class Transport(ABC):
             self.send(node, data)
         return len(nodes)
 
-    def cork(self) -> None:
+    def cork(self) -> None:  # noqa: B027 (a hook: most transports need not act)
         """Frames sent from now until the matching `uncork` are one batch: hold them, so
         that each peer's share leaves in one write when it ends (a sequencer's data and
         order frames to a member, one wake-up for it). Calls nest. Here: nothing is held
         (a transport that writes per loop turn anyway need not)."""
 
-    def uncork(self) -> None:
+    def uncork(self) -> None:  # noqa: B027
         """End the batch `cork` began: what it held goes out now, under the transport's
         usual rule for a write (the outermost `uncork` of nested ones)."""
 

@@ -9,11 +9,11 @@ idle (a lone message does not wait a loop turn at every hop), everything after i
 write at the next turn (one `call_soon` per transport and turn). Between `cork` and
 `uncork` (the runtime brackets the packets of one stack step) "the first frame" is all
 of the step's frames to that peer: a sequencer's own message and its number leave in
-one write, so the member wakes up once for both, and neither waits for the next turn. TCP_NODELAY is on, since
-coalescing already batches. On the inbound side every frame of one read is cut out of
-it in one pass and handed over in order (`deliver_all`). The asyncio write buffer is
-the "handed to the wire" part of `buffered()`; its limits are set so that
-`pause/resume_writing` wake `drain`. A lost outbound connection is retried with
+one write, so the member wakes up once for both, and neither waits for the next turn.
+TCP_NODELAY is on, since coalescing already batches. On the inbound side every frame of
+one read is cut out of it in one pass and handed over in order (`deliver_all`). The
+asyncio write buffer is the "handed to the wire" part of `buffered()`; its limits are
+set so that `pause/resume_writing` wake `drain`. A lost outbound connection is retried with
 exponential backoff; its queue waits. The inbound side refuses, with one log line and a
 dropped connection, a bad hello or none within io_timeout_s, a length prefix above
 max_frame_bytes, a frame truncated at EOF, and any bytes on an
@@ -202,11 +202,11 @@ class _Channel:
         "_conn",
         "_connecting",
         "_flush_scheduled",
-        "corked",
         "_in_turn",
         "_owner",
         "_peer",
         "_retry",
+        "corked",
     )
 
     def __init__(self, owner: TcpTransport, peer: PeerState) -> None:
