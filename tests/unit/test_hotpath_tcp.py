@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -57,56 +58,58 @@ async def connected_pair(inbox: Inbox) -> tuple[Transport, Transport]:
     return sender, receiver
 
 
-def test_a_lone_frame_is_on_the_wire_when_send_returns_and_a_burst_costs_one_more_turn() -> None:
+def on_a_fresh_turn(body: Callable[[Transport, Inbox], Awaitable[None]]) -> None:
+    """Run `body(sender, inbox)` on a connected pair, from a fresh loop turn."""
+
     async def main() -> None:
         inbox = Inbox()
         sender, receiver = await connected_pair(inbox)
         try:
-            await asyncio.sleep(0)  # a fresh loop turn
-            before = sender.stats.frames_out
-            sender.send("r", numbered(1))
-            assert sender.stats.frames_out == before + 1  # written from inside send
-            for seq in range(2, 11):
-                sender.send("r", numbered(seq))
-            assert sender.stats.frames_out == before + 1  # the rest of the turn waits
             await asyncio.sleep(0)
-            assert sender.stats.frames_out == before + 10  # all of it, at the next turn
-            await inbox.wait_for(11)
-            assert inbox.seqs == list(range(11)) and inbox.intact
+            await body(sender, inbox)
         finally:
             await sender.close()
             await receiver.close()
 
     asyncio.run(main())
+
+
+def test_a_lone_frame_is_on_the_wire_when_send_returns_and_a_burst_costs_one_more_turn() -> None:
+    async def body(sender: Transport, inbox: Inbox) -> None:
+        before = sender.stats.frames_out
+        sender.send("r", numbered(1))
+        assert sender.stats.frames_out == before + 1  # written from inside send
+        for seq in range(2, 11):
+            sender.send("r", numbered(seq))
+        assert sender.stats.frames_out == before + 1  # the rest of the turn waits
+        await asyncio.sleep(0)
+        assert sender.stats.frames_out == before + 10  # all of it, at the next turn
+        await inbox.wait_for(11)
+        assert inbox.seqs == list(range(11)) and inbox.intact
+
+    on_a_fresh_turn(body)
 
 
 def test_corked_frames_leave_together_at_the_outermost_uncork() -> None:
-    async def main() -> None:
-        inbox = Inbox()
-        sender, receiver = await connected_pair(inbox)
-        try:
-            await asyncio.sleep(0)  # a fresh loop turn
-            before = sender.stats.frames_out
-            sender.cork()
-            sender.send("r", numbered(1))
-            sender.cork()  # nested
-            sender.send("r", numbered(2))
-            sender.uncork()
-            sender.send("r", numbered(3))
-            assert sender.stats.frames_out == before  # held while corked
-            sender.uncork()
-            assert sender.stats.frames_out == before + 3  # all three, in this turn
-            sender.send("r", numbered(4))
-            assert sender.stats.frames_out == before + 3  # the turn's rest waits, as ever
-            await asyncio.sleep(0)
-            assert sender.stats.frames_out == before + 4
-            await inbox.wait_for(5)
-            assert inbox.seqs == list(range(5)) and inbox.intact
-        finally:
-            await sender.close()
-            await receiver.close()
+    async def body(sender: Transport, inbox: Inbox) -> None:
+        before = sender.stats.frames_out
+        sender.cork()
+        sender.send("r", numbered(1))
+        sender.cork()  # nested
+        sender.send("r", numbered(2))
+        sender.uncork()
+        sender.send("r", numbered(3))
+        assert sender.stats.frames_out == before  # held while corked
+        sender.uncork()
+        assert sender.stats.frames_out == before + 3  # all three, in this turn
+        sender.send("r", numbered(4))
+        assert sender.stats.frames_out == before + 3  # the turn's rest waits, as ever
+        await asyncio.sleep(0)
+        assert sender.stats.frames_out == before + 4
+        await inbox.wait_for(5)
+        assert inbox.seqs == list(range(5)) and inbox.intact
 
-    asyncio.run(main())
+    on_a_fresh_turn(body)
 
 
 @pytest.mark.parametrize("seed", range(3))
