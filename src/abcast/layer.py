@@ -46,6 +46,23 @@ class Layer(ABC):
         layers that queue for credit (the channels) override it."""
         return False
 
+    def pass_up(self, sender: NodeId, header: object, now: int) -> bool:
+        """A shortcut for the bottom layer's commonest packet (only the bottom layer's is
+        used): True when `handle(Received(sender, header, inner), now)` would return
+        exactly `[Up(sender, inner)]`, whatever `inner` is — the layer has then made the
+        state change `handle` would have made, and the stack hands `inner` to the layer
+        above without building either event. False: nothing changed, `handle` decides."""
+        return False
+
+    def pass_down(self, to: tuple[NodeId, ...], now: int) -> object | None:
+        """The same going down (only the bottom layer's is used): the header that
+        `handle` of a `SendRequested` to the one node of `to`, or of a
+        `MulticastRequested` to `to`, would push onto the packet when that is all it
+        would do (one `Send`/`Multicast` with the same destinations, packet and control
+        flag); the layer has then made the state change `handle` would have made. None:
+        nothing changed, `handle` decides."""
+        return None
+
     def snapshots(self) -> list[LayerSnapshot]:
         """The snapshots this slot shows, bottom first: its own, or those of the cores it
         wraps too (the membership layer and the ordering it drives)."""

@@ -7,12 +7,20 @@ timers are namespaced per layer; `InstallView` reaches every other layer and the
 application. Only the bottom touches bytes (encoding to `Transmit`) and only the top talks
 to the application. Effects are processed breadth-first in emission order, so one input
 always yields the same outputs. No clocks, no I/O: `now` comes in with every call.
+
+Shortcuts (`Layer.pass_up`/`pass_down`): a bottom layer that would only pass a packet
+through (the failure detector, for a member's packet: stamp a time, add or drop its
+header) is asked that directly, and no event is built for it; its answer changes its
+state exactly as `handle` would, and the outputs and their order stay the same (a
+frame it lets down is queued like the event it replaces and emitted in its turn).
+A layer class that overrides `handle` below the class defining the shortcuts gets none.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from abcast.codec import Envelope, Frame, HeaderCodec, Packet, encode_frame
 from abcast.effects import (
@@ -80,6 +88,13 @@ class Stack:
         #: non-waiting broadcast, so the others are not asked at all
         self._credit_layers = tuple(layer for layer in self.layers
                                     if type(layer).backpressured is not Layer.backpressured)
+        bottom = self.layers[0]
+        #: the bottom layer's shortcuts (see the rules), None where it has none
+        self._pass_up: Callable[[NodeId, object, int], bool] | None = (
+            bottom.pass_up if _shortcut(bottom, "pass_up") else None)
+        self._pass_down: Callable[[tuple[NodeId, ...], int], object | None] | None = (
+            bottom.pass_down if _shortcut(bottom, "pass_down") and len(self.layers) > 1
+            else None)
 
     @property
     def top(self) -> Layer:
@@ -139,16 +154,25 @@ class Stack:
         headers = self.codec.headers(env)
         if not headers:
             raise RemoteProtocolError(f"frame from {env.sender} carries no header")
-        # Straight to the bottom layer's event: no Frame, no whole-packet Packet.
+        # Straight to the bottom layer's event (no Frame, no whole-packet Packet), or past
+        # it when it lets the packet through (see the rules).
+        pass_up = self._pass_up
+        if pass_up is not None and len(headers) > 1 and pass_up(env.sender, headers[0], now):
+            event = Received(env.sender, headers[1], Packet(headers[2:], env.payload))
+            return self._run([(1, event)], now)
         event = Received(env.sender, headers[0], Packet(headers[1:], env.payload))
         return self._run([(0, event)], now)
 
     def receive_frame(self, frame: Frame, now: int) -> list[Output]:
         packet = frame.packet
-        if not packet.headers:
+        headers = packet.headers
+        if not headers:
             raise RemoteProtocolError(f"frame from {frame.sender} carries no header")
-        rest = Packet(packet.headers[1:], packet.payload)
-        event = Received(frame.sender, packet.headers[0], rest)
+        pass_up = self._pass_up
+        if pass_up is not None and len(headers) > 1 and pass_up(frame.sender, headers[0], now):
+            event = Received(frame.sender, headers[1], Packet(headers[2:], packet.payload))
+            return self._run([(1, event)], now)
+        event = Received(frame.sender, headers[0], Packet(headers[1:], packet.payload))
         return self._run([(0, event)], now)
 
     def fire(self, key: Hashable, now: int) -> list[Output]:
@@ -160,26 +184,32 @@ class Stack:
                 raise LocalProtocolError(f"{key!r} is not a timer of this stack")
 
     def _run(
-        self, initial: list[tuple[int, Event]], now: int, outputs: list[Output] | None = None
+        self, initial: list[tuple[int, Any]], now: int, outputs: list[Output] | None = None
     ) -> list[Output]:
         out: list[Output] = outputs if outputs is not None else []
         self._drain(deque(initial), now, out)
         return out
 
-    def _drain(self, queue: deque[tuple[int, Event]], now: int, out: list[Output]) -> None:
+    def _drain(self, queue: deque[tuple[int, Any]], now: int, out: list[Output]) -> None:
         """Handle queued events breadth-first, routing every effect as it comes.
 
         This loop runs for every effect of every message, so the effects each message
         causes are routed inline, by exact type (no isinstance chain, no pattern match, no
         call per effect); anything else, subclasses of these included, goes through
         `_route_other`. The annotated rebindings only inform mypy of the type tested.
+        A queued index of -1 holds a `Transmit` the bottom layer let down (`pass_down`):
+        it is emitted in its turn. (Queue items are (layer index, Event) otherwise.)
         """
         layers = self.layers
         top = len(layers) - 1
         me, group = self.node, self.group
+        pass_down = self._pass_down
         pop, push, emit = queue.popleft, queue.append, out.append
         while queue:
             index, event = pop()
+            if index < 0:
+                emit(event)
+                continue
             for effect in layers[index].handle(event, now):
                 kind = type(effect)
                 if kind is Send:
@@ -187,6 +217,14 @@ class Stack:
                     to, inner = send.to, send.inner
                     if to == me:
                         raise LocalProtocolError(f"{layers[index].name} sent to itself")
+                    if index == 1 and pass_down is not None:
+                        header = pass_down((to,), now)
+                        if header is not None:
+                            packet = Packet((header, send.header, *inner.headers),
+                                            inner.payload)
+                            data = encode_frame(group, me, packet, control=send.control)
+                            push((-1, Transmit((to,), data, send.control)))
+                            continue
                     packet = Packet((send.header, *inner.headers), inner.payload)
                     if index:
                         push((index - 1, SendRequested(to, packet, send.control)))
@@ -212,8 +250,16 @@ class Stack:
                         continue
                     if me in dests:
                         raise LocalProtocolError(f"{layers[index].name} multicast to itself")
-                    packet = Packet((multicast.header, *inner.headers), inner.payload)
                     control = multicast.control
+                    if index == 1 and pass_down is not None:
+                        header = pass_down(dests, now)
+                        if header is not None:
+                            packet = Packet((header, multicast.header, *inner.headers),
+                                            inner.payload)
+                            data = encode_frame(group, me, packet, control=control)
+                            push((-1, Transmit(dests, data, control)))
+                            continue
+                    packet = Packet((multicast.header, *inner.headers), inner.payload)
                     if index:
                         push((index - 1, MulticastRequested(dests, packet, control)))
                     else:
@@ -284,3 +330,12 @@ class Stack:
                 queue.extend((j, Excluded(by, view_id)) for j in above)
             case _:
                 raise LocalProtocolError(f"unknown effect {effect!r}")
+
+
+def _shortcut(layer: Layer, name: str) -> bool:
+    """Whether `layer` offers the shortcut `name` (see the rules): it overrides it, in
+    the class that defines its `handle` or below it."""
+    mro = type(layer).__mro__
+    owner = next(klass for klass in mro if name in vars(klass))
+    handler = next(klass for klass in mro if "handle" in vars(klass))
+    return owner is not Layer and issubclass(owner, handler)

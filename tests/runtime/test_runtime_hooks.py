@@ -101,6 +101,12 @@ class _Host:
             self.transmit(dst, data)
         return len(dsts)
 
+    def cork(self) -> None:
+        pass
+
+    def uncork(self) -> None:
+        pass
+
 
 class _App:
     """Records every call, in order; its state is the list of payloads it delivered."""
@@ -361,6 +367,12 @@ class _SendingHost(_Host):
         control = decode_envelope(data).flags & FLAG_CONTROL
         self.log.append(f"{'ack' if control else 'send'} {dst}")
 
+    def cork(self) -> None:
+        self.log.append("cork")
+
+    def uncork(self) -> None:
+        self.log.append("uncork")
+
 
 def _announcing_driver(
     on_deliver: Callable[[Deliver], None] | None = None,
@@ -386,8 +398,9 @@ def test_packets_announcing_a_delivery_leave_before_the_application_hears_it() -
         driver.broadcast(b"x")
 
     asyncio.run(main())
-    assert log == ["send n2", "send n3", "deliver m1", "view 2",
-                   "deliver m2", "ack n2", "send n2", "deliver m3"]
+    # each run of protocol packets is corked: one write per peer, before anything else
+    assert log == ["cork", "send n2", "send n3", "uncork", "deliver m1", "view 2",
+                   "deliver m2", "ack n2", "cork", "send n2", "uncork", "deliver m3"]
 
 
 def test_send_queued_sends_the_turns_broadcasts_at_once_as_one_batch() -> None:

@@ -217,6 +217,25 @@ class FailureDetectorLayer(Layer):
             return [Multicast(multicast.to, FD, multicast.packet, multicast.control)]
         return self._handle_other(event, now)
 
+    def pass_up(self, sender: NodeId, header: object, now: int) -> bool:
+        """`handle`'s fast path for a member's packet as the stack's shortcut (see
+        `Layer.pass_up`): a sign of life, handed up."""
+        st = self._s.peers.get(sender)
+        if st is None or st.suspected or st.claim is not None or type(header) is not Fd:
+            return False
+        st.last_heard = now
+        return True
+
+    def pass_down(self, to: tuple[NodeId, ...], now: int) -> object | None:
+        """`handle` of a send or multicast as the stack's shortcut (see
+        `Layer.pass_down`): the sends are stamped, the packets wrapped."""
+        peers = self._s.peers
+        for peer in to:
+            st = peers.get(peer)
+            if st is not None:
+                st.last_sent = now
+        return FD
+
     def _handle_other(self, event: Event, now: int) -> list[Effect]:
         match event:
             case SendRequested(to, packet, control):

@@ -89,7 +89,10 @@ class OpenChannel(ReliableChannel):
                 return self._send(request.to, request.packet, now, request.control)
         elif kind is MulticastRequested:
             multicast: MulticastRequested = event  # type: ignore[assignment]
-            if all(peer in installed for peer in multicast.to):
+            for peer in multicast.to:  # a loop, not all(<generator>): once per multicast
+                if peer not in installed:
+                    break
+            else:
                 effects: list[Effect] = []
                 for dest in multicast.to:
                     effects += self._send(dest, multicast.packet, now)

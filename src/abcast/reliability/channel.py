@@ -308,8 +308,9 @@ class ReliableChannel(Layer):
         link = self._out.get(to)
         if link is None:
             link = self._out[to] = self._new_out_link()
-        if link.waiting or link.next_seq - next(iter(link.unacked), link.next_seq) >= \
-                self.config.window:
+        unacked = link.unacked
+        if link.waiting or (unacked and link.next_seq - next(iter(unacked)) >=
+                            self.config.window):
             link.waiting.append((packet, control))
             self.window_waits += 1
             return []
@@ -383,7 +384,8 @@ class ReliableChannel(Layer):
         link = self._out.get(sender)
         if link is None:
             return []
-        if high >= link.next_seq or any(s >= link.next_seq for s in sacks):
+        # (max(), not any(<generator>): a piggybacked ack, once per packet, has no sacks)
+        if high >= link.next_seq or (sacks and max(sacks) >= link.next_seq):
             raise RemoteProtocolError(f"{sender} acked packets never sent to it (high={high})")
         unacked = link.unacked
         # Keys were inserted in increasing order and never re-inserted, so the acked

@@ -113,6 +113,10 @@ class Host(Protocol):
 
     def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int: ...
 
+    def cork(self) -> None: ...
+
+    def uncork(self) -> None: ...
+
 
 class GroupDriver:
     def __init__(
@@ -150,6 +154,7 @@ class GroupDriver:
         self._batcher = Batcher()
         self._flush_scheduled = False  # a `_flush_soon` is due at the end of this turn
         self._applying = False  # carrying out a stack call's outputs (see send_queued)
+        self._corked = False  # the host is corked for a run of packets (see _carry_out)
         self._timers: dict[Hashable, _Timer] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -272,6 +277,8 @@ class GroupDriver:
             self._carry_out(outputs)
         finally:
             self._applying = applying
+            if self._corked:  # an exception left a run of packets corked
+                self._uncork()
 
     def _carry_out(self, outputs: list[Output]) -> None:
         """One at a time, in order, except that protocol `Transmit`s go ahead of the
@@ -281,7 +288,10 @@ class GroupDriver:
         make the whole group wait for this node's application callback and timer
         bookkeeping (at the sequencer ~20 µs of a lone message's ~170). Nothing the
         application sees moves: deliveries keep their order and still come before any
-        view, state, snapshot or control packet after them, and timers keep theirs."""
+        view, state, snapshot or control packet after them, and timers keep theirs.
+
+        Each run of protocol packets is corked (`Host.cork`): a peer's packets of one
+        step leave in one write, uncorked before anything else is carried out."""
         host = self.host
         held: list[Output] = []  # deliveries and timers waiting for the packets after them
         for out in outputs:
@@ -291,6 +301,9 @@ class GroupDriver:
             if kind is Transmit and not out.control:  # type: ignore[union-attr]
                 transmit: Transmit = out  # type: ignore[assignment]
                 to = transmit.to
+                if not self._corked:
+                    self._corked = True
+                    host.cork()
                 if len(to) == 1:
                     self.protocol_packets += 1
                     host.transmit(to[0], transmit.data)
@@ -300,6 +313,8 @@ class GroupDriver:
             if kind is Deliver or kind is SetTimer or kind is CancelTimer:
                 held.append(out)
                 continue
+            if self._corked:
+                self._uncork()
             if held and not self._carry_out_held(held):
                 return
             match out:
@@ -343,8 +358,14 @@ class GroupDriver:
                         self._rejoined()
                     if self.hooks.set_state is not None:
                         self.hooks.set_state(state)
+        if self._corked:
+            self._uncork()
         if held:
             self._carry_out_held(held)
+
+    def _uncork(self) -> None:
+        self._corked = False
+        self.host.uncork()
 
     def _carry_out_held(self, held: list[Output]) -> bool:
         """Carry out (and clear) the held deliveries and timers, in their order; False

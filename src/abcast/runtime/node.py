@@ -399,6 +399,16 @@ class Node:
         else:
             self.stats.unresolved_frames += 1  # the reliable channel sends it again
 
+    def cork(self) -> None:
+        """The frames transmitted until `uncork` are one step's: the transport may write
+        each peer's share at once (see Transport.cork)."""
+        if self._transport is not None:
+            self._transport.cork()
+
+    def uncork(self) -> None:
+        if self._transport is not None:
+            self._transport.uncork()
+
     def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int:
         """One frame for several peers: one write where the transport can (udp://).
         Returns the packets it costs on the wire."""

@@ -28,6 +28,9 @@ Rules (the contract the runtime codes against):
   queue, so `drain` waits for it; the runtime removes a peer it has given up on
   (`remove_peer` discards that queue and counts the frames in `stats.discarded_frames`).
   Frames longer than `max_frame_bytes` are refused by `send` (LocalProtocolError).
+- `cork()` … `uncork()` brackets frames that belong together (the packets one protocol
+  step emits): a transport may hold them until `uncork` and write each peer's share at
+  once (tcp:// does; the others ignore it). Calls nest; per-link order is unchanged.
 - `add_peer(node, address)` may be called at any time. Calling it again for a known
   node means "this peer may have (re)started at this address": the transport opens a
   fresh connection at once, resetting the reconnect backoff. Do not call it for no
@@ -338,6 +341,16 @@ class Transport(ABC):
         for node in nodes:
             self.send(node, data)
         return len(nodes)
+
+    def cork(self) -> None:  # noqa: B027 (a hook: most transports need not act)
+        """Frames sent from now until the matching `uncork` are one batch: hold them, so
+        that each peer's share leaves in one write when it ends (a sequencer's data and
+        order frames to a member, one wake-up for it). Calls nest. Here: nothing is held
+        (a transport that writes per loop turn anyway need not)."""
+
+    def uncork(self) -> None:  # noqa: B027
+        """End the batch `cork` began: what it held goes out now, under the transport's
+        usual rule for a write (the outermost `uncork` of nested ones)."""
 
     @abstractmethod
     def buffered(self, node: NodeId | None = None) -> int:

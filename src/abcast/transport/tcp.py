@@ -6,11 +6,14 @@ first frame is a hello (see _common), so each TCP connection carries one directi
 Writes are coalesced: `send` queues, and at most two `transport.write`s per peer and
 loop turn carry everything queued — the turn's first frame at once when the socket is
 idle (a lone message does not wait a loop turn at every hop), everything after it in one
-write at the next turn (one `call_soon` per transport and turn). TCP_NODELAY is on, since
-coalescing already batches. On the inbound side every frame of one read is cut out of
-it in one pass and handed over in order (`deliver_all`). The asyncio write buffer is
-the "handed to the wire" part of `buffered()`; its limits are set so that
-`pause/resume_writing` wake `drain`. A lost outbound connection is retried with
+write at the next turn (one `call_soon` per transport and turn). Between `cork` and
+`uncork` (the runtime brackets the packets of one stack step) "the first frame" is all
+of the step's frames to that peer: a sequencer's own message and its number leave in
+one write, so the member wakes up once for both, and neither waits for the next turn.
+TCP_NODELAY is on, since coalescing already batches. On the inbound side every frame of
+one read is cut out of it in one pass and handed over in order (`deliver_all`). The
+asyncio write buffer is the "handed to the wire" part of `buffered()`; its limits are
+set so that `pause/resume_writing` wake `drain`. A lost outbound connection is retried with
 exponential backoff; its queue waits. The inbound side refuses, with one log line and a
 dropped connection, a bad hello or none within io_timeout_s, a length prefix above
 max_frame_bytes, a frame truncated at EOF, and any bytes on an
@@ -84,6 +87,9 @@ class TcpTransport(QueuedTransport):
         self._inbound: dict[Link, _Inbound] = {}
         #: channels with frames queued this loop turn; one callback flushes them all
         self._dirty: list[_Channel] = []
+        self._corks = 0  # open `cork` calls
+        #: channels that were sent frames while corked, flushed at the outermost uncork
+        self._corked: list[_Channel] = []
         tls = self.options.tls or self.scheme == "tcps"
         self._server_ssl: ssl.SSLContext | None = server_context(self.options) if tls else None
         self._client_ssl: ssl.SSLContext | None = client_context(self.options) if tls else None
@@ -130,7 +136,24 @@ class TcpTransport(QueuedTransport):
             channel.close()
 
     def _frames_queued(self, peer: PeerState) -> None:
-        self._channels[peer.node].schedule_flush()
+        channel = self._channels[peer.node]
+        if not self._corks:
+            channel.schedule_flush()
+        elif not channel.corked:
+            channel.corked = True
+            self._corked.append(channel)
+
+    def cork(self) -> None:
+        self._corks += 1
+
+    def uncork(self) -> None:
+        self._corks -= 1
+        if self._corks or not self._corked:
+            return
+        corked, self._corked = self._corked, []
+        for channel in corked:
+            channel.corked = False
+            channel.schedule_flush()
 
     def end_turn_later(self, channel: _Channel) -> None:
         """Call `channel.turn_ended` at the next loop turn, with every other channel that
@@ -183,6 +206,7 @@ class _Channel:
         "_owner",
         "_peer",
         "_retry",
+        "corked",
     )
 
     def __init__(self, owner: TcpTransport, peer: PeerState) -> None:
@@ -193,6 +217,7 @@ class _Channel:
         self._retry: asyncio.TimerHandle | None = None
         self._flush_scheduled = False
         self._in_turn = False  # this channel already wrote in this loop turn
+        self.corked = False  # sent frames while the transport is corked (see uncork)
         self._closed = False
         self._attempt = 0  # a connection from an older attempt is stale when it completes
 

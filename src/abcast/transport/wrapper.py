@@ -29,6 +29,12 @@ class WrappingTransport(Transport):
     def send(self, node: NodeId, data: bytes) -> None:
         self.inner.send(node, data)
 
+    def cork(self) -> None:
+        self.inner.cork()
+
+    def uncork(self) -> None:
+        self.inner.uncork()
+
     def buffered(self, node: NodeId | None = None) -> int:
         return self.inner.buffered(node)
 

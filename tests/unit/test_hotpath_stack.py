@@ -1,0 +1,143 @@
+"""The bottom layer's shortcuts (`Layer.pass_up`/`pass_down`) change nothing but cost.
+
+A group of three sequencer stacks with the runtime's channel is driven twice with the
+same seeded history: once as built (the failure detector at the bottom lets members'
+packets through without events), once with the shortcuts off (a detector subclass that
+overrides `handle` gets none, by the stack's rule). Histories mix broadcasts from every
+node, frames delivered in random interleavings (FIFO per link), clock jumps long enough
+for the detector to suspect a silent peer and take it back, timers fired as they fall
+due, and a stranger's frames. Every stack call must give equal outputs, in equal order,
+and every layer must end in an equal state. A planted variant whose `pass_up` forgets
+to note the sign of life must be caught.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Hashable
+
+import pytest
+
+from abcast.codec import Packet, decode_envelope, encode_frame
+from abcast.effects import CancelTimer, Output, SetTimer, Transmit
+from abcast.errors import RemoteProtocolError
+from abcast.events import Event
+from abcast.group.failure_detector import FD, Fd
+from abcast.ids import NodeId, View
+from abcast.ordering._open_detector import OpenDetector
+from abcast.ordering.registry import build_stack
+from abcast.ordering.sequencer_wire import SData
+from abcast.reliability.channel import RData
+from abcast.runtime.group import for_streams
+from abcast.stack import Stack
+
+NODES = ("n1", "n2", "n3")
+GROUP = "g"
+
+
+class NoShortcuts(OpenDetector):
+    """The same detector, with the shortcuts off: `handle` is overridden below them."""
+
+    def handle(self, event: Event, now: int) -> list[object]:  # type: ignore[override]
+        return super().handle(event, now)  # type: ignore[return-value]
+
+
+class ForgetfulPassUp(OpenDetector):
+    """Planted: lets packets through without noting the sign of life."""
+
+    def pass_up(self, sender: NodeId, header: object, now: int) -> bool:
+        st = self._s.peers.get(sender)
+        return st is not None and not st.suspected and st.claim is None and type(header) is Fd
+
+
+def group(detector: type[OpenDetector] | None) -> dict[NodeId, Stack]:
+    stacks = {}
+    for node in NODES:
+        stack = build_stack(node, GROUP, "sequencer", View(1, NODES), for_streams(None))
+        if detector is not None:
+            old = stack.layers[0]
+            new = detector(node, old.config)  # type: ignore[attr-defined]
+            stack = Stack(node, GROUP, [new, *stack.layers[1:]], View(1, NODES))
+        stacks[node] = stack
+    return stacks
+
+
+def state(stack: Stack) -> list[object]:
+    return [snap for snap in stack.inspect()]
+
+
+def run(seed: int, detector: type[OpenDetector] | None, steps: int = 400
+        ) -> tuple[list[tuple[str, list[Output]]], list[list[object]]]:
+    """The outputs of every stack call and the final states, for one seeded history."""
+    rng = random.Random(seed)
+    stacks = group(detector)
+    links: dict[tuple[NodeId, NodeId], list[bytes]] = {}
+    timers: dict[tuple[NodeId, Hashable], int] = {}
+    log: list[tuple[str, list[Output]]] = []
+    now = 0
+
+    def carry(node: NodeId, outputs: list[Output]) -> None:
+        for out in outputs:
+            if isinstance(out, Transmit):
+                for dst in out.to:
+                    if dst in stacks:  # a reply to the stranger goes nowhere
+                        links.setdefault((node, dst), []).append(out.data)
+            elif isinstance(out, SetTimer):
+                timers[(node, out.key)] = out.at
+            elif isinstance(out, CancelTimer):
+                timers.pop((node, out.key), None)
+
+    def step(label: str, node: NodeId, outputs: list[Output]) -> None:
+        log.append((f"{label} {node}", outputs))
+        carry(node, outputs)
+
+    for node, stack in stacks.items():
+        step("start", node, stack.start(now))
+    for _ in range(steps):
+        roll = rng.random()
+        if roll < 0.25:
+            node = rng.choice(NODES)
+            _, outputs = stacks[node].broadcast(rng.randbytes(rng.randint(0, 40)), now)
+            step("broadcast", node, outputs)
+        elif roll < 0.8:
+            ready = [link for link, frames in links.items() if frames]
+            if ready:
+                src, dst = rng.choice(sorted(ready))
+                data = links[(src, dst)].pop(0)
+                step(f"receive from {src}", dst, stacks[dst].receive(decode_envelope(data), now))
+        elif roll < 0.85:  # a stranger's data: refused below, answered NotMember
+            dst = rng.choice(NODES)
+            frame = encode_frame(GROUP, "x9", Packet((FD, RData(1), SData(1)), b"?"))
+            try:
+                step("stranger", dst, stacks[dst].receive(decode_envelope(frame), now))
+            except RemoteProtocolError as exc:  # refused above the detector: alike
+                log.append((f"stranger refused at {dst}: {exc}", []))
+        else:
+            # time passes: sometimes past the detector's timeout, so peers are suspected
+            now += rng.choice((500, 3_000, 20_000, 40_000, 40_000, 1_200_000))
+            for (node, key), at in sorted(timers.items(), key=lambda item: (item[1],
+                                                                              repr(item[0]))):
+                if at <= now and timers.get((node, key)) == at:
+                    del timers[(node, key)]
+                    step(f"fire {key!r}", node, stacks[node].fire(key, now))
+    return log, [state(stack) for stack in stacks.values()]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_shortcuts_give_the_outputs_and_states_of_the_events(seed: int) -> None:
+    fast_log, fast_states = run(seed, None)
+    slow_log, slow_states = run(seed, NoShortcuts)
+    assert group(None)["n1"]._pass_up is not None  # the shortcuts are on as built
+    assert group(NoShortcuts)["n1"]._pass_up is None
+    for fast, slow in zip(fast_log, slow_log, strict=True):
+        assert fast == slow
+    assert fast_states == slow_states
+
+
+def test_a_shortcut_that_skips_the_state_change_is_caught() -> None:
+    caught = 0
+    for seed in range(12):
+        log, states = run(seed, None)
+        broken_log, broken_states = run(seed, ForgetfulPassUp)
+        caught += log != broken_log or states != broken_states
+    assert caught
