@@ -50,6 +50,7 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
+from abcast.codec import NOT_A_MESSAGE
 from abcast.effects import Deliver
 from abcast.errors import AbcastError, Backpressure, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
@@ -132,7 +133,7 @@ def decode_options(data: bytes) -> OrderingOptions:
         return OrderingOptions()
     try:
         return msgspec.msgpack.decode(data, type=OrderingOptions)
-    except msgspec.MsgspecError as exc:
+    except NOT_A_MESSAGE as exc:
         raise ConfigError(f"the registry holds unreadable ordering options: {exc}") from None
 
 

@@ -27,6 +27,7 @@ from typing import Final
 
 import msgspec
 
+from abcast.codec import NOT_A_MESSAGE
 from abcast.runtime.status import NodeStatus, ObservedNode, node_status
 
 log: Final = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ def ask(path: Path, timeout_s: float = 5.0) -> ProbeAnswer:
         return ProbeAnswer(path, None, f"{type(exc).__name__}: {exc.strerror or exc}")
     try:
         return ProbeAnswer(path, _decoder.decode(b"".join(chunks).strip()))
-    except msgspec.DecodeError as exc:
+    except NOT_A_MESSAGE as exc:
         return ProbeAnswer(path, None, f"not a status: {exc}")
 
 

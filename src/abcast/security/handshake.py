@@ -34,6 +34,7 @@ from typing import Final, Literal
 
 import msgspec
 
+from abcast.codec import NOT_A_MESSAGE
 from abcast.errors import DecodeError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.security.sealing import MODES, Mode, Opener, Sealer
@@ -90,7 +91,7 @@ def decode(data: bytes) -> AuthMessage:
     try:
         message: AuthMessage = _decoder.decode(data[len(MAGIC) :])
         return message
-    except msgspec.MsgspecError as exc:
+    except NOT_A_MESSAGE as exc:
         raise DecodeError(f"bad link handshake message: {exc}") from None
 
 

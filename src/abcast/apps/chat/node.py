@@ -48,6 +48,7 @@ from abcast.apps.chat.protocol import (
     ViewChanged,
     decode_client,
 )
+from abcast.codec import NOT_A_MESSAGE
 from abcast.effects import Deliver, Stage
 from abcast.errors import AbcastError, ConfigError
 from abcast.group.failure_detector import DetectorConfig
@@ -155,7 +156,7 @@ class ChatNode:
         """Carry out one page frame; any failure is one `Error` to `reply`."""
         try:
             message = decode_client(data)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except NOT_A_MESSAGE as exc:
             reply(Error(f"bad request: {exc}"))
             return
         try:
