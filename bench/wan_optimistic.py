@@ -27,9 +27,9 @@ most of it as window.
 
 `--oracle` adds a variant that is not the algorithm but its bound: every node starts with
 the best constant delays (`oracle_delays`: from the links' mean latencies) and never
-corrects them. No rule that adjusts delay[] can do better than the best constant delays
-on links whose jitter is independent from message to message, so where compensation
-already matches the oracle the rest of the mis-ordering is the jitter's.
+corrects them: where adjusting delay[] can at best converge (a per-sender delay cannot
+follow each message's own jitter), so where compensation already matches the oracle the
+rest of the mis-ordering is the jitter's.
 """
 
 from __future__ import annotations
