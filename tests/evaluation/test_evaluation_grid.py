@@ -14,11 +14,13 @@ from abcast.evaluation.grid import (
     ORDERINGS,
     TABLE_NODES,
     TABLE_PAYLOAD,
+    Experiment,
     GridSpec,
     Phase,
     build_grid,
     full_spec,
     quick_spec,
+    scale_only,
     verification_run,
 )
 from abcast.ordering.registry import ORDERINGS as ORDERINGS_REGISTERED
@@ -186,6 +188,17 @@ def test_the_scale_section_is_the_full_benchs_only() -> None:
     assert {t.nodes for t in sims} == {64}
     # after every other run of the grid
     assert [e.phase for e in full.experiments][-len(scale):] == [Phase.SCALE] * len(scale)
+
+
+def test_scale_only_keeps_the_scale_section_and_the_tcp_ping_its_model_needs() -> None:
+    spec = scale_only(full_spec())
+    grid = build_grid(spec)
+    assert grid.experiments == full_spec_scale() and not grid.peers
+    assert spec.middlewares == ("tcp",) and spec.sim_tasks() == full_spec().sim_tasks()
+
+
+def full_spec_scale() -> tuple[Experiment, ...]:
+    return build_grid(full_spec()).of(Phase.SCALE)
 
 
 @pytest.mark.parametrize("bad", [

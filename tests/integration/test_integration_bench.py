@@ -6,13 +6,14 @@ runs in seconds; and the full bench's scale section, as small."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from abcast.evaluation.analysis import load_curves
 from abcast.evaluation.cluster import installed_event_loops
-from abcast.evaluation.grid import GridSpec, Phase, build_grid
+from abcast.evaluation.grid import GridSpec, Phase, build_grid, scale_only
 from abcast.evaluation.report import write_report
 from abcast.evaluation.results import is_clean
 from abcast.evaluation.runner import BenchRunner, SilentProgress
@@ -48,9 +49,8 @@ def test_tiny_tcp_bench_runs_every_cell_clean(tmp_path: Path) -> None:
     assert "## A lone message" in page
 
 
-SCALE_TINY = GridSpec(
-    orderings=("sequencer",), middlewares=("tcp",), table_nodes=(), sizes=(),
-    size_orderings=(), load_orderings=(), peers=(), ping_rounds=20, ping_sizes=(),
+SCALE_TINY = replace(
+    scale_only(GridSpec()), ping_rounds=20,
     scale_orderings=("chandra-toueg",), scale_nodes=(2, 3), scale_rate=20_000.0,
     scale_messages=300, scale_lone_messages=30, scale_timeout_s=60.0,
     sim_orderings=("fifo", "chandra-toueg"), sim_nodes=4, sim_messages=8, sim_jobs=2,

@@ -32,7 +32,15 @@ from rich.progress import (
 
 from abcast.cli_params import OUT_DIR, SPARK_MASTER, make_out_dir
 from abcast.evaluation.analysis import floor_of, load_curves, peer_ratios
-from abcast.evaluation.grid import Grid, GridSpec, Phase, build_grid, full_spec, quick_spec
+from abcast.evaluation.grid import (
+    Grid,
+    GridSpec,
+    Phase,
+    build_grid,
+    full_spec,
+    quick_spec,
+    scale_only,
+)
 from abcast.evaluation.peers import REDIS_INSTALL, find_redis_server
 from abcast.evaluation.report import write_report
 from abcast.evaluation.results import BenchResult, is_clean, save
@@ -192,12 +200,20 @@ def _rate(value: float | None) -> str:
               help="Measure PySyncObj and Redis Streams in the same run.")
 @click.option("--rpc/--no-rpc", "with_rpc", default=True, show_default=True,
               help="The client/server section (Case A/B, saturation, consolidation).")
+@click.option("--scale-only", "scale_only_", is_flag=True,
+              help="Only the full bench's scale section (3–16 processes, every ordering "
+                   "simulated at 64 nodes) and the tcp ping its model needs.")
 def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
-          with_peers: bool, with_rpc: bool) -> None:
+          with_peers: bool, with_rpc: bool, scale_only_: bool) -> None:
     """Run the evaluation on real processes over loopback: the thesis's latency tables with
     the model beside them, a message-size sweep, throughput vs offered load with its knee,
     the peers (PySyncObj, Redis Streams), every trace checked by Spark, and a report."""
+    if quick and scale_only_:
+        raise click.UsageError("--scale-only runs the full bench's scale section; "
+                               "--quick has none")
     spec = quick_spec() if quick else full_spec()
+    if scale_only_:
+        spec, with_rpc = scale_only(spec), False
     if not with_peers:
         spec = replace(spec, peers=())
     console = Console(stderr=True)

@@ -295,6 +295,14 @@ def full_spec() -> GridSpec:
                     scale_nodes=(3, 8, 12, 16), sim_orderings=tuple(REGISTERED_ORDERINGS))
 
 
+def scale_only(spec: GridSpec) -> GridSpec:
+    """`spec`'s scale section alone, with the tcp ping its latency model needs
+    (`abcast bench --scale-only`)."""
+    return replace(spec, orderings=(), middlewares=("tcp",), table_nodes=(), sizes=(),
+                   size_orderings=(), load_orderings=(), peers=(), ping_sizes=(),
+                   floor=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Grid:
     spec: GridSpec

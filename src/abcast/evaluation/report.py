@@ -70,6 +70,8 @@ def _verdict(run: RunMeasurement) -> str:
 
 
 def _thesis_tables(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]:
+    if not result.of(Phase.TABLE):
+        return []  # `--scale-only`
     lines = ["## Mean TO-broadcast latency (thesis Tables 4–6)", "",
              f"Closed-loop round-robin, {TABLE_PAYLOAD}-byte messages, real processes on "
              "loopback, traced and checked. Each cell: measured mean latency in ms, and in "
@@ -123,6 +125,8 @@ def _model_section(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]
                       _num(p.rtt_mean_us, 1), _num(p.t_msg_us, 1), p.error or ""]
                      for p in result.pings if p.size == TABLE_PAYLOAD])
     lines += _ping_sizes(result)
+    if not cells:
+        return lines
     lines += ["Growth per extra node: least squares of the measured means over n−1, against "
               "the model's s·T_msg. T_overhead: the fitted constant (slope fixed by the "
               "model); beside it two more estimates — the intercept of the free "
