@@ -23,8 +23,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Final
 
-from abcast.sim import SimConfig, run_simulation
-
 SIM_NODES: Final = 64
 SIM_MESSAGES: Final = 256
 
@@ -66,6 +64,8 @@ class SimScaleRun:
 
 def simulate(task: SimTask) -> SimScaleRun:
     """Run one simulation here and measure it (in a worker process of `run_sims`)."""
+    from abcast.sim import SimConfig, run_simulation  # the worker's import, not the grid's
+
     cpu_started = time.process_time()
     started = time.perf_counter()
     error: str | None = None
