@@ -77,6 +77,9 @@ def test_runs_that_follow_the_model_are_predicted_exactly_from_the_smallest_n() 
         assert p.cpu_us_per_message == pytest.approx(2.0 / MESSAGES * 1e6)
         duration = MESSAGES / (X3 * 2 / (p.nodes - 1))
         assert p.cores_busy == pytest.approx(2.0 / duration)
+        # 2 CPU-seconds for every run: on the machine's 2 free cores, MESSAGES per second
+        assert p.free_cores_saturation == pytest.approx(MESSAGES)
+        assert p.model_free_cores == pytest.approx(MESSAGES * 2 / (p.nodes - 1))
         assert p.status == "ok"
 
 
@@ -85,6 +88,7 @@ def test_a_saturation_run_that_fell_over_has_no_figures_and_says_why() -> None:
     last = points[-1]
     assert last.saturation is None and last.saturation_of_model is None
     assert last.cpu_us_per_message is None and last.cores_busy is None
+    assert last.free_cores_saturation is None
     assert last.model_saturation == pytest.approx(X3 * 2 / 15)  # the prediction stands
     assert last.p50_of_model == pytest.approx(1.0)
     assert "saturation INCOMPLETE timed out" in last.status

@@ -337,7 +337,10 @@ SCALE_TEXT: Final = (
     "anchor's p50 less s·(n₀−1)·T_msg. \"Per delivery\" is the cost the model leaves "
     "out: every node delivers every message, X(n₀)·n₀/n. CPU per message: every node "
     "process's CPU time from go to its report, summed, over the messages; cores busy: "
-    "that sum over the run's span. RSS per node: each node process's peak resident "
+    "that sum over the run's span; on free cores: the machine's cores over the CPU per "
+    "message — the saturation the group would reach with every core to itself, the "
+    "figure that survives other work on the machine — beside its own model column, "
+    "anchored the same way. RSS per node: each node process's peak resident "
     "memory in the saturation run (mean and largest over the group), and beside it the "
     "mean peak as its workload began (interpreter, imports, the open group): the "
     "difference is what the traffic added.")
@@ -388,12 +391,15 @@ def _scale_section(result: BenchResult, points: Sequence[ScalePoint]) -> list[st
         lines += [SCALE_TEXT, ""]
         lines += _table(
             ["ordering", "n", "saturation msg/s", "model msg/s", "÷ model",
-             "per delivery msg/s", "CPU µs/msg", "cores busy", "lone p50 µs",
+             "per delivery msg/s", "CPU µs/msg", "cores busy", "on free cores msg/s",
+             "÷ model", "lone p50 µs",
              "model p50 µs", "÷ model", "lone p99 µs", "RSS/node MiB (mean / max)",
              "RSS/node at go MiB", "status"],
             [[p.ordering, str(p.nodes), _num(p.saturation, 0), _num(p.model_saturation, 0),
               _ratio(p.saturation_of_model), _num(p.delivery_bound, 0),
-              _num(p.cpu_us_per_message, 1), _num(p.cores_busy, 2), _num(p.lone_p50_us, 0),
+              _num(p.cpu_us_per_message, 1), _num(p.cores_busy, 2),
+              _num(p.free_cores_saturation, 0), _ratio(p.free_cores_of_model),
+              _num(p.lone_p50_us, 0),
               _num(p.model_p50_us, 0), _ratio(p.p50_of_model),
               _num(p.lone.figures.p99_us if p.lone else None, 0), _mib(p.rss_mib),
               _num(p.rss_at_go_mib, 0), p.status] for p in points])
@@ -548,34 +554,40 @@ def draw_plots(result: BenchResult, out: Path) -> list[Plot]:
 
 
 def _scale_plot(points: Sequence[ScalePoint], out: Path) -> Plot:
-    """Saturation, lone p50 and RSS per node against n; dashed: the model."""
+    """Saturation (measured, and on free cores), lone p50 and RSS per node against n;
+    dashed: the model."""
     import matplotlib.pyplot as plt
 
     fig, (sat, lat, mem) = plt.subplots(1, 3, figsize=(13, 4.2))
     for ordering in dict.fromkeys(p.ordering for p in points):
         mine = [p for p in points if p.ordering == ordering]
-        for ax, measured, model in (
-                (sat, [(p.nodes, p.saturation) for p in mine],
-                 [(p.nodes, p.model_saturation) for p in mine]),
-                (lat, [(p.nodes, p.lone_p50_us) for p in mine],
-                 [(p.nodes, p.model_p50_us) for p in mine]),
-                (mem, [(p.nodes, p.rss_mib[0] if p.rss_mib else None) for p in mine], [])):
-            got = [(n, y) for n, y in measured if y is not None]
+        series = (
+            (sat, ordering, "o-", [p.saturation for p in mine],
+             [p.model_saturation for p in mine]),
+            (sat, f"{ordering} on free cores", "s:", [p.free_cores_saturation for p in mine],
+             [p.model_free_cores for p in mine]),
+            (lat, ordering, "o-", [p.lone_p50_us for p in mine],
+             [p.model_p50_us for p in mine]),
+            (mem, ordering, "o-", [p.rss_mib[0] if p.rss_mib else None for p in mine],
+             [None for _ in mine]))
+        for ax, label, style, measured, model in series:
+            got = [(p.nodes, y) for p, y in zip(mine, measured, strict=True) if y is not None]
             if not got:
                 continue
-            line = ax.plot(*zip(*got, strict=True), "o-", label=ordering)[0]
-            predicted = [(n, y) for n, y in model if y is not None]
+            line = ax.plot(*zip(*got, strict=True), style, label=label)[0]
+            predicted = [(p.nodes, y) for p, y in zip(mine, model, strict=True)
+                         if y is not None]
             if predicted:
                 ax.plot(*zip(*predicted, strict=True), "--", color=line.get_color(),
-                        alpha=0.6, label=f"{ordering} (model)")
-    sat.set(xlabel="n (processes)", ylabel="saturation (messages/s)",
+                        alpha=0.6, label=f"{label} (model)")
+    sat.set(xlabel="n (processes)", ylabel="saturation (messages/s)", yscale="log",
             title="Saturation against n")
-    lat.set(xlabel="n (processes)", ylabel="lone message p50 (µs)",
+    lat.set(xlabel="n (processes)", ylabel="lone message p50 (µs)", yscale="log",
             title="A lone message against n")
     mem.set(xlabel="n (processes)", ylabel="peak RSS per node (MiB, mean)",
             title="Memory per node (saturation run)")
     for ax in (sat, lat, mem):
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
     return _save(fig, out, "scale.png", "Scale: saturation, lone p50 and memory against n")
 
 

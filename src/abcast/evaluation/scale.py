@@ -15,8 +15,11 @@ other n is predicted from them.
   the median round trip) and T_overhead the anchor's p50 less s·(n₀−1)·T_msg.
 - CPU: every node process's CPU time from `go` to its report, summed, per message; and
   that sum over the run's span (go → last delivery): the cores the group kept busy. Fewer
-  cores busy than the machine has means it waited for them — here, for other work.
-- Memory: each node process's peak RSS (ru_maxrss), its mean and largest over the
+  cores busy than the machine has means it waited for them — here, for other work. The
+  machine's cores over the CPU per message is the saturation the group would reach with
+  every core to itself (`free_cores_saturation`), with its own model column anchored
+  the same way: the figure to compare across benches on a shared machine.
+- Memory: each node process's peak RSS (abcast.evaluation.rss: VmHWM), its mean and largest over the
   group, of the saturation run (the one that queues the most), and the mean of its peak
   as the workload began (the interpreter, the imports, the open group): the difference
   is what the run's traffic added.
@@ -41,6 +44,8 @@ class ScalePoint:
     model_saturation: float | None = None  # X(n₀)·(n₀−1)/(n−1)
     delivery_bound: float | None = None  # X(n₀)·n₀/n
     model_p50_us: float | None = None  # s·(n−1)·T_msg + T_overhead
+    cpus: int | None = None  # the machine's cores
+    model_free_cores: float | None = None  # free_cores_saturation(n₀)·(n₀−1)/(n−1)
 
     @property
     def saturation(self) -> float | None:
@@ -66,6 +71,16 @@ class ScalePoint:
         if run is None or not run.complete or run.cpu_s is None:
             return None
         return run.cpu_s / run.experiment.messages * 1e6
+
+    @property
+    def free_cores_saturation(self) -> float | None:
+        """The machine's cores over the CPU per message: msg/s with every core free."""
+        cpu = self.cpu_us_per_message
+        return None if cpu is None or not self.cpus or cpu <= 0 else self.cpus / cpu * 1e6
+
+    @property
+    def free_cores_of_model(self) -> float | None:
+        return _over(self.free_cores_saturation, self.model_free_cores)
 
     @property
     def cores_busy(self) -> float | None:
@@ -111,6 +126,7 @@ def scale_points(result: BenchResult) -> list[ScalePoint]:
     """One point per (ordering, n) of the scale runs, rising n per ordering, with the
     model predicted from each ordering's smallest n."""
     t_msg = result.t_msg_us().get("tcp")
+    cpus = result.machine.cpus if result.machine is not None else None
     by_key: dict[tuple[str, int], dict[bool, RunMeasurement]] = {}
     for run in result.of(Phase.SCALE):
         e = run.experiment
@@ -119,7 +135,7 @@ def scale_points(result: BenchResult) -> list[ScalePoint]:
     for ordering in dict.fromkeys(o for o, _ in by_key):
         sizes = sorted(n for o, n in by_key if o == ordering)
         raw = [ScalePoint(ordering, n, by_key[ordering, n].get(True),
-                          by_key[ordering, n].get(False)) for n in sizes]
+                          by_key[ordering, n].get(False), cpus=cpus) for n in sizes]
         points += predict(raw, t_msg)
     return points
 
@@ -130,7 +146,7 @@ def predict(points: list[ScalePoint], t_msg_us: float | None) -> list[ScalePoint
         return []
     anchor = points[0]
     n0, factor = anchor.nodes, model_factor(anchor.ordering)
-    x0, p0 = anchor.saturation, anchor.lone_p50_us
+    x0, p0, free0 = anchor.saturation, anchor.lone_p50_us, anchor.free_cores_saturation
     network0 = network_time_us(anchor.ordering, n0, t_msg_us)
     overhead = None if p0 is None or network0 is None else p0 - network0
     predicted = []
@@ -141,5 +157,8 @@ def predict(points: list[ScalePoint], t_msg_us: float | None) -> list[ScalePoint
             model_saturation=None if x0 is None or factor is None
             else x0 * (n0 - 1) / (p.nodes - 1),
             delivery_bound=None if x0 is None else x0 * n0 / p.nodes,
-            model_p50_us=None if network is None or overhead is None else network + overhead))
+            model_p50_us=None if network is None or overhead is None else network + overhead,
+            cpus=p.cpus,
+            model_free_cores=None if free0 is None or factor is None
+            else free0 * (n0 - 1) / (p.nodes - 1)))
     return predicted

@@ -4,24 +4,26 @@ runs them in its scale section; `bench/sim_scale.py` runs them alone.
 
 Rules: one run per ordering, closed round-robin workload, no faults, the registry's
 stack (`run_simulation`); each run in a fresh worker process of its own (spawned, not
-forked, so its peak RSS is its own and not the parent's), `jobs` at a time. A run counts
-as clean when no check found anything for the guarantees its ordering claims and every
-node delivered every message. Each record has the deliveries, the simulated events, the
+forked: it carries nothing of the parent's), `jobs` at a time. A run counts as clean
+when no check found anything for the guarantees its ordering claims and every node
+delivered every message. Each record has the deliveries, the simulated events, the
 virtual time, and the worker's wall time, CPU time (user + system: what the run cost,
-whatever else the machine did meanwhile) and peak RSS. A measurement, not a test:
-nothing is compared against a time limit. At 64 nodes the crash-tolerant orderings'
-failure detectors dominate: 64 × 63 heartbeats per period for as long as the run lasts.
+whatever else the machine did meanwhile) and peak RSS (abcast.evaluation.rss). A
+measurement, not a test: nothing is compared against a time limit. At 64 nodes the
+crash-tolerant orderings' failure detectors dominate: 64 × 63 heartbeats per period for
+as long as the run lasts.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import resource
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Final
+
+from abcast.evaluation.rss import peak_rss_kib
 
 SIM_NODES: Final = 64
 SIM_MESSAGES: Final = 256
@@ -76,7 +78,7 @@ def simulate(task: SimTask) -> SimScaleRun:
         error = f"{type(exc).__name__}: {exc}"
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
+    peak_kib = peak_rss_kib()
     if error is not None:
         return SimScaleRun(task.ordering, task.nodes, task.messages, task.seed, 0, {}, 0,
                            0.0, wall, cpu, peak_kib, error)

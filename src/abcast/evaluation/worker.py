@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import resource
 import sys
 import time
 from array import array
@@ -37,6 +36,7 @@ import msgspec
 
 from abcast.effects import Deliver, Stage
 from abcast.errors import LocalProtocolError
+from abcast.evaluation.rss import peak_rss_kib
 from abcast.ids import NodeId
 from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.registry.client import RegistryClient
@@ -459,7 +459,7 @@ class _Run:
             return
         self.go_ns = time.time_ns()
         self.cpu_at_go_ns = time.process_time_ns()
-        self.rss_at_go_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        self.rss_at_go_kib = peak_rss_kib()
         if self.workload is None:
             self.prepare()
         assert self.workload is not None
@@ -583,7 +583,7 @@ class _Run:
             complete=self.covered >= self.config.messages,
             go_ns=self.go_ns, last_deliver_ns=self.last_deliver_ns, members=members,
             latencies_ns=list(self.latencies),
-            peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            peak_rss_kib=peak_rss_kib(),
             cpu_ns=time.process_time_ns() - self.cpu_at_go_ns if self.go_ns else 0,
             rss_at_go_kib=self.rss_at_go_kib,
             **counters,
