@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from abcast.evaluation.cli import bench_failed
+from abcast.evaluation.cli import bench, bench_failed
 from abcast.evaluation.grid import Experiment, Phase
 from abcast.evaluation.report import render_markdown, write_report
 from abcast.evaluation.results import (
@@ -129,3 +130,8 @@ def test_scale_figures_round_trip_and_an_unclean_simulation_fails_the_bench(
     assert bench_failed(result_with(scale_runs("sequencer", 2), (sim("fifo", 5),)))
     # a saturation run falling over is a finding, not a failure; a lone run is a failure
     assert not bench_failed(result_with(scale_runs("sequencer", 2, fall_over_at=16)))
+
+
+def test_scale_only_is_the_full_benchs_section_and_refuses_quick() -> None:
+    outcome = CliRunner().invoke(bench, ["--quick", "--scale-only"])
+    assert outcome.exit_code == 2 and "--quick has none" in outcome.output
