@@ -559,8 +559,9 @@ def _scale_plot(points: Sequence[ScalePoint], out: Path) -> Plot:
     import matplotlib.pyplot as plt
 
     fig, (sat, lat, mem) = plt.subplots(1, 3, figsize=(13, 4.2))
-    for ordering in dict.fromkeys(p.ordering for p in points):
+    for index, ordering in enumerate(dict.fromkeys(p.ordering for p in points)):
         mine = [p for p in points if p.ordering == ordering]
+        color = f"C{index}"
         series = (
             (sat, ordering, "o-", [p.saturation for p in mine],
              [p.model_saturation for p in mine]),
@@ -574,18 +575,18 @@ def _scale_plot(points: Sequence[ScalePoint], out: Path) -> Plot:
             got = [(p.nodes, y) for p, y in zip(mine, measured, strict=True) if y is not None]
             if not got:
                 continue
-            line = ax.plot(*zip(*got, strict=True), style, label=label)[0]
+            ax.plot(*zip(*got, strict=True), style, color=color, label=label)
             predicted = [(p.nodes, y) for p, y in zip(mine, model, strict=True)
                          if y is not None]
             if predicted:
-                ax.plot(*zip(*predicted, strict=True), "--", color=line.get_color(),
-                        alpha=0.6, label=f"{label} (model)")
+                ax.plot(*zip(*predicted, strict=True), "--", color=color, alpha=0.5,
+                        label=f"{label} (model)")
     sat.set(xlabel="n (processes)", ylabel="saturation (messages/s)", yscale="log",
             title="Saturation against n")
     lat.set(xlabel="n (processes)", ylabel="lone message p50 (µs)", yscale="log",
             title="A lone message against n")
     mem.set(xlabel="n (processes)", ylabel="peak RSS per node (MiB, mean)",
-            title="Memory per node (saturation run)")
+            title="Memory per node (saturation run)", ylim=(0, None))
     for ax in (sat, lat, mem):
         ax.legend(fontsize=6)
     return _save(fig, out, "scale.png", "Scale: saturation, lone p50 and memory against n")
