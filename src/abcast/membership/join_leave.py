@@ -150,6 +150,10 @@ class JoinLeave(MembershipState):
     def _ask_to_leave(self) -> list[Effect]:
         view = self.view
         assert view is not None
+        if self._queued or self._owes_own():
+            # Our own broadcasts first: an ordering that delivers some of the old view
+            # in the next one (the sequencer under SAFE) would never deliver them here.
+            return []  # asked again every leave_retry_us
         leader = self._acting_leader(view)
         if leader == self.node:
             return self._on_leave_ask(self.node)

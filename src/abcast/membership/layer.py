@@ -176,6 +176,9 @@ class Membership(FlushCoordinator, JoinLeave):
             case TimerFired(key) if isinstance(key, str) and key in TIMERS:
                 effects = self._timer(key, now)
             case TimerFired():
+                if self.frozen:
+                    self._timers.append(event)  # the ordering is fed nothing while frozen
+                    return []
                 return self.ordering.handle(event, now)
             case ViewInstalled(view):
                 if self.view is not None:
@@ -240,8 +243,12 @@ class Membership(FlushCoordinator, JoinLeave):
                         # admitted): answer once that view is ours.
                         self._early.append(Received(sender, header, EMPTY))
                         return []
+                    if sender in self._stale_from:
+                        return []  # said once: its retransmissions are dropped quietly
+                    self._stale_from.add(sender)
                     raise RemoteProtocolError(
-                        f"flush for view {target} from {sender}, not a member of {view}")
+                        f"flush for view {target} from {sender}, not a member of {view}"
+                        " (its further flush messages are dropped quietly)")
                 lower = view.members[:view.members.index(sender)]
                 if any(m not in self._suspects for m in lower):
                     # Someone I still trust precedes it: it may be cut off from them (a
@@ -365,6 +372,9 @@ class Membership(FlushCoordinator, JoinLeave):
         view = self.view
         assert view is not None
         effects: list[Effect] = []
+        timers, self._timers = self._timers, []
+        for timer in timers:
+            effects += self.ordering.handle(timer, self._now)
         buffered, self._buffered = self._buffered, []
         for event in buffered:
             if event.sender in view.members:

@@ -11,12 +11,13 @@ calls the others' steps through the abstract hooks below, without importing them
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
 from abcast.effects import Effect
 from abcast.errors import LocalProtocolError
-from abcast.events import Received
+from abcast.events import Received, TimerFired
 from abcast.ids import NodeId, View
 from abcast.layer import Layer
 from abcast.membership.api import ViewOrdering
@@ -27,6 +28,11 @@ from abcast.membership.wire import (
     MInstall,
     MState,
 )
+
+
+def _owes_nothing() -> bool:
+    return False
+
 
 JOIN_RETRY: Final = "m-join-retry"
 LEAVE_RETRY: Final = "m-leave-retry"
@@ -86,6 +92,9 @@ class MembershipState(Layer):
         self.name = ordering.name  # type: ignore[misc]  # the slot keeps the ordering's name
         self.header_type = ordering.header_type | MembershipHeader  # type: ignore[misc]
         self.config = config or MembershipConfig()
+        #: an ordering may owe this member its own broadcasts: a leaver asks to leave
+        #: only once it owes none (optional `owes_own()`, see abcast.membership.api)
+        self._owes_own: Callable[[], bool] = getattr(ordering, "owes_own", _owes_nothing)
         self.view: View | None = None
         self.status = "member"  # member | joining | leaving | departing | stopped
         self.frozen = False
@@ -94,10 +103,13 @@ class MembershipState(Layer):
         self._suspects: set[NodeId] = set()
         self._buffered: list[Received] = []  # the ordering's packets while frozen/joining
         self._queued: list[tuple[int, bytes]] = []  # broadcasts while frozen/joining
+        self._timers: list[TimerFired] = []  # the ordering's timers that fired while frozen
         self._early: list[Received] = []  # prepares for a view beyond the next
         #: prepares from a coordinator some member I trust precedes, by sender
         self._deferred: dict[NodeId, Received] = {}
         self._aborted: set[tuple[NodeId, int, int]] = set()  # aborts ahead of their prepare
+        #: non-members whose stale flush messages were reported (one log line each)
+        self._stale_from: set[NodeId] = set()
         # the flush, as a member
         self._answered: tuple[int, int] = (0, 0)
         self._answered_for: dict[int, set[int]] = {}

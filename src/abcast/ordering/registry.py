@@ -179,10 +179,13 @@ _REJOIN = MembershipConfig(rejoin=True)
 _SAFE_SEQUENCER = ("uniform_agreement", "virtual_synchrony")
 
 
-def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Sequencer:
-    return Sequencer(node, opts.batch, safe=opts.safe, membership=_REJOIN, evs=opts.evs,
+def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Layer:
+    core = Sequencer(node, opts.batch, safe=opts.safe, membership=_REJOIN, evs=opts.evs,
                      relay=opts.relay, causal=causal,
                      order_interval_us=round(opts.order_interval_ms * 1000))
+    # evs still keeps its own views (sequencer_flush/_join/_merge); the rest of the
+    # family runs under the membership layer
+    return core if opts.evs else Membership(node, core)
 
 
 ORDERINGS: dict[str, OrderingSpec] = {
@@ -220,8 +223,8 @@ ORDERINGS: dict[str, OrderingSpec] = {
         ),
         OrderingSpec(
             "optimistic",
-            lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
-                                          membership=_REJOIN, optimistic=opts.optimistic)],
+            lambda node, opts: [Membership(node, Sequencer(node, opts.batch, safe=opts.safe,
+                                                           optimistic=opts.optimistic))],
             (*BASIC, "fifo", "total", "local_order"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "the sequencer's total order, opt-delivered first on receipt after a per-sender"
             " compensation delay (optimistic total order for wide-area groups)",

@@ -25,6 +25,7 @@ in turn, to evs, membership, the flush and the steady state, the first that take
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -45,11 +46,13 @@ from abcast.events import (
 )
 from abcast.ids import MsgId, NodeId, View
 from abcast.layer import Layer
+from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
 from abcast.ordering import sequencer_flush as flush
 from abcast.ordering import sequencer_join as membership
 from abcast.ordering import sequencer_merge as merge
 from abcast.ordering import sequencer_numbering as numbering
 from abcast.ordering import sequencer_optimistic as optimistic
+from abcast.ordering import sequencer_view
 from abcast.ordering.sequencer_state import (
     Flow,
     MembershipConfig,
@@ -61,6 +64,7 @@ from abcast.ordering.sequencer_state import (
 )
 from abcast.ordering.sequencer_wire import (
     FLUSH_HEADERS,
+    MANAGED_HEADERS,
     SEQUENCER_HEADERS,
     CTData,
     OData,
@@ -73,6 +77,7 @@ from abcast.ordering.sequencer_wire import (
     SNotYet,
     SOrder,
     SSafe,
+    SStable,
     SWelcome,
     VcPrepare,
     check_batch,
@@ -111,6 +116,12 @@ class Sequencer(Layer):
         )
         self._data_type: type[SData] | type[CTData] | type[OData] = (
             CTData if causal else OData if optimistic is not None else SData)
+        #: views kept by the membership layer (abcast.membership) around this core; only
+        #: evs still runs its own flush, joins and merges (sequencer_flush/_join/_merge)
+        self.managed = not evs
+        if self.managed:
+            self.header_type = MANAGED_HEADERS  # type: ignore[misc]
+            self.st.timer_armed = True  # stability is the membership layer's (`forget`)
 
     # -- introspection -----------------------------------------------------------------
     @property
@@ -329,6 +340,8 @@ class Sequencer(Layer):
     def _route(self, event: Event, now: int) -> list[Effect]:
         st = self.st
         st.now = now
+        if self.managed:
+            return self._route_managed(event) + membership.after_event(st)
         if st.role is Role.STOPPED:
             return []
         if st.evs:
@@ -431,6 +444,68 @@ class Sequencer(Layer):
             case _:
                 effects = self._route_steady(event)
         return effects + membership.after_event(st)
+
+    def _route_managed(self, event: Event) -> list[Effect]:
+        """Under the membership layer, which feeds this core only its own events in a
+        steady view of which the sender is a member."""
+        st = self.st
+        view = st.view
+        leader = view.leader if view is not None else None
+        match event:
+            case BroadcastRequested(seq, payload):
+                return numbering.broadcast(st, seq, payload)
+            case Received(sender, SOrder(first, ids, bodies), _):
+                if sender != leader or sender == self.node:
+                    return []  # a former view's sequencer: its flush settled its numbers
+                return numbering.on_order(st, sender, first, ids, bodies)
+            case Received(_, SStable(), _):
+                return []  # stability is the membership layer's
+            case Received(sender, SSafe(), _) if sender != leader:
+                return []  # a former view's sequencer
+            case Received(sender, SAck() | SSafe() as header, _):
+                return flush.on_message(st, sender, header)
+            case Received():
+                return self._on_data(event)
+            case ViewInstalled(new):
+                # The view's leader is its sequencer: it numbers on after the flush.
+                return (flush.adopt_view(st, new, st.settled_through)
+                        + numbering.deliver_ready(st))
+            case TimerFired(key) if key == numbering.ORDER_TIMER:
+                return numbering.on_order_timer(st)
+            case _:
+                return []
+
+    # -- under the membership layer (abcast.membership.api; sequencer_view's rules) ------
+    def report(self) -> ViewReport:
+        return sequencer_view.report(self.st)
+
+    def settle(self, reports: Sequence[ViewReport]) -> list[FlushMessage]:
+        return sequencer_view.settle(self.st, reports)
+
+    def conclude(self, outcome: Sequence[FlushMessage]) -> list[Effect]:
+        st = self.st
+        effects = sequencer_view.conclude(st, outcome)
+        if st.optimistic is not None:
+            effects = optimistic.scan(st.optimistic, effects, st.now)
+        return effects
+
+    def join_cut(self) -> JoinCut:
+        return sequencer_view.join_cut(self.st)
+
+    def start_from(self, cut: JoinCut) -> None:
+        sequencer_view.start_from(self.st, cut)
+
+    def owes_own(self) -> bool:
+        """SAFE: own broadcasts not delivered yet (a flush may leave them to the next
+        view, which a leaver never installs)."""
+        st = self.st
+        return st.safe and any(mid.origin == self.node for mid in st.bodies)
+
+    def stable_point(self) -> dict[NodeId, int]:
+        return sequencer_view.stable_point(self.st)
+
+    def forget(self, stable: Mapping[NodeId, int]) -> None:
+        sequencer_view.forget(self.st, stable)
 
     def _route_steady(self, event: Event) -> list[Effect]:
         st = self.st

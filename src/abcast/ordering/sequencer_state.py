@@ -233,6 +233,9 @@ class SequencerState:
         self.delivered: dict[NodeId, int] = {}  # per origin; FIFO makes it a prefix
         self.admission: CausalHoldback[None] = CausalHoldback()  # the sequencer's
         self.next_number = 1
+        #: under the membership layer: the last number its latest flush (or the cut it
+        #: joined at) fixed; the view's sequencer numbers on after it
+        self.settled_through = 0
         self.log: dict[int, tuple[MsgId, bytes]] = {}  # delivered, not yet stable
         self.deps_of: dict[MsgId, Mapping[NodeId, int]] = {}
         self.order_packets = 0
