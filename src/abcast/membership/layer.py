@@ -88,6 +88,7 @@ from abcast.membership.state import (
 )
 from abcast.membership.wire import (
     MEMBERSHIP_HEADERS,
+    MEMBERSHIP_TYPES,
     FlushMessage,
     MAbort,
     MBusy,
@@ -146,13 +147,17 @@ class Membership(FlushCoordinator, JoinLeave):
         status = self.status
         if status == "stopped":
             return []
-        if type(event) is Received and not self.frozen and status in ("member", "leaving"):
-            header = event.header
-            if not isinstance(header, MEMBERSHIP_HEADERS):
-                view = self.view
-                if view is not None and event.sender in view.members:
-                    return self.ordering.handle(event, now)
-                return []  # from a node this view left out (or not yet admitted)
+        # The steady path, by exact type: the ordering's packets from members and our
+        # own broadcasts go straight down (no per-message work of this layer's own).
+        if not self.frozen and status in ("member", "leaving"):
+            if type(event) is Received:
+                if type(event.header) not in MEMBERSHIP_TYPES:
+                    view = self.view
+                    if view is not None and event.sender in view.members:
+                        return self.ordering.handle(event, now)
+                    return []  # from a node this view left out (or not yet admitted)
+            elif type(event) is BroadcastRequested:
+                return self.ordering.handle(event, now)
         match event:
             case Received(sender, header, _) if isinstance(header, MEMBERSHIP_HEADERS):
                 effects = self._membership(sender, header)

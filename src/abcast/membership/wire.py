@@ -162,3 +162,5 @@ MembershipHeader = (
 )
 MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MStable, MPrepare, MState,
                              MBusy, MAbort, MInstall, MNotYet, MWelcome)
+#: the same, for a lookup by exact type (the layer's steady path)
+MEMBERSHIP_TYPES: Final[frozenset[type]] = frozenset(MEMBERSHIP_HEADERS)
