@@ -26,7 +26,6 @@ in turn, to evs, membership, the flush and the steady state, the first that take
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from abcast.effects import Effect
@@ -46,6 +45,7 @@ from abcast.events import (
 )
 from abcast.ids import MsgId, NodeId, View
 from abcast.layer import Layer
+from abcast.membership.state import MembershipConfig
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
 from abcast.ordering import sequencer_flush as flush
 from abcast.ordering import sequencer_join as membership
@@ -55,7 +55,6 @@ from abcast.ordering import sequencer_optimistic as optimistic
 from abcast.ordering import sequencer_view
 from abcast.ordering.sequencer_state import (
     Flow,
-    MembershipConfig,
     MergeConfig,
     OptimisticConfig,
     OptimisticState,
@@ -103,10 +102,6 @@ class Sequencer(Layer):
             raise ConfigError("optimistic delivery needs every data packet at every member: "
                               "not with relay, causal or evs")
         config = membership or MembershipConfig()
-        if evs and config.rejoin:
-            # A leaver cut off by a partition just goes (it was leaving); a member never
-            # rejoins under evs, it merges.
-            config = replace(config, rejoin=False)
         # Under evs delivery waits for the whole view to hold a number.
         self.st = SequencerState(
             node, self, batch=check_batch(batch), relay=relay, safe=safe or evs, evs=evs,
@@ -207,7 +202,7 @@ class Sequencer(Layer):
                 "order_packets": st.order_packets, "log": len(st.log),
                 "queued": len(st.queued), "early": len(st.early),
                 "suspects": len(st.suspects), "welcomes_sent": st.welcomes_sent,
-                "rejoins": st.rejoins, "merges": st.merges,
+                "merges": st.merges,
                 "interval_ids": len(st.interval_ids),
             },
         )
