@@ -11,6 +11,7 @@ unclean run. A benchmark, not a test: it never compares times against a limit.
     .venv/bin/python bench/sweep_crashes.py                 # 500 seeds per row
     .venv/bin/python bench/sweep_crashes.py --seeds 20 --messages 200
     .venv/bin/python bench/sweep_crashes.py --relay     # the sequencer family relaying
+    .venv/bin/python bench/sweep_crashes.py --seeds 40 --ordering chandra-toueg
 """
 
 from __future__ import annotations
@@ -102,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--relay", action="store_true",
                    help="only the sequencer family, in relay mode (the origin sends to the "
                         "sequencer only)")
+    p.add_argument("--ordering", default=None, help="only this ordering's rows")
     args = p.parse_args(argv)
     rows = [r for r in ROWS if r[0] != "chandra-toueg"] if args.relay else ROWS
+    rows = [r for r in rows if args.ordering in (None, r[0])]
     todo = [Task(o, safe, n, seed, args.messages, args.horizon_ms, args.relay)
             for seed in range(1, args.seeds + 1) for o, safe, n in rows]
     console = Console(stderr=True)

@@ -225,7 +225,7 @@ class LeavesAtOnce(ChandraToueg):
     def _decide(self, batch: Batch, source: NodeId) -> list[Effect]:
         effects = super()._decide(batch, source)
         if self.removed and self.view is not None:
-            self.stopped = True
+            self.phase = "stopped"
             self.view = View(self.view.view_id + 1, self.members)
             effects.append(InstallView(self.view))
         return effects
@@ -234,8 +234,8 @@ class LeavesAtOnce(ChandraToueg):
 class ChangesViewFirst(ChandraToueg):
     """The lowest member installs a batch's new view before delivering its messages."""
 
-    def _deliver_ready(self) -> list[Effect]:
-        effects = super()._deliver_ready()
+    def deliver_ready(self) -> list[Effect]:
+        effects = super().deliver_ready()
         if self.node != min(self.members, default=""):
             return effects
         views = [e for e in effects if isinstance(e, InstallView)]
@@ -286,8 +286,8 @@ def test_the_standard_stack_is_open() -> None:
 # (with rejoin it comes back and leaves from there: tests/sim/test_ct_rejoin_leaver.py)
 
 # n2 asks to leave while n1+n2 are cut off in a minority: the majority removes them before
-# n2's leave (or its last broadcast) is decided. Seed 2 lost the end of n2's last view
-# (AGREEMENT), seed 7 its last broadcast (VALIDITY), both while n2 passed for departed.
+# n2's leave (or its last broadcast) is decided. Planted (`ClaimsItLeft`), seeds 4 and 7
+# lose the end of n2's last view or its last broadcast while n2 passes for departed.
 CUT_OFF_LEAVER = (
     "drop=0.03,dup=0.02,delay=1-20ms,partition=n4+n5|n1+n2+n3+n6@834ms-1302ms,"
     "partition=n1+n2|*@3055ms-6192ms,join=n7@3426ms,crash=n4@1899ms,leave=n2@5200ms"
@@ -306,7 +306,7 @@ class ClaimsItLeft(ChandraToueg):
         pass
 
 
-@pytest.mark.parametrize("seed", [2, 7])
+@pytest.mark.parametrize("seed", [4, 7])
 def test_a_leaver_removed_before_its_leave_was_decided_is_removed_not_departed(
     seed: int,
 ) -> None:
@@ -329,7 +329,7 @@ def test_a_member_removed_before_it_broadcasts_and_leaves_is_removed_not_departe
 
 def test_a_cut_off_leaver_that_claims_it_left_is_caught() -> None:
     found = 0
-    for seed in (2, 7):
+    for seed in (4, 7):
         result = run_simulation(
             SimConfig("chandra-toueg", nodes=6, messages=200, seed=seed, faults=CUT_OFF_LEAVER),
             stack_factory=_stack_of(ClaimsItLeft, rejoin=False),

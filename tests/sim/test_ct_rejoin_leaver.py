@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import pytest
 
-from abcast.effects import Effect
 from abcast.ids import NodeId, View
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
@@ -49,7 +48,7 @@ def kinds_of(result: SimResult, node: NodeId) -> list[str]:
     return [r.kind for r in result.recorder.rows() if r.node == node]
 
 
-@pytest.mark.parametrize("seed", [3, 7])
+@pytest.mark.parametrize("seed", [2, 7])
 def test_ct_rejoin_a_cut_off_leaver_comes_back_and_then_leaves(seed: int) -> None:
     result = simulate(6, seed, CUT_OFF_LEAVER)
     assert result.violations == [] and membership_problems(result) == []
@@ -74,10 +73,9 @@ def test_ct_rejoin_off_a_removed_minority_stops() -> None:
 class ForgetsItsBroadcasts(ChandraToueg):
     """Planted: comes back without the broadcasts the group had not decided."""
 
-    def _rejoin(self) -> list[Effect]:
-        effects = super()._rejoin()
-        self._queued.clear()
-        return effects
+    def restart_consensus(self) -> None:  # the last step of a rejoin but its ask
+        super().restart_consensus()
+        self.queued.clear()
 
 
 def test_ct_rejoin_a_rejoiner_that_forgets_its_undecided_broadcasts_is_caught() -> None:

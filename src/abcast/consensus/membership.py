@@ -6,19 +6,22 @@ member applies it the same way (`apply_batch`: a pure function of the members be
 the batch), so every member switches view at the same point of the total order. What a
 member *proposes* is local knowledge kept here:
 
-- a joiner's request (`CtJoin`, forwarded once to the other members so that whoever
-  coordinates can propose it) until a decision adds it;
-- a leaver's request (`CtLeave(last)`): "remove me once my broadcasts 1..last are
-  decided" — in the batch that decides the last of them at the latest, so the leaver
-  delivers all of its own messages before its view without itself;
+- a joiner's request (`MJoin`, forwarded once to the other members as `MJoinFwd` so
+  that whoever coordinates can propose it) until a decision adds it;
+- a leaver's request: "remove me once my broadcasts 1..last are decided" — in the batch
+  that decides the last of them at the latest, so the leaver delivers all of its own
+  messages before its view without itself. The leaver knows its `last`; it sends its
+  `MLeave` only once it has decided them all, so the others take it with `last` = 0;
 - suspected members (the failure detector's verdicts, passed in).
 
 A batch that adds a joiner fixes the *cut*: per origin, the first seq not decided by k.
 Where a member delivers that batch it takes a snapshot of the application (the state
-right after k's deliveries) and builds the `CtWelcome` — k, the view after it, the cut
-and the state. The lowest old member of the new view sends it at once; every old member
-keeps its copy until the joiner is known to have delivered past k, to answer the
-joiner's retries if the first welcome died with its sender.
+right after k's deliveries) and builds the `MWelcome` — k (as its `attempt`), the view
+after it, the cut (a `JoinCut`) and the state — and the `Bodies` it holds at or above
+the cut (sent before the joiner was a member), which go first. The lowest old member of
+the new view sends it at once; every old member keeps its copy until the joiner is known
+to have delivered past k, to answer the joiner's retries if the first welcome died with
+its sender.
 
 A removed node may ask again (abcast.consensus.lifecycle: a member cut off by a
 partition, or falsely suspected, comes back): it is proposed again only on its own
@@ -33,9 +36,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from abcast.consensus.messages import CtWelcome
+from abcast.codec import Header
+from abcast.consensus.messages import Bodies
 from abcast.errors import LocalProtocolError
 from abcast.ids import MsgId, NodeId, View, sorted_nodes
+from abcast.membership.wire import JoinCut, MWelcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +79,25 @@ class _Draft:
     send: bool  # this node is the one that sends it at once
 
 
+@dataclass(frozen=True, slots=True)
+class KeptWelcome:
+    """A welcome kept for a joiner until it is known to have delivered past `k`."""
+
+    k: int
+    welcome: MWelcome
+    bodies: Bodies | None  # held at or above the cut: they go first
+
+    def packets(self) -> list[Header]:
+        return [self.welcome] if self.bodies is None else [self.bodies, self.welcome]
+
+
 class MembershipBook:
     def __init__(self, node: NodeId) -> None:
         self.node = node
         self.joiners: dict[NodeId, None] = {}  # asked to join, not yet added (in order)
         self.leavers: dict[NodeId, int] = {}  # asked to leave: their last broadcast seq
         self.gone: set[NodeId] = set()  # removed from the group here (re-added if it asks)
-        self.welcomes: dict[NodeId, tuple[int, CtWelcome]] = {}  # joiner -> (k, welcome)
+        self.welcomes: dict[NodeId, KeptWelcome] = {}
         self._cuts: dict[int, tuple[tuple[NodeId, int], ...]] = {}
         self._drafts: dict[int, _Draft] = {}
         self._tokens = 0
@@ -177,7 +194,7 @@ class MembershipBook:
     def welcome(
         self, token: int, state: bytes,
         pending: Callable[[Mapping[NodeId, int]], list[tuple[NodeId, int, bytes]]],
-    ) -> list[tuple[NodeId, CtWelcome]]:
+    ) -> list[tuple[NodeId, KeptWelcome]]:
         """The snapshot for `token` arrived: keep a welcome for each joiner (with the
         `pending` bodies at or above the cut); return the ones to send now."""
         draft = self._drafts.pop(token, None)
@@ -187,19 +204,21 @@ class MembershipBook:
         if draft is None:
             raise LocalProtocolError(f"{self.node} took no snapshot with token {token}")
         view = draft.view
-        message = CtWelcome(draft.k, view.view_id, list(view.members),
-                            [(o, s) for o, s in draft.cut], state, pending(dict(draft.cut)))
+        cut = JoinCut({o: s - 1 for o, s in draft.cut if s > 1})
+        held = pending(dict(draft.cut))
+        kept = KeptWelcome(draft.k, MWelcome(view.view_id, draft.k, list(view.members), cut,
+                                             state), Bodies(held) if held else None)
         out = []
         for joiner in draft.joiners:
             if joiner in view.members:
-                self.welcomes[joiner] = (draft.k, message)
+                self.welcomes[joiner] = kept
                 if draft.send:
-                    out.append((joiner, message))
+                    out.append((joiner, kept))
         return out
 
     def joiner_progress(self, joiner: NodeId, delivered: int) -> None:
         """The joiner reports instances up to `delivered`: at its welcome's k or past it,
         it has installed the state, so the kept copy can go."""
         kept = self.welcomes.get(joiner)
-        if kept is not None and delivered >= kept[0]:
+        if kept is not None and delivered >= kept.k:
             del self.welcomes[joiner]

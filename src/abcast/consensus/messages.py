@@ -3,8 +3,11 @@
 Rules: plain msgspec Structs with the decoder's limits on them; no behaviour. A batch
 (`ids`, `remove`, `add`) is what one consensus instance decides: the next messages to
 deliver, in list order, then the members to remove from the view and the joiners to
-add to it. Membership traffic outside the instances: a joiner's `CtJoin`, a leaver's
-`CtLeave`, and the `CtWelcome` (state and cut) a member sends a joiner once admitted.
+add to it. Membership traffic outside the instances is the membership layer's own
+records (abcast.membership.wire): a joiner's `MJoin` and a contact's `MJoinFwd`, a
+leaver's `MLeave`, and the `MWelcome` a member sends a joiner once admitted — `attempt`
+is the instance that admitted it, `cut` the `JoinCut` (per origin, how many of its
+messages the state holds), preceded by the `Bodies` held above the cut.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Annotated
 import msgspec
 
 from abcast.codec import Count, Header, NodeField, Seq
+from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
 
 MsgRef = tuple[NodeField, Seq]
 IdList = Annotated[list[MsgRef], msgspec.Meta(max_length=1_000_000)]
@@ -77,33 +81,7 @@ class Bodies(Header, frozen=True):
     items: Annotated[list[tuple[NodeField, Seq, bytes]], msgspec.Meta(max_length=1_000_000)]
 
 
-class CtJoin(Header, frozen=True):
-    """`joiner` asks to be added: sent by the joiner to its contacts until welcomed, and
-    forwarded once by a contact to the other members (whoever coordinates proposes it)."""
-
-    joiner: NodeField
-
-
-class CtLeave(Header, frozen=True):
-    """The sender leaves: remove it once its broadcasts 1..last are decided."""
-
-    last: Count
-
-
-class CtWelcome(Header, frozen=True):
-    """To a joiner: instance `k` added it; the view after k, the application state right
-    after k's deliveries, and per origin the first seq not decided by k (the cut)."""
-
-    k: Seq
-    view_id: Count
-    members: NodeList
-    decided: Annotated[list[MsgRef], msgspec.Meta(max_length=1_000_000)]
-    state: bytes
-    #: bodies the sender holds at or above the cut (sent before the joiner was a member)
-    pending: Annotated[list[tuple[NodeField, Seq, bytes]], msgspec.Meta(max_length=1_000_000)]
-
-
 CtHeader = (
-    CtData | Propose | Ack | Nack | Estimate | Decide | Fetch | Bodies | CtJoin | CtLeave
-    | CtWelcome
+    CtData | Propose | Ack | Nack | Estimate | Decide | Fetch | Bodies | MJoin | MJoinFwd
+    | MLeave | MWelcome
 )

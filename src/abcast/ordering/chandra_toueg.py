@@ -1,6 +1,31 @@
 """Chandra-Toueg atomic broadcast: a sequence of consensus instances, each deciding the
 next batch of message ids (and membership changes); every node delivers in instance order.
 
+Phases (`phase`: this node's place in the group; the steps are abcast.consensus.lifecycle's):
+
+    phase      event                                    next       what it does
+    member     JoinRequested (alone, fresh)             joining    MJoin to a contact
+    joining    MWelcome of this incarnation             member     InstallState, InstallView,
+                                                                   its queued broadcasts
+    member     LeaveRequested                           leaving    MLeave to the members once
+                                                                   its broadcasts are decided
+    member*    a decision removes it                    member*    (removed) delivers up to it
+    leaving    delivers the batch removing it           departing  lingers linger_us
+    member*    delivers the batch removing it           joining    rejoin: asks again (a new
+               (not a graceful leave)                              incarnation, same ids)
+                                                        expelled   no rejoin: lingers linger_us
+    member*    Excluded by a later view (a leaver       joining    rejoin: as above
+               first waits 2·linger_us for the batch)   stopped    no rejoin: InstallView
+                                                                   without it
+    departing  DEPART timer                             stopped    InstallView without it
+    expelled   DEPART timer                             stopped    InstallView without it
+
+    (member* = member or leaving; a leaver removed with broadcasts of its own undecided,
+    or that gave up waiting for the batch, is `cut_off`: removed, not departed)
+
+Only member* nodes run instances; a joining node keeps what members send it and answers
+nothing until its welcome.
+
 Rules. Messages are multicast by their origin (`CtData`), kept by every receiver
 (abcast.consensus.bodies). Instance k runs the ◇S consensus of Chandra and Toueg with a
 rotating coordinator, `members[(k + r − 2) mod n]` in round r, and majority quorums of
@@ -26,8 +51,9 @@ changes view at that point of the order, so views are totally ordered with messa
 virtual synchrony holds by construction — members that install v and v+1 delivered the
 same batches in v, and every message is delivered in the same view everywhere (not
 necessarily the one it was sent in: it may be decided after a view change). What a
-node does about its own membership — joining through a contact and a `CtWelcome` (view,
-snapshot, cut), leaving, and being removed — lives in abcast.consensus.lifecycle. Bodies
+node does about its own membership — joining through a contact and an `MWelcome` (view,
+snapshot, cut), leaving, and being removed — lives in abcast.consensus.lifecycle, with
+the membership layer's records, knobs and rules (abcast.membership). Bodies
 and decisions are collected once every member has delivered them (`stable`, piggybacked
 on proposals from the acks' `delivered`).
 
@@ -51,24 +77,26 @@ from __future__ import annotations
 from collections import deque
 
 from abcast.codec import Packet
+from abcast.consensus import lifecycle
 from abcast.consensus.bodies import ANYONE, BodyStore
 from abcast.consensus.lifecycle import (
+    DELIVERING,
     DEPART,
     FETCH,
     GIVE_UP,
-    JOIN_RETRY,
+    JOINING,
+    LEAVING,
+    MEMBER,
     NUDGE,
-    MemberLifecycle,
+    STOPPED,
+    Phase,
 )
-from abcast.consensus.membership import EMPTY_BATCH, Batch, apply_batch
+from abcast.consensus.membership import EMPTY_BATCH, Batch, MembershipBook, apply_batch
 from abcast.consensus.messages import (
     Ack,
     Bodies,
     CtData,
     CtHeader,
-    CtJoin,
-    CtLeave,
-    CtWelcome,
     Decide,
     Estimate,
     Fetch,
@@ -110,24 +138,26 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import MsgId, NodeId, View, sorted_nodes
+from abcast.layer import Layer
+from abcast.membership import MembershipConfig
+from abcast.membership.contacts import JoinContacts
+from abcast.membership.state import JOIN_RETRY
+from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
+from abcast.snapshot import LayerSnapshot
 
 __all__ = ["EMPTY_BATCH", "Batch", "ChandraToueg"]
 
 
-class ChandraToueg(MemberLifecycle):
+class ChandraToueg(Layer):
     name = "chandra-toueg"
     header_type = CtHeader
 
     def __init__(
         self, node: NodeId, batch: int | None = None, fetch_delay_us: int = 5_000,
-        join_retry_us: int = 200_000, linger_us: int = 1_000_000, nudge_us: int = 500_000,
-        *, rejoin: bool = True,
+        linger_us: int = 1_000_000, nudge_us: int = 500_000,
+        *, rejoin: bool = True, membership: MembershipConfig | None = None,
     ) -> None:
-        # `rejoin`: a member the group removed asks to join again (else it stops). On by
-        # default, unlike the sequencer core's knob: this ordering's only stack, the
-        # registry's, is open (detector and channel let a non-member's packets up), which
-        # is what a rejoin needs; the sequencer family gets it on from the registry.
-        super().__init__(node, join_retry_us, linger_us, rejoin)
+        super().__init__(node)
         if batch is not None and batch < 1:
             raise LocalProtocolError("batch must be >= 1")
         self.max_batch = batch
@@ -135,12 +165,37 @@ class ChandraToueg(MemberLifecycle):
         # wait this long for the bodies before asking for them.
         self.fetch_delay_us = fetch_delay_us
         self.fetch_retry_us = 40 * fetch_delay_us
+        # join_retry_us: the membership layer's (the other knobs are its flush's)
+        self.config = membership or MembershipConfig()
+        self.linger_us = linger_us
         self.retain_us = 10 * linger_us
         self.nudge_us = nudge_us
+        # `rejoin`: a member the group removed asks to join again (else it stops). On by
+        # default, unlike the sequencer core's knob: this ordering's only stack, the
+        # registry's, is open (detector and channel let a non-member's packets up), which
+        # is what a rejoin needs; the sequencer family gets it on from the registry.
+        self.rejoin = rejoin
+        self.now = 0
+        # -- this node's own membership (the phase table above; abcast.consensus.lifecycle)
+        self.phase: Phase = MEMBER
+        self.view: View | None = None  # the view delivered so far (what the app sees)
+        self.members: tuple[NodeId, ...] = ()  # the view consensus runs in (may be ahead)
+        self.cut_off = False  # removed before our leave was decided (the driver reads it)
+        self.rejoins = 0  # times this node asked to come back after a removal
+        self.book = MembershipBook(node)
+        self.contacts: JoinContacts | None = None
+        self.queued: list[tuple[int, bytes]] = []
+        self.leave_after_join = False
+        self.leave_sent = False
+        self.last_seq = 0
+        self.final_view: View | None = None
+        self.give_up_armed = False
+        self.stale_welcomes_upto = 0
         self._suspects: set[NodeId] = set()
-        self._restart_consensus()
+        self.restart_consensus()
 
-    def _restart_consensus(self) -> None:
+    def restart_consensus(self) -> None:
+        """Forget every instance, body and decision: a fresh node's consensus state."""
         self.store = BodyStore(self.node)  # message bodies, kept until stable; fetches
         # consensus state for instance self.k
         self.k = 1
@@ -149,14 +204,31 @@ class ChandraToueg(MemberLifecycle):
         self._ts = 0
         self._coord: Coordination | None = None
         self._adopt: PendingAdopt | None = None
-        self._later = {}  # messages of instances this node has not reached
+        self.later: dict[int, list[tuple[NodeId, object]]] = {}  # instances not reached yet
         self.log = DecisionLog()  # decisions kept until stable, to answer stragglers
-        self._to_deliver = deque()
+        self.to_deliver: deque[DecidedBatch] = deque()
         self.delivered_upto = 0
         self._nudge_for: tuple[int, int] | None = None  # (instance, round) of the armed nudge
         self._fetch_armed = False
 
     # -- introspection -------------------------------------------------------------------
+    @property
+    def joining(self) -> bool:
+        return self.phase == JOINING
+
+    @property
+    def leaving(self) -> bool:
+        return self.phase == LEAVING
+
+    @property
+    def stopped(self) -> bool:
+        return self.phase == STOPPED
+
+    @property
+    def removed(self) -> bool:
+        """A decision this node has reached removed it (it delivers up to there only)."""
+        return self.phase != JOINING and self.node not in self.members
+
     def bodies_held(self) -> int:
         return self.store.held()
 
@@ -167,48 +239,63 @@ class ChandraToueg(MemberLifecycle):
     def majority(self) -> int:
         return len(self.members) // 2 + 1
 
+    def inspect(self) -> LayerSnapshot:
+        view = self.view
+        phase = f"{self.phase}, removed" if self.phase in DELIVERING and self.removed \
+            else self.phase
+        clock = {"view_id": view.view_id if view is not None else 0,
+                 "members": list(self.members), "instance": self.k, "round": self._round,
+                 "delivered_upto": self.delivered_upto, "suspects": sorted(self._suspects),
+                 "pending_joins": list(self.book.joiners),
+                 "pending_leaves": sorted(self.book.leavers)}
+        return LayerSnapshot(
+            layer=self.name, phase=phase, clock=clock,
+            counters={"bodies_held": self.store.held(), "decided_waiting": len(self.to_deliver),
+                      "rejoins": self.rejoins})
+
     # -- events --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
-        self._now = now
+        self.now = now
         match event:
             case ViewInstalled(view):
                 return self._first_view(view)
-            case _ if self.stopped:
+            case _ if self.phase == STOPPED:
                 return []
             case BroadcastRequested(seq, payload):
-                return self._broadcast(seq, payload) + self._settle()
-            case Received(sender, header, inner) if self.joining:
-                return self._receive_joining(sender, header, inner)
+                return self._broadcast(seq, payload) + self.settle()
+            case Received(sender, header, inner) if self.phase == JOINING:
+                return lifecycle.receive_joining(self, sender, header, inner)
             case Received(sender, header, inner):
-                return self._receive_member(sender, header, inner) + self._settle()
+                return self._receive_member(sender, header, inner) + self.settle()
             case Suspected(node):
                 self._suspects.add(node)  # bodies asked of it are asked of everyone now
-                return self._fetch(self.store.sources_lost(node), ANYONE) + self._settle()
+                return self._fetch(self.store.sources_lost(node), ANYONE) + self.settle()
             case Restored(node):
                 self._suspects.discard(node)
                 return []
-            case Excluded(by, view_id) if self._excluded_by(by, view_id):
-                return self._on_excluded()  # removed in an instance this node missed
+            case Excluded(by, view_id) if lifecycle.excluded_by(self, by, view_id):
+                return lifecycle.on_excluded(self)  # removed in an instance this node missed
             case Excluded():
                 return []
             case TimerFired(key) if key == NUDGE:
-                return self._nudge() + self._settle()
+                return self._nudge() + self.settle()
             case TimerFired(key) if key == GIVE_UP:
-                return self._give_up()
+                return lifecycle.give_up(self)
             case JoinRequested(contacts):
-                return self._join(contacts, now)
+                return lifecycle.join(self, contacts)
             case LeaveRequested():
-                return self._leave() + self._settle()
+                return lifecycle.leave(self) + self.settle()
             case SnapshotTaken(token, state):
                 welcomes = self.book.welcome(token, state, self.store.above)
-                return [Send(joiner, welcome) for joiner, welcome in welcomes]
+                return [Send(joiner, header) for joiner, kept in welcomes
+                        for header in kept.packets()]
             case TimerFired(key) if key == FETCH:
                 self._fetch_armed = False
-                return self._fetch_missing() + self._settle()
+                return self._fetch_missing() + self.settle()
             case TimerFired(key) if key == JOIN_RETRY:
-                return self._ask_to_join(now)
+                return lifecycle.ask_again(self)
             case TimerFired(key) if key == DEPART:
-                return self._depart()
+                return lifecycle.depart(self)
             case TimerFired(_):
                 return []
             case _:
@@ -224,43 +311,45 @@ class ChandraToueg(MemberLifecycle):
     def _broadcast(self, seq: int, payload: bytes) -> list[Effect]:
         if self.view is None:
             raise LocalProtocolError(f"{self.name} on {self.node} has no view yet")
-        if self.leaving:
+        if self.phase in (LEAVING, lifecycle.DEPARTING):
             raise LocalProtocolError(f"{self.node} is leaving the group and cannot broadcast")
-        self._last_seq = max(self._last_seq, seq)
+        self.last_seq = max(self.last_seq, seq)
         if self.removed and not self.rejoin:
             self.cut_off = True  # removed: we stop in a moment, and this is lost with us
             return []
-        if self.joining or self.removed:
-            self._queued.append((seq, payload))  # multicast once the group has admitted us
+        if self.phase == JOINING or self.removed:
+            self.queued.append((seq, payload))  # multicast once the group has admitted us
             return []
         self.store.put(self.node, seq, payload)
         others = tuple(m for m in self.members if m != self.node)
         return [Multicast(others, CtData(seq), Packet((), payload))]
 
-    def _settle(self) -> list[Effect]:
+    def settle(self) -> list[Effect]:
         """Run to a fixed point: replay messages that waited for the instance this node
         has now reached, deliver, propose, move rounds. A loop, not recursion, because a
         burst of decisions can be thousands long."""
         effects: list[Effect] = []
-        while not self.stopped and not self.joining:
+        while self.phase not in (STOPPED, JOINING):
             k = self.k
-            for sender, header in self._later.pop(k, []):
+            for sender, header in self.later.pop(k, []):
                 if sender in self.members:  # it may have been sent before we knew it
                     effects += self._receive(sender, header, Packet())
             effects += self._progress()
-            if self.k == k and self.k not in self._later:
+            if self.k == k and self.k not in self.later:
                 break
         return effects
 
     # -- receiving -----------------------------------------------------------------------
     def _receive_member(self, sender: NodeId, header: object, inner: Packet) -> list[Effect]:
         match header:
-            case CtJoin(joiner):
-                if sender != joiner and sender not in self.members:
-                    return []  # only the joiner itself or a member may ask
-                return self._on_join(sender, joiner)
-            case CtLeave(last) if sender in self.members:
-                self.book.note_leave(sender, last)
+            case MJoin():
+                return lifecycle.on_join(self, sender, sender)
+            case MJoinFwd(joiner):
+                if sender not in self.members:
+                    return []  # only a member forwards
+                return lifecycle.on_join(self, sender, joiner)
+            case MLeave() if sender in self.members:
+                self.book.note_leave(sender, 0)  # its broadcasts are decided (lifecycle)
                 return []
             case Fetch() | Bodies():
                 return self._receive(sender, header, inner)  # the removed may need them too
@@ -270,7 +359,7 @@ class ChandraToueg(MemberLifecycle):
                 return []
             case _ if isinstance(header, INSTANCE_HEADERS) and header.k > self.k:
                 # a joiner may speak in an instance this node has not reached yet
-                self._later.setdefault(header.k, []).append((sender, header))
+                self.later.setdefault(header.k, []).append((sender, header))
                 return []
             case _ if sender not in self.members:
                 return []
@@ -290,7 +379,7 @@ class ChandraToueg(MemberLifecycle):
                     self.store.put(origin, seq, body)
                 return []
             case Propose(k) | Ack(k) | Nack(k) | Estimate(k) | Decide(k) if k > self.k:
-                self._later.setdefault(k, []).append((sender, header))
+                self.later.setdefault(k, []).append((sender, header))
                 return []
             case Decide(k, ids, remove, add):
                 return [] if k < self.k else self._decide(batch_of(ids, remove, add), sender)
@@ -311,7 +400,7 @@ class ChandraToueg(MemberLifecycle):
             case Estimate(_, r, ids, remove, ts, delivered, add):
                 self._note_delivered(sender, delivered)
                 return self._on_estimate(sender, r, batch_of(ids, remove, add), ts)
-            case CtWelcome():
+            case MWelcome():
                 return []  # a second welcome (we asked more than once)
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
@@ -324,17 +413,17 @@ class ChandraToueg(MemberLifecycle):
         if self._fetch_armed:
             return []
         self._fetch_armed = True
-        return [SetTimer(FETCH, self._now + self.fetch_delay_us)]
+        return [SetTimer(FETCH, self.now + self.fetch_delay_us)]
 
     def _fetch_missing(self) -> list[Effect]:
         wanted: list[tuple[list[MsgId], NodeId]] = []
         if self._adopt is not None:
             wanted.append((self.store.missing(self._adopt.batch.ids), self._adopt.fetch_from))
-        wanted += [(self.store.missing(d.batch.ids), d.source) for d in self._to_deliver]
+        wanted += [(self.store.missing(d.batch.ids), d.source) for d in self.to_deliver]
         effects = self.store.refetch(wanted, self.members, self._suspects)
         if self.store.fetching:
             self._fetch_armed = True
-            effects.append(SetTimer(FETCH, self._now + self.fetch_retry_us))
+            effects.append(SetTimer(FETCH, self.now + self.fetch_retry_us))
         return effects
 
     # -- proposing -----------------------------------------------------------------------
@@ -352,8 +441,8 @@ class ChandraToueg(MemberLifecycle):
 
     def _progress(self) -> list[Effect]:
         """Re-check everything that may have been waiting for a body or a proposal."""
-        effects = self._deliver_ready()
-        if self.stopped or self.removed:
+        effects = self.deliver_ready()
+        if self.phase not in DELIVERING or self.removed:
             return effects
         if self._adopt is not None and not self.store.missing(self._adopt.batch.ids):
             effects += self._adopt_now()
@@ -364,7 +453,7 @@ class ChandraToueg(MemberLifecycle):
             effects += self._next_round(self._round + 1)
         elif self._nudge_for is None:
             self._nudge_for = (self.k, self._round)
-            effects.append(SetTimer(NUDGE, self._now + self.nudge_us))
+            effects.append(SetTimer(NUDGE, self.now + self.nudge_us))
         return effects
 
     def _nudge(self) -> list[Effect]:
@@ -521,7 +610,7 @@ class ChandraToueg(MemberLifecycle):
                 if gone != self.node:  # a rejoiner sends its own again
                     self.store.drop_undecided(gone)
                 # ...and the decisions it may still lack are kept a while to remind it
-                self.log.retain(gone, self._now + self.retain_us)
+                self.log.retain(gone, self.now + self.retain_us)
         self.book.decided(k, batch, before, self.members, self.store.decided_next)
         for joiner in self.members:
             if joiner not in before:  # it starts from the state after instance k
@@ -529,7 +618,7 @@ class ChandraToueg(MemberLifecycle):
                 # A member removed as suspected and back: the detector watches it afresh
                 # (and says nothing of the old suspicion), so must this view of it.
                 self._suspects.discard(joiner)
-        self._to_deliver.append(DecidedBatch(k, batch, source, before, self.members))
+        self.to_deliver.append(DecidedBatch(k, batch, source, before, self.members))
         self.k += 1
         self._round = 1
         self._estimate, self._ts = None, 0
@@ -539,19 +628,20 @@ class ChandraToueg(MemberLifecycle):
         # everything before the change), then installs its view without itself — unless
         # bodies it lacks were collected meanwhile: it gives up after a while.
         effects = self._want_bodies() if self.store.missing(batch.ids) else []
+        effects += lifecycle.ask_to_leave(self)  # a leaver whose last broadcast this was
         if self.node in before and self.removed:
-            self._give_up_armed = True
-            effects.append(SetTimer(GIVE_UP, self._now + 2 * self.linger_us))
+            self.give_up_armed = True
+            effects.append(SetTimer(GIVE_UP, self.now + 2 * self.linger_us))
         return effects
 
-    def _deliver_ready(self) -> list[Effect]:
+    def deliver_ready(self) -> list[Effect]:
         effects: list[Effect] = []
-        while self._to_deliver and not self.stopped and self._departing is None:
-            decided = self._to_deliver[0]
+        while self.to_deliver and self.phase in DELIVERING:
+            decided = self.to_deliver[0]
             batch = decided.batch
             if self.store.missing(batch.ids):
                 break
-            self._to_deliver.popleft()
+            self.to_deliver.popleft()
             effects.extend(Deliver(m.origin, m.seq, self.store.body(m)) for m in batch.ids)
             self.delivered_upto = decided.k
             if decided.after != decided.before and self.view is not None:
@@ -562,7 +652,7 @@ class ChandraToueg(MemberLifecycle):
         assert self.view is not None
         view = View(self.view.view_id + 1, decided.after)
         if self.node not in decided.after:
-            return self._left_out(view)  # abcast.consensus.lifecycle
+            return lifecycle.left_out(self, view)
         self.view = view
         effects: list[Effect] = [InstallView(view)]
         token = self.book.draft(decided.k, decided.before, self.view)
@@ -577,7 +667,7 @@ class ChandraToueg(MemberLifecycle):
             self.book.joiner_progress(node, delivered)
 
     def _stable(self) -> int:
-        return self.log.stable(self.members, self.node, self.delivered_upto, self._now)
+        return self.log.stable(self.members, self.node, self.delivered_upto, self.now)
 
     def _collect_garbage(self, stable: int) -> None:
         for batch in self.log.collect(min(stable, self.delivered_upto)):
