@@ -3,7 +3,8 @@ welcomed with the state at the cut, a member asking the leader to leave it out, 
 waiting for the new members' farewells, and a member the group went on without.
 
 Rules (the phase table is abcast.membership.layer's): a joiner sends `MJoin` to a contact
-(the next one every `join_retry_us`); the acting leader takes the request into its next
+(the next one every `join_retry_us`: abcast.membership.contacts, shared with
+chandra-toueg); the acting leader takes the request into its next
 flush, and after installing the view snapshots the application (`TakeSnapshot`) and
 sends `MWelcome` with the ordering's join cut. A leaver asks the acting leader (again
 every `leave_retry_us`), is a member of the flush that leaves it out, and departs once
@@ -27,6 +28,7 @@ from abcast.effects import (
 )
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View
+from abcast.membership.contacts import JoinContacts, left_out_by
 from abcast.membership.state import (
     FAREWELL_WAIT,
     JOIN_RETRY,
@@ -60,14 +62,18 @@ class JoinLeave:
         view = self.s.view
         if view is None or view.members != (self.s.node,) or self.s.status != "member":
             raise LocalProtocolError(f"{self.s.node} cannot join now: it is in {view}")
-        candidates = tuple(c for c in contacts if c != self.s.node)
-        if not candidates:
-            raise LocalProtocolError("join needs at least one contact other than this node")
+        self.s.contacts = asked = JoinContacts(contacts, self.s.node)
         self.s.status = "joining"
-        self.s.contacts = candidates
-        self.s.contact_index = 0
         retry = SetTimer(JOIN_RETRY, now + self.s.config.join_retry_us)
-        return [Send(candidates[0], MJoin()), retry]
+        return [Send(asked.current(), MJoin()), retry]
+
+    def retry_join(self, now: int) -> list[Effect]:
+        """Unanswered for `join_retry_us`: ask the next contact."""
+        asked = self.s.contacts
+        if self.s.status != "joining" or asked is None:
+            return []
+        retry = SetTimer(JOIN_RETRY, now + self.s.config.join_retry_us)
+        return [Send(asked.next(), MJoin()), retry]
 
     def while_joining(self, sender: NodeId, header: Any) -> list[Effect]:
         match header:
@@ -204,7 +210,7 @@ class JoinLeave:
         if self.s.status == "departing" and final is not None and view_id >= final.view_id:
             self.s.awaiting_farewell.discard(by)  # it has our last view: as good as a farewell
             return self.depart() if not self.s.awaiting_farewell else []
-        if view is None or by not in view.members or view_id <= view.view_id:
+        if view is None or not left_out_by(view.members, view.view_id, by, view_id):
             return []
         return self.removed(by, view_id)
 

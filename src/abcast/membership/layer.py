@@ -516,10 +516,8 @@ class Membership(Layer):
     # -- leaving -------------------------------------------------------------------------
     # -- timers --------------------------------------------------------------------------
     def _timer(self, key: Hashable, now: int) -> list[Effect]:
-        if key == JOIN_RETRY and self.s.status == "joining":
-            self.s.contact_index = (self.s.contact_index + 1) % len(self.s.contacts)
-            contact = self.s.contacts[self.s.contact_index]
-            return [Send(contact, MJoin()), SetTimer(JOIN_RETRY, now + self.config.join_retry_us)]
+        if key == JOIN_RETRY:
+            return self.joins.retry_join(now)
         if key == LEAVE_RETRY and self.s.status == "leaving":
             retry = SetTimer(LEAVE_RETRY, now + self.config.leave_retry_us)
             return [*self.joins.ask_to_leave(), retry]

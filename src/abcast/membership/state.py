@@ -19,6 +19,7 @@ from abcast.errors import LocalProtocolError
 from abcast.events import Received, TimerFired
 from abcast.ids import NodeId, View
 from abcast.membership.api import ViewOrdering
+from abcast.membership.contacts import JoinContacts
 from abcast.membership.wire import (
     FlushMessage,
     JoinCut,
@@ -144,8 +145,7 @@ class MembershipState:
         self.drafts: dict[int, WelcomeDraft] = {}
         self.tokens = 0
         # joining
-        self.contacts: tuple[NodeId, ...] = ()
-        self.contact_index = 0
+        self.contacts: JoinContacts | None = None
         self.fresh_for = 0
         self.left_out_of = 0
         self.leave_after_join = False
