@@ -1,0 +1,297 @@
+"""Trace rows gathered column by column: `MessageRun` (the rows of one batch of messages,
+described once) and `EventColumns` (rows and runs appended to flat column buffers, turned
+into one Arrow table of EVENT_SCHEMA at a time).
+
+A real node at saturation records a few hundred thousand rows a second, nearly all of
+them in runs: the `send` rows of a batch leaving, the `deliver` rows of a batch delivered.
+Such a run is one origin's consecutive messages at one node, recorded at one moment, so
+it is described by its first row and its sizes; `EventColumns.add_run` writes it into the
+buffers with a handful of C-level array operations, whatever its length, and
+`take()` turns the buffers into Arrow arrays without touching a row in Python (the
+buffers are handed to Arrow as they are; strings are dictionary codes, taken from their
+dictionary).
+
+Rules: a run's row i (from 0) is message `first_seq + i`, at `t_ns + i`, with index
+`first_index + i` and size `sizes[i]`; every row of it shares run_id, node, kind, origin,
+group, view_id and deps, and has no peer and no members. `EventColumns` gives exactly the
+table `abcast.trace.rows.events_to_table` gives for the same rows in the same order (the
+tests compare the two). Not thread-safe: one owner at a time.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Final, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from abcast.trace.rows import EventRow
+from abcast.trace.schema import EVENT_SCHEMA
+
+_ONE: Final = b"\x01"
+_ZERO: Final = b"\x00"
+_MAP_TYPE: Final = EVENT_SCHEMA.field("deps").type
+_LIST_TYPE: Final = EVENT_SCHEMA.field("members").type
+
+
+class MessageRun(NamedTuple):
+    """`len(sizes)` rows of one message kind (send, deliver, opt_deliver) at one node,
+    about one origin's messages `first_seq`, `first_seq + 1`, … (module rules)."""
+
+    run_id: str
+    node: str
+    kind: str
+    origin: str
+    first_seq: int
+    group: str | None
+    t_ns: int
+    first_index: int
+    sizes: list[int]
+    view_id: int | None
+    deps: dict[str, int] | None = None
+
+    def rows(self) -> list[EventRow]:
+        """The run as rows (for callers that keep rows, and for tests)."""
+        run_id, node, kind, origin, group, view_id = (
+            self.run_id, self.node, self.kind, self.origin, self.group, self.view_id)
+        deps, seq, t_ns, index = self.deps, self.first_seq, self.t_ns, self.first_index
+        return [
+            EventRow(run_id, node, kind, origin, seq + i, group, t_ns + i, index + i, size,
+                     view_id, None if deps is None else dict(deps))
+            for i, size in enumerate(self.sizes)
+        ]
+
+
+class _Strings:
+    """A string column as dictionary codes (None is a value like any other)."""
+
+    __slots__ = ("codes", "index", "values")
+
+    def __init__(self) -> None:
+        self.codes: dict[str | None, int] = {}
+        self.values: list[str | None] = []
+        self.index = array("i")
+
+    def code(self, value: str | None) -> int:
+        code = self.codes.get(value)
+        if code is None:
+            code = self.codes[value] = len(self.values)
+            self.values.append(value)
+        return code
+
+    def add(self, value: str | None) -> None:
+        self.index.append(self.code(value))
+
+    def repeat(self, value: str | None, count: int) -> None:
+        self.index.extend(array("i", (self.code(value),)) * count)
+
+    def arrow(self) -> pa.Array:
+        index = self.index
+        codes = pa.Array.from_buffers(pa.int32(), len(index), [None, pa.py_buffer(index)])
+        return pa.array(self.values, pa.string()).take(codes)
+
+
+class _Ints:
+    """An integer column (array typecode `typecode`) and its validity, a byte per row."""
+
+    __slots__ = ("arrow_type", "valid", "values")
+
+    def __init__(self, typecode: str, arrow_type: pa.DataType) -> None:
+        self.values = array(typecode)
+        self.valid = bytearray()
+        self.arrow_type = arrow_type
+
+    def add(self, value: int | None) -> None:
+        if value is None:
+            self.values.append(0)
+            self.valid += _ZERO
+        else:
+            self.values.append(value)
+            self.valid += _ONE
+
+    def repeat(self, value: int | None, count: int) -> None:
+        self.values.extend(array(self.values.typecode, (value or 0,)) * count)
+        self.valid += (_ZERO if value is None else _ONE) * count
+
+    def extend(self, values: list[int]) -> None:
+        self.values.fromlist(values)
+        self.valid += _ONE * len(values)
+
+    def arrow(self) -> pa.Array:
+        values, length = self.values, len(self.values)
+        bitmap = None if _ZERO not in self.valid else _bits(self.valid).buffers()[1]
+        return pa.Array.from_buffers(self.arrow_type, length, [bitmap, pa.py_buffer(values)],
+                                     null_count=-1)
+
+
+class _Counts(_Ints):
+    """An int64 column that counts up along a run (seq, t_ns, index): it holds, per row,
+    the value minus the row's position, so a run is one repeated value; `arrow` adds the
+    positions back in one vectorised step."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__("q", pa.int64())
+
+    def add_at(self, value: int | None, position: int) -> None:
+        self.add(None if value is None else value - position)
+
+    def count_from(self, first: int, count: int, position: int) -> None:
+        self.repeat(first - position, count)
+
+    def arrow(self) -> pa.Array:
+        return pc.add(super().arrow(), _positions(len(self.values)))
+
+
+_POSITIONS: list[pa.Array] = [pa.array([], pa.int64())]
+
+
+def _positions(length: int) -> pa.Array:
+    """0, 1, …, length - 1 as int64 (made once at the largest length asked for)."""
+    made = _POSITIONS[0]
+    if len(made) < length:
+        made = _POSITIONS[0] = pa.array(range(max(length, 2 * len(made))), pa.int64())
+    return made.slice(0, length)
+
+
+def _bits(flags: bytearray) -> pa.BooleanArray:
+    """A byte per row (0 or 1) as a boolean array."""
+    as_bytes = pa.Array.from_buffers(pa.uint8(), len(flags), [None, pa.py_buffer(flags)])
+    return pc.cast(as_bytes, pa.bool_())
+
+
+class _Nested:
+    """A map (deps) or list (members) column: offsets, validity, and the flattened
+    entries: string keys/values and, for a map, int64 items."""
+
+    __slots__ = ("items", "keys", "offsets", "valid")
+
+    def __init__(self) -> None:
+        self.offsets = array("i", (0,))
+        self.valid = bytearray()
+        self.keys = _Strings()
+        self.items = array("q")
+
+    def null(self, count: int = 1) -> None:
+        self.offsets.extend(array("i", (self.offsets[-1],)) * count)
+        self.valid += _ZERO * count
+
+    def add_map(self, deps: dict[str, int], count: int = 1) -> None:
+        pairs = sorted(deps.items())  # sorted keys: the same row always gives the same bytes
+        size, last = len(pairs), self.offsets[-1]
+        if size:
+            self.offsets.extend(array("i", range(last + size, last + size * count + 1, size)))
+            codes = self.keys.code
+            self.keys.index.extend(array("i", [codes(k) for k, _ in pairs]) * count)
+            self.items.extend(array("q", [v for _, v in pairs]) * count)
+        else:
+            self.offsets.extend(array("i", (last,)) * count)
+        self.valid += _ONE * count
+
+    def add_list(self, values: tuple[str, ...] | list[str]) -> None:
+        for value in values:
+            self.keys.add(value)
+        self.offsets.append(self.offsets[-1] + len(values))
+        self.valid += _ONE
+
+    def _parts(self) -> tuple[pa.Array, pa.Array | None]:
+        offsets = pa.Array.from_buffers(pa.int32(), len(self.offsets),
+                                        [None, pa.py_buffer(self.offsets)])
+        mask = pc.invert(_bits(self.valid)) if _ZERO in self.valid else None
+        return offsets, mask
+
+    def map_arrow(self) -> pa.Array:
+        offsets, mask = self._parts()
+        items = pa.Array.from_buffers(pa.int64(), len(self.items),
+                                      [None, pa.py_buffer(self.items)])
+        return pa.MapArray.from_arrays(offsets, self.keys.arrow(), items, type=_MAP_TYPE,
+                                       mask=mask)
+
+    def list_arrow(self) -> pa.Array:
+        offsets, mask = self._parts()
+        return pa.ListArray.from_arrays(offsets, self.keys.arrow(), type=_LIST_TYPE, mask=mask)
+
+
+class EventColumns:
+    """Rows of EVENT_SCHEMA gathered column by column; `take()` hands them over as one
+    table and starts empty again."""
+
+    __slots__ = ("_deps", "_group", "_index", "_kind", "_members", "_node", "_origin",
+                 "_peer", "_run_id", "_seq", "_size", "_t_ns", "_view_id", "rows")
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows = 0
+        self._run_id, self._node, self._kind = _Strings(), _Strings(), _Strings()
+        self._origin, self._group, self._peer = _Strings(), _Strings(), _Strings()
+        self._seq, self._t_ns, self._index = _Counts(), _Counts(), _Counts()
+        self._size, self._view_id = _Ints("i", pa.int32()), _Ints("q", pa.int64())
+        self._deps, self._members = _Nested(), _Nested()
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def add(self, row: EventRow) -> None:
+        """One row, whatever its kind."""
+        position = self.rows
+        self.rows += 1
+        self._run_id.add(row.run_id)
+        self._node.add(row.node)
+        self._kind.add(row.kind)
+        self._origin.add(row.origin)
+        self._seq.add_at(row.seq, position)
+        self._group.add(row.group)
+        self._t_ns.add_at(row.t_ns, position)
+        self._index.add_at(row.index, position)
+        self._size.add(row.size)
+        self._view_id.add(row.view_id)
+        if row.deps is None:
+            self._deps.null()
+        else:
+            self._deps.add_map(row.deps)
+        self._peer.add(row.peer)
+        if row.members is None:
+            self._members.null()
+        else:
+            self._members.add_list(row.members)
+
+    def add_run(self, run: MessageRun) -> None:
+        """A run's rows (module rules), in a few operations whatever its length."""
+        count = len(run.sizes)
+        if not count:
+            return
+        position = self.rows
+        self.rows += count
+        self._run_id.repeat(run.run_id, count)
+        self._node.repeat(run.node, count)
+        self._kind.repeat(run.kind, count)
+        self._origin.repeat(run.origin, count)
+        self._seq.count_from(run.first_seq, count, position)
+        self._group.repeat(run.group, count)
+        self._t_ns.count_from(run.t_ns, count, position)
+        self._index.count_from(run.first_index, count, position)
+        self._size.extend(run.sizes)
+        self._view_id.repeat(run.view_id, count)
+        if run.deps is None:
+            self._deps.null(count)
+        else:
+            self._deps.add_map(run.deps, count)
+        self._peer.repeat(None, count)
+        self._members.null(count)
+
+    def take(self) -> pa.Table:
+        """The rows gathered so far as a table of exactly EVENT_SCHEMA; the columns start
+        empty again (the buffers handed to Arrow are never appended to again: an array
+        exporting its buffer cannot grow)."""
+        arrays = [
+            self._run_id.arrow(), self._node.arrow(), self._kind.arrow(),
+            self._origin.arrow(), self._seq.arrow(), self._group.arrow(), self._t_ns.arrow(),
+            self._index.arrow(), self._size.arrow(), self._view_id.arrow(),
+            self._deps.map_arrow(), self._peer.arrow(), self._members.list_arrow(),
+        ]
+        self._reset()
+        return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
