@@ -88,6 +88,8 @@ class _Strings:
 
     def arrow(self) -> pa.Array:
         index = self.index
+        if self.values == [None]:  # e.g. `peer` outside net rows
+            return pa.nulls(len(index), pa.string())
         codes = pa.Array.from_buffers(pa.int32(), len(index), [None, pa.py_buffer(index)])
         return pa.array(self.values, pa.string()).take(codes)
 
@@ -145,14 +147,17 @@ class _Counts(_Ints):
         return pc.add(super().arrow(), _positions(len(self.values)))
 
 
-_POSITIONS: list[pa.Array] = [pa.array([], pa.int64())]
+_POSITIONS: list[pa.Array] = []
 
 
 def _positions(length: int) -> pa.Array:
     """0, 1, …, length - 1 as int64 (made once at the largest length asked for)."""
-    made = _POSITIONS[0]
-    if len(made) < length:
-        made = _POSITIONS[0] = pa.array(range(max(length, 2 * len(made))), pa.int64())
+    made = _POSITIONS[0] if _POSITIONS else None
+    if made is None or len(made) < length:
+        size = max(length, 2 * len(made) if made is not None else 0, 1024)
+        made = pa.Array.from_buffers(pa.int64(), size,
+                                     [None, pa.py_buffer(array("q", range(size)))])
+        _POSITIONS[:] = [made]
     return made.slice(0, length)
 
 
