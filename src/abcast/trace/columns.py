@@ -88,8 +88,9 @@ class _Strings:
 
     def arrow(self) -> pa.Array:
         index = self.index
-        if self.values == [None]:  # e.g. `peer` outside net rows
-            return pa.nulls(len(index), pa.string())
+        value = self.values[0] if len(self.values) == 1 else None
+        if len(self.values) == 1 and (value is None or 4 * len(value) * len(index) < 2**31):
+            return _repeated(value, len(index))  # run_id, node; group, peer mostly
         codes = pa.Array.from_buffers(pa.int32(), len(index), [None, pa.py_buffer(index)])
         return pa.array(self.values, pa.string()).take(codes)
 
@@ -147,18 +148,29 @@ class _Counts(_Ints):
         return pc.add(super().arrow(), _positions(len(self.values)))
 
 
-_POSITIONS: list[pa.Array] = []
+_POSITIONS: dict[str, pa.Array] = {}
+_ARROW_INT: Final = {"q": pa.int64(), "i": pa.int32()}
 
 
-def _positions(length: int) -> pa.Array:
-    """0, 1, …, length - 1 as int64 (made once at the largest length asked for)."""
-    made = _POSITIONS[0] if _POSITIONS else None
+def _positions(length: int, typecode: str = "q") -> pa.Array:
+    """0, 1, …, length - 1 as int64 ("q") or int32 ("i"), made once at the largest
+    length asked for."""
+    made = _POSITIONS.get(typecode)
     if made is None or len(made) < length:
         size = max(length, 2 * len(made) if made is not None else 0, 1024)
-        made = pa.Array.from_buffers(pa.int64(), size,
-                                     [None, pa.py_buffer(array("q", range(size)))])
-        _POSITIONS[:] = [made]
+        made = _POSITIONS[typecode] = pa.Array.from_buffers(
+            _ARROW_INT[typecode], size, [None, pa.py_buffer(array(typecode, range(size)))])
     return made.slice(0, length)
+
+
+def _repeated(value: str | None, length: int) -> pa.Array:
+    """`value` `length` times as a string array, its bytes copied, not gathered."""
+    if value is None:
+        return pa.nulls(length, pa.string())
+    data = value.encode()
+    offsets = pc.multiply(_positions(length + 1, "i"), pa.scalar(len(data), pa.int32()))
+    return pa.Array.from_buffers(pa.string(), length,
+                                 [None, offsets.buffers()[1], pa.py_buffer(data * length)])
 
 
 def _bits(flags: bytearray) -> pa.BooleanArray:
