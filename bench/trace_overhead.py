@@ -10,23 +10,34 @@ moment, so the ratio cancels most of what other processes do, and the median dro
 rounds a burst of load hit one side only. Throughput spans the earliest "go" to the last
 delivery, so the traced side's sealing and checking after the run are not in it (they
 take longer than the run: a traced round costs minutes). `--src DIR` runs another
-checkout's `src` (e.g. the commit before a change) with this interpreter. A benchmark,
-not a test: it asserts nothing about time.
+checkout's `src` (e.g. the commit before a change) with this interpreter.
 
-    .venv/bin/python bench/trace_overhead.py [--rounds 5] [--messages 200000]
-        [--rate 1000000] [--ordering sequencer] [--src DIR]
+`--mode cpu` measures what other load disturbs least: three real nodes (tcp on loopback)
+in this process on one loop, each sending bursts of 64 and waiting for the group to
+deliver them, traced through one StreamingSink (its thread included) or not; the figure
+is this process's CPU time per delivered message, and the verdict the median of the pairs'
+off/on CPU ratios (what the on/off throughput ratio is where CPU is what limits it). A
+benchmark, not a test: it asserts nothing about time.
+
+    .venv/bin/python bench/trace_overhead.py [--mode cluster|cpu] [--rounds 5]
+        [--messages 200000] [--rate 1000000] [--ordering sequencer] [--src DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from abcast import Group, Node
+from abcast.trace import StreamingSink, TraceRecorder
 
 
 def throughput(args: argparse.Namespace, trace: bool, out: Path) -> float:
@@ -48,6 +59,66 @@ def throughput(args: argparse.Namespace, trace: bool, out: Path) -> float:
     return float(summary["throughput_msgs_per_s"])
 
 
+async def cpu_per_delivery(messages: int, out: Path | None, burst: int = 64) -> float:
+    """µs of this process's CPU per delivered message (three nodes, one loop), traced
+    into `out` or not."""
+    sink = StreamingSink(out, "cpu") if out is not None else None
+    if sink is not None:
+        sink.warm_up()
+    recorder = TraceRecorder("cpu", sink=sink, keep_rows=False) if sink else None
+    ids = ("n1", "n2", "n3")
+    nodes = [Node("tcp://127.0.0.1:0", node=n, recorder=recorder) for n in ids]
+    for node in nodes:
+        await node.start()
+    delivered = [0, 0]  # so far, wanted
+    reached = asyncio.Event()
+
+    def count(_delivery: object) -> None:
+        delivered[0] += 1
+        if delivered[0] == delivered[1]:
+            reached.set()
+
+    groups = [Group("g", ordering="sequencer", host=node, on_deliver=count,
+                    peers={o.id: o.address for o in nodes if o is not node})
+              for node in nodes]
+    await asyncio.gather(*(g.open() for g in groups))
+    payload = b"x" * 64
+    rounds = messages // (burst * len(groups))
+    started = time.process_time()
+    for _ in range(rounds):
+        delivered[1] = delivered[0] + burst * len(groups) * len(groups)
+        reached.clear()
+        for g in groups:
+            for _ in range(burst):
+                g.broadcast_nowait(payload)
+        await reached.wait()
+    if sink is not None:
+        await asyncio.sleep(2 * sink.interval_s)  # the thread has written what it got
+    cpu = time.process_time() - started
+    for g in groups:
+        await g.close()
+    for node in nodes:
+        await node.close()
+    if sink is not None:
+        sink.close()
+    return cpu / (rounds * burst * len(groups) * len(groups)) * 1e6
+
+
+def cpu_mode(args: argparse.Namespace) -> None:
+    ratios: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="abcast-trace-") as tmp:
+        for i in range(args.rounds):
+            order = (False, True) if i % 2 == 0 else (True, False)
+            got = {t: asyncio.run(cpu_per_delivery(
+                args.messages, Path(tmp) / f"r{i}" if t else None)) for t in order}
+            ratios.append(got[False] / got[True])
+            print(f"round {i + 1}: off {got[False]:.2f} µs CPU/delivery, on "
+                  f"{got[True]:.2f}, off/on {ratios[-1]:.3f}", flush=True)
+    ratios.sort()
+    print(f"CPU per delivery: off/on median of {len(ratios)} pair ratios "
+          f"{statistics.median(ratios):.3f} (range {ratios[0]:.3f}–{ratios[-1]:.3f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -56,7 +127,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--ordering", default="sequencer")
     parser.add_argument("--src", default=None, help="run this checkout's src instead")
+    parser.add_argument("--mode", choices=("cluster", "cpu"), default="cluster")
     args = parser.parse_args()
+    if args.mode == "cpu":
+        cpu_mode(args)
+        return
     ratios: list[float] = []
     offs: list[float] = []
     ons: list[float] = []
