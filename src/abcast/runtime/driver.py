@@ -216,7 +216,7 @@ class GroupDriver:
                 node = stack.node
                 recorder.record_run(node, "send", time.time_ns(), origin=node,
                                     first_seq=batch.first,
-                                    sizes=[len(payload) for payload in batch.payloads],
+                                    sizes=list(map(len, batch.payloads)),
                                     group=self.name, view_id=self.view_id,
                                     deps=self.prefix.deps(node))
             now = clock.now_us()
