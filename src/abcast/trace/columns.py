@@ -83,16 +83,18 @@ class _Strings:
     def add(self, value: str | None) -> None:
         self.index.append(self.code(value))
 
-    def repeat(self, value: str | None, count: int) -> None:
-        self.index.extend(array("i", (self.code(value),)) * count)
-
     def arrow(self) -> pa.Array:
         index = self.index
-        value = self.values[0] if len(self.values) == 1 else None
-        if len(self.values) == 1 and (value is None or 4 * len(value) * len(index) < 2**31):
-            return _repeated(value, len(index))  # run_id, node; group, peer mostly
         codes = pa.Array.from_buffers(pa.int32(), len(index), [None, pa.py_buffer(index)])
         return pa.array(self.values, pa.string()).take(codes)
+
+    def repeats(self, length: int) -> bool:
+        """Whether the column is one value that `length` rows of it can copy (run_id,
+        node; group, peer mostly): its bytes must stay within int32 offsets."""
+        if len(self.values) != 1:
+            return False
+        value = self.values[0]
+        return value is None or 4 * len(value) * length < 2**31
 
 
 class _Ints:
@@ -113,10 +115,6 @@ class _Ints:
             self.values.append(value)
             self.valid += _ONE
 
-    def repeat(self, value: int | None, count: int) -> None:
-        self.values.extend(array(self.values.typecode, (value or 0,)) * count)
-        self.valid += (_ZERO if value is None else _ONE) * count
-
     def extend(self, values: list[int]) -> None:
         self.values.fromlist(values)
         self.valid += _ONE * len(values)
@@ -126,26 +124,6 @@ class _Ints:
         bitmap = None if _ZERO not in self.valid else _bits(self.valid).buffers()[1]
         return pa.Array.from_buffers(self.arrow_type, length, [bitmap, pa.py_buffer(values)],
                                      null_count=-1)
-
-
-class _Counts(_Ints):
-    """An int64 column that counts up along a run (seq, t_ns, index): it holds, per row,
-    the value minus the row's position, so a run is one repeated value; `arrow` adds the
-    positions back in one vectorised step."""
-
-    __slots__ = ()
-
-    def __init__(self) -> None:
-        super().__init__("q", pa.int64())
-
-    def add_at(self, value: int | None, position: int) -> None:
-        self.add(None if value is None else value - position)
-
-    def count_from(self, first: int, count: int, position: int) -> None:
-        self.repeat(first - position, count)
-
-    def arrow(self) -> pa.Array:
-        return pc.add(super().arrow(), _positions(len(self.values)))
 
 
 _POSITIONS: dict[str, pa.Array] = {}
@@ -191,21 +169,17 @@ class _Nested:
         self.keys = _Strings()
         self.items = array("q")
 
-    def null(self, count: int = 1) -> None:
-        self.offsets.extend(array("i", (self.offsets[-1],)) * count)
-        self.valid += _ZERO * count
+    def null(self) -> None:
+        self.offsets.append(self.offsets[-1])
+        self.valid += _ZERO
 
-    def add_map(self, deps: dict[str, int], count: int = 1) -> None:
+    def add_map(self, deps: dict[str, int]) -> None:
         pairs = sorted(deps.items())  # sorted keys: the same row always gives the same bytes
-        size, last = len(pairs), self.offsets[-1]
-        if size:
-            self.offsets.extend(array("i", range(last + size, last + size * count + 1, size)))
-            codes = self.keys.code
-            self.keys.index.extend(array("i", [codes(k) for k, _ in pairs]) * count)
-            self.items.extend(array("q", [v for _, v in pairs]) * count)
-        else:
-            self.offsets.extend(array("i", (last,)) * count)
-        self.valid += _ONE * count
+        for key, value in pairs:
+            self.keys.add(key)
+            self.items.append(value)
+        self.offsets.append(self.offsets[-1] + len(pairs))
+        self.valid += _ONE
 
     def add_list(self, values: tuple[str, ...] | list[str]) -> None:
         for value in values:
@@ -233,20 +207,27 @@ class _Nested:
 
 class EventColumns:
     """Rows of EVENT_SCHEMA gathered column by column; `take()` hands them over as one
-    table and starts empty again."""
+    table and starts empty again.
+
+    Everything but `size` is kept once per run (a single row is a run of one): a run
+    costs a few appends whatever its length, and `take()` spreads the per-run values over
+    the rows in one vectorised gather per column (counting columns keep value minus the
+    run's first position, so adding the row positions back counts them up)."""
 
     __slots__ = ("_deps", "_group", "_index", "_kind", "_members", "_node", "_origin",
-                 "_peer", "_run_id", "_seq", "_size", "_t_ns", "_view_id", "rows")
+                 "_peer", "_run_id", "_seq", "_size", "_starts", "_t_ns", "_view_id", "rows")
 
     def __init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
         self.rows = 0
+        self._starts = array("i", (0,))  # each run's first row; the last: the row count
         self._run_id, self._node, self._kind = _Strings(), _Strings(), _Strings()
         self._origin, self._group, self._peer = _Strings(), _Strings(), _Strings()
-        self._seq, self._t_ns, self._index = _Counts(), _Counts(), _Counts()
-        self._size, self._view_id = _Ints("i", pa.int32()), _Ints("q", pa.int64())
+        self._seq, self._t_ns = _Ints("q", pa.int64()), _Ints("q", pa.int64())
+        self._index, self._view_id = _Ints("q", pa.int64()), _Ints("q", pa.int64())
+        self._size = _Ints("i", pa.int32())  # per row
         self._deps, self._members = _Nested(), _Nested()
 
     def __len__(self) -> int:
@@ -256,14 +237,15 @@ class EventColumns:
         """One row, whatever its kind."""
         position = self.rows
         self.rows += 1
+        self._starts.append(self.rows)
         self._run_id.add(row.run_id)
         self._node.add(row.node)
         self._kind.add(row.kind)
         self._origin.add(row.origin)
-        self._seq.add_at(row.seq, position)
+        self._seq.add(None if row.seq is None else row.seq - position)
         self._group.add(row.group)
-        self._t_ns.add_at(row.t_ns, position)
-        self._index.add_at(row.index, position)
+        self._t_ns.add(row.t_ns - position)
+        self._index.add(None if row.index is None else row.index - position)
         self._size.add(row.size)
         self._view_id.add(row.view_id)
         if row.deps is None:
@@ -277,38 +259,58 @@ class EventColumns:
             self._members.add_list(row.members)
 
     def add_run(self, run: MessageRun) -> None:
-        """A run's rows (module rules), in a few operations whatever its length."""
+        """A run's rows (module rules), in a few appends whatever its length."""
         count = len(run.sizes)
         if not count:
             return
         position = self.rows
         self.rows += count
-        self._run_id.repeat(run.run_id, count)
-        self._node.repeat(run.node, count)
-        self._kind.repeat(run.kind, count)
-        self._origin.repeat(run.origin, count)
-        self._seq.count_from(run.first_seq, count, position)
-        self._group.repeat(run.group, count)
-        self._t_ns.count_from(run.t_ns, count, position)
-        self._index.count_from(run.first_index, count, position)
+        self._starts.append(self.rows)
+        self._run_id.add(run.run_id)
+        self._node.add(run.node)
+        self._kind.add(run.kind)
+        self._origin.add(run.origin)
+        self._seq.add(run.first_seq - position)
+        self._group.add(run.group)
+        self._t_ns.add(run.t_ns - position)
+        self._index.add(run.first_index - position)
         self._size.extend(run.sizes)
-        self._view_id.repeat(run.view_id, count)
+        self._view_id.add(run.view_id)
         if run.deps is None:
-            self._deps.null(count)
+            self._deps.null()
         else:
-            self._deps.add_map(run.deps, count)
-        self._peer.repeat(None, count)
-        self._members.null(count)
+            self._deps.add_map(run.deps)
+        self._peer.add(None)
+        self._members.null()
 
     def take(self) -> pa.Table:
         """The rows gathered so far as a table of exactly EVENT_SCHEMA; the columns start
         empty again (the buffers handed to Arrow are never appended to again: an array
         exporting its buffer cannot grow)."""
+        rows, starts = self.rows, self._starts
+        runs = pa.ListArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), len(starts), [None, pa.py_buffer(starts)]),
+            pa.nulls(rows))
+        run_of_row = pc.list_parent_indices(runs)
+        positions = _positions(rows)
+
+        def spread(per_run: pa.Array) -> pa.Array:
+            return per_run.take(run_of_row)
+
+        def strings(column: _Strings) -> pa.Array:
+            if column.repeats(rows):
+                return _repeated(column.values[0], rows)
+            return spread(column.arrow())
+
+        def counting(column: _Ints) -> pa.Array:
+            return pc.add(spread(column.arrow()), positions)
+
         arrays = [
-            self._run_id.arrow(), self._node.arrow(), self._kind.arrow(),
-            self._origin.arrow(), self._seq.arrow(), self._group.arrow(), self._t_ns.arrow(),
-            self._index.arrow(), self._size.arrow(), self._view_id.arrow(),
-            self._deps.map_arrow(), self._peer.arrow(), self._members.list_arrow(),
+            strings(self._run_id), strings(self._node), strings(self._kind),
+            strings(self._origin), counting(self._seq), strings(self._group),
+            counting(self._t_ns), counting(self._index), self._size.arrow(),
+            spread(self._view_id.arrow()), spread(self._deps.map_arrow()),
+            strings(self._peer), spread(self._members.list_arrow()),
         ]
         self._reset()
         return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
