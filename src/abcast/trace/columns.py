@@ -295,6 +295,8 @@ class EventColumns:
         positions = _positions(rows)
 
         def spread(per_run: pa.Array) -> pa.Array:
+            if per_run.null_count == len(per_run):  # members, mostly: no gather
+                return pa.nulls(rows, per_run.type)
             return per_run.take(run_of_row)
 
         def strings(column: _Strings) -> pa.Array:
