@@ -5,11 +5,11 @@ into one Arrow table of EVENT_SCHEMA at a time).
 A real node at saturation records a few hundred thousand rows a second, nearly all of
 them in runs: the `send` rows of a batch leaving, the `deliver` rows of a batch delivered.
 Such a run is one origin's consecutive messages at one node, recorded at one moment, so
-it is described by its first row and its sizes; `EventColumns.add_run` writes it into the
-buffers with a handful of C-level array operations, whatever its length, and
-`take()` turns the buffers into Arrow arrays without touching a row in Python (the
-buffers are handed to Arrow as they are; strings are dictionary codes, taken from their
-dictionary).
+it is described by its first row and its sizes; `EventColumns.add_run` keeps it as a few
+appends to per-run buffers (the sizes to a per-row one), whatever its length, and
+`take()` spreads the per-run values over the rows with one vectorised gather per column,
+never touching a row in Python (the buffers are handed to Arrow as they are; strings are
+dictionary codes; a column of one value is copied, not gathered).
 
 Rules: a run's row i (from 0) is message `first_seq + i`, at `t_ns + i`, with index
 `first_index + i` and size `sizes[i]`; every row of it shares run_id, node, kind, origin,
