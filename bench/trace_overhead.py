@@ -33,10 +33,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from abcast import Group, Node
+from metrics_overhead import cpu_per_message  # bench/ is this script's sys.path[0]
+
 from abcast.trace import StreamingSink, TraceRecorder
 
 
@@ -59,49 +59,20 @@ def throughput(args: argparse.Namespace, trace: bool, out: Path) -> float:
     return float(summary["throughput_msgs_per_s"])
 
 
-async def cpu_per_delivery(messages: int, out: Path | None, burst: int = 64) -> float:
-    """µs of this process's CPU per delivered message (three nodes, one loop), traced
-    into `out` or not."""
+async def cpu_per_delivery(messages: int, out: Path | None) -> float:
+    """µs of this process's CPU per delivered message (metrics_overhead's three nodes on
+    one loop), traced into `out` (the sink's thread included) or not."""
     sink = StreamingSink(out, "cpu") if out is not None else None
     if sink is not None:
         sink.warm_up()
     recorder = TraceRecorder("cpu", sink=sink, keep_rows=False) if sink else None
-    ids = ("n1", "n2", "n3")
-    nodes = [Node("tcp://127.0.0.1:0", node=n, recorder=recorder) for n in ids]
-    for node in nodes:
-        await node.start()
-    delivered = [0, 0]  # so far, wanted
-    reached = asyncio.Event()
-
-    def count(_delivery: object) -> None:
-        delivered[0] += 1
-        if delivered[0] == delivered[1]:
-            reached.set()
-
-    groups = [Group("g", ordering="sequencer", host=node, on_deliver=count,
-                    peers={o.id: o.address for o in nodes if o is not node})
-              for node in nodes]
-    await asyncio.gather(*(g.open() for g in groups))
-    payload = b"x" * 64
-    rounds = messages // (burst * len(groups))
-    started = time.process_time()
-    for _ in range(rounds):
-        delivered[1] = delivered[0] + burst * len(groups) * len(groups)
-        reached.clear()
-        for g in groups:
-            for _ in range(burst):
-                g.broadcast_nowait(payload)
-        await reached.wait()
-    if sink is not None:
-        await asyncio.sleep(2 * sink.interval_s)  # the thread has written what it got
-    cpu = time.process_time() - started
-    for g in groups:
-        await g.close()
-    for node in nodes:
-        await node.close()
-    if sink is not None:
-        sink.close()
-    return cpu / (rounds * burst * len(groups) * len(groups)) * 1e6
+    try:
+        sample = await cpu_per_message(messages, False, 0, recorder=recorder,
+                                       settle_s=2 * sink.interval_s if sink else 0)
+    finally:
+        if sink is not None:
+            sink.close()
+    return sample.cpu_us_per_delivery
 
 
 def cpu_mode(args: argparse.Namespace) -> None:
