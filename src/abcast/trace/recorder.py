@@ -235,19 +235,7 @@ class DeliveredPrefix:
         self._runs: dict[NodeId, tuple[list[int], list[int]]] = {}
 
     def note(self, origin: NodeId, seq: int) -> None:
-        k = self._prefix.get(origin, 0)
-        if seq <= k:
-            return  # a message delivered twice (opt_deliver then deliver) adds nothing
-        runs = self._runs.get(origin)
-        if seq == k + 1:
-            if runs is not None and runs[0] and runs[0][0] == seq + 1:
-                seq = runs[1][0]
-                del runs[0][0], runs[1][0]
-            self._prefix[origin] = seq
-            return
-        if runs is None:
-            runs = self._runs[origin] = ([], [])
-        _add_to_runs(runs[0], runs[1], seq)
+        self.note_run(origin, seq, 1)
 
     def above(self) -> int:
         """Runs kept for what was delivered above gaps, over all origins."""
@@ -255,42 +243,36 @@ class DeliveredPrefix:
 
     def note_run(self, origin: NodeId, first: int, count: int) -> None:
         """`note` for origin's messages first … first + count - 1, in one step."""
-        if count < 1:
-            return
         k = self._prefix.get(origin, 0)
         last = first + count - 1
         if last <= k:
-            return
+            return  # nothing new (a message delivered twice: opt_deliver then deliver)
+        first = max(first, k + 1)
+        runs = self._runs.get(origin)
         if first > k + 1:
-            self._above.setdefault(origin, set()).update(range(first, last + 1))
+            if runs is None:
+                runs = self._runs[origin] = ([], [])
+            _add_to_runs(runs[0], runs[1], first, last)
             return
         k = last
-        above = self._above.get(origin)
-        if above:
-            above.difference_update(range(first, last + 1))
-            while k + 1 in above:
-                k += 1
-                above.discard(k)
+        if runs is not None:
+            starts, ends = runs
+            while starts and starts[0] <= k + 1:  # runs the prefix now reaches
+                k = max(k, ends[0])
+                del starts[0], ends[0]
         self._prefix[origin] = k
 
     def deps(self, me: NodeId) -> dict[NodeId, int]:
         return {o: k for o, k in self._prefix.items() if k > 0 and o != me}
 
 
-def _add_to_runs(starts: list[int], ends: list[int], seq: int) -> None:
-    """Add `seq` to the runs (sorted, disjoint, not adjacent); nothing if it is in one."""
-    i = bisect.bisect_right(starts, seq) - 1  # the run starting at or below seq
-    if i >= 0 and seq <= ends[i]:
-        return  # delivered twice
-    left = i >= 0 and ends[i] == seq - 1
-    right = i + 1 < len(starts) and starts[i + 1] == seq + 1
-    if left and right:
-        ends[i] = ends[i + 1]
-        del starts[i + 1], ends[i + 1]
-    elif left:
-        ends[i] = seq
-    elif right:
-        starts[i + 1] = seq
-    else:
-        starts.insert(i + 1, seq)
-        ends.insert(i + 1, seq)
+def _add_to_runs(starts: list[int], ends: list[int], lo: int, hi: int) -> None:
+    """Add lo … hi to the runs (sorted, disjoint, not adjacent), merging every run it
+    overlaps or touches."""
+    i = bisect.bisect_left(ends, lo - 1)  # the first run ending at lo - 1 or later
+    j = bisect.bisect_right(starts, hi + 1)  # past the last run starting by hi + 1
+    if i < j:
+        lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
+    del starts[i:j], ends[i:j]
+    starts.insert(i, lo)
+    ends.insert(i, hi)
