@@ -109,6 +109,34 @@ def test_metrics_scraped_during_a_run_count_what_the_trace_holds() -> None:
         assert {"open-channel", "open-fd", "sequencer"} == layers
 
 
+def test_peer_traffic_counts_a_multicast_frame_once_for_each_of_its_peers() -> None:
+    """One frame to several peers (Node.transmit_many, the path of every ordered batch)
+    counts as one frame and its bytes for each destination, beside what went to a peer
+    alone; with metrics off nothing is counted at all."""
+    from abcast.runtime.status import peer_traffic
+
+    async def main() -> tuple[dict[str, tuple[int, int]], dict[str, object]]:
+        # Peers that never answer: the frames wait in the transport, nobody refuses them.
+        node = await Node("mem://", node="n1", metrics_port=0).start()
+        quiet = await Node("mem://", node="n9").start()
+        try:
+            for each in (node, quiet):
+                each.add_peers({"n2": "mem://ops-nowhere-2", "n3": "mem://ops-nowhere-3"})
+                each.transmit_many(("n2", "n3"), b"x" * 100)
+                each.transmit_many(("n2", "n3"), b"y" * 10)
+                each.transmit("n2", b"z" * 7)
+            counted = {peer: (t.frames_out, t.bytes_out)
+                       for peer, t in peer_traffic(node).items()}
+            return counted, peer_traffic(quiet)  # type: ignore[return-value]
+        finally:
+            await node.close()
+            await quiet.close()
+
+    counted, off = asyncio.run(main())
+    assert counted == {"n2": (3, 117), "n3": (2, 110)}
+    assert off == {}
+
+
 def test_a_leave_is_one_flush_in_the_flush_duration_histogram() -> None:
     """n3 leaves: n1 and n2 each count one flush, as long as the flush really took, in
     `abcast_flush_duration_seconds` (and nothing before it: the first view is no flush)."""

@@ -179,22 +179,33 @@ def zero_mask(words: int) -> Column:
     return F.array(*[F.lit(0).cast("bigint") for _ in range(words)])
 
 
-def mask_and(a: Column, b: Column) -> Column:
+# Given `words` (the tables' width), these build plain word-by-word expressions that Spark
+# compiles, instead of higher-order functions it interprets per row: the ones run over
+# every message take it.
+
+
+def mask_and(a: Column, b: Column, words: int | None = None) -> Column:
     from pyspark.sql import functions as F
 
+    if words is not None:
+        return F.array(*[a[w].bitwiseAND(b[w]) for w in range(words)])
     return F.zip_with(a, b, lambda x, y: x.bitwiseAND(y))
 
 
-def mask_minus(a: Column, b: Column) -> Column:
+def mask_minus(a: Column, b: Column, words: int | None = None) -> Column:
     """a \\ b."""
     from pyspark.sql import functions as F
 
+    if words is not None:
+        return F.array(*[a[w].bitwiseAND(F.bitwise_not(b[w])) for w in range(words)])
     return F.zip_with(a, b, lambda x, y: x.bitwiseAND(F.bitwise_not(y)))
 
 
-def mask_empty(a: Column) -> Column:
+def mask_empty(a: Column, words: int | None = None) -> Column:
     from pyspark.sql import functions as F
 
+    if words is not None:
+        return reduce(lambda x, y: x & y, [a[w] == 0 for w in range(words)])
     return F.forall(a, lambda x: x == 0)
 
 

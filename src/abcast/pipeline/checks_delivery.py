@@ -73,13 +73,15 @@ def integrity_duplicate(t: TraceTables) -> DataFrame:
 def lost_sends_excused(t: TraceTables, unsent: DataFrame) -> DataFrame:
     """`unsent` deliveries without those whose send row may have died with its origin:
     the origin crashed and the seq is above every seq it wrote a send row for (the
-    in-memory `RunFacts.lost_with_crash`). `unsent` is small: a clean trace has none."""
+    in-memory `RunFacts.lost_with_crash`). `unsent` is small: a clean trace has none.
+    Both facts come from the shared tables (a crash row makes a node not `correct`; a
+    message is `sent` when its origin wrote a send row), never from another scan of the
+    events."""
     from pyspark.sql import functions as F
 
-    events = t.events
-    crashed = (events.where(F.col("kind") == "crash").select("run_id", "node").distinct()
+    crashed = (t.nodes.where(~F.col("correct")).select("run_id", "node")
                .withColumn("_crashed", F.lit(True)))
-    tops = (events.where((F.col("kind") == "send") & (F.col("node") == F.col("origin")))
+    tops = (t.messages.where(F.col("sent"))
             .groupBy("run_id", "group", "origin").agg(F.max("seq").alias("_sent_top")))
     marked = join_on(unsent, F.broadcast(crashed), [("run_id", "run_id"), ("origin", "node")],
                      "left")

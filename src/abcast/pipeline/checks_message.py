@@ -60,19 +60,22 @@ def _agreement(t: TraceTables, *, uniform: bool) -> DataFrame:
     m, by a crashed one (uniform agreement) — and q never delivers m."""
     from pyspark.sql import functions as F
 
-    delivered, correct = F.col("delivered"), F.col("correct_mask")
-    by_correct = mask_and(delivered, correct)
+    delivered, correct, words = F.col("delivered"), F.col("correct_mask"), t.words
+    by_correct = mask_and(delivered, correct, words)
     if uniform:
-        applies = ~mask_empty(delivered) & mask_empty(by_correct)
+        applies = ~mask_empty(delivered, words) & mask_empty(by_correct, words)
         owed_by, low, one_view = "owed_by_any", "low_any", "one_view_any"
     else:
-        applies = ~mask_empty(by_correct)
+        applies = ~mask_empty(by_correct, words)
         owed_by, low, one_view = "owed_by_correct", "low_correct", "one_view_correct"
-    owed = F.when(F.col("has_views"), mask_and(F.col(owed_by), correct)).otherwise(correct)
-    units = (t.messages.where(applies)
+    owed = F.when(F.col("has_views"), mask_and(F.col(owed_by), correct, words)
+                  ).otherwise(correct)
+    missing = mask_minus(owed, delivered, words)
+    # Only a message someone is owed and lacks reaches the (interpreted) rank listing.
+    units = (t.messages.where(applies & ~mask_empty(missing, words))
              .select(*MESSAGE_KEY, "has_views", F.col(low).alias("low"),
                      F.col(one_view).alias("one_view"),
-                     F.explode(mask_ranks(mask_minus(owed, delivered))).alias("q_rank")))
+                     F.explode(mask_ranks(missing)).alias("q_rank")))
     # With one view (or none) among the sources, the lowest source owes q: the witness.
     simple = units.where(~F.col("has_views") | F.col("one_view")).select(
         *MESSAGE_KEY, "q_rank", witness_rank(F.col("low")).alias("p_rank"),

@@ -257,8 +257,9 @@ class GroupDriver:
         """One frame of this group; RemoteProtocolError if the stack refuses it."""
         now = self.host.clock.now_us()
         self._apply(self.stack.receive(env, now))
-        if self.meter is not None:  # metrics on: a flush begins after a frame or a timer
-            self.meter.watch(self.stack.top, now)
+        meter = self.meter  # metrics on: a flush begins after a frame or a timer
+        if meter is not None and now >= meter.look_at:
+            meter.watch(self.stack.top, now)
 
     def close(self) -> None:
         if not self.closed and self.removed is None:
@@ -505,8 +506,9 @@ class GroupDriver:
         # time is at least the deadline it asked for, and the clock never runs backwards.
         now = self.host.clock.at_least(at)
         self._apply(self.stack.fire(key, now))
-        if self.meter is not None:
-            self.meter.watch(self.stack.top, now)
+        meter = self.meter
+        if meter is not None and now >= meter.look_at:
+            meter.watch(self.stack.top, now)
 
 
 class _DeliveredRun:

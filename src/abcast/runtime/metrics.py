@@ -38,6 +38,9 @@ FLUSH_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
                           5.0, 10.0, 30.0)
 #: sent batches remembered per group awaiting their own delivery (older ones are dropped)
 MAX_PENDING: Final = 10_000
+#: the ordering's phase is looked at after a frame or timer at most this often (µs): a
+#: flush's start is known to within it, and a saturated node skips most looks
+WATCH_EVERY_US: Final = 200
 
 
 class Buckets:
@@ -76,9 +79,11 @@ class GroupMeter:
     from the frame or timer after which the ordering's phase (`Layer.inspect()`'s, e.g.
     the sequencer's "flushing", the membership layer's "member, flushing") names a flush,
     to the view this node installs at its end. A flush given up without a view (the
-    phase goes back without one) is not counted."""
+    phase goes back without one) is not counted. The driver looks only once `look_at`
+    has passed (WATCH_EVERY_US after the last look), so the look costs most frames one
+    comparison."""
 
-    __slots__ = ("_flush_began", "_pending", "batches", "flushes", "latency")
+    __slots__ = ("_flush_began", "_pending", "batches", "flushes", "latency", "look_at")
 
     def __init__(self) -> None:
         self.latency = Buckets(LATENCY_BUCKETS_S)
@@ -86,6 +91,8 @@ class GroupMeter:
         self.flushes = Buckets(FLUSH_BUCKETS_S)
         self._pending: dict[int, int] = {}
         self._flush_began: int | None = None
+        #: node time (µs) from which the next frame or timer looks at the phase again
+        self.look_at = 0
 
     def sent(self, first_seq: int, size: int, now_us: int) -> None:
         self.batches.observe(size)
@@ -102,6 +109,7 @@ class GroupMeter:
     def watch(self, top: object, now_us: int) -> None:
         """After a frame or a timer: note when the top layer's phase starts naming a
         flush, forget it when it stops naming one without a view."""
+        self.look_at = now_us + WATCH_EVERY_US
         flushing = "flush" in getattr(top, "phase", "")
         if flushing:
             if self._flush_began is None:

@@ -155,9 +155,11 @@ class Node:
         self._probe_at = probe
         self._services: list[Service] = []
         self.metrics_url: str | None = None
-        #: peer -> [frames out, bytes out, frames in, bytes in]; None (not counted) while
-        #: metrics are off
+        #: peer -> [frames out, bytes out, frames in, bytes in], and a multicast's
+        #: destinations -> [frames, bytes] (one count per frame, spread per peer when read:
+        #: abcast.runtime.status); both None (not counted) while metrics are off
         self.traffic: dict[NodeId, list[int]] | None = None
+        self.multicast_traffic: dict[tuple[NodeId, ...], list[int]] | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -244,7 +246,7 @@ class Node:
         if self._metrics_at is not None:
             from abcast.runtime.metrics import MetricsServer
 
-            self.traffic = {}
+            self.traffic, self.multicast_traffic = {}, {}
             server = MetricsServer(self, *self._metrics_at)
             self._services.append(server)
             self.metrics_url = await server.start()
@@ -384,8 +386,11 @@ class Node:
         transport = self._transport
         if transport is None or self._state != "open":
             return  # shutting down: the frames would be discarded anyway
-        if self.traffic is not None:
-            self._count(dst, 0, len(data))
+        traffic = self.traffic
+        if traffic is not None:  # metrics on: plain ints, read at scrape time
+            counts = traffic.get(dst) or self._new_peer(dst)
+            counts[0] += 1
+            counts[1] += len(data)
         if dst in self._peer_urls or self.registry is None:
             transport.send(dst, data)
             return
@@ -422,6 +427,13 @@ class Node:
                     for each in dsts:
                         self.transmit(each, data)
                     return len(dsts)
+        multicasts = self.multicast_traffic
+        if multicasts is not None:  # metrics on: once per frame, whatever the fan-out
+            counts = multicasts.get(dsts)
+            if counts is None:
+                counts = multicasts[dsts] = [0, 0]
+            counts[0] += 1
+            counts[1] += len(data)
         return transport.multicast(dsts, data)
 
     async def _resolve(self, peer: NodeId) -> None:
@@ -462,8 +474,11 @@ class Node:
         except RemoteProtocolError as exc:
             self._refuse(link, str(exc))
             return
-        if self.traffic is not None:
-            self._count(env.sender, 2, len(data))
+        traffic = self.traffic
+        if traffic is not None:  # metrics on
+            counts = traffic.get(env.sender) or self._new_peer(env.sender)
+            counts[2] += 1
+            counts[3] += len(data)
         driver = self._groups.get(env.group)
         if driver is not None:
             # `_deliver` inlined: this is the path of every frame
@@ -493,14 +508,12 @@ class Node:
         self.stats.unknown_group_frames += 1
         self._refuse(link, f"frame for unknown group {env.group!r}")
 
-    def _count(self, peer: NodeId, at: int, size: int) -> None:
+    def _new_peer(self, peer: NodeId) -> list[int]:
+        """A peer's first traffic counts (called only while metrics are on)."""
         traffic = self.traffic
-        assert traffic is not None  # called only while metrics are on
-        counts = traffic.get(peer)
-        if counts is None:
-            counts = traffic[peer] = [0, 0, 0, 0]
-        counts[at] += 1
-        counts[at + 1] += size
+        assert traffic is not None
+        counts = traffic[peer] = [0, 0, 0, 0]
+        return counts
 
     def _deliver(self, driver: GroupDriver, link: Link, env: Envelope) -> None:
         try:

@@ -86,6 +86,8 @@ class ObservedNode(Protocol):
     @property
     def traffic(self) -> Mapping[str, Sequence[int]] | None: ...
     @property
+    def multicast_traffic(self) -> Mapping[tuple[str, ...], Sequence[int]] | None: ...
+    @property
     def metrics_url(self) -> str | None: ...
 
     def drivers(self) -> Sequence[ObservedGroup]: ...
@@ -153,11 +155,23 @@ def node_status(node: ObservedNode) -> NodeStatus:
     config: dict[str, Any] = {"transport": type(transport).__name__}
     if options is not None and dataclasses.is_dataclass(options):
         config.update(msgspec.to_builtins(options))
-    traffic = node.traffic
-    peers = {} if traffic is None else {
-        peer: PeerTraffic(frames_out=c[0], bytes_out=c[1], frames_in=c[2], bytes_in=c[3])
-        for peer, c in sorted(traffic.items())}
     return NodeStatus(
         node=node.id, address=node.address, pid=os.getpid(),
         groups=[group_status(d) for d in node.drivers()], counters=counters,
-        config=config, peers=peers, metrics=node.metrics_url or "")
+        config=config, peers=peer_traffic(node), metrics=node.metrics_url or "")
+
+
+def peer_traffic(node: ObservedNode) -> dict[str, PeerTraffic]:
+    """Frames and bytes per peer (empty while metrics are off): what went to or came from
+    it alone, plus every multicast frame it was among the destinations of."""
+    traffic = node.traffic
+    if traffic is None:
+        return {}
+    counts = {peer: list(c) for peer, c in traffic.items()}
+    for destinations, (frames, size) in (node.multicast_traffic or {}).items():
+        for peer in destinations:
+            c = counts.setdefault(peer, [0, 0, 0, 0])
+            c[0] += frames
+            c[1] += size
+    return {peer: PeerTraffic(frames_out=c[0], bytes_out=c[1], frames_in=c[2], bytes_in=c[3])
+            for peer, c in sorted(counts.items())}
