@@ -9,8 +9,8 @@ reads; the sans-IO cores never read one (`now` comes in with every call).
 Garbage collection (`gc=` of `Node`, else ABCAST_GC; "tuned" unless set): "tuned" raises
 CPython's thresholds when a node starts (`tune_gc`) and, once a node process has built
 its stacks, moves everything alive into the permanent generation (`freeze_gc`), so
-a young collection runs every few hundred deliveries instead of every ~27 and an old one
-no longer walks the imports and the stacks; "python" leaves CPython's own (700, 10, 10).
+young collections are 14x rarer and an old one no longer walks the imports and the
+stacks; "python" leaves CPython's own (700, 10, 10).
 Thresholds are the process's, not one node's: the last node to start sets them.
 `GcMeter` counts collections and their CPU time per generation (bench/gc_pauses.py).
 """
@@ -88,10 +88,11 @@ class MonotonicClock:
 # ------------------------------------------------------------------ garbage collection
 
 GC_MODES: Final = ("tuned", "python")
-#: "tuned": (gen0 allocations, gen0 runs per gen1, gen1 runs per gen2). A lone message
-#: leaves ~26 tracked containers behind per delivery (timers, logs, per-message
-#: records): with 20,000 a young collection comes every ~700 deliveries instead of ~27.
-TUNED_THRESHOLDS: Final = (20_000, 20, 20)
+#: "tuned": (net allocations per young collection, young per middle, middle per old).
+#: A young collection costs ~0.1–0.2 µs per young object, so 10,000 makes it ~1–2 ms,
+#: 14x rarer than CPython's 700: a lone message meets one about once per several
+#: thousand deliveries instead of once per few hundred (bench/gc_pauses.py).
+TUNED_THRESHOLDS: Final = (10_000, 20, 20)
 
 
 def gc_mode(mode: str | None = None) -> str:
