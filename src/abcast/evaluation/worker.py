@@ -86,7 +86,7 @@ class WorkerConfig:
     secret: bytes | None = field(default=None, repr=False)
 
 
-class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True):
+class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a node reports when it stops (one JSON line from a node process)."""
 
     node: str
@@ -128,20 +128,20 @@ class Control(Protocol):
 # ------------------------------------------------------------------------ controls
 
 
-class Ready(msgspec.Struct, tag="ready", frozen=True):
+class Ready(msgspec.Struct, tag="ready", frozen=True, gc=False):
     node: str
     address: str
 
 
-class Finished(msgspec.Struct, tag="done", frozen=True):
+class Finished(msgspec.Struct, tag="done", frozen=True, gc=False):
     node: str
 
 
-class Result(msgspec.Struct, tag="result", frozen=True):
+class Result(msgspec.Struct, tag="result", frozen=True, gc=False):
     outcome: WorkerOutcome
 
 
-class Failed(msgspec.Struct, tag="failed", frozen=True):
+class Failed(msgspec.Struct, tag="failed", frozen=True, gc=False):
     error: str
 
 
