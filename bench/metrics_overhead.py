@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abcast import Group, Node
+from abcast.trace import TraceRecorder
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +80,14 @@ async def _scrape_every(period_s: float, nodes: list[Node]) -> None:
 
 
 async def cpu_per_message(messages: int, metrics: bool, scrape_s: float,
-                          burst: int = 64) -> Sample:
+                          burst: int = 64, recorder: TraceRecorder | None = None,
+                          settle_s: float = 0.0) -> Sample:
     """Ordered msgs/s and µs of this process's CPU per delivered message (three nodes,
-    one loop)."""
+    one loop; traced by `recorder` when given — bench/trace_overhead.py — and measured
+    `settle_s` past the last delivery, so a trace sink's thread has written it all)."""
     ids = ("n1", "n2", "n3")
-    nodes = [Node("tcp://127.0.0.1:0", node=n, metrics_port=0 if metrics else None)
+    nodes = [Node("tcp://127.0.0.1:0", node=n, metrics_port=0 if metrics else None,
+                  recorder=recorder)
              for n in ids]
     for node in nodes:
         await node.start()
@@ -111,7 +115,9 @@ async def cpu_per_message(messages: int, metrics: bool, scrape_s: float,
             for _ in range(burst):
                 g.broadcast_nowait(payload)
         await reached.wait()
-    cpu, wall = time.process_time() - started, time.perf_counter() - wall
+    wall = time.perf_counter() - wall
+    await asyncio.sleep(settle_s)
+    cpu = time.process_time() - started
     if scraper is not None:
         scraper.cancel()
     for g in groups:

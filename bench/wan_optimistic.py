@@ -23,6 +23,13 @@ most of it as window.
     .venv/bin/python bench/wan_optimistic.py
     .venv/bin/python bench/wan_optimistic.py --seconds 2 --rates 20,200 --placements remote
     .venv/bin/python bench/wan_optimistic.py --traces out/wan-traces && abcast report out/wan-traces
+    .venv/bin/python bench/wan_optimistic.py --oracle --rates 20,200,2000 --placements remote
+
+`--oracle` adds a variant that is not the algorithm but its bound: every node starts with
+the best constant delays (`oracle_delays`: from the links' mean latencies) and never
+corrects them: where adjusting delay[] can at best converge (a per-sender delay cannot
+follow each message's own jitter), so where compensation already matches the oracle the
+rest of the mis-ordering is the jitter's.
 """
 
 from __future__ import annotations
@@ -32,13 +39,19 @@ import dataclasses
 import multiprocessing
 import sys
 from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from statistics import mean
+from typing import Any
+from unittest.mock import patch
 
 from abcast.ids import NodeId
+from abcast.ordering import sequencer_optimistic
 from abcast.ordering.registry import OrderingOptions
+from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.sequencer_state import OptimisticConfig
 from abcast.sim import SimConfig, run_simulation
 from abcast.sim.network import LinkModel
@@ -53,6 +66,8 @@ VARIANTS = (("plain", OptimisticConfig(compensate=False)),
             ("α=0.5", OptimisticConfig(alpha=0.5)),
             ("α=0.8", OptimisticConfig(alpha=0.8)),
             ("α=0.95", OptimisticConfig(alpha=0.95)))
+#: --oracle: the best constant delays, never corrected (see above)
+ORACLE = ("oracle", OptimisticConfig(alpha=0.95))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,49 @@ class Placement:
     def sender_nodes(self) -> tuple[NodeId, ...]:
         by_site = {site: node for node, site in self.sites().items()}
         return tuple(by_site[s] for s in self.senders)
+
+
+def oracle_delays(placement: Placement) -> dict[NodeId, dict[NodeId, float]]:
+    """Per node k (not the sequencer s), per sender i: L(i,s) + L(s,k) − L(i,k) over the
+    mean one-way latencies (L(k,k) = 0: a node opt-delivers its own broadcast at once),
+    less the smallest — each message opt-delivered the same time before its final
+    delivery on average (docs/orderings.md, "Where the window comes from")."""
+    mean_us: dict[tuple[NodeId, NodeId], float] = {}
+    for a, b, link in placement.links():
+        mean_us[(a, b)] = (link.lo_us + link.hi_us) / 2
+
+    def one_way(a: NodeId, b: NodeId) -> float:
+        return 0.0 if a == b else mean_us.get((a, b), mean_us.get((b, a), 0.0))
+
+    seq = "n1"
+    out: dict[NodeId, dict[NodeId, float]] = {}
+    for k in placement.sites():
+        if k == seq:
+            continue
+        delay = {i: one_way(i, seq) + one_way(seq, k) - one_way(i, k)
+                 for i in placement.sender_nodes()}
+        low = min(delay.values())
+        out[k] = {i: d - low for i, d in delay.items()}
+    return out
+
+
+@contextmanager
+def fixed_delays(delays: dict[NodeId, dict[NodeId, float]]) -> Iterator[None]:
+    """Within: every optimistic core starts with `delays[node]` and never corrects them,
+    and the sequencer numbers its own messages at once (a variant for measuring, not the
+    algorithm). A hold H on the sequencer's own messages would only add H to their
+    delay everywhere: it moves the window, not the order, so the bound is taken at H = 0."""
+    init = Sequencer.__init__
+
+    def start(self: Sequencer, node: NodeId, *args: Any, **kwargs: Any) -> None:
+        init(self, node, *args, **kwargs)
+        if self.st.optimistic is not None:
+            self.st.optimistic.delay.update(delays.get(node, {}))
+
+    with (patch.object(Sequencer, "__init__", start),
+          patch.object(sequencer_optimistic, "_learn", lambda *_: None),
+          patch.object(sequencer_optimistic, "own_delay", lambda *_: 0)):
+        yield
 
 
 PLACEMENTS = {
@@ -109,10 +167,15 @@ def run(task: tuple[Placement, int, str, OptimisticConfig, float, float, int, st
     placement, rate, label, config, seconds, warmup, seed, traces = task
     senders = placement.sender_nodes()
     messages = round(rate * len(senders) * seconds)
-    result = run_simulation(SimConfig(
+    sim = SimConfig(
         "optimistic", nodes=NODES, messages=messages, seed=seed,
         rate=float(rate * len(senders)), links=placement.links(), senders=senders,
-        options=OrderingOptions(optimistic=config)))
+        options=OrderingOptions(optimistic=config))
+    if label == ORACLE[0]:
+        with fixed_delays(oracle_delays(placement)):
+            result = run_simulation(sim)
+    else:
+        result = run_simulation(sim)
     if traces:
         result.write(traces)
     rows = result.recorder.rows()
@@ -182,7 +245,10 @@ def main() -> int:
     parser.add_argument("--out", default="out/wan_optimistic")
     parser.add_argument("--traces", default="",
                         help="Also write each run's trace here (for abcast report).")
+    parser.add_argument("--oracle", action="store_true",
+                        help="Add the best constant delays, never corrected (a bound).")
     args = parser.parse_args()
+    variants = (*VARIANTS, ORACLE) if args.oracle else VARIANTS
     rates = [int(r) for r in args.rates.split(",")]
     try:
         placements = [PLACEMENTS[p] for p in args.placements.split(",")]
@@ -192,11 +258,11 @@ def main() -> int:
         parser.error("--warmup must be at least 0 and below --seconds")
     tasks = [(placement, rate, label, config, args.seconds, args.warmup, args.seed,
               args.traces)
-             for placement in placements for rate in rates for label, config in VARIANTS]
+             for placement in placements for rate in rates for label, config in variants]
     with multiprocessing.Pool(args.jobs) as pool:
         outcomes = pool.map(run, tasks)
     sections = [section(placement, [o for o in outcomes if o.placement == placement.label],
-                        rates) for placement in placements]
+                        rates, variants) for placement in placements]
     text = "\n\n".join(sections)
     print(text)
     out = Path(args.out)
@@ -205,11 +271,12 @@ def main() -> int:
         f"five_sites.json, {args.seconds:g} s of traffic per run, judged after "
         f"{args.warmup:g} s, seed {args.seed}; accuracy and window over the "
         f"non-sequencer nodes\n\n{text}\n")
-    plot(outcomes, placements, out.with_suffix(".png"))
+    plot(outcomes, placements, out.with_suffix(".png"), variants)
     return 0 if all(o.clean for o in outcomes) else 1
 
 
-def section(placement: Placement, outcomes: list[Outcome], rates: list[int]) -> str:
+def section(placement: Placement, outcomes: list[Outcome], rates: list[int],
+            variants: tuple[tuple[str, OptimisticConfig], ...] = VARIANTS) -> str:
     by = {(o.rate, o.variant): o for o in outcomes}
     lines = [f"### {placement.label}: sequencer in {placement.sequencer}, senders "
              f"{', '.join(placement.senders)}", "",
@@ -223,7 +290,7 @@ def section(placement: Placement, outcomes: list[Outcome], rates: list[int]) -> 
                      f"{o.window_ms:.1f} | {o.final_ms:.1f} | {added:+.1f} | "
                      f"{o.min_ratio:.2f} | {'yes' if o.clean else 'NO'} |")
     lines.append("")
-    for label, _ in VARIANTS[1:]:
+    for label, _ in variants[1:]:
         mis = sum(by[(r, label)].misordered for r in rates)
         plain = sum(by[(r, "plain")].misordered for r in rates)
         out = sum(by[(r, label)].out_of_order for r in rates)
@@ -236,7 +303,8 @@ def section(placement: Placement, outcomes: list[Outcome], rates: list[int]) -> 
     return "\n".join(lines)
 
 
-def plot(outcomes: list[Outcome], placements: list[Placement], path: Path) -> None:
+def plot(outcomes: list[Outcome], placements: list[Placement], path: Path,
+         variants: tuple[tuple[str, OptimisticConfig], ...] = VARIANTS) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -245,7 +313,7 @@ def plot(outcomes: list[Outcome], placements: list[Placement], path: Path) -> No
     fig, axes = plt.subplots(len(placements), 2, figsize=(11, 4 * len(placements)),
                              squeeze=False)
     for (left, right), placement in zip(axes, placements, strict=True):
-        for label, _ in VARIANTS:
+        for label, _ in variants:
             mine = sorted((o for o in outcomes
                            if o.variant == label and o.placement == placement.label),
                           key=lambda o: o.rate)

@@ -14,13 +14,16 @@ from abcast.evaluation.grid import (
     ORDERINGS,
     TABLE_NODES,
     TABLE_PAYLOAD,
+    Experiment,
     GridSpec,
     Phase,
     build_grid,
     full_spec,
     quick_spec,
+    scale_only,
     verification_run,
 )
+from abcast.ordering.registry import ORDERINGS as ORDERINGS_REGISTERED
 
 
 def test_full_table_is_every_ordering_by_middleware_by_n_closed_and_traced() -> None:
@@ -162,7 +165,46 @@ def test_open_loop_runs_get_the_shorter_timeout() -> None:
     assert {spec.timeout_of(e) for e in grid.of(Phase.LOAD)} == {10.0}
     floor_curve = [e for e in grid.of(Phase.FLOOR) if e.rate is not None]
     assert floor_curve and {spec.timeout_of(e) for e in floor_curve} == {10.0}
-    others = [e for e in grid.experiments if not e.open_loop_load]
+    others = [e for e in grid.experiments if not e.open_loop_load and e.phase is not Phase.SCALE]
     assert {spec.timeout_of(e) for e in others} == {100.0}
     twin = verification_run(grid.of(Phase.LOAD)[0], spec)
     assert spec.timeout_of(twin) == 100.0  # at the knee it must finish: no excuse
+    # 16 processes take most of a minute to start on a loaded machine: their own timeout
+    assert {spec.timeout_of(e) for e in grid.of(Phase.SCALE)} == {spec.scale_timeout_s}
+
+
+def test_the_scale_section_is_the_full_benchs_only() -> None:
+    full, quick = build_grid(full_spec()), build_grid(quick_spec())
+    assert not quick.of(Phase.SCALE) and not quick.spec.sim_tasks()
+    scale = full.of(Phase.SCALE)
+    assert {(e.ordering, e.nodes, e.serial) for e in scale} == {
+        (o, n, serial) for o in ("sequencer", "chandra-toueg") for n in (3, 8, 12, 16)
+        for serial in (False, True)}
+    assert len(scale) == 16
+    assert all(e.transport == "tcp" and not e.trace for e in scale)
+    assert all(e.open_loop_load for e in scale if not e.serial)  # may fall over: a finding
+    sims = full.spec.sim_tasks()
+    assert {t.ordering for t in sims} == set(ORDERINGS_REGISTERED)
+    assert {t.nodes for t in sims} == {64}
+    # after every other run of the grid
+    assert [e.phase for e in full.experiments][-len(scale):] == [Phase.SCALE] * len(scale)
+
+
+def test_scale_only_keeps_the_scale_section_and_the_tcp_ping_its_model_needs() -> None:
+    spec = scale_only(full_spec())
+    grid = build_grid(spec)
+    assert grid.experiments == full_spec_scale() and not grid.peers
+    assert spec.middlewares == ("tcp",) and spec.sim_tasks() == full_spec().sim_tasks()
+
+
+def full_spec_scale() -> tuple[Experiment, ...]:
+    return build_grid(full_spec()).of(Phase.SCALE)
+
+
+@pytest.mark.parametrize("bad", [
+    {"scale_nodes": (8, 3)}, {"scale_nodes": (1, 4)}, {"scale_rate": 0.0},
+    {"sim_orderings": ("fifo",), "sim_nodes": 1}, {"scale_orderings": ("nope",)},
+])
+def test_scale_knobs_are_checked(bad: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        build_grid(replace(full_spec(), **bad))  # type: ignore[arg-type]

@@ -79,9 +79,11 @@ def test_the_sequencer_cut_off_with_and_without_a_bridging_joiner(
     violations, problems = judge(result)
     assert violations == [] and problems == [], (faults, violations[:3], problems[:3])
     assert result.quiescent, faults
-    n1 = result.recorder.rows_of("n1")
-    assert [r.kind for r in n1 if r.kind in ("crash", "recover")] == ["crash", "recover"]
-    heal_us = int(faults.rsplit("-", 1)[1].removesuffix("ms")) * 1_000
-    comeback = next(r.t_ns for r in n1 if r.kind == "recover") // 1_000
-    if clean_split:  # nobody can welcome n1 before the partition heals
-        assert comeback > heal_us, (faults, comeback)
+    # n1, the sequencer, was removed by the majority and stops once it learns it (the
+    # membership layer's rule); the joiners not crashed are in, in a later view
+    assert "n1" not in result.app_states, faults
+    joiners = [i.split("=")[1].split("@")[0] for i in faults.split(",")
+               if i.startswith("join=")]
+    crashed = {r.node for r in result.recorder.rows() if r.kind == "crash"}
+    for joiner in set(joiners) - crashed:
+        assert joiner in result.app_states

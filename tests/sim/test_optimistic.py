@@ -7,6 +7,7 @@ two planted bugs — an opt-delivery after the final one, compensation without i
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -22,7 +23,9 @@ from abcast.ordering.sequencer_optimistic import MAX_SUGGEST_US
 from abcast.ordering.sequencer_state import OptimisticConfig, OptimisticState
 from abcast.ordering.sequencer_wire import OData, SOrder
 from abcast.sim import SimConfig, run_simulation
-from abcast.testing import LOCAL_ORDER, check_local_order
+from abcast.sim.churn import judge
+from abcast.testing import INTEGRITY_DUPLICATE, LOCAL_ORDER, TOTAL_ORDER, check_local_order
+from abcast.trace.rows import EventRow
 
 FAULTS = "drop=0.05,dup=0.02,delay=1-40ms"
 
@@ -128,3 +131,74 @@ def test_compensation_keeps_delays_non_negative_and_the_shift_exact() -> None:
 
 def test_planted_compensation_without_its_clamp_is_caught() -> None:
     assert "negative delay" in compensation_faults(_unclamped)
+
+
+# -- a sequencer cut off in a minority, without --safe -------------------------------------
+CUT_OFF = "drop=0.03,dup=0.02,delay=1-20ms,partition=n1+n5|n2+n3+n4@300ms-1500ms"
+
+
+def _relived(rows: list[EventRow], node: str) -> list[tuple[str, int]]:
+    """Messages `node` final-delivered before its rejoin (`recover`) and both opt- and
+    final-delivered after it, the opt-delivery first."""
+    back = min(r.t_ns for r in rows if r.node == node and r.kind == "recover")
+    mine = [r for r in rows if r.node == node and r.origin is not None and r.seq is not None]
+    before = {(r.origin, r.seq) for r in mine if r.kind == "deliver" and r.t_ns < back}
+    out = []
+    for m in sorted(before):
+        after = [r.kind for r in mine if (r.origin, r.seq) == m and r.t_ns >= back
+                 and r.kind in ("opt_deliver", "deliver")]
+        if after[:2] == ["opt_deliver", "deliver"]:
+            out.append(m)
+    return out
+
+
+def test_a_rejoined_sequencer_keeps_local_order_in_each_incarnation() -> None:
+    """n1 (the sequencer) and n5 are cut off at 300 ms. Without --safe n1 final-delivers a
+    few messages in that minority before it learns it was left out; rejoined, n1 and n5
+    get n5#8 again in a later view (INTEGRITY_DUPLICATE: the plain sequencer's window,
+    docs/orderings.md) and n1 opt-delivers it just before that final delivery. That
+    is local order in the rejoined incarnation, which starts from the group's snapshot:
+    LOCAL_ORDER judges each incarnation (before, it compared the second incarnation's
+    opt-delivery with the first one's final delivery and found a unit here)."""
+    result = run_simulation(SimConfig("optimistic", nodes=5, messages=60, seed=7,
+                                      faults=CUT_OFF))
+    rows = result.recorder.rows()
+    assert _relived(rows, "n1") == [("n5", 8)]  # the case is exercised
+    assert not [v for v in result.violations if v.code == LOCAL_ORDER]
+    assert {v.code for v in result.violations} == {INTEGRITY_DUPLICATE}
+    assert {v.nodes[0] for v in result.violations} <= {"n1", "n5"}
+    safe = run_simulation(SimConfig("optimistic", nodes=5, messages=60, seed=7,
+                                    faults=CUT_OFF, options=OrderingOptions(safe=True)))
+    assert safe.violations == []  # --safe closes the window
+
+
+def test_whole_trace_total_order_units_are_the_cut_off_minoritys() -> None:
+    """The churn sweep's seed 6: n1 (the sequencer) and n8 cut off at 298 ms, while n1
+    still held its own n1#4 for the members' suggested delay. In the minority n1 numbered
+    n8#4 (whose body never reached the majority) and then n1#4; the majority's flush
+    numbered n1#4 (its body reached everyone at once) and n8#4 only after n8 rejoined.
+    Each TOTAL_ORDER unit pairs n1 or n8 with another member over a message the first
+    delivered in its minority (positions are first deliveries); the members present
+    throughout are clean, and --safe (no delivery before a majority has the order) is
+    clean over the whole trace."""
+    faults = ("drop=0.03,dup=0.02,delay=1-20ms,join=n9@1201ms,leave=n4@963ms,"
+              "crash=n2@764ms,partition=n1+n8|n2+n3+n4+n5+n6+n7@298ms-3155ms")
+    config = SimConfig("optimistic", nodes=8, messages=200, seed=6, faults=faults)
+    result = run_simulation(config)
+    rows = result.recorder.rows()
+    cut = {"n1", "n8"}
+    rejoined = {n: min(r.t_ns for r in rows if r.node == n and r.kind == "recover")
+                for n in cut}
+    in_minority = {(n, (r.group, r.origin, r.seq)) for n in cut for r in rows
+                   if r.node == n and r.kind == "deliver" and r.t_ns < rejoined[n]}
+    total = [v for v in result.violations if v.code == TOTAL_ORDER]
+    assert total  # the case is exercised
+    for v in total:
+        (p, q), pair = v.nodes, v.messages
+        assert len(cut & {p, q}) == 1, v
+        n = (cut & {p, q}).pop()
+        assert any((n, m) in in_minority for m in pair), v
+    assert {v.code for v in result.violations} <= {TOTAL_ORDER, INTEGRITY_DUPLICATE}
+    assert judge(result) == ([], [])  # the members present throughout
+    safe = run_simulation(replace(config, options=OrderingOptions(safe=True)))
+    assert safe.violations == []

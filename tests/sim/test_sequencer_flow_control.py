@@ -24,6 +24,7 @@ import pytest
 from abcast.effects import Effect
 from abcast.events import Event
 from abcast.ids import NodeId, View
+from abcast.membership import Membership
 from abcast.ordering import sequencer_numbering as numbering
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer import Sequencer
@@ -46,7 +47,9 @@ class Peaks:
 def _watched(node: NodeId, view: View, options: OrderingOptions, peaks: Peaks) -> Stack:
     stack = build_stack(node, "g", "sequencer", view, options)
     channel = next(layer for layer in stack.layers if isinstance(layer, ReliableChannel))
-    core = next(layer for layer in stack.layers if isinstance(layer, Sequencer))
+    membership = next(layer for layer in stack.layers if isinstance(layer, Membership))
+    core = membership.ordering
+    assert isinstance(core, Sequencer)
 
     def watch(handle: Any) -> Any:
         def handled(event: Event, now: int) -> list[Effect]:
@@ -112,3 +115,18 @@ def test_own_broadcasts_undelivered_past_the_bound_backpressure_the_origin() -> 
     assert core.backpressured()
     numbering.on_order(st, "n1", 1, [("n2", 1)], [])
     assert numbering.outstanding(st) == 2 and not core.backpressured()
+
+
+def test_the_membership_layer_passes_the_sequencers_backpressure_to_the_stack() -> None:
+    # the registry wraps the sequencer in the membership layer: the stack asks the layer
+    stack = build_stack("n2", "g", "sequencer", View(1, ("n1", "n2")),
+                        OrderingOptions(max_unstable=2))
+    membership = next(layer for layer in stack.layers if isinstance(layer, Membership))
+    core = membership.ordering
+    assert isinstance(core, Sequencer)
+    core.st.view, core.st.others = View(1, ("n1", "n2")), ("n1",)
+    for seq in (1, 2):
+        core.st.now = 0
+        assert not stack.backpressured()
+        numbering.broadcast(core.st, seq, b"x")
+    assert stack.backpressured()

@@ -3,24 +3,23 @@ graceful leaves, crashes and partitions, alone and interleaved. Every run is hel
 claimed guarantees (the whole trace when nobody is cut off, else among the members
 present throughout) and to the membership properties of abcast.sim.churn (one member
 list per view id, view sequences, virtual synchrony, same-view delivery, equal states at
-the end); planted bugs — a coordinator whose cut is one message early, a member that lets
-the next view's orders into the flush — must be caught."""
+the end); planted bugs — a coordinator whose cut is one message early, a membership layer
+that lets the next view's orders into the flush — must be caught."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
 
 import pytest
 
 from abcast.effects import Effect
 from abcast.errors import LocalProtocolError
-from abcast.events import Event, Received, SnapshotTaken
+from abcast.events import Event, ViewInstalled
 from abcast.ids import NodeId, View
-from abcast.ordering import sequencer_numbering
+from abcast.membership import FlushMessage, JoinCut, Membership
+from abcast.ordering import sequencer_view
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer import Sequencer
-from abcast.ordering.sequencer_state import MembershipConfig
-from abcast.ordering.sequencer_wire import SOrder
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.sim.churn import judge, membership_problems
 from abcast.stack import Stack
@@ -89,7 +88,7 @@ def test_a_one_node_group_admits_a_joiner_and_the_last_member_can_leave() -> Non
 def test_joining_twice_or_without_contacts_is_refused() -> None:
     stack = build_stack("n1", "g", "sequencer", View(1, ("n1", "n2")))
     stack.start(0)
-    with pytest.raises(LocalProtocolError, match="already a member"):
+    with pytest.raises(LocalProtocolError, match="cannot join now"):
         stack.join(("n2",), 0)
     alone = build_stack("n3", "g", "sequencer", View(0, ("n3",)))
     alone.start(0)
@@ -149,83 +148,65 @@ def test_interleaved_joins_leaves_and_crashes(name: str, ordering: str) -> None:
 
 @pytest.mark.parametrize("ordering", FAMILY)
 @pytest.mark.parametrize("safe", [False, True], ids=["plain", "safe"])
-def test_a_cut_off_minority_blocks_then_rejoins_with_the_state(ordering: str, safe: bool) -> None:
-    """The majority removes n1 (the sequencer) and n2 and goes on; on heal they learn it,
-    join again, get a snapshot and end with the others' state. Their trace shows two
-    incarnations (crash, recover), so they are judged apart from the members present
-    throughout."""
+def test_a_cut_off_minority_blocks_then_stops(ordering: str, safe: bool) -> None:
+    """The majority removes n1 (the sequencer) and n2 and goes on under a new sequencer;
+    on heal the minority learns it was removed and stops (the membership layer's rule:
+    a member the group went on without was cut off), having delivered nothing apart."""
     result = simulate(ordering, 5, f"{NET},partition=n1+n2|n3+n4+n5@100ms-2500ms",
                       safe=safe, seed=7)
     clean(result, whole_trace=False)
-    rows = result.recorder.rows()
     for node in ("n1", "n2"):
-        kinds = [r.kind for r in rows if r.node == node and r.kind in ("crash", "recover")]
-        assert kinds == ["crash", "recover"], node
-        assert len(views_of(result, node)[-1][1]) == 5
-    assert set(result.app_states) == {f"n{i}" for i in range(1, 6)}
+        assert node not in result.app_states
+        assert all(len(members) != 2 for _, members in views_of(result, node))
+    assert set(result.app_states) == {"n3", "n4", "n5"}
     # The majority delivered in a view of its own while the minority was cut off.
     majority_views = {v for v, members in views_of(result, "n3") if len(members) == 3}
     assert any(r.node == "n3" and r.kind == "deliver" and r.view_id in majority_views
-               for r in rows)
-
-
-def test_with_rejoin_off_a_cut_off_member_stops() -> None:
-    config = SimConfig("sequencer", nodes=5, messages=150, seed=7,
-                       faults=f"{NET},partition=n1|n2+n3+n4+n5@100ms-2500ms")
-
-    def make(node: NodeId, view: View) -> Stack:
-        stack = build_stack(node, "g", "sequencer", view, config.options)
-        core = Sequencer(node, membership=MembershipConfig(rejoin=False))
-        return Stack(node, "g", [*stack.layers[:-1], core], view)
-
-    result = run_simulation(config, stack_factory=make)
-    assert result.violations == [], result.counts
-    assert "n1" not in result.app_states
-    assert not any(r.kind == "recover" for r in result.recorder.rows())
+               for r in result.recorder.rows())
 
 
 # -- planted bugs ------------------------------------------------------------------------------
 
 
 class CutOneEarly(Sequencer):
-    """Ships the snapshot as if it were taken one delivery earlier: the joiner delivers
+    """Gives joiners a cut one delivery earlier than the snapshot: the joiner delivers
     the last message before the cut again, on top of a state that holds it."""
 
-    def handle(self, event: Event, now: int) -> list[Effect]:
+    def join_cut(self) -> JoinCut:
+        cut = super().join_cut()
         st = self.st
-        if isinstance(event, SnapshotTaken) and event.token in st.drafts:
-            draft = st.drafts[event.token]
-            number = draft.first - 1
-            if number >= 1 and number in st.log:
-                mid, body = st.log[number]
-                st.drafts[event.token] = replace(
-                    draft, first=number, ids=[(mid.origin, mid.seq), *draft.ids],
-                    bodies=[(mid.origin, mid.seq, body), *draft.bodies],
-                    per_origin={**draft.per_origin, mid.origin: mid.seq - 1},
-                )
-        return super().handle(event, now)
+        number = st.delivered_through()
+        if number < 1 or number not in st.log:
+            return cut
+        mid, body = st.log[number]
+        return JoinCut({**cut.delivered, mid.origin: mid.seq - 1},
+                       {**cut.clock, sequencer_view.THROUGH: number - 1},
+                       [FlushMessage(mid.origin, mid.seq, body, stamp=number),
+                        *cut.messages])
 
 
-class OrdersLeakIntoTheFlush(Sequencer):
-    """Takes the sequencer's orders for the next view while still frozen in the flush
-    (the fix keeps them for after the install): what the sequencer numbers in the new
-    view is delivered here in the old one."""
+class DeliversTheOutcomeLate(Sequencer):
+    """Delivers the flush's outcome only once the next view is installed: what a member
+    lacked of the old view it delivers in the new one."""
+
+    late: list[Effect] = []
+
+    def conclude(self, outcome: Sequence[FlushMessage]) -> list[Effect]:
+        self.late = super().conclude(outcome)
+        return []
 
     def handle(self, event: Event, now: int) -> list[Effect]:
-        st = self.st
-        view = st.view
-        if (isinstance(event, Received) and isinstance(event.header, SOrder)
-                and view is not None and event.sender == view.leader and st.frozen):
-            st.now = now
-            order = event.header
-            return sequencer_numbering.on_order(st, event.sender, order.first, order.ids,
-                                                order.bodies)
-        return super().handle(event, now)
+        effects = super().handle(event, now)
+        if isinstance(event, ViewInstalled) and self.late:
+            effects, self.late = [*self.late, *effects], []
+        return effects
 
 
-@pytest.mark.parametrize(("core", "code"), [(CutOneEarly, "STATE"),
-                                            (OrdersLeakIntoTheFlush, "SAME_VIEW_DELIVERY")])
-def test_the_membership_checks_catch_a_broken_variant(core: type, code: str) -> None:
+@pytest.mark.parametrize(("core", "layer", "code"), [
+    (CutOneEarly, Membership, "STATE"),
+    (DeliversTheOutcomeLate, Membership, "SAME_VIEW_DELIVERY")])
+def test_the_membership_checks_catch_a_broken_variant(core: type, layer: type,
+                                                      code: str) -> None:
     found: set[str] = set()
     for seed in range(1, 7):
         config = SimConfig("causal-total", nodes=4, messages=200, seed=seed,
@@ -233,7 +214,7 @@ def test_the_membership_checks_catch_a_broken_variant(core: type, code: str) -> 
 
         def make(node: NodeId, view: View, config: SimConfig = config) -> Stack:
             stack = build_stack(node, "g", "causal-total", view, config.options)
-            top = core(node, causal=True, membership=MembershipConfig(rejoin=True))
+            top = layer(node, core(node, causal=True))
             layers = [*stack.layers[:-1], top]
             return Stack(node, "g", layers, view)
 

@@ -16,6 +16,7 @@ from abcast.testing import (
     check_total_order,
     count_by_code,
 )
+from abcast.testing.builders import rejoined_optimistic
 
 
 def fifo_of(*seqs: int, origin: str = "n1") -> TraceBuilder:
@@ -281,3 +282,13 @@ def test_local_order_optimistic_after_final_is_one_unit_per_node_and_message() -
         (LOCAL_ORDER, ("n2",), (("g", "n1", 1),), (1, 3)),
         (LOCAL_ORDER, ("n2",), (("g", "n1", 2),), (2, 4)),
     ]
+
+
+def test_local_order_is_judged_per_incarnation() -> None:
+    """A rejoined incarnation opt-delivers a message its first one final-delivered, then
+    final-delivers it: local order (the duplicate is INTEGRITY_DUPLICATE's); the same
+    opt-delivery after that second final delivery is one unit."""
+    assert check_local_order(rejoined_optimistic().rows()) == []
+    found = check_local_order(rejoined_optimistic(late=True).rows())
+    assert [(v.code, v.nodes, v.messages, v.positions) for v in found] == [
+        (LOCAL_ORDER, ("n2",), (("g", "n2", 1),), (2, 2))]

@@ -173,7 +173,8 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
 
     opts = [r for r in rows if r.kind == "opt_deliver"]
     counts[LOCAL_ORDER] = len({(o.node, msg(o)) for o in opts for d in dels
-                               if d.node == o.node and msg(d) == msg(o) and o.t_ns > d.t_ns})
+                               if d.node == o.node and msg(d) == msg(o) and o.t_ns > d.t_ns
+                               and start(o.node, o.t_ns) == start(d.node, d.t_ns)})
     counts.update(reference_view_counts(rows))
     return counts
 

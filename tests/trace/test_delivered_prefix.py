@@ -38,6 +38,33 @@ def test_the_prefixes_are_the_plain_definitions(notes: list[tuple[str, int]]) ->
         assert prefix.deps("me") == _reference(notes[:i + 1])
 
 
+RUNS = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(1, 40), st.integers(1, 8)),
+                max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(RUNS)
+def test_runs_noted_at_once_give_the_plain_definitions(runs: list[tuple[str, int, int]]) -> None:
+    # a delivered batch is noted as one run (the runtime's recording of batches)
+    prefix = DeliveredPrefix()
+    notes: list[tuple[str, int]] = []
+    for origin, first, count in runs:
+        prefix.note_run(origin, first, count)
+        notes += [(origin, seq) for seq in range(first, first + count)]
+        assert prefix.deps("me") == _reference(notes)
+    kept = {o: len(starts) for o, (starts, _) in prefix._runs.items()}
+    gaps = {o: _gaps_above(notes, o) for o in kept}
+    assert kept == gaps  # one run per gap, never more
+
+
+def _gaps_above(notes: list[tuple[str, int]], origin: str) -> int:
+    """How many maximal runs of delivered numbers lie above the prefix."""
+    seqs = sorted({seq for o, seq in notes if o == origin})
+    k = _reference(notes).get(origin, 0)
+    above = [seq for seq in seqs if seq > k]
+    return sum(1 for i, seq in enumerate(above) if i == 0 or above[i - 1] != seq - 1)
+
+
 def test_a_gap_that_never_fills_keeps_one_run_not_every_message() -> None:
     prefix = DeliveredPrefix()
     prefix.note("a", 1)

@@ -145,7 +145,34 @@ def shadowed(monkeypatch: pytest.MonkeyPatch, kind: type[Layer]) -> Iterator[Sha
         return effects
 
     monkeypatch.setattr(kind, "handle", handle)
+    for name in VIEW_METHODS:
+        monkeypatch.setattr(kind, name, _twinned(getattr(kind, name), kind, shadow))
     yield shadow
+
+
+#: what the membership layer calls on the core besides `handle` (abcast.membership.api):
+#: the twin takes each call too, so that both go through the same view changes
+VIEW_METHODS = ("report", "settle", "conclude", "join_cut", "start_from", "stable_point",
+                "forget")
+
+
+def _twinned(method: Callable[..., Any], kind: type[Layer], shadow: Shadow
+             ) -> Callable[..., Any]:
+    def call(layer: Layer, *args: Any) -> Any:
+        pair = shadow.twins.get(id(layer))
+        if type(layer) is not kind or shadow.busy or pair is None:
+            return method(layer, *args)
+        shadow.busy = True
+        try:
+            got = method(layer, *args)
+            want = method(pair[1], *args)
+        finally:
+            shadow.busy = False
+        where = f"{getattr(layer, 'node', '?')}: {method.__name__}"
+        assert plain(got) == plain(want), where
+        assert state_of(layer) == state_of(pair[1]), where
+        return got
+    return call
 
 
 def simulate(ordering: str, nodes: int, faults: str, *, seed: int, safe: bool = False,
@@ -214,8 +241,12 @@ def test_a_fast_path_that_skips_the_leader_check_is_caught(
 
     monkeypatch.setattr(Sequencer, "handle", broken)
     with pytest.raises(AssertionError), shadowed(monkeypatch, Sequencer):
+        # (under evs, where the core runs its own flush: elsewhere the membership layer
+        # buffers every packet while frozen and the core never sees such an order)
+        nodes, faults, _ = SCENARIOS["join-and-leave-open-loop"]
         for seed in range(1, 6):
-            simulate("sequencer", 4, f"{NET},crash=n1@60ms", seed=seed)
+            simulate("sequencer", nodes, faults, seed=seed, messages=160,
+                     rate=OPEN_LOOP["join-and-leave-open-loop"], partitions="evs")
 
 
 def test_a_broadcast_fast_path_that_ignores_the_flush_is_caught(
@@ -223,7 +254,9 @@ def test_a_broadcast_fast_path_that_ignores_the_flush_is_caught(
 ) -> None:
     """Planted: a member's own broadcast goes to the steady state whatever the flow, so
     during a view change it is sent (and, at the sequencer, numbered) in the old view
-    instead of queued for the new one."""
+    instead of queued for the new one. (Under evs, where the core runs its own flush;
+    elsewhere the membership layer queues broadcasts while frozen and the core never
+    sees one.)"""
     correct = Sequencer.handle
 
     def broken(layer: Sequencer, event: Event, now: int) -> list[Effect]:
@@ -240,4 +273,4 @@ def test_a_broadcast_fast_path_that_ignores_the_flush_is_caught(
     with pytest.raises(AssertionError), shadowed(monkeypatch, Sequencer):
         for seed in range(1, 6):
             simulate("sequencer", nodes, faults, seed=seed, messages=160,
-                     rate=OPEN_LOOP["join-and-leave-open-loop"])
+                     rate=OPEN_LOOP["join-and-leave-open-loop"], partitions="evs")

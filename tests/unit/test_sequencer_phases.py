@@ -1,6 +1,8 @@
 """The sequencer core's phases and its snapshot: `inspect()` names the phase, the numbers
 and what each held message waits for; the phase tables refuse a transition they do not
-list; a flush freezes a member and its install thaws it."""
+list; a flush freezes a member and its install thaws it (evs, where the core keeps its
+own views; the rest of the family's views are the membership layer's, tests/unit/
+test_membership.py)."""
 
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ def test_inspect_names_what_each_held_message_waits_for() -> None:
 
 
 def test_a_flush_freezes_a_member_and_its_install_thaws_it() -> None:
-    layer = _member(safe=True)
+    layer = _member(evs=True)
     layer.handle(Received("n1", VcPrepare(2, 1, ["n1", "n2"]), EMPTY), 10)
     snap = layer.inspect()
     assert snap.phase == "flushing"
@@ -68,7 +70,7 @@ def test_a_flush_freezes_a_member_and_its_install_thaws_it() -> None:
 
 
 def test_a_joiner_is_joining_until_welcomed() -> None:
-    layer = Sequencer("n4")
+    layer = Sequencer("n4", evs=True)
     layer.handle(ViewInstalled(View(0, ("n4",))), 0)
     layer.handle(JoinRequested(("n1",)), 0)
     assert layer.inspect().phase == "joining"

@@ -16,8 +16,10 @@ choices docs/checks.md leaves open are made here, once:
   as causal predecessors (its deps are empty);
 - a crashed origin's message with a seq above every send row it wrote is not
   INTEGRITY_UNKNOWN: a killed node's last rows die with it (`RunFacts.lost_with_crash`);
-- LOCAL_ORDER compares the latest `opt_deliver` with the earliest `deliver` of m (the
-  same as "some opt_deliver row is later than some deliver row");
+- LOCAL_ORDER compares, per incarnation of the node (its `recover` rows begin new ones),
+  the latest `opt_deliver` with the earliest `deliver` of m in it (the same as "some
+  opt_deliver row is later than some deliver row of the same incarnation"); one unit per
+  (node, m), reported at its first such incarnation;
 - rows a check cannot place are skipped, and a null group is one group of its own
   (abcast.checks.facts says which).
 - a joiner's snapshot (docs/checks.md, "Joiners and rejoined nodes") is a prefix
@@ -275,14 +277,20 @@ def _total_order(f: RunFacts) -> list[Violation]:
 def _local_order(f: RunFacts) -> list[Violation]:
     out: list[Violation] = []
     for (node, m), (opt_rows, final_rows) in f.local_order_rows.items():
-        latest_opt = max(opt_rows, key=lambda r: r.t_ns)
-        earliest_final = min(final_rows, key=lambda r: r.t_ns)
-        if latest_opt.t_ns > earliest_final.t_ns:
-            out.append(Violation(
-                f.run_id, LOCAL_ORDER, (node,), (m,),
-                (earliest_final.index or 0, latest_opt.index or 0),
-                f"{node} opt-delivered {_show(m)} at t_ns {latest_opt.t_ns}, after its "
-                f"final delivery at t_ns {earliest_final.t_ns}"))
+        for start in sorted({f.incarnation_start(node, r.t_ns) for r in opt_rows}):
+            opts = [r for r in opt_rows if f.incarnation_start(node, r.t_ns) == start]
+            finals = [r for r in final_rows if f.incarnation_start(node, r.t_ns) == start]
+            if not finals:
+                continue
+            latest_opt = max(opts, key=lambda r: r.t_ns)
+            earliest_final = min(finals, key=lambda r: r.t_ns)
+            if latest_opt.t_ns > earliest_final.t_ns:
+                out.append(Violation(
+                    f.run_id, LOCAL_ORDER, (node,), (m,),
+                    (earliest_final.index or 0, latest_opt.index or 0),
+                    f"{node} opt-delivered {_show(m)} at t_ns {latest_opt.t_ns}, after its "
+                    f"final delivery at t_ns {earliest_final.t_ns}"))
+                break
     return out
 
 

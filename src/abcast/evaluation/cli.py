@@ -32,12 +32,21 @@ from rich.progress import (
 
 from abcast.cli_params import OUT_DIR, SPARK_MASTER, make_out_dir
 from abcast.evaluation.analysis import floor_of, load_curves, peer_ratios
-from abcast.evaluation.grid import Grid, GridSpec, Phase, build_grid, full_spec, quick_spec
+from abcast.evaluation.grid import (
+    Grid,
+    GridSpec,
+    Phase,
+    build_grid,
+    full_spec,
+    quick_spec,
+    scale_only,
+)
 from abcast.evaluation.peers import REDIS_INSTALL, find_redis_server
 from abcast.evaluation.report import write_report
 from abcast.evaluation.results import BenchResult, is_clean, save
 from abcast.evaluation.rpc_report import run_rpc_section
 from abcast.evaluation.runner import BenchRunner, spark_check
+from abcast.evaluation.scale import scale_points
 
 EXIT_CLEAN: Final = 0
 EXIT_FAILED: Final = 1
@@ -77,7 +86,7 @@ class RichProgress:
 def planned_steps(grid: Grid) -> int:
     curves = {(e.ordering, e.nodes) for e in grid.of(Phase.LOAD)}
     return (len(grid.spec.middlewares) + len(grid.experiments) + len(curves)
-            + len(grid.peers) + 1)
+            + len(grid.peers) + len(grid.spec.sim_tasks()) + 1)
 
 
 def run_bench(spec: GridSpec, out: Path, *, quick: bool, master: str | None,
@@ -140,6 +149,17 @@ def summary_lines(result: BenchResult) -> list[str]:
         p50 = base.figures.p50_us
         lines.append(f"{e.ordering:>15} n={e.nodes}: closed-loop p50 "
                      f"{'—' if p50 is None else f'{p50:,.0f} µs'}")
+    for point in scale_points(result):
+        rss = point.rss_mib
+        lines.append(f"{point.ordering:>15} n={point.nodes}: saturation "
+                     f"{_rate(point.saturation)} msg/s (model {_rate(point.model_saturation)}"
+                     f"), lone p50 {_us(point.lone_p50_us)} (model "
+                     f"{_us(point.model_p50_us)}), RSS per node "
+                     f"{'—' if rss is None else f'{rss[0]:,.0f} MiB'}")
+    for sim in result.sims:
+        lines.append(f"{sim.ordering:>15} simulated n={sim.nodes}: "
+                     f"{'clean' if sim.clean else 'NOT CLEAN'}, {sim.wall_s:.1f} s wall, "
+                     f"{sim.cpu_s:.1f} s CPU, peak RSS {sim.peak_rss_kib / 1024:,.0f} MiB")
     for peer in result.peers:
         # a peer skipped for a reason already said up front (a note) is not said again
         if peer.skipped and not any(peer.experiment.peer in n.lower() for n in result.notes):
@@ -180,12 +200,20 @@ def _rate(value: float | None) -> str:
               help="Measure PySyncObj and Redis Streams in the same run.")
 @click.option("--rpc/--no-rpc", "with_rpc", default=True, show_default=True,
               help="The client/server section (Case A/B, saturation, consolidation).")
+@click.option("--scale-only", "scale_only_", is_flag=True,
+              help="Only the full bench's scale section (3–16 processes, every ordering "
+                   "simulated at 64 nodes) and the tcp ping its model needs.")
 def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
-          with_peers: bool, with_rpc: bool) -> None:
+          with_peers: bool, with_rpc: bool, scale_only_: bool) -> None:
     """Run the evaluation on real processes over loopback: the thesis's latency tables with
     the model beside them, a message-size sweep, throughput vs offered load with its knee,
     the peers (PySyncObj, Redis Streams), every trace checked by Spark, and a report."""
+    if quick and scale_only_:
+        raise click.UsageError("--scale-only runs the full bench's scale section; "
+                               "--quick has none")
     spec = quick_spec() if quick else full_spec()
+    if scale_only_:
+        spec, with_rpc = scale_only(spec), False
     if not with_peers:
         spec = replace(spec, peers=())
     console = Console(stderr=True)
@@ -205,10 +233,12 @@ def bench(quick: bool, out: Path, master: str | None, use_spark: bool,
 def bench_failed(result: BenchResult) -> bool:
     """A violation anywhere, a run that did not finish (except open-loop runs pushed past
     saturation: falling over there is a finding the report shows, not a bench failure),
-    or no Spark verdict."""
+    a simulated scale run that is not clean, or no Spark verdict."""
     for run in result.runs:
         if any(run.violations.values()) or run.checked_clean is False:
             return True
         if not run.complete and not run.experiment.open_loop_load:
             return True
+    if any(not sim.clean for sim in result.sims):
+        return True
     return result.spark_error is not None

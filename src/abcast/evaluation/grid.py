@@ -23,6 +23,12 @@ grouped by `Phase`:
   it;
 - VERIFY: built later by `verification_run`, once the load curve's knee is known — the
   same offered rate again with tracing on, so Spark checks what the untraced run did;
+- SCALE: the full bench only (`scale_nodes` is empty elsewhere): per ordering of
+  `scale_orderings` and n of `scale_nodes` (the first n is the model's anchor), a lone
+  message (serial, untraced) and a saturation run (open loop offered far above what the
+  group can order, untraced: the delivered rate is its saturation), on tcp at the
+  peers' payload; the simulated half of the section (`sim_orderings` at `sim_nodes`)
+  is abcast.evaluation.sim_scale's, listed by `sim_tasks`;
 - peers: `PeerExperiment`s (PySyncObj and Redis Streams) with the same payload and n.
 
 What this module does not know: how a run is launched, measured or checked.
@@ -38,6 +44,8 @@ from typing import Final
 
 from abcast.errors import ConfigError
 from abcast.evaluation.cluster import EVENT_LOOPS, ClusterConfig, installed_event_loops
+from abcast.evaluation.sim_scale import SIM_MESSAGES, SIM_NODES, SimTask
+from abcast.ordering.registry import ORDERINGS as REGISTERED_ORDERINGS
 from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.transport.base import MAX_BUSY_POLL_US
 
@@ -59,6 +67,7 @@ class Phase(StrEnum):
     FLOOR = "floor"
     LOAD = "load"
     VERIFY = "verify"
+    SCALE = "scale"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +99,7 @@ class Experiment:
     def open_loop_load(self) -> bool:
         """A run of a load curve (abcast's or the floor's): past saturation it may fall
         over, which is a finding, not a failure."""
-        return self.phase in (Phase.LOAD, Phase.FLOOR) and self.rate is not None
+        return self.phase in (Phase.LOAD, Phase.FLOOR, Phase.SCALE) and self.rate is not None
 
     @property
     def closed_loop(self) -> bool:
@@ -187,6 +196,23 @@ class GridSpec:
     peer_messages: int = 3000
     peer_rate: float = 100_000.0  # offered far above any peer's capacity: its saturation
     peer_load_messages: int = 40_000
+    #: the scale section (off unless set, as `full_spec` does): real-process groups of
+    #: these orderings at these n (the first: the model's anchor), tcp
+    scale_orderings: tuple[str, ...] = ()
+    scale_nodes: tuple[int, ...] = ()
+    scale_rate: float = 1_000_000.0  # offered far above any group's saturation here
+    scale_messages: int = 30_000  # of a saturation run
+    scale_lone_messages: int = 500
+    #: a run of 16 processes takes most of a minute just to start on a loaded 2-core
+    #: machine (imports), all of it inside the run's timeout
+    scale_timeout_s: float = 240.0
+    #: the simulated half: every one of these orderings at `sim_nodes`, one seeded run
+    #: each (abcast.evaluation.sim_scale), `sim_jobs` at a time; empty: none
+    sim_orderings: tuple[str, ...] = ()
+    sim_nodes: int = SIM_NODES
+    sim_messages: int = SIM_MESSAGES
+    sim_seed: int = 1
+    sim_jobs: int = 1
     ping_rounds: int = 400
     #: frame sizes pinged per middleware (the thesis's Table 3 / Figure 34); the tables'
     #: payload (T_msg of the model) is always among them
@@ -197,29 +223,45 @@ class GridSpec:
     load_timeout_s: float = 45.0
 
     def validate(self) -> None:
-        for name in (*self.orderings, *self.size_orderings, *self.load_orderings):
+        for name in (*self.orderings, *self.size_orderings, *self.load_orderings,
+                     *self.scale_orderings, *self.sim_orderings):
             get_ordering(name)
         unknown = [p for p in self.peers if p not in PEERS]
         if unknown:
             raise ConfigError(f"unknown peers {unknown}; choose from {', '.join(PEERS)}")
         if any(n < 2 for n in (*self.table_nodes, *self.load_nodes, self.size_nodes,
-                               self.compare_nodes)):
+                               self.compare_nodes, *self.scale_nodes)):
             raise ConfigError("every group in the grid needs at least 2 nodes")
         if any(r <= 0 or not math.isfinite(r) for r in (*self.load_rates, *self.floor_rates)):
             raise ConfigError("offered rates must be positive")
         if list(self.load_rates) != sorted(self.load_rates):
             raise ConfigError("offered rates must rise")
+        if list(self.scale_nodes) != sorted(set(self.scale_nodes)):
+            raise ConfigError("scale_nodes must rise (the first is the model's anchor)")
+        if not (self.scale_rate > 0 and math.isfinite(self.scale_rate)):
+            raise ConfigError("scale_rate must be positive")
+        if self.sim_orderings and (self.sim_nodes < 2 or self.sim_messages < 1
+                                   or self.sim_jobs < 1):
+            raise ConfigError("simulated scale runs need >= 2 nodes, >= 1 message, "
+                              ">= 1 job")
         unknown_loops = [loop for loop in self.lone_loops if loop not in EVENT_LOOPS]
         if unknown_loops:
             raise ConfigError(f"unknown event loops {unknown_loops}; choose from "
                               f"{', '.join(EVENT_LOOPS)}")
         if any(not 0 <= us <= MAX_BUSY_POLL_US for us in self.lone_busy_poll_us):
             raise ConfigError(f"busy-poll windows must be in 0..{MAX_BUSY_POLL_US} µs")
-        if min(self.timeout_s, self.load_timeout_s) <= 0:
+        if min(self.timeout_s, self.load_timeout_s, self.scale_timeout_s) <= 0:
             raise ConfigError("timeouts must be positive")
 
     def timeout_of(self, exp: Experiment) -> float:
+        if exp.phase is Phase.SCALE:
+            return self.scale_timeout_s
         return self.load_timeout_s if exp.open_loop_load else self.timeout_s
+
+    def sim_tasks(self) -> list[SimTask]:
+        """The scale section's simulated runs, one per ordering of `sim_orderings`."""
+        return [SimTask(o, self.sim_nodes, self.sim_messages, self.sim_seed)
+                for o in self.sim_orderings]
 
     def load_messages(self, rate: float, most: int | None = None) -> int:
         """Enough messages to offer `rate` for `load_seconds`, within the bounds (`most`:
@@ -246,7 +288,19 @@ def quick_spec() -> GridSpec:
 
 
 def full_spec() -> GridSpec:
-    return GridSpec()
+    """The whole grid, with the scale section: the sequencer and chandra-toueg as real
+    processes at n = 3 (the model's anchor), 8, 12 and 16, and every ordering simulated
+    at 64 nodes."""
+    return GridSpec(scale_orderings=("sequencer", "chandra-toueg"),
+                    scale_nodes=(3, 8, 12, 16), sim_orderings=tuple(REGISTERED_ORDERINGS))
+
+
+def scale_only(spec: GridSpec) -> GridSpec:
+    """`spec`'s scale section alone, with the tcp ping its latency model needs
+    (`abcast bench --scale-only`)."""
+    return replace(spec, orderings=(), middlewares=("tcp",), table_nodes=(), sizes=(),
+                   size_orderings=(), load_orderings=(), peers=(), ping_sizes=(),
+                   floor=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +357,7 @@ def build_grid(spec: GridSpec) -> Grid:
                     runs.append(Experiment(Phase.LOAD, ordering, middleware, n,
                                            spec.compare_payload, spec.load_messages(rate),
                                            rate=rate, trace=False))
+    runs += scale_runs(spec)  # after the verification runs, which come in between
     peers: list[PeerExperiment] = []
     for peer in spec.peers:
         closed = (min(spec.peer_messages, SLOW_PEER_CLOSED_MESSAGES)
@@ -326,6 +381,19 @@ def floor_runs(spec: GridSpec, loops: list[str | None]) -> list[Experiment]:
         runs += [Experiment(Phase.FLOOR, "sequencer", "tcp", n, spec.compare_payload,
                             spec.load_messages(rate, spec.floor_max_messages), rate=rate,
                             trace=False, floor=True) for rate in rates]
+    return runs
+
+
+def scale_runs(spec: GridSpec) -> list[Experiment]:
+    """The scale section's real-process runs (Phase.SCALE), per ordering and n: a lone
+    message, then the saturation run."""
+    runs = []
+    for ordering in spec.scale_orderings:
+        for n in spec.scale_nodes:
+            runs.append(Experiment(Phase.SCALE, ordering, "tcp", n, spec.compare_payload,
+                                   spec.scale_lone_messages, trace=False, serial=True))
+            runs.append(Experiment(Phase.SCALE, ordering, "tcp", n, spec.compare_payload,
+                                   spec.scale_messages, rate=spec.scale_rate, trace=False))
     return runs
 
 

@@ -5,10 +5,11 @@ abcast.evaluation.analysis; nothing is measured or re-derived here. The page ope
 the thesis's Tables 4–6 (mean TO-broadcast latency, one table per ordering, n × middleware,
 the model's prediction beside each cell), then measured vs model, the message-size
 sweep, the floor, throughput vs offered load with the knee, the lone message (both with
-their ratio to the floor), the tracing-on verification, the peers and their ratios, and
-every run with its checks. A missing figure prints as "—". Plots
-use matplotlib's Agg backend (imported only in `draw_plots`); a machine without
-matplotlib gets the page without them.
+their ratio to the floor), the tracing-on verification, the peers and their ratios, the
+scale section (full bench: 3–16 processes against the model, every ordering simulated at
+64 nodes, the machine and its load), and every run with its checks. A missing figure
+prints as "—". Plots use matplotlib's Agg backend (imported only in `draw_plots`); a
+machine without matplotlib gets the page without them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from abcast.evaluation.analysis import (
     slope_checks,
 )
 from abcast.evaluation.grid import TABLE_PAYLOAD, Phase
-from abcast.evaluation.results import BenchResult, RunMeasurement, is_clean
+from abcast.evaluation.results import BenchResult, Machine, RunMeasurement, is_clean
+from abcast.evaluation.scale import ScalePoint, scale_points
+from abcast.evaluation.sim_scale import SIM_HEADER, sim_table
 
 THESIS_TABLES: Final = {"sequencer": 4, "skeen": 5, "chandra-toueg": 6}
 
@@ -67,6 +70,8 @@ def _verdict(run: RunMeasurement) -> str:
 
 
 def _thesis_tables(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]:
+    if not result.of(Phase.TABLE):
+        return []  # `--scale-only`
     lines = ["## Mean TO-broadcast latency (thesis Tables 4–6)", "",
              f"Closed-loop round-robin, {TABLE_PAYLOAD}-byte messages, real processes on "
              "loopback, traced and checked. Each cell: measured mean latency in ms, and in "
@@ -120,6 +125,8 @@ def _model_section(result: BenchResult, cells: Sequence[ModelCell]) -> list[str]
                       _num(p.rtt_mean_us, 1), _num(p.t_msg_us, 1), p.error or ""]
                      for p in result.pings if p.size == TABLE_PAYLOAD])
     lines += _ping_sizes(result)
+    if not cells:
+        return lines
     lines += ["Growth per extra node: least squares of the measured means over n−1, against "
               "the model's s·T_msg. T_overhead: the fitted constant (slope fixed by the "
               "model); beside it two more estimates — the intercept of the free "
@@ -316,6 +323,95 @@ def _peer_section(result: BenchResult) -> list[str]:
     return lines
 
 
+SCALE_TEXT: Final = (
+    "Real processes on tcp over loopback, 64-byte messages, tracing off, the default "
+    "event loop and settings. Saturation: one open-loop run offered far above what the "
+    "group can order (so every node has its whole share queued at once); the delivered "
+    "rate, go → last delivery, is the group's saturation. Lone message: the serial "
+    "workload (one message in flight), p50 over every delivery on every node. The model "
+    "is the thesis's (a TO-broadcast costs s·(n−1) messages: sequencer s = 2, "
+    "chandra-toueg s = 4), anchored at the smallest n: its saturation predicts "
+    "X(n₀)·(n₀−1)/(n−1) — all n processes share the same cores, so the group's "
+    "throughput falls as the messages per broadcast rise — and its latency "
+    "s·(n−1)·T_msg + T_overhead, with T_msg from the tcp ping above and T_overhead the "
+    "anchor's p50 less s·(n₀−1)·T_msg. \"Per delivery\" is the cost the model leaves "
+    "out: every node delivers every message, X(n₀)·n₀/n. CPU per message: every node "
+    "process's CPU time from go to its report, summed, over the messages; cores busy: "
+    "that sum over the run's span; on free cores: the machine's cores over the CPU per "
+    "message — the saturation the group would reach with every core to itself, the "
+    "figure that survives other work on the machine — beside its own model column, "
+    "anchored the same way. RSS per node: each node process's peak resident "
+    "memory in the saturation run (mean and largest over the group), and beside it the "
+    "mean peak as its workload began (interpreter, imports, the open group): the "
+    "difference is what the traffic added.")
+
+SCALE_CAVEAT: Final = (
+    "Read these figures for their shape against n, not as capacity. With more node "
+    "processes than cores the machine is CPU-starved: a lone message's hops each wait "
+    "for the receiving process to be scheduled, which the model's T_msg (a ping between "
+    "two processes that each have a core) does not contain, so past n = cores the "
+    "measured p50 grows faster than the model's straight line; and the saturation "
+    "figures measure the cores more than the protocol (CPU per message is the "
+    "protocol's cost; cores busy below the machine's count mean the runs waited for "
+    "other work). The runs are short, one each: expect ±30 % between two benches on a "
+    "shared machine.")
+
+SIM_TEXT: Final = (
+    "Every ordering in the deterministic simulator, one seeded run each, closed "
+    "round-robin, no faults, the registry's stack; each run in a fresh process of its "
+    "own (abcast.evaluation.sim_scale; `bench/sim_scale.py` runs the same alone). Clean: "
+    "no violation of the ordering's claims and every node delivered every message. Wall "
+    "and CPU time are the worker process's (CPU is what the run cost whatever else ran); "
+    "peak RSS includes the interpreter and its imports. The crash-tolerant orderings' "
+    "failure detectors send n·(n−1) heartbeats per period for as long as a run lasts: "
+    "at 64 nodes they are most of the events.")
+
+
+def _machine_line(machine: Machine | None) -> list[str]:
+    if machine is None:
+        return []
+    before = " / ".join(f"{x:.1f}" for x in machine.load_before)
+    after = " / ".join(f"{x:.1f}" for x in machine.load_after)
+    return [f"Machine: {machine.cpus} CPUs, {machine.memory_gib:.0f} GiB, Python "
+            f"{machine.python}, {machine.platform}. Load average (1 / 5 / 15 min) as the "
+            f"section began: {before}; as it ended: {after} (a load above {machine.cpus} "
+            "means other work shared the cores with these runs).", ""]
+
+
+def _mib(pair: tuple[float, float] | None) -> str:
+    return "—" if pair is None else f"{pair[0]:,.0f} / {pair[1]:,.0f}"
+
+
+def _scale_section(result: BenchResult, points: Sequence[ScalePoint]) -> list[str]:
+    if not points and not result.sims:
+        return []
+    lines = ["## Scale", ""]
+    lines += _machine_line(result.machine)
+    if points:
+        lines += [SCALE_TEXT, ""]
+        lines += _table(
+            ["ordering", "n", "saturation msg/s", "model msg/s", "÷ model",
+             "per delivery msg/s", "CPU µs/msg", "cores busy", "on free cores msg/s",
+             "÷ model", "lone p50 µs",
+             "model p50 µs", "÷ model", "lone p99 µs", "RSS/node MiB (mean / max)",
+             "RSS/node at go MiB", "status"],
+            [[p.ordering, str(p.nodes), _num(p.saturation, 0), _num(p.model_saturation, 0),
+              _ratio(p.saturation_of_model), _num(p.delivery_bound, 0),
+              _num(p.cpu_us_per_message, 1), _num(p.cores_busy, 2),
+              _num(p.free_cores_saturation, 0), _ratio(p.free_cores_of_model),
+              _num(p.lone_p50_us, 0),
+              _num(p.model_p50_us, 0), _ratio(p.p50_of_model),
+              _num(p.lone.figures.p99_us if p.lone else None, 0), _mib(p.rss_mib),
+              _num(p.rss_at_go_mib, 0), p.status] for p in points])
+        lines += [SCALE_CAVEAT, ""]
+    if result.sims:
+        sim = result.sims[0]
+        lines += [f"**Simulated: every ordering at n = {sim.nodes}**, {sim.messages} "
+                  f"broadcasts per run, seed {sim.seed}.", "", SIM_TEXT, ""]
+        lines += _table(SIM_HEADER, sim_table(result.sims))
+    return lines
+
+
 def _runs_section(result: BenchResult) -> list[str]:
     lines = ["## Every run", ""]
     lines += _table(
@@ -367,6 +463,7 @@ def render_markdown(result: BenchResult, plots: Sequence[Plot] = ()) -> str:
     lines += _lone_section(result, floor)
     lines += _verify_section(result)
     lines += _peer_section(result)
+    lines += _scale_section(result, scale_points(result))
     if plots:
         lines += ["## Plots", ""]
         for plot in plots:
@@ -450,7 +547,49 @@ def draw_plots(result: BenchResult, out: Path) -> list[Plot]:
                title="Throughput vs offered load (◇ knee)")
         ax.legend(fontsize=8)
         plots.append(_save(fig, out, "throughput_vs_load.png", "Throughput vs offered load"))
+    scale = scale_points(result)
+    if scale:
+        plots.append(_scale_plot(scale, out))
     return plots
+
+
+def _scale_plot(points: Sequence[ScalePoint], out: Path) -> Plot:
+    """Saturation (measured, and on free cores), lone p50 and RSS per node against n;
+    dashed: the model."""
+    import matplotlib.pyplot as plt
+
+    fig, (sat, lat, mem) = plt.subplots(1, 3, figsize=(13, 4.2))
+    for index, ordering in enumerate(dict.fromkeys(p.ordering for p in points)):
+        mine = [p for p in points if p.ordering == ordering]
+        color = f"C{index}"
+        series = (
+            (sat, ordering, "o-", [p.saturation for p in mine],
+             [p.model_saturation for p in mine]),
+            (sat, f"{ordering} on free cores", "s:", [p.free_cores_saturation for p in mine],
+             [p.model_free_cores for p in mine]),
+            (lat, ordering, "o-", [p.lone_p50_us for p in mine],
+             [p.model_p50_us for p in mine]),
+            (mem, ordering, "o-", [p.rss_mib[0] if p.rss_mib else None for p in mine],
+             [None for _ in mine]))
+        for ax, label, style, measured, model in series:
+            got = [(p.nodes, y) for p, y in zip(mine, measured, strict=True) if y is not None]
+            if not got:
+                continue
+            ax.plot(*zip(*got, strict=True), style, color=color, label=label)
+            predicted = [(p.nodes, y) for p, y in zip(mine, model, strict=True)
+                         if y is not None]
+            if predicted:
+                ax.plot(*zip(*predicted, strict=True), "--", color=color, alpha=0.5,
+                        label=f"{label} (model)")
+    sat.set(xlabel="n (processes)", ylabel="saturation (messages/s)", yscale="log",
+            title="Saturation against n")
+    lat.set(xlabel="n (processes)", ylabel="lone message p50 (µs)", yscale="log",
+            title="A lone message against n")
+    mem.set(xlabel="n (processes)", ylabel="peak RSS per node (MiB, mean)",
+            title="Memory per node (saturation run)", ylim=(0, None))
+    for ax in (sat, lat, mem):
+        ax.legend(fontsize=6)
+    return _save(fig, out, "scale.png", "Scale: saturation, lone p50 and memory against n")
 
 
 def _save(fig: object, out: Path, name: str, title: str) -> Plot:

@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 
 from abcast.evaluation.grid import TABLE_PAYLOAD, Experiment, PeerExperiment, Phase
+from abcast.evaluation.sim_scale import SimScaleRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,9 @@ class RunMeasurement:
     violations: dict[str, int] = field(default_factory=dict)  # the launcher's own check
     spark_violations: dict[str, int] | None = None  # None: not (yet) checked by Spark
     errors: tuple[str, ...] = ()
+    rss_kib: tuple[int, ...] = ()  # each node process's peak RSS, in node order
+    rss_at_go_kib: tuple[int, ...] = ()  # ...and its peak as the workload began
+    cpu_s: float | None = None  # CPU time of all node processes together, go → report
 
     @property
     def checked_clean(self) -> bool | None:
@@ -74,6 +78,19 @@ class PingMeasurement:
 
 
 @dataclass(frozen=True, slots=True)
+class Machine:
+    """What the scale section ran on, and how busy the machine was meanwhile."""
+
+    cpus: int
+    memory_gib: float
+    python: str
+    platform: str
+    #: the 1-, 5- and 15-minute load averages as the section began and as it ended
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
 class BenchResult:
     quick: bool
     runs: tuple[RunMeasurement, ...]
@@ -84,6 +101,8 @@ class BenchResult:
     spark_s: float | None = None
     spark_error: str | None = None
     notes: tuple[str, ...] = ()
+    sims: tuple[SimScaleRun, ...] = ()  # the scale section's simulated runs
+    machine: Machine | None = None  # sampled around the scale section
 
     def of(self, phase: Phase) -> tuple[RunMeasurement, ...]:
         return tuple(r for r in self.runs if r.experiment.phase is phase)

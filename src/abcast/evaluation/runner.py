@@ -1,11 +1,15 @@
-"""Running the grid: pings, cluster runs, the verification runs at the knee, the peers, and
-then one Spark check of every trace the bench wrote.
+"""Running the grid: pings, cluster runs, the verification runs at the knee, the scale
+section's real-process runs and simulations, the peers, and then one Spark check of every
+trace the bench wrote.
 
 Rules: runs go one at a time (the machine has 2 cores; two runs at once would measure
-each other), all against one in-process registry (a group name per run). A load curve
-stops early once it is clearly past its knee (`SATURATED_AFTER`). Cluster runs go
-through abcast.evaluation.launcher.run_cluster on real processes over loopback; traced
-runs write into `<out>/traces`, the one trace directory Spark checks at the end with
+each other; the scale section's simulations go `sim_jobs` at a time, in processes of
+their own, after every real-process run), all against one in-process registry (a group
+name per run). A load curve stops early once it is clearly past its knee
+(`SATURATED_AFTER`). The machine (cores, memory, load) is sampled as the scale section
+begins and ends, for its report. Cluster runs go through
+abcast.evaluation.launcher.run_cluster on real processes over loopback; traced runs
+write into `<out>/traces`, the one trace directory Spark checks at the end with
 abcast.pipeline's `run_check` in one session. A failed run is a measurement with its
 errors, never an exception that ends the bench. Progress is reported through a
 `Progress` callback (the CLI draws rich bars from it); this module prints nothing.
@@ -13,7 +17,10 @@ errors, never an exception that ends the bench. Progress is reported through a
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,10 +38,12 @@ from abcast.evaluation.ping import ping
 from abcast.evaluation.results import (
     BenchResult,
     Figures,
+    Machine,
     PeerMeasurement,
     PingMeasurement,
     RunMeasurement,
 )
+from abcast.evaluation.sim_scale import SimScaleRun, run_sims
 from abcast.registry.server import RegistryServer
 
 log: Final = logging.getLogger(__name__)
@@ -78,7 +87,10 @@ def measurement_of(exp: Experiment, result: ClusterResult) -> RunMeasurement:
         packets_per_broadcast=float(packets) if isinstance(packets, (int, float)) else None,
         retransmissions=sum(o.retransmissions for o in result.outcomes),
         violations=count_by_code(result.violations),
-        errors=tuple(result.errors))
+        errors=tuple(result.errors),
+        rss_kib=tuple(o.peak_rss_kib for o in result.outcomes),
+        rss_at_go_kib=tuple(o.rss_at_go_kib for o in result.outcomes),
+        cpu_s=sum(o.cpu_ns for o in result.outcomes) / 1e9 if result.outcomes else None)
 
 
 async def run_experiment(exp: Experiment, traces: Path, timeout_s: float, *,
@@ -119,12 +131,18 @@ class BenchRunner:
                           Phase.LOAD):
                 runs += await self._phase(phase.value, list(self.grid.of(phase)))
             runs += await self._phase("verify", self._verification_runs(runs))
+            scale = list(self.grid.of(Phase.SCALE))
+            machine = sample_machine() if scale or self.grid.spec.sim_orderings else None
+            runs += await self._phase("scale", scale)
         finally:
             await registry.close()
+        sims = await self._sims()
+        if machine is not None:
+            machine = replace(machine, load_after=os.getloadavg())
         peers = await self._peers()
         return BenchResult(quick=False, runs=tuple(runs), peers=tuple(peers),
                            pings=tuple(pings), wall_s=time.monotonic() - started,
-                           phase_s=dict(self.phase_s))
+                           phase_s=dict(self.phase_s), sims=tuple(sims), machine=machine)
 
     async def _pings(self) -> list[PingMeasurement]:
         middlewares = self.grid.spec.middlewares
@@ -182,6 +200,24 @@ class BenchRunner:
                 chosen.append(verification_run(load_run.experiment, self.grid.spec))
         return chosen
 
+    async def _sims(self) -> list[SimScaleRun]:
+        """The scale section's simulated runs, each in a process of its own."""
+        tasks = self.grid.spec.sim_tasks()
+        if not tasks:
+            return []
+        self.progress.begin(f"simulated scale (n = {self.grid.spec.sim_nodes})", len(tasks))
+        self.progress.step(f"{len(tasks)} orderings simulated at n = "
+                           f"{self.grid.spec.sim_nodes}")
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+
+        def advance(_run: SimScaleRun) -> None:
+            loop.call_soon_threadsafe(self.progress.advance)
+
+        sims = await asyncio.to_thread(run_sims, tasks, self.grid.spec.sim_jobs, advance)
+        self.phase_s["simulated scale"] = time.monotonic() - started
+        return sims
+
     async def _peers(self) -> list[PeerMeasurement]:
         if not self.grid.peers:
             return []
@@ -195,6 +231,14 @@ class BenchRunner:
             self.progress.advance()
         self.phase_s["peers"] = time.monotonic() - started
         return done
+
+
+def sample_machine() -> Machine:
+    """The machine as the scale section begins: cores, memory, interpreter, load."""
+    pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return Machine(cpus=os.cpu_count() or 1, memory_gib=pages * page_size / 2**30,
+                   python=platform.python_version(), platform=platform.platform(terse=True),
+                   load_before=os.getloadavg())
 
 
 def spark_check(result: BenchResult, traces: Path, master: str | None = None,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import resource
 import sys
 import time
 from array import array
@@ -37,6 +36,7 @@ import msgspec
 
 from abcast.effects import Deliver, Stage
 from abcast.errors import LocalProtocolError
+from abcast.evaluation.rss import peak_rss_kib
 from abcast.ids import NodeId
 from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.registry.client import RegistryClient
@@ -103,6 +103,8 @@ class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     members: list[str] = []
     latencies_ns: list[int] = []  # stamped latencies (tracing off only)
     peak_rss_kib: int = 0  # the node process's peak resident memory
+    cpu_ns: int = 0  # the node process's CPU time (user + system) from go to this report
+    rss_at_go_kib: int = 0  # its peak resident memory as the workload began (imports, group)
     naks: int = 0  # NAKs the node sent (multicast="nak")
     peak_unstable_bytes: int = 0  # the most its NAK channel held for retransmission
     bytes_out: int = 0  # frame bytes its transport put on the wire
@@ -393,6 +395,8 @@ class _Run:
         self.stopped = False
         self.delivered = 0
         self.go_ns = 0
+        self.cpu_at_go_ns = 0
+        self.rss_at_go_kib = 0
         self.last_deliver_ns = 0
         self.latencies = array("q")
         self.stamp = config.payload >= STAMP_BYTES
@@ -466,6 +470,8 @@ class _Run:
         if self.stopped:
             return
         self.go_ns = time.time_ns()
+        self.cpu_at_go_ns = time.process_time_ns()
+        self.rss_at_go_kib = peak_rss_kib()
         self.gc.reset()
         if self.workload is None:
             self.prepare()
@@ -590,7 +596,9 @@ class _Run:
             complete=self.covered >= self.config.messages,
             go_ns=self.go_ns, last_deliver_ns=self.last_deliver_ns, members=members,
             latencies_ns=list(self.latencies),
-            peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            peak_rss_kib=peak_rss_kib(),
+            cpu_ns=time.process_time_ns() - self.cpu_at_go_ns if self.go_ns else 0,
+            rss_at_go_kib=self.rss_at_go_kib,
             gc_collections=list(self.gc.collections), gc_cpu_ns=list(self.gc.cpu_ns),
             gc_max_ns=list(self.gc.max_ns), **counters,
         )

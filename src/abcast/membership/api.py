@@ -19,6 +19,10 @@ views:
   the points and hands down their minimum now and then, so a long view's log stays
   small).
 
+Optional: `owes_own() -> bool` — this member's own broadcasts are not all delivered
+yet and the ordering may deliver some of them only in the next view (the sequencer under
+SAFE); a leaver asks to leave once it owes none, so that it delivers its own messages.
+
 A later ordering decides views another way through the same records: the sequencer
 reports numbers and bodies (`FlushMessage.stamp` = its global number), chandra-toueg
 keeps deciding views by consensus in its delivery sequence and uses only the join and
@@ -47,6 +51,8 @@ class ViewOrdering(Protocol):
     def handle(self, event: Event, now: int) -> list[Effect]: ...
 
     def inspect(self) -> LayerSnapshot: ...
+
+    def backpressured(self) -> bool: ...
 
     def report(self) -> ViewReport: ...
 

@@ -3,7 +3,8 @@ welcomed with the state at the cut, a member asking the leader to leave it out, 
 waiting for the new members' farewells, and a member the group went on without.
 
 Rules (the phase table is abcast.membership.layer's): a joiner sends `MJoin` to a contact
-(the next one every `join_retry_us`); the acting leader takes the request into its next
+(the next one every `join_retry_us`: abcast.membership.contacts, shared with
+chandra-toueg); the acting leader takes the request into its next
 flush, and after installing the view snapshots the application (`TakeSnapshot`) and
 sends `MWelcome` with the ordering's join cut. A leaver asks the acting leader (again
 every `leave_retry_us`), is a member of the flush that leaves it out, and departs once
@@ -27,6 +28,7 @@ from abcast.effects import (
 )
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View
+from abcast.membership.contacts import JoinContacts, left_out_by
 from abcast.membership.state import (
     FAREWELL_WAIT,
     JOIN_RETRY,
@@ -34,6 +36,7 @@ from abcast.membership.state import (
     STABLE,
     TIMERS,
     MembershipState,
+    MemberSteps,
     WelcomeDraft,
 )
 from abcast.membership.wire import (
@@ -47,176 +50,190 @@ from abcast.membership.wire import (
 )
 
 
-class JoinLeave(MembershipState):
-    """Joining, leaving and removal (a part of the membership layer)."""
+class JoinLeave:
+    """Joining, leaving and removal (a part of the membership layer): it reads and writes
+    the layer's state `s` and takes the member's steps from `member`."""
 
-    def _join(self, contacts: tuple[NodeId, ...], now: int) -> list[Effect]:
-        view = self.view
-        if view is None or view.members != (self.node,) or self.status != "member":
-            raise LocalProtocolError(f"{self.node} cannot join now: it is in {view}")
-        candidates = tuple(c for c in contacts if c != self.node)
-        if not candidates:
-            raise LocalProtocolError("join needs at least one contact other than this node")
-        self.status = "joining"
-        self._contacts = candidates
-        self._contact_index = 0
-        return [Send(candidates[0], MJoin()), SetTimer(JOIN_RETRY, now + self.config.join_retry_us)]
+    def __init__(self, s: MembershipState, member: MemberSteps) -> None:
+        self.s = s
+        self.member = member
 
-    def _while_joining(self, sender: NodeId, header: Any) -> list[Effect]:
+    def join(self, contacts: tuple[NodeId, ...], now: int) -> list[Effect]:
+        view = self.s.view
+        if view is None or view.members != (self.s.node,) or self.s.status != "member":
+            raise LocalProtocolError(f"{self.s.node} cannot join now: it is in {view}")
+        self.s.contacts = asked = JoinContacts(contacts, self.s.node)
+        self.s.status = "joining"
+        retry = SetTimer(JOIN_RETRY, now + self.s.config.join_retry_us)
+        return [Send(asked.current(), MJoin()), retry]
+
+    def retry_join(self, now: int) -> list[Effect]:
+        """Unanswered for `join_retry_us`: ask the next contact."""
+        asked = self.s.contacts
+        if self.s.status != "joining" or asked is None:
+            return []
+        retry = SetTimer(JOIN_RETRY, now + self.s.config.join_retry_us)
+        return [Send(asked.next(), MJoin()), retry]
+
+    def while_joining(self, sender: NodeId, header: Any) -> list[Effect]:
         match header:
             case MWelcome():
                 return self._on_welcome(sender, header)
-            case MPrepare(target, attempt, members) if self.node in members:
-                self._fresh_for = max(self._fresh_for, target)
+            case MPrepare(target, attempt, members) if self.s.node in members:
+                self.s.fresh_for = max(self.s.fresh_for, target)
                 return [Send(sender, MNotYet(target, attempt))]
             case MFarewell(view_id):
-                self._left_out_of = max(self._left_out_of, view_id)
+                self.s.left_out_of = max(self.s.left_out_of, view_id)
                 return []
             case _:
                 return []  # flush traffic of views before ours
 
     def _on_welcome(self, sender: NodeId, welcome: MWelcome) -> list[Effect]:
         view = View(welcome.view_id, tuple(welcome.members))
-        if self.node not in view.members:
-            raise RemoteProtocolError(f"{sender} welcomed {self.node} into {view}")
-        if view.view_id < self._fresh_for or view.view_id <= self._left_out_of:
+        if self.s.node not in view.members:
+            raise RemoteProtocolError(f"{sender} welcomed {self.s.node} into {view}")
+        if view.view_id < self.s.fresh_for or view.view_id <= self.s.left_out_of:
             # A later flush welcomes us (we told it we have no state), or the group
             # removed us after this welcome was sent: the current welcome comes.
             return []
-        self.status = "member"
-        self.frozen = False
-        self._flush = None
-        self._answered = (welcome.view_id, welcome.attempt)
-        self._answered_for = {}
-        self._attempts = max(self._attempts, welcome.attempt)
-        self._join_requests.clear()
-        self._leave_requests.clear()
-        self._suspects -= set(view.members)
-        self.ordering.start_from(welcome.cut)
-        self.views_installed += 1
+        self.s.status = "member"
+        self.s.frozen = False
+        self.s.flush = None
+        self.s.answered = (welcome.view_id, welcome.attempt)
+        self.s.answered_for = {}
+        self.s.attempts = max(self.s.attempts, welcome.attempt)
+        self.s.join_requests.clear()
+        self.s.leave_requests.clear()
+        self.s.suspects -= set(view.members)
+        self.s.ordering.start_from(welcome.cut)
+        self.s.views_installed += 1
         effects: list[Effect] = [CancelTimer(JOIN_RETRY), InstallState(welcome.state),
                                  InstallView(view),
-                                 SetTimer(STABLE, self._now + self.config.stable_period_us)]
+                                 SetTimer(STABLE, self.s.now + self.s.config.stable_period_us)]
         if sender not in view.members:  # a coordinator that left in that flush waits for us
             effects.append(Send(sender, MFarewell(view.view_id)))
-        effects += self._adopt(view)
-        effects += self._resume()
-        if self._leave_after_join:
-            effects += self._leave(self._now)
+        effects += self.member.adopt(view)
+        effects += self.member.resume()
+        if self.s.leave_after_join:
+            effects += self.leave(self.s.now)
         return effects
 
-    def _take_snapshot(self, joiners: tuple[NodeId, ...], view: View) -> Effect:
-        self._tokens += 1
-        self._drafts[self._tokens] = WelcomeDraft(joiners, view, self._answered[1],
-                                                   self.ordering.join_cut())
-        return TakeSnapshot(self._tokens)
+    def take_snapshot(self, joiners: tuple[NodeId, ...], view: View) -> Effect:
+        self.s.tokens += 1
+        self.s.drafts[self.s.tokens] = WelcomeDraft(joiners, view, self.s.answered[1],
+                                                   self.s.ordering.join_cut())
+        return TakeSnapshot(self.s.tokens)
 
-    def _send_welcome(self, token: int, state: bytes) -> list[Effect]:
-        draft = self._drafts.pop(token, None)
+    def send_welcome(self, token: int, state: bytes) -> list[Effect]:
+        draft = self.s.drafts.pop(token, None)
         if draft is None:
-            raise LocalProtocolError(f"{self.node} took no snapshot with token {token}")
+            raise LocalProtocolError(f"{self.s.node} took no snapshot with token {token}")
         welcome = MWelcome(draft.view.view_id, draft.attempt, list(draft.view.members),
                            draft.cut, state)
-        self.welcomes_sent += len(draft.joiners)
+        self.s.welcomes_sent += len(draft.joiners)
         return [Send(j, welcome) for j in draft.joiners]
 
-    def _on_join_ask(self, joiner: NodeId) -> list[Effect]:
-        view = self.view
+    def on_join_ask(self, joiner: NodeId) -> list[Effect]:
+        view = self.s.view
         assert view is not None
-        if joiner == self.node:
+        if joiner == self.s.node:
             return []
-        leader = self._acting_leader(view)
-        if leader != self.node:
+        leader = self.member.acting_leader(view)
+        if leader != self.s.node:
             return [Send(leader, MJoinFwd(joiner))]
         if joiner in view.members:
             return []  # an old ask, overtaken by its welcome
-        self._join_requests.add(joiner)
-        self._leave_requests.discard(joiner)
-        return self._change_view()
+        self.s.join_requests.add(joiner)
+        self.s.leave_requests.discard(joiner)
+        return self.member.change_view()
 
-    def _leave(self, now: int) -> list[Effect]:
-        if self.status == "joining":
-            self._leave_after_join = True  # the group may count on us already: join first
+    def leave(self, now: int) -> list[Effect]:
+        if self.s.status == "joining":
+            self.s.leave_after_join = True  # the group may count on us already: join first
             return []
-        view = self.view
-        if self.status != "member" or view is None:
+        view = self.s.view
+        if self.s.status != "member" or view is None:
             return []
-        if view.members == (self.node,):
-            self.status = "stopped"  # the last member: the group ends with it
+        if view.members == (self.s.node,):
+            self.s.status = "stopped"  # the last member: the group ends with it
             return [InstallView(View(view.view_id + 1, ()))]
-        self.status = "leaving"
-        return [*self._ask_to_leave(), SetTimer(LEAVE_RETRY, now + self.config.leave_retry_us)]
+        self.s.status = "leaving"
+        return [*self.ask_to_leave(), SetTimer(LEAVE_RETRY, now + self.s.config.leave_retry_us)]
 
-    def _ask_to_leave(self) -> list[Effect]:
-        view = self.view
+    def ask_to_leave(self) -> list[Effect]:
+        view = self.s.view
         assert view is not None
-        leader = self._acting_leader(view)
-        if leader == self.node:
-            return self._on_leave_ask(self.node)
+        if self.s.queued or self.s.owes_own():
+            # Our own broadcasts first: an ordering that delivers some of the old view
+            # in the next one (the sequencer under SAFE) would never deliver them here.
+            return []  # asked again every leave_retry_us
+        leader = self.member.acting_leader(view)
+        if leader == self.s.node:
+            return self.on_leave_ask(self.s.node)
         return [Send(leader, MLeave())]
 
-    def _on_leave_ask(self, leaver: NodeId) -> list[Effect]:
-        view = self.view
+    def on_leave_ask(self, leaver: NodeId) -> list[Effect]:
+        view = self.s.view
         assert view is not None
-        if self._acting_leader(view) != self.node:
+        if self.member.acting_leader(view) != self.s.node:
             return []
-        self._leave_requests.add(leaver)
-        return self._change_view()
+        self.s.leave_requests.add(leaver)
+        return self.member.change_view()
 
-    def _left_out(self, new: View) -> list[Effect]:
-        if self.status != "leaving":
-            return self._cut(new)
-        self.status = "departing"
-        self.frozen = True  # the old view is over here
-        self._final_view = new
-        self._awaiting_farewell = set(new.members) - self._suspects
-        joiners, self._welcome_next = self._welcome_next, ()
-        effects: list[Effect] = [self._take_snapshot(joiners, new)] if joiners else []
-        if not self._awaiting_farewell:
-            return effects + self._depart()
+    def left_out(self, new: View) -> list[Effect]:
+        if self.s.status != "leaving":
+            return self.cut(new)
+        self.s.status = "departing"
+        self.s.frozen = True  # the old view is over here
+        self.s.final_view = new
+        self.s.awaiting_farewell = set(new.members) - self.s.suspects
+        joiners, self.s.welcome_next = self.s.welcome_next, ()
+        effects: list[Effect] = [self.take_snapshot(joiners, new)] if joiners else []
+        if not self.s.awaiting_farewell:
+            return effects + self.depart()
         return [*effects, CancelTimer(LEAVE_RETRY),
-                SetTimer(FAREWELL_WAIT, self._now + self.config.farewell_wait_us)]
+                SetTimer(FAREWELL_WAIT, self.s.now + self.s.config.farewell_wait_us)]
 
-    def _depart(self) -> list[Effect]:
-        final = self._final_view
+    def depart(self) -> list[Effect]:
+        final = self.s.final_view
         assert final is not None
-        self.status = "stopped"
+        self.s.status = "stopped"
         return [*(CancelTimer(k) for k in sorted(TIMERS)), InstallView(final)]
 
     # -- removed -------------------------------------------------------------------------
-    def _on_excluded(self, by: NodeId, view_id: int) -> list[Effect]:
-        view = self.view
-        if self.status == "joining":
-            self._left_out_of = max(self._left_out_of, view_id)
+    def on_excluded(self, by: NodeId, view_id: int) -> list[Effect]:
+        view = self.s.view
+        if self.s.status == "joining":
+            self.s.left_out_of = max(self.s.left_out_of, view_id)
             return []
-        final = self._final_view
-        if self.status == "departing" and final is not None and view_id >= final.view_id:
-            self._awaiting_farewell.discard(by)  # it has our last view: as good as a farewell
-            return self._depart() if not self._awaiting_farewell else []
-        if view is None or by not in view.members or view_id <= view.view_id:
+        final = self.s.final_view
+        if self.s.status == "departing" and final is not None and view_id >= final.view_id:
+            self.s.awaiting_farewell.discard(by)  # it has our last view: as good as a farewell
+            return self.depart() if not self.s.awaiting_farewell else []
+        if view is None or not left_out_by(view.members, view.view_id, by, view_id):
             return []
-        return self._removed(by, view_id)
+        return self.removed(by, view_id)
 
-    def _removed(self, by: NodeId, view_id: int) -> list[Effect]:
+    def removed(self, by: NodeId, view_id: int) -> list[Effect]:
         """`by` installed view `view_id`, which leaves this node out."""
-        view = self.view
+        view = self.s.view
         assert view is not None
-        final = View(view_id, view.others(self.node))
-        if self.status == "leaving":
-            waiting = self._final_view is not None
-            self._final_view = final
-            mine = self._flush is not None and self._flush.target == view_id
-            if any(t <= view_id for t in self._answered_for) and not mine:
+        final = View(view_id, view.others(self.s.node))
+        if self.s.status == "leaving":
+            waiting = self.s.final_view is not None
+            self.s.final_view = final
+            mine = self.s.flush is not None and self.s.flush.target == view_id
+            if any(t <= view_id for t in self.s.answered_for) and not mine:
                 # We gave our state to a flush for this view or an earlier one, not yet
                 # installed here: its install (our last deliveries, and the view that
                 # lets us go) is on its way. Wait for it, once.
                 if waiting:
                     return []
-                return [SetTimer(FAREWELL_WAIT, self._now + self.config.farewell_wait_us)]
-        return self._cut(final)
+                return [SetTimer(FAREWELL_WAIT, self.s.now + self.s.config.farewell_wait_us)]
+        return self.cut(final)
 
-    def _cut(self, final: View) -> list[Effect]:
+    def cut(self, final: View) -> list[Effect]:
         """The group went on without us before our leave was taken: removed."""
-        self.cut_off = True
-        self.status = "stopped"
+        self.s.cut_off = True
+        self.s.status = "stopped"
         return [*(CancelTimer(k) for k in sorted(TIMERS)), InstallView(final)]

@@ -44,9 +44,11 @@ that learns a later view left it out (`MFarewell`, the detector's `Excluded`) wa
 off: it stops, the Isis rule (`cut_off`: drivers record a removal, not a leave).
 
 Where it lives: this module is the layer — events in, the member's side of the flush,
-stability, timers; the coordinator's side of the flush is abcast.membership.
-flush_coordinator, joining, leaving and removal abcast.membership.join_leave, and the
-fields all three share abcast.membership.state.
+stability, timers. It owns its state (abcast.membership.state.MembershipState) and two
+parts that take that state explicitly: the coordinator's side of the flush
+(abcast.membership.flush_coordinator) and joining, leaving and removal
+(abcast.membership.join_leave); they call back only the member's steps
+(`MemberSteps`), never each other.
 """
 
 from __future__ import annotations
@@ -76,6 +78,8 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId, View
+from abcast.layer import Layer
+from abcast.membership.api import ViewOrdering
 from abcast.membership.flush_coordinator import FlushCoordinator
 from abcast.membership.join_leave import JoinLeave
 from abcast.membership.state import (
@@ -85,12 +89,16 @@ from abcast.membership.state import (
     STABLE,
     TIMERS,
     CoordinatedFlush,
+    MembershipConfig,
+    MembershipState,
 )
 from abcast.membership.wire import (
     MEMBERSHIP_HEADERS,
+    MEMBERSHIP_TYPES,
     FlushMessage,
     MAbort,
     MBusy,
+    MembershipHeader,
     MFarewell,
     MInstall,
     MJoin,
@@ -105,36 +113,91 @@ from abcast.membership.wire import (
 from abcast.snapshot import LayerSnapshot
 
 
-class Membership(FlushCoordinator, JoinLeave):
-    """Views for the ordering it wraps (one stack slot: its headers and the ordering's)."""
+class Membership(Layer):
+    """Views for the ordering it wraps (one stack slot: its headers and the ordering's).
+    It owns the state `s` and its two parts, which take that state explicitly: the
+    coordinator's flush (`coordinator`) and join, leave and removal (`joins`)."""
+
+    def __init__(
+        self, node: NodeId, ordering: ViewOrdering, config: MembershipConfig | None = None
+    ) -> None:
+        super().__init__(node)
+        self.ordering = ordering
+        self.name = ordering.name  # type: ignore[misc]  # the slot keeps the ordering's name
+        self.header_type = ordering.header_type | MembershipHeader  # type: ignore[misc]
+        self.config = config or MembershipConfig()
+        self.s = MembershipState(node, ordering, self.config)
+        self.coordinator = FlushCoordinator(self.s, self)
+        self.joins = JoinLeave(self.s, self)
+
+    # -- what drivers and tests read -----------------------------------------------------
+    @property
+    def view(self) -> View | None:
+        return self.s.view
+
+    @property
+    def status(self) -> str:
+        return self.s.status
+
+    @property
+    def frozen(self) -> bool:
+        return self.s.frozen
+
+    @property
+    def cut_off(self) -> bool:
+        return self.s.cut_off
+
+    @property
+    def views_installed(self) -> int:
+        return self.s.views_installed
+
+    @property
+    def flushes_coordinated(self) -> int:
+        return self.s.flushes_coordinated
+
+    @property
+    def welcomes_sent(self) -> int:
+        return self.s.welcomes_sent
+
+    # -- the parts' steps the member forwards (MemberSteps) -------------------------------
+    def change_view(self) -> list[Effect]:
+        return self.coordinator.change_view()
+
+    def depart(self) -> list[Effect]:
+        return self.joins.depart()
 
     # -- introspection -------------------------------------------------------------------
     @property
     def phase(self) -> str:
-        return f"{self.status}, flushing" if self.frozen else self.status
+        return f"{self.s.status}, flushing" if self.s.frozen else self.s.status
 
     def inspect(self) -> LayerSnapshot:
-        view = self.view
+        view = self.s.view
         flush: dict[str, Any] = {}
-        if self._flush is not None:
-            f = self._flush
+        if self.s.flush is not None:
+            f = self.s.flush
             flush = {"target": f.target, "attempt": f.attempt, "members": list(f.members),
                      "reported": sorted(f.states), "fresh": sorted(f.fresh)}
         clock: dict[str, Any] = {
             "view_id": view.view_id if view is not None else 0,
             "members": list(view.members) if view is not None else [],
-            "suspects": sorted(self._suspects),
-            "pending_joins": sorted(self._join_requests),
-            "pending_leaves": sorted(self._leave_requests),
-            "answered": list(self._answered),
+            "suspects": sorted(self.s.suspects),
+            "pending_joins": sorted(self.s.join_requests),
+            "pending_leaves": sorted(self.s.leave_requests),
+            "answered": list(self.s.answered),
             "flush": flush,
         }
         return LayerSnapshot(
             layer="membership", phase=self.phase, clock=clock,
-            counters={"views_installed": self.views_installed,
-                      "flushes_coordinated": self.flushes_coordinated,
-                      "welcomes_sent": self.welcomes_sent, "buffered": len(self._buffered),
-                      "queued": len(self._queued)})
+            counters={"views_installed": self.s.views_installed,
+                      "flushes_coordinated": self.s.flushes_coordinated,
+                      "welcomes_sent": self.s.welcomes_sent, "buffered": len(self.s.buffered),
+                      "queued": len(self.s.queued)})
+
+    def backpressured(self) -> bool:
+        """The ordering's own flow control (the sequencer's `max_unstable`): the stack asks
+        this layer, which holds the ordering, on every non-waiting broadcast."""
+        return self.ordering.backpressured()
 
     def snapshots(self) -> list[LayerSnapshot]:
         """This layer's snapshot and the ordering's, bottom first."""
@@ -142,92 +205,99 @@ class Membership(FlushCoordinator, JoinLeave):
 
     # -- events --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
-        self._now = now
-        status = self.status
+        self.s.now = now
+        status = self.s.status
         if status == "stopped":
             return []
-        if type(event) is Received and not self.frozen and status in ("member", "leaving"):
-            header = event.header
-            if not isinstance(header, MEMBERSHIP_HEADERS):
-                view = self.view
-                if view is not None and event.sender in view.members:
-                    return self.ordering.handle(event, now)
-                return []  # from a node this view left out (or not yet admitted)
+        # The steady path, by exact type: the ordering's packets from members and our
+        # own broadcasts go straight down (no per-message work of this layer's own).
+        if not self.s.frozen and status in ("member", "leaving"):
+            if type(event) is Received:
+                if type(event.header) not in MEMBERSHIP_TYPES:
+                    view = self.s.view
+                    if view is not None and event.sender in view.members:
+                        return self.ordering.handle(event, now)
+                    return []  # from a node this view left out (or not yet admitted)
+            elif type(event) is BroadcastRequested:
+                return self.ordering.handle(event, now)
         match event:
             case Received(sender, header, _) if isinstance(header, MEMBERSHIP_HEADERS):
                 effects = self._membership(sender, header)
             case Received():
-                if status == "joining" or self.frozen:
-                    self._buffered.append(event)
+                if status == "joining" or self.s.frozen:
+                    self.s.buffered.append(event)
                 return []
             case BroadcastRequested(seq, payload):
                 if status in ("departing", "stopped"):
                     raise LocalProtocolError(f"{self.node} has left the group")
-                if status == "joining" or self.frozen:
-                    self._queued.append((seq, payload))
+                if status == "joining" or self.s.frozen:
+                    self.s.queued.append((seq, payload))
                     return []
                 return self.ordering.handle(event, now)
             case JoinRequested(contacts):
-                return self._join(contacts, now)
+                return self.joins.join(contacts, now)
             case LeaveRequested():
-                effects = self._leave(now)
+                effects = self.joins.leave(now)
             case SnapshotTaken(token, state):
-                return self._send_welcome(token, state)
+                return self.joins.send_welcome(token, state)
             case TimerFired(key) if isinstance(key, str) and key in TIMERS:
                 effects = self._timer(key, now)
             case TimerFired():
+                if self.s.frozen:
+                    self.s.timers.append(event)  # the ordering is fed nothing while frozen
+                    return []
                 return self.ordering.handle(event, now)
             case ViewInstalled(view):
-                if self.view is not None:
+                if self.s.view is not None:
                     return []
-                self.view = view  # the first view, from the stack
+                self.s.view = view  # the first view, from the stack
                 timer = SetTimer(STABLE, now + self.config.stable_period_us)
                 return [*self.ordering.handle(event, now), timer]
             case Suspected(node):
-                self._suspects.add(node)
-                effects = self._on_suspect(node) + self._retry_deferred()
+                self.s.suspects.add(node)
+                effects = self.coordinator.on_suspect(node) + self._retry_deferred()
             case Restored(node):
-                self._suspects.discard(node)
-                effects = self._on_restored()
+                self.s.suspects.discard(node)
+                effects = self.coordinator.on_restored()
             case Excluded(by, view_id):
-                effects = self._on_excluded(by, view_id)
+                effects = self.joins.on_excluded(by, view_id)
             case _:
                 return self.ordering.handle(event, now)
         return effects
 
     # -- membership messages -------------------------------------------------------------
     def _membership(self, sender: NodeId, header: Any) -> list[Effect]:
-        if self.status == "joining":
-            return self._while_joining(sender, header)
-        if self.status == "departing":
-            final = self._final_view
+        if self.s.status == "joining":
+            return self.joins.while_joining(sender, header)
+        if self.s.status == "departing":
+            final = self.s.final_view
             if isinstance(header, MFarewell) and final and header.view_id >= final.view_id:
-                self._awaiting_farewell.discard(sender)
-                return self._depart() if not self._awaiting_farewell else []
+                self.s.awaiting_farewell.discard(sender)
+                return self.joins.depart() if not self.s.awaiting_farewell else []
             return []
-        view = self.view
+        view = self.s.view
         assert view is not None
         members = view.members
         match header:
             case MJoin():
-                return self._on_join_ask(sender)
+                return self.joins.on_join_ask(sender)
             case MJoinFwd(joiner):
                 if sender not in members:
                     raise RemoteProtocolError(
                         f"{sender}, not a member of {view}, forwarded {joiner}'s join")
-                return self._on_join_ask(joiner)
+                return self.joins.on_join_ask(joiner)
             case MLeave():
-                return self._on_leave_ask(sender) if sender in members else []
+                return self.joins.on_leave_ask(sender) if sender in members else []
             case MStable(view_id, delivered, up):
                 if view_id != view.view_id or sender not in members:
                     return []  # about another view: the next report comes
                 return self._on_stable(sender, delivered, up)
             case MNotYet(target, attempt):
-                return self._note_fresh(sender, target, attempt)
+                return self.coordinator.note_fresh(sender, target, attempt)
             case MFarewell(view_id):
                 if sender not in members or view_id <= view.view_id:
                     return []
-                return self._removed(sender, view_id)
+                return self.joins.removed(sender, view_id)
             case MWelcome(members=listed):
                 if self.node not in listed:
                     raise RemoteProtocolError(f"{sender} welcomed {self.node} into a view "
@@ -238,158 +308,165 @@ class Membership(FlushCoordinator, JoinLeave):
                     if target > view.view_id + 1:
                         # Led by a member of a view we have not installed yet (a joiner it
                         # admitted): answer once that view is ours.
-                        self._early.append(Received(sender, header, EMPTY))
+                        self.s.early.append(Received(sender, header, EMPTY))
                         return []
+                    if sender in self.s.stale_from:
+                        return []  # said once: its retransmissions are dropped quietly
+                    self.s.stale_from.add(sender)
                     raise RemoteProtocolError(
-                        f"flush for view {target} from {sender}, not a member of {view}")
+                        f"flush for view {target} from {sender}, not a member of {view}"
+                        " (its further flush messages are dropped quietly)")
                 lower = view.members[:view.members.index(sender)]
-                if any(m not in self._suspects for m in lower):
+                if any(m not in self.s.suspects for m in lower):
                     # Someone I still trust precedes it: it may be cut off from them (a
                     # minority's coordinator). Answer once I suspect them too.
-                    kept = self._deferred.get(sender)
+                    kept = self.s.deferred.get(sender)
                     if kept is None or (target, attempt) > (kept.header.target,
                                                             kept.header.attempt):
-                        self._deferred[sender] = Received(sender, header, EMPTY)
+                        self.s.deferred[sender] = Received(sender, header, EMPTY)
                     return []
-                if (sender, target, attempt) in self._aborted:
+                if (sender, target, attempt) in self.s.aborted:
                     return []
                 return self._on_prepare(sender, target, attempt, tuple(proposed))
             case MAbort(target, attempt):
-                if (sender, (target, attempt)) != (self._answered_to, self._answered):
-                    self._aborted.add((sender, target, attempt))  # its prepare is late
+                if (sender, (target, attempt)) != (self.s.answered_to, self.s.answered):
+                    self.s.aborted.add((sender, target, attempt))  # its prepare is late
                     return []
-                return self._unfreeze()
+                return self.unfreeze()
             case MState():
-                return self._on_state(sender, header)
+                return self.coordinator.on_state(sender, header)
             case MBusy(target, attempt):
-                return self._on_busy(target, attempt)
+                return self.coordinator.on_busy(target, attempt)
             case MInstall(view_id):
                 if view_id <= view.view_id and sender not in members:
                     raise RemoteProtocolError(
                         f"install of old view {view_id} from {sender}, not in {view}")
-                return self._on_install(header)
+                return self.on_install(header)
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
 
     # -- the flush, as a member ----------------------------------------------------------
-    def _prior_for(self, coordinator: NodeId) -> int:
-        return self._answered[0] if self._answered_to != coordinator else 0
+    def prior_for(self, coordinator: NodeId) -> int:
+        return self.s.answered[0] if self.s.answered_to != coordinator else 0
 
-    def _state(self, target: int, attempt: int, prior: int = 0) -> MState:
-        view = self.view
+    def state_for(self, target: int, attempt: int, prior: int = 0) -> MState:
+        view = self.s.view
         assert view is not None
-        self.frozen = True
-        self._answered = (target, attempt)
-        self._answered_for.setdefault(target, set()).add(attempt)
+        self.s.frozen = True
+        self.s.answered = (target, attempt)
+        self.s.answered_for.setdefault(target, set()).add(attempt)
         return MState(target, attempt, view.view_id, self.ordering.report(), prior)
 
     def _on_prepare(
         self, sender: NodeId, target: int, attempt: int, members: tuple[NodeId, ...]
     ) -> list[Effect]:
-        view = self.view
+        view = self.s.view
         assert view is not None
         if self.node not in members:
             return []
         if target <= view.view_id:
             # Its coordinator's install of our view never reached it: hand it over.
-            last = self._last_install
+            last = self.s.last_install
             return [Send(sender, last)] if last is not None else []
-        if (target, attempt) <= self._answered:
-            if sender == self._answered_to:
+        if (target, attempt) <= self.s.answered:
+            if sender == self.s.answered_to:
                 return []
-            return [Send(sender, MBusy(*self._answered))]
-        prior = self._prior_for(sender)
-        self._answered_to = sender
-        return [Send(sender, self._state(target, attempt, prior))]
+            return [Send(sender, MBusy(*self.s.answered))]
+        prior = self.prior_for(sender)
+        self.s.answered_to = sender
+        return [Send(sender, self.state_for(target, attempt, prior))]
 
-    def _on_install(self, install: MInstall) -> list[Effect]:
-        view = self.view
+    def on_install(self, install: MInstall) -> list[Effect]:
+        view = self.s.view
         assert view is not None
         if install.view_id <= view.view_id:
             return []
-        if install.attempt not in self._answered_for.get(install.view_id, ()):
+        if install.attempt not in self.s.answered_for.get(install.view_id, ()):
             return []  # a flush this member left for a newer one
-        still_frozen = self._answered[0] > install.view_id
-        self._answered_for = {t: a for t, a in self._answered_for.items()
+        still_frozen = self.s.answered[0] > install.view_id
+        self.s.answered_for = {t: a for t, a in self.s.answered_for.items()
                               if t > install.view_id}
         effects = self.ordering.conclude(install.outcome)  # the old view's, in the old view
         new = View(install.view_id, tuple(install.members))
-        self._last_install = install
+        self.s.last_install = install
         if self.node not in new.members:
-            return effects + self._left_out(new)
+            return effects + self.joins.left_out(new)
         effects.append(InstallView(new))
-        self.views_installed += 1
-        self.frozen = still_frozen
-        self._suspects -= set(new.members) - set(view.members)  # fresh peers
+        self.s.views_installed += 1
+        self.s.frozen = still_frozen
+        self.s.suspects -= set(new.members) - set(view.members)  # fresh peers
         effects += [Send(m, MFarewell(new.view_id)) for m in view.members
                     if m not in new.members]
-        joiners, self._welcome_next = self._welcome_next, ()
+        joiners, self.s.welcome_next = self.s.welcome_next, ()
         if joiners:
-            effects.append(self._take_snapshot(joiners, new))
-        effects += self._adopt(new)
-        if still_frozen and self._answered_to not in new.members:
+            effects.append(self.joins.take_snapshot(joiners, new))
+        effects += self.adopt(new)
+        if still_frozen and self.s.answered_to not in new.members:
             # The flush we answered since is led by a node this view left out: it cannot
             # install a view after this one (it needs our state for this one). Drop it.
-            self._answered = (new.view_id, 0)
-            self._answered_for = {}
-            still_frozen = self.frozen = False
+            self.s.answered = (new.view_id, 0)
+            self.s.answered_for = {}
+            still_frozen = self.s.frozen = False
         if still_frozen:
-            if self._answered_to != self.node:  # what we told it came from an older view
-                effects.append(Send(self._answered_to, self._state(*self._answered)))
+            if self.s.answered_to != self.node:  # what we told it came from an older view
+                effects.append(Send(self.s.answered_to, self.state_for(*self.s.answered)))
             return effects
-        effects += self._resume()
-        if self._suspects & set(new.members):
-            effects += self._maybe_coordinate(new.view_id + 1)
-        elif self._join_requests or self._leave_requests:
-            effects += self._change_view()
+        effects += self.resume()
+        if self.s.suspects & set(new.members):
+            effects += self.coordinator.maybe_coordinate(new.view_id + 1)
+        elif self.s.join_requests or self.s.leave_requests:
+            effects += self.coordinator.change_view()
         return effects
 
-    def _adopt(self, view: View) -> list[Effect]:
-        self.view = view
-        self._flush = None
-        self._stable_reports = {}
-        self._stable_said = None
-        self._stable = {}
-        self._aborted = {a for a in self._aborted if a[1] > view.view_id}
-        self._deferred = {n: e for n, e in self._deferred.items()
+    def adopt(self, view: View) -> list[Effect]:
+        self.s.view = view
+        self.s.flush = None
+        self.s.stable_reports = {}
+        self.s.stable_said = None
+        self.s.stable = {}
+        self.s.aborted = {a for a in self.s.aborted if a[1] > view.view_id}
+        self.s.deferred = {n: e for n, e in self.s.deferred.items()
                           if n in view.members and e.header.target > view.view_id}
-        effects = self.ordering.handle(ViewInstalled(view), self._now)
-        early, self._early = self._early, []
+        effects = self.ordering.handle(ViewInstalled(view), self.s.now)
+        early, self.s.early = self.s.early, []
         for event in early:
             if event.sender in view.members:
-                effects += self.handle(event, self._now)
+                effects += self.handle(event, self.s.now)
         return effects
 
-    def _resume(self) -> list[Effect]:
+    def resume(self) -> list[Effect]:
         """Unfrozen in a new view: what was buffered from its members, then our queue."""
-        view = self.view
+        view = self.s.view
         assert view is not None
         effects: list[Effect] = []
-        buffered, self._buffered = self._buffered, []
+        timers, self.s.timers = self.s.timers, []
+        for timer in timers:
+            effects += self.ordering.handle(timer, self.s.now)
+        buffered, self.s.buffered = self.s.buffered, []
         for event in buffered:
             if event.sender in view.members:
-                effects += self.ordering.handle(event, self._now)
-        queued, self._queued = self._queued, []
+                effects += self.ordering.handle(event, self.s.now)
+        queued, self.s.queued = self.s.queued, []
         for seq, payload in queued:
-            effects += self.ordering.handle(BroadcastRequested(seq, payload), self._now)
+            effects += self.ordering.handle(BroadcastRequested(seq, payload), self.s.now)
         return effects
 
     # -- the flush, as coordinator -------------------------------------------------------
     def _retry_deferred(self) -> list[Effect]:
-        deferred, self._deferred = self._deferred, {}
+        deferred, self.s.deferred = self.s.deferred, {}
         effects: list[Effect] = []
         for event in deferred.values():
-            if self.status in ("member", "leaving"):
-                effects += self.handle(event, self._now)
+            if self.s.status in ("member", "leaving"):
+                effects += self.handle(event, self.s.now)
         return effects
 
-    def _unfreeze(self) -> list[Effect]:
+    def unfreeze(self) -> list[Effect]:
         """The flush we answered will install nothing: back to the view we are in."""
-        if not self.frozen or self.status not in ("member", "leaving"):
+        if not self.s.frozen or self.s.status not in ("member", "leaving"):
             return []
-        self.frozen = False
-        self._answered_for.pop(self._answered[0], None)
-        return self._resume()
+        self.s.frozen = False
+        self.s.answered_for.pop(self.s.answered[0], None)
+        return self.resume()
 
     def outcome(self, flush: CoordinatedFlush) -> list[FlushMessage]:
         """The flush's outcome: the ordering settles every survivor's report (a hook so
@@ -401,62 +478,60 @@ class Membership(FlushCoordinator, JoinLeave):
     def _report_stable(self, now: int) -> list[Effect]:
         """Every period: what we delivered, to the acting leader, when it changed."""
         again = SetTimer(STABLE, now + self.config.stable_period_us)
-        view = self.view
-        if self.status not in ("member", "leaving") or self.frozen or view is None:
+        view = self.s.view
+        if self.s.status not in ("member", "leaving") or self.s.frozen or view is None:
             return [again]
         point = self.ordering.stable_point()
-        if point == self._stable_said:
+        if point == self.s.stable_said:
             return [again]
-        self._stable_said = point
-        leader = self._acting_leader(view)
+        self.s.stable_said = point
+        leader = self.acting_leader(view)
         if leader == self.node:
             return [*self._on_stable(self.node, point, True), again]
         return [Send(leader, MStable(view.view_id, point, True), control=True), again]
 
     def _on_stable(self, sender: NodeId, delivered: dict[NodeId, int], up: bool) -> list[Effect]:
-        view = self.view
+        view = self.s.view
         assert view is not None
         if not up:
-            if sender == self._acting_leader(view) and not self.frozen:
+            if sender == self.acting_leader(view) and not self.s.frozen:
                 self.ordering.forget(delivered)
             return []
-        if self._acting_leader(view) != self.node:
+        if self.acting_leader(view) != self.node:
             return []
-        self._stable_reports[sender] = dict(delivered)
-        reports = [self._stable_reports.get(m) for m in view.members]
+        self.s.stable_reports[sender] = dict(delivered)
+        reports = [self.s.stable_reports.get(m) for m in view.members]
         if any(r is None for r in reports):
             return []
         origins = {o for r in reports if r is not None for o in r}
         stable = {o: min(r.get(o, 0) for r in reports if r is not None) for o in origins}
         stable = {o: k for o, k in stable.items() if k}
-        if stable == self._stable:
+        if stable == self.s.stable:
             return []
-        self._stable = stable
-        if not self.frozen:
+        self.s.stable = stable
+        if not self.s.frozen:
             self.ordering.forget(stable)
         down = MStable(view.view_id, stable, False)
         return [Send(m, down, control=True) for m in view.members if m != self.node]
 
-    def _acting_leader(self, view: View) -> NodeId:
+    def acting_leader(self, view: View) -> NodeId:
         """The member that would coordinate the next flush: the lowest not suspected."""
-        return next((m for m in view.members if m not in self._suspects), view.leader)
+        return next((m for m in view.members if m not in self.s.suspects), view.leader)
 
     # -- leaving -------------------------------------------------------------------------
     # -- timers --------------------------------------------------------------------------
     def _timer(self, key: Hashable, now: int) -> list[Effect]:
-        if key == JOIN_RETRY and self.status == "joining":
-            self._contact_index = (self._contact_index + 1) % len(self._contacts)
-            contact = self._contacts[self._contact_index]
-            return [Send(contact, MJoin()), SetTimer(JOIN_RETRY, now + self.config.join_retry_us)]
-        if key == LEAVE_RETRY and self.status == "leaving":
+        if key == JOIN_RETRY:
+            return self.joins.retry_join(now)
+        if key == LEAVE_RETRY and self.s.status == "leaving":
             retry = SetTimer(LEAVE_RETRY, now + self.config.leave_retry_us)
-            return [*self._ask_to_leave(), retry]
+            return [*self.joins.ask_to_leave(), retry]
         if key == STABLE:
             return self._report_stable(now)
         if key == FAREWELL_WAIT:
-            if self.status == "departing":
-                return self._depart()
-            if self.status == "leaving" and self._final_view is not None:
-                return self._cut(self._final_view)
+            if self.s.status == "departing":
+                return self.joins.depart()
+            if self.s.status == "leaving" and self.s.final_view is not None:
+                return self.joins.cut(self.s.final_view)
         return []
 

@@ -1,32 +1,36 @@
 """The membership layer's state: every field the layer keeps, its knobs and timer keys,
 and the hooks its parts call across modules.
 
-Rules: declarations only. `MembershipState` is the base of the layer's three parts —
-the member's side and the phases (abcast.membership.layer, where the phase table is), the
-coordinator's flush (abcast.membership.flush_coordinator) and join, leave and removal
-(abcast.membership.join_leave) — so that each part reads and writes the same fields and
-calls the others' steps through the abstract hooks below, without importing them.
+Rules: declarations only. The layer (abcast.membership.layer, where the phase table is)
+owns one `MembershipState` and two parts that take it explicitly: the coordinator's flush
+(abcast.membership.flush_coordinator) and join, leave and removal
+(abcast.membership.join_leave). Each part reads and writes the same fields and calls the
+member's steps through `MemberSteps` (the layer), without importing the others.
 """
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from abcast.effects import Effect
 from abcast.errors import LocalProtocolError
-from abcast.events import Received
+from abcast.events import Received, TimerFired
 from abcast.ids import NodeId, View
-from abcast.layer import Layer
 from abcast.membership.api import ViewOrdering
+from abcast.membership.contacts import JoinContacts
 from abcast.membership.wire import (
     FlushMessage,
     JoinCut,
-    MembershipHeader,
     MInstall,
     MState,
 )
+
+
+def _owes_nothing() -> bool:
+    return False
+
 
 JOIN_RETRY: Final = "m-join-retry"
 LEAVE_RETRY: Final = "m-leave-retry"
@@ -75,87 +79,84 @@ class WelcomeDraft:
     cut: JoinCut
 
 
-class MembershipState(Layer):
-    """The fields of the membership layer (abcast.membership.layer.Membership)."""
+class MemberSteps(Protocol):
+    """The member's steps the layer's parts call (abcast.membership.layer.Membership)."""
+
+    def prior_for(self, coordinator: NodeId) -> int: ...
+
+    def state_for(self, target: int, attempt: int, prior: int = 0) -> MState: ...
+
+    def on_install(self, install: MInstall) -> list[Effect]: ...
+
+    def adopt(self, view: View) -> list[Effect]: ...
+
+    def resume(self) -> list[Effect]: ...
+
+    def unfreeze(self) -> list[Effect]: ...
+
+    def acting_leader(self, view: View) -> NodeId: ...
+
+    def outcome(self, flush: CoordinatedFlush) -> list[FlushMessage]: ...
+
+    def change_view(self) -> list[Effect]: ...
+
+    def depart(self) -> list[Effect]: ...
+
+
+class MembershipState:
+    """Every field of the membership layer; the layer owns one and hands it to its
+    parts (no behaviour here)."""
 
     def __init__(
         self, node: NodeId, ordering: ViewOrdering, config: MembershipConfig | None = None
     ) -> None:
-        super().__init__(node)
+        self.node = node
         self.ordering = ordering
-        self.name = ordering.name  # type: ignore[misc]  # the slot keeps the ordering's name
-        self.header_type = ordering.header_type | MembershipHeader  # type: ignore[misc]
         self.config = config or MembershipConfig()
+        #: an ordering may owe this member its own broadcasts: a leaver asks to leave
+        #: only once it owes none (optional `owes_own()`, see abcast.membership.api)
+        self.owes_own: Callable[[], bool] = getattr(ordering, "owes_own", _owes_nothing)
         self.view: View | None = None
         self.status = "member"  # member | joining | leaving | departing | stopped
         self.frozen = False
         self.cut_off = False  # the group removed this node (not a graceful leave)
-        self._now = 0
-        self._suspects: set[NodeId] = set()
-        self._buffered: list[Received] = []  # the ordering's packets while frozen/joining
-        self._queued: list[tuple[int, bytes]] = []  # broadcasts while frozen/joining
-        self._early: list[Received] = []  # prepares for a view beyond the next
+        self.now = 0
+        self.suspects: set[NodeId] = set()
+        self.buffered: list[Received] = []  # the ordering's packets while frozen/joining
+        self.queued: list[tuple[int, bytes]] = []  # broadcasts while frozen/joining
+        self.timers: list[TimerFired] = []  # the ordering's timers that fired while frozen
+        self.early: list[Received] = []  # prepares for a view beyond the next
         #: prepares from a coordinator some member I trust precedes, by sender
-        self._deferred: dict[NodeId, Received] = {}
-        self._aborted: set[tuple[NodeId, int, int]] = set()  # aborts ahead of their prepare
+        self.deferred: dict[NodeId, Received] = {}
+        self.aborted: set[tuple[NodeId, int, int]] = set()  # aborts ahead of their prepare
+        #: non-members whose stale flush messages were reported (one log line each)
+        self.stale_from: set[NodeId] = set()
         # the flush, as a member
-        self._answered: tuple[int, int] = (0, 0)
-        self._answered_for: dict[int, set[int]] = {}
-        self._answered_to: NodeId = node
-        self._last_install: MInstall | None = None
+        self.answered: tuple[int, int] = (0, 0)
+        self.answered_for: dict[int, set[int]] = {}
+        self.answered_to: NodeId = node
+        self.last_install: MInstall | None = None
         # the flush, as coordinator
-        self._flush: CoordinatedFlush | None = None
-        self._attempts = 0
-        self._join_requests: set[NodeId] = set()
-        self._leave_requests: set[NodeId] = set()
-        self._welcome_next: tuple[NodeId, ...] = ()
-        self._drafts: dict[int, WelcomeDraft] = {}
-        self._tokens = 0
+        self.flush: CoordinatedFlush | None = None
+        self.attempts = 0
+        self.join_requests: set[NodeId] = set()
+        self.leave_requests: set[NodeId] = set()
+        self.welcome_next: tuple[NodeId, ...] = ()
+        self.drafts: dict[int, WelcomeDraft] = {}
+        self.tokens = 0
         # joining
-        self._contacts: tuple[NodeId, ...] = ()
-        self._contact_index = 0
-        self._fresh_for = 0
-        self._left_out_of = 0
-        self._leave_after_join = False
+        self.contacts: JoinContacts | None = None
+        self.fresh_for = 0
+        self.left_out_of = 0
+        self.leave_after_join = False
         # leaving
-        self._final_view: View | None = None
-        self._awaiting_farewell: set[NodeId] = set()
+        self.final_view: View | None = None
+        self.awaiting_farewell: set[NodeId] = set()
         # stability: what each member delivered (as acting leader), what we last said
-        self._stable_reports: dict[NodeId, dict[NodeId, int]] = {}
-        self._stable_said: dict[NodeId, int] | None = None
-        self._stable: dict[NodeId, int] = {}
+        self.stable_reports: dict[NodeId, dict[NodeId, int]] = {}
+        self.stable_said: dict[NodeId, int] | None = None
+        self.stable: dict[NodeId, int] = {}
         # counters
         self.views_installed = 0
         self.flushes_coordinated = 0
         self.welcomes_sent = 0
-
-    # -- steps one part of the layer takes and another defines ------------------------------
-    @abstractmethod
-    def _prior_for(self, coordinator: NodeId) -> int: ...
-
-    @abstractmethod
-    def _state(self, target: int, attempt: int, prior: int = 0) -> MState: ...
-
-    @abstractmethod
-    def _on_install(self, install: MInstall) -> list[Effect]: ...
-
-    @abstractmethod
-    def _adopt(self, view: View) -> list[Effect]: ...
-
-    @abstractmethod
-    def _resume(self) -> list[Effect]: ...
-
-    @abstractmethod
-    def _unfreeze(self) -> list[Effect]: ...
-
-    @abstractmethod
-    def _acting_leader(self, view: View) -> NodeId: ...
-
-    @abstractmethod
-    def outcome(self, flush: CoordinatedFlush) -> list[FlushMessage]: ...
-
-    @abstractmethod
-    def _change_view(self) -> list[Effect]: ...
-
-    @abstractmethod
-    def _depart(self) -> list[Effect]: ...

@@ -26,7 +26,8 @@ class FlushMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):
     it — `deps` (causal: the origin's vector when it sent it) and `stamp` (skeen: its
     final or best known timestamp; matrix: its Lamport stamp). `final` says the stamp
     is the one the ordering decided (skeen), not a proposal; `delivered`, that the
-    reporting member delivered it."""
+    reporting member delivered it; `held=False`, that it knows the message's stamp but
+    not its body (the sequencer: a number announced before the body arrived)."""
 
     origin: NodeField
     seq: Seq
@@ -35,6 +36,7 @@ class FlushMessage(msgspec.Struct, frozen=True, array_like=True, gc=False):
     stamp: Count = 0
     final: bool = False
     delivered: bool = False
+    held: bool = True
 
 
 Messages = Annotated[list[FlushMessage], msgspec.Meta(max_length=_MANY)]
@@ -54,10 +56,12 @@ class ViewReport(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 class JoinCut(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """What a joiner starts from: per origin, how many messages the state it is given
-    holds, and the ordering's clock at that point."""
+    holds, the ordering's clock at that point, and messages of the view it joins that
+    the state does not hold yet (the sequencer under SAFE: numbered, not yet safe)."""
 
     delivered: Clock
     clock: Clock = {}
+    messages: Messages = []
 
 
 class MJoin(Header, frozen=True):
@@ -158,3 +162,5 @@ MembershipHeader = (
 )
 MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MStable, MPrepare, MState,
                              MBusy, MAbort, MInstall, MNotYet, MWelcome)
+#: the same, for a lookup by exact type (the layer's steady path)
+MEMBERSHIP_TYPES: Final[frozenset[type]] = frozenset(MEMBERSHIP_HEADERS)

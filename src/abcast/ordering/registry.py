@@ -23,7 +23,7 @@ from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.fifo import MAX_AHEAD, Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
 from abcast.ordering.sequencer import Sequencer
-from abcast.ordering.sequencer_state import MAX_UNSTABLE, MembershipConfig, OptimisticConfig
+from abcast.ordering.sequencer_state import MAX_UNSTABLE, OptimisticConfig
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.ticket import TICKET_NODE, Ticket, TicketConfig
 from abcast.ordering.unordered import Unordered
@@ -184,17 +184,18 @@ class OrderingSpec:
 #: and a channel that let a joiner talk to its contact before a view holds both
 _MEMBERSHIP: dict[str, Any] = {"needs_detector": True, "channel": OpenChannel,
                                "detector_layer": OpenDetector}
-#: a sequencer-family member the group left out (a partition's minority) joins again
-_REJOIN = MembershipConfig(rejoin=True)
 #: Without SAFE, a sequencer cut off in a minority may deliver a few messages there
 #: before it learns it was excluded, so virtual synchrony is claimed only with SAFE.
 _SAFE_SEQUENCER = ("uniform_agreement", "virtual_synchrony")
 
 
-def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Sequencer:
-    return Sequencer(node, opts.batch, safe=opts.safe, membership=_REJOIN, evs=opts.evs,
+def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Layer:
+    core = Sequencer(node, opts.batch, safe=opts.safe, evs=opts.evs,
                      relay=opts.relay, causal=causal, max_unstable=opts.max_unstable,
                      order_interval_us=round(opts.order_interval_ms * 1000))
+    # evs still keeps its own views (sequencer_flush/_join/_merge); the rest of the
+    # family runs under the membership layer
+    return core if opts.evs else Membership(node, core)
 
 
 ORDERINGS: dict[str, OrderingSpec] = {
@@ -224,20 +225,22 @@ ORDERINGS: dict[str, OrderingSpec] = {
             "sequencer",
             lambda node, opts: [_sequencer(node, opts, causal=False)],
             (*BASIC, "fifo", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
-            "total order from a fixed sequencer (data to all, then numbered ids); open"
-            " group: the leader admits joiners and leavers by a flush",
+            "total order from a fixed sequencer (data to all, then numbered ids); views by"
+            " the membership layer's flush, which settles numbers and bodies (evs: its own"
+            " flush and merge); the new view's leader is its sequencer",
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
             channel=OpenChannel, detector_layer=OpenDetector, supports_evs=True,
             supports_relay=True,
         ),
         OrderingSpec(
             "optimistic",
-            lambda node, opts: [Sequencer(node, opts.batch, safe=opts.safe,
-                                          membership=_REJOIN, optimistic=opts.optimistic,
-                                          max_unstable=opts.max_unstable)],
+            lambda node, opts: [Membership(node, Sequencer(node, opts.batch, safe=opts.safe,
+                                                           optimistic=opts.optimistic,
+                                                           max_unstable=opts.max_unstable))],
             (*BASIC, "fifo", "total", "local_order"), ALL_FAULTS, lambda n: 2 * (n - 1),
             "the sequencer's total order, opt-delivered first on receipt after a per-sender"
-            " compensation delay (optimistic total order for wide-area groups)",
+            " compensation delay (optimistic total order for wide-area groups); views by"
+            " the membership layer's flush",
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
             channel=OpenChannel, detector_layer=OpenDetector,
         ),
@@ -252,7 +255,8 @@ ORDERINGS: dict[str, OrderingSpec] = {
             "causal-total",
             lambda node, opts: [_sequencer(node, opts, causal=True)],
             (*BASIC, "fifo", "causal", "total"), ALL_FAULTS, lambda n: 2 * (n - 1),
-            "total order that respects causality (the sequencer numbers in causal order)",
+            "total order that respects causality (the sequencer numbers in causal order);"
+            " views as `sequencer`",
             needs_detector=True, supports_safe=True, safe_claims=_SAFE_SEQUENCER,
             channel=OpenChannel, detector_layer=OpenDetector, supports_evs=True,
             supports_relay=True,

@@ -25,7 +25,7 @@ in turn, to evs, membership, the flush and the steady state, the first that take
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from abcast.effects import Effect
@@ -45,15 +45,17 @@ from abcast.events import (
 )
 from abcast.ids import MsgId, NodeId, View
 from abcast.layer import Layer
+from abcast.membership.state import MembershipConfig
+from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
 from abcast.ordering import sequencer_flush as flush
 from abcast.ordering import sequencer_join as membership
 from abcast.ordering import sequencer_merge as merge
 from abcast.ordering import sequencer_numbering as numbering
 from abcast.ordering import sequencer_optimistic as optimistic
+from abcast.ordering import sequencer_view
 from abcast.ordering.sequencer_state import (
     MAX_UNSTABLE,
     Flow,
-    MembershipConfig,
     MergeConfig,
     OptimisticConfig,
     OptimisticState,
@@ -62,6 +64,7 @@ from abcast.ordering.sequencer_state import (
 )
 from abcast.ordering.sequencer_wire import (
     FLUSH_HEADERS,
+    MANAGED_HEADERS,
     SEQUENCER_HEADERS,
     CTData,
     OData,
@@ -74,6 +77,7 @@ from abcast.ordering.sequencer_wire import (
     SNotYet,
     SOrder,
     SSafe,
+    SStable,
     SWelcome,
     VcPrepare,
     check_batch,
@@ -99,10 +103,6 @@ class Sequencer(Layer):
             raise ConfigError("optimistic delivery needs every data packet at every member: "
                               "not with relay, causal or evs")
         config = membership or MembershipConfig()
-        if evs and config.rejoin:
-            # A leaver cut off by a partition just goes (it was leaving); a member never
-            # rejoins under evs, it merges.
-            config = replace(config, rejoin=False)
         # Under evs delivery waits for the whole view to hold a number.
         self.st = SequencerState(
             node, self, batch=check_batch(batch), relay=relay, safe=safe or evs, evs=evs,
@@ -113,6 +113,12 @@ class Sequencer(Layer):
         )
         self._data_type: type[SData] | type[CTData] | type[OData] = (
             CTData if causal else OData if optimistic is not None else SData)
+        #: views kept by the membership layer (abcast.membership) around this core; only
+        #: evs still runs its own flush, joins and merges (sequencer_flush/_join/_merge)
+        self.managed = not evs
+        if self.managed:
+            self.header_type = MANAGED_HEADERS  # type: ignore[misc]
+            self.st.timer_armed = True  # stability is the membership layer's (`forget`)
 
     # -- introspection -----------------------------------------------------------------
     def backpressured(self) -> bool:
@@ -204,7 +210,7 @@ class Sequencer(Layer):
                 "order_packets": st.order_packets, "log": len(st.log),
                 "queued": len(st.queued), "early": len(st.early),
                 "suspects": len(st.suspects), "welcomes_sent": st.welcomes_sent,
-                "rejoins": st.rejoins, "merges": st.merges,
+                "merges": st.merges,
                 "interval_ids": len(st.interval_ids),
             },
         )
@@ -337,6 +343,8 @@ class Sequencer(Layer):
     def _route(self, event: Event, now: int) -> list[Effect]:
         st = self.st
         st.now = now
+        if self.managed:
+            return self._route_managed(event) + membership.after_event(st)
         if st.role is Role.STOPPED:
             return []
         if st.evs:
@@ -439,6 +447,68 @@ class Sequencer(Layer):
             case _:
                 effects = self._route_steady(event)
         return effects + membership.after_event(st)
+
+    def _route_managed(self, event: Event) -> list[Effect]:
+        """Under the membership layer, which feeds this core only its own events in a
+        steady view of which the sender is a member."""
+        st = self.st
+        view = st.view
+        leader = view.leader if view is not None else None
+        match event:
+            case BroadcastRequested(seq, payload):
+                return numbering.broadcast(st, seq, payload)
+            case Received(sender, SOrder(first, ids, bodies), _):
+                if sender != leader or sender == self.node:
+                    return []  # a former view's sequencer: its flush settled its numbers
+                return numbering.on_order(st, sender, first, ids, bodies)
+            case Received(_, SStable(), _):
+                return []  # stability is the membership layer's
+            case Received(sender, SSafe(), _) if sender != leader:
+                return []  # a former view's sequencer
+            case Received(sender, SAck() | SSafe() as header, _):
+                return flush.on_message(st, sender, header)
+            case Received():
+                return self._on_data(event)
+            case ViewInstalled(new):
+                # The view's leader is its sequencer: it numbers on after the flush.
+                return (flush.adopt_view(st, new, st.settled_through)
+                        + numbering.deliver_ready(st))
+            case TimerFired(key) if key == numbering.ORDER_TIMER:
+                return numbering.on_order_timer(st)
+            case _:
+                return []
+
+    # -- under the membership layer (abcast.membership.api; sequencer_view's rules) ------
+    def report(self) -> ViewReport:
+        return sequencer_view.report(self.st)
+
+    def settle(self, reports: Sequence[ViewReport]) -> list[FlushMessage]:
+        return sequencer_view.settle(self.st, reports)
+
+    def conclude(self, outcome: Sequence[FlushMessage]) -> list[Effect]:
+        st = self.st
+        effects = sequencer_view.conclude(st, outcome)
+        if st.optimistic is not None:
+            effects = optimistic.scan(st.optimistic, effects, st.now)
+        return effects
+
+    def join_cut(self) -> JoinCut:
+        return sequencer_view.join_cut(self.st)
+
+    def start_from(self, cut: JoinCut) -> None:
+        sequencer_view.start_from(self.st, cut)
+
+    def owes_own(self) -> bool:
+        """SAFE: own broadcasts not delivered yet (a flush may leave them to the next
+        view, which a leaver never installs)."""
+        st = self.st
+        return st.safe and any(mid.origin == self.node for mid in st.bodies)
+
+    def stable_point(self) -> dict[NodeId, int]:
+        return sequencer_view.stable_point(self.st)
+
+    def forget(self, stable: Mapping[NodeId, int]) -> None:
+        sequencer_view.forget(self.st, stable)
 
     def _route_steady(self, event: Event) -> list[Effect]:
         st = self.st

@@ -1,5 +1,5 @@
-"""The sequencer family's dynamic groups: join with state transfer, graceful leave, and a
-member cut off by a partition coming back.
+"""The sequencer family's dynamic groups under evs (every other mode runs under the
+membership layer, abcast.membership): join with state transfer, graceful leave, removal.
 
 Rules: every membership change is a flush (abcast.ordering.sequencer_flush) run by the
 leader. A joiner asks a contact (`SJoin`, forwarded to the leader as `SJoinFwd`); the
@@ -8,8 +8,8 @@ the view (`TakeSnapshot`, the cut) and sends `SWelcome`: view, snapshot, the num
 beyond the cut. A leaver sends `SLeave` once its own broadcasts are delivered; the flush
 collects its state like any member's, and it stops once every member of the new view said
 `SFarewell` (or `farewell_wait_us`). A member the group went on without (`SFarewell`,
-`Excluded` from a later view) rejoins with `rejoin`, resending its unordered broadcasts
-with the same ids, or stops. docs/orderings.md has the full rules and what they cost.
+`Excluded` from a later view) stops (a side of a partition merges instead: evs).
+docs/orderings.md has the full rules and what they cost.
 """
 
 from __future__ import annotations
@@ -167,15 +167,6 @@ def _on_welcome(st: SequencerState, sender: NodeId, welcome: SWelcome, now: int)
     for event in buffered:
         if event.sender in view.members:
             effects += st.hub.handle(event, now)
-    # A rejoiner's own broadcasts the group never ordered go out again, same ids, in
-    # order, so that nobody sees a hole in its sequence.
-    done = st.delivered.get(st.node, 0)
-    resend, st.resend = st.resend, {}
-    for seq in sorted(s for s in resend if s > done):
-        effects += numbering.broadcast(st, seq, resend[seq])
-    # The group may have numbered one of them already (another member held its body)
-    # and that order was among the buffered packets replayed above, before the body
-    # was back here: nothing else would deliver it if no more traffic comes.
     effects += numbering.deliver_ready(st)
     effects += flush.send_queued(st)
     if st.leave_after_join:
@@ -356,52 +347,16 @@ def excluded(st: SequencerState, by: NodeId, view_id: int) -> list[Effect]:
             if waiting:
                 return []
             return [SetTimer(FAREWELL_WAIT, st.now + st.membership.farewell_wait_us)]
-        if st.membership.rejoin:
-            return _rejoin_to_leave(st, st.final_view)
         return _depart(st)
     return _cut_off(st, View(view_id, view.others(st.node)))
 
 
 def farewell_timeout(st: SequencerState) -> list[Effect]:
-    final = st.final_view
-    if st.role is Role.LEAVING and final is not None and st.membership.rejoin:
-        # We gave our state to an attempt for that view, but another attempt — one
-        # that did not have us — installed it: no VcInstall with our last
-        # deliveries is coming.
-        return _rejoin_to_leave(st, final)
     return _depart(st)
 
 
-def _rejoin_to_leave(st: SequencerState, new: View) -> list[Effect]:
-    """Left out by a flush we gave no state to (cut off before our leave was taken):
-    we did not leave, the group went on without us, and what it delivered in our
-    last view we may never have. Come back as a new incarnation, like any member cut
-    off, and leave from there."""
-    st.final_view = None
-    st.leave_after_join = True
-    st.go_role(Role.MEMBER)
-    return [CancelTimer(LEAVE_RETRY), CancelTimer(FAREWELL_WAIT), *_cut_off(st, new)]
-
-
 def _cut_off(st: SequencerState, new: View) -> list[Effect]:
-    view = st.view
-    if not st.membership.rejoin or view is None:
-        st.go_role(Role.STOPPED)
-        return [InstallView(new)]
-    contacts = view.others(st.node)
-    if not contacts:
-        st.go_role(Role.STOPPED)
-        return [InstallView(new)]
-    # Keep our own broadcasts the group may not have ordered; forget the rest.
-    mine = {mid.seq: body for mid, body in st.bodies.items() if mid.origin == st.node}
-    mine.update({mid.seq: body for mid, body in st.log.values() if mid.origin == st.node})
-    st.resend.update(mine)
-    st.bodies = {}
-    st.numbers = {}
-    st.log = {}
-    st.flush = None
-    st.go_flow(Flow.FLUSHING)  # nothing more is delivered in the view we were cut from
-    st.buffered = []
-    st.left_out_of = max(st.left_out_of, new.view_id)
-    st.rejoins += 1
-    return _start_joining(st, contacts, st.now)
+    """The group went on without us: removed (under evs a member merges, it never
+    rejoins; a leaver cut off just goes)."""
+    st.go_role(Role.STOPPED)
+    return [InstallView(new)]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
+from abcast.membership.state import MembershipConfig
 from abcast.ordering._holdback import CausalHoldback
 
 if TYPE_CHECKING:
@@ -51,13 +52,12 @@ class Flow(enum.StrEnum):
 MAX_UNSTABLE: Final = 65_536
 
 ROLE_TRANSITIONS: Final[dict[Role, frozenset[Role]]] = {
-    # JoinRequested; cut off with rejoin; LeaveRequested; excluded, or the last to leave
+    # JoinRequested; LeaveRequested; excluded, or the last to leave
     Role.MEMBER: frozenset({Role.JOINING, Role.LEAVING, Role.STOPPED}),
     # SWelcome
     Role.JOINING: frozenset({Role.MEMBER}),
-    # left out by the flush that took its leave; cut off first (comes back to leave:
-    # member, then joining); cut off, no rejoin
-    Role.LEAVING: frozenset({Role.DEPARTING, Role.MEMBER, Role.STOPPED}),
+    # left out by the flush that took its leave; cut off
+    Role.LEAVING: frozenset({Role.DEPARTING, Role.STOPPED}),
     # every farewell heard (or waited for long enough)
     Role.DEPARTING: frozenset({Role.STOPPED}),
     Role.STOPPED: frozenset(),
@@ -65,7 +65,7 @@ ROLE_TRANSITIONS: Final[dict[Role, frozenset[Role]]] = {
 
 #: flow → the flows it may go to
 FLOW_TRANSITIONS: Final[dict[Flow, frozenset[Flow]]] = {
-    # VcPrepare answered or sent (sequencer_flush), left out or cut off (sequencer_join);
+    # VcPrepare answered or sent (sequencer_flush), left out (sequencer_join);
     # MPrepare answered or sent (sequencer_merge)
     Flow.STEADY: frozenset({Flow.FLUSHING, Flow.MERGING}),
     # VcInstall or SWelcome
@@ -73,23 +73,6 @@ FLOW_TRANSITIONS: Final[dict[Flow, frozenset[Flow]]] = {
     # MInstall, or the merge given up (MAbort, timeouts)
     Flow.MERGING: frozenset({Flow.STEADY}),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class MembershipConfig:
-    """Knobs in microseconds."""
-
-    join_retry_us: int = 500_000  # ask the next contact after this long unanswered
-    leave_retry_us: int = 500_000  # ask the (maybe new) leader again
-    farewell_wait_us: int = 5_000_000  # a leaver waits at most this long for farewells
-    #: a member the group left out joins again (else it stops). Off by default: it
-    #: needs a stack whose detector and channel let non-members' packets up
-    #: (the registry's stack for this family); over the plain ones a rejoin never lands.
-    rejoin: bool = False
-
-    def __post_init__(self) -> None:
-        if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us) <= 0:
-            raise LocalProtocolError(f"membership knobs must be positive: {self}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +220,9 @@ class SequencerState:
         self.delivered: dict[NodeId, int] = {}  # per origin; FIFO makes it a prefix
         self.admission: CausalHoldback[None] = CausalHoldback()  # the sequencer's
         self.next_number = 1
+        #: under the membership layer: the last number its latest flush (or the cut it
+        #: joined at) fixed; the view's sequencer numbers on after it
+        self.settled_through = 0
         self.log: dict[int, tuple[MsgId, bytes]] = {}  # delivered, not yet stable
         self.deps_of: dict[MsgId, Mapping[NodeId, int]] = {}
         self.order_packets = 0
@@ -275,7 +261,6 @@ class SequencerState:
         self.contact_index = 0
         self.buffered: list[Received] = []  # while joining: packets of the view to come
         self.fresh_for = 0  # the latest flush told (SNotYet) that we have no state yet
-        self.resend: dict[int, bytes] = {}  # rejoining: own broadcasts to send again
         #: the latest view we know the group installed without us: a welcome into it or
         #: an older one is stale (it was retransmitted across a partition that healed)
         self.left_out_of = 0
@@ -289,7 +274,6 @@ class SequencerState:
         self.final_view: View | None = None
         self.awaiting_farewell: set[NodeId] = set()
         self.welcomes_sent = 0
-        self.rejoins = 0
         # the evs merge (sequencer_merge)
         self.lost: dict[NodeId, int] = {}  # node our views left out → when
         self.probe_armed = False

@@ -254,4 +254,6 @@ MEMBERSHIP_HEADERS = SJoin | SJoinFwd | SWelcome | SNotYet | SLeave | SFarewell
 MERGE_HEADERS = MProbe | MPrepare | MState | MOutcome | MSideState | MInstall | MAbort
 #: everything the family puts on the wire (one union for every option: a member of a
 #: plain sequencer group refuses a `CTData`, and a causal-total one an `SData`)
+#: what the core sends under the membership layer (its views are the layer's)
+MANAGED_HEADERS = STEADY_HEADERS | SStable | SAck | SSafe
 SEQUENCER_HEADERS = STEADY_HEADERS | FLUSH_HEADERS | MEMBERSHIP_HEADERS | MERGE_HEADERS

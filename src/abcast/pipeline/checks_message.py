@@ -24,7 +24,7 @@ from abcast.pipeline.checks import (
     no_positions,
     violations,
 )
-from abcast.pipeline.tables import witness_index, witness_rank
+from abcast.pipeline.tables import with_incarnation, witness_index, witness_rank
 from abcast.trace.schema import AGREEMENT, LOCAL_ORDER, UNIFORM_AGREEMENT, VALIDITY
 
 if TYPE_CHECKING:
@@ -118,20 +118,24 @@ def uniform_agreement(t: TraceTables) -> DataFrame:
 
 
 def local_order(t: TraceTables) -> DataFrame:
-    """LOCAL_ORDER, one row per (node, m) whose latest opt_deliver row is later (t_ns)
-    than its earliest deliver row."""
+    """LOCAL_ORDER, one row per (node, m) where, in some incarnation of the node (its
+    `recover` rows begin them), the latest opt_deliver row is later (t_ns) than the
+    earliest deliver row; reported at its first such incarnation."""
     from pyspark.sql import functions as F
 
     kind = F.col("kind")
     opt, final = kind == "opt_deliver", kind == "deliver"
-    rows = t.rows.where(opt | final)
-    per_node = rows.groupBy(*MESSAGE_KEY, "node").agg(
+    rows = with_incarnation(t.rows.where(opt | final), t.events)
+    per_incarnation = rows.groupBy(*MESSAGE_KEY, "node", "since").agg(
         F.max(F.when(opt, F.col("t_ns"))).alias("opt_t"),
         F.max_by(F.when(opt, F.col("index")), F.when(opt, F.col("t_ns"))).alias("opt_index"),
         F.min(F.when(final, F.col("t_ns"))).alias("final_t"),
         F.min_by(F.when(final, F.col("index")), F.when(final, F.col("t_ns")))
         .alias("final_index"))
-    found = per_node.where(F.col("opt_t") > F.col("final_t"))
+    late = per_incarnation.where(F.col("opt_t") > F.col("final_t"))
+    found = late.groupBy(*MESSAGE_KEY, "node").agg(
+        F.min_by(F.struct("opt_t", "opt_index", "final_t", "final_index"), F.col("since"))
+        .alias("first")).select(*MESSAGE_KEY, "node", "first.*")
     return violations(
         found, LOCAL_ORDER, F.array("node"), F.array(msg("origin", "seq")),
         F.array(F.coalesce(F.col("final_index"), F.lit(0)),

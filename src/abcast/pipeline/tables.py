@@ -519,6 +519,21 @@ def snapshots_possible(context: DataFrame) -> bool:
 FIRST_INCARNATION: Final = -(2**63)
 
 
+def with_incarnation(frame: DataFrame, events: DataFrame) -> DataFrame:
+    """`frame` (with run_id, node, t_ns) plus `since`: the t_ns of the node's `recover`
+    row (in `events`) that began the incarnation holding the row, FIRST_INCARNATION for
+    its first (a row at a recover's own t_ns belongs to the incarnation it begins)."""
+    from pyspark.sql import functions as F
+
+    recovers = (events.where(F.col("kind") == "recover").groupBy("run_id", "node")
+                .agg(F.collect_list("t_ns").alias("recovers")))
+    placed = join_on(frame, F.broadcast(recovers), [("run_id", "run_id"), ("node", "node")],
+                     "left")
+    since = F.coalesce(F.array_max(F.filter(F.col("recovers"), lambda r: r <= F.col("t_ns"))),
+                       F.lit(FIRST_INCARNATION).cast("bigint"))
+    return placed.select(*frame.columns, since.alias("since"))
+
+
 def admission_views(events: DataFrame) -> DataFrame:
     """(run_id, group, node, `since`) -> `until`, `admitted`: per incarnation of the node
     with an admission view J (docs/checks.md, "Joiners and rejoined nodes": its first view
@@ -534,15 +549,9 @@ def admission_views(events: DataFrame) -> DataFrame:
                else F.lit(None).cast("array<string>"))
     views = events.where((F.col("kind") == "view") & F.col("view_id").isNotNull()).select(
         "run_id", "group", "node", "t_ns", "view_id", members.alias("members"))
-    recovers = (events.where(F.col("kind") == "recover").groupBy("run_id", "node")
-                .agg(F.collect_list("t_ns").alias("recovers")))
-    placed = join_on(views, F.broadcast(recovers), [("run_id", "run_id"), ("node", "node")],
-                     "left")
-    since = F.coalesce(F.array_max(F.filter(F.col("recovers"), lambda r: r <= F.col("t_ns"))),
-                       F.lit(FIRST_INCARNATION).cast("bigint"))
     incarnation = Window.partitionBy("run_id", "group", "node", "since")
-    ranked = (placed.select("run_id", "group", "node", "t_ns", "view_id", "members",
-                            since.alias("since"))
+    ranked = (with_incarnation(views, events)
+              .select("run_id", "group", "node", "t_ns", "view_id", "members", "since")
               .select("*", F.row_number().over(incarnation.orderBy("t_ns")).alias("rank")))
     private = ((F.col("rank") == 1) & F.col("members").isNotNull()
                & (F.array_distinct(F.col("members")) == F.array(F.col("node"))))

@@ -8,9 +8,11 @@ measured, that saves about 2 `call_later` and 2 `cancel` per message), and
 `Deliver`/`InstallView` into trace rows and application deliveries, writing the same
 rows as the simulator: a `send` row per message as it leaves with `deps` taken from this
 node's delivered prefixes, a `deliver`/`opt_deliver` row per delivery, a `view` row per
-installed view, all with t_ns = time.time_ns(). `receive` raises RemoteProtocolError
-(DecodeError included) before carrying out anything, so the caller can drop the link
-that sent the frame.
+installed view, all with t_ns = time.time_ns(). The rows of a batch's messages are
+recorded as one run (TraceRecorder.record_run; t_ns counted up from the batch's), a
+delivered batch's rows up to each callback before anything that callback does.
+`receive` raises RemoteProtocolError (DecodeError included) before carrying out
+anything, so the caller can drop the link that sent the frame.
 
 State transfer and membership go to the application through `AppHooks`, each at its
 exact place among the stack's outputs (outputs are carried out one at a time, in order,
@@ -157,6 +159,7 @@ class GroupDriver:
         self._corked = False  # the host is corked for a run of packets (see _carry_out)
         self._timers: dict[Hashable, _Timer] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._delivering: _DeliveredRun | None = None  # traced: the batch being delivered
 
     # ----------------------------------------------------------------- driving the stack
 
@@ -207,18 +210,20 @@ class GroupDriver:
         two may deliver messages or install a view, and a message's row must name the
         view it was really sent in and the deliveries it really follows."""
         batcher, stack, clock = self._batcher, self.stack, self.host.clock
+        if self._delivering is not None:  # called from a delivery callback (broadcast,
+            self._write_delivered()  # join, leave, close): the rows delivered so far first
         while not self.closed:
             batch = batcher.take()
             if batch is None:
                 return
             recorder = self.host.recorder
             if recorder is not None:
-                node, view_id = stack.node, self.view_id
-                deps, now_ns = self.prefix.deps(node), time.time_ns()
-                for seq, payload in enumerate(batch.payloads, batch.first):
-                    recorder.record(node, "send", now_ns, origin=node, seq=seq,
-                                    group=self.name, size=len(payload), view_id=view_id,
-                                    deps=deps)
+                node = stack.node
+                recorder.record_run(node, "send", time.time_ns(), origin=node,
+                                    first_seq=batch.first,
+                                    sizes=list(map(len, batch.payloads)),
+                                    group=self.name, view_id=self.view_id,
+                                    deps=self.prefix.deps(node))
             now = clock.now_us()
             if self.meter is not None:
                 self.meter.sent(batch.first, len(batch.payloads), now)
@@ -391,31 +396,51 @@ class GroupDriver:
             log.error("group %s on %s: skipping a delivered message: %s",
                       self.name, self.host.id, exc)
             return
-        host, prefix = self.host, self.prefix
-        recorder = host.recorder
+        host = self.host
         final = batch.stage is _FINAL
         on_deliver = self.on_deliver if final else self.on_opt_deliver
         meter = self.meter
         if meter is not None and final and deliveries[0].origin == host.id:
             meter.delivered(deliveries[0].seq, host.clock.now_us())
-        for delivery in deliveries:
-            if recorder is not None:
-                recorder.record(
-                    host.id, delivery.stage.value, time.time_ns(), origin=delivery.origin,
-                    seq=delivery.seq, group=self.name, size=len(delivery.payload),
-                    view_id=self.view_id,
-                )
-                # the prefixes only feed the `deps` of send rows: untraced, skip the cost
+        run = outer = None
+        if host.recorder is not None:  # the rows are written per batch (_write_delivered)
+            outer = self._delivering
+            run = self._delivering = _DeliveredRun(deliveries, final, time.time_ns())
+        try:
+            for done, delivery in enumerate(deliveries, 1):
+                if run is not None:
+                    run.done = done  # its row comes before anything its callback does
                 if final:
-                    prefix.note(delivery.origin, delivery.seq)
-            if final:
-                self.delivered += 1
-            else:
-                self.opt_delivered += 1
-            if on_deliver is not None:
-                on_deliver(delivery)
-            if self.closed:
-                return  # the application closed the group from its delivery callback
+                    self.delivered += 1
+                else:
+                    self.opt_delivered += 1
+                if on_deliver is not None:
+                    on_deliver(delivery)
+                if self.closed:
+                    return  # the application closed the group from its delivery callback
+        finally:
+            if run is not None:
+                self._write_delivered()
+                self._delivering = outer
+
+    def _write_delivered(self) -> None:
+        """Record the rows of the batch being delivered that are due and not yet written:
+        one run for all of them (their t_ns: the batch's, counted up), and note them in
+        the delivered prefixes (which only feed the `deps` of send rows: untraced, the
+        driver skips that cost)."""
+        run, recorder = self._delivering, self.host.recorder
+        if run is None or recorder is None or run.done == run.written:
+            return
+        part = run.deliveries
+        if run.written or run.done < len(part):
+            part = part[run.written:run.done]
+        run.written = run.done
+        first = part[0]
+        recorder.record_run(self.host.id, first.stage.value, run.t_ns, origin=first.origin,
+                            first_seq=first.seq, sizes=[len(d.payload) for d in part],
+                            group=self.name, view_id=self.view_id)
+        if run.final:
+            self.prefix.note_run(first.origin, first.seq, len(part))
 
     def _rejoined(self) -> None:
         """A member the group had left out (cut off) is admitted again with a fresh
@@ -484,6 +509,20 @@ class GroupDriver:
         self._apply(self.stack.fire(key, now))
         if self.meter is not None:
             self.meter.watch(self.stack.top, now)
+
+
+class _DeliveredRun:
+    """A delivered batch on a traced node: the rows of deliveries[written:done] are due
+    (their callbacks have begun) and not yet written."""
+
+    __slots__ = ("deliveries", "done", "final", "t_ns", "written")
+
+    def __init__(self, deliveries: list[Deliver], final: bool, t_ns: int) -> None:
+        self.deliveries = deliveries
+        self.final = final
+        self.t_ns = t_ns
+        self.done = 0
+        self.written = 0
 
 
 class _Timer:

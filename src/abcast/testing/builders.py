@@ -158,6 +158,31 @@ def rejoined_then_crashed(run_id: str = "rejoin-crash", *, skip_after: bool = Fa
     return b
 
 
+def rejoined_optimistic(run_id: str = "rejoin-opt", *, late: bool = False) -> TraceBuilder:
+    """n1 and n2 opt-deliver then final-deliver n2#1 in view 1 (n2's own broadcast); n2 is
+    cut off and rejoins (crash, recover) in view 2, where n2#1 comes again: n2
+    opt-delivers it, then final-delivers it (a cut-off minority's duplicate, one
+    INTEGRITY_DUPLICATE unit, and local order in each incarnation). `late`: its second
+    opt-delivery comes after its second final one (a LOCAL_ORDER unit)."""
+    b = TraceBuilder(run_id)
+    for node in ("n1", "n2"):
+        b.view(node, 1, ["n1", "n2"])
+    m = b.send("n2")
+    for node in ("n1", "n2"):
+        b.opt_deliver(node, "n2", 1)
+        b.deliver(node, "n2", 1)
+    b.crash("n2")
+    b.recover("n2")
+    for node in ("n1", "n2"):
+        b.view(node, 2, ["n1", "n2"])
+    if not late:
+        b.opt_deliver("n2", *m[1:])
+    b.deliver("n2", *m[1:])
+    if late:
+        b.opt_deliver("n2", *m[1:])
+    return b
+
+
 def split_and_merge(
     run_id: str = "evs", *, right_order_swapped: bool = False, right_view: int = 11,
     skip_merge: str = "", crash: str = "",

@@ -9,6 +9,13 @@ that is not larger than the node's previous one is bumped to previous + 1. The c
 rely on t_ns ordering all of a node's rows; two events in the same simulated microsecond,
 or a wall clock that steps back, must not make that order ambiguous.
 
+`record_run` records a run of message rows at once (abcast.trace.columns.MessageRun: one
+origin's consecutive messages, sent or delivered as one batch, at t_ns, t_ns + 1, …): the
+real runtime's path, whose cost is per batch, not per message. A sink with a `run` method
+(`RunSink`, e.g. abcast.trace.stream.StreamingSink) gets the run as it is; any other sink
+gets its rows one by one. A run's rows are exactly the rows `record` would have given for
+its messages recorded one after another at the same moment.
+
 `DeliveredPrefix` computes the `deps` of `send` rows for both drivers.
 
 It knows nothing about files (abcast.trace.writer) or what the rows mean (abcast.checks).
@@ -19,16 +26,26 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Final, Protocol, runtime_checkable
 
 from abcast.errors import LocalProtocolError
 from abcast.ids import NodeId, sorted_nodes
+from abcast.trace.columns import MessageRun
 from abcast.trace.rows import EventRow
 from abcast.trace.schema import KINDS
 
 #: kinds that are about one broadcast message and so need `origin` and `seq`
 MESSAGE_KINDS: Final = frozenset({"send", "deliver", "opt_deliver"})
 _KINDS: Final = frozenset(KINDS)
+
+
+@runtime_checkable
+class RunSink(Protocol):
+    """A sink that takes runs whole (and single rows as any sink does)."""
+
+    def __call__(self, row: EventRow) -> None: ...
+
+    def run(self, run: MessageRun) -> None: ...
 
 
 class _NodeLog:
@@ -63,6 +80,7 @@ class TraceRecorder:
             raise LocalProtocolError("keep_rows=False without a sink would drop every row")
         self.run_id = run_id
         self._sink = sink
+        self._run_sink = sink.run if isinstance(sink, RunSink) else None
         self._keep_rows = keep_rows
         self._logs: dict[str, _NodeLog] = {}
         self._count = 0
@@ -124,6 +142,53 @@ class TraceRecorder:
             self._sink(row)
         return row
 
+    def record_run(
+        self,
+        node: str,
+        kind: str,
+        t_ns: int,
+        *,
+        origin: str,
+        first_seq: int,
+        sizes: list[int],
+        group: str | None,
+        view_id: int | None,
+        deps: Mapping[str, int] | None = None,
+    ) -> MessageRun | None:
+        """Record `len(sizes)` rows of a message kind at `node`: `origin`'s messages
+        first_seq, first_seq + 1, … of these sizes, at t_ns, t_ns + 1, … (t_ns bumped as
+        `record` bumps it). The run takes `sizes` as it is: do not change it afterwards.
+        Returns the run (None for no sizes)."""
+        if kind not in MESSAGE_KINDS:
+            raise LocalProtocolError(f"a run is of a message kind {sorted(MESSAGE_KINDS)}, "
+                                     f"not {kind!r}")
+        if not node:
+            raise LocalProtocolError("trace rows need a non-empty node")
+        count = len(sizes)
+        if not count:
+            return None
+        log = self._logs.get(node)
+        if log is None:
+            log = self._logs[node] = _NodeLog()
+        last = log.last_t_ns
+        if last is not None and t_ns <= last:
+            t_ns = last + 1
+        log.last_t_ns = t_ns + count - 1
+        counts = log.counts
+        first_index = counts.get(kind, 0) + 1
+        counts[kind] = first_index + count - 1
+        run = MessageRun(self.run_id, node, kind, origin, first_seq, group, t_ns, first_index,
+                         sizes, view_id, None if deps is None else dict(deps))
+        self._count += count
+        if self._keep_rows:
+            log.rows.extend(run.rows())
+        if self._run_sink is not None:
+            self._run_sink(run)
+        elif self._sink is not None:
+            for row in run.rows():
+                self._sink(row)
+        return run
+
     # ------------------------------------------------------------------ accessors
 
     def nodes(self) -> tuple[str, ...]:
@@ -170,42 +235,44 @@ class DeliveredPrefix:
         self._runs: dict[NodeId, tuple[list[int], list[int]]] = {}
 
     def note(self, origin: NodeId, seq: int) -> None:
-        k = self._prefix.get(origin, 0)
-        if seq <= k:
-            return  # a message delivered twice (opt_deliver then deliver) adds nothing
-        runs = self._runs.get(origin)
-        if seq == k + 1:
-            if runs is not None and runs[0] and runs[0][0] == seq + 1:
-                seq = runs[1][0]
-                del runs[0][0], runs[1][0]
-            self._prefix[origin] = seq
-            return
-        if runs is None:
-            runs = self._runs[origin] = ([], [])
-        _add_to_runs(runs[0], runs[1], seq)
+        self.note_run(origin, seq, 1)
 
     def above(self) -> int:
         """Runs kept for what was delivered above gaps, over all origins."""
         return sum(len(starts) for starts, _ in self._runs.values())
 
+    def note_run(self, origin: NodeId, first: int, count: int) -> None:
+        """`note` for origin's messages first … first + count - 1, in one step."""
+        k = self._prefix.get(origin, 0)
+        last = first + count - 1
+        if last <= k:
+            return  # nothing new (a message delivered twice: opt_deliver then deliver)
+        first = max(first, k + 1)
+        runs = self._runs.get(origin)
+        if first > k + 1:
+            if runs is None:
+                runs = self._runs[origin] = ([], [])
+            _add_to_runs(runs[0], runs[1], first, last)
+            return
+        k = last
+        if runs is not None:
+            starts, ends = runs
+            while starts and starts[0] <= k + 1:  # runs the prefix now reaches
+                k = max(k, ends[0])
+                del starts[0], ends[0]
+        self._prefix[origin] = k
+
     def deps(self, me: NodeId) -> dict[NodeId, int]:
         return {o: k for o, k in self._prefix.items() if k > 0 and o != me}
 
 
-def _add_to_runs(starts: list[int], ends: list[int], seq: int) -> None:
-    """Add `seq` to the runs (sorted, disjoint, not adjacent); nothing if it is in one."""
-    i = bisect.bisect_right(starts, seq) - 1  # the run starting at or below seq
-    if i >= 0 and seq <= ends[i]:
-        return  # delivered twice
-    left = i >= 0 and ends[i] == seq - 1
-    right = i + 1 < len(starts) and starts[i + 1] == seq + 1
-    if left and right:
-        ends[i] = ends[i + 1]
-        del starts[i + 1], ends[i + 1]
-    elif left:
-        ends[i] = seq
-    elif right:
-        starts[i + 1] = seq
-    else:
-        starts.insert(i + 1, seq)
-        ends.insert(i + 1, seq)
+def _add_to_runs(starts: list[int], ends: list[int], lo: int, hi: int) -> None:
+    """Add lo … hi to the runs (sorted, disjoint, not adjacent), merging every run it
+    overlaps or touches."""
+    i = bisect.bisect_left(ends, lo - 1)  # the first run ending at lo - 1 or later
+    j = bisect.bisect_right(starts, hi + 1)  # past the last run starting by hi + 1
+    if i < j:
+        lo, hi = min(lo, starts[i]), max(hi, ends[j - 1])
+    del starts[i:j], ends[i:j]
+    starts.insert(i, lo)
+    ends.insert(i, hi)

@@ -7,7 +7,9 @@
 
 Rules:
 - `StreamingSink` (a TraceRecorder sink) flushes on a timer, every `interval_s` (0.5 s by
-  default), on one background thread: the loop only appends to a deque, and a node
+  default), on one background thread: the loop only appends a row or a run (a batch's
+  rows, abcast.trace.columns.MessageRun) to a deque; the thread gathers them column by
+  column (abcast.trace.columns.EventColumns) and writes large record batches; a node
   SIGKILLed at any moment leaves every row recorded up to one interval before its death
   on disk. Flushing is by time, never per row. The bytes reach the kernel (a killed
   process loses nothing the kernel holds); nothing is fsynced (a power cut may lose more).
@@ -39,6 +41,7 @@ import pyarrow.parquet as pq
 
 from abcast.errors import LocalProtocolError
 from abcast.trace._files import COMPRESSION, EVENTS_DIR, check_name, hidden_temp
+from abcast.trace.columns import EventColumns, MessageRun
 from abcast.trace.rows import EventRow, TraceFormatError, conform, events_to_table
 from abcast.trace.schema import EVENT_SCHEMA
 
@@ -47,8 +50,9 @@ log: Final = logging.getLogger(__name__)
 STREAM_SUFFIX: Final = ".arrows"
 #: how often a StreamingSink hands its rows to the OS: a killed node loses at most this
 DEFAULT_FLUSH_INTERVAL_S: Final = 0.5
-#: at most this many rows per record batch (and so held by a writer between flushes)
-DEFAULT_FLUSH_EVERY: Final = 50_000
+#: a record batch is written once this many rows are pending (a run is never split, so a
+#: batch may hold one run's rows more); fewer only at a flush
+DEFAULT_FLUSH_EVERY: Final = 65_536
 #: rows per row group of a sealed Parquet file
 SEAL_ROW_GROUP: Final = 131_072
 #: the Arrow IPC end-of-stream marker (continuation token, zero length)
@@ -63,7 +67,8 @@ def stream_path(directory: Path, node: str) -> Path:
 class NodeTraceWriter:
     """One node's rows of one run, appended to `<node>.arrows`: a record batch per
     `flush()` (and whenever `flush_every` rows are pending), sealed into `<node>.parquet`
-    by `close()`.
+    by `close()`. Rows (`append`) and runs of rows (`append_run`) are gathered column by
+    column until then.
 
     Opening it removes that node's files from an earlier run with the same run_id. Close
     it (or use it as a context manager), then commit the run with `add_run`. Who calls
@@ -94,28 +99,36 @@ class NodeTraceWriter:
         self.path = stream_path(self.directory, node)
         self._file: BinaryIO = open(self.path, "wb")  # noqa: SIM115 (closed by close())
         self._stream = pa.ipc.new_stream(self._file, EVENT_SCHEMA, options=_STREAM_OPTIONS)
-        self._batch: list[EventRow] = []
+        self._pending = EventColumns()
         self._batches = 0
         self._closed = False
 
     def append(self, row: EventRow) -> None:
+        self._check(row.run_id, row.node)
+        self._pending.add(row)
+        if self._pending.rows >= self.flush_every:
+            self.flush()
+
+    def append_run(self, run: MessageRun) -> None:
+        self._check(run.run_id, run.node)
+        self._pending.add_run(run)
+        if self._pending.rows >= self.flush_every:
+            self.flush()
+
+    def _check(self, run_id: str, node: str) -> None:
         if self._closed:
             raise LocalProtocolError(f"NodeTraceWriter for {self.node!r} is closed")
-        if row.run_id != self.run_id or row.node != self.node:
+        if run_id != self.run_id or node != self.node:
             raise LocalProtocolError(
-                f"row of ({row.run_id!r}, {row.node!r}) given to the writer of "
+                f"row of ({run_id!r}, {node!r}) given to the writer of "
                 f"({self.run_id!r}, {self.node!r})")
-        self._batch.append(row)
-        if len(self._batch) >= self.flush_every:
-            self.flush()
 
     def flush(self) -> None:
         """Write the pending rows as the next record batch and hand them to the OS
         (nothing when none are pending)."""
-        if not self._batch:
+        if not self._pending.rows:
             return
-        table = events_to_table(self._batch)
-        self._batch = []
+        table = self._pending.take()
         self._stream.write_table(table)
         self._file.flush()
         self._batches += 1
@@ -166,7 +179,7 @@ class StreamingSink:
         self._out = Path(out_dir)
         self._run_id = run_id
         self.interval_s = interval_s
-        self._rows: collections.deque[EventRow] = collections.deque()
+        self._rows: collections.deque[EventRow | MessageRun] = collections.deque()
         self._writers: dict[str, NodeTraceWriter] = {}  # the flusher thread's only
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -176,14 +189,20 @@ class StreamingSink:
     def __call__(self, row: EventRow) -> None:
         self._rows.append(row)  # thread-safe; the whole cost on the loop's side
 
+    def run(self, run: MessageRun) -> None:
+        self._rows.append(run)  # a batch's rows: one append for all of them
+
     def warm_up(self) -> None:
         """Pay pyarrow's first-use costs (type inference, the codecs) now, before the run:
         the first real batch otherwise holds the GIL for most of a second."""
         import io
 
-        row = EventRow(self._run_id, "n0", "send", "n0", 1, "g", 1, 1, 1, 1, {"n1": 1}, None,
-                       ("n0",))
-        table = events_to_table([row])
+        columns = EventColumns()
+        columns.add(EventRow(self._run_id, "n0", "view", None, None, "g", 1, 1, None, 1,
+                             None, None, ("n0",)))
+        columns.add_run(MessageRun(self._run_id, "n0", "send", "n0", 1, "g", 2, 1, [1, 1],
+                                   1, {"n1": 1}))
+        table = columns.take()
         pq.write_table(table, io.BytesIO(), compression=COMPRESSION)
         with pa.ipc.new_stream(io.BytesIO(), EVENT_SCHEMA, options=_STREAM_OPTIONS) as w:
             w.write_table(table)
@@ -198,17 +217,20 @@ class StreamingSink:
             self._error = exc
 
     def _drain(self) -> None:
-        rows, pop = self._rows, self._rows.popleft
-        by_node: dict[str, list[EventRow]] = {}
+        rows, pop, writers = self._rows, self._rows.popleft, self._writers
+        touched: set[NodeTraceWriter] = set()
         for _ in range(len(rows)):
-            row = pop()
-            by_node.setdefault(row.node, []).append(row)
-        for node, batch in by_node.items():
-            writer = self._writers.get(node)
+            item = pop()
+            writer = writers.get(item.node)
             if writer is None:
-                writer = self._writers[node] = NodeTraceWriter(self._out, self._run_id, node)
-            for row in batch:
-                writer.append(row)
+                writer = writers[item.node] = NodeTraceWriter(self._out, self._run_id,
+                                                               item.node)
+            if isinstance(item, MessageRun):
+                writer.append_run(item)
+            else:
+                writer.append(item)
+            touched.add(writer)
+        for writer in touched:
             writer.flush()
 
     def close(self) -> None:
