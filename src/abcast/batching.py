@@ -37,7 +37,7 @@ DEFAULT_MAX_MESSAGES: Final = 512
 DEFAULT_MAX_BYTES: Final = 256 * 1024
 
 
-class Batch(msgspec.Struct, array_like=True, frozen=True):
+class Batch(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """The payload of one ordered message: messages first, first + 1, … of its origin."""
 
     first: int

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 
-class HeldMessage(msgspec.Struct, frozen=True, kw_only=True):
+class HeldMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A message a layer holds back instead of delivering, and why."""
 
     origin: str

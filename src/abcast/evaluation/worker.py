@@ -41,6 +41,7 @@ from abcast.ids import NodeId
 from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.registry.client import RegistryClient
 from abcast.runtime.group import Group
+from abcast.runtime.loop import GcMeter, freeze_gc
 from abcast.runtime.node import Node
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.rows import RunInfo, options_label
@@ -85,7 +86,7 @@ class WorkerConfig:
     secret: bytes | None = field(default=None, repr=False)
 
 
-class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True):
+class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What a node reports when it stops (one JSON line from a node process)."""
 
     node: str
@@ -107,6 +108,10 @@ class WorkerOutcome(msgspec.Struct, frozen=True, kw_only=True):
     naks: int = 0  # NAKs the node sent (multicast="nak")
     peak_unstable_bytes: int = 0  # the most its NAK channel held for retransmission
     bytes_out: int = 0  # frame bytes its transport put on the wire
+    # garbage collections from `go` to the end, per generation, and their CPU time
+    gc_collections: list[int] = []
+    gc_cpu_ns: list[int] = []
+    gc_max_ns: list[int] = []  # the longest of each generation
 
 
 class StoppedError(Exception):
@@ -125,20 +130,20 @@ class Control(Protocol):
 # ------------------------------------------------------------------------ controls
 
 
-class Ready(msgspec.Struct, tag="ready", frozen=True):
+class Ready(msgspec.Struct, tag="ready", frozen=True, gc=False):
     node: str
     address: str
 
 
-class Finished(msgspec.Struct, tag="done", frozen=True):
+class Finished(msgspec.Struct, tag="done", frozen=True, gc=False):
     node: str
 
 
-class Result(msgspec.Struct, tag="result", frozen=True):
+class Result(msgspec.Struct, tag="result", frozen=True, gc=False):
     outcome: WorkerOutcome
 
 
-class Failed(msgspec.Struct, tag="failed", frozen=True):
+class Failed(msgspec.Struct, tag="failed", frozen=True, gc=False):
     error: str
 
 
@@ -326,10 +331,13 @@ class WorkloadGroup(Protocol):
 
 
 async def run_worker(
-    config: WorkerConfig, make_control: Callable[[Node], Control],
+    config: WorkerConfig, make_control: Callable[[Node], Control], *,
+    own_process: bool = False,
 ) -> WorkerOutcome:
     """Run one node of the benchmark to the end; `make_control(node)` picks the handshake
-    once the node is up (RegistryControl needs its registry client)."""
+    once the node is up (RegistryControl needs its registry client). `own_process`: the
+    node is its process's only one, which freezes what it built once its group is open
+    (abcast.runtime.loop.freeze_gc)."""
     sink = StreamingSink(config.out, config.run_id) if config.out is not None else None
     if sink is not None:
         sink.warm_up()
@@ -345,6 +353,8 @@ async def run_worker(
                       options=config.options, on_deliver=run.on_deliver,
                       get_state=run.get_state, set_state=run.set_state)
         await group.open()
+        if own_process:
+            freeze_gc(node.gc_mode)
         try:
             run.group = group
             await run.run_to_stop(control, node.address)
@@ -409,6 +419,7 @@ class _Run:
         self._pacer: asyncio.Task[None] | None = None
         self._starting: asyncio.TimerHandle | None = None
         self._early: list[tuple[NodeId, int]] = []  # delivered before the workload existed
+        self.gc = GcMeter()  # counts from `go`
         if config.messages == 0:
             self.finished.set()
 
@@ -421,13 +432,14 @@ class _Run:
         """The group is open: ready → go → the workload → done → stop."""
         self.prepare()
         me = self.node.id
-        await control.ready(me, address)
-        self.begin(await control.wait_go())
-        stop = control.stop_requested()
-        await _first(self.finished, stop)
-        if self.finished.is_set() and not stop.is_set():
-            await control.done(me)
-            await stop.wait()
+        with self.gc:
+            await control.ready(me, address)
+            self.begin(await control.wait_go())
+            stop = control.stop_requested()
+            await _first(self.finished, stop)
+            if self.finished.is_set() and not stop.is_set():
+                await control.done(me)
+                await stop.wait()
         self.stopped = True
 
     def prepare(self) -> None:
@@ -460,6 +472,7 @@ class _Run:
         self.go_ns = time.time_ns()
         self.cpu_at_go_ns = time.process_time_ns()
         self.rss_at_go_kib = peak_rss_kib()
+        self.gc.reset()
         if self.workload is None:
             self.prepare()
         assert self.workload is not None
@@ -586,7 +599,8 @@ class _Run:
             peak_rss_kib=peak_rss_kib(),
             cpu_ns=time.process_time_ns() - self.cpu_at_go_ns if self.go_ns else 0,
             rss_at_go_kib=self.rss_at_go_kib,
-            **counters,
+            gc_collections=list(self.gc.collections), gc_cpu_ns=list(self.gc.cpu_ns),
+            gc_max_ns=list(self.gc.max_ns), **counters,
         )
 
 
@@ -598,8 +612,9 @@ async def run_pipe_node(config: WorkerConfig, run: PipeWorker | None = None) -> 
     `run`: the node to run (default: abcast's, `run_worker`; the floor has its own)."""
     control = PipeControl()
     await control.start()
-    worker = asyncio.create_task(run_worker(config, lambda _node: control) if run is None
-                                 else run(config, control))
+    worker = asyncio.create_task(
+        run_worker(config, lambda _node: control, own_process=True) if run is None
+        else run(config, control))
     stopper = asyncio.ensure_future(control.stop_requested().wait())
     try:
         await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -622,7 +637,7 @@ async def run_manual_node(config: WorkerConfig) -> WorkerOutcome:
             raise LocalProtocolError("a node started by hand needs a registry")
         return RegistryControl(node.registry, config.group, config.size)
 
-    outcome = await run_worker(config, control)
+    outcome = await run_worker(config, control, own_process=True)
     if config.out is not None and outcome.members and outcome.node == outcome.members[0]:
         spec = get_ordering(config.ordering)
         add_run(config.out, RunInfo(

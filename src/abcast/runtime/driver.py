@@ -496,12 +496,14 @@ class GroupDriver:
         at = timer.due
         if at is None:
             del self._timers[key]  # cancelled since armed
+            del timer.handle  # the handle's args hold the timer: no cycle left for the GC
             return
         loop = self._loop
         if at > timer.armed and loop is not None:  # (the loop is set: it called us)
             self._arm(loop, key, timer, at)  # moved later since armed
             return
         del self._timers[key]
+        del timer.handle
         # Loop timers may fire a little early (uvloop rounds to ms): the stack is told the
         # time is at least the deadline it asked for, and the clock never runs backwards.
         now = self.host.clock.at_least(at)

@@ -23,6 +23,10 @@ group) to `handler(link, envelope)` — how clients and servers of abcast.rpc ta
 without a client being a group member. The handler raises RemoteProtocolError for a
 frame it refuses (the link is dropped, as for a group's).
 
+Garbage collection: `gc=` ("tuned" unless ABCAST_GC says otherwise) sets the process's
+thresholds when the node starts (abcast.runtime.loop); a node process then freezes what
+it built (`freeze_gc`, the bench's worker does).
+
 Secrets: `secret=` (abcast.security) goes to the transport it builds (every link
 authenticated, every frame sealed) and to the registry client (every change to its
 groups and its id proven); a transport or registry client passed in ready-made must
@@ -49,7 +53,7 @@ from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.registry.client import RegistryClient
 from abcast.runtime.driver import GroupDriver
-from abcast.runtime.loop import MonotonicClock
+from abcast.runtime.loop import MonotonicClock, gc_mode, tune_gc
 from abcast.security import load_secret
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Link, Transport, TransportOptions, transport_from_url
@@ -123,6 +127,7 @@ class Node:
         metrics_host: str = "127.0.0.1",
         probe: bool | str = False,
         secret: bytes | str | None = None,
+        gc: str | None = None,
     ) -> None:
         if registry is None and node is None:
             raise ConfigError("a node needs an id (node='n1') or a registry to assign one")
@@ -130,6 +135,9 @@ class Node:
         #: registry, every change to this node's groups; None: open links
         self.secret = load_secret(secret)
         _check_secret(self.secret, transport, registry)
+        #: how the process's garbage collector runs (abcast.runtime.loop: "tuned" or
+        #: "python"; None: ABCAST_GC, else "tuned"); applied when the node starts
+        self.gc_mode = gc_mode(gc)
         self._transport_spec = transport
         self._claim = node
         self.registry = (RegistryClient(registry, secret=self.secret)
@@ -193,6 +201,7 @@ class Node:
         if self._state != "new":
             raise LocalProtocolError(f"node already {self._state}")
         self._state = "starting"
+        tune_gc(self.gc_mode)
         spec = self._transport_spec
         transport = (transport_from_url(spec, TransportOptions(secret=self.secret))
                      if isinstance(spec, str) else spec)

@@ -109,7 +109,7 @@ class GroupStatus(msgspec.Struct, frozen=True, kw_only=True):
     config: dict[str, Any] = {}
 
 
-class PeerTraffic(msgspec.Struct, frozen=True, kw_only=True):
+class PeerTraffic(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     frames_out: int
     bytes_out: int
     frames_in: int

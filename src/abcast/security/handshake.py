@@ -57,21 +57,21 @@ _Nonce = msgspec.Meta(min_length=NONCE_BYTES, max_length=NONCE_BYTES)
 _Mac = msgspec.Meta(min_length=32, max_length=32)
 
 
-class Challenge(msgspec.Struct, frozen=True, array_like=True, tag=1):
+class Challenge(msgspec.Struct, frozen=True, array_like=True, tag=1, gc=False):
     nonce: bytes
     mode: str
 
 
-class Response(msgspec.Struct, frozen=True, array_like=True, tag=2):
+class Response(msgspec.Struct, frozen=True, array_like=True, tag=2, gc=False):
     nonce: bytes
     mac: bytes
 
 
-class Confirm(msgspec.Struct, frozen=True, array_like=True, tag=3):
+class Confirm(msgspec.Struct, frozen=True, array_like=True, tag=3, gc=False):
     mac: bytes
 
 
-class Refusal(msgspec.Struct, frozen=True, array_like=True, tag=4):
+class Refusal(msgspec.Struct, frozen=True, array_like=True, tag=4, gc=False):
     """The initiator could not verify the responder's proof: it hangs up."""
 
 
