@@ -21,12 +21,13 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
 from abcast.checks import count_by_code
-from abcast.evaluation.soak import Sample, SoakConfig, SoakResult, run_soak
+from abcast.evaluation.soak import Sample, SoakConfig, SoakResult, heap_slopes, run_soak
 
 
 def plot(result: SoakResult, path: Path) -> None:
@@ -105,6 +106,17 @@ def report(result: SoakResult, command: str) -> str:
         lines.append(f"| {t.label} | {t.samples} | {t.window_s:.0f} | {t.rss_mean_kib / 1024:.1f} "
                      f"| {t.rss_slope_kib_per_min:+.1f} | {growth / max(t.rss_mean_kib, 1):+.1%} "
                      f"| {t.fd_slope_per_min:+.2f} | {'GROWS' if t.growing else 'none'} |")
+    heap = c.out / "heap"
+    if heap.is_dir():
+        lines += ["", "## Where the anchors' memory went (--heap: samples every 5 s after "
+                  "warm-up; KiB)", "", "| anchor | what | first | last | slope KiB/min |",
+                  "|---|---|---|---|---|"]
+        for t in result.trends:
+            path = heap / f"{t.label}-heap.jsonl"
+            if t.label == "registry" or not path.exists():
+                continue
+            for what, (first, last, slope) in heap_slopes(path, c.warmup_s).items():
+                lines.append(f"| {t.label} | {what} | {first:,.0f} | {last:,.0f} | {slope:+,.0f} |")
     lines += ["", "## Every process", "",
               "| process | pid | lived s | peak RSS MiB | final RSS MiB | final fds | peak fds "
               "| deliveries |", "|---|---|---|---|---|---|---|---|"]
@@ -130,9 +142,16 @@ def main() -> None:
     parser.add_argument("--pause-every", type=float, default=60.0,
                         help="seconds between cutting a member off (SIGSTOP past the "
                              "detector's timeout, then SIGCONT); 0: never")
+    parser.add_argument("--heap", action="store_true",
+                        help="members sample what holds memory outside Python objects "
+                             "(glibc, pymalloc, Arrow, mappings) into OUT/heap; the report "
+                             "gives the anchors' slopes of each")
     args = parser.parse_args()
     if args.out.exists():
         shutil.rmtree(args.out)
+    if args.heap:
+        (args.out / "heap").mkdir(parents=True)
+        os.environ["ABCAST_SOAK_HEAP"] = str((args.out / "heap").resolve())
     config = SoakConfig(out=args.out, minutes=args.minutes, nodes=args.nodes,
                         kill_every_s=args.kill_every, churn_every_s=args.churn_every,
                         pause_every_s=args.pause_every or None,

@@ -6,8 +6,10 @@ the survivors' run is clean, and the same rows without the inferred crash are no
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from abcast.testing import TraceBuilder, check_events, count_by_code
@@ -22,7 +24,7 @@ from abcast.trace import (
     read_stream,
     seal,
 )
-from abcast.trace.stream import crash_row_after
+from abcast.trace.stream import POOL_ENV, crash_row_after
 
 
 def _rows(node: str, count: int, run_id: str = "live") -> list[EventRow]:
@@ -133,3 +135,25 @@ def test_the_streaming_sink_flushes_on_its_timer_not_on_close(tmp_path: Path) ->
     sink.close()
     assert read_events(tmp_path, "live") == rows
     assert not path.exists()
+
+
+@pytest.fixture
+def arrow_pool() -> Iterator[None]:
+    """The test may switch Arrow's default pool: put the one it found back."""
+    before = pa.default_memory_pool()
+    yield
+    pa.set_memory_pool(before)
+
+
+@pytest.mark.usefixtures("arrow_pool")
+@pytest.mark.parametrize("chosen", [None, "mimalloc"])
+def test_a_streaming_sink_puts_arrow_on_the_system_pool_unless_the_operator_chose_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chosen: str | None) -> None:
+    """mimalloc (the wheels' default) kept what each flush freed: a soak member's RSS grew."""
+    if chosen is None:
+        monkeypatch.delenv(POOL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(POOL_ENV, chosen)
+    pa.set_memory_pool(pa.mimalloc_memory_pool())
+    StreamingSink(tmp_path, "pool").close()
+    assert pa.default_memory_pool().backend_name == (chosen or "system")

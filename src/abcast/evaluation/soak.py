@@ -364,6 +364,39 @@ async def run_soak(config: SoakConfig) -> SoakResult:
     return result
 
 
+#: what `heap_slopes` follows in a member's heap samples (soak_member.heap_sample), KiB
+HEAP_FIELDS: Final[dict[str, Callable[[dict[str, Any]], float]]] = {
+    "rss": lambda r: r["rss_kib"], "anonymous": lambda r: r.get("anon_kib", 0),
+    "glibc in use": lambda r: r["glibc"].get("in_use", 0) / 1024,
+    "glibc free": lambda r: r["glibc"].get("free", 0) / 1024,
+    "pymalloc arenas": lambda r: r["pymalloc_arenas"] * 1024,
+    "arrow pool": lambda r: (r["arrow"] or {}).get("allocated", 0) / 1024,
+}
+
+
+def heap_slopes(path: Path, warmup_s: float) -> dict[str, tuple[float, float, float]]:
+    """From one member's heap samples (ABCAST_SOAK_HEAP), after `warmup_s` of its own
+    life: each HEAP_FIELDS quantity as (first, last, slope per minute), KiB; and the
+    mapping of /proc/self/smaps that grew most (keyed "mapping <start>")."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    rows = [r for r in rows if r["t_s"] >= warmup_s]
+    if len(rows) < 2:
+        return {}
+    out = {name: (get(rows[0]), get(rows[-1]), slope_per_min([(r["t_s"], get(r)) for r in rows]))
+           for name, get in HEAP_FIELDS.items()}
+
+    def by_start(r: dict[str, Any]) -> dict[str, int]:
+        return {k.split("-")[0]: v for k, v in r.get("mappings", {}).items()}
+
+    first, last = by_start(rows[0]), by_start(rows[-1])
+    grown = max(last, key=lambda k: last[k] - first.get(k, 0), default=None)
+    if grown is not None:
+        out[f"mapping {grown}"] = (first.get(grown, 0), last[grown],
+                                   60.0 * (last[grown] - first.get(grown, 0))
+                                   / (rows[-1]["t_s"] - rows[0]["t_s"]))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class KillRun:
     """What `kill_under_load` saw."""

@@ -14,7 +14,10 @@ It prints one JSON object per line on stdout: `ready` (node, members, pid), `rep
 With `ABCAST_SOAK_OBJECTS=DIR` in its environment it writes, every 30 s, what it holds to
 DIR/<node>-<k>.json: live objects by type and the retained bytes of each layer of its
 stack (abcast.evaluation.retained) — how the soak's growth is found: compare a late dump
-with an early one.
+with an early one. With `ABCAST_SOAK_HEAP=DIR` it appends, every 5 s, what holds memory
+outside Python objects to DIR/<node>-heap.jsonl (`heap_sample`: glibc's heap in use and
+free, pymalloc's arenas, Arrow's pool, threads, mappings, fds, tasks, connections);
+`ABCAST_SOAK_TRACE=off` runs it without a trace (an experiment: the checks see nothing).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import gc
 import hashlib
 import json
 import os
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,8 @@ from abcast.replicated import ReplicatedHandle, read, replicated, write
 from abcast.runtime.group import Group
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.stream import StreamingSink
+
+_PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 @replicated
@@ -91,8 +98,6 @@ async def stdin_commands() -> asyncio.Queue[str]:
 
 def _pymalloc_stats() -> dict[str, int]:
     """The totals of sys._debugmallocstats() (it prints to fd 2): arenas, bytes in use."""
-    import tempfile
-
     with tempfile.TemporaryFile("w+") as out:
         saved = os.dup(2)
         try:
@@ -113,12 +118,104 @@ def _pymalloc_stats() -> dict[str, int]:
 def _malloc_trim() -> Any:
     """glibc's malloc_trim (an experiment: $ABCAST_SOAK_TRIM hands freed heap back to the
     OS at every view change), None where there is none."""
-    import ctypes
-
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's `struct mallinfo2` (glibc >= 2.33): totals over every malloc arena."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _glibc_heap() -> dict[str, int]:
+    """glibc malloc's totals: `arena` (bytes in its heaps), `in_use`, `free` (held, not in
+    use: fragmentation), `mmapped` (big blocks), and how many arenas it has; {} off glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    arenas = 0
+    with tempfile.TemporaryFile("w+") as out:
+        libc.fdopen.restype = ctypes.c_void_p
+        fp = libc.fdopen(os.dup(out.fileno()), b"w")
+        libc.malloc_info(0, ctypes.c_void_p(fp))
+        libc.fclose(ctypes.c_void_p(fp))
+        out.seek(0)
+        arenas = out.read().count("<heap nr=")
+    return {"arena": info.arena, "in_use": info.uordblks, "free": info.fordblks,
+            "mmapped": info.hblkhd, "arenas": arenas}
+
+
+def _proc_status() -> dict[str, int]:
+    """From /proc/self: threads, memory mappings, anonymous KiB."""
+    out = {"maps": len(Path("/proc/self/maps").read_text().splitlines())}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            out["threads"] = int(line.split()[1])
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("Anonymous:"):
+            out["anon_kib"] = int(line.split()[1])
+    return out
+
+
+def _big_mappings(top: int = 12) -> dict[str, int]:
+    """The `top` mappings of /proc/self/smaps by resident KiB ("start-end path": KiB): which
+    allocator's memory grows (glibc's [heap] and 64 MiB arenas, pymalloc's 1 MiB arenas,
+    a foreign allocator's segments, thread stacks)."""
+    rss: dict[str, int] = {}
+    name = ""
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(maxsplit=5)
+        if "-" in head[0] and not line.endswith(" kB"):
+            name = f"{head[0]} {head[5] if len(head) > 5 else ''}".strip()
+        elif head[0] == "Rss:":
+            rss[name] = int(head[1])
+    return dict(sorted(rss.items(), key=lambda kv: -kv[1])[:top])
+
+
+def heap_sample(group: Group) -> dict[str, Any]:
+    """What holds this process's memory outside Python objects, one sample: glibc's heap,
+    pymalloc's arenas, Arrow's pool, threads, mappings, fds, tasks, the transport's
+    connections."""
+    arrow = sys.modules.get("pyarrow")
+    pool = arrow.default_memory_pool() if arrow is not None else None
+    transport: Any = group._host.transport  # a diagnostic look inside
+    sample: dict[str, Any] = {
+        "rss_kib": int(Path("/proc/self/statm").read_text().split()[1]) * _PAGE_KIB,
+        "glibc": _glibc_heap(), "pymalloc_arenas": _pymalloc_stats().get(
+            "arenas allocated current", 0),
+        "arrow": None if pool is None else {
+            "backend": pool.backend_name, "allocated": pool.bytes_allocated(),
+            "peak": pool.max_memory()},
+        "fds": len(os.listdir("/proc/self/fd")), "tasks": len(asyncio.all_tasks()),
+        "peers": len(getattr(transport, "_peers", ())),
+        "channels": len(getattr(transport, "_channels", ())),
+        "inbound": len(getattr(transport, "_inbound", ())),
+        **_proc_status(), "mappings": _big_mappings()}
+    return sample
+
+
+async def sample_heap(group: Group, every_s: float = 5.0) -> None:
+    """Every `every_s`, one `heap_sample` line into $ABCAST_SOAK_HEAP/<node>-heap.jsonl."""
+    where = os.environ.get("ABCAST_SOAK_HEAP")
+    if not where:
+        return
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with open(Path(where) / f"{group.node}-heap.jsonl", "a") as out:
+        while True:
+            out.write(json.dumps({"t_s": round(loop.time() - t0, 1), **heap_sample(group)})
+                      + "\n")
+            out.flush()
+            await asyncio.sleep(every_s)
 
 
 async def dump_objects(group: Group, every_s: float = 30.0) -> None:
@@ -151,7 +248,9 @@ async def dump_objects(group: Group, every_s: float = 30.0) -> None:
 async def main(args: argparse.Namespace) -> None:
     sink = StreamingSink(args.out, args.run_id)
     sink.warm_up()
-    recorder = TraceRecorder(args.run_id, sink=sink, keep_rows=False)
+    # $ABCAST_SOAK_TRACE=off: an experiment without the trace (its checks then see nothing)
+    tracing = os.environ.get("ABCAST_SOAK_TRACE") != "off"
+    recorder = TraceRecorder(args.run_id, sink=sink, keep_rows=False) if tracing else None
     handle = ReplicatedHandle(ChainLog())
     views: list[View] = []
     trim = _malloc_trim() if os.environ.get("ABCAST_SOAK_TRIM") else None
@@ -170,6 +269,7 @@ async def main(args: argparse.Namespace) -> None:
             group = await Group.join(args.group, **common)
         emit(event="ready", node=group.node, members=list(group.members), pid=os.getpid())
         dumps = asyncio.create_task(dump_objects(group))
+        heap = asyncio.create_task(sample_heap(group))
         lines = await stdin_commands()
         appended = 0
 
@@ -201,6 +301,7 @@ async def main(args: argparse.Namespace) -> None:
             elif command in ("exit", ""):
                 break
         dumps.cancel()
+        heap.cancel()
         await handle.close()
         await group.close()
     finally:
