@@ -136,6 +136,11 @@ class Membership(FlushCoordinator, JoinLeave):
                       "welcomes_sent": self.welcomes_sent, "buffered": len(self._buffered),
                       "queued": len(self._queued)})
 
+    def backpressured(self) -> bool:
+        """The ordering's flow control (abcast.ordering._credit): its own broadcasts not
+        yet delivered everywhere are at its bound."""
+        return self.ordering.backpressured()
+
     def snapshots(self) -> list[LayerSnapshot]:
         """This layer's snapshot and the ordering's, bottom first."""
         return [self.inspect(), self.ordering.inspect()]
