@@ -56,6 +56,10 @@ class OriginCredit:
     def exhausted(self) -> bool:
         return self.sent - self.stable >= self.limit
 
+    def snapshot(self) -> dict[str, int]:
+        """For `inspect()`'s clock: our last broadcast, how many are stable, the bound."""
+        return {"sent": self.sent, "stable": self.stable, "limit": self.limit}
+
     def learn(self, node: NodeId, stable: Mapping[NodeId, int]) -> None:
         """The group's stable point (the membership layer's `forget`)."""
         k = stable.get(node, 0)

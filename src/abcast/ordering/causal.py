@@ -189,9 +189,9 @@ class Causal(Layer):
                                 waiting_for=f"{node}'s #{k} (causal predecessor)")
                     for (node, k), h in self._holdback.waiting()]
         return LayerSnapshot(layer=self.name, phase="steady",
-                             clock={"vector": self._holdback.vector()}, holdback=holdback,
+                             clock={"vector": self._holdback.vector(),
+                                    "credit": self.credit.snapshot()}, holdback=holdback,
                              counters={"logged_this_view": len(self._log),
-                                       "unstable_own": self.credit.outstanding(),
                                        "refused_far": self._cap.refused})
 
 

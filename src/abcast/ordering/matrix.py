@@ -146,11 +146,11 @@ class Matrix(Layer):
                     for ts, _, _, w in sorted(self._queue)]
         return LayerSnapshot(
             layer=self.name, phase="concluded" if self._over else "steady",
-            clock={"matrix": self.clock.rows(), "row_minimum": bound},
+            clock={"matrix": self.clock.rows(), "row_minimum": bound,
+                   "credit": self.credit.snapshot()},
             holdback=holdback,
             counters={"nopes_sent": self.nopes_sent, "stream_held": self.held(),
                       "logged_this_view": len(self._log),
-                      "unstable_own": self.credit.outstanding(),
                       "refused_far": self._cap.refused})
 
     # -- the core ------------------------------------------------------------------------

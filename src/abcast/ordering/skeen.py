@@ -304,11 +304,10 @@ class Skeen(Layer):
                     for m, p in pending]
         return LayerSnapshot(
             layer=self.name, phase="steady",
-            clock={LAMPORT: self.clock,
+            clock={LAMPORT: self.clock, "credit": self.credit.snapshot(),
                    "pending": {f"{m.origin}#{m.seq}": p.ts for m, p in pending},
                    "collecting": {str(seq): sorted(t.waiting)
                                   for seq, t in self._collecting.items()}},
             holdback=holdback,
             counters={"logged_this_view": len(self._log),
-                      "unstable_own": self.credit.outstanding(),
                       "refused_far": self._cap.refused})
