@@ -24,10 +24,7 @@ from abcast.effects import Effect
 from abcast.events import Event
 from abcast.ids import NodeId, View
 from abcast.membership import Membership
-from abcast.ordering.causal import Causal
-from abcast.ordering.matrix import Matrix
 from abcast.ordering.registry import OrderingOptions, build_stack
-from abcast.ordering.skeen import Skeen
 from abcast.reliability.channel import ChannelConfig
 from abcast.sim import SimConfig, run_simulation
 from abcast.sim.network import LinkModel
@@ -38,16 +35,6 @@ BOUND = 64
 WINDOW = 32
 MESSAGES = 2_400
 ORDERINGS = ("causal", "skeen", "matrix")
-
-
-def waiting(core: Any) -> int:
-    """Messages the ordering holds here, not yet delivered (its own included)."""
-    if isinstance(core, Causal):
-        return core.held()
-    if isinstance(core, Skeen):
-        return core.pending()
-    assert isinstance(core, Matrix)
-    return core.pending() + core.held()
 
 
 @dataclass
@@ -65,7 +52,7 @@ def _watched(node: NodeId, view: View, ordering: str, options: OrderingOptions,
 
     def handled(event: Event, now: int) -> list[Effect]:
         effects: list[Effect] = handle(event, now)
-        peaks.waiting[node] = max(peaks.waiting.get(node, 0), waiting(core))
+        peaks.waiting[node] = max(peaks.waiting.get(node, 0), core.waiting())
         peaks.unstable_own = max(peaks.unstable_own, core.credit.outstanding())
         return effects
 

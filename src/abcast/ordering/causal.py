@@ -75,6 +75,10 @@ class Causal(Layer):
         """Messages received but waiting for a causal predecessor."""
         return self._holdback.held()
 
+    def waiting(self) -> int:
+        """Messages here not yet delivered (the flow-control tests watch it)."""
+        return self._holdback.held()
+
     def backpressured(self) -> bool:
         """`max_unstable` of our own messages are not yet delivered everywhere."""
         return self.credit.exhausted()

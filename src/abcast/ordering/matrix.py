@@ -124,6 +124,10 @@ class Matrix(Layer):
         """Writes queued here, not yet executed."""
         return len(self._queue)
 
+    def waiting(self) -> int:
+        """Writes queued unexecuted (our own included) and stream packets out of order."""
+        return self.pending() + self.held()
+
     def backpressured(self) -> bool:
         """`max_unstable` of our own writes are not yet delivered everywhere."""
         return self.credit.exhausted()

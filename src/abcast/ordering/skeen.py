@@ -116,6 +116,10 @@ class Skeen(Layer):
         """Messages received (or sent) and not yet delivered."""
         return len(self._pending)
 
+    def waiting(self) -> int:
+        """Messages here not yet delivered, our own included."""
+        return len(self._pending)
+
     def backpressured(self) -> bool:
         """`max_unstable` of our own messages are not yet delivered everywhere."""
         return self.credit.exhausted()
