@@ -21,7 +21,7 @@ def test_causal_names_the_missing_causal_predecessor() -> None:
     snap = core.inspect()
     assert [(h.origin, h.seq, h.waiting_for) for h in snap.holdback] == [
         ("n1", 1, "n3's #2 (causal predecessor)")]
-    assert snap.clock == {"vector": {}}
+    assert snap.clock == {"vector": {}, "credit": {"sent": 0, "stable": 0, "limit": 65_536}}
 
 
 def test_skeen_shows_its_pending_timestamps() -> None:

@@ -109,6 +109,8 @@ FdHeader = Fd | Heartbeat | NotMember | Probe
 FD: Final = Fd()
 #: packets of a claimant held while its claim is asked back (above it: dropped)
 MAX_HELD_PER_CLAIM: Final = 1024
+#: non-members answered with `NotMember` within one period (each at most once a period)
+MAX_NOTICED: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,10 +374,22 @@ class FailureDetectorLayer(Layer):
         last = self._s.noticed.get(sender)
         if last is not None and now - last < self.config.period_us:
             return []
+        if last is None and len(self._s.noticed) >= MAX_NOTICED:
+            self._forget_notices(now)
+            if len(self._s.noticed) >= MAX_NOTICED:
+                return []  # that many strangers within a period: the rest go unanswered
         self._s.noticed[sender] = now
         return [Send(sender, NotMember(self._s.view_id), control=True)]
 
+    def _forget_notices(self, now: int) -> None:
+        """A notice older than a period limits nothing: forget it (a departed node is not
+        remembered for ever)."""
+        period = self.config.period_us
+        self._s.noticed = {n: t for n, t in self._s.noticed.items() if now - t < period}
+
     def _tick(self, now: int) -> list[Effect]:
+        if self._s.noticed:
+            self._forget_notices(now)
         paused = now - self._s.tick_due
         if paused > self.config.period_us:  # this node was stalled: see the rules above
             self._s.stalls += 1

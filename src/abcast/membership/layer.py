@@ -195,8 +195,9 @@ class Membership(Layer):
                       "queued": len(self.s.queued)})
 
     def backpressured(self) -> bool:
-        """The ordering's own flow control (the sequencer's `max_unstable`): the stack asks
-        this layer, which holds the ordering, on every non-waiting broadcast."""
+        """The ordering's own flow control (the sequencer's `max_unstable`, causal's, skeen's
+        and matrix's abcast.ordering._credit): the stack asks this layer, which holds the
+        ordering, on every non-waiting broadcast."""
         return self.ordering.backpressured()
 
     def snapshots(self) -> list[LayerSnapshot]:

@@ -15,6 +15,11 @@ order) — so it holds everything any survivor delivered — and each member rel
 through its holdback, in the old view. What is left held (a departed origin's message
 whose predecessor nobody got) is given up. A joiner is seeded with the vector at the
 cut; every message of the new view follows it.
+
+Flow control (abcast.ordering._credit): the origin is backpressured while
+`max_unstable` of its own messages are not yet delivered by every member (the
+membership layer's stable point, and each flush); a receiver refuses a message of an
+origin that already has `max_held` waiting here (RemoteProtocolError).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View
 from abcast.layer import Layer
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
+from abcast.ordering._credit import MAX_HELD, MAX_UNSTABLE, HeldCap, OriginCredit
 from abcast.ordering._delivered import above_base, common_base, forget_stable
 from abcast.ordering._holdback import CausalHoldback, Held
 from abcast.ordering.unordered import _by_origin
@@ -52,8 +58,11 @@ class Causal(Layer):
     name = "causal"
     header_type = CData
 
-    def __init__(self, node: NodeId) -> None:
+    def __init__(self, node: NodeId, max_unstable: int = MAX_UNSTABLE,
+                 max_held: int = MAX_HELD) -> None:
         super().__init__(node)
+        self.credit = OriginCredit(max_unstable)
+        self._cap = HeldCap(max_held)
         self.view: View | None = None
         self._others: tuple[NodeId, ...] = ()
         self._holdback: CausalHoldback[bytes] = CausalHoldback()
@@ -65,6 +74,14 @@ class Causal(Layer):
     def held(self) -> int:
         """Messages received but waiting for a causal predecessor."""
         return self._holdback.held()
+
+    def waiting(self) -> int:
+        """Messages here not yet delivered (the flow-control tests watch it)."""
+        return self._holdback.held()
+
+    def backpressured(self) -> bool:
+        """`max_unstable` of our own messages are not yet delivered everywhere."""
+        return self.credit.exhausted()
 
     def handle(self, event: Event, now: int) -> list[Effect]:
         match event:
@@ -87,6 +104,7 @@ class Causal(Layer):
     def _broadcast(self, seq: int, payload: bytes) -> list[Effect]:
         if self.view is None:
             raise LocalProtocolError(f"{self.name} on {self.node} has no view yet")
+        self.credit.sent = seq
         deps = self._holdback.vector(exclude=self.node)
         # Our own message depends only on what we delivered: it is released at once.
         effects = self._release(self._holdback.offer(self.node, seq, deps, payload))
@@ -96,11 +114,15 @@ class Causal(Layer):
     def on_message(
         self, origin: NodeId, seq: int, deps: dict[NodeId, int], payload: bytes
     ) -> list[Effect]:
+        self._cap.admit(origin, f"#{seq}")
         return self._release(self._holdback.offer(origin, seq, deps, payload))
 
     def _release(self, released: list[Held[bytes]]) -> list[Effect]:
         effects: list[Effect] = []
+        node, cap = self.node, self._cap
         for h in released:
+            if h.origin != node:
+                cap.release(h.origin)
             self._log[MsgId(h.origin, h.seq)] = (h.deps, h.item)
             effects.append(Deliver(h.origin, h.seq, h.item))
         return effects
@@ -141,6 +163,8 @@ class Causal(Layer):
             if not self._holdback.knows(m.origin, m.seq):
                 effects += self._release(self._holdback.offer(m.origin, m.seq, m.deps, m.body))
         self._holdback.forget_held()
+        self._cap.clear()
+        self.credit.settle()
         self._log.clear()
         return effects
 
@@ -149,6 +173,7 @@ class Causal(Layer):
 
     def forget(self, stable: Mapping[NodeId, int]) -> None:
         forget_stable(self._log, stable)
+        self.credit.learn(self.node, stable)
 
     def join_cut(self) -> JoinCut:
         vector = self._holdback.vector()
@@ -158,6 +183,9 @@ class Causal(Layer):
         self.cut = dict(cut.delivered)
         self._holdback = CausalHoldback()
         self._holdback.seed(cut.delivered)
+        self._cap.clear()
+        self.credit.learn(self.node, cut.delivered)
+        self.credit.settle()
         self._log.clear()
 
     def inspect(self) -> LayerSnapshot:
@@ -165,8 +193,10 @@ class Causal(Layer):
                                 waiting_for=f"{node}'s #{k} (causal predecessor)")
                     for (node, k), h in self._holdback.waiting()]
         return LayerSnapshot(layer=self.name, phase="steady",
-                             clock={"vector": self._holdback.vector()}, holdback=holdback,
-                             counters={"logged_this_view": len(self._log)})
+                             clock={"vector": self._holdback.vector(),
+                                    "credit": self.credit.snapshot()}, holdback=holdback,
+                             counters={"logged_this_view": len(self._log),
+                                       "refused_far": self._cap.refused})
 
 
 def _closed(m: FlushMessage, have: Mapping[NodeId, int]) -> bool:

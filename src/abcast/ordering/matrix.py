@@ -37,12 +37,19 @@ Claims integrity, validity, agreement, fifo, total order and virtual synchrony, 
 every fault the membership layer handles. Failure-free, each write costs n−1 data packets
 plus the NOPEs it draws: with one writer and adaptive heartbeats, n−1 more multicasts,
 n(n−1) packets in all.
+
+Flow control (abcast.ordering._credit): the origin is backpressured while
+`max_unstable` of its own writes are not yet delivered by every member (the membership
+layer's stable point, and each flush). A receiver refuses a stream packet of a sender
+that already has `max_held` waiting here — out of stream order, queued unexecuted, or
+kept for a view not yet installed (RemoteProtocolError).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -53,6 +60,7 @@ from abcast.events import BroadcastRequested, Event, Received, TimerFired, ViewI
 from abcast.ids import MsgId, NodeId, View, node_sort_key
 from abcast.layer import Layer
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
+from abcast.ordering._credit import MAX_HELD, MAX_UNSTABLE, HeldCap, OriginCredit
 from abcast.ordering._delivered import DeliveredIds, above_base, common_base, forget_stable
 from abcast.ordering._matrix_heartbeat import Heartbeat, MatrixConfig
 from abcast.ordering._matrix_wire import MatrixClock, MatrixHeader, MxNope, MxWrite, StreamHeader
@@ -89,8 +97,11 @@ class Matrix(Layer):
     name = "matrix"
     header_type = MatrixHeader
 
-    def __init__(self, node: NodeId, config: MatrixConfig | None = None) -> None:
+    def __init__(self, node: NodeId, config: MatrixConfig | None = None,
+                 max_unstable: int = MAX_UNSTABLE, max_held: int = MAX_HELD) -> None:
         super().__init__(node)
+        self.credit = OriginCredit(max_unstable)
+        self._cap = HeldCap(max_held)
         self.config = config or MatrixConfig()
         self.view: View | None = None
         self.clock = MatrixClock(node)
@@ -113,6 +124,14 @@ class Matrix(Layer):
         """Writes queued here, not yet executed."""
         return len(self._queue)
 
+    def waiting(self) -> int:
+        """Writes queued unexecuted (our own included) and stream packets out of order."""
+        return self.pending() + self.held()
+
+    def backpressured(self) -> bool:
+        """`max_unstable` of our own writes are not yet delivered everywhere."""
+        return self.credit.exhausted()
+
     def held(self) -> int:
         """Stream packets waiting for an earlier packet of their origin's stream."""
         return sum(len(s.held) for s in self._streams.values())
@@ -131,10 +150,12 @@ class Matrix(Layer):
                     for ts, _, _, w in sorted(self._queue)]
         return LayerSnapshot(
             layer=self.name, phase="concluded" if self._over else "steady",
-            clock={"matrix": self.clock.rows(), "row_minimum": bound},
+            clock={"matrix": self.clock.rows(), "row_minimum": bound,
+                   "credit": self.credit.snapshot()},
             holdback=holdback,
             counters={"nopes_sent": self.nopes_sent, "stream_held": self.held(),
-                      "logged_this_view": len(self._log)})
+                      "logged_this_view": len(self._log),
+                      "refused_far": self._cap.refused})
 
     # -- the core ------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
@@ -168,10 +189,14 @@ class Matrix(Layer):
                 self.clock.set_direct(member, 0)  # a joiner: its first packet raises it
         self.heartbeat.last_sent_ts = -1  # a write seen in this view is owed a stamp
         effects: list[Effect] = []
-        for sender, header, payload in self._ahead.pop(view.view_id, []):
-            if sender in self._streams:
-                self._on_stream(sender, header, payload)
+        kept = self._ahead.pop(view.view_id, [])
         self._ahead = {v: p for v, p in self._ahead.items() if v > view.view_id}
+        self._recount()
+        for sender, header, payload in kept:
+            if sender in self._streams:
+                # past the cap (counted): the sender is hostile or broken
+                with suppress(RemoteProtocolError):
+                    self._on_stream(sender, header, payload)
         effects += self._execute()
         if len(view.members) > 1:
             effects += self._arm(now + self.config.period_us)
@@ -189,6 +214,7 @@ class Matrix(Layer):
         view = self.view
         if view is None or self._over:
             raise LocalProtocolError(f"{self.name} on {self.node} has no view to send in")
+        self.credit.sent = seq
         write = _Write(self.clock.tick(), self.node, seq, payload)
         self._push(write)
         self._counter += 1
@@ -236,6 +262,7 @@ class Matrix(Layer):
             return []  # a packet of a view the flush has settled
         if header.view > view.view_id:
             if header.view <= view.view_id + _AHEAD:
+                self._cap.admit(sender, f"a packet of view {header.view}")
                 self._ahead.setdefault(header.view, []).append((sender, header, payload))
             return []
         if sender not in self._streams:
@@ -249,12 +276,15 @@ class Matrix(Layer):
         stream = self._streams[sender]
         if header.n < stream.next_n or header.n in stream.held:
             return  # already processed or held (a resend)
+        self._cap.admit(sender, f"stream packet {header.n}")
         stream.held[header.n] = (header, payload)
         held = stream.held
         while stream.next_n in held:
             packet, body = held.pop(stream.next_n)
             stream.next_n += 1
             self._process(sender, packet, body)
+            if type(packet) is MxNope:
+                self._cap.release(sender)  # a write stays counted until executed
 
     def _process(self, sender: NodeId, header: StreamHeader, payload: bytes) -> None:
         """One packet of `sender`'s stream, in stream order."""
@@ -279,9 +309,11 @@ class Matrix(Layer):
     def _execute(self) -> list[Effect]:
         effects: list[Effect] = []
         bound = self.bound()
-        queue = self._queue
+        queue, node = self._queue, self.node
         while queue and bound is not None and queue[0][0] <= bound:
             write = heapq.heappop(queue)[3]
+            if write.origin != node:
+                self._cap.release(write.origin)
             self._deliver(write.origin, write.seq, write.payload, write.ts, effects)
         return effects
 
@@ -318,6 +350,7 @@ class Matrix(Layer):
                 self._deliver(m.origin, m.seq, m.body, m.stamp, effects)
         self._done.give_up_gaps()
         self._end_view()
+        self.credit.settle()
         return effects
 
     def _end_view(self) -> None:
@@ -325,12 +358,28 @@ class Matrix(Layer):
         self._queue.clear()
         self._log.clear()
         self._streams.clear()
+        self._recount()
+
+    def _recount(self) -> None:
+        """What each sender has waiting here, counted afresh (at view changes)."""
+        counts: dict[NodeId, int] = {}
+        for sender, stream in self._streams.items():
+            if stream.held:
+                counts[sender] = len(stream.held)
+        for _, _, _, write in self._queue:
+            if write.origin != self.node:
+                counts[write.origin] = counts.get(write.origin, 0) + 1
+        for packets in self._ahead.values():
+            for sender, _, _ in packets:
+                counts[sender] = counts.get(sender, 0) + 1
+        self._cap.count = counts
 
     def stable_point(self) -> dict[NodeId, int]:
         return self._done.prefixes()
 
     def forget(self, stable: Mapping[NodeId, int]) -> None:
         forget_stable(self._log, stable)
+        self.credit.learn(self.node, stable)
 
     def join_cut(self) -> JoinCut:
         return JoinCut(self._done.prefixes(), self.clock.row())
@@ -339,3 +388,5 @@ class Matrix(Layer):
         self._done.reset(cut.delivered)
         self.clock.advance_to(max(cut.clock.values(), default=0))
         self._end_view()
+        self.credit.learn(self.node, cut.delivered)
+        self.credit.settle()

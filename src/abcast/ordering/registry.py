@@ -16,6 +16,7 @@ from abcast.errors import ConfigError
 from abcast.group.failure_detector import DetectorConfig, FailureDetectorLayer
 from abcast.ids import GroupName, NodeId, View
 from abcast.membership import Membership
+from abcast.ordering._credit import hard_cap
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.causal import Causal
@@ -79,7 +80,8 @@ class OrderingOptions:
     ticket: str = ""
     #: flow control of the sequencer family: numbers the sequencer announces past what
     #: every member reported delivered, and own broadcasts undelivered before `broadcast()`
-    #: waits (abcast.ordering.sequencer_numbering)
+    #: waits (abcast.ordering.sequencer_numbering); of causal, skeen and matrix: own
+    #: broadcasts not yet delivered everywhere before it waits (abcast.ordering._credit)
     max_unstable: int = MAX_UNSTABLE
     #: messages of one origin a FIFO holdback keeps waiting for an earlier one; a message
     #: further ahead is refused (one log line; abcast.ordering.fifo). At least the window.
@@ -189,6 +191,15 @@ _MEMBERSHIP: dict[str, Any] = {"needs_detector": True, "channel": OpenChannel,
 _SAFE_SEQUENCER = ("uniform_agreement", "virtual_synchrony")
 
 
+def _credit(opts: OrderingOptions) -> dict[str, int]:
+    """Flow control of causal, skeen and matrix (abcast.ordering._credit): the origin's
+    bound, and the receiver's cap far above what an honest origin can have waiting (its
+    credit plus what the channel below may hand up out of order)."""
+    ahead = opts.nak.max_holdback if opts.multicast == "nak" else opts.channel.window
+    return {"max_unstable": opts.max_unstable,
+            "max_held": hard_cap(opts.max_unstable, ahead)}
+
+
 def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Layer:
     core = Sequencer(node, opts.batch, safe=opts.safe, evs=opts.evs,
                      relay=opts.relay, causal=causal, max_unstable=opts.max_unstable,
@@ -215,7 +226,7 @@ ORDERINGS: dict[str, OrderingSpec] = {
             **_MEMBERSHIP,
         ),
         OrderingSpec(
-            "causal", lambda node, _: [Membership(node, Causal(node))],
+            "causal", lambda node, opts: [Membership(node, Causal(node, **_credit(opts)))],
             (*BASIC, "fifo", "causal"), ALL_FAULTS, lambda n: n - 1,
             "causal order (vector clocks, holdback until every predecessor is delivered);"
             " views by the membership layer's flush",
@@ -245,7 +256,8 @@ ORDERINGS: dict[str, OrderingSpec] = {
             channel=OpenChannel, detector_layer=OpenDetector,
         ),
         OrderingSpec(
-            "skeen", lambda node, _: [Membership(node, Skeen(node))], (*BASIC, "total"),
+            "skeen", lambda node, opts: [Membership(node, Skeen(node, **_credit(opts)))],
+            (*BASIC, "total"),
             ALL_FAULTS, lambda n: 3 * (n - 1),
             "total order from Lamport-clock proposals (the final stamp is their maximum);"
             " views by the membership layer's flush, which settles pending timestamps",
@@ -270,7 +282,8 @@ ORDERINGS: dict[str, OrderingSpec] = {
             needs_detector=True, channel=OpenChannel, detector_layer=OpenDetector,
         ),
         OrderingSpec(
-            "matrix", lambda node, opts: [Membership(node, Matrix(node, opts.matrix))],
+            "matrix",
+            lambda node, opts: [Membership(node, Matrix(node, opts.matrix, **_credit(opts)))],
             (*BASIC, "fifo", "total", "virtual_synchrony"), ALL_FAULTS,
             lambda n: n * (n - 1),
             "total order from Lamport matrix clocks and NOPE heartbeats (RepMI); views by"

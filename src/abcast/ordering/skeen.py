@@ -23,6 +23,11 @@ survivor delivered, in final-stamp order (each member delivered a prefix of that
 order), then every other reported message by its best known stamp (origin, seq
 breaking ties). Each member delivers what it lacks of it, in that order, in the old
 view, and starts the next view with nothing pending.
+
+Flow control (abcast.ordering._credit): the origin is backpressured while
+`max_unstable` of its own messages are not yet delivered by every member (the
+membership layer's stable point, and each flush); a receiver refuses a message of an
+origin that already has `max_held` pending here (RemoteProtocolError).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from abcast.events import BroadcastRequested, Event, Received, ViewInstalled
 from abcast.ids import MsgId, NodeId, View, node_sort_key
 from abcast.layer import Layer
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
+from abcast.ordering._credit import MAX_HELD, MAX_UNSTABLE, HeldCap, OriginCredit
 from abcast.ordering._delivered import DeliveredIds, above_base, common_base, forget_stable
 from abcast.snapshot import HeldMessage, LayerSnapshot
 
@@ -89,8 +95,11 @@ class Skeen(Layer):
     name = "skeen"
     header_type: ClassVar[Any] = KData | KPropose | KFinal
 
-    def __init__(self, node: NodeId) -> None:
+    def __init__(self, node: NodeId, max_unstable: int = MAX_UNSTABLE,
+                 max_held: int = MAX_HELD) -> None:
         super().__init__(node)
+        self.credit = OriginCredit(max_unstable)
+        self._cap = HeldCap(max_held)
         self.view: View | None = None
         self._others: tuple[NodeId, ...] = ()
         self.clock = 0
@@ -106,6 +115,14 @@ class Skeen(Layer):
     def pending(self) -> int:
         """Messages received (or sent) and not yet delivered."""
         return len(self._pending)
+
+    def waiting(self) -> int:
+        """Messages here not yet delivered, our own included."""
+        return len(self._pending)
+
+    def backpressured(self) -> bool:
+        """`max_unstable` of our own messages are not yet delivered everywhere."""
+        return self.credit.exhausted()
 
     # -- the core ------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
@@ -131,6 +148,7 @@ class Skeen(Layer):
         if self.view is None:
             raise LocalProtocolError(f"{self.name} on {self.node} has no view yet")
         others = self._others
+        self.credit.sent = seq
         self.clock += 1
         ts = self.clock
         mid = MsgId(self.node, seq)
@@ -148,6 +166,7 @@ class Skeen(Layer):
             return []  # a view change settled it
         if origin == self.node or mid in self._pending:
             raise RemoteProtocolError(f"{origin} sent message {seq} twice (or to itself)")
+        self._cap.admit(origin, f"#{seq}")
         self.clock = max(self.clock, ts) + 1
         self._hold(mid, payload, self.clock)
         return [Send(origin, KPropose(seq, self.clock))]
@@ -200,7 +219,7 @@ class Skeen(Layer):
     def deliver_ready(self) -> list[Effect]:
         """Deliver from the head of the queue while the head is final."""
         effects: list[Effect] = []
-        queue, pending = self._queue, self._pending
+        queue, pending, node = self._queue, self._pending, self.node
         while queue:
             ts, _, _, mid = queue[0]
             entry = pending.get(mid)
@@ -211,6 +230,8 @@ class Skeen(Layer):
                 break
             heapq.heappop(queue)
             del pending[mid]
+            if mid.origin != node:
+                self._cap.release(mid.origin)
             self._done.add(mid.origin, mid.seq)
             self._log[mid] = (ts, entry.payload)
             effects.append(Deliver(mid.origin, mid.seq, entry.payload))
@@ -254,6 +275,8 @@ class Skeen(Layer):
         self._queue.clear()
         self._collecting.clear()
         self._log.clear()
+        self._cap.clear()
+        self.credit.settle()
         return effects
 
     def stable_point(self) -> dict[NodeId, int]:
@@ -261,6 +284,7 @@ class Skeen(Layer):
 
     def forget(self, stable: Mapping[NodeId, int]) -> None:
         forget_stable(self._log, stable)
+        self.credit.learn(self.node, stable)
 
     def join_cut(self) -> JoinCut:
         return JoinCut(self._done.prefixes(), {LAMPORT: self.clock})
@@ -272,6 +296,9 @@ class Skeen(Layer):
         self._queue.clear()
         self._collecting.clear()
         self._log.clear()
+        self._cap.clear()
+        self.credit.learn(self.node, cut.delivered)
+        self.credit.settle()
 
     def inspect(self) -> LayerSnapshot:
         pending = sorted(self._pending.items(), key=lambda kv: (kv[1].ts, kv[0].seq))
@@ -281,8 +308,10 @@ class Skeen(Layer):
                     for m, p in pending]
         return LayerSnapshot(
             layer=self.name, phase="steady",
-            clock={LAMPORT: self.clock,
+            clock={LAMPORT: self.clock, "credit": self.credit.snapshot(),
                    "pending": {f"{m.origin}#{m.seq}": p.ts for m, p in pending},
                    "collecting": {str(seq): sorted(t.waiting)
                                   for seq, t in self._collecting.items()}},
-            holdback=holdback, counters={"logged_this_view": len(self._log)})
+            holdback=holdback,
+            counters={"logged_this_view": len(self._log),
+                      "refused_far": self._cap.refused})

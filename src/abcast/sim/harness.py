@@ -35,6 +35,8 @@ from abcast.workload import RoundRobin
 StackFactory = Callable[[NodeId, View], Stack]
 
 HOUR_US = 3_600_000_000
+#: await_credit: how often a node whose broadcasts wait for credit looks again
+CREDIT_POLL_US = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,9 @@ class SimConfig:
     ip_multicast: bool = False
     #: open loop only: the nodes that broadcast, round robin (empty: every node)
     senders: tuple[NodeId, ...] = ()
+    #: open loop only: a node's broadcasts wait while its stack is backpressured, as the
+    #: runtime's `broadcast()` does (polled every CREDIT_POLL_US); otherwise they ignore it
+    await_credit: bool = False
     max_time_us: int = HOUR_US
     #: with periodic timers (failure detectors) a run never goes quiet: it ends once every
     #: broadcast went out and nothing was delivered for this long
@@ -196,13 +201,30 @@ def run_simulation(
                          on_deliver=on_deliver, on_stop=stop_sending)
     cluster.commutative_state = "total" not in spec.guarantees
 
+    waiting: dict[NodeId, int] = {}  # await_credit: broadcasts due but not yet sent
+
     def send(node: NodeId) -> None:
         sim_node = cluster.nodes[node]
         if sim_node.stopped or sim_node.leaving or (
                 workload.sent_by(node) >= workload.total_of(node)):
             return
+        if config.await_credit and (node in waiting or sim_node.stack.backpressured()):
+            if node not in waiting:
+                scheduler.at(scheduler.now + CREDIT_POLL_US, partial(send_waiting, node))
+            waiting[node] = waiting.get(node, 0) + 1
+            return
         workload.note_sent(node)
         cluster.broadcast(node, payload)
+
+    def send_waiting(node: NodeId) -> None:
+        due = waiting.pop(node, 0)
+        stack = cluster.nodes[node].stack
+        while due and not stack.backpressured():
+            due -= 1
+            send(node)
+        if due and not cluster.nodes[node].stopped:
+            waiting[node] = due
+            scheduler.at(scheduler.now + CREDIT_POLL_US, partial(send_waiting, node))
 
     def send_when_ready(node: NodeId) -> None:
         # Several deliveries in one instant each find the node ready; only the first
