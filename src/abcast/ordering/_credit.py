@@ -26,7 +26,8 @@ from abcast.ids import NodeId
 from abcast.reliability.channel import ChannelConfig
 
 #: own broadcasts not yet delivered everywhere before the origin waits (the default of
-#: OrderingOptions.max_unstable, which the registry passes; the sequencer family's too)
+#: OrderingOptions.max_unstable, which the registry passes); for the sequencer family
+#: also the numbers the sequencer may announce past the group's stable point
 MAX_UNSTABLE: Final = 65_536
 #: how far above an honest origin's bound (credit + window) a receiver still holds
 HARD_CAP_FACTOR: Final = 4

@@ -16,7 +16,7 @@ from abcast.errors import ConfigError
 from abcast.group.failure_detector import DetectorConfig, FailureDetectorLayer
 from abcast.ids import GroupName, NodeId, View
 from abcast.membership import Membership
-from abcast.ordering._credit import hard_cap
+from abcast.ordering._credit import MAX_UNSTABLE, hard_cap
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.causal import Causal
@@ -24,7 +24,7 @@ from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.fifo import MAX_AHEAD, Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
 from abcast.ordering.sequencer import Sequencer
-from abcast.ordering.sequencer_state import MAX_UNSTABLE, OptimisticConfig
+from abcast.ordering.sequencer_state import OptimisticConfig
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.ticket import TICKET_NODE, Ticket, TicketConfig
 from abcast.ordering.unordered import Unordered

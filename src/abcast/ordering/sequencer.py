@@ -53,8 +53,8 @@ from abcast.ordering import sequencer_merge as merge
 from abcast.ordering import sequencer_numbering as numbering
 from abcast.ordering import sequencer_optimistic as optimistic
 from abcast.ordering import sequencer_view
+from abcast.ordering._credit import MAX_UNSTABLE
 from abcast.ordering.sequencer_state import (
-    MAX_UNSTABLE,
     Flow,
     MergeConfig,
     OptimisticConfig,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.membership.state import MembershipConfig
+from abcast.ordering._credit import MAX_UNSTABLE
 from abcast.ordering._holdback import CausalHoldback
 
 if TYPE_CHECKING:
@@ -47,10 +48,6 @@ class Flow(enum.StrEnum):
 
 
 #: role → the roles it may go to (and what takes it there: sequencer_join unless named)
-#: numbers the sequencer may announce past the group's stable point, and own broadcasts a
-#: member may have undelivered, before it waits (sequencer_numbering's flow control)
-MAX_UNSTABLE: Final = 65_536
-
 ROLE_TRANSITIONS: Final[dict[Role, frozenset[Role]]] = {
     # JoinRequested; LeaveRequested; excluded, or the last to leave
     Role.MEMBER: frozenset({Role.JOINING, Role.LEAVING, Role.STOPPED}),
