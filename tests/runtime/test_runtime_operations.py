@@ -106,7 +106,7 @@ def test_metrics_scraped_during_a_run_count_what_the_trace_holds() -> None:
         frames = _samples(text, "abcast_peer_frames_total")
         assert {dict(k)["peer"] for k in frames} == set(IDS) - {node}
         layers = {dict(k)["layer"] for k in _samples(text, "abcast_holdback_messages")}
-        assert {"open-channel", "open-fd", "sequencer"} == layers
+        assert {"open-channel", "open-fd", "membership", "sequencer"} == layers
 
 
 def test_peer_traffic_counts_a_multicast_frame_once_for_each_of_its_peers() -> None:
@@ -197,7 +197,7 @@ def test_probe_json_returns_every_layer_snapshot_of_a_live_three_node_group(
         assert group["config"]["ordering"] == "sequencer"
         layers = [layer["layer"] for layer in group["layers"]]
         expected_layers = expected_layers or layers
-        assert layers == expected_layers == ["open-fd", "open-channel", "sequencer"]
+        assert layers == expected_layers == ["open-fd", "open-channel", "membership", "sequencer"]
         assert group["counters"]["delivered"] == 3
         channel = next(layer for layer in group["layers"] if layer["layer"] == "open-channel")
         assert set(channel["clock"]["out"]) == set(IDS) - {status["node"]}
