@@ -1,9 +1,10 @@
 """The Spark checker on ordering "optimistic" traces: two clean simulated runs (one with
 the sequencer crashing), one whose opt-deliveries come after the final ones (the planted
-bug of tests/sim/test_optimistic.py), a sequencer cut off in a minority that rejoins
-(tests/sim/test_optimistic.py's CUT_OFF: a duplicate, local order in each incarnation)
-and the handwritten rejoin of abcast.testing.builders.rejoined_optimistic, with and
-without a late opt-delivery in the second incarnation. Spark reports exactly the
+bug of tests/sim/test_optimistic.py), a sequencer cut off in a minority that stops
+(tests/sim/test_optimistic.py's CUT_OFF: the plain sequencer's window without --safe,
+whole-trace TOTAL_ORDER units) and the handwritten rejoin of
+abcast.testing.builders.rejoined_optimistic, with and without a late opt-delivery in
+the second incarnation. Spark reports exactly the
 in-memory checker's count per code per run."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from abcast.ordering.registry import OrderingOptions
 from abcast.ordering.sequencer_state import OptimisticConfig, OptimisticState
 from abcast.sim import SimConfig, run_simulation
 from abcast.testing.builders import rejoined_optimistic
-from abcast.trace.schema import INTEGRITY_DUPLICATE, LOCAL_ORDER
+from abcast.trace.schema import INTEGRITY_DUPLICATE, LOCAL_ORDER, TOTAL_ORDER
 from abcast.trace.writer import write_run
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]  # Spark on a loaded machine
@@ -68,7 +69,7 @@ def test_spark_agrees_with_memory_on_optimistic_runs(
     runs, memory = memory_counts(optimistic_traces)
     assert memory["clean"] == {} and memory["crash"] == {}
     assert set(memory["late"]) == {LOCAL_ORDER}
-    assert memory["cut-off"] == {INTEGRITY_DUPLICATE: 2}
+    assert memory["cut-off"] == {TOTAL_ORDER: 6}
     assert memory["rejoin"] == {INTEGRITY_DUPLICATE: 1}
     assert memory["rejoin-late"] == {INTEGRITY_DUPLICATE: 1, LOCAL_ORDER: 1}
     assert spark_counts(spark, optimistic_traces, runs)[0] == memory
