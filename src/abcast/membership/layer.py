@@ -395,7 +395,9 @@ class Membership(Layer):
         effects.append(InstallView(new))
         self.s.views_installed += 1
         self.s.frozen = still_frozen
-        self.s.suspects -= set(new.members) - set(view.members)  # fresh peers
+        # what matters is suspicion of members that stay: fresh peers start unsuspected,
+        # departed ones are forgotten (a long-lived member keeps no entry per departure)
+        self.s.suspects &= set(new.members) & set(view.members)
         effects += [Send(m, MFarewell(new.view_id)) for m in view.members
                     if m not in new.members]
         joiners, self.s.welcome_next = self.s.welcome_next, ()
