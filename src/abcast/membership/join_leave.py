@@ -33,6 +33,7 @@ from abcast.membership.state import (
     FAREWELL_WAIT,
     JOIN_RETRY,
     LEAVE_RETRY,
+    MAX_PENDING_JOINS,
     STABLE,
     TIMERS,
     MembershipState,
@@ -143,6 +144,9 @@ class JoinLeave:
             return [Send(leader, MJoinFwd(joiner))]
         if joiner in view.members:
             return []  # an old ask, overtaken by its welcome
+        if joiner not in self.s.join_requests and len(self.s.join_requests) >= MAX_PENDING_JOINS:
+            self.s.joins_deferred += 1
+            return []
         self.s.join_requests.add(joiner)
         self.s.leave_requests.discard(joiner)
         return self.member.change_view()

@@ -191,7 +191,8 @@ class Membership(Layer):
             layer="membership", phase=self.phase, clock=clock,
             counters={"views_installed": self.s.views_installed,
                       "flushes_coordinated": self.s.flushes_coordinated,
-                      "welcomes_sent": self.s.welcomes_sent, "buffered": len(self.s.buffered),
+                      "welcomes_sent": self.s.welcomes_sent,
+                      "joins_deferred": self.s.joins_deferred, "buffered": len(self.s.buffered),
                       "queued": len(self.s.queued)})
 
     def backpressured(self) -> bool:

@@ -37,6 +37,10 @@ LEAVE_RETRY: Final = "m-leave-retry"
 FAREWELL_WAIT: Final = "m-farewell-wait"
 STABLE: Final = "m-stable"
 TIMERS: Final = frozenset({JOIN_RETRY, LEAVE_RETRY, FAREWELL_WAIT, STABLE})
+#: join asks the acting leader holds for the next view; more are dropped (counted) and
+#: come back with the joiner's retry: a member forwarding asks for strangers cannot grow
+#: the leader's state (issue #21). The open channel's bound on strangers, MAX_GUESTS.
+MAX_PENDING_JOINS: Final = 1_024
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,3 +164,4 @@ class MembershipState:
         self.views_installed = 0
         self.flushes_coordinated = 0
         self.welcomes_sent = 0
+        self.joins_deferred = 0  # asks dropped at MAX_PENDING_JOINS (the joiner retries)
