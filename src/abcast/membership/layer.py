@@ -18,9 +18,8 @@ Phases (`status`, and `frozen` while a flush runs):
     (member* = member or leaving)
 
 Rules. A view change is a flush run by its coordinator — the lowest member of the view
-it does not suspect — exactly as abcast.ordering.sequencer_flush runs it (the same
-attempts, busy answers, crossing installs, and primary partition: only a coordinator
-that hears a majority of its view goes on):
+it does not suspect — with attempts, busy answers, crossing installs, and primary
+partition (only a coordinator that hears a majority of its view goes on):
 
 1. `MPrepare(target, attempt, members)` to the proposed members (the view less the
    suspects). Each *freezes* — the ordering is fed nothing more: its packets are
@@ -522,7 +521,6 @@ class Membership(Layer):
         """The member that would coordinate the next flush: the lowest not suspected."""
         return next((m for m in view.members if m not in self.s.suspects), view.leader)
 
-    # -- leaving -------------------------------------------------------------------------
     # -- timers --------------------------------------------------------------------------
     def _timer(self, key: Hashable, now: int) -> list[Effect]:
         if key == JOIN_RETRY:

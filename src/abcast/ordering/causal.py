@@ -71,12 +71,9 @@ class Causal(Layer):
         #: a joiner's cut: per origin, how many of its messages the state it was given holds
         self.cut: dict[NodeId, int] = {}
 
-    def held(self) -> int:
-        """Messages received but waiting for a causal predecessor."""
-        return self._holdback.held()
-
     def waiting(self) -> int:
-        """Messages here not yet delivered (the flow-control tests watch it)."""
+        """Messages received but waiting for a causal predecessor (the flow-control tests
+        watch it)."""
         return self._holdback.held()
 
     def backpressured(self) -> bool:

@@ -171,9 +171,8 @@ class ChandraToueg(Layer):
         self.retain_us = 10 * linger_us
         self.nudge_us = nudge_us
         # `rejoin`: a member the group removed asks to join again (else it stops). On by
-        # default, unlike the sequencer core's knob: this ordering's only stack, the
-        # registry's, is open (detector and channel let a non-member's packets up), which
-        # is what a rejoin needs; the sequencer family gets it on from the registry.
+        # default: this ordering's only stack, the registry's, is open (detector and
+        # channel let a non-member's packets up), which is what a rejoin needs.
         self.rejoin = rejoin
         self.now = 0
         # -- this node's own membership (the phase table above; abcast.consensus.lifecycle)

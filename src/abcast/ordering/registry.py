@@ -65,8 +65,9 @@ class OrderingOptions:
     #: "nak": one multicast per packet, NAK repair (abcast.reliability.nak; udp://)
     multicast: str = "reliable"
     nak: NakConfig = field(default_factory=NakConfig)
-    #: what a partition does: "primary" (only a majority goes on; the rest rejoin with
-    #: state transfer) or "evs" (both sides go on, merge views on heal; sequencer family)
+    #: what a partition does: "primary" (only a majority goes on; the rest stop, or under
+    #: chandra-toueg rejoin with state transfer) or "evs" (both sides go on, merge views
+    #: on heal; sequencer family)
     partitions: str = "primary"
     #: the origin sends to the sequencer only, which relays the body with its number
     #: (unicast-broadcast: n packets per broadcast, not 2(n−1)); sequencer family

@@ -1,10 +1,14 @@
-"""The sequencer family — fixed sequencer, relay, SAFE, causal-total, evs — as one core.
+"""The sequencer family — fixed sequencer, relay, SAFE, causal-total, optimistic, evs — as
+one core.
 
 Rules. The view's leader (the sequencer) numbers every message and announces the numbers;
-everyone delivers in number order (sequencer_numbering). A view change is a flush that
-freezes the members and settles the old view's numbers and bodies (sequencer_flush); joins
-and leaves are view changes (sequencer_join); under `evs` partitions go on apart and merge
-on heal (sequencer_merge). Phases and their transitions: sequencer_state's tables.
+everyone delivers in number order (sequencer_numbering). Views are the membership layer's
+(abcast.membership wraps this core, the registry builds `Membership(node, Sequencer(…))`):
+at a view change the core reports its numbers and bodies, the coordinator settles them,
+and the new view's leader numbers on after the outcome (sequencer_view: the seven
+`ViewOrdering` methods). Only under `evs` does the core still keep its own views — its
+flush (sequencer_flush), joins and leaves (sequencer_join) and the merge of partitions
+on heal (sequencer_merge), with phases and transitions in sequencer_state's tables.
 
     option   what changes                                        packets per broadcast
     (none)   data to all, ids numbered by the sequencer          2(n−1)
@@ -19,8 +23,9 @@ family"). Wire structs: sequencer_wire.
 
 The core only routes: one event goes to the steady state when the node is a member in a
 steady view and the event is its own broadcast, a data packet or its sequencer's order
-(the hot path, guarded by tests/unit/test_hotpath_sequencer.py); every other event goes,
-in turn, to evs, membership, the flush and the steady state, the first that takes it.
+(the hot path, guarded by tests/unit/test_hotpath_sequencer.py); under the membership
+layer every other event goes to `_route_managed`, under evs in turn to the merge, the
+joins, the flush and the steady state, the first that takes it.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from abcast.layer import Layer
 from abcast.membership.state import MembershipConfig
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
 from abcast.ordering import sequencer_flush as flush
-from abcast.ordering import sequencer_join as membership
+from abcast.ordering import sequencer_join as joins
 from abcast.ordering import sequencer_merge as merge
 from abcast.ordering import sequencer_numbering as numbering
 from abcast.ordering import sequencer_optimistic as optimistic
@@ -225,18 +230,18 @@ class Sequencer(Layer):
 
     # -- the hub: what the helper modules call back -------------------------------------
     def view_installed(self, old: View, new: View, last_number: int) -> list[Effect]:
-        effects = membership.view_installed(self.st, old, new, last_number)
+        effects = joins.view_installed(self.st, old, new, last_number)
         if self.st.evs:
             effects += merge.view_installed(self.st, old, new)
         return effects
 
     def left_out(self, old: View, new: View, last_number: int) -> list[Effect]:
-        return membership.left_out(self.st, old, new, last_number)
+        return joins.left_out(self.st, old, new, last_number)
 
     def excluded(self, by: NodeId, view_id: int) -> list[Effect]:
         if self.st.evs and self.st.role is Role.MEMBER:
             return merge.partitioned(self.st, by)
-        return membership.excluded(self.st, by, view_id)
+        return joins.excluded(self.st, by, view_id)
 
     # -- events --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
@@ -254,7 +259,7 @@ class Sequencer(Layer):
             if type(event) is BroadcastRequested:
                 st.now = now
                 return (numbering.broadcast(st, event.seq, event.payload)
-                        + membership.after_event(st))
+                        + joins.after_event(st))
             view = st.view
             if type(event) is Received and view is not None:
                 header = event.header
@@ -264,10 +269,10 @@ class Sequencer(Layer):
                     st.now = now
                     return (numbering.on_order(st, sender, header.first, header.ids,
                                                header.bodies)
-                            + membership.after_event(st))
+                            + joins.after_event(st))
                 if header_type is self._data_type and sender in view.members:
                     st.now = now
-                    return self._on_data(event) + membership.after_event(st)
+                    return self._on_data(event) + joins.after_event(st)
         return self._route(event, now)
 
     def _handle_optimistic(self, opt: OptimisticState, event: Event, now: int
@@ -288,7 +293,7 @@ class Sequencer(Layer):
                     effects = optimistic.on_timer(opt, now)
                 case TimerFired(key) if key == optimistic.OWN_TIMER:
                     st.now = now
-                    effects = self._number_own(opt, now) + membership.after_event(st)
+                    effects = self._number_own(opt, now) + joins.after_event(st)
                 case BroadcastRequested(seq, body) if st.role is Role.MEMBER:
                     mid, payload = MsgId(self.node, seq), body
                     wait = optimistic.own_delay(st, opt)
@@ -344,7 +349,7 @@ class Sequencer(Layer):
         st = self.st
         st.now = now
         if self.managed:
-            return self._route_managed(event) + membership.after_event(st)
+            return self._route_managed(event) + joins.after_event(st)
         if st.role is Role.STOPPED:
             return []
         if st.evs:
@@ -353,33 +358,33 @@ class Sequencer(Layer):
                 return taken
         match event:
             case JoinRequested(contacts):
-                return membership.join(st, contacts, now)
+                return joins.join(st, contacts, now)
             case LeaveRequested():
-                return membership.leave(st, now)
+                return joins.leave(st, now)
             case SnapshotTaken(token, state):
-                return membership.send_welcome(st, token, state)
-            case TimerFired(key) if key == membership.JOIN_RETRY:
-                return membership.retry_join(st, now)
-            case TimerFired(key) if key == membership.LEAVE_RETRY:
-                return membership.retry_leave(st, now)
-            case TimerFired(key) if key == membership.FAREWELL_WAIT:
-                return membership.farewell_timeout(st)
+                return joins.send_welcome(st, token, state)
+            case TimerFired(key) if key == joins.JOIN_RETRY:
+                return joins.retry_join(st, now)
+            case TimerFired(key) if key == joins.LEAVE_RETRY:
+                return joins.retry_leave(st, now)
+            case TimerFired(key) if key == joins.FAREWELL_WAIT:
+                return joins.farewell_timeout(st)
             case _:
                 pass
         if st.role is Role.JOINING:
-            return membership.while_joining(st, event, now)
+            return joins.while_joining(st, event, now)
         if st.role is Role.DEPARTING:
-            return membership.while_departing(st, event)
+            return joins.while_departing(st, event)
         view = st.view
         members = view.members if view is not None else ()
         effects: list[Effect]
         match event:
             case Received(sender, SJoin(), _):
-                effects = membership.on_join_ask(st, sender)
+                effects = joins.on_join_ask(st, sender)
             case Received(sender, SJoinFwd(joiner), _) if sender in members:
-                effects = membership.on_join_ask(st, joiner)
+                effects = joins.on_join_ask(st, joiner)
             case Received(sender, SLeave(), _) if sender in members:
-                effects = membership.on_leave_ask(st, sender)
+                effects = joins.on_leave_ask(st, sender)
             case Received(sender, SNotYet(target, attempt), _):
                 effects = flush.note_fresh(st, sender, target, attempt)
             case Received(sender, SFarewell(view_id), _):
@@ -390,7 +395,7 @@ class Sequencer(Layer):
                 return []  # from a former member, or a welcome sent twice
             case _:
                 return self._route_flush(event)
-        return effects + membership.after_event(st)
+        return effects + joins.after_event(st)
 
     def _route_flush(self, event: Event) -> list[Effect]:
         st = self.st
@@ -446,7 +451,7 @@ class Sequencer(Layer):
                 effects = numbering.on_order_timer(st)
             case _:
                 effects = self._route_steady(event)
-        return effects + membership.after_event(st)
+        return effects + joins.after_event(st)
 
     def _route_managed(self, event: Event) -> list[Effect]:
         """Under the membership layer, which feeds this core only its own events in a

@@ -112,10 +112,6 @@ class Skeen(Layer):
         self._log: dict[MsgId, tuple[int, bytes]] = {}
 
     # -- introspection -------------------------------------------------------------------
-    def pending(self) -> int:
-        """Messages received (or sent) and not yet delivered."""
-        return len(self._pending)
-
     def waiting(self) -> int:
         """Messages here not yet delivered, our own included."""
         return len(self._pending)

@@ -2,8 +2,8 @@
 leaves, crashes and partitions must keep.
 
 Rules: this module draws fault schedules and judges finished runs; it never builds a stack
-(the registry's `build_stack` does: for the sequencer family, an open detector and
-channel under the membership-aware core, which rejoins when cut off) and never runs one
+(the registry's `build_stack` does: an open detector and channel under the membership
+layer, whose cut-off members stop; chandra-toueg's rejoin) and never runs one
 (abcast.sim.harness does). The judging has three parts.
 
 - The trace checks (abcast.checks) over the members *present for the whole run* — in
