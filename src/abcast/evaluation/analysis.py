@@ -214,7 +214,7 @@ class Floor:
     def saturation_ratio(self, curve: LoadCurve) -> tuple[float | None, float | None]:
         """(the floor's saturation beside `curve`, the curve's saturation over it)."""
         floor = self.saturation.get((curve.transport, curve.nodes))
-        return floor, _ratio(curve.knee.saturation, floor)
+        return floor, ratio(curve.knee.saturation, floor)
 
     def lone_of(self, run: RunMeasurement) -> RunMeasurement | None:
         """The floor's lone-message run on `run`'s event loop and n."""
@@ -227,8 +227,8 @@ class Floor:
         floor = self.lone_of(run)
         if floor is None:
             return None, None
-        return (_ratio(run.figures.p50_us, floor.figures.p50_us),
-                _ratio(run.figures.p99_us, floor.figures.p99_us))
+        return (ratio(run.figures.p50_us, floor.figures.p50_us),
+                ratio(run.figures.p99_us, floor.figures.p99_us))
 
 
 def floor_of(result: BenchResult) -> Floor:
@@ -255,15 +255,16 @@ class PeerRatio:
 
     @property
     def throughput_ratio(self) -> float | None:
-        return _ratio(self.abcast_throughput, self.peer_throughput)
+        return ratio(self.abcast_throughput, self.peer_throughput)
 
     @property
     def p50_ratio(self) -> float | None:
         """abcast p50 / peer p50: below 1, abcast answers sooner."""
-        return _ratio(self.abcast_p50_us, self.peer_p50_us)
+        return ratio(self.abcast_p50_us, self.peer_p50_us)
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, None when either is unknown or b is not positive."""
     return None if a is None or b is None or b <= 0 else a / b
 
 

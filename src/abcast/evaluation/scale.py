@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import fmean
 
-from abcast.evaluation.analysis import model_factor, network_time_us
+from abcast.evaluation.analysis import model_factor, network_time_us, ratio
 from abcast.evaluation.grid import Phase
 from abcast.evaluation.results import BenchResult, RunMeasurement, is_clean
 
@@ -59,11 +59,11 @@ class ScalePoint:
 
     @property
     def saturation_of_model(self) -> float | None:
-        return _over(self.saturation, self.model_saturation)
+        return ratio(self.saturation, self.model_saturation)
 
     @property
     def p50_of_model(self) -> float | None:
-        return _over(self.lone_p50_us, self.model_p50_us)
+        return ratio(self.lone_p50_us, self.model_p50_us)
 
     @property
     def cpu_us_per_message(self) -> float | None:
@@ -80,7 +80,7 @@ class ScalePoint:
 
     @property
     def free_cores_of_model(self) -> float | None:
-        return _over(self.free_cores_saturation, self.model_free_cores)
+        return ratio(self.free_cores_saturation, self.model_free_cores)
 
     @property
     def cores_busy(self) -> float | None:
@@ -110,10 +110,6 @@ class ScalePoint:
             return "ok"
         return "; ".join(f"{'lone' if r.experiment.serial else 'saturation'} INCOMPLETE "
                          + "; ".join(r.errors)[:160] for r in bad)
-
-
-def _over(measured: float | None, model: float | None) -> float | None:
-    return None if measured is None or model is None or model <= 0 else measured / model
 
 
 def _rss(run: RunMeasurement | None) -> tuple[float, float] | None:
