@@ -3,10 +3,10 @@
 Rules: one `Target` per decoder a peer's bytes (or a trace file's) reach: the envelope,
 a whole frame through a stack's header decoders, each protocol layer's wire headers
 (every `Layer` subclass with a `header_type`, and the membership layer's), the stream
-framing, the hello, the UDP datagram, the registry's requests and replies, the request
-endpoint, ordered requests, batches, replicated operations and states, and the trace
-reader (a node's stream and a Parquet file). Decoders are called as the runtime calls
-them, so a decoder's own error conversion is what is tested.
+framing, the hello, the link handshake, the UDP datagram, the registry's requests and
+replies, the request endpoint, ordered requests, batches, replicated operations and
+states, and the trace reader (a node's stream and a Parquet file). Decoders are called
+as the runtime calls them, so a decoder's own error conversion is what is tested.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from abcast.membership.wire import MembershipHeader
 from abcast.registry import messages as registry
 from abcast.replicated._args import decode_invocation, decode_state
 from abcast.rpc.wire import REQUEST_MAGIC, Request, RpcFrame, decode_rpc, read_ordered_request
+from abcast.security import handshake
 from abcast.testing.fuzz import Target, sample, valid_inputs
 from abcast.trace.rows import TraceFormatError, events_to_table, table_to_events
 from abcast.trace.schema import EVENT_SCHEMA
@@ -185,6 +186,9 @@ def targets() -> tuple[Target, ...]:
         Target("transport.hello", decode_hello, tuple(encode_hello(h) for h in _hellos()),
                prefix=HELLO_MAGIC),
         Target("transport.udp", _udp, _udp_seeds(SEEDS), msgpack=False),
+        Target("security.handshake", handshake.decode,
+               tuple(handshake.MAGIC + d for d in valid_inputs(handshake.AuthMessage, SEEDS)),
+               prefix=handshake.MAGIC),
         Target("registry.request", registry.decode_request,
                valid_inputs(registry.Request, SEEDS)),
         Target("registry.reply", registry.decode_reply, valid_inputs(registry.Reply, SEEDS)),
