@@ -235,7 +235,7 @@ class GroupFlags:
     safe: bool = False
     relay: bool = False
     order_interval_ms: float = 0.0
-    multicast: str = "reliable"
+    multicast: str | None = None
     partitions: str = "primary"
     suspect_after: int | None = None
     opt_alpha: float | None = None
@@ -271,11 +271,12 @@ def ordering_options(*, suspect_after_default: int | None = None) -> Callable[[_
                      show_default=True, type=Number(float, low=0, high=10_000, what="ms"),
                      help="Sequencer family: order every id admitted during this many ms in "
                           "one order packet (ROMIOP's leader timer); 0: order each at once."),
-        click.option("--multicast", default="reliable", show_default=True,
+        click.option("--multicast", default=None,
                      type=click.Choice(["reliable", "basic", "nak"]),
-                     help="basic: best effort, no retransmission (drops validity and "
-                          "agreement); nak: multicast streams repaired by NAKs (the udp:// "
-                          "channel)."),
+                     help="reliable: acks and retransmission (the default; over udp:// nak "
+                          "unless given); basic: best effort, no retransmission (drops "
+                          "validity and agreement); nak: multicast streams repaired by "
+                          "NAKs (the udp:// default)."),
         click.option("--partitions", default="primary", show_default=True,
                      type=click.Choice(["primary", "evs"]),
                      help="evs: every partition goes on and they merge on heal (sequencer, "
@@ -356,7 +357,9 @@ def ordering_argv(options: OrderingOptions) -> list[str]:
         argv.append("--safe")
     if options.relay:
         argv.append("--relay")
-    argv += ["--multicast", options.multicast, "--partitions", options.partitions]
+    if options.multicast is not None:
+        argv += ["--multicast", options.multicast]
+    argv += ["--partitions", options.partitions]
     if options.order_interval_ms:
         argv += ["--order-interval-ms", repr(options.order_interval_ms)]
     argv += ["--suspect-after", str(options.detector.timeout_us // 1000)]

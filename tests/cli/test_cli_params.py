@@ -181,6 +181,7 @@ _DETECTOR = DetectorConfig(period_us=DetectorConfig().period_us, timeout_us=2_00
                                       detector=_DETECTOR)),
         ("sequencer", OrderingOptions(multicast="basic", partitions="evs",
                                       detector=_DETECTOR)),
+        ("sequencer", OrderingOptions(multicast="reliable", detector=_DETECTOR)),
         ("optimistic", OrderingOptions(optimistic=OptimisticConfig(alpha=0.5),
                                        detector=_DETECTOR)),
         ("optimistic", OrderingOptions(optimistic=OptimisticConfig(compensate=False),
@@ -206,3 +207,17 @@ def test_the_flags_a_launcher_passes_give_the_options_back(
 
     node.main(ordering_argv(wanted), standalone_mode=False)
     assert got == [wanted]
+
+
+@pytest.mark.parametrize(("given", "udp", "tcp"), [
+    (None, "nak", None),  # the transport's default
+    ("reliable", "reliable", "reliable"),  # given on purpose: kept over udp:// too
+    ("basic", "basic", "basic"),
+])
+def test_the_channel_over_udp_is_nak_unless_one_was_given(
+        given: str | None, udp: str | None, tcp: str | None) -> None:
+    from abcast.runtime.group import for_streams
+
+    options = OrderingOptions(multicast=given)
+    assert for_streams(options, "udp").multicast == udp
+    assert for_streams(options, "tcp").multicast == tcp

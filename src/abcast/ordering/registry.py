@@ -62,8 +62,10 @@ class OrderingOptions:
     matrix: MatrixConfig = field(default_factory=MatrixConfig)  # heartbeats; matrix
     #: "reliable": the reliable channel under the ordering (acks, retransmission);
     #: "basic": best effort, each packet sent once (abcast.reliability.basic_channel);
-    #: "nak": one multicast per packet, NAK repair (abcast.reliability.nak; udp://)
-    multicast: str = "reliable"
+    #: "nak": one multicast per packet, NAK repair (abcast.reliability.nak); None: the
+    #: transport's default, "nak" over udp:// and "reliable" elsewhere (an explicit
+    #: "reliable" over udp:// keeps the ack-based channel)
+    multicast: str | None = None
     nak: NakConfig = field(default_factory=NakConfig)
     #: what a partition does: "primary" (only a majority goes on; the rest stop, or under
     #: chandra-toueg rejoin with state transfer) or "evs" (both sides go on, merge views
@@ -92,7 +94,7 @@ class OrderingOptions:
         if not 0 <= self.order_interval_ms <= 10_000:
             raise ConfigError(f"order_interval_ms must be between 0 and 10000, "
                               f"not {self.order_interval_ms!r}")
-        if self.multicast not in MULTICASTS:
+        if self.multicast is not None and self.multicast not in MULTICASTS:
             raise ConfigError(f"multicast must be one of {', '.join(MULTICASTS)}, "
                               f"not {self.multicast!r}")
         if self.holdback < self.channel.window:

@@ -115,9 +115,10 @@ async def _await_credit(driver: GroupDriver) -> None:
 def for_streams(options: OrderingOptions | None, scheme: str = "tcp") -> OrderingOptions:
     """The options a runtime stack is built with: the default channel becomes
     STREAM_CHANNEL; a channel configured on purpose is kept. Over udp:// the default
-    (reliable) channel becomes the NAK channel: one multicast per packet, NAK repair."""
+    channel (multicast=None) is the NAK channel: one multicast per packet, NAK repair; an
+    explicit "reliable" keeps the ack-based channel there."""
     opts = options or OrderingOptions()
-    if scheme == "udp" and opts.multicast == "reliable":
+    if scheme == "udp" and opts.multicast is None:
         return dataclasses.replace(opts, multicast="nak")
     if opts.channel == ChannelConfig():
         return dataclasses.replace(opts, channel=STREAM_CHANNEL)

@@ -83,7 +83,7 @@ def options_label(options: OrderingOptions) -> str:
     parts = [name for name, on in (("relay", options.relay), ("safe", options.safe)) if on]
     if options.batch is not None:
         parts.append(f"batch={options.batch}")
-    if options.multicast != "reliable":
+    if options.multicast not in (None, "reliable"):
         parts.append(f"multicast={options.multicast}")
     if options.partitions != "primary":
         parts.append(f"partitions={options.partitions}")

@@ -258,7 +258,7 @@ class ChatNode:
             return
         room.group = group
         opts = group.options or OrderingOptions()
-        room.joined = Joined(name, group.ordering, opts.multicast, opts.partitions)
+        room.joined = Joined(name, group.ordering, opts.multicast or "reliable", opts.partitions)
         self._publish(room.joined)
         if room.view is not None:
             self._publish(_view_message(name, room.view))
