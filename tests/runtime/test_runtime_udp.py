@@ -60,7 +60,11 @@ def _run_group(messages: int, payload: Callable[[str, int], bytes], loss: float,
                     if isinstance(layer, NakChannel)]
         assert len(channels) == len(IDS)  # the NAK channel is udp's default
         if loss:
-            assert sum(c.naks_sent for c in channels) > 0  # loss happened and was repaired
+            # loss happened (everything was delivered all the same: repaired). Not that
+            # NAKs were sent: when the few datagrams a batched run needs lose only
+            # digests, none is (0.95^k of the time: it failed that way once in six).
+            assert sum(n.transport.udp_stats.injected_losses for n in nodes
+                       if isinstance(n.transport, UdpTransport)) > 0
         for group_ in groups:
             await group_.close()
         for node in nodes:
