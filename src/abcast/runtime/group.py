@@ -555,8 +555,9 @@ class Group:
         driver = self._require_driver()
         if driver.stack.backpressured():
             raise Backpressure(
-                f"group {driver.name!r} on {self._host.id}: a link's queue waiting for "
-                "credit is full (a slow member); await broadcast() instead")
+                f"group {driver.name!r} on {self._host.id}: backpressured (a link's credit "
+                "queue is full, or this member's broadcasts not yet stable reached "
+                "max_unstable: a slow member); await broadcast() instead")
         return MsgId(self._host.id, driver.broadcast(bytes(payload)))
 
     def send_queued(self) -> None:
