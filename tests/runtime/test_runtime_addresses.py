@@ -5,8 +5,8 @@ registers only later), and are dropped — counted, logged once — if it never 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable
 
 import pytest
 
@@ -15,15 +15,13 @@ from abcast.codec import Packet, encode_frame
 from abcast.errors import LocalProtocolError
 from abcast.registry import RegistryClient
 from abcast.runtime import node as node_module
+from abcast.testing.polling import until
 from abcast.transport import Link, transport_from_url
 
 pytestmark = pytest.mark.timeout(30)
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
+_until = functools.partial(until, timeout_s=10.0)
 
 
 def _frame(k: int) -> bytes:

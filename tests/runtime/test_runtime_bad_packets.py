@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import struct
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,6 +27,7 @@ from abcast.codec import Packet, encode_frame
 from abcast.group.failure_detector import Fd, NotMember
 from abcast.ordering.sequencer_wire import SData
 from abcast.reliability.channel import RData
+from abcast.testing.polling import until
 from abcast.transport._common import Hello, encode_hello
 
 pytestmark = pytest.mark.timeout(60)
@@ -39,10 +40,7 @@ def _prefixed(payload: bytes) -> bytes:
     return struct.pack(">I", len(payload)) + payload
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
+_until = functools.partial(until, timeout_s=15.0)
 
 
 async def _cluster() -> tuple[list[Node], list[Group]]:

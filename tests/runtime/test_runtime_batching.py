@@ -6,13 +6,14 @@ delivers every message once, numbered per origin, with the ordering's guarantees
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
 
 import pytest
 
 from abcast import Delivery, Group, Node
 from abcast.ordering.registry import get_ordering
 from abcast.testing import check_events
+from abcast.testing.polling import until
 from abcast.trace.recorder import TraceRecorder
 
 pytestmark = pytest.mark.timeout(60)
@@ -21,10 +22,7 @@ IDS = ("n1", "n2", "n3")
 BURST = 700  # over one batch's message limit (512): a burst becomes two batches
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
+_until = functools.partial(until, timeout_s=30.0)
 
 
 @pytest.mark.parametrize("ordering", ["sequencer", "skeen", "chandra-toueg", "causal"])

@@ -5,6 +5,7 @@ restart), list/members/remove, and several groups on one node."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +14,7 @@ from abcast import ConfigError, Group, Node, RegistryClient, RegistryServer, Vie
 from abcast.ordering.registry import ORDERINGS, get_ordering
 from abcast.replicated import Counter, ReplicatedHandle
 from abcast.testing import check_events
+from abcast.testing.polling import until
 from abcast.trace.recorder import TraceRecorder
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,10 +27,7 @@ OPEN_ORDERINGS = [name for name, spec in ORDERINGS.items()
 OPEN_TOTAL = [name for name in OPEN_ORDERINGS if "total" in ORDERINGS[name].guarantees]
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
+_until = functools.partial(until, timeout_s=10.0)
 
 
 # ---------------------------------------------------------------- the registry alone

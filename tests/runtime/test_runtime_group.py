@@ -5,6 +5,7 @@ input that must cost one connection and nothing else."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 
@@ -18,6 +19,7 @@ from abcast.ordering.registry import ORDERINGS, get_ordering
 from abcast.ordering.unordered import UData
 from abcast.reliability.channel import RData
 from abcast.testing import check_events, count_by_code
+from abcast.testing.polling import until
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import transport_from_url
 
@@ -26,10 +28,7 @@ pytestmark = pytest.mark.timeout(30)
 IDS = ("n1", "n2", "n3")
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
+_until = functools.partial(until, timeout_s=10.0)
 
 
 async def _static_cluster(

@@ -13,6 +13,7 @@ import contextlib
 import pytest
 
 from abcast import Backpressure, Group, Node, OrderingOptions
+from abcast.testing.polling import until
 
 IDS = ("n1", "n2", "n3")
 MESSAGES = 12
@@ -43,8 +44,7 @@ def test_past_its_credit_an_origin_waits_and_every_message_is_delivered(
             async with asyncio.timeout(30):
                 for k in range(4 + (not raised), MESSAGES):
                     await groups[0].broadcast(b"%d" % k)
-                while min(g.delivered for g in groups) < MESSAGES:
-                    await asyncio.sleep(0.01)
+                await until(lambda: min(g.delivered for g in groups) >= MESSAGES, 30)
             return raised, [g.delivered for g in groups]
         finally:
             for g in groups:

@@ -4,17 +4,18 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from abcast import Group, Node
+from abcast.testing.polling import until
 from abcast.trace.recorder import TraceRecorder
 
 pytestmark = pytest.mark.timeout(60)
@@ -22,10 +23,7 @@ pytestmark = pytest.mark.timeout(60)
 IDS = ("n1", "n2", "n3")
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
+_until = functools.partial(until, timeout_s=15.0)
 
 
 async def _cluster(ordering: str, recorder: TraceRecorder | None = None, **node_kw: object

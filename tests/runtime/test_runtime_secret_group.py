@@ -9,10 +9,10 @@ message, all in one order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import struct
-from collections.abc import Callable
 
 import pytest
 from test_runtime_group import _collect
@@ -22,6 +22,7 @@ from abcast.codec import Packet, encode_frame
 from abcast.group.failure_detector import NotMember
 from abcast.ordering.registry import ORDERINGS
 from abcast.testing.mitm import MitmProxy
+from abcast.testing.polling import until
 from abcast.transport import TransportOptions, transport_from_url
 
 pytestmark = [pytest.mark.timeout(60),
@@ -31,10 +32,7 @@ SECRET = b"secret-group-secret"
 MESSAGES = 20  # per member
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
+_until = functools.partial(until, timeout_s=20.0)
 
 
 async def _traffic(groups: list[Group]) -> list[list[tuple[str, int]]]:

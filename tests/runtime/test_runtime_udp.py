@@ -9,6 +9,7 @@ order packets each leave as one datagram write for the whole group.
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from abcast import Group, Node
 from abcast.ordering.registry import get_ordering
 from abcast.reliability.nak import NakChannel
 from abcast.testing import check_events
+from abcast.testing.polling import until
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport.udp import UdpTransport
 
@@ -29,10 +31,7 @@ pytestmark = pytest.mark.timeout(120)
 IDS = ("n1", "n2", "n3")
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
+_until = functools.partial(until, timeout_s=60.0)
 
 
 def _run_group(messages: int, payload: Callable[[str, int], bytes], loss: float,
