@@ -37,7 +37,7 @@ from abcast.events import (
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering import sequencer_flush as flush
 from abcast.ordering import sequencer_numbering as numbering
-from abcast.ordering.sequencer_state import Flow, Role, SequencerState, WelcomeDraft
+from abcast.ordering.sequencer_state import EvsWelcomeDraft, Flow, Role, SequencerState
 from abcast.ordering.sequencer_wire import (
     SFarewell,
     SJoin,
@@ -218,7 +218,7 @@ def _take_snapshot(
     first = st.delivered_through() + 1
     ids = [st.numbers[n] for n in range(first, last_number + 1)]
     st.tokens += 1
-    st.drafts[st.tokens] = WelcomeDraft(
+    st.drafts[st.tokens] = EvsWelcomeDraft(
         joiners, view, st.answered[1], first,
         [(m.origin, m.seq) for m in ids],
         [(m.origin, m.seq, st.bodies[m]) for m in ids if m in st.bodies],

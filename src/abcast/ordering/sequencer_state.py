@@ -136,8 +136,9 @@ class FlushRound:
 
 
 @dataclass(frozen=True, slots=True)
-class WelcomeDraft:
-    """A welcome waiting for its snapshot."""
+class EvsWelcomeDraft:
+    """A welcome waiting for its snapshot (the evs engine's; the membership layer has its own
+    WelcomeDraft)."""
 
     joiners: tuple[NodeId, ...]
     view: View
@@ -266,7 +267,7 @@ class SequencerState:
         self.join_requests: set[NodeId] = set()
         self.leave_requests: set[NodeId] = set()
         self.welcome_next: tuple[NodeId, ...] = ()
-        self.drafts: dict[int, WelcomeDraft] = {}
+        self.drafts: dict[int, EvsWelcomeDraft] = {}
         self.tokens = 0
         self.final_view: View | None = None
         self.awaiting_farewell: set[NodeId] = set()
