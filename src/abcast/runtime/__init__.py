@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from abcast.runtime.driver import AppHooks, GroupDriver
-from abcast.runtime.group import Group, GroupApp, Registrar
+from abcast.runtime.group import Group, GroupApp
 from abcast.runtime.loop import MonotonicClock, run_async
 from abcast.runtime.node import Node, NodeStats
+from abcast.runtime.registrar import Registrar
 from abcast.trace.recorder import DeliveredPrefix
 
 __all__ = [

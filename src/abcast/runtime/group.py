@@ -16,7 +16,7 @@ ordering, all frames on the node's one transport). Three ways in:
   transfers state) set before that.
 
 `leave()` is graceful: the group installs a view without this node, then it closes.
-In a dynamic group the leader keeps the registry's record right (`Registrar`, below).
+In a dynamic group the leader keeps the registry's record right (abcast.runtime.registrar).
 Addresses of members that join later are found through the registry
 (abcast.runtime.node), so nothing but node ids travels with a join.
 
@@ -52,7 +52,7 @@ import msgspec
 
 from abcast.codec import NOT_A_MESSAGE
 from abcast.effects import Deliver
-from abcast.errors import AbcastError, Backpressure, ConfigError, LocalProtocolError
+from abcast.errors import Backpressure, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
 from abcast.ordering.ticket import TICKET_NODE
@@ -61,6 +61,7 @@ from abcast.registry.messages import GroupInfo
 from abcast.reliability.channel import ChannelConfig
 from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.node import Node
+from abcast.runtime.registrar import RECHECK_S, Registrar
 from abcast.security import load_secret
 from abcast.snapshot import LayerSnapshot
 from abcast.trace.recorder import TraceRecorder
@@ -76,8 +77,6 @@ GRACEFUL_LEAVE_TIMEOUT_S: Final = 10.0
 JOIN_TIMEOUT_S: Final = 30.0
 #: a removed member's address is kept this long (its last frames may need resending)
 PRUNE_AFTER_S: Final = 15.0
-#: how often a leader checks the registry still holds its group
-RECHECK_S: Final = 1.0
 
 
 class GroupApp(Protocol):
@@ -606,113 +605,3 @@ class Group:
         if self._driver is None:
             raise LocalProtocolError(f"group {self.name!r} has no stack yet")
         return self._driver
-
-
-class Registrar:
-    """A dynamic group's leader keeps the registry's record of the group true.
-
-    The leader is the lowest member of the current view (`View.leader`), so after a
-    leave or a crash the survivors agree on the next one without an election of their own:
-    whoever the ordering's next view puts first takes over. On every view change the
-    leader announces the view (ordering, options, view id, members → addresses) at once;
-    every `recheck_s` it looks the group up and announces again if the registry's record
-    differs from its view — which is how a registry that restarted and lost everything, or
-    a record left stale by a leader that crashed mid-announce, is put right. Non-leaders
-    only watch (they become leader by a view change, which wakes them). The registry
-    ignores an announcement older than the view it holds, so two leaders for a moment (an
-    old one that has not yet installed the view without itself) cannot roll it back.
-
-    A removed group (`abcast group remove`) refuses announcements: the registrar then stops
-    and calls `on_refused` with the reason. It knows the registry client and the node's
-    addresses, nothing of stacks or orderings.
-    """
-
-    def __init__(
-        self, registry: RegistryClient, group: str, ordering: str, options: bytes,
-        me: NodeId, my_address: str, current_view: Callable[[], View],
-        peer_url: Callable[[NodeId], str | None], *, recheck_s: float = RECHECK_S,
-        on_refused: Callable[[str], None] | None = None,
-    ) -> None:
-        if recheck_s <= 0:
-            raise ConfigError(f"recheck_s must be positive, got {recheck_s}")
-        self.registry = registry
-        self.group = group
-        self.ordering = ordering
-        self.options = options
-        self.me = me
-        self.my_address = my_address
-        self.current_view = current_view
-        self.peer_url = peer_url
-        self.recheck_s = recheck_s
-        self.on_refused = on_refused
-        self.announcements = 0  # announces sent (view changes and repairs)
-        self.repairs = 0  # of which: the registry's record had gone stale or missing
-        self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._changed.set()  # the first view counts as a change
-            self._task = asyncio.get_running_loop().create_task(
-                self._run(), name=f"registrar-{self.group}")
-
-    def view_changed(self) -> None:
-        self._changed.set()
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.recheck_s):
-                    await self._changed.wait()
-            changed = self._changed.is_set()
-            self._changed.clear()
-            try:
-                await self._ensure(force=changed)
-            except ConfigError as exc:
-                if "was removed" in str(exc):
-                    log.warning("%s stops registering %s: %s", self.me, self.group, exc)
-                    if self.on_refused is not None:
-                        self.on_refused(str(exc))
-                    return
-                log.warning("%s could not register %s: %s", self.me, self.group, exc)
-            except AbcastError as exc:
-                log.warning("%s could not register %s: %s", self.me, self.group, exc)
-
-    async def _ensure(self, *, force: bool) -> None:
-        view = self.current_view()
-        if view.leader != self.me or self.me not in view.members:
-            return
-        if not force:
-            info = await self.registry.lookup(self.group)
-            if (info.view_id, info.ordering, sorted(info.members)) == (
-                    view.view_id, self.ordering, sorted(view.members)):
-                return
-            if info.view_id > view.view_id:
-                return  # a newer view is there: ours is on its way, or we are out of date
-            self.repairs += 1
-            log.info("%s re-registers %s (the registry had view %d, we are at %d)",
-                     self.me, self.group, info.view_id, view.view_id)
-        members = await self._addresses(view)
-        if self.current_view() != view:
-            self._changed.set()  # the view moved on while we looked addresses up
-            return
-        self.announcements += 1
-        await self.registry.announce(self.group, self.ordering, view.view_id, members,
-                                     options=self.options)
-
-    async def _addresses(self, view: View) -> dict[NodeId, str]:
-        members: dict[NodeId, str] = {}
-        for member in view.members:
-            url = self.my_address if member == self.me else self.peer_url(member)
-            if url is None:
-                url = await self.registry.locate(member)
-            if url is not None:
-                members[member] = url
-        return members
