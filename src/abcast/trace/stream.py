@@ -44,8 +44,14 @@ import pyarrow.parquet as pq
 
 from abcast.errors import LocalProtocolError
 from abcast.trace._files import COMPRESSION, EVENTS_DIR, check_name, hidden_temp
-from abcast.trace.columns import EventColumns, MessageRun
-from abcast.trace.rows import EventRow, TraceFormatError, conform, events_to_table
+from abcast.trace.columns import EventColumns
+from abcast.trace.rows import (
+    EventRow,
+    MessageRun,
+    TraceFormatError,
+    conform,
+    events_to_table,
+)
 from abcast.trace.schema import EVENT_SCHEMA
 
 log: Final = logging.getLogger(__name__)
