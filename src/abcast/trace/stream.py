@@ -8,7 +8,7 @@
 Rules:
 - `StreamingSink` (a TraceRecorder sink) flushes on a timer, every `interval_s` (0.5 s by
   default), on one background thread: the loop only appends a row or a run (a batch's
-  rows, abcast.trace.columns.MessageRun) to a deque; the thread gathers them column by
+  rows, abcast.trace.rows.MessageRun) to a deque; the thread gathers them column by
   column (abcast.trace.columns.EventColumns) and writes large record batches; a node
   SIGKILLed at any moment leaves every row recorded up to one interval before its death
   on disk. Flushing is by time, never per row. The bytes reach the kernel (a killed
