@@ -17,16 +17,20 @@ out). `--mode cpu` runs three real
 nodes (tcp on loopback) in this process on one loop, each sending bursts of 64 and
 waiting for the group to deliver them, and reads this process's CPU time; with metrics
 on, every node's /metrics is scraped every `--scrape-every` seconds (Prometheus' default
-is 15; 0: never). A benchmark, not a test: it asserts nothing about time.
+is 15; 0: never). `--mode toggle` runs that workload once per round with metrics on and
+switches the counting off and on burst by burst (`--burst` broadcasts per node; 1 makes
+every batch one message, the closed loop's case), so both sides share the load of the
+same milliseconds. A benchmark, not a test: it asserts nothing about time.
 
     .venv/bin/python bench/metrics_overhead.py [--mode cluster|cpu] [--rounds 7]
-        [--messages 300000]
+        [--messages 300000] [--burst 64]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import statistics
 import tempfile
 import time
@@ -122,6 +126,63 @@ async def cpu_per_message(messages: int, metrics: bool, scrape_s: float,
     return Sample(ordered / wall, cpu / (ordered * len(groups)) * 1e6)
 
 
+async def toggled(messages: int, burst: int, seed: int = 0) -> tuple[Sample, Sample]:
+    """(off, on) from one run of three nodes with metrics on (no scrape), whose counting
+    is switched off or on for each burst by a seeded coin (the node's `traffic`, the
+    drivers' `meter` set to None and back; a fixed pattern would line up with the
+    protocol's own periods, an ack every k packets), each burst's CPU and wall time going
+    to its side: the two sides share the machine's load at a millisecond's grain."""
+    ids = ("n1", "n2", "n3")
+    nodes = [Node("tcp://127.0.0.1:0", node=n, metrics_port=0) for n in ids]
+    for node in nodes:
+        await node.start()
+    delivered = [0, 0]  # so far, wanted
+    reached = asyncio.Event()
+
+    def count(_delivery: object) -> None:
+        delivered[0] += 1
+        if delivered[0] == delivered[1]:
+            reached.set()
+
+    groups = [Group("g", ordering="sequencer", host=node, on_deliver=count,
+                    peers={o.id: o.address for o in nodes if o is not node})
+              for node in nodes]
+    await asyncio.gather(*(g.open() for g in groups))
+    kept = [(node, node.traffic, node.multicast_traffic) for node in nodes]
+    meters = [(d, d.meter) for node in nodes for d in node.drivers()]
+
+    def switch(on: bool) -> None:
+        for node, traffic, multicast in kept:
+            node.traffic, node.multicast_traffic = (traffic, multicast) if on else (None, None)
+        for driver, meter in meters:
+            driver.meter = meter if on else None
+
+    payload = b"x" * 64
+    cpu, wall, msgs = [0.0, 0.0], [0.0, 0.0], [0, 0]
+    coin = random.Random(seed)
+    for _ in range(messages // (burst * len(groups))):
+        on = coin.random() < 0.5
+        switch(on)
+        delivered[1] = delivered[0] + burst * len(groups) * len(groups)
+        reached.clear()
+        c, w = time.process_time(), time.perf_counter()
+        for g in groups:
+            for _ in range(burst):
+                g.broadcast_nowait(payload)
+        await reached.wait()
+        cpu[on] += time.process_time() - c
+        wall[on] += time.perf_counter() - w
+        msgs[on] += burst * len(groups)
+    switch(True)
+    for g in groups:
+        await g.close()
+    for node in nodes:
+        await node.close()
+    off, on_ = (Sample(msgs[m] / wall[m], cpu[m] / (msgs[m] * len(groups)) * 1e6)
+                for m in (0, 1))
+    return off, on_
+
+
 def interleaved(rounds: int, measure: Callable[[int, bool], Sample]) -> None:
     """`rounds` pairs, off/on then on/off alternately; every pair and the medians."""
     pairs: list[tuple[Sample, Sample]] = []
@@ -151,10 +212,17 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--ordering", default="sequencer")
-    parser.add_argument("--mode", choices=("cluster", "cpu"), default="cluster")
+    parser.add_argument("--mode", choices=("cluster", "cpu", "toggle"), default="cluster")
+    parser.add_argument("--burst", type=int, default=64,
+                        help="toggle mode: broadcasts per node per burst")
     parser.add_argument("--scrape-every", type=float, default=1.0,
                         help="cpu mode: seconds between scrapes of every node (0: none)")
     args = parser.parse_args()
+    if args.mode == "toggle":
+        blocks = [asyncio.run(toggled(args.messages, args.burst, seed=i))
+                  for i in range(args.rounds)]
+        interleaved(args.rounds, lambda i, m: blocks[i][m])
+        return
     if args.mode == "cpu":
         interleaved(args.rounds, lambda _i, m: asyncio.run(
             cpu_per_message(args.messages, m, args.scrape_every)))
