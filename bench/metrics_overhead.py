@@ -77,53 +77,71 @@ async def _scrape_every(period_s: float, nodes: list[Node]) -> None:
             writer.close()
 
 
+class _Trio:
+    """Three nodes over tcp on this loop, one sequencer group, and bursts of broadcasts
+    from each, awaited until every node delivered them all."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.groups: list[Group] = []
+        self._delivered, self._wanted = 0, 0
+        self._reached = asyncio.Event()
+
+    async def open(self, metrics: bool, recorder: TraceRecorder | None = None) -> _Trio:
+        self.nodes = [Node("tcp://127.0.0.1:0", node=n, metrics_port=0 if metrics else None,
+                           recorder=recorder)
+                      for n in ("n1", "n2", "n3")]
+        for node in self.nodes:
+            await node.start()
+        self.groups = [Group("g", ordering="sequencer", host=node, on_deliver=self._count,
+                             peers={o.id: o.address for o in self.nodes if o is not node})
+                       for node in self.nodes]
+        await asyncio.gather(*(g.open() for g in self.groups))
+        return self
+
+    def _count(self, _delivery: object) -> None:
+        self._delivered += 1
+        if self._delivered == self._wanted:
+            self._reached.set()
+
+    async def burst(self, size: int, payload: bytes = b"x" * 64) -> int:
+        """`size` broadcasts from every node, all delivered everywhere; the messages."""
+        groups = self.groups
+        self._wanted = self._delivered + size * len(groups) * len(groups)
+        self._reached.clear()
+        for g in groups:
+            for _ in range(size):
+                g.broadcast_nowait(payload)
+        await self._reached.wait()
+        return size * len(groups)
+
+    async def close(self) -> None:
+        for g in self.groups:
+            await g.close()
+        for node in self.nodes:
+            await node.close()
+
+
 async def cpu_per_message(messages: int, metrics: bool, scrape_s: float,
                           burst: int = 64, recorder: TraceRecorder | None = None,
                           settle_s: float = 0.0) -> Sample:
     """Ordered msgs/s and µs of this process's CPU per delivered message (three nodes,
     one loop; traced by `recorder` when given — bench/trace_overhead.py — and measured
     `settle_s` past the last delivery, so a trace sink's thread has written it all)."""
-    ids = ("n1", "n2", "n3")
-    nodes = [Node("tcp://127.0.0.1:0", node=n, metrics_port=0 if metrics else None,
-                  recorder=recorder)
-             for n in ids]
-    for node in nodes:
-        await node.start()
-    delivered = [0, 0]  # so far, wanted
-    reached = asyncio.Event()
-
-    def count(_delivery: object) -> None:
-        delivered[0] += 1
-        if delivered[0] == delivered[1]:
-            reached.set()
-
-    groups = [Group("g", ordering="sequencer", host=node, on_deliver=count,
-                    peers={o.id: o.address for o in nodes if o is not node})
-              for node in nodes]
-    await asyncio.gather(*(g.open() for g in groups))
-    scraper = (asyncio.create_task(_scrape_every(scrape_s, nodes)) if metrics and scrape_s
+    trio = await _Trio().open(metrics, recorder)
+    scraper = (asyncio.create_task(_scrape_every(scrape_s, trio.nodes)) if metrics and scrape_s
                else None)
-    payload = b"x" * 64
-    rounds = messages // (burst * len(groups))
+    ordered = 0
     started, wall = time.process_time(), time.perf_counter()
-    for _ in range(rounds):
-        delivered[1] = delivered[0] + burst * len(groups) * len(groups)
-        reached.clear()
-        for g in groups:
-            for _ in range(burst):
-                g.broadcast_nowait(payload)
-        await reached.wait()
+    for _ in range(messages // (burst * len(trio.groups))):
+        ordered += await trio.burst(burst)
     wall = time.perf_counter() - wall
     await asyncio.sleep(settle_s)
     cpu = time.process_time() - started
     if scraper is not None:
         scraper.cancel()
-    for g in groups:
-        await g.close()
-    for node in nodes:
-        await node.close()
-    ordered = rounds * burst * len(groups)
-    return Sample(ordered / wall, cpu / (ordered * len(groups)) * 1e6)
+    await trio.close()
+    return Sample(ordered / wall, cpu / (ordered * len(trio.groups)) * 1e6)
 
 
 async def toggled(messages: int, burst: int, seed: int = 0) -> tuple[Sample, Sample]:
@@ -132,24 +150,9 @@ async def toggled(messages: int, burst: int, seed: int = 0) -> tuple[Sample, Sam
     drivers' `meter` set to None and back; a fixed pattern would line up with the
     protocol's own periods, an ack every k packets), each burst's CPU and wall time going
     to its side: the two sides share the machine's load at a millisecond's grain."""
-    ids = ("n1", "n2", "n3")
-    nodes = [Node("tcp://127.0.0.1:0", node=n, metrics_port=0) for n in ids]
-    for node in nodes:
-        await node.start()
-    delivered = [0, 0]  # so far, wanted
-    reached = asyncio.Event()
-
-    def count(_delivery: object) -> None:
-        delivered[0] += 1
-        if delivered[0] == delivered[1]:
-            reached.set()
-
-    groups = [Group("g", ordering="sequencer", host=node, on_deliver=count,
-                    peers={o.id: o.address for o in nodes if o is not node})
-              for node in nodes]
-    await asyncio.gather(*(g.open() for g in groups))
-    kept = [(node, node.traffic, node.multicast_traffic) for node in nodes]
-    meters = [(d, d.meter) for node in nodes for d in node.drivers()]
+    trio = await _Trio().open(metrics=True)
+    kept = [(node, node.traffic, node.multicast_traffic) for node in trio.nodes]
+    meters = [(d, d.meter) for node in trio.nodes for d in node.drivers()]
 
     def switch(on: bool) -> None:
         for node, traffic, multicast in kept:
@@ -157,28 +160,18 @@ async def toggled(messages: int, burst: int, seed: int = 0) -> tuple[Sample, Sam
         for driver, meter in meters:
             driver.meter = meter if on else None
 
-    payload = b"x" * 64
     cpu, wall, msgs = [0.0, 0.0], [0.0, 0.0], [0, 0]
     coin = random.Random(seed)
-    for _ in range(messages // (burst * len(groups))):
+    for _ in range(messages // (burst * len(trio.groups))):
         on = coin.random() < 0.5
         switch(on)
-        delivered[1] = delivered[0] + burst * len(groups) * len(groups)
-        reached.clear()
         c, w = time.process_time(), time.perf_counter()
-        for g in groups:
-            for _ in range(burst):
-                g.broadcast_nowait(payload)
-        await reached.wait()
+        msgs[on] += await trio.burst(burst)
         cpu[on] += time.process_time() - c
         wall[on] += time.perf_counter() - w
-        msgs[on] += burst * len(groups)
     switch(True)
-    for g in groups:
-        await g.close()
-    for node in nodes:
-        await node.close()
-    off, on_ = (Sample(msgs[m] / wall[m], cpu[m] / (msgs[m] * len(groups)) * 1e6)
+    await trio.close()
+    off, on_ = (Sample(msgs[m] / wall[m], cpu[m] / (msgs[m] * len(trio.groups)) * 1e6)
                 for m in (0, 1))
     return off, on_
 
