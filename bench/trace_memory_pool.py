@@ -16,7 +16,8 @@ import time
 
 import pyarrow as pa
 
-from abcast.trace.columns import EventColumns, MessageRun
+from abcast.trace.columns import EventColumns
+from abcast.trace.rows import MessageRun
 from abcast.trace.schema import EVENT_SCHEMA
 from abcast.trace.stream import _STREAM_OPTIONS
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import importlib
 import json
 import os
 import signal
@@ -65,7 +66,48 @@ _VERBOSE: Final = click.option("-v", "--verbose", is_flag=True,
                                help="Log at INFO level on stderr.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: commands that live beside their subject, imported only when named (or listed by
+#: --help): `abcast node` loads neither the simulator, Spark nor pyarrow. name ->
+#: (module, attribute, subcommands added to it as module:attribute)
+_LAZY_COMMANDS: Final = {
+    "bench": ("abcast.evaluation.cli", "bench", ()),
+    "call": ("abcast.apps.rpc_commands", "call", ()),
+    "check": ("abcast.pipeline.commands", "check", ()),
+    "demo": ("abcast.apps.bank", "demo", ("abcast.apps.certify:certify",
+                                          "abcast.apps.chat:chat")),
+    "group": ("abcast.apps.groups", "group", ()),
+    "probe": ("abcast.cli_probe", "probe_command", ()),
+    "report": ("abcast.pipeline.commands", "report", ()),
+    "serve": ("abcast.apps.rpc_commands", "serve", ()),
+    "ticket-server": ("abcast.apps.ticket_server", "ticket_server", ()),
+}
+
+
+def _load(where: str, attribute: str) -> click.Command:
+    command = getattr(importlib.import_module(where), attribute)
+    assert isinstance(command, click.Command)
+    return command
+
+
+class _LazyGroup(click.Group):
+    """The top-level group: the commands of _LAZY_COMMANDS are imported when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        lazy = _LAZY_COMMANDS.get(cmd_name)
+        if lazy is not None and cmd_name not in self.commands:
+            where, attribute, subcommands = lazy
+            command = _load(where, attribute)
+            for sub in subcommands:
+                assert isinstance(command, click.Group)
+                command.add_command(_load(*sub.split(":")))
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="abcast")
 @click.option("--log-format", type=click.Choice(FORMATS), default=None, envvar=LOG_FORMAT_ENV,
               help="Logs on stderr as text lines or one JSON object per line.")
@@ -430,28 +472,6 @@ def node(
         fail(str(exc))
     emit(Result(outcome))
     sys.exit(0 if outcome.complete else EXIT_VIOLATIONS)
-
-
-def _register_commands() -> None:
-    """Commands that live beside their subject; their heavy imports (Spark) stay lazy."""
-    from abcast.apps.bank import demo
-    from abcast.apps.certify import certify
-    from abcast.apps.chat import chat
-    from abcast.apps.groups import group
-    from abcast.apps.rpc_commands import call, serve
-    from abcast.apps.ticket_server import ticket_server
-    from abcast.cli_probe import probe_command
-    from abcast.evaluation.cli import bench
-    from abcast.pipeline.commands import check, report
-
-    demo.add_command(certify)
-    for command in (bench, demo, group, check, report, serve, call, probe_command,
-                    ticket_server):
-        cli.add_command(command)
-    demo.add_command(chat)
-
-
-_register_commands()
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from abcast.trace import TraceRecorder, read_events
-from abcast.trace.columns import EventColumns, MessageRun
+from abcast.trace.columns import EventColumns
 from abcast.trace.recorder import DeliveredPrefix
-from abcast.trace.rows import EventRow, events_to_table
+from abcast.trace.rows import EventRow, MessageRun, events_to_table
 from abcast.trace.stream import NodeTraceWriter, StreamingSink
 
 _NODES = st.sampled_from(["n1", "n2", "n10"])

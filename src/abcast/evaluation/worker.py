@@ -45,8 +45,6 @@ from abcast.runtime.loop import GcMeter, freeze_gc
 from abcast.runtime.node import Node
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.rows import RunInfo, options_label
-from abcast.trace.stream import StreamingSink
-from abcast.trace.writer import add_run
 from abcast.transport import parse_url
 from abcast.workload import RoundRobin
 
@@ -338,8 +336,11 @@ async def run_worker(
     once the node is up (RegistryControl needs its registry client). `own_process`: the
     node is its process's only one, which freezes what it built once its group is open
     (abcast.runtime.loop.freeze_gc)."""
-    sink = StreamingSink(config.out, config.run_id) if config.out is not None else None
-    if sink is not None:
+    sink = None
+    if config.out is not None:  # tracing: only then load the trace files (and pyarrow)
+        from abcast.trace.stream import StreamingSink
+
+        sink = StreamingSink(config.out, config.run_id)
         sink.warm_up()
     recorder = TraceRecorder(config.run_id, sink=sink, keep_rows=False) if sink else None
     node = Node(config.transport, node=config.node, registry=config.registry,
@@ -639,6 +640,8 @@ async def run_manual_node(config: WorkerConfig) -> WorkerOutcome:
 
     outcome = await run_worker(config, control, own_process=True)
     if config.out is not None and outcome.members and outcome.node == outcome.members[0]:
+        from abcast.trace.writer import add_run
+
         spec = get_ordering(config.ordering)
         add_run(config.out, RunInfo(
             run_id=config.run_id, ordering=config.ordering,

@@ -402,7 +402,7 @@ class GroupDriver:
         on_deliver = self.on_deliver if final else self.on_opt_deliver
         meter = self.meter
         if meter is not None and final and deliveries[0].origin == host.id:
-            meter.delivered(deliveries[0].seq, host.clock.now_us())
+            meter.delivered(deliveries[0].seq, host.clock)
         run = outer = None
         if host.recorder is not None:  # the rows are written per batch (_write_delivered)
             outer = self._delivering

@@ -3,16 +3,18 @@
 Rules: off by default, and then nothing here is imported or run. On, almost everything
 is read at scrape time from what the node keeps anyway (`abcast.runtime.status`: the
 drivers' and transports' counters, `Stack.inspect()` per group) by one custom collector,
-so the hot path pays nothing for it. Four things are counted only while metrics are on:
-frames and bytes per peer (abcast.runtime.node), back-pressure waits, and per group a
-`GroupMeter` — the latency from broadcast to delivery at the origin of the first message
-of each batch (a sample, one per batch), the batch sizes, and how long view-change
-flushes take (the ordering's phase, looked at after each frame and timer). The HTTP endpoint runs on
-the node's own asyncio loop (no thread), so a scrape reads a consistent instant.
+so the hot path pays nothing for it. Four things are counted only while metrics are on,
+in plain ints and dicts, never through prometheus_client's own metric objects: frames
+and bytes per peer (abcast.runtime.node, once per frame), back-pressure waits, and per
+group a `GroupMeter`, once per ordered batch — the batch sizes, the latency from
+broadcast to delivery at the origin (sampled: one batch followed at a time), and how
+long view-change flushes take (the ordering's phase, looked at after a frame or timer at
+most once a millisecond). The HTTP endpoint runs on the node's own asyncio loop (no
+thread), so a scrape reads a consistent instant.
 
 Names follow Prometheus conventions (`abcast_…_total` counters, `_seconds`/`_bytes` in
 base units, labels `node`, `group`, `peer`, `layer`); docs/operations.md lists them.
-prometheus_client is imported only when a node starts its server.
+prometheus_client is imported only when a node is first scraped.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from abcast.runtime.status import NodeStatus, ObservedGroup, ObservedNode, node_status
@@ -36,11 +38,12 @@ BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 #: view-change flush buckets, seconds (a loopback flush to a slow WAN one)
 FLUSH_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                           5.0, 10.0, 30.0)
-#: sent batches remembered per group awaiting their own delivery (older ones are dropped)
-MAX_PENDING: Final = 10_000
+#: a latency sample whose delivery has not come after this long (µs) is given up (its
+#: batch was lost with a view, or numbering restarted on a rejoin) and a new one taken
+SAMPLE_GIVEN_UP_US: Final = 10_000_000
 #: the ordering's phase is looked at after a frame or timer at most this often (µs): a
-#: flush's start is known to within it, and a saturated node skips most looks
-WATCH_EVERY_US: Final = 200
+#: flush's start is known to within it, and most frames and timers skip the look
+WATCH_EVERY_US: Final = 1_000
 
 
 class Buckets:
@@ -54,6 +57,16 @@ class Buckets:
         self.counts = [0] * (len(self.bounds) + 1)
         self.total = 0.0
         self.count = 0
+
+    @classmethod
+    def of(cls, bounds: Sequence[float], times: Mapping[int, int]) -> Buckets:
+        """The histogram of values seen `times[value]` times each."""
+        made = cls(bounds)
+        for value, n in times.items():
+            made.counts[bisect_left(made.bounds, value)] += n
+            made.total += value * n
+            made.count += n
+        return made
 
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
@@ -73,38 +86,56 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
-class GroupMeter:
-    """What a group's driver samples while metrics are on (see the rules above): the
-    latency of the first message of each batch, batch sizes, and view-change flushes —
-    from the frame or timer after which the ordering's phase (`Layer.inspect()`'s, e.g.
-    the sequencer's "flushing", the membership layer's "member, flushing") names a flush,
-    to the view this node installs at its end. A flush given up without a view (the
-    phase goes back without one) is not counted. The driver looks only once `look_at`
-    has passed (WATCH_EVERY_US after the last look), so the look costs most frames one
-    comparison."""
+class Clock(Protocol):
+    def now_us(self) -> int: ...
 
-    __slots__ = ("_flush_began", "_pending", "batches", "flushes", "latency", "look_at")
+
+class GroupMeter:
+    """What a group's driver measures while metrics are on (see the rules above), at a
+    cost per ordered batch of a dict update and a comparison or two:
+
+    - batch sizes: how many batches of each size, bucketed when scraped;
+    - delivery latency, sampled: one batch at a time is followed, the first one this
+      node broadcasts while no sample awaits its own delivery, from its broadcast to the
+      delivery of its first message here; its `_count` is the samples taken, not the
+      messages (at saturation a few thousand a second, at low rates every batch);
+    - view-change flushes: from the frame or timer after which the ordering's phase
+      (`Layer.inspect()`'s, e.g. the sequencer's "flushing", the membership layer's
+      "member, flushing") names a flush, to the view this node installs at its end. A
+      flush given up without a view (the phase goes back without one) is not counted.
+      The driver looks only once `look_at` has passed (WATCH_EVERY_US after the last
+      look), so most frames pay one comparison."""
+
+    __slots__ = ("_flush_began", "_sample_seq", "_sample_us", "_sizes", "flushes", "latency",
+                 "look_at")
 
     def __init__(self) -> None:
         self.latency = Buckets(LATENCY_BUCKETS_S)
-        self.batches = Buckets(BATCH_BUCKETS)
         self.flushes = Buckets(FLUSH_BUCKETS_S)
-        self._pending: dict[int, int] = {}
+        self._sizes: dict[int, int] = {}  # batch size -> batches of that size
+        self._sample_seq: int | None = None  # the followed batch's first message
+        self._sample_us = 0  # ...and when it was broadcast
         self._flush_began: int | None = None
         #: node time (µs) from which the next frame or timer looks at the phase again
         self.look_at = 0
 
-    def sent(self, first_seq: int, size: int, now_us: int) -> None:
-        self.batches.observe(size)
-        pending = self._pending
-        if len(pending) >= MAX_PENDING:  # deliveries stopped (a partition): forget the oldest
-            del pending[next(iter(pending))]
-        pending[first_seq] = now_us
+    @property
+    def batches(self) -> Buckets:
+        return Buckets.of(BATCH_BUCKETS, self._sizes)
 
-    def delivered(self, first_seq: int, now_us: int) -> None:
-        sent = self._pending.pop(first_seq, None)
-        if sent is not None:
-            self.latency.observe((now_us - sent) / 1e6)
+    def sent(self, first_seq: int, size: int, now_us: int) -> None:
+        sizes = self._sizes
+        sizes[size] = sizes.get(size, 0) + 1
+        if self._sample_seq is None or now_us - self._sample_us > SAMPLE_GIVEN_UP_US:
+            self._sample_seq, self._sample_us = first_seq, now_us
+
+    def delivered(self, first_seq: int, clock: Clock) -> None:
+        """This node's own batch starting at `first_seq` was delivered (final) here."""
+        sample = self._sample_seq
+        if sample is not None and first_seq >= sample:  # own batches deliver in order
+            if first_seq == sample:
+                self.latency.observe((clock.now_us() - self._sample_us) / 1e6)
+            self._sample_seq = None  # (past it: delivered inside another batch, unmeasured)
 
     def watch(self, top: object, now_us: int) -> None:
         """After a frame or a timer: note when the top layer's phase starts naming a
@@ -188,7 +219,8 @@ def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]
                                labels=["node", "group"])
     latency = HistogramMetricFamily(
         "abcast_delivery_latency_seconds",
-        "Broadcast to delivery at the origin (the first message of each batch).",
+        "Broadcast to delivery at the origin, sampled: the first message of one batch "
+        "followed at a time (its _count: the samples).",
         labels=["node", "group"])
     batch = HistogramMetricFamily("abcast_batch_messages", "Messages per ordered batch.",
                                   labels=["node", "group"])
@@ -217,7 +249,8 @@ def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]
         meter = meters.get(g.name)
         if meter is not None:
             latency.add_metric(labels, meter.latency.cumulative(), meter.latency.total)
-            batch.add_metric(labels, meter.batches.cumulative(), meter.batches.total)
+            sizes = meter.batches
+            batch.add_metric(labels, sizes.cumulative(), sizes.total)
             flush.add_metric(labels, meter.flushes.cumulative(), meter.flushes.total)
     yield delivered
     yield from named.values()
@@ -288,13 +321,21 @@ class MetricsServer:
     """`GET /metrics` on (host, port), on the node's loop; port 0 picks a free port."""
 
     def __init__(self, node: MeteredNode, host: str, port: int) -> None:
-        from prometheus_client import CollectorRegistry
-
         self._node = node
         self._host, self._port = host, port
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(NodeCollector(node))
+        self._registry: Any = None  # made at the first scrape, with the first import
         self._server: asyncio.Server | None = None
+
+    @property
+    def registry(self) -> Any:
+        """prometheus_client's registry of this node's collector; prometheus_client is
+        imported here, at the first scrape (~30 ms of CPU a node never scraped saves)."""
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry
+
+            self._registry = CollectorRegistry(auto_describe=False)
+            self._registry.register(NodeCollector(self._node))
+        return self._registry
 
     async def start(self) -> str:
         self._server = await asyncio.start_server(self._serve, self._host, self._port)

@@ -1,6 +1,6 @@
-"""Trace rows gathered column by column: `MessageRun` (the rows of one batch of messages,
-described once) and `EventColumns` (rows and runs appended to flat column buffers, turned
-into one Arrow table of EVENT_SCHEMA at a time).
+"""Trace rows gathered column by column: `MessageRun` (abcast.trace.rows: the rows of one
+batch of messages, described once) and `EventColumns` (rows and runs appended to flat
+column buffers, turned into one Arrow table of EVENT_SCHEMA at a time).
 
 A real node at saturation records a few hundred thousand rows a second, nearly all of
 them in runs: the `send` rows of a batch leaving, the `deliver` rows of a batch delivered.
@@ -21,46 +21,18 @@ tests compare the two). Not thread-safe: one owner at a time.
 from __future__ import annotations
 
 from array import array
-from typing import Final, NamedTuple
+from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from abcast.trace.rows import EventRow
+from abcast.trace.rows import EventRow, MessageRun
 from abcast.trace.schema import EVENT_SCHEMA
 
 _ONE: Final = b"\x01"
 _ZERO: Final = b"\x00"
 _MAP_TYPE: Final = EVENT_SCHEMA.field("deps").type
 _LIST_TYPE: Final = EVENT_SCHEMA.field("members").type
-
-
-class MessageRun(NamedTuple):
-    """`len(sizes)` rows of one message kind (send, deliver, opt_deliver) at one node,
-    about one origin's messages `first_seq`, `first_seq + 1`, … (module rules)."""
-
-    run_id: str
-    node: str
-    kind: str
-    origin: str
-    first_seq: int
-    group: str | None
-    t_ns: int
-    first_index: int
-    sizes: list[int]
-    view_id: int | None
-    deps: dict[str, int] | None = None
-
-    def rows(self) -> list[EventRow]:
-        """The run as rows (for callers that keep rows, and for tests)."""
-        run_id, node, kind, origin, group, view_id = (
-            self.run_id, self.node, self.kind, self.origin, self.group, self.view_id)
-        deps, seq, t_ns, index = self.deps, self.first_seq, self.t_ns, self.first_index
-        return [
-            EventRow(run_id, node, kind, origin, seq + i, group, t_ns + i, index + i, size,
-                     view_id, None if deps is None else dict(deps))
-            for i, size in enumerate(self.sizes)
-        ]
 
 
 class _Strings:

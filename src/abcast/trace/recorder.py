@@ -9,7 +9,7 @@ that is not larger than the node's previous one is bumped to previous + 1. The c
 rely on t_ns ordering all of a node's rows; two events in the same simulated microsecond,
 or a wall clock that steps back, must not make that order ambiguous.
 
-`record_run` records a run of message rows at once (abcast.trace.columns.MessageRun: one
+`record_run` records a run of message rows at once (abcast.trace.rows.MessageRun: one
 origin's consecutive messages, sent or delivered as one batch, at t_ns, t_ns + 1, …): the
 real runtime's path, whose cost is per batch, not per message. A sink with a `run` method
 (`RunSink`, e.g. abcast.trace.stream.StreamingSink) gets the run as it is; any other sink
@@ -30,8 +30,7 @@ from typing import Final, Protocol, runtime_checkable
 
 from abcast.errors import LocalProtocolError
 from abcast.ids import NodeId, sorted_nodes
-from abcast.trace.columns import MessageRun
-from abcast.trace.rows import EventRow
+from abcast.trace.rows import EventRow, MessageRun
 from abcast.trace.schema import KINDS
 
 #: kinds that are about one broadcast message and so need `origin` and `seq`

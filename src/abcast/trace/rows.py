@@ -1,31 +1,27 @@
-"""Trace records in Python: `EventRow` (one row of EVENT_SCHEMA) and `RunInfo` (one row of
-RUN_SCHEMA), and their conversion to and from Arrow tables.
+"""Trace records in Python: `EventRow` (one row of EVENT_SCHEMA), `MessageRun` (a run of
+message rows described once), `RunInfo` (one row of RUN_SCHEMA), and their conversion to
+and from Arrow tables.
 
 Rules: this module knows the schema (abcast.trace.schema) and nothing about files,
-directories, locking or what the rows mean to a checker. Arrow → Python conversion
-validates the columns and raises `TraceFormatError` naming the source and the column; the
-caller says what the source is (a file path, usually).
+directories, locking or what the rows mean to a checker. pyarrow is imported by the
+conversions only, when first called: a node that does not trace never loads it. Arrow →
+Python conversion validates the columns and raises `TraceFormatError` naming the source
+and the column; the caller says what the source is (a file path, usually).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import pyarrow as pa
+import abcast.trace.schema as _schema
+from abcast.errors import ConfigError
 
 if TYPE_CHECKING:
-    from abcast.ordering.registry import OrderingOptions
+    import pyarrow as pa
 
-from abcast.errors import ConfigError
-from abcast.trace.schema import (
-    EVENT_COLUMNS,
-    EVENT_SCHEMA,
-    OPTIONAL_RUN_COLUMNS,
-    RUN_COLUMNS,
-    RUN_SCHEMA,
-)
+    from abcast.ordering.registry import OrderingOptions
 
 
 class TraceFormatError(ConfigError):
@@ -52,6 +48,34 @@ class EventRow:
     deps: dict[str, int] | None = None
     peer: str | None = None
     members: tuple[str, ...] | None = None
+
+
+class MessageRun(NamedTuple):
+    """`len(sizes)` rows of one message kind (send, deliver, opt_deliver) at one node,
+    about one origin's messages `first_seq`, `first_seq + 1`, … (module rules)."""
+
+    run_id: str
+    node: str
+    kind: str
+    origin: str
+    first_seq: int
+    group: str | None
+    t_ns: int
+    first_index: int
+    sizes: list[int]
+    view_id: int | None
+    deps: dict[str, int] | None = None
+
+    def rows(self) -> list[EventRow]:
+        """The run as rows (for callers that keep rows, and for tests)."""
+        run_id, node, kind, origin, group, view_id = (
+            self.run_id, self.node, self.kind, self.origin, self.group, self.view_id)
+        deps, seq, t_ns, index = self.deps, self.first_seq, self.t_ns, self.first_index
+        return [
+            EventRow(run_id, node, kind, origin, seq + i, group, t_ns + i, index + i, size,
+                     view_id, None if deps is None else dict(deps))
+            for i, size in enumerate(self.sizes)
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +131,9 @@ def _deps_cell(deps: dict[str, int] | None) -> list[tuple[str, int]] | None:
 
 def events_to_table(rows: Sequence[EventRow]) -> pa.Table:
     """The rows as a table of exactly EVENT_SCHEMA, in the given order."""
-    columns: dict[str, list[Any]] = {name: [] for name in EVENT_COLUMNS}
+    columns: dict[str, list[Any]] = {name: [] for name in _schema.EVENT_COLUMNS}
     for row in rows:
-        for name in EVENT_COLUMNS:
+        for name in _schema.EVENT_COLUMNS:
             value = getattr(row, name)
             if name == "deps":
                 value = _deps_cell(value)
@@ -121,18 +145,22 @@ def events_to_table(rows: Sequence[EventRow]) -> pa.Table:
 
 def columns_to_table(columns: dict[str, list[Any]]) -> pa.Table:
     """A table of exactly EVENT_SCHEMA from Python column lists (deps already as pairs)."""
-    arrays = [pa.array(columns[f.name], type=f.type) for f in EVENT_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA)
+    import pyarrow as pa
+
+    arrays = [pa.array(columns[f.name], type=f.type) for f in _schema.EVENT_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=_schema.EVENT_SCHEMA)
 
 
 def runs_to_table(runs: Iterable[RunInfo]) -> pa.Table:
-    columns: dict[str, list[Any]] = {name: [] for name in RUN_COLUMNS}
+    import pyarrow as pa
+
+    columns: dict[str, list[Any]] = {name: [] for name in _schema.RUN_COLUMNS}
     for run in runs:
-        for name in RUN_COLUMNS:
+        for name in _schema.RUN_COLUMNS:
             value = getattr(run, name)
             columns[name].append(list(value) if name == "guarantees" else value)
-    arrays = [pa.array(columns[f.name], type=f.type) for f in RUN_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=RUN_SCHEMA)
+    arrays = [pa.array(columns[f.name], type=f.type) for f in _schema.RUN_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=_schema.RUN_SCHEMA)
 
 
 # ---------------------------------------------------------------- Arrow → Python
@@ -141,13 +169,16 @@ def runs_to_table(runs: Iterable[RunInfo]) -> pa.Table:
 def conform(table: pa.Table, schema: pa.Schema, source: str) -> pa.Table:
     """`table` restricted and cast to `schema`; a missing, uncastable or (for a
     non-nullable field) null-holding column raises TraceFormatError naming it."""
+    import pyarrow as pa
+
     try:
         names = table.column_names
     except ValueError as exc:  # a column name that is not UTF-8
         raise TraceFormatError(f"{source}: a column name does not decode ({exc})") from exc
     arrays = []
+    optional = _schema.OPTIONAL_RUN_COLUMNS if schema is _schema.RUN_SCHEMA else frozenset()
     for f in schema:
-        if f.name not in names and schema is RUN_SCHEMA and f.name in OPTIONAL_RUN_COLUMNS:
+        if f.name not in names and f.name in optional:
             arrays.append(pa.nulls(table.num_rows, type=f.type))
             continue
         if f.name not in names:
@@ -167,6 +198,8 @@ def conform(table: pa.Table, schema: pa.Schema, source: str) -> pa.Table:
 
 
 def _python_columns(table: pa.Table, source: str) -> dict[str, list[Any]]:
+    import pyarrow as pa
+
     try:
         columns: dict[str, list[Any]] = table.to_pydict()
     except (pa.ArrowException, ValueError) as exc:  # invalid UTF-8 in a string column
@@ -175,7 +208,7 @@ def _python_columns(table: pa.Table, source: str) -> dict[str, list[Any]]:
 
 
 def table_to_events(table: pa.Table, source: str) -> list[EventRow]:
-    table = conform(table, EVENT_SCHEMA, source)
+    table = conform(table, _schema.EVENT_SCHEMA, source)
     data = _python_columns(table, source)
     deps_col = [None if d is None else dict(d) for d in data["deps"]]
     members_col = [None if m is None else tuple(m) for m in data["members"]]
@@ -192,9 +225,9 @@ def table_to_events(table: pa.Table, source: str) -> list[EventRow]:
 
 
 def table_to_runs(table: pa.Table, source: str) -> list[RunInfo]:
-    table = conform(table, RUN_SCHEMA, source)
+    table = conform(table, _schema.RUN_SCHEMA, source)
     data = _python_columns(table, source)
     return [
-        RunInfo(**{name: data[name][i] for name in RUN_COLUMNS})
+        RunInfo(**{name: data[name][i] for name in _schema.RUN_COLUMNS})
         for i in range(table.num_rows)
     ]

@@ -8,7 +8,7 @@
 Rules:
 - `StreamingSink` (a TraceRecorder sink) flushes on a timer, every `interval_s` (0.5 s by
   default), on one background thread: the loop only appends a row or a run (a batch's
-  rows, abcast.trace.columns.MessageRun) to a deque; the thread gathers them column by
+  rows, abcast.trace.rows.MessageRun) to a deque; the thread gathers them column by
   column (abcast.trace.columns.EventColumns) and writes large record batches; a node
   SIGKILLed at any moment leaves every row recorded up to one interval before its death
   on disk. Flushing is by time, never per row. The bytes reach the kernel (a killed
@@ -44,8 +44,14 @@ import pyarrow.parquet as pq
 
 from abcast.errors import LocalProtocolError
 from abcast.trace._files import COMPRESSION, EVENTS_DIR, check_name, hidden_temp
-from abcast.trace.columns import EventColumns, MessageRun
-from abcast.trace.rows import EventRow, TraceFormatError, conform, events_to_table
+from abcast.trace.columns import EventColumns
+from abcast.trace.rows import (
+    EventRow,
+    MessageRun,
+    TraceFormatError,
+    conform,
+    events_to_table,
+)
 from abcast.trace.schema import EVENT_SCHEMA
 
 log: Final = logging.getLogger(__name__)
