@@ -138,6 +138,15 @@ def pack(first: int, payloads: list[bytes]) -> bytes:
 
 def unpack(deliver: Deliver) -> list[Deliver]:
     """The application deliveries one delivered batch stands for, in broadcast order."""
+    batch = unpack_batch(deliver)
+    origin, stage = deliver.origin, deliver.stage
+    return [Deliver(origin, seq, payload, stage)
+            for seq, payload in enumerate(batch.payloads, batch.first)]
+
+
+def unpack_batch(deliver: Deliver) -> Batch:
+    """The batch one delivered message carries, checked: its messages are `unpack`'s
+    deliveries (a driver that hands them out one at a time makes each as it goes)."""
     try:
         batch = _decode(deliver.payload)
     except NOT_A_MESSAGE as exc:
@@ -147,6 +156,4 @@ def unpack(deliver: Deliver) -> list[Deliver]:
             f"batch from {deliver.origin} is malformed (first={batch.first}, "
             f"{len(batch.payloads)} messages)"
         )
-    origin, stage, first = deliver.origin, deliver.stage, batch.first
-    return [Deliver(origin, first + i, payload, stage)
-            for i, payload in enumerate(batch.payloads)]
+    return batch
