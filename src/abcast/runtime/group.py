@@ -560,7 +560,9 @@ class Group:
                 f"group {driver.name!r} on {self._host.id}: backpressured (a link's credit "
                 "queue is full, or this member's broadcasts not yet stable reached "
                 "max_unstable: a slow member); await broadcast() instead")
-        return MsgId(driver.stack.node, driver.broadcast(bytes(payload)))
+        if type(payload) is not bytes:
+            payload = bytes(payload)  # (bytes(b) of a bytes object is a call for nothing)
+        return MsgId(driver.stack.node, driver.broadcast(payload))
 
     def send_queued(self) -> None:
         """Send this loop turn's broadcasts now (still as one batch) instead of at the end
