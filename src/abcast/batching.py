@@ -73,13 +73,19 @@ class BatchLimits:
 class Batcher:
     """Numbers one origin's broadcasts and packs the pending ones into batches."""
 
-    __slots__ = ("_first", "_pending", "_pending_bytes", "limits")
+    __slots__ = ("_first", "_max_bytes", "_max_messages", "_pending", "_pending_bytes",
+                 "full", "limits")
 
     def __init__(self, limits: BatchLimits | None = None) -> None:
-        self.limits = limits or BatchLimits()
+        self.limits = limits = limits or BatchLimits()
+        self._max_messages = limits.max_messages
+        self._max_bytes = limits.max_bytes
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._first = 1  # application seq of the first pending message
+        #: the pending messages already make a batch at the limits: close it now (kept by
+        #: `add` and `take`, read once per broadcast)
+        self.full = False
 
     @property
     def broadcasts(self) -> int:
@@ -94,15 +100,11 @@ class Batcher:
         """Queue one broadcast; returns its application sequence number."""
         pending = self._pending
         pending.append(payload)
-        self._pending_bytes += len(payload)
-        return self._first - 1 + len(pending)
-
-    @property
-    def full(self) -> bool:
-        """The pending messages already make a batch at the limits: close it now."""
-        limits = self.limits
-        return (len(self._pending) >= limits.max_messages
-                or self._pending_bytes >= limits.max_bytes)
+        self._pending_bytes = size = self._pending_bytes + len(payload)
+        count = len(pending)
+        if count >= self._max_messages or size >= self._max_bytes:
+            self.full = True
+        return self._first - 1 + count
 
     def take(self) -> Packed | None:
         """The next batch to broadcast, or None when nothing is pending. Call until None
@@ -128,6 +130,8 @@ class Batcher:
             self._pending_bytes -= size
         first = self._first
         self._first += len(chosen)
+        self.full = (len(self._pending) >= self._max_messages
+                     or self._pending_bytes >= self._max_bytes)
         return Packed(first, chosen, pack(first, chosen))
 
 
@@ -138,6 +142,15 @@ def pack(first: int, payloads: list[bytes]) -> bytes:
 
 def unpack(deliver: Deliver) -> list[Deliver]:
     """The application deliveries one delivered batch stands for, in broadcast order."""
+    batch = unpack_batch(deliver)
+    origin, stage = deliver.origin, deliver.stage
+    return [Deliver(origin, seq, payload, stage)
+            for seq, payload in enumerate(batch.payloads, batch.first)]
+
+
+def unpack_batch(deliver: Deliver) -> Batch:
+    """The batch one delivered message carries, checked: its messages are `unpack`'s
+    deliveries (a driver that hands them out one at a time makes each as it goes)."""
     try:
         batch = _decode(deliver.payload)
     except NOT_A_MESSAGE as exc:
@@ -147,6 +160,4 @@ def unpack(deliver: Deliver) -> list[Deliver]:
             f"batch from {deliver.origin} is malformed (first={batch.first}, "
             f"{len(batch.payloads)} messages)"
         )
-    origin, stage, first = deliver.origin, deliver.stage, batch.first
-    return [Deliver(origin, first + i, payload, stage)
-            for i, payload in enumerate(batch.payloads)]
+    return batch

@@ -47,7 +47,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
-from abcast.batching import Batcher, unpack
+from abcast.batching import Batcher, unpack_batch
 from abcast.codec import Envelope
 from abcast.effects import (
     CancelTimer,
@@ -157,6 +157,8 @@ class GroupDriver:
         self._flush_scheduled = False  # a `_flush_soon` is due at the end of this turn
         self._applying = False  # carrying out a stack call's outputs (see send_queued)
         self._corked = False  # the host is corked for a run of packets (see _carry_out)
+        #: stack.backpressured() as of the stack's last step; None: not asked since
+        self._pressure: bool | None = None
         self._timers: dict[Hashable, _Timer] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._delivering: _DeliveredRun | None = None  # traced: the batch being delivered
@@ -189,6 +191,16 @@ class GroupDriver:
             self._flush_scheduled = True
             loop.call_soon(self._flush_soon)
         return seq
+
+    def backpressured(self) -> bool:
+        """Whether a layer of the stack is backpressured (`Stack.backpressured`), asked
+        once per stack step: the layers' state changes only when the stack is stepped, and
+        every step of this driver's stack ends in `_apply`, which forgets the answer. So a
+        turn's burst of `broadcast_nowait` asks the layers once, not once per message."""
+        pressure = self._pressure
+        if pressure is None:
+            pressure = self._pressure = self.stack.backpressured()
+        return pressure
 
     def send_queued(self) -> None:
         """Hand this turn's queued broadcasts to the ordering now instead of at the end of
@@ -276,6 +288,7 @@ class GroupDriver:
     # ----------------------------------------------------------------- outputs
 
     def _apply(self, outputs: list[Output]) -> None:
+        self._pressure = None  # the stack was just stepped (see backpressured)
         if self.closed:
             return
         applying, self._applying = self._applying, True
@@ -389,28 +402,56 @@ class GroupDriver:
         held.clear()
         return not self.closed
 
-    def _deliver(self, batch: Deliver) -> None:
+    def _deliver(self, delivered: Deliver) -> None:
+        """Hand the application the messages of one delivered batch, one `Deliver` each,
+        in order (the untraced path makes each as it goes: no list, no per-message
+        bookkeeping beyond the count)."""
         try:
-            deliveries = unpack(batch)
+            batch = unpack_batch(delivered)
         except RemoteProtocolError as exc:
             self.bad_batches += 1
             log.error("group %s on %s: skipping a delivered message: %s",
                       self.name, self.host.id, exc)
             return
         host = self.host
-        final = batch.stage is _FINAL
-        on_deliver = self.on_deliver if final else self.on_opt_deliver
+        origin, stage, first, payloads = (delivered.origin, delivered.stage, batch.first,
+                                          batch.payloads)
+        final = stage is _FINAL
         meter = self.meter
-        if meter is not None and final and deliveries[0].origin == host.id:
-            meter.delivered(deliveries[0].seq, host.clock)
-        run = outer = None
-        if host.recorder is not None:  # the rows are written per batch (_write_delivered)
-            outer = self._delivering
-            run = self._delivering = _DeliveredRun(deliveries, final, time.time_ns())
+        if meter is not None and final and origin == host.id:
+            meter.delivered(first, host.clock)
+        if host.recorder is not None:
+            self._deliver_traced([Deliver(origin, seq, payload, stage)
+                                  for seq, payload in enumerate(payloads, first)], final)
+            return
+        on_deliver = self.on_deliver if final else self.on_opt_deliver
+        if on_deliver is None:  # nothing can close the group in between: count them all
+            if final:
+                self.delivered += len(payloads)
+            else:
+                self.opt_delivered += len(payloads)
+        elif final:
+            for seq, payload in enumerate(payloads, first):
+                self.delivered += 1
+                on_deliver(Deliver(origin, seq, payload, stage))
+                if self.closed:
+                    return  # the application closed the group from its delivery callback
+        else:
+            for seq, payload in enumerate(payloads, first):
+                self.opt_delivered += 1
+                on_deliver(Deliver(origin, seq, payload, stage))
+                if self.closed:
+                    return
+
+    def _deliver_traced(self, deliveries: list[Deliver], final: bool) -> None:
+        """`_deliver` on a traced node: each delivery's row is due before its callback
+        runs (written per batch by `_write_delivered`)."""
+        on_deliver = self.on_deliver if final else self.on_opt_deliver
+        outer = self._delivering
+        run = self._delivering = _DeliveredRun(deliveries, final, time.time_ns())
         try:
             for done, delivery in enumerate(deliveries, 1):
-                if run is not None:
-                    run.done = done  # its row comes before anything its callback does
+                run.done = done  # its row comes before anything its callback does
                 if final:
                     self.delivered += 1
                 else:
@@ -420,9 +461,8 @@ class GroupDriver:
                 if self.closed:
                     return  # the application closed the group from its delivery callback
         finally:
-            if run is not None:
-                self._write_delivered()
-                self._delivering = outer
+            self._write_delivered()
+            self._delivering = outer
 
     def _write_delivered(self) -> None:
         """Record the rows of the batch being delivered that are due and not yet written:

@@ -551,13 +551,17 @@ class Group:
     def broadcast_nowait(self, payload: bytes) -> MsgId:
         """Broadcast without waiting for backpressure (callbacks, closed loops); raises
         `Backpressure` while the group's channel is past its credit bound."""
-        driver = self._require_driver()
-        if driver.stack.backpressured():
+        driver = self._driver
+        if driver is None or self._state != "open":
+            driver = self._require_driver()  # raises
+        if driver.backpressured():
             raise Backpressure(
                 f"group {driver.name!r} on {self._host.id}: backpressured (a link's credit "
                 "queue is full, or this member's broadcasts not yet stable reached "
                 "max_unstable: a slow member); await broadcast() instead")
-        return MsgId(self._host.id, driver.broadcast(bytes(payload)))
+        if type(payload) is not bytes:
+            payload = bytes(payload)  # (bytes(b) of a bytes object is a call for nothing)
+        return MsgId(driver.stack.node, driver.broadcast(payload))
 
     def send_queued(self) -> None:
         """Send this loop turn's broadcasts now (still as one batch) instead of at the end
