@@ -33,6 +33,41 @@ rewrites the annotations of the msgspec Structs in compiled modules (`Seq` becom
 `int`, `list[int]` becomes `list`), so the compiled `channel.py` and
 `failure_detector.py` decode their headers with weaker checks than the source; a build
 that shipped would have to keep the wire Structs in uncompiled modules.
+
+Measured 2026-11-26 (mypy/mypyc 2.4.1, CPython 3.11.7, gcc 12, -O3; the shared 2-core VM
+at load average 9-19, so only CPU figures and side-by-side ratios mean anything):
+
+    .venv/bin/python bench/mypyc_ab.py --rounds 3            (the 15 modules above)
+      core burst=1   65.4 vs 107.1 µs CPU/msg  0.61     lone p50      243.5 vs 256.8 µs  0.95
+      core burst=64  42.9 vs  58.7             0.73     lone CPU/msg  426.0 vs 454.7 µs  0.94
+    ... --modules <the 11 without channel, detector, open channel, rto>   (shippable:
+        no wire Struct in a compiled module)
+      core burst=1   81.1 vs 104.4             0.78     lone p50      241.8 vs 240.7     1.00
+      core burst=64  47.4 vs  56.9             0.83     lone CPU/msg  406.3 vs 415.3     0.98
+    abcast cluster --nodes 3 --ordering sequencer --serial --messages 1500 --trace off
+      --loop uvloop, 3 interleaved runs each, PYTHONPATH=<the kept copy>/src or none:
+      15 modules: p50 202-241 µs vs 249-261 (medians 206 vs 256); p99 506-626 vs 658-4938
+      11 modules: p50 272-280 µs vs 248-307 (medians 274 vs 297; load ~20)
+    abcast cluster ... --rate 1000000 --messages 150000 (saturation): 116-119 k msgs/s
+      compiled vs 117-172 k pure: no difference visible through the noise (a saturated
+      node sends one packet per ~127 broadcasts: the per-frame core code is not its cost).
+
+Why it was not shipped (issue 23): the cores get 20-40 % cheaper, but the cores are about
+a quarter of a lone message's CPU (core burst=1 ~100 µs for the group against ~400-450
+µs for the whole lone path in one process): the runtime (driver, node, tcp, the loop's
+wake-ups) is the rest, so the serial p50 moves 0-20 % and the target (1.5x the floor,
+from 2.4x) is not reached by compiling the cores. And a compiled core behaves
+differently where the tests look: the fast-path differential tests
+(tests/unit/test_hotpath_sequencer.py) deep-copy layers (a native class has no
+`__reduce__`: "__init__() missing required argument 'node'") and patch `Sequencer`'s
+methods; the planted-bug tests (tests/sim/test_sequencer_relay.py and the other
+`monkeypatch.setattr(sequencer_numbering, ...)` tests) patch module functions that
+compiled callers never look up again. With the 15-module copy 31 of 92 tests of
+test_hotpath_sequencer, test_sequencer_relay, test_stack_routing, test_channel,
+test_hotpath_stack and test_failure_detector fail. Shipping would need those tests
+run against the pure modules in a subprocess, the wire Structs moved out of the
+compiled modules, and a guard against a stale .so in an editable install (a .so built
+before an edit of its .py still wins the import).
 """
 
 from __future__ import annotations
@@ -105,7 +140,7 @@ def check_compiled(modules: list[str], where: Path) -> None:
     probe = ("import importlib, sys\n"
              "bad = [n for n in sys.argv[1:] if not importlib.import_module(n).__file__"
              ".endswith('.so')]\n"
-             "sys.exit(', '.join(bad))")
+             "sys.exit(', '.join(bad) or None)")
     env = {**os.environ, "PYTHONPATH": str(where / "src")}
     subprocess.run([sys.executable, "-c", probe, *names], env=env, check=True)
 
