@@ -13,7 +13,7 @@ are timed in process CPU time, so other load on the machine disturbs them less):
 - core: a 3-node group (`build_stack` with the runtime's options) driven without IO, the way
   the simulator does it: node n1..n3 broadcast round robin, every Transmit is encoded,
   decoded and received by its destination at once, and every `burst` broadcasts the
-  clock moves on and due timers fire (delayed acks, heartbeats). Printed: µs of CPU per
+  clock moves on 2.5 ms and due timers fire (delayed acks, heartbeats). Printed: µs of CPU per
   ordered message for the whole group (all three nodes' work), and the per-node share.
 - channel: two `ReliableChannel` cores alone: packets a → b in bursts, one delayed ack
   per burst back to a. µs per packet (send + receive + its share of the ack).
@@ -169,7 +169,7 @@ class Pump:
                 self._apply(node, outputs)
                 sent += 1
             self.flow()
-            self.tick(2_500)  # past the channel's 2 ms ack delay: one ack per link and burst
+            self.tick(2_500)  # acks ride back or fire after the 20 ms ack delay (8 ticks)
         for _ in range(3):
             self.tick(2_500)
 
