@@ -13,7 +13,7 @@ are timed in process CPU time, so other load on the machine disturbs them less):
 - core: a 3-node group (`build_stack` with the runtime's options) driven without IO, the way
   the simulator does it: node n1..n3 broadcast round robin, every Transmit is encoded,
   decoded and received by its destination at once, and every `burst` broadcasts the
-  clock moves on and due timers fire (delayed acks, heartbeats). Printed: µs of CPU per
+  clock moves on 2.5 ms and due timers fire (delayed acks, heartbeats). Printed: µs of CPU per
   ordered message for the whole group (all three nodes' work), and the per-node share.
 - channel: two `ReliableChannel` cores alone: packets a → b in bursts, one delayed ack
   per burst back to a. µs per packet (send + receive + its share of the ack).
@@ -27,7 +27,9 @@ are timed in process CPU time, so other load on the machine disturbs them less):
   p50 of every delivery's latency (broadcast call to delivery callback) and the CPU per
   message of the whole process. One loop serialises the three nodes, so this is the CPU
   of the critical path plus the acks, without the cross-process wake-ups of
-  `abcast cluster`.
+  `abcast cluster`. Also printed: per message, the stack timers that fired (`Stack.fire`:
+  delayed acks, heartbeat ticks, stability rounds) and the loop timer callbacks behind
+  them (`GroupDriver._fire`, the lazily cancelled or moved ones included).
 
 `--relay` builds the core and lone groups in relay mode (sequencer family).
 `--profile` runs the core step under cProfile and prints the top functions by own time.
@@ -167,7 +169,7 @@ class Pump:
                 self._apply(node, outputs)
                 sent += 1
             self.flow()
-            self.tick(2_500)  # past the channel's 2 ms ack delay: one ack per link and burst
+            self.tick(2_500)  # acks ride back or fire after the 20 ms ack delay (8 ticks)
         for _ in range(3):
             self.tick(2_500)
 
@@ -331,11 +333,44 @@ def bench_tcp(frames: int, repeat: int, use_uvloop: bool, size: int = 100) -> No
 # ------------------------------------------------------------------------------- lone
 
 
+class _FireCounter:
+    """Counts `Stack.fire` calls (stack timers that fired) and `GroupDriver._fire` calls
+    (loop timer callbacks) while installed, by wrapping the two methods."""
+
+    def __init__(self) -> None:
+        from abcast.runtime.driver import GroupDriver
+
+        self.fires = self.callbacks = 0
+        self._saved = (Stack.fire, GroupDriver._fire)
+
+    def install(self) -> None:
+        from abcast.runtime.driver import GroupDriver
+
+        stack_fire, driver_fire = self._saved
+
+        def fire(stack: Stack, key: Hashable, now: int) -> list[Output]:
+            self.fires += 1
+            return stack_fire(stack, key, now)
+
+        def callback(driver: GroupDriver, key: Hashable, timer: Any) -> None:
+            self.callbacks += 1
+            driver_fire(driver, key, timer)
+
+        Stack.fire = fire  # type: ignore[method-assign]
+        GroupDriver._fire = callback  # type: ignore[method-assign]
+
+    def remove(self) -> None:
+        from abcast.runtime.driver import GroupDriver
+
+        Stack.fire, GroupDriver._fire = self._saved  # type: ignore[method-assign]
+
+
 async def _lone_once(
     ordering: str, messages: int, gap_s: float, relay: bool = False
-) -> tuple[list[int], float]:
+) -> tuple[list[int], float, float, float]:
     """Three nodes (Node + Group over tcp, one process, one loop) send one message at a
-    time, round robin, `gap_s` apart: (each delivery's latency in ns, CPU µs per message)."""
+    time, round robin, `gap_s` apart: (each delivery's latency in ns, CPU µs per message,
+    stack timer fires and loop timer callbacks per message)."""
     from abcast.runtime.group import Group
     from abcast.runtime.node import Node
 
@@ -361,10 +396,12 @@ async def _lone_once(
                                   options=OrderingOptions(relay=relay),
                                   on_deliver=on_deliver).open())
     cpu = 0.0
+    counter = _FireCounter()
     try:
         for k in range(messages + messages // 10):
             if k == messages // 10:  # the first tenth warms up (connections, caches)
                 latencies.clear()
+                counter.install()
                 cpu_started = cpu_clock()
             idle.clear()
             pending[0] = len(ids)
@@ -375,11 +412,13 @@ async def _lone_once(
             await asyncio.sleep(gap_s)
         cpu = cpu_clock() - cpu_started
     finally:
+        counter.remove()
         for group in groups:
             await group.close()
         for node in nodes:
             await node.close()
-    return latencies, cpu / messages * 1e6
+    return (latencies, cpu / messages * 1e6, counter.fires / messages,
+            counter.callbacks / messages)
 
 
 def bench_lone(ordering: str, messages: int, repeat: int, use_uvloop: bool, relay: bool) -> None:
@@ -387,14 +426,16 @@ def bench_lone(ordering: str, messages: int, repeat: int, use_uvloop: bool, rela
     runs = [_run(_lone_once(ordering, messages, 0.001, relay), use_uvloop)
             for _ in range(repeat)]
     p50s = []
-    for latencies, _ in runs:
+    for latencies, *_ in runs:
         latencies.sort()
         p50s.append(latencies[len(latencies) // 2] / 1e3)
     cpu = min(r[1] for r in runs)
+    fires, callbacks = sorted(r[2] for r in runs), sorted(r[3] for r in runs)
     name = f"{ordering} relay" if relay else ordering
     print(f"  lone   {name} n=3 tcp, one process, {loop_name:7}  p50 {min(p50s):6.1f} µs"
           f" (runs: {', '.join(f'{p:.0f}' for p in p50s)})  {cpu:6.1f} µs CPU/msg"
-          f" incl. 1 ms gaps' timers")
+          f" incl. 1 ms gaps' timers; per msg {fires[len(fires) // 2]:.2f} timer fires,"
+          f" {callbacks[len(callbacks) // 2]:.2f} loop timer callbacks (medians)")
 
 
 # ------------------------------------------------------------------------------- main

@@ -1,18 +1,19 @@
 """The bottom layer's shortcuts (`Layer.pass_up`/`pass_down`) change nothing but cost.
 
-A group of three sequencer stacks with the runtime's channel is driven twice with the
-same seeded history: once as built (the failure detector at the bottom lets members'
-packets through without events), once with the shortcuts off (a detector subclass that
-overrides `handle` gets none, by the stack's rule). Histories mix broadcasts from every
-node, frames delivered in random interleavings (FIFO per link), clock jumps long enough
-for the detector to suspect a silent peer and take it back, timers fired as they fall
-due, and a stranger's frames. Every stack call must give equal outputs, in equal order,
-and every layer must end in an equal state. A planted variant whose `pass_up` forgets
-to note the sign of life must be caught.
+A group of three sequencer stacks with the runtime's channel (its delayed ack at 2 ms)
+is driven twice with the same seeded history: once as built (the failure detector at the
+bottom lets members' packets through without events), once with the shortcuts off (a
+detector subclass that overrides `handle` gets none, by the stack's rule). Histories mix
+broadcasts from every node, frames delivered in random interleavings (FIFO per link),
+clock jumps long enough for the detector to suspect a silent peer and take it back,
+timers fired as they fall due, and a stranger's frames. Every stack call must give equal
+outputs, in equal order, and every layer must end in an equal state. A planted variant
+whose `pass_up` forgets to note the sign of life must be caught.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Hashable
 
@@ -25,14 +26,18 @@ from abcast.events import Event
 from abcast.group.failure_detector import FD, Fd
 from abcast.ids import NodeId, View
 from abcast.ordering._open_detector import OpenDetector
-from abcast.ordering.registry import build_stack
+from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer_wire import SData
 from abcast.reliability.channel import RData
-from abcast.runtime.group import for_streams
+from abcast.runtime.group import STREAM_CHANNEL, for_streams
 from abcast.stack import Stack
 
 NODES = ("n1", "n2", "n3")
 GROUP = "g"
+#: the runtime's channel with a 2 ms delayed ack (its own waits 20 ms): more standalone
+#: acks between the clock jumps, so more frames pass the detector's shortcut
+OPTIONS = for_streams(OrderingOptions(
+    channel=dataclasses.replace(STREAM_CHANNEL, ack_delay_us=2_000)))
 
 
 class NoShortcuts(OpenDetector):
@@ -53,7 +58,7 @@ class ForgetfulPassUp(OpenDetector):
 def group(detector: type[OpenDetector] | None) -> dict[NodeId, Stack]:
     stacks = {}
     for node in NODES:
-        stack = build_stack(node, GROUP, "sequencer", View(1, NODES), for_streams(None))
+        stack = build_stack(node, GROUP, "sequencer", View(1, NODES), OPTIONS)
         if detector is not None:
             old = stack.layers[0]
             new = detector(node, old.config)  # type: ignore[attr-defined]
