@@ -38,8 +38,9 @@ from abcast.events import (
 )
 from abcast.ids import NodeId, View
 from abcast.runtime.driver import AppHooks, GroupDriver
-from abcast.runtime.node import MonotonicClock
+from abcast.runtime.loop import MonotonicClock
 from abcast.stack import Layer, Stack
+from abcast.testing.virtual_loop import NetHost, VirtualLoop
 from abcast.trace.recorder import TraceRecorder
 
 pytestmark = pytest.mark.timeout(20)
@@ -87,25 +88,15 @@ class _Script(Layer):
         return [InstallView(View(9, ("n9",))), Deliver("n9", 2, pack(2, [b"too late"]))]
 
 
-class _Host:
+class _Host(NetHost):
+    """On the running loop's real clock, traced."""
+
     def __init__(self) -> None:
-        self.id = "n1"
+        super().__init__("n1", VirtualLoop(), recorder=TraceRecorder("hooks"))
         self.clock = MonotonicClock()
-        self.recorder: TraceRecorder | None = TraceRecorder("hooks")
 
     def transmit(self, dst: NodeId, data: bytes) -> None:
         raise AssertionError("nothing is sent in this test")
-
-    def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int:
-        for dst in dsts:
-            self.transmit(dst, data)
-        return len(dsts)
-
-    def cork(self) -> None:
-        pass
-
-    def uncork(self) -> None:
-        pass
 
 
 class _App:

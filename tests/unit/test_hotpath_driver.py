@@ -10,11 +10,8 @@ whose cancel does nothing, or whose timer ignores a later move, must be caught.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import random
-from collections.abc import Callable, Hashable
-from typing import Any
+from collections.abc import Hashable
 
 import pytest
 
@@ -23,8 +20,8 @@ from abcast.effects import CancelTimer, Effect, Output, SetTimer
 from abcast.events import Event, TimerFired
 from abcast.ids import NodeId, View
 from abcast.runtime.driver import GroupDriver
-from abcast.runtime.node import MonotonicClock
 from abcast.stack import Layer, Stack
+from abcast.testing.virtual_loop import NetHost, VirtualLoop
 
 KEYS = ("ack", "rto", "tick", "stable")
 
@@ -47,63 +44,9 @@ class _Recorder(Layer):
         return []
 
 
-class _Handle:
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class VirtualLoop:
-    """`call_later` on exact integer µs; `advance_to` runs what falls due, in order."""
-
-    def __init__(self) -> None:
-        self.now = 0
-        self.calls = 0
-        self._order = itertools.count()
-        self._queue: list[tuple[int, int, _Handle, Callable[..., None], tuple[Any, ...]]] = []
-
-    def call_later(self, delay_s: float, callback: Callable[..., None], *args: Any) -> _Handle:
-        self.calls += 1
-        handle = _Handle()
-        when = self.now + round(delay_s * 1_000_000)
-        heapq.heappush(self._queue, (when, next(self._order), handle, callback, args))
-        return handle
-
-    def advance_to(self, target: int) -> None:
-        while self._queue and self._queue[0][0] <= target:
-            when, _, handle, callback, args = heapq.heappop(self._queue)
-            self.now = max(self.now, when)
-            if not handle.cancelled:
-                callback(*args)
-        self.now = target
-
-    def pending(self) -> int:
-        return sum(not entry[2].cancelled for entry in self._queue)
-
-
-class _Clock(MonotonicClock):
-    """The virtual loop's time."""
-
-    __slots__ = ("_loop",)
-
+class _Host(NetHost):
     def __init__(self, loop: VirtualLoop) -> None:
-        super().__init__()
-        self._loop = loop
-
-    def now_us(self) -> int:
-        return self._loop.now
-
-    def at_least(self, at: int) -> int:
-        return max(at, self._loop.now)
-
-
-class _Host:
-    def __init__(self, loop: VirtualLoop) -> None:
-        self.id = "n1"
-        self.clock = _Clock(loop)
-        self.recorder = None
+        super().__init__("n1", loop)
 
     def transmit(self, dst: NodeId, data: bytes) -> None:
         raise AssertionError("nothing is sent in this test")

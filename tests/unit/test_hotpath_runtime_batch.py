@@ -16,12 +16,8 @@ planted `_deliver` that goes on past the close must be caught.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import random
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -32,100 +28,23 @@ from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.runtime.driver import GroupDriver
 from abcast.runtime.group import for_streams
-from abcast.runtime.loop import MonotonicClock
+from abcast.testing.virtual_loop import NetHost, VirtualLoop
 
 NODES = ("n1", "n2", "n3")
-
-
-class _Handle:
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class _Loop:
-    """`call_later`/`call_soon` on exact integer µs; nothing runs until asked."""
-
-    def __init__(self) -> None:
-        self.now = 0
-        self._order = itertools.count()
-        self.timers: list[tuple[int, int, _Handle, Callable[..., None], tuple[Any, ...]]] = []
-        self.soon: list[Callable[[], None]] = []
-
-    def call_later(self, delay_s: float, callback: Callable[..., None], *args: Any) -> _Handle:
-        handle = _Handle()
-        when = self.now + round(delay_s * 1_000_000)
-        heapq.heappush(self.timers, (when, next(self._order), handle, callback, args))
-        return handle
-
-    def call_soon(self, callback: Callable[[], None]) -> _Handle:
-        self.soon.append(callback)
-        return _Handle()
-
-    def fire_next(self) -> bool:
-        """Run the earliest live timer (the clock jumps to it); False when none is left."""
-        while self.timers:
-            when, _, handle, callback, args = heapq.heappop(self.timers)
-            if not handle.cancelled:
-                self.now = max(self.now, when)
-                callback(*args)
-                return True
-        return False
-
-
-class _Clock(MonotonicClock):
-    __slots__ = ("_loop",)
-
-    def __init__(self, loop: _Loop) -> None:
-        super().__init__()
-        self._loop = loop
-
-    def now_us(self) -> int:
-        return self._loop.now
-
-    def at_least(self, at: int) -> int:
-        return max(at, self._loop.now)
-
-
-class _Host:
-    """A node on the virtual network: frames go to `links[(src, dst)]`, FIFO per link."""
-
-    def __init__(self, node: NodeId, loop: _Loop,
-                 links: dict[tuple[NodeId, NodeId], list[bytes]]) -> None:
-        self.id = node
-        self.clock = _Clock(loop)
-        self.recorder = None
-        self._links = links
-
-    def transmit(self, dst: NodeId, data: bytes) -> None:
-        self._links.setdefault((self.id, dst), []).append(data)
-
-    def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int:
-        for dst in dsts:
-            self.transmit(dst, data)
-        return len(dsts)
-
-    def cork(self) -> None:
-        pass
-
-    def uncork(self) -> None:
-        pass
 
 
 def run_credit_history(seed: int, steps: int = 300) -> int:
     """Drive three drivers; after every step compare each driver's cached answer with
     its stack's. Returns how many answers were True (the history did press)."""
     rng = random.Random(seed)
-    loop = _Loop()
+    loop = VirtualLoop()
     links: dict[tuple[NodeId, NodeId], list[bytes]] = {}
     view = View(1, NODES)
     base = for_streams(OrderingOptions(max_unstable=2))
     options = replace(base, channel=replace(base.channel, window=2, max_waiting=2))
     drivers = []
     for node in NODES:
-        driver = GroupDriver(_Host(node, loop, links),
+        driver = GroupDriver(NetHost(node, loop, links),
                              build_stack(node, "g", "sequencer", view, options))
         driver._loop = loop  # type: ignore[assignment]  # the virtual loop stands in
         driver._apply(driver.stack.start(0))
@@ -199,7 +118,7 @@ def _one_driver(rng: random.Random, driver_type: type[GroupDriver], label: str) 
         if close_after is not None and len(got) > close_after:
             driver.closed = True  # as close() does, seen by the delivering loop
 
-    driver = driver_type(_Host("n1", _Loop(), {}), stack,
+    driver = driver_type(NetHost("n1", VirtualLoop()), stack,
                          on_deliver=on_deliver if use_callback else None)
     expected: list[Deliver] = []
     for _ in range(rng.randrange(1, 5)):
