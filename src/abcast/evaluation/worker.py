@@ -35,7 +35,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from abcast.effects import Deliver, Stage
-from abcast.errors import LocalProtocolError
+from abcast.errors import Backpressure, LocalProtocolError
 from abcast.evaluation.rss import peak_rss_kib
 from abcast.ids import NodeId
 from abcast.ordering.registry import OrderingOptions, get_ordering
@@ -522,23 +522,32 @@ class _Run:
         message that is due by then (they leave as one batch), then waits for the
         transport to drain and for the next one to fall due: behind schedule the node
         catches up in bursts instead of one loop turn per message, and past saturation
-        the backlog waits here, not in socket buffers and retransmission queues."""
+        the backlog waits here, not in socket buffers and retransmission queues. A group
+        that refuses a broadcast (`Backpressure`: its credit or max_unstable bound) is
+        asked again after a backoff of 1 ms doubling to 50 ms; that message keeps its slot."""
         group = self._group()
         members = group.members
         share = len(members)
         ks = range(members.index(self.node.id), self.config.messages, share)
         loop = asyncio.get_running_loop()
         next_k = 0  # index into ks
+        backoff = 0.0  # > 0 while the group refuses broadcasts (Backpressure)
         while next_k < len(ks) and not self.stopped:
             due = min(len(ks), next_k + self._BURST)
             now = loop.time()
             # a message is due once its slot k/rate has passed
-            while next_k < due and start + ks[next_k] / rate <= now:
-                group.broadcast_nowait(self.payload())
-                next_k += 1
+            try:
+                while next_k < due and start + ks[next_k] / rate <= now:
+                    group.broadcast_nowait(self.payload())
+                    next_k += 1
+                backoff = 0.0
+            except Backpressure:  # credit comes back with acks: retry this message later
+                backoff = min(max(2 * backoff, 0.001), 0.05)
             group.send_queued()  # the burst is over: no need to wait for the turn's end
             await self.node.transport.drain()
-            if next_k < len(ks):
+            if backoff:
+                await asyncio.sleep(backoff)
+            elif next_k < len(ks):
                 await asyncio.sleep(max(0.0, start + ks[next_k] / rate - loop.time()))
 
     #: at most this many broadcasts per loop turn: a node far behind schedule still lets
