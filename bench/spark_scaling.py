@@ -11,7 +11,8 @@ peak, and the 1-minute load average when the check started (other work on the ma
 slows it: compare only rows measured side by side). It prints a Markdown table, and
 writes it to `--table FILE` as well (each row as soon as it is measured, so a long run
 cut short keeps what it has). A benchmark, not a test: it asserts only that every clean
-trace is reported clean.
+trace is reported clean. Like bench/spark_check_10m.py, it first writes the driver
+JVM's class archive if there is none (untimed).
 
     .venv/bin/python bench/spark_scaling.py [--sizes 1,10,50] [--out DIR] [--table FILE]
         [--where local,cluster]
@@ -30,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from spark_check_10m import TraceShape, generate
+from spark_check_10m import TraceShape, generate, warm_up
 
 from abcast.pipeline.local_cluster import standalone_cluster
 from abcast.pipeline.session import EXECUTOR_MEMORY_ENV
@@ -125,6 +126,7 @@ def main() -> None:
     try:
         with standalone_cluster(work / "cluster", memory=args.worker_memory) as cluster:
             workers = [p.pid for p in cluster.processes[1:]]
+            warm_up(NODES, None)
             for millions in (float(x) for x in args.sizes.split(",")):
                 shape = TraceShape(NODES, int(millions * 1_000_000 / NODES), 64, seed=7)
                 trace = work / f"trace-{millions:g}m"

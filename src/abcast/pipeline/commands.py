@@ -100,12 +100,21 @@ def _session(
     if not already:
         _phase(command, f"starting Spark on {master or DEFAULT_MASTER}")
     try:
-        return build_session(master, progress=sys.stderr.isatty()), not already
+        return build_session(master, progress=sys.stderr.isatty(),
+                             save_classes=not already), not already
     except Exception as exc:
         if not _spark_failure(exc):
             raise
         fail(f"Spark could not start on master {master or DEFAULT_MASTER}: "
              f"{_first_line(exc)}")
+
+
+def _stop(command: str, spark: SparkSession) -> None:
+    from abcast.pipeline.session import saving_classes, stop_session
+
+    if saving_classes():
+        _phase(command, "saving the JVM's loaded classes for later starts (once)")
+    stop_session(spark)
 
 
 def _absolute(uri: str) -> str:
@@ -220,7 +229,7 @@ def check(trace_dir: str, master: str | None, remote: str | None, as_json: bool)
         fail(f"Spark failed on master {master or 'local[*]'}: {_first_line(exc)}")
     finally:
         if owned:
-            spark.stop()
+            _stop("check", spark)
     # With --json, stdout carries only the JSON line (the CLI's convention).
     _print_tables(outcome, to_stderr=as_json)
     if as_json:
@@ -288,5 +297,5 @@ def report(trace_dir: str, out_dir: Path, master: str | None, remote: str | None
         fail(f"Spark failed on master {master or 'local[*]'}: {_first_line(exc)}")
     finally:
         if owned:
-            spark.stop()
+            _stop("report", spark)
     click.echo(f"wrote {page}")

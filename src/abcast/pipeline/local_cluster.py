@@ -25,15 +25,9 @@ from pathlib import Path
 from typing import Final
 
 from abcast.evaluation.peers import free_ports
-from abcast.pipeline.session import LOOPBACK
+from abcast.pipeline.session import LOOPBACK, spark_home
 
 START_TIMEOUT_S: Final = 180.0
-
-
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
 
 
 def environment(work: Path) -> dict[str, str]:

@@ -7,7 +7,9 @@ The master is `local[*]` unless the caller names another (`spark://host:7077`, a
 standalone cluster) or a Spark Connect server (`remote="sc://host:15002"`: the session
 is then a thin client, and the server's own settings apply); this module does not read
 traces or know any check. pyspark is imported only inside `build_session`, so importing
-this module costs nothing when Java is absent.
+this module costs nothing when Java is absent. The driver JVM maps the class-data-sharing
+archive of abcast.pipeline.class_archive when there is one; a caller that owns its
+session may have it written (`save_classes`) and then ends with `stop_session`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
+
+from abcast.pipeline import class_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,6 +72,23 @@ def _log4j2_config() -> Path:
     return path
 
 
+# The archive the running driver JVM writes at exit (set by a `save_classes` start; at
+# most one: there is one driver JVM per process).
+_PENDING_ARCHIVE: list[class_archive.Pending] = []
+
+
+def spark_home() -> Path:
+    """The installed PySpark's directory: its SPARK_HOME (jars, bin, sbin)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def saving_classes() -> bool:
+    """Whether the running driver JVM will write the class archive when stopped."""
+    return bool(_PENDING_ARCHIVE)
+
+
 def _prepare_environment() -> None:
     """Environment the JVM and the Python workers read at launch."""
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
@@ -81,6 +102,7 @@ def build_session(
     driver_memory: str | None = None,
     progress: bool = False,
     remote: str | None = None,
+    save_classes: bool = False,
 ) -> SparkSession:
     """A SparkSession on `master` (default `local[*]`), loopback-bound and quiet; or,
     given `remote`, a Spark Connect session to that server.
@@ -88,7 +110,9 @@ def build_session(
     `driver_memory` (default: $ABCAST_SPARK_DRIVER_MEMORY, else 3g for a local master)
     only takes effect when this call starts the JVM (an already running session is
     returned as it is, with its own settings). `progress` shows Spark's stage progress
-    bar on stderr (for a terminal).
+    bar on stderr (for a terminal). `save_classes`: when this call starts the JVM and
+    there is no class archive yet, the JVM writes one at exit, and the caller promises
+    to end with `stop_session` (which waits for it).
     """
     _prepare_environment()
     if remote is not None:
@@ -101,6 +125,7 @@ def build_session(
     if driver_memory is None:
         driver_memory = os.environ.get(DRIVER_MEMORY_ENV) or (
             LOCAL_DRIVER_MEMORY if master.startswith("local") else None)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     java_options = f"{_JVM_GC} -Dlog4j2.configurationFile=file:{_log4j2_config()}"
@@ -109,6 +134,11 @@ def build_session(
     driver_options = (f"{java_options} -Xms{driver_memory}"
                       if driver_memory is not None and master.startswith("local")
                       else java_options)
+    pending = None
+    if SparkContext._gateway is None:  # this call starts the driver JVM
+        archive_options, pending = class_archive.jvm_options(spark_home(),
+                                                             create=save_classes)
+        driver_options = f"{driver_options} {archive_options}".rstrip()
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -136,5 +166,26 @@ def build_session(
     if executor_memory:
         builder = builder.config("spark.executor.memory", executor_memory)
     spark = builder.getOrCreate()
+    if pending is not None:
+        _PENDING_ARCHIVE[:] = [pending]
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop `spark`; if its JVM was started to write the class archive, shut that JVM
+    down and wait while it does (once per Spark install and JDK: seconds)."""
+    spark.stop()
+    if not _PENDING_ARCHIVE:
+        return
+    pending = _PENDING_ARCHIVE.pop()
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    jvm = getattr(gateway, "proc", None)
+    if gateway is None or jvm is None:
+        return
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    class_archive.finish(pending, jvm)
