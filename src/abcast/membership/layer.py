@@ -59,6 +59,7 @@ parts that take that state explicitly: the coordinator's side of the flush
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable
 from typing import Any
 
@@ -124,6 +125,8 @@ from abcast.membership.wire import (
 )
 from abcast.snapshot import LayerSnapshot
 
+_log = logging.getLogger(__name__)
+
 
 class Membership(Layer):
     """Views for the ordering it wraps (one stack slot: its headers and the ordering's).
@@ -182,7 +185,13 @@ class Membership(Layer):
         return self.joins.depart()
 
     def replay(self, event: Received) -> list[Effect]:
-        return self.handle(event, self.s.now)
+        """A kept membership packet handled now (see `_replayed`: a peer's mistake in it
+        is logged and dropped, not raised over the effects made before it)."""
+        try:
+            return self.handle(event, self.s.now)
+        except RemoteProtocolError as exc:
+            _log.warning("%s dropped a kept packet from %s: %s", self.node, event.sender, exc)
+            return []
 
     @property
     def merges(self) -> int:
@@ -514,7 +523,7 @@ class Membership(Layer):
         early, self.s.early = self.s.early, []
         for event in early:
             if event.sender in view.members:
-                effects += self.handle(event, self.s.now)
+                effects += self.replay(event)
         return effects
 
     def resume(self) -> list[Effect]:
@@ -528,11 +537,21 @@ class Membership(Layer):
         buffered, self.s.buffered = self.s.buffered, []
         for event in buffered:
             if event.sender in view.members:
-                effects += self.ordering.handle(event, self.s.now)
+                effects += self._replayed(event)
         queued, self.s.queued = self.s.queued, []
         for seq, payload in queued:
             effects += self.ordering.handle(BroadcastRequested(seq, payload), self.s.now)
         return effects
+
+    def _replayed(self, event: Received) -> list[Effect]:
+        """A kept packet handed to the ordering now. What a peer sent wrong is one log
+        line and dropped here, not raised: the effects of the packets replayed before it
+        (deliveries the ordering already made) must not be lost with it."""
+        try:
+            return self.ordering.handle(event, self.s.now)
+        except RemoteProtocolError as exc:
+            _log.warning("%s dropped a kept packet from %s: %s", self.node, event.sender, exc)
+            return []
 
     # -- the flush, as coordinator -------------------------------------------------------
     def _retry_deferred(self) -> list[Effect]:
@@ -540,7 +559,7 @@ class Membership(Layer):
         effects: list[Effect] = []
         for event in deferred.values():
             if self.s.status in ("member", "leaving"):
-                effects += self.handle(event, self.s.now)
+                effects += self.replay(event)
         return effects
 
     def unfreeze(self) -> list[Effect]:
