@@ -4,9 +4,9 @@ at random times, under drop/dup/delay — many seeds per ordering.
 Rules: one task = one seeded `run_simulation` over 6–8 nodes (drawn from the seed, or
 fixed by --nodes) whose fault schedule is drawn from the seed too
 (abcast.sim.churn.churn_faults), so a failing run is replayed from its printed faults. The
-stack is the registry's (`build_stack`: for the sequencer family, the membership-aware
-core over an open detector and channel; for unordered, fifo, causal, skeen and matrix,
-the membership layer — abcast.membership — around the ordering, over the same); a run the
+stack is the registry's (`build_stack`: the membership layer — abcast.membership — around
+the ordering, over an open detector and channel; chandra-toueg decides its views by
+consensus); a run the
 registry refuses counts as refused. --safe and --relay apply to the orderings that offer
 them. A
 run is clean when: the trace checks find nothing among the members present for the
@@ -33,7 +33,7 @@ its violations per code must equal the in-memory checker's over the same whole t
 
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings matrix --spark-sample 10
 
-With --evs (partitions="evs", abcast.ordering.sequencer_merge) both sides of the
+With --evs (partitions="evs", abcast.membership.merge) both sides of the
 partition go on and merge on heal. The workload is then open-loop (--rate, default 40
 broadcasts/s: the closed round-robin would wait for the other side's messages, which a
 merged member gets as state, never as deliveries), a run ends once idle for --stall-s, and

@@ -195,7 +195,7 @@ class CausalTotalNumberingOnArrival(Sequencer):
     def handle(self, event: Event, now: int) -> list[Effect]:
         st = self.st
         if (type(event) is Received and type(event.header) is CTData
-                and self.is_sequencer and not st.frozen):
+                and self.is_sequencer):
             seq = event.header.seq
             mid = MsgId(event.sender, seq)
             if seq <= st.delivered.get(event.sender, 0) or mid in st.bodies:

@@ -7,7 +7,6 @@ equal and holds both sides' partition-time messages."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -15,6 +14,7 @@ from abcast import Delivery, Group, Node
 from abcast.group.failure_detector import DetectorConfig
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions
+from abcast.testing.polling import until
 from abcast.transport.memory import MemoryTransport
 
 pytestmark = pytest.mark.timeout(90)
@@ -61,12 +61,6 @@ class Replica:
         return b"\n".join(sorted(union))
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
 def test_both_sides_of_a_partition_go_on_and_merge_into_one_state() -> None:
     replicas = {n: Replica() for n in IDS}
     transports = {n: CuttableMemory() for n in IDS}
@@ -86,25 +80,25 @@ def test_both_sides_of_a_partition_go_on_and_merge_into_one_state() -> None:
         by_id = {g.node: g for g in groups}
         for g in groups:
             await g.broadcast(b"before " + g.node.encode())
-        await _until(lambda: all(len(r.lines) == 4 for r in replicas.values()), 20)
+        await until(lambda: all(len(r.lines) == 4 for r in replicas.values()), 20)
 
         for n in IDS:  # cut {n1, n2} | {n3, n4}
             transports[n].blocked = RIGHT if n in LEFT else LEFT
-        await _until(lambda: all(
+        await until(lambda: all(
             r.views and set(r.views[-1].members) == (LEFT if n in LEFT else RIGHT)
             for n, r in replicas.items()), 20)
         for n in IDS:  # each side orders its own broadcasts while cut
             await by_id[n].broadcast(b"during " + n.encode())
-        await _until(lambda: all(len(r.lines) == 6 for r in replicas.values()), 20)
+        await until(lambda: all(len(r.lines) == 6 for r in replicas.values()), 20)
 
         for n in IDS:
             transports[n].blocked = set()
-        await _until(lambda: all(
+        await until(lambda: all(
             r.views and set(r.views[-1].members) == set(IDS) and len(r.lines) == 8
             for r in replicas.values()), 40)
         for g in groups:
             await g.broadcast(b"after " + g.node.encode())
-        await _until(lambda: all(len(r.lines) == 12 for r in replicas.values()), 20)
+        await until(lambda: all(len(r.lines) == 12 for r in replicas.values()), 20)
         for g in groups:
             await g.close()
         for node in nodes:

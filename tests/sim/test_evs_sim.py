@@ -1,6 +1,7 @@
-"""Extended virtual synchrony in the simulator (`partitions="evs"`, sequencer family): a
-partition splits a 6–8 node group, both sides go on delivering in views of their own,
-and on heal every member installs one merge view and ends with the same state; churn
+"""Extended virtual synchrony in the simulator (`partitions="evs"`: the membership
+layer's partition policy and merge, abcast.membership.merge, around the sequencer
+family): a partition splits a 6–8 node group, both sides go on delivering in views of
+their own, and on heal every member installs one merge view and ends with the same state; churn
 (a join, a leave, a crash and a partition that heals) over seeds stays clean under
 abcast.sim.churn's evs judging; planted faults (a merge that drops the merged state)
 are found; orderings that cannot do evs refuse it."""
@@ -19,11 +20,10 @@ from abcast.cli import cli
 from abcast.effects import Effect, InstallState, MergeStates
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, View
-from abcast.ordering import sequencer_merge
+from abcast.membership.merge import VIEW_ID_SPAN, Merger, evs_view_id
+from abcast.membership.state import MergeRound
+from abcast.membership.wire import MMergeInstall
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
-from abcast.ordering.sequencer_flush import VIEW_ID_SPAN, evs_view_id
-from abcast.ordering.sequencer_state import MergeRound, SequencerState
-from abcast.ordering.sequencer_wire import MInstall
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.sim.churn import churn_faults, judge, lineages, merge_views
 from abcast.sim.cluster import SimCluster
@@ -120,19 +120,19 @@ def test_without_a_merge_hook_the_side_of_the_lowest_member_keeps_its_state(
     monkeypatch.setattr(SimCluster, "state_merge", False)
     asked: list[tuple[NodeId, tuple[bytes, ...]]] = []
     answered: list[bytes] = []
-    emit = sequencer_merge._maybe_merge_states
+    emit = Merger._maybe_merge_states
     answer = Stack.states_merged
 
-    def recording_emit(st: SequencerState, merge: MergeRound) -> list[Effect]:
-        out = emit(st, merge)
-        asked.extend((st.node, e.states) for e in out if isinstance(e, MergeStates))
+    def recording_emit(self: Merger, merge: MergeRound) -> list[Effect]:
+        out = emit(self, merge)
+        asked.extend((self.s.node, e.states) for e in out if isinstance(e, MergeStates))
         return out
 
     def recording_answer(self: Stack, token: int, state: bytes, now: int) -> list[object]:
         answered.append(state)
         return answer(self, token, state, now)  # type: ignore[return-value]
 
-    monkeypatch.setattr(sequencer_merge, "_maybe_merge_states", recording_emit)
+    monkeypatch.setattr(Merger, "_maybe_merge_states", recording_emit)
     monkeypatch.setattr(Stack, "states_merged", recording_answer)
     result = split_run("sequencer", 6, ["n4", "n5", "n6"])
     assert len(asked) == 1
@@ -143,17 +143,17 @@ def test_without_a_merge_hook_the_side_of_the_lowest_member_keeps_its_state(
     assert judge(result) == ([], [])
 
 
-_on_merge_install = sequencer_merge._on_merge_install
+_on_merge_install = Merger._on_install
 
 
-def _forgets_merged_state(st: SequencerState, install: MInstall) -> list[Effect]:
+def _forgets_merged_state(self: Merger, install: MMergeInstall) -> list[Effect]:
     """Planted: installs the merge view but never the merged state."""
-    return [e for e in _on_merge_install(st, install) if not isinstance(e, InstallState)]
+    return [e for e in _on_merge_install(self, install) if not isinstance(e, InstallState)]
 
 
 def test_a_merge_that_drops_the_merged_state_is_found(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sequencer_merge, "_on_merge_install", _forgets_merged_state)
+    monkeypatch.setattr(Merger, "_on_install", _forgets_merged_state)
 
     def make(node: NodeId, view: View) -> Stack:
         return build_stack(node, "g", "sequencer", view, EVS)

@@ -69,7 +69,7 @@ class CausalTotalNumberingOnArrival(Sequencer):
     def handle(self, event: Event, now: int) -> list[Effect]:
         st = self.st
         if (type(event) is Received and type(event.header) is CTData
-                and self.is_sequencer and not st.frozen):
+                and self.is_sequencer):
             # The real core drops a body whose seq is below what it delivered from that
             # origin (it delivers each origin in order); this one does not either.
             seq = event.header.seq

@@ -97,3 +97,21 @@ def test_inspect_shows_the_phase_the_view_and_the_fifo_gap() -> None:
     assert layer.inspect().phase == "member, flushing"
     assert layer.handle(Received("n1", UData(1), Packet((), b"a")), 0) == []  # buffered
     assert layer.inspect().counters["buffered"] == 1
+
+
+def test_a_bad_kept_packet_does_not_take_the_deliveries_replayed_before_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Frozen by a flush, a member keeps its ordering's packets; replayed after the
+    install, a packet its ordering refuses is one log line, and the deliveries the
+    packets before it made still come out (raised, they were lost while the ordering
+    counted them delivered)."""
+    layer = _member()
+    layer.handle(Received("n1", MPrepare(4, 1, ["n1", "n2", "n3"]), EMPTY), 10)
+    layer.handle(Received("n3", UData(1), Packet((), b"kept")), 11)
+    layer.handle(Received("n3", UData(1), Packet((), b"twice")), 12)  # again: refused
+    with caplog.at_level(logging.WARNING, logger="abcast.membership.layer"):
+        effects = layer.handle(Received("n1", MInstall(4, 1, ["n1", "n2", "n3"], []), EMPTY),
+                               20)
+    assert Deliver("n3", 1, b"kept") in effects
+    assert layer.view == View(4, ("n1", "n2", "n3"))
+    assert "dropped a kept packet from n3" in caplog.text

@@ -1,20 +1,20 @@
-"""The sequencer core's phases and its snapshot: `inspect()` names the phase, the numbers
-and what each held message waits for; the phase tables refuse a transition they do not
-list; a flush freezes a member and its install thaws it (evs, where the core keeps its
-own views; the rest of the family's views are the membership layer's, tests/unit/
-test_membership.py)."""
+"""The sequencer core's snapshot, and its views under the membership layer: `inspect()`
+names the numbers and what each held message waits for; the core has no phases of its
+own (a flush freezes the membership layer around it, whose phase table is the family's:
+a prepare freezes a member, its install thaws it, in the evs policy as in primary).
+Membership's own phases: tests/unit/test_membership.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from abcast.codec import EMPTY, Packet
-from abcast.errors import LocalProtocolError
 from abcast.events import JoinRequested, Received, ViewInstalled
 from abcast.ids import View
+from abcast.membership import Membership, MembershipConfig
+from abcast.membership.wire import MInstall, MPrepare
 from abcast.ordering.sequencer import Sequencer
-from abcast.ordering.sequencer_state import FLOW_TRANSITIONS, ROLE_TRANSITIONS, Flow, Role
-from abcast.ordering.sequencer_wire import SData, SOrder, VcInstall, VcPrepare
+from abcast.ordering.sequencer_wire import SData, SOrder
 
 VIEW = View(1, ("n1", "n2", "n3"))
 
@@ -25,19 +25,11 @@ def _member(node: str = "n2", **options: bool) -> Sequencer:
     return layer
 
 
-def test_every_phase_has_a_row() -> None:
-    assert set(ROLE_TRANSITIONS) == set(Role)
-    assert set(FLOW_TRANSITIONS) == set(Flow)
-
-
-def test_a_transition_the_table_does_not_list_is_refused() -> None:
-    layer = _member()
-    layer.st.go_role(Role.STOPPED)
-    with pytest.raises(LocalProtocolError, match="stopped → member"):
-        layer.st.go_role(Role.MEMBER)
-    with pytest.raises(LocalProtocolError, match="merging → flushing"):
-        layer.st.go_flow(Flow.MERGING)
-        layer.st.go_flow(Flow.FLUSHING)
+def _managed(node: str, partitions: str, view: View = VIEW) -> Membership:
+    layer = Membership(node, Sequencer(node, evs=partitions == "evs"),
+                       MembershipConfig(partitions=partitions))
+    layer.handle(ViewInstalled(view), 0)
+    return layer
 
 
 def test_inspect_names_what_each_held_message_waits_for() -> None:
@@ -57,21 +49,19 @@ def test_inspect_names_what_each_held_message_waits_for() -> None:
     assert layer.inspect() == snap  # read-only
 
 
-def test_a_flush_freezes_a_member_and_its_install_thaws_it() -> None:
-    layer = _member(evs=True)
-    layer.handle(Received("n1", VcPrepare(2, 1, ["n1", "n2"]), EMPTY), 10)
-    snap = layer.inspect()
-    assert snap.phase == "flushing"
-    assert snap.clock["answered"] == {"target": 2, "attempt": 1, "coordinator": "n1"}
-    install = VcInstall(2, 1, ["n1", "n2"], 1, [], [], 0)
-    layer.handle(Received("n1", install, EMPTY), 20)
-    assert layer.inspect().phase == "steady"
+@pytest.mark.parametrize("partitions", ["primary", "evs"])
+def test_a_flush_freezes_a_member_and_its_install_thaws_it(partitions: str) -> None:
+    layer = _managed("n2", partitions)
+    layer.handle(Received("n1", MPrepare(2, 1, ["n1", "n2"]), EMPTY), 10)
+    assert layer.inspect().phase == "member, flushing"
+    assert layer.inspect().clock["answered"] == [2, 1]
+    layer.handle(Received("n1", MInstall(2, 1, ["n1", "n2"], []), EMPTY), 20)
+    assert layer.inspect().phase == "member"
     assert layer.view == View(2, ("n1", "n2"))
 
 
 def test_a_joiner_is_joining_until_welcomed() -> None:
-    layer = Sequencer("n4", evs=True)
-    layer.handle(ViewInstalled(View(0, ("n4",))), 0)
+    layer = _managed("n4", "evs", View(0, ("n4",)))
     layer.handle(JoinRequested(("n1",)), 0)
     assert layer.inspect().phase == "joining"
     assert layer.status == "joining"

@@ -23,6 +23,13 @@ Optional: `owes_own() -> bool` — this member's own broadcasts are not all deli
 yet and the ordering may deliver some of them only in the next view (the sequencer under
 SAFE); a leaver asks to leave once it owes none, so that it delivers its own messages.
 
+Under `partitions="evs"` (abcast.membership.merge) an ordering also implements
+`MergingOrdering`: a side's flush settles the reports of that side only
+(`settle_side(reports, members, old)`: what it keeps, and `spent`, the numbers used up,
+which the next view's numbering skips), `conclude_side(outcome, spent)` takes it, and a
+merge of sides restarts the ordering from a cut computed over every side
+(`merge_cut`, `start_merged`). Today the sequencer family implements it.
+
 A later ordering decides views another way through the same records: the sequencer
 reports numbers and bodies (`FlushMessage.stamp` = its global number), chandra-toueg
 keeps deciding views by consensus in its delivery sequence and uses only the join and
@@ -36,7 +43,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from abcast.effects import Effect
 from abcast.events import Event
-from abcast.ids import NodeId
+from abcast.ids import NodeId, View
 from abcast.membership.wire import FlushMessage, JoinCut, ViewReport
 from abcast.snapshot import LayerSnapshot
 
@@ -67,3 +74,21 @@ class ViewOrdering(Protocol):
     def stable_point(self) -> dict[NodeId, int]: ...
 
     def forget(self, stable: Mapping[NodeId, int]) -> None: ...
+
+
+@runtime_checkable
+class MergingOrdering(ViewOrdering, Protocol):
+    """An ordering that can run under `partitions="evs"` (see the module's rules)."""
+
+    def settle_side(
+        self, reports: Sequence[ViewReport], members: tuple[NodeId, ...], old: View
+    ) -> tuple[list[FlushMessage], int]: ...
+
+    def conclude_side(self, outcome: Sequence[FlushMessage], spent: int) -> list[Effect]: ...
+
+    def merge_cut(
+        self, reports: Sequence[ViewReport], outcomes: Sequence[Sequence[FlushMessage]],
+        spent: int,
+    ) -> JoinCut: ...
+
+    def start_merged(self, cut: JoinCut) -> None: ...

@@ -4,11 +4,12 @@ install it concludes with.
 
 Rules (the numbered steps are abcast.membership.layer's): the coordinator is the lowest
 member of the view it does not suspect; only one that hears a majority of its view goes
-on (primary partition), else it gives its flush up (`MAbort`). A state from a member
+on (primary partition), else it gives its flush up (`MAbort`); under evs every side goes
+on, with view ids of its coordinator's (abcast.membership.merge). A state from a member
 that answered another coordinator for this view id, or that is a view ahead, sends the
 flush to a higher view id; one from a member a view behind gets our last install. With
 every state in (joiners count as fresh), the ordering settles the reports
-(`Membership.outcome`) and `MInstall` carries the outcome and the next members: the
+(`Membership.settled`) and `MInstall` carries the outcome and the next members: the
 proposed ones, less leavers, plus joiners.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from abcast.effects import Effect, Multicast, Send
 from abcast.ids import NodeId
+from abcast.membership.merge import evs_view_id
 from abcast.membership.state import CoordinatedFlush, MembershipState, MemberSteps
 from abcast.membership.wire import MAbort, MInstall, MPrepare, MState
 
@@ -91,11 +93,16 @@ class FlushCoordinator:
         if not alive or alive[0] != self.s.node:
             # Someone lower coordinates (or I will, once I suspect them).
             return self._abandon()
-        if len(alive) < view.majority:
+        evs = self.s.config.evs
+        if evs and (self.s.merge is not None or self.s.merging is not None):
+            return []  # the merge settles this view; a flush may follow it
+        if len(alive) < view.majority and not evs:
             # Primary partition: a minority never installs a view.
             return self._abandon()
         self.s.attempts = max(self.s.attempts, self.s.answered[1]) + 1
         target = max(target, self.s.flush.target if self.s.flush else 0)
+        if evs:  # two sides never install the same id (abcast.membership.merge)
+            target = evs_view_id(target, self.s.node)
         flush = CoordinatedFlush(target, self.s.attempts, tuple(alive))
         self.s.flush = flush
         self.s.flushes_coordinated += 1
@@ -155,9 +162,9 @@ class FlushCoordinator:
         return (*kept, *sorted(joining))
 
     def _conclude(self, flush: CoordinatedFlush) -> list[Effect]:
-        outcome = self.member.outcome(flush)
+        outcome, spent = self.member.settled(flush)
         members = self._next_members(flush)
-        install = MInstall(flush.target, flush.attempt, list(members), outcome)
+        install = MInstall(flush.target, flush.attempt, list(members), outcome, spent)
         self.s.flush = None
         others = tuple(m for m in flush.members if m != self.s.node and m not in flush.fresh)
         effects: list[Effect] = [Multicast(others, install)] if others else []

@@ -14,12 +14,19 @@ Phases (`status`, and `frozen` while a flush runs):
     leaving    MInstall leaving it out                departing   wait for farewells
     departing  every farewell, suspicion or timeout   stopped     InstallView without it
     member*    MFarewell / Excluded from a later view stopped     removed (cut off)
+    member     the same, under evs                    member      suspect it: our side's flush
+    member*    MMergePrepare (evs, sides meet)        (frozen)    MMergeState to its coordinator
+    member*    MMergeInstall of the merge answered    member*     side's outcome in the old
+                                                                  view, InstallView, merged
+                                                                  InstallState, unfreeze
+    member*    MMergeAbort, or its coordinator gone   member*     unfreeze
 
     (member* = member or leaving)
 
 Rules. A view change is a flush run by its coordinator — the lowest member of the view
-it does not suspect — with attempts, busy answers, crossing installs, and primary
-partition (only a coordinator that hears a majority of its view goes on):
+it does not suspect — with attempts, busy answers, crossing installs, and a partition
+policy: "primary" (only a coordinator that hears a majority of its view goes on) or
+"evs" (every side goes on, and sides merge when they meet: abcast.membership.merge):
 
 1. `MPrepare(target, attempt, members)` to the proposed members (the view less the
    suspects). Each *freezes* — the ordering is fed nothing more: its packets are
@@ -52,6 +59,7 @@ parts that take that state explicitly: the coordinator's side of the flush
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable
 from typing import Any
 
@@ -62,7 +70,7 @@ from abcast.effects import (
     Send,
     SetTimer,
 )
-from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     BroadcastRequested,
     Event,
@@ -72,19 +80,24 @@ from abcast.events import (
     Received,
     Restored,
     SnapshotTaken,
+    StatesMerged,
     Suspected,
     TimerFired,
     ViewInstalled,
 )
 from abcast.ids import NodeId, View
 from abcast.layer import Layer
-from abcast.membership.api import ViewOrdering
+from abcast.membership.api import MergingOrdering, ViewOrdering
 from abcast.membership.flush_coordinator import FlushCoordinator
 from abcast.membership.join_leave import JoinLeave
+from abcast.membership.merge import Merger
 from abcast.membership.state import (
     FAREWELL_WAIT,
     JOIN_RETRY,
     LEAVE_RETRY,
+    MERGE_PROBE,
+    MERGE_TIMEOUT,
+    MERGE_WAIT,
     STABLE,
     TIMERS,
     CoordinatedFlush,
@@ -94,6 +107,7 @@ from abcast.membership.state import (
 from abcast.membership.wire import (
     MEMBERSHIP_HEADERS,
     MEMBERSHIP_TYPES,
+    MERGE_HEADERS,
     FlushMessage,
     MAbort,
     MBusy,
@@ -110,6 +124,8 @@ from abcast.membership.wire import (
     MWelcome,
 )
 from abcast.snapshot import LayerSnapshot
+
+_log = logging.getLogger(__name__)
 
 
 class Membership(Layer):
@@ -128,6 +144,9 @@ class Membership(Layer):
         self.s = MembershipState(node, ordering, self.config)
         self.coordinator = FlushCoordinator(self.s, self)
         self.joins = JoinLeave(self.s, self)
+        self.merger = Merger(self.s, self)
+        if self.config.evs and not isinstance(ordering, MergingOrdering):
+            raise ConfigError(f"ordering {ordering.name!r} cannot run partitions='evs'")
 
     # -- what drivers and tests read -----------------------------------------------------
     @property
@@ -165,6 +184,19 @@ class Membership(Layer):
     def depart(self) -> list[Effect]:
         return self.joins.depart()
 
+    def replay(self, event: Received) -> list[Effect]:
+        """A kept membership packet handled now (see `_replayed`: a peer's mistake in it
+        is logged and dropped, not raised over the effects made before it)."""
+        try:
+            return self.handle(event, self.s.now)
+        except RemoteProtocolError as exc:
+            _log.warning("%s dropped a kept packet from %s: %s", self.node, event.sender, exc)
+            return []
+
+    @property
+    def merges(self) -> int:
+        return self.s.merges
+
     # -- introspection -------------------------------------------------------------------
     @property
     def phase(self) -> str:
@@ -191,7 +223,8 @@ class Membership(Layer):
             counters={"views_installed": self.s.views_installed,
                       "flushes_coordinated": self.s.flushes_coordinated,
                       "welcomes_sent": self.s.welcomes_sent,
-                      "joins_deferred": self.s.joins_deferred, "buffered": len(self.s.buffered),
+                      "joins_deferred": self.s.joins_deferred, "merges": self.s.merges,
+                      "buffered": len(self.s.buffered),
                       "queued": len(self.s.queued)})
 
     def backpressured(self) -> bool:
@@ -239,8 +272,12 @@ class Membership(Layer):
                 return self.joins.join(contacts, now)
             case LeaveRequested():
                 effects = self.joins.leave(now)
+            case SnapshotTaken(token, state) if token in self.s.side_tokens:
+                effects = self.merger.side_snapshot(token, state)
             case SnapshotTaken(token, state):
                 return self.joins.send_welcome(token, state)
+            case StatesMerged(token, state):
+                effects = self.merger.states_merged(token, state)
             case TimerFired(key) if isinstance(key, str) and key in TIMERS:
                 effects = self._timer(key, now)
             case TimerFired():
@@ -255,19 +292,49 @@ class Membership(Layer):
                 timer = SetTimer(STABLE, now + self.config.stable_period_us)
                 return [*self.ordering.handle(event, now), timer]
             case Suspected(node):
+                effects = self._merge_suspects(node)
                 self.s.suspects.add(node)
-                effects = self.coordinator.on_suspect(node) + self._retry_deferred()
+                effects += self.coordinator.on_suspect(node) + self._retry_deferred()
             case Restored(node):
                 self.s.suspects.discard(node)
                 effects = self.coordinator.on_restored()
+            case Excluded(by, view_id) if self._partitioned(by, view_id):
+                effects = self._go_on_without(by)
             case Excluded(by, view_id):
                 effects = self.joins.on_excluded(by, view_id)
             case _:
                 return self.ordering.handle(event, now)
         return effects
 
+    # -- evs: partitions go on, and merge ---------------------------------------------------
+    def _partitioned(self, by: NodeId, view_id: int) -> bool:
+        """Under evs, a member another side left out goes on without that side."""
+        view = self.s.view
+        return (self.config.evs and self.s.status == "member" and view is not None
+                and by in view.members and view_id > view.view_id)
+
+    def _go_on_without(self, by: NodeId) -> list[Effect]:
+        self.s.suspects.add(by)
+        return self.coordinator.on_suspect(by)
+
+    def _merge_suspects(self, node: NodeId) -> list[Effect]:
+        """A suspected merge coordinator (we thaw) or merge member (we give up)."""
+        merging, merge = self.s.merging, self.s.merge
+        if merge is not None and node in merge.members:
+            return self.merger.give_up()
+        if merging is not None and node == merging[2] and merge is None:
+            return self.merger.thaw()
+        return []
+
     # -- membership messages -------------------------------------------------------------
     def _membership(self, sender: NodeId, header: Any) -> list[Effect]:
+        if isinstance(header, MERGE_HEADERS):
+            if not self.config.evs:
+                raise RemoteProtocolError(f"{sender} sent a merge message {type(header).__name__}"
+                                          " to a primary-partition group")
+            if self.s.status not in ("member", "leaving"):
+                return []
+            return self.merger.on_message(sender, header)
         if self.s.status == "joining":
             return self.joins.while_joining(sender, header)
         if self.s.status == "departing":
@@ -298,12 +365,16 @@ class Membership(Layer):
             case MFarewell(view_id):
                 if sender not in members or view_id <= view.view_id:
                     return []
+                if self._partitioned(sender, view_id):
+                    return self._go_on_without(sender)
                 return self.joins.removed(sender, view_id)
             case MWelcome(members=listed):
                 if self.node not in listed:
                     raise RemoteProtocolError(f"{sender} welcomed {self.node} into a view "
                                               f"without it: {listed}")
                 return []  # a welcome sent twice: we are in already
+            case MPrepare() if self.merger.busy:
+                return self.merger.defer(Received(sender, header, EMPTY))
             case MPrepare(target, attempt, proposed):
                 if sender not in members:
                     if target > view.view_id + 1:
@@ -336,6 +407,9 @@ class Membership(Layer):
                 return self.unfreeze()
             case MState():
                 return self.coordinator.on_state(sender, header)
+            case MBusy() if self.config.evs and self._busy_elsewhere(sender):
+                # It is forming another side's view: go on without it (a merge follows).
+                return self._go_on_without(sender)
             case MBusy(target, attempt):
                 return self.coordinator.on_busy(target, attempt)
             case MInstall(view_id):
@@ -345,6 +419,10 @@ class Membership(Layer):
                 return self.on_install(header)
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
+
+    def _busy_elsewhere(self, sender: NodeId) -> bool:
+        flush = self.s.flush
+        return flush is not None and sender in flush.members and sender != self.node
 
     # -- the flush, as a member ----------------------------------------------------------
     def prior_for(self, coordinator: NodeId) -> int:
@@ -369,6 +447,13 @@ class Membership(Layer):
             # Its coordinator's install of our view never reached it: hand it over.
             last = self.s.last_install
             return [Send(sender, last)] if last is not None else []
+        answered_to = self.s.answered_to
+        if (self.config.evs and self.s.frozen and self.s.flush is None
+                and answered_to not in (sender, self.node) and answered_to not in self.s.suspects
+                and self.s.answered[0] > view.view_id):
+            # Frozen for another coordinator's view: under evs two sides may be forming
+            # at once, and a member must end up in one of them only.
+            return [Send(sender, MBusy(*self.s.answered))]
         if (target, attempt) <= self.s.answered:
             if sender == self.s.answered_to:
                 return []
@@ -387,7 +472,9 @@ class Membership(Layer):
         still_frozen = self.s.answered[0] > install.view_id
         self.s.answered_for = {t: a for t, a in self.s.answered_for.items()
                               if t > install.view_id}
-        effects = self.ordering.conclude(install.outcome)  # the old view's, in the old view
+        # the old view's, in the old view
+        effects = (self.merger.ordering.conclude_side(install.outcome, install.spent)
+                   if self.config.evs else self.ordering.conclude(install.outcome))
         new = View(install.view_id, tuple(install.members))
         self.s.last_install = install
         if self.node not in new.members:
@@ -403,6 +490,8 @@ class Membership(Layer):
         joiners, self.s.welcome_next = self.s.welcome_next, ()
         if joiners:
             effects.append(self.joins.take_snapshot(joiners, new))
+        if self.config.evs:
+            effects += self.merger.view_installed(view, new)
         effects += self.adopt(new)
         if still_frozen and self.s.answered_to not in new.members:
             # The flush we answered since is led by a node this view left out: it cannot
@@ -434,7 +523,7 @@ class Membership(Layer):
         early, self.s.early = self.s.early, []
         for event in early:
             if event.sender in view.members:
-                effects += self.handle(event, self.s.now)
+                effects += self.replay(event)
         return effects
 
     def resume(self) -> list[Effect]:
@@ -448,11 +537,21 @@ class Membership(Layer):
         buffered, self.s.buffered = self.s.buffered, []
         for event in buffered:
             if event.sender in view.members:
-                effects += self.ordering.handle(event, self.s.now)
+                effects += self._replayed(event)
         queued, self.s.queued = self.s.queued, []
         for seq, payload in queued:
             effects += self.ordering.handle(BroadcastRequested(seq, payload), self.s.now)
         return effects
+
+    def _replayed(self, event: Received) -> list[Effect]:
+        """A kept packet handed to the ordering now. What a peer sent wrong is one log
+        line and dropped here, not raised: the effects of the packets replayed before it
+        (deliveries the ordering already made) must not be lost with it."""
+        try:
+            return self.ordering.handle(event, self.s.now)
+        except RemoteProtocolError as exc:
+            _log.warning("%s dropped a kept packet from %s: %s", self.node, event.sender, exc)
+            return []
 
     # -- the flush, as coordinator -------------------------------------------------------
     def _retry_deferred(self) -> list[Effect]:
@@ -460,7 +559,7 @@ class Membership(Layer):
         effects: list[Effect] = []
         for event in deferred.values():
             if self.s.status in ("member", "leaving"):
-                effects += self.handle(event, self.s.now)
+                effects += self.replay(event)
         return effects
 
     def unfreeze(self) -> list[Effect]:
@@ -476,6 +575,16 @@ class Membership(Layer):
         that tests can plant a forgetful one)."""
         return self.ordering.settle([flush.states[m].report for m in flush.members
                                      if m in flush.states])
+
+    def settled(self, flush: CoordinatedFlush) -> tuple[list[FlushMessage], int]:
+        """The outcome and the numbers it spends: under evs a side's own (the ordering's
+        `settle_side`, abcast.membership.merge), else `outcome` (nothing spent)."""
+        if not self.config.evs:
+            return self.outcome(flush), 0
+        view = self.s.view
+        assert view is not None
+        reports = [flush.states[m].report for m in flush.members if m in flush.states]
+        return self.merger.ordering.settle_side(reports, flush.members, view)
 
     # -- stability: the log's garbage ----------------------------------------------------
     def _report_stable(self, now: int) -> list[Effect]:
@@ -530,6 +639,15 @@ class Membership(Layer):
             return [*self.joins.ask_to_leave(), retry]
         if key == STABLE:
             return self._report_stable(now)
+        if key == MERGE_PROBE:
+            return self.merger.probe()
+        if key == MERGE_TIMEOUT:
+            return self.merger.give_up()
+        if key == MERGE_WAIT:
+            # Answered a merge that neither concluded nor was called off in twice its
+            # coordinator's time limit (its abort overtook its prepare, say).
+            stuck = self.s.merging is not None and self.s.merge is None
+            return self.merger.thaw() if stuck else []
         if key == FAREWELL_WAIT:
             if self.s.status == "departing":
                 return self.joins.depart()

@@ -24,7 +24,9 @@ from abcast.membership.wire import (
     FlushMessage,
     JoinCut,
     MInstall,
+    MMergeState,
     MState,
+    SideOutcome,
 )
 
 
@@ -36,7 +38,14 @@ JOIN_RETRY: Final = "m-join-retry"
 LEAVE_RETRY: Final = "m-leave-retry"
 FAREWELL_WAIT: Final = "m-farewell-wait"
 STABLE: Final = "m-stable"
-TIMERS: Final = frozenset({JOIN_RETRY, LEAVE_RETRY, FAREWELL_WAIT, STABLE})
+MERGE_PROBE: Final = "m-merge-probe"
+MERGE_TIMEOUT: Final = "m-merge-timeout"
+MERGE_WAIT: Final = "m-merge-wait"
+TIMERS: Final = frozenset({JOIN_RETRY, LEAVE_RETRY, FAREWELL_WAIT, STABLE, MERGE_PROBE,
+                           MERGE_TIMEOUT, MERGE_WAIT})
+#: the partition policies: "primary" (only a side that hears a majority of its view goes
+#: on) and "evs" (every side goes on in its own view; sides merge when they meet again)
+PARTITIONS: Final = ("primary", "evs")
 #: join asks the acting leader holds for the next view; more are dropped (counted) and
 #: come back with the joiner's retry: a member forwarding asks for strangers cannot grow
 #: the leader's state (issue #21). The open channel's bound on strangers, MAX_GUESTS.
@@ -52,11 +61,23 @@ class MembershipConfig:
     farewell_wait_us: int = 5_000_000  # a leaver waits at most this long for farewells
     #: how often members report what they delivered (stability: the log's garbage)
     stable_period_us: int = 200_000
+    partitions: str = "primary"  # or "evs" (PARTITIONS)
+    probe_us: int = 300_000  # evs: a coordinator probes the nodes its lineage lost this often
+    probe_for_us: int = 60_000_000  # ...for this long after losing them
+    merge_timeout_us: int = 3_000_000  # a merge not concluded by then is given up
 
     def __post_init__(self) -> None:
         if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us,
-               self.stable_period_us) <= 0:
+               self.stable_period_us, self.probe_us, self.probe_for_us,
+               self.merge_timeout_us) <= 0:
             raise LocalProtocolError(f"membership knobs must be positive: {self}")
+        if self.partitions not in PARTITIONS:
+            raise LocalProtocolError(
+                f"partitions must be one of {', '.join(PARTITIONS)}: {self.partitions!r}")
+
+    @property
+    def evs(self) -> bool:
+        return self.partitions == "evs"
 
 
 @dataclass(slots=True)
@@ -71,6 +92,22 @@ class CoordinatedFlush:
 
     def complete(self) -> bool:
         return set(self.states) | self.fresh == set(self.members)
+
+
+@dataclass(slots=True)
+class MergeRound:
+    """The merge coordinator's side of a merge (evs): every member's state, then each
+    side's outcome, its lowest member's snapshot after it, and the merged state."""
+
+    target: int
+    attempt: int
+    members: tuple[NodeId, ...]
+    states: dict[NodeId, MMergeState] = field(default_factory=dict)
+    sides: dict[int, SideOutcome] = field(default_factory=dict)  # by the side's view id
+    lowest: dict[int, NodeId] = field(default_factory=dict)
+    snapshots: dict[int, bytes] = field(default_factory=dict)
+    cut: JoinCut | None = None
+    token: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +137,13 @@ class MemberSteps(Protocol):
 
     def acting_leader(self, view: View) -> NodeId: ...
 
-    def outcome(self, flush: CoordinatedFlush) -> list[FlushMessage]: ...
+    def settled(self, flush: CoordinatedFlush) -> tuple[list[FlushMessage], int]: ...
 
     def change_view(self) -> list[Effect]: ...
 
     def depart(self) -> list[Effect]: ...
+
+    def replay(self, event: Received) -> list[Effect]: ...
 
 
 class MembershipState:
@@ -165,3 +204,17 @@ class MembershipState:
         self.flushes_coordinated = 0
         self.welcomes_sent = 0
         self.joins_deferred = 0  # asks dropped at MAX_PENDING_JOINS (the joiner retries)
+        # evs: the merge (abcast.membership.merge)
+        self.lost: dict[NodeId, int] = {}  # node our views left out → when
+        self.probe_armed = False
+        self.probe_answered: dict[NodeId, int] = {}  # coordinator → when we answered it
+        self.merge: MergeRound | None = None  # coordinating
+        self.merging: tuple[int, int, NodeId] | None = None  # answered (target, attempt, by)
+        self.merge_view = 0  # our view id when we answered
+        self.side_delivered = False  # we delivered our side's outcome (its lowest member)
+        #: snapshot tokens of a side's outcome: (target, attempt, side view id, coordinator)
+        self.side_tokens: dict[int, tuple[int, int, int, NodeId]] = {}
+        self.merge_deferred: list[Received] = []  # flush prepares heard while merging
+        #: merges given up that we may still be asked to join (packets cross)
+        self.merge_aborted: set[tuple[NodeId, int, int]] = set()
+        self.merges = 0

@@ -1,9 +1,11 @@
-"""The membership layer's wire: join, leave, the flush, and what an ordering reports.
+"""The membership layer's wire: join, leave, the flush, the evs merge, and what an
+ordering reports.
 
-Rules: one Struct per message, tagged by class name (`abcast.codec.Header`). The shapes
-follow the sequencer family's flush (abcast.ordering.sequencer_flush: prepare, state,
-install, busy) and its membership messages (join, forwarded join, welcome, not-yet,
-leave, farewell), with the ordering's own part reduced to two typed records every
+Rules: one Struct per message, tagged by class name (`abcast.codec.Header`): the flush
+(prepare, state, install, busy, abort), membership (join, forwarded join, welcome,
+not-yet, leave, farewell, stability) and, under evs, the merge of sides (probe, merge
+prepare, merge state, a side's outcome, its state, merge install, merge abort:
+abcast.membership.merge), with the ordering's own part reduced to two typed records every
 ordering fills in the same way: `FlushMessage` (a message of the closing view, with
 what the ordering needs to place it) and `ViewReport` (what a member holds of the view).
 """
@@ -137,6 +139,8 @@ class MInstall(Header, frozen=True):
     attempt: Count
     members: NodeList
     outcome: Messages
+    #: evs: the ordering's numbers through this are used up (abcast.membership.api)
+    spent: Count = 0
 
 
 class MNotYet(Header, frozen=True):
@@ -156,11 +160,87 @@ class MWelcome(Header, frozen=True):
     state: bytes
 
 
+# -- evs: the merge of partitions that meet again (abcast.membership.merge) -----------------
+class MMergeProbe(Header, frozen=True):
+    """A view's coordinator → a node its lineage lost: I lead view `view_id` of `members`;
+    merge if you can."""
+
+    view_id: Seq
+    members: NodeList
+
+
+class MMergePrepare(Header, frozen=True):
+    """Merge coordinator → every proposed member (both sides): freeze and report."""
+
+    target: Seq
+    attempt: Count
+    members: NodeList
+
+
+class MMergeState(Header, frozen=True):
+    """Member → merge coordinator: my view (`view_id`, `members`) and what I hold of it."""
+
+    target: Seq
+    attempt: Count
+    view_id: Count
+    members: NodeList
+    report: ViewReport
+
+
+class SideOutcome(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """What one side delivers in its last view before the merge view: the ordering's
+    settled messages, and `spent` (the ordering's numbers through it are used up)."""
+
+    view_id: Count
+    outcome: Messages
+    spent: Count = 0
+
+
+class MMergeOutcome(Header, frozen=True):
+    """Merge coordinator → a side's lowest member: deliver this, then send your state."""
+
+    target: Seq
+    attempt: Count
+    side: SideOutcome
+
+
+class MMergeSideState(Header, frozen=True):
+    """A side's lowest member → merge coordinator: the state after the side's outcome."""
+
+    target: Seq
+    attempt: Count
+    view_id: Count
+    state: bytes
+
+
+class MMergeInstall(Header, frozen=True):
+    """Merge coordinator → every member: deliver your side's outcome in your old view,
+    then install the merge view with the merged state, the ordering restarting from
+    `cut`."""
+
+    target: Seq
+    attempt: Count
+    members: NodeList
+    sides: Annotated[list[SideOutcome], msgspec.Meta(max_length=4096)]
+    state: bytes
+    cut: JoinCut
+
+
+class MMergeAbort(Header, frozen=True):
+    """Merge coordinator → every proposed member: this merge is off; thaw."""
+
+    target: Seq
+    attempt: Count
+
+
+MERGE_HEADERS: Final = (MMergeProbe, MMergePrepare, MMergeState, MMergeOutcome, MMergeSideState,
+                        MMergeInstall, MMergeAbort)
 MembershipHeader = (
     MJoin | MJoinFwd | MLeave | MFarewell | MStable | MPrepare | MState | MBusy | MAbort
-    | MInstall | MNotYet | MWelcome
+    | MInstall | MNotYet | MWelcome | MMergeProbe | MMergePrepare | MMergeState | MMergeOutcome
+    | MMergeSideState | MMergeInstall | MMergeAbort
 )
 MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MStable, MPrepare, MState,
-                             MBusy, MAbort, MInstall, MNotYet, MWelcome)
+                             MBusy, MAbort, MInstall, MNotYet, MWelcome, *MERGE_HEADERS)
 #: the same, for a lookup by exact type (the layer's steady path)
 MEMBERSHIP_TYPES: Final[frozenset[type]] = frozenset(MEMBERSHIP_HEADERS)

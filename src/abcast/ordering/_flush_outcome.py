@@ -1,9 +1,10 @@
 """A sequencer-family flush's outcome from its members' states: which messages the old
 view delivers, in which order.
 
-Rules: pure functions of the reported states (`VcState`, abcast.ordering.sequencer_wire),
-shared by the flush (abcast.ordering.sequencer_flush) and by the merge of extended
-virtual synchrony (abcast.ordering.sequencer_merge). The known numbers come first,
+Rules: pure functions of the reported states (`VcState`, abcast.ordering.sequencer_wire:
+the sequencer's `ViewReport`s as abcast.ordering.sequencer_view reads them), for the
+membership layer's flush and, under evs, each side's outcome at a flush or a merge
+(abcast.membership.merge). The known numbers come first,
 contiguous from the lowest delivery point, as far as some member holds the body (at
 least as far as anyone delivered — those were in someone's log); then every message
 still unnumbered, in an order a sequencer could have numbered it: each origin's in

@@ -15,7 +15,7 @@ from typing import Any
 from abcast.errors import ConfigError
 from abcast.group.failure_detector import DetectorConfig, FailureDetectorLayer
 from abcast.ids import GroupName, NodeId, View
-from abcast.membership import Membership
+from abcast.membership import Membership, MembershipConfig
 from abcast.ordering._credit import MAX_UNSTABLE, hard_cap
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
@@ -42,7 +42,7 @@ BASIC = ("integrity", "validity", "agreement")
 LIVENESS_UNDER_LOSS = frozenset({"validity", "agreement", "uniform_agreement"})
 MULTICASTS = ("reliable", "basic", "nak")
 #: "primary": only a majority partition goes on; "evs": every partition goes on and they
-#: merge on heal (extended virtual synchrony, abcast.ordering.sequencer_merge)
+#: merge on heal (extended virtual synchrony, abcast.membership.merge)
 PARTITIONS = ("primary", "evs")
 #: Under evs, two sides deliver different sets in the view they split from, and a merged
 #: member never delivers what the other side delivered apart (it gets the merged state):
@@ -207,9 +207,9 @@ def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Layer:
     core = Sequencer(node, opts.batch, safe=opts.safe, evs=opts.evs,
                      relay=opts.relay, causal=causal, max_unstable=opts.max_unstable,
                      order_interval_us=round(opts.order_interval_ms * 1000))
-    # evs still keeps its own views (sequencer_flush/_join/_merge); the rest of the
-    # family runs under the membership layer
-    return core if opts.evs else Membership(node, core)
+    # views are the membership layer's; under evs its partition policy lets every side go
+    # on and merges sides on heal (abcast.membership.merge)
+    return Membership(node, core, MembershipConfig(partitions=opts.partitions))
 
 
 ORDERINGS: dict[str, OrderingSpec] = {

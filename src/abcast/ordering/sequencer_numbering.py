@@ -4,13 +4,13 @@ Rules: the origin keeps the body of its message; the view's leader (the sequence
 each message in its origin's order — in causal order for causal-total — gives it the next
 global number and announces ids and numbers in order packets (`SOrder`, at most `batch`
 ids, relayed: at most RELAY_ORDER_BYTES of bodies); every node delivers in number order
-once it holds number and body, unless frozen by a view change, and under SAFE only up to
-the announced safe point. Delivered messages go to the log a flush may need. The report
-(`report`) and the settlement (`settle`) are all a view change needs of this module:
-numbers and bodies, in and out.
+once it holds number and body, and under SAFE only up to the announced safe point.
+Delivered messages go to the log a flush may need (a view change reads and settles
+numbers and bodies in sequencer_view; while it runs, the membership layer feeds the core
+nothing).
 
 Flow control (issue #21): the sequencer numbers at most `max_unstable` past the group's
-stable point (what every member reported delivered, sequencer_flush); past it, what it
+stable point (what every member reported delivered, the membership layer); past it, what it
 admits waits for the order timer, which numbers as far as the bound allows and re-arms
 every half stability period until the slowest member catches up. So its order packets
 queued to a slow member, and every member's log, stay within `max_unstable` numbers (plus
@@ -42,7 +42,6 @@ from abcast.ordering.sequencer_wire import (
     OData,
     SData,
     SOrder,
-    VcState,
 )
 
 NO_DEPS: Final[Mapping[NodeId, int]] = {}
@@ -289,33 +288,3 @@ def held_through(st: SequencerState) -> int:
     while (mid := st.numbers.get(at + 1)) is not None and mid in st.bodies:
         at += 1
     return at
-
-
-# -- what a view change needs of the steady state: numbers and bodies, in and out --------
-def report(st: SequencerState, target: int, attempt: int, prior: int = 0) -> VcState:
-    """This node's part of a flush: what it delivered (and the delivered-but-unstable
-    log), the numbers it knows, the bodies it holds."""
-    view = require_view(st)
-    numbers = [(g, mid.origin, mid.seq) for g, (mid, _) in sorted(st.log.items())]
-    numbers += [(g, mid.origin, mid.seq) for g, mid in sorted(st.numbers.items())]
-    held = [(mid.origin, mid.seq, dict(st.deps_of.get(mid, {})), body)
-            for mid, body in st.bodies.items()]
-    held += [(mid.origin, mid.seq, {}, body) for mid, body in st.log.values()]
-    return VcState(target, attempt, view.view_id, st.delivered_through(),
-                   dict(st.delivered), numbers, held, prior, st.safe_upto)
-
-
-def settle(
-    st: SequencerState, first: int, ids: list[tuple[NodeId, int]],
-    bodies: list[tuple[NodeId, int, bytes]],
-) -> None:
-    """Take a flush's outcome: `ids[i]` has number `first + i`; keep the bodies not yet
-    delivered here. Delivering them is the caller's (in the old view)."""
-    for origin, seq, body in bodies:
-        if seq > st.delivered.get(origin, 0):
-            st.bodies.setdefault(MsgId(origin, seq), body)
-    through = st.delivered_through()
-    for offset, (origin, seq) in enumerate(ids):
-        at = first + offset
-        if at > through:
-            st.numbers[at] = MsgId(origin, seq)

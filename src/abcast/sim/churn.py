@@ -23,7 +23,7 @@ layer, whose cut-off members stop; chandra-toueg's rejoin) and never runs one
   (the simulated application chains a digest over its deliveries, so a joiner that got
   a message twice, or missed one, holds another state).
 
-Extended virtual synchrony (`partitions="evs"`, abcast.ordering.sequencer_merge) moves
+Extended virtual synchrony (`partitions="evs"`, abcast.membership.merge) moves
 two things. A *merge view* is a view that nodes enter from two or more different views;
 each node's rows are cut at its merge views into *epochs*, and within an epoch the
 nodes are grouped by the last view they reach in it (their *side*). The trace checks

@@ -1,0 +1,384 @@
+"""Extended virtual synchrony in the membership layer (`partitions="evs"`): every side of
+a partition goes on in views of its own, and sides that meet again merge into one view,
+with the application's `merge_state` hook merging their states.
+
+Rules. Split (abcast.membership.flush_coordinator, abcast.membership.layer): a flush
+needs no majority; view ids are congruent to the coordinator's hash (`evs_view_id`), so
+two sides never install the same id; a member another side left out (`Excluded`,
+`MFarewell`) suspects it and goes on, it is not cut off; each side's flush settles its
+own reports (`MergingOrdering.settle_side`: the sequencer keeps, past the highest safe
+point heard, only its side's origins). Heal, here:
+
+1. Discovery: a view's coordinator probes the nodes its lineage lost (`MMergeProbe`,
+   every `probe_us` for `probe_for_us`); a member passes a probe to its coordinator; the
+   lowest node of both views coordinates the merge.
+2. `MMergePrepare(target, attempt, members)` to both sides; each member that is steady,
+   and whose view the coordinator knows whole, freezes and answers `MMergeState` with
+   its view and its ordering's report.
+3. With every state in, the coordinator groups them by view (fewer than two sides: give
+   up) and settles each side (`settle_side`); each side's outcome goes to its lowest
+   member (`MMergeOutcome`), which delivers it in its old view and sends the state it
+   leaves (`MMergeSideState`).
+4. With every side's state, the coordinator asks the application to merge them
+   (`MergeStates`, the side of the lowest member first) and sends `MMergeInstall`:
+   each member delivers its side's outcome in its old view, installs the merge view
+   with the merged state (`InstallState(merged=True)`) and restarts its ordering from
+   the merge cut (`merge_cut`, `start_merged`).
+
+A merge not concluded in `merge_timeout_us` is given up (`MMergeAbort`); a member that
+answered one and hears nothing for twice that thaws. A flush prepare heard while merging
+waits for the merge. What it does not handle: docs/orderings.md ("evs").
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Final
+
+from abcast.effects import (
+    Effect,
+    InstallState,
+    InstallView,
+    MergeStates,
+    Multicast,
+    Send,
+    SetTimer,
+    TakeSnapshot,
+)
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.events import Received, ViewInstalled
+from abcast.ids import NodeId, View, node_sort_key, sorted_nodes
+from abcast.membership.api import MergingOrdering
+from abcast.membership.state import (
+    MERGE_PROBE,
+    MERGE_TIMEOUT,
+    MERGE_WAIT,
+    MembershipState,
+    MemberSteps,
+    MergeRound,
+)
+from abcast.membership.wire import (
+    MMergeAbort,
+    MMergeInstall,
+    MMergeOutcome,
+    MMergePrepare,
+    MMergeProbe,
+    MMergeSideState,
+    MMergeState,
+    SideOutcome,
+)
+
+#: evs: view ids are congruent to the coordinator's hash modulo this
+VIEW_ID_SPAN: Final = 1 << 20
+
+
+def evs_view_id(target: int, coordinator: NodeId) -> int:
+    """The smallest id at least `target` that is congruent to `coordinator`'s hash: two
+    sides of a partition (different coordinators) never install the same view id."""
+    residue = zlib.crc32(coordinator.encode()) % VIEW_ID_SPAN
+    base = target - target % VIEW_ID_SPAN + residue
+    return base if base >= target else base + VIEW_ID_SPAN
+
+
+class Merger:
+    """The merge of sides (a part of the membership layer, under evs only): it reads and
+    writes the layer's state `s` and takes the member's steps from `member`."""
+
+    def __init__(self, s: MembershipState, member: MemberSteps) -> None:
+        self.s = s
+        self.member = member
+
+    @property
+    def ordering(self) -> MergingOrdering:
+        ordering = self.s.ordering
+        assert isinstance(ordering, MergingOrdering)
+        return ordering
+
+    @property
+    def busy(self) -> bool:
+        return self.s.merge is not None or self.s.merging is not None
+
+    # -- discovering the other side ------------------------------------------------------
+    def view_installed(self, old: View, new: View) -> list[Effect]:
+        """Remember whom the new view lost, and probe for them."""
+        now = self.s.now
+        self.s.lost.update({m: now for m in old.members if m not in new.members})
+        for node in new.members:
+            self.s.lost.pop(node, None)
+        return self._arm_probe()
+
+    def _arm_probe(self) -> list[Effect]:
+        if self.s.probe_armed or not self.s.lost:
+            return []
+        self.s.probe_armed = True
+        return [SetTimer(MERGE_PROBE, self.s.now + self.s.config.probe_us)]
+
+    def probe(self) -> list[Effect]:
+        s = self.s
+        s.probe_armed = False
+        horizon = s.now - s.config.probe_for_us
+        s.lost = {n: t for n, t in s.lost.items() if t >= horizon}
+        view = s.view
+        effects: list[Effect] = []
+        if (view is not None and view.leader == s.node and not s.frozen
+                and s.status in ("member", "leaving")):
+            probe = MMergeProbe(view.view_id, list(view.members))
+            effects += [Send(n, probe, control=True) for n in sorted_nodes(list(s.lost))
+                        if n not in view.members]
+        return effects + self._arm_probe()
+
+    def _on_probe(self, sender: NodeId, view_id: int, members: tuple[NodeId, ...]
+                  ) -> list[Effect]:
+        s = self.s
+        view = s.view
+        if view is None or not members or set(members) & set(view.members):
+            return []  # one of ours, or an old probe of a view we merged with since
+        if view.leader != s.node:
+            return [Send(view.leader, MMergeProbe(view_id, list(members)), control=True)]
+        if s.frozen or self.busy or s.flush is not None or s.suspects & set(view.members):
+            return []  # busy, or a flush of our own comes first; the next probe comes
+        ours = [m for m in view.members if m not in s.suspects]
+        union = sorted_nodes([*ours, *members])
+        if union[0] == s.node:
+            return self._start(view_id, union)
+        other = members[0]
+        last = s.probe_answered.get(other)
+        if last is not None and s.now - last < s.config.probe_us:
+            return []
+        s.probe_answered[other] = s.now
+        return [Send(other, MMergeProbe(view.view_id, list(view.members)), control=True)]
+
+    # -- the merge coordinator -----------------------------------------------------------
+    def _start(self, other_view_id: int, members: tuple[NodeId, ...]) -> list[Effect]:
+        s = self.s
+        view = s.view
+        assert view is not None
+        s.attempts = max(s.attempts, s.answered[1]) + 1
+        target = evs_view_id(max(view.view_id, other_view_id) + 1, s.node)
+        merge = s.merge = MergeRound(target, s.attempts, members)
+        others = tuple(m for m in members if m != s.node)
+        effects: list[Effect] = [
+            Multicast(others, MMergePrepare(target, merge.attempt, list(members))),
+            SetTimer(MERGE_TIMEOUT, s.now + s.config.merge_timeout_us),
+        ]
+        s.merging = (target, merge.attempt, s.node)
+        return effects + self._on_state(s.node, self._freeze(target, merge.attempt))
+
+    def _freeze(self, target: int, attempt: int) -> MMergeState:
+        """Freeze, and describe this member for the merge."""
+        s = self.s
+        view = s.view
+        assert view is not None
+        s.frozen = True
+        s.merge_view = view.view_id
+        return MMergeState(target, attempt, view.view_id, list(view.members),
+                           s.ordering.report())
+
+    def _on_state(self, sender: NodeId, state: MMergeState) -> list[Effect]:
+        s = self.s
+        merge = s.merge
+        if merge is None or (state.target, state.attempt) != (merge.target, merge.attempt):
+            return []  # a merge given up meanwhile
+        if sender not in merge.members:
+            raise RemoteProtocolError(f"merge state from {sender}, not in {merge.members}")
+        if merge.sides:
+            return []
+        merge.states[sender] = state
+        if set(merge.states) != set(merge.members):
+            return []
+        by_view: dict[int, list[NodeId]] = {}
+        for node, answer in merge.states.items():
+            by_view.setdefault(answer.view_id, []).append(node)
+        if len(by_view) < 2:
+            return self.give_up()  # the other side is gone or joined us meanwhile
+        effects: list[Effect] = []
+        outcomes = []
+        spent = 0
+        for view_id, nodes in sorted(by_view.items()):
+            side_nodes = sorted_nodes(nodes)
+            answer = merge.states[side_nodes[0]]
+            old = View(view_id, tuple(answer.members))
+            reports = [merge.states[n].report for n in side_nodes]
+            outcome, side_spent = self.ordering.settle_side(reports, side_nodes, old)
+            side = SideOutcome(view_id, outcome, side_spent)
+            merge.sides[view_id] = side
+            merge.lowest[view_id] = side_nodes[0]
+            outcomes.append(outcome)
+            spent = max(spent, side_spent, *(m.stamp for m in outcome))
+            if side_nodes[0] == s.node:
+                effects += self._deliver_side(merge.target, merge.attempt, side, s.node)
+            else:
+                effects.append(Send(side_nodes[0],
+                                    MMergeOutcome(merge.target, merge.attempt, side)))
+        merge.cut = self.ordering.merge_cut([a.report for a in merge.states.values()],
+                                            outcomes, spent)
+        return effects
+
+    def _maybe_merge_states(self, merge: MergeRound) -> list[Effect]:
+        if merge.token or set(merge.snapshots) != set(merge.sides):
+            return []
+        self.s.tokens += 1
+        merge.token = self.s.tokens
+        order = sorted(merge.sides, key=lambda v: node_sort_key(merge.lowest[v]))
+        return [MergeStates(merge.token, tuple(merge.snapshots[v] for v in order))]
+
+    def states_merged(self, token: int, state: bytes) -> list[Effect]:
+        s = self.s
+        merge = s.merge
+        if merge is None or merge.token != token or merge.cut is None:
+            raise LocalProtocolError(f"{s.node} asked for no state merge with token {token}")
+        install = MMergeInstall(merge.target, merge.attempt, list(merge.members),
+                                list(merge.sides.values()), state, merge.cut)
+        others = tuple(m for m in merge.members if m != s.node)
+        return [Multicast(others, install), *self._on_install(install)]
+
+    def give_up(self) -> list[Effect]:
+        s = self.s
+        merge, s.merge = s.merge, None
+        if merge is None:
+            return []
+        others = tuple(m for m in merge.members if m != s.node)
+        return [Multicast(others, MMergeAbort(merge.target, merge.attempt)), *self.thaw()]
+
+    # -- every member --------------------------------------------------------------------
+    def on_message(self, sender: NodeId, header: Any) -> list[Effect]:
+        s = self.s
+        match header:
+            case MMergeProbe(view_id, members):
+                return self._on_probe(sender, view_id, tuple(members))
+            case MMergePrepare(target, attempt, members):
+                if sender not in members or s.node not in members:
+                    raise RemoteProtocolError(
+                        f"merge prepare from {sender} for {members}, without it or us")
+                return self._on_prepare(sender, target, attempt, tuple(members))
+            case MMergeState():
+                return self._on_state(sender, header)
+            case MMergeOutcome(target, attempt, side) if s.merging == (target, attempt,
+                                                                       sender):
+                return self._deliver_side(target, attempt, side, sender)
+            case MMergeSideState(target, attempt, view_id, state):
+                merge = s.merge
+                if merge is None or (target, attempt) != (merge.target, merge.attempt):
+                    return []  # given up meanwhile
+                if merge.lowest.get(view_id) != sender:
+                    raise RemoteProtocolError(
+                        f"side state of view {view_id} from {sender}, not its lowest member")
+                merge.snapshots[view_id] = state
+                return self._maybe_merge_states(merge)
+            case MMergeInstall() as install if s.merging == (install.target, install.attempt,
+                                                              sender):
+                return self._on_install(install)
+            case MMergeInstall(target) | MMergeOutcome(target) if (
+                    s.view is not None and target <= s.view.view_id
+                    and sender not in s.view.members):
+                raise RemoteProtocolError(
+                    f"merge message for old view {target} from {sender}, not in {s.view}")
+            case MMergeAbort(target, attempt) if s.merging == (target, attempt, sender):
+                return self.thaw()
+            case MMergeAbort(target, attempt):
+                s.merge_aborted.add((sender, target, attempt))
+                return []
+            case _:
+                return []  # a merge we left for another, or given up
+
+    def _on_prepare(
+        self, sender: NodeId, target: int, attempt: int, members: tuple[NodeId, ...]
+    ) -> list[Effect]:
+        s = self.s
+        view = s.view
+        if view is None or target <= view.view_id:
+            return []
+        if s.suspects & set(view.members):
+            return []  # our side removes them first (a crashed member would hold it up)
+        if not set(view.members) <= set(members):
+            return []  # it does not know our view as it is: a later probe corrects that
+        if s.merging is not None:
+            # Only a later attempt of the merge we answered (same coordinator, same
+            # view): another merge may install a view we are listed in while we went on
+            # with this one. Its coordinator gives up; its next probe finds the merge.
+            if s.merging[2] != sender or s.merging[0] != target or s.merging[1] >= attempt:
+                return []
+        elif s.frozen or s.merge is not None or s.flush is not None:
+            return []  # a flush of our own is running; the coordinator tries again
+        if (sender, target, attempt) in s.merge_aborted:
+            return []
+        s.merging = (target, attempt, sender)
+        wait = SetTimer(MERGE_WAIT, s.now + 2 * s.config.merge_timeout_us)
+        return [Send(sender, self._freeze(target, attempt)), wait]
+
+    def _deliver_side(self, target: int, attempt: int, side: SideOutcome,
+                      coordinator: NodeId) -> list[Effect]:
+        """Deliver our side's outcome in our old view, then snapshot the state it leaves."""
+        s = self.s
+        effects = self.ordering.conclude_side(side.outcome, side.spent)
+        s.side_delivered = True
+        s.tokens += 1
+        s.side_tokens[s.tokens] = (target, attempt, side.view_id, coordinator)
+        return [*effects, TakeSnapshot(s.tokens)]
+
+    def side_snapshot(self, token: int, state: bytes) -> list[Effect]:
+        s = self.s
+        target, attempt, view_id, coordinator = s.side_tokens.pop(token)
+        if coordinator != s.node:
+            return [Send(coordinator, MMergeSideState(target, attempt, view_id, state))]
+        merge = s.merge
+        if merge is None or (merge.target, merge.attempt) != (target, attempt):
+            return []
+        merge.snapshots[view_id] = state
+        return self._maybe_merge_states(merge)
+
+    def _on_install(self, install: MMergeInstall) -> list[Effect]:
+        s = self.s
+        old = s.view
+        sides = {side.view_id: side for side in install.sides}
+        side = sides.get(s.merge_view)
+        if old is None or side is None:
+            return []
+        effects = self.ordering.conclude_side(side.outcome, side.spent)
+        view = View(install.target, tuple(install.members))
+        self.ordering.start_merged(install.cut)
+        s.merge = s.merging = None
+        s.side_delivered = False
+        s.flush = None
+        s.last_install = None
+        s.frozen = False
+        s.answered = (install.target, install.attempt)
+        s.answered_to = s.node
+        s.answered_for = {}
+        s.attempts = max(s.attempts, install.attempt)
+        s.suspects -= set(view.members) - set(old.members)
+        s.merges += 1
+        s.views_installed += 1
+        effects += [InstallView(view), InstallState(install.state, merged=True)]
+        effects += self.view_installed(old, view)
+        effects += self.member.adopt(view)
+        effects += self.member.resume()
+        # A flush of the merge view may have asked while we were still merging.
+        deferred, s.merge_deferred = s.merge_deferred, []
+        for event in deferred:
+            effects += self.member.replay(event)
+        return effects
+
+    def defer(self, event: Received) -> list[Effect]:
+        """A flush prepare heard while merging: answered once the merge is settled."""
+        self.s.merge_deferred.append(event)
+        return []
+
+    def thaw(self) -> list[Effect]:
+        """The merge is off: go on in our view (a flush heard meanwhile goes first)."""
+        s = self.s
+        s.merging = None
+        s.merge = None
+        effects: list[Effect] = []
+        if s.side_delivered and s.view is not None:
+            # The side's outcome we delivered may have numbered past what we had: the
+            # ordering takes our view afresh (its sequencer numbers on after it).
+            s.side_delivered = False
+            effects += s.ordering.handle(ViewInstalled(s.view), s.now)
+        if s.frozen and s.flush is None and s.status in ("member", "leaving"):
+            s.frozen = False
+            effects += self.member.resume()
+        deferred, s.merge_deferred = s.merge_deferred, []
+        for event in deferred:
+            effects += self.member.replay(event)
+        return effects

@@ -1,0 +1,91 @@
+"""The membership layer's evs policy (abcast.membership.merge), by hand: a minority side
+goes on in a view of its own (primary: it waits), a member another side left out goes on
+(primary: it was cut off), and bad merge input — a stranger's merge, a merge message for
+an old view, one to a primary-partition group — is a RemoteProtocolError that changes
+nothing. Whole splits and merges under faults: tests/sim/test_evs_sim.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from abcast.codec import EMPTY
+from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
+from abcast.events import Excluded, Received, Suspected, ViewInstalled
+from abcast.ids import View
+from abcast.membership import JoinCut, Membership, MembershipConfig
+from abcast.membership.merge import evs_view_id
+from abcast.membership.wire import (
+    MMergeInstall,
+    MMergeOutcome,
+    MMergePrepare,
+    MMergeProbe,
+    SideOutcome,
+)
+from abcast.ordering.sequencer import Sequencer
+from abcast.ordering.unordered import Unordered
+
+VIEW = View(3, ("n1", "n2", "n3"))
+
+
+def _member(node: str, partitions: str = "evs") -> Membership:
+    layer = Membership(node, Sequencer(node, evs=partitions == "evs"),
+                       MembershipConfig(partitions=partitions))
+    layer.handle(ViewInstalled(VIEW), 0)
+    return layer
+
+
+@pytest.mark.parametrize("header", [
+    MMergePrepare(7, 1, ["n8", "n9"]),  # a stranger's merge that leaves us out
+    MMergePrepare(7, 1, ["n2", "n3", "n9"]),  # a prepare whose list leaves its sender out
+    MMergeInstall(2, 1, ["n2", "n7"], [], b"", JoinCut({})),  # for an old view, a stranger's
+    MMergeOutcome(3, 1, SideOutcome(3, [])),  # a side's outcome for our view, a stranger's
+])
+def test_bad_merge_input_is_a_remote_protocol_error(header: object) -> None:
+    layer = _member("n2")
+    with pytest.raises(RemoteProtocolError):
+        layer.handle(Received("n7", header, EMPTY), 0)
+    assert layer.view == VIEW and layer.phase == "member"
+
+
+def test_a_merge_message_to_a_primary_partition_group_is_refused() -> None:
+    layer = Membership("n2", Unordered("n2"))
+    layer.handle(ViewInstalled(VIEW), 0)
+    with pytest.raises(RemoteProtocolError, match="primary-partition"):
+        layer.handle(Received("n7", MMergeProbe(5, ["n7"]), EMPTY), 0)
+    assert layer.view == VIEW
+
+
+def test_evs_needs_an_ordering_that_merges_and_a_known_policy() -> None:
+    with pytest.raises(ConfigError, match="cannot run partitions='evs'"):
+        Membership("n1", Unordered("n1"), MembershipConfig(partitions="evs"))
+    with pytest.raises(LocalProtocolError, match="partitions must be one of"):
+        MembershipConfig(partitions="majority")
+
+
+@pytest.mark.parametrize("partitions", ["primary", "evs"])
+def test_a_minority_goes_on_in_a_view_of_its_own_only_under_evs(partitions: str) -> None:
+    layer = _member("n3", partitions)
+    layer.handle(Suspected("n1"), 10)
+    layer.handle(Suspected("n2"), 10)
+    if partitions == "evs":
+        assert layer.view == View(evs_view_id(VIEW.view_id + 1, "n3"), ("n3",))
+        assert layer.phase == "member"
+    else:
+        assert layer.view == VIEW  # a minority never installs a view
+
+
+@pytest.mark.parametrize("partitions", ["primary", "evs"])
+def test_a_member_another_side_left_out_goes_on_only_under_evs(partitions: str) -> None:
+    layer = _member("n3", partitions)
+    layer.handle(Excluded("n1", 9), 10)
+    if partitions == "evs":
+        assert not layer.cut_off and layer.status == "member"
+    else:
+        assert layer.cut_off and layer.status == "stopped"
+
+
+@pytest.mark.parametrize("coordinator", ["n1", "n2", "n7", "n12"])
+def test_evs_view_ids_are_the_coordinators_and_above_the_target(coordinator: str) -> None:
+    target = evs_view_id(VIEW.view_id + 1, coordinator)
+    assert target > VIEW.view_id
+    assert evs_view_id(target, coordinator) == target
