@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from spark_traces import ALL, build_scenarios
 
+from abcast.pipeline.commands import run_check
 from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
 from abcast.pipeline.tables import materialize_tables
@@ -208,3 +209,35 @@ def test_spark_and_memory_count_the_same_per_code_per_run(spark: object,
     mismatches = {run: (memory[run], by_spark[run]) for run in memory
                   if memory[run] != by_spark[run]}
     assert not mismatches
+
+
+def test_the_check_command_sees_a_joiners_private_start_without_view_claims(
+        spark: object, tmp_path: Path) -> None:
+    """`abcast check` reads only the columns the claimed checks need. A run that claims
+    causal order but no view check still needs the view rows' member lists: without them
+    a joiner's private start (its first view, itself alone) counts as its admission view,
+    its snapshot is empty, and a causal predecessor it had as state from an origin it
+    never delivers from is "missing" (the churn sweep's causal runs: 1,828 such units in
+    Spark, none in memory)."""
+    b = TraceBuilder("joiner-causal")
+    first, second = ["n1", "n2", "n3"], ["n1", "n2", "n10"]
+    b.view("n10", 0, ["n10"])  # the joiner's private start
+    for node in first:
+        b.view(node, 1, first)
+    early = [b.send("n3") for _ in range(2)]  # n3's only messages, then it leaves
+    for node in first:
+        for _group, origin, seq in early:
+            b.deliver(node, origin, seq)
+    for node in second:
+        b.view(node, 2, second)
+    later = b.send("n1", deps={"n3": 2})  # n10 holds n3#1..2 as state
+    for node in second:
+        b.deliver(node, later[1], later[2])
+    causal_only = ("integrity", "validity", "fifo", "causal")
+    write_run(tmp_path, b.rows(), b.run_info(causal_only))
+    runs, events = read_traces(tmp_path)
+    memory = check_traces(runs, events)
+    assert memory == {"joiner-causal": []}
+
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    assert dict(outcome.verdict.counts) == {}

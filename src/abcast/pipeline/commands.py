@@ -37,9 +37,10 @@ EXIT_BAD_INPUT: Final = 2
 
 # Columns the checks read; the rest of a trace (peer, size of net rows) stays on disk, and
 # so does `members` unless some run claims virtual synchrony (only the view checks read it).
+#: `members` too, whatever the runs claim: a joiner's admission view skips its private
+#: start (a first view row listing it alone), which FIFO and causal order's snapshots need
 _CHECK_COLUMNS: Final = ("run_id", "node", "kind", "origin", "seq", "group", "t_ns",
-                         "index", "size", "view_id", "deps")
-_VIEW_COLUMNS: Final = ("members",)
+                         "index", "size", "view_id", "deps", "members")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +158,7 @@ def run_check(spark: SparkSession, uri: str, event_rows: int | None) -> CheckOut
     if not checked:
         return CheckOutcome(runs=claims, events=count, verdict=Verdict({}, ()))
     claimed_runs = sorted({run for runs in checked.values() for run in runs})
-    columns = _CHECK_COLUMNS + (_VIEW_COLUMNS if VIEW_CONSISTENCY in checked else ())
-    events = trace.events.select(*columns).where(
+    events = trace.events.select(*_CHECK_COLUMNS).where(
         trace.events["run_id"].isin(*claimed_runs))
     tables = materialize_tables(events, with_deps=CAUSAL_ORDER in checked,
                                 with_total=TOTAL_ORDER in checked,
