@@ -82,7 +82,7 @@ def broadcast(
         effects = [Send(leader, header, Packet((), payload))]
     else:
         effects = []  # our order packet carries it
-    if leader == st.node and st.steady and not hold:
+    if leader == st.node and not hold:
         # What we delivered, we numbered: our own message's dependencies are met.
         effects.extend(admit(st, st.node, seq, NO_DEPS))
     return effects
@@ -98,7 +98,7 @@ def on_data(
     if deps:
         st.deps_of[mid] = deps  # kept for a new sequencer after a fail-over
     view = require_view(st)
-    if view.leader == st.node and st.steady:
+    if view.leader == st.node:
         return admit(st, origin, seq, deps)
     return deliver_ready(st)
 
@@ -142,7 +142,7 @@ def on_order_timer(st: SequencerState) -> list[Effect]:
     st.interval_armed = False
     ids, st.interval_ids = st.interval_ids, []
     view = st.view
-    if not ids or not st.steady or view is None or view.leader != st.node:
+    if not ids or view is None or view.leader != st.node:
         return []
     room = unstable_room(st)
     if room < len(ids):
@@ -154,8 +154,8 @@ def on_order_timer(st: SequencerState) -> list[Effect]:
 
 
 def outstanding(st: SequencerState) -> int:
-    """Our own broadcasts not yet delivered here (queued while frozen included)."""
-    return st.sent + len(st.queued) - st.delivered.get(st.node, 0)
+    """Our own broadcasts not yet delivered here."""
+    return st.sent - st.delivered.get(st.node, 0)
 
 
 def number(st: SequencerState, ids: list[tuple[NodeId, int]]) -> list[Effect]:
@@ -230,12 +230,10 @@ def on_order(
     return deliver_ready(st)
 
 
-def deliver_ready(st: SequencerState, *, thawed: bool = False) -> list[Effect]:
+def deliver_ready(st: SequencerState) -> list[Effect]:
     """Deliver in number order what is here (number and body), up to the safe point
-    under SAFE; nothing while frozen unless `thawed` (an evs side's outcome)."""
+    under SAFE (the membership layer feeds a frozen core nothing)."""
     effects: list[Effect] = []
-    if not st.steady and not thawed:
-        return effects
     limit = st.safe_upto if st.safe else _UNLIMITED
     numbers, bodies, delivered, log = st.numbers, st.bodies, st.delivered, st.log
     deps_of = st.deps_of

@@ -75,9 +75,6 @@ class SequencerState:
         self.stable_period_us = stable_period_us
         #: opt-delivery and delay compensation (sequencer_optimistic); None: off
         self.optimistic = optimistic
-        #: the core is never frozen itself: the membership layer feeds it nothing while a
-        #: view changes (kept for sequencer_numbering, which reads it)
-        self.steady = True
         self.now = 0
         # steady state (sequencer_numbering): what this node knows, not delivered yet
         self.view: View | None = None
@@ -105,9 +102,6 @@ class SequencerState:
             raise ConfigError(f"max_unstable must be at least 1, not {max_unstable}")
         self.max_unstable = max_unstable
         self.sent = 0  # the seq of our last broadcast sent
-        #: own broadcasts queued here (never: the membership layer queues them while a
-        #: view changes; kept for sequencer_numbering's flow control, which counts them)
-        self.queued: list[tuple[int, bytes]] = []
         # stability (the membership layer's `forget`) and SAFE (sequencer_view)
         self.reported = 0
         self.stable = 0
