@@ -87,7 +87,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODULES = (
     "stack.py,layer.py,reliability/channel.py,reliability/rto.py,group/failure_detector.py,"
     "ordering/_open_channel.py,ordering/_delivered.py,ordering/_credit.py,"
-    "ordering/sequencer.py,ordering/sequencer_numbering.py,ordering/sequencer_join.py,"
+    "ordering/sequencer.py,ordering/sequencer_numbering.py,"
     "ordering/sequencer_state.py,ordering/sequencer_view.py,"
     "ordering/sequencer_optimistic.py,membership/layer.py"
 )

@@ -56,10 +56,10 @@ def test_the_stalled_churn_run_now_settles_with_every_property(ordering: str, sa
 
 def test_a_coordinator_cut_off_right_after_concluding_does_not_share_its_view_id() -> None:
     """n1 collects every state for the view that lets n5 go, concludes and installs
-    view 2 — and is cut off before its VcInstall leaves. The others, who had answered
+    view 2 — and is cut off before its MInstall leaves. The others, who had answered
     it, later run their own flush: it used to install a different view 2 (one id, two
     member lists). A member that answered another coordinator for a target first says
-    so (`VcState.prior`), and the flush takes the next id."""
+    so (`MState.prior`), and the flush takes the next id."""
     faults = flapping_faults(random.Random(10), 8)
     assert "partition=n1+n5|" in faults and "leave=n5@362ms" in faults
     result = run_simulation(SimConfig("sequencer", nodes=8, messages=400, seed=10,

@@ -292,8 +292,8 @@ class Membership(Layer):
                 timer = SetTimer(STABLE, now + self.config.stable_period_us)
                 return [*self.ordering.handle(event, now), timer]
             case Suspected(node):
+                self.s.suspects.add(node)  # before a thaw replays prepares that name it
                 effects = self._merge_suspects(node)
-                self.s.suspects.add(node)
                 effects += self.coordinator.on_suspect(node) + self._retry_deferred()
             case Restored(node):
                 self.s.suspects.discard(node)
@@ -315,7 +315,7 @@ class Membership(Layer):
 
     def _go_on_without(self, by: NodeId) -> list[Effect]:
         self.s.suspects.add(by)
-        return self.coordinator.on_suspect(by)
+        return self._merge_suspects(by) + self.coordinator.on_suspect(by)
 
     def _merge_suspects(self, node: NodeId) -> list[Effect]:
         """A suspected merge coordinator (we thaw) or merge member (we give up)."""
@@ -504,11 +504,20 @@ class Membership(Layer):
                 effects.append(Send(self.s.answered_to, self.state_for(*self.s.answered)))
             return effects
         effects += self.resume()
-        if self.s.suspects & set(new.members):
-            effects += self.coordinator.maybe_coordinate(new.view_id + 1)
-        elif self.s.join_requests or self.s.leave_requests:
-            effects += self.coordinator.change_view()
-        return effects
+        return effects + self.recheck()
+
+    def recheck(self) -> list[Effect]:
+        """Once a view is settled (a flush's install, a merge's, a merge given up): the
+        flush that what was heard meanwhile calls for — a suspected member (the
+        detector says so only once), a join or a leave."""
+        view, s = self.s.view, self.s
+        if view is None or s.frozen or s.flush is not None or s.status != "member":
+            return []
+        if s.suspects & set(view.members):
+            return self.coordinator.maybe_coordinate(view.view_id + 1)
+        if s.join_requests or s.leave_requests:
+            return self.coordinator.change_view()
+        return []
 
     def adopt(self, view: View) -> list[Effect]:
         self.s.view = view

@@ -12,9 +12,9 @@ point heard, only its side's origins). Heal, here:
 1. Discovery: a view's coordinator probes the nodes its lineage lost (`MMergeProbe`,
    every `probe_us` for `probe_for_us`); a member passes a probe to its coordinator; the
    lowest node of both views coordinates the merge.
-2. `MMergePrepare(target, attempt, members)` to both sides; each member that is steady,
-   and whose view the coordinator knows whole, freezes and answers `MMergeState` with
-   its view and its ordering's report.
+2. `MMergePrepare(target, attempt, members)` to both sides; each member that is neither
+   frozen nor flushing, and whose view the coordinator knows whole, freezes and answers
+   `MMergeState` with its view and its ordering's report.
 3. With every state in, the coordinator groups them by view (fewer than two sides: give
    up) and settles each side (`settle_side`); each side's outcome goes to its lowest
    member (`MMergeOutcome`), which delivers it in its old view and sends the state it
@@ -357,7 +357,7 @@ class Merger:
         deferred, s.merge_deferred = s.merge_deferred, []
         for event in deferred:
             effects += self.member.replay(event)
-        return effects
+        return effects + self.member.recheck()  # e.g. a member suspected meanwhile
 
     def defer(self, event: Received) -> list[Effect]:
         """A flush prepare heard while merging: answered once the merge is settled."""
@@ -381,4 +381,4 @@ class Merger:
         deferred, s.merge_deferred = s.merge_deferred, []
         for event in deferred:
             effects += self.member.replay(event)
-        return effects
+        return effects + self.member.recheck()  # e.g. a member suspected meanwhile

@@ -145,6 +145,8 @@ class MemberSteps(Protocol):
 
     def replay(self, event: Received) -> list[Effect]: ...
 
+    def recheck(self) -> list[Effect]: ...
+
 
 class MembershipState:
     """Every field of the membership layer; the layer owns one and hands it to its

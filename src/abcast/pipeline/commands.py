@@ -35,10 +35,9 @@ EXIT_CLEAN: Final = 0
 EXIT_VIOLATIONS: Final = 1
 EXIT_BAD_INPUT: Final = 2
 
-# Columns the checks read; the rest of a trace (peer, size of net rows) stays on disk, and
-# so does `members` unless some run claims virtual synchrony (only the view checks read it).
-#: `members` too, whatever the runs claim: a joiner's admission view skips its private
-#: start (a first view row listing it alone), which FIFO and causal order's snapshots need
+#: the columns the checks read; the rest of a trace (peer, size of net rows) stays on disk.
+#: `members` whatever the runs claim: a joiner's admission view skips its private start
+#: (a first view row listing it alone), which FIFO and causal order's snapshots need
 _CHECK_COLUMNS: Final = ("run_id", "node", "kind", "origin", "seq", "group", "t_ns",
                          "index", "size", "view_id", "deps", "members")
 

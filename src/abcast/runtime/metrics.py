@@ -100,8 +100,8 @@ class GroupMeter:
       delivery of its first message here; its `_count` is the samples taken, not the
       messages (at saturation a few thousand a second, at low rates every batch);
     - view-change flushes: from the frame or timer after which the ordering's phase
-      (`Layer.inspect()`'s, e.g. the sequencer's "flushing", the membership layer's
-      "member, flushing") names a flush, to the view this node installs at its end. A
+      (`Layer.inspect()`'s, e.g. the membership layer's "member, flushing"; an evs
+      merge counts as one) names a flush, to the view this node installs at its end. A
       flush given up without a view (the phase goes back without one) is not counted.
       The driver looks only once `look_at` has passed (WATCH_EVERY_US after the last
       look), so most frames pay one comparison."""
