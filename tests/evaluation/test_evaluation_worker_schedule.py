@@ -150,3 +150,29 @@ def test_an_open_loop_refused_by_backpressure_retries_and_sends_its_whole_share(
     group = asyncio.run(main())
     assert group.refused > 0
     assert len(group.sent) == 100  # n1's share of 300: every message, none lost or doubled
+
+
+def test_a_closed_loop_send_refused_by_backpressure_is_sent_again_and_counted_once() -> None:
+    class _RefusesFirst(_Group):
+        def __init__(self) -> None:
+            super().__init__()
+            self.refused = 0
+
+        def broadcast_nowait(self, payload: bytes) -> None:
+            if not self.refused:
+                self.refused += 1
+                raise Backpressure("credit queue full")
+            super().broadcast_nowait(payload)
+
+    async def main() -> tuple[_Run, _RefusesFirst]:
+        group = _RefusesFirst()
+        run, _ = _run("n1", 6, serial=True, group=group)
+        run.begin(None)  # message 0 is n1's: refused once, sent again 1 ms later
+        async with asyncio.timeout(5):
+            while not group.sent:
+                await asyncio.sleep(0.001)
+        return run, group
+
+    run, group = asyncio.run(main())
+    assert group.refused == 1 and len(group.sent) == 1
+    assert run.workload is not None and run.workload.sent_by("n1") == 1

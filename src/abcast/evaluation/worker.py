@@ -497,9 +497,13 @@ class _Run:
         me = self.node.id
         if self.stopped or workload is None or workload.sent_by(me) >= workload.total_of(me):
             return
-        workload.note_sent(me)
         group = self._group()
-        group.broadcast_nowait(self.payload())
+        try:
+            group.broadcast_nowait(self.payload())
+        except Backpressure:  # a closed loop has few in flight: unlikely, but not lost
+            asyncio.get_running_loop().call_later(0.001, self.send_next)
+            return
+        workload.note_sent(me)
         if self.config.serial:
             group.send_queued()  # alone by construction: no turn's end to wait for
             self._arm_serial()
