@@ -62,6 +62,9 @@ def test_a_merge_message_to_a_primary_partition_group_is_refused() -> None:
 def test_evs_needs_an_ordering_that_merges_and_a_known_policy() -> None:
     with pytest.raises(ConfigError, match="cannot run partitions='evs'"):
         Membership("n1", Unordered("n1"), MembershipConfig(partitions="evs"))
+    for evs, partitions in ((False, "evs"), (True, "primary")):  # the two settings disagree
+        with pytest.raises(ConfigError, match="give both the same"):
+            Membership("n1", Sequencer("n1", evs=evs), MembershipConfig(partitions=partitions))
     with pytest.raises(LocalProtocolError, match="partitions must be one of"):
         MembershipConfig(partitions="majority")
 

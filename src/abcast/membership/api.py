@@ -78,7 +78,11 @@ class ViewOrdering(Protocol):
 
 @runtime_checkable
 class MergingOrdering(ViewOrdering, Protocol):
-    """An ordering that can run under `partitions="evs"` (see the module's rules)."""
+    """An ordering that can run under `partitions="evs"` (see the module's rules);
+    `evs` says whether it was built for it (the membership layer's policy must agree)."""
+
+    @property
+    def evs(self) -> bool: ...
 
     def settle_side(
         self, reports: Sequence[ViewReport], members: tuple[NodeId, ...], old: View

@@ -145,8 +145,13 @@ class Membership(Layer):
         self.coordinator = FlushCoordinator(self.s, self)
         self.joins = JoinLeave(self.s, self)
         self.merger = Merger(self.s, self)
-        if self.config.evs and not isinstance(ordering, MergingOrdering):
+        built_for_evs = ordering.evs if isinstance(ordering, MergingOrdering) else None
+        if self.config.evs and built_for_evs is None:
             raise ConfigError(f"ordering {ordering.name!r} cannot run partitions='evs'")
+        if built_for_evs is not None and built_for_evs != self.config.evs:
+            raise ConfigError(
+                f"ordering {ordering.name!r} built with evs={built_for_evs} under a membership "
+                f"layer with partitions={self.config.partitions!r}: give both the same")
 
     # -- what drivers and tests read -----------------------------------------------------
     @property

@@ -104,6 +104,11 @@ class Sequencer(Layer):
         return self.st.view
 
     @property
+    def evs(self) -> bool:
+        """Built for `partitions="evs"` (SAFE over the whole view, each side settled)."""
+        return self.st.evs
+
+    @property
     def is_sequencer(self) -> bool:
         view = self.st.view
         return view is not None and view.leader == self.node
