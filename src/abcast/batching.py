@@ -27,8 +27,9 @@ from typing import Final
 import msgspec
 
 from abcast.codec import NOT_A_MESSAGE
-from abcast.effects import Deliver
+from abcast.effects import Deliver, Stage
 from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
+from abcast.ids import NodeId
 
 #: a batch closes at this many messages even within one loop turn, so one burst of
 #: broadcasts cannot make a frame (and a delivery run) of unbounded size
@@ -142,8 +143,11 @@ def pack(first: int, payloads: list[bytes]) -> bytes:
 
 def unpack(deliver: Deliver) -> list[Deliver]:
     """The application deliveries one delivered batch stands for, in broadcast order."""
-    batch = unpack_batch(deliver)
-    origin, stage = deliver.origin, deliver.stage
+    return batch_deliveries(unpack_batch(deliver), deliver.origin, deliver.stage)
+
+
+def batch_deliveries(batch: Batch, origin: NodeId, stage: Stage) -> list[Deliver]:
+    """The deliveries of an already checked batch (`unpack_batch`) from `origin`."""
     return [Deliver(origin, seq, payload, stage)
             for seq, payload in enumerate(batch.payloads, batch.first)]
 

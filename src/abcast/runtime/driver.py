@@ -47,7 +47,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
-from abcast.batching import Batcher, unpack_batch
+from abcast.batching import Batcher, batch_deliveries, unpack_batch
 from abcast.codec import Envelope
 from abcast.effects import (
     CancelTimer,
@@ -421,8 +421,7 @@ class GroupDriver:
         if meter is not None and final and origin == host.id:
             meter.delivered(first, host.clock)
         if host.recorder is not None:
-            self._deliver_traced([Deliver(origin, seq, payload, stage)
-                                  for seq, payload in enumerate(payloads, first)], final)
+            self._deliver_traced(batch_deliveries(batch, origin, stage), final)
             return
         on_deliver = self.on_deliver if final else self.on_opt_deliver
         if on_deliver is None:  # nothing can close the group in between: count them all
