@@ -33,6 +33,7 @@ from abcast.events import (
 )
 from abcast.ids import NodeId, View
 from abcast.reliability.channel import ChannelConfig, RAck, RData, ReliableChannel
+from abcast.reliability.fragments import RFrag
 
 #: how long a removed member's link is kept (µs): several maximum retransmission timeouts
 LINGER_US: Final = 10_000_000
@@ -93,10 +94,7 @@ class OpenChannel(ReliableChannel):
                 if peer not in installed:
                     break
             else:
-                effects: list[Effect] = []
-                for dest in multicast.to:
-                    effects += self._send(dest, multicast.packet, now)
-                return effects
+                return self._multicast(multicast.to, multicast.packet, now)
         elif kind is TimerFired:
             key = event.key  # type: ignore[union-attr]
             if type(key) is tuple and key and key[0] != "linger":
@@ -111,7 +109,7 @@ class OpenChannel(ReliableChannel):
                 return self._admit((to,), now) + super().handle(event, now)
             case MulticastRequested(to, _):
                 return self._admit(to, now) + super().handle(event, now)
-            case Received(sender, RData(), _):
+            case Received(sender, RData() | RFrag(), _):
                 return self._admit((sender,), now) + super().handle(event, now)
             case TimerFired(("linger", str(peer))):
                 return self._forget(peer, now)

@@ -330,6 +330,8 @@ def build_stack(
                else NakChannel(node, opts.nak, open_group) if opts.multicast == "nak"
                else spec.channel(node, opts.channel))
     layers: list[Layer] = [channel, *spec.make(node, opts)]
+    if isinstance(channel, ReliableChannel):  # it splits what exceeds a frame
+        channel.decode_above([layer.header_type for layer in layers[1:]])
     if spec.needs_detector:
         layers.insert(0, spec.detector_layer(node, opts.detector))
     return Stack(node, group, layers, view)

@@ -36,6 +36,11 @@ crashed sender's packets to others (agreement under crashes is the ordering's or
 membership layer's job). Packets to or from nodes outside the current view are dropped
 and their link state freed.
 
+Packets larger than a frame (abcast.reliability.fragments): one whose frame could exceed
+`frame_bytes` is measured, and if it does not fit it leaves as fragments (`RFrag`), each
+numbered, acked and retransmitted on the link like any packet; the receiver reassembles
+them (at most `reassembly_bytes` of one sender's fragments) and hands the packet up whole.
+
 Acks and retransmissions are sent with `control=True`, so drivers do not count them as
 protocol packets (the thesis's message counts are about the protocols above).
 """
@@ -64,6 +69,17 @@ from abcast.events import (
 )
 from abcast.ids import NodeId, View
 from abcast.layer import Layer
+from abcast.reliability.fragments import (
+    HEADROOM,
+    MIN_FRAME_BYTES,
+    UNBOUNDED,
+    Fragment,
+    InnerCodec,
+    Reassembly,
+    RFrag,
+    SizeGate,
+    split,
+)
 from abcast.reliability.rto import RtoEstimator
 from abcast.snapshot import LayerSnapshot
 
@@ -83,7 +99,7 @@ class RAck(Header, frozen=True):
     sacks: Annotated[list[Seq], msgspec.Meta(max_length=1024)] = []
 
 
-ChannelHeader = RData | RAck
+ChannelHeader = RData | RAck | RFrag
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +122,11 @@ class ChannelConfig:
       a receiver refuses anything further ahead (every member must use the same value).
     - max_waiting: packets waiting for credit on one link above which the node is
       backpressured (`backlog()`; the runtime's broadcast waits or raises).
+    - frame_bytes: the transport's frame bound (the runtime sets it from
+      `TransportOptions.max_frame_bytes`); a packet whose frame would be larger leaves in
+      fragments of frame_bytes − 1 KiB (abcast.reliability.fragments).
+    - reassembly_bytes: fragments of one sender held at most; a packet larger than it
+      is refused at its sender (LocalProtocolError).
     """
 
     ack_delay_us: int = 2_000
@@ -116,6 +137,8 @@ class ChannelConfig:
     piggyback_acks: bool = False
     window: int = 1024
     max_waiting: int = 1024
+    frame_bytes: int = 4 * 1024 * 1024
+    reassembly_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if min(self.ack_delay_us, self.rto_us, self.rto_floor_us, self.max_sacks,
@@ -128,6 +151,10 @@ class ChannelConfig:
             )
         if self.max_sacks > 1024:
             raise ConfigError("max_sacks above 1024 would not fit an ack's header")
+        if not MIN_FRAME_BYTES <= self.frame_bytes <= self.reassembly_bytes:
+            raise ConfigError(
+                f"need {MIN_FRAME_BYTES} <= frame_bytes <= reassembly_bytes, got "
+                f"{self.frame_bytes}, {self.reassembly_bytes}")
 
     @property
     def rto_floor_us(self) -> int:
@@ -183,6 +210,21 @@ class ReliableChannel(Layer):
         self.gap_acks = 0  # of which: acks naming packets above a gap (this channel's NAKs)
         self.window_waits = 0  # packets that waited for credit (the window was full)
         self.refused_far = 0  # packets refused: sequence number beyond the window
+        # fragmentation (abcast.reliability.fragments): off until `decode_above` (the
+        # receiver must know the header types of the layers above to decode a packet)
+        self._gate = SizeGate()
+        self._inner: InnerCodec | None = None
+        self._reassembly = Reassembly(self.config.reassembly_bytes, self.config.window)
+        self.fragmented = 0  # packets sent in fragments
+        self.largest_split = 0  # bytes of the largest of them (its inner frame)
+        self.undecodable = 0  # reassembled packets that did not decode (dropped)
+
+    def decode_above(self, header_types: list[object]) -> None:
+        """The header types of the layers above, bottom first (the stack builder's
+        call): with them this channel splits packets too large for `frame_bytes` and
+        reassembles its peers'."""
+        self._inner = InnerCodec(self.node, list(header_types))
+        self._gate.room = self.config.frame_bytes - HEADROOM
 
     # -- introspection (tests and metrics) -------------------------------------------
     def inspect(self) -> LayerSnapshot:
@@ -201,7 +243,12 @@ class ReliableChannel(Layer):
                    "held_above": self.held_above(), "backlog": self.backlog()},
             counters={"retransmissions": self.retransmissions, "duplicates": self.duplicates,
                       "acks_sent": self.acks_sent, "gap_acks": self.gap_acks,
-                      "window_waits": self.window_waits, "refused_far": self.refused_far})
+                      "window_waits": self.window_waits, "refused_far": self.refused_far,
+                      "fragmented": self.fragmented, "largest_split": self.largest_split,
+                      "measured": self._gate.measured,
+                      "reassembled": self._reassembly.completed,
+                      "refused_fragments": self._reassembly.refused,
+                      "undecodable": self.undecodable})
 
     def in_flight(self) -> int:
         """Packets sent and not yet acknowledged, over all links."""
@@ -251,10 +298,7 @@ class ReliableChannel(Layer):
             return self._send(request.to, request.packet, now, request.control)
         elif kind is MulticastRequested:
             multicast: MulticastRequested = event  # type: ignore[assignment]
-            effects: list[Effect] = []
-            for dest in multicast.to:
-                effects += self._send(dest, multicast.packet, now)
-            return effects
+            return self._multicast(multicast.to, multicast.packet, now)
         elif kind is TimerFired:
             # A delayed ack falls due about once per packet received: skip the patterns.
             key = event.key  # type: ignore[union-attr]
@@ -270,14 +314,13 @@ class ReliableChannel(Layer):
             case SendRequested(to, packet, control):
                 return self._send(to, packet, now, control)
             case MulticastRequested(to, packet):
-                effects: list[Effect] = []
-                for dest in to:
-                    effects.extend(self._send(dest, packet, now))
-                return effects
+                return self._multicast(to, packet, now)
             case Received(sender, RData(seq, ack), inner):
                 return self._on_data(sender, seq, inner, now, ack)
             case Received(sender, RAck(high, sacks), _):
                 return self._on_ack(sender, high, sacks, now)
+            case Received(sender, RFrag() as fragment, inner):
+                return self._on_fragment(sender, fragment, inner, now)
             case Received(sender, header, _):
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
             case TimerFired(("ack", str(peer))):
@@ -300,11 +343,33 @@ class ReliableChannel(Layer):
         for peer in [p for p in self._in if p not in self._members]:
             del self._in[peer]
             effects.append(CancelTimer(("ack", peer)))
+        self._reassembly.forget(self._members)
         return effects
 
-    def _send(self, to: NodeId, packet: Packet, now: int, control: bool = False) -> list[Effect]:
+    def _multicast(self, to: tuple[NodeId, ...], packet: Packet, now: int) -> list[Effect]:
+        size = len(packet.payload)  # SizeGate.over, measured once for every destination
+        bounds = self._gate.bounds
+        for header in packet.headers:
+            size += bounds.get(type(header), UNBOUNDED)
+        if size > self._gate.room:
+            return self._send_large(to, packet, now, False)
+        effects: list[Effect] = []
+        for dest in to:
+            effects += self._send(dest, packet, now, False, True)
+        return effects
+
+    def _send(
+        self, to: NodeId, packet: Packet, now: int, control: bool = False, fits: bool = False,
+    ) -> list[Effect]:
         if to not in self._members:
             return []  # a peer outside the view: nobody is listening for it there
+        if not fits:  # SizeGate.over, inlined: a dict lookup per header, one comparison
+            size = len(packet.payload)
+            bounds = self._gate.bounds
+            for header in packet.headers:
+                size += bounds.get(type(header), UNBOUNDED)
+            if size > self._gate.room:
+                return self._send_large((to,), packet, now, control)
         link = self._out.get(to)
         if link is None:
             link = self._out[to] = self._new_out_link()
@@ -315,6 +380,79 @@ class ReliableChannel(Layer):
             self.window_waits += 1
             return []
         return self._transmit(to, link, packet, now, control)
+
+    def _send_large(
+        self, to: tuple[NodeId, ...], packet: Packet, now: int, control: bool
+    ) -> list[Effect]:
+        """A packet the size gate could not clear: measure it (encode it once); send it
+        whole if it fits a frame, else in fragments to every destination."""
+        gate, codec = self._gate, self._inner
+        gate.learn(packet)
+        effects: list[Effect] = []
+        inner = b"" if codec is None else codec.encode(packet)
+        gate.measured += 1
+        if len(inner) <= gate.room:
+            for dest in to:
+                effects += self._send(dest, packet, now, control, True)
+            return effects
+        if len(inner) > self.config.reassembly_bytes:
+            raise LocalProtocolError(
+                f"a {len(inner)}-byte packet exceeds reassembly_bytes "
+                f"{self.config.reassembly_bytes}: no peer would take it")
+        fragments = split(inner, gate.room)
+        self.fragmented += 1
+        self.largest_split = max(self.largest_split, len(inner))
+        for dest in to:
+            if dest not in self._members:
+                continue
+            link = self._out.get(dest)
+            if link is None:
+                link = self._out[dest] = self._new_out_link()
+            for fragment in fragments:
+                if link.waiting or (link.unacked and link.next_seq - next(iter(link.unacked))
+                                    >= self.config.window):
+                    link.waiting.append((fragment, control))
+                    self.window_waits += 1
+                else:
+                    effects += self._transmit_fragment(dest, link, fragment, now, control)
+        return effects
+
+    def _transmit_fragment(
+        self, to: NodeId, link: _OutLink, fragment: Fragment, now: int, control: bool
+    ) -> list[Effect]:
+        """`_transmit`, with the fragment's header in place of `RData`."""
+        effects = self._transmit(to, link, fragment, now, control)
+        data: RData = effects[0].header  # type: ignore[union-attr]  # _transmit's Send
+        effects[0] = Send(to, RFrag(data.seq, data.ack, fragment.index, fragment.count),
+                          fragment, control)
+        return effects
+
+    def _on_fragment(
+        self, sender: NodeId, fragment: RFrag, inner: Packet, now: int
+    ) -> list[Effect]:
+        codec = self._inner
+        if sender not in self._members:
+            return []
+        if codec is None:
+            raise RemoteProtocolError(f"{sender} sent a fragment; this channel has no "
+                                      "decoder for the layers above (decode_above)")
+        first, index, count = fragment.first(), fragment.index, fragment.count
+        # Refused before the link records it: a reliable sender resends it later.
+        self._reassembly.check(sender, first, index, count, len(inner.payload))
+        effects = self._on_data(sender, fragment.seq, inner, now, fragment.ack)
+        for i, effect in enumerate(effects):
+            if type(effect) is Up:
+                whole = self._reassembly.add(sender, first, index, count, inner.payload)
+                if whole is None:
+                    del effects[i]
+                    break
+                try:
+                    effects[i] = Up(sender, codec.decode(sender, whole))
+                except RemoteProtocolError:
+                    self.undecodable += 1  # the link's state moved on: drop, do not raise
+                    del effects[i]
+                break
+        return effects
 
     def _transmit(
         self, to: NodeId, link: _OutLink, packet: Packet, now: int, control: bool
@@ -423,7 +561,10 @@ class ReliableChannel(Layer):
         waiting, window = link.waiting, self.config.window
         while waiting and link.next_seq - next(iter(link.unacked), link.next_seq) < window:
             packet, control = waiting.popleft()
-            effects += self._transmit(to, link, packet, now, control)
+            if type(packet) is Fragment:
+                effects += self._transmit_fragment(to, link, packet, now, control)
+            else:
+                effects += self._transmit(to, link, packet, now, control)
         return effects
 
     def _retransmit(self, peer: NodeId, now: int) -> list[Effect]:
@@ -452,7 +593,10 @@ class ReliableChannel(Layer):
             for seq, pending in due:
                 pending.deadline = deadline
                 self.retransmissions += 1
-                effects.append(Send(peer, RData(seq), pending.packet, control=True))
+                packet = pending.packet
+                header: RData | RFrag = (RFrag(seq, 0, packet.index, packet.count)
+                                         if isinstance(packet, Fragment) else RData(seq))
+                effects.append(Send(peer, header, packet, control=True))
         next_deadline = max(min(p.deadline for p in unacked.values()), quiet_until)
         link.rto_armed_at = next_deadline
         effects.append(SetTimer(("rto", peer), next_deadline))

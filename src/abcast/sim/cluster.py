@@ -180,8 +180,13 @@ class SimCluster:
     def _apply(self, sim_node: SimNode, outputs: list[Output]) -> None:
         node = sim_node.node
         stack = sim_node.stack
+        bound = self.network.frame_bytes
         for out in outputs:
             match out:
+                case Transmit(to, data, _) if bound is not None and len(data) > bound:
+                    self.network.oversize += 1  # the transport refuses it; nothing is sent
+                    log.warning("%s: a %d-byte frame to %s exceeds the frame bound %d",
+                                node, len(data), to, bound)
                 case Transmit(to, data, control) if len(to) > 1 and self.network.ip_multicast:
                     self._count(node, "*", data, control, stack.group)  # one send on the wire
                     for dst in to:

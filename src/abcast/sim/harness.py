@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -56,6 +56,9 @@ class SimConfig:
     links: tuple[tuple[NodeId, NodeId, LinkModel], ...] = ()
     #: the network delivers a packet to several nodes as one IP multicast (one send)
     ip_multicast: bool = False
+    #: the network refuses frames above this many bytes (a transport's max_frame_bytes);
+    #: the stacks' channels are told, as the runtime tells them (None: no bound)
+    frame_bytes: int | None = None
     #: open loop only: the nodes that broadcast, round robin (empty: every node)
     senders: tuple[NodeId, ...] = ()
     #: open loop only: a node's broadcasts wait while its stack is backpressured, as the
@@ -102,6 +105,8 @@ class SimResult:
     departed: tuple[NodeId, ...] = ()
     #: nodes asked to leave that had not departed when the run ended (still running)
     leaving: tuple[NodeId, ...] = ()
+    #: frames the network refused: longer than `SimConfig.frame_bytes`
+    oversize_frames: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -170,7 +175,8 @@ def run_simulation(
     _validate(config, plan, spec)
     rng = random.Random(config.seed)
     link = LinkModel(*plan.delay_us) if plan.delay_us else config.link
-    network = Network(rng, link, plan.drop, plan.dup, ip_multicast=config.ip_multicast)
+    network = Network(rng, link, plan.drop, plan.dup, ip_multicast=config.ip_multicast,
+                      frame_bytes=config.frame_bytes)
     for src, dst, model in config.links:
         network.set_link(src, dst, model)
     scheduler = Scheduler()
@@ -233,8 +239,12 @@ def run_simulation(
             send(node)
 
     view = View(1, ids)
+    options = config.options
+    if config.frame_bytes is not None:
+        options = replace(options, channel=replace(options.channel,
+                                                   frame_bytes=config.frame_bytes))
     make = stack_factory or (
-        lambda node, v: build_stack(node, config.group, config.ordering, v, config.options)
+        lambda node, v: build_stack(node, config.group, config.ordering, v, options)
     )
     for node in ids:
         cluster.add(make(node, view))
@@ -306,4 +316,5 @@ def run_simulation(
         app_states={n: s.app_state for n, s in cluster.nodes.items() if not s.stopped},
         departed=tuple(n for n, s in cluster.nodes.items() if s.departed),
         leaving=tuple(n for n, s in cluster.nodes.items() if s.leaving and not s.stopped),
+        oversize_frames=network.oversize,
     )

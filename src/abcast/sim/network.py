@@ -11,6 +11,9 @@ its links to both (a partial partition — it hears both and can relay between t
 real network's bridge host would). `partition_rest` cuts a side from *every* other node,
 those that start later (joiners) included.
 
+A frame bound (`frame_bytes`) makes the network refuse, at the sender, a frame longer
+than it (counted in `oversize`), as a real transport refuses one above max_frame_bytes.
+
 IP multicast (`ip_multicast=True`): a packet to several nodes is one send on the wire
 (the cluster counts it once), and each receiver's copy still meets its own fate — loss,
 latency, duplication and cuts are per receiver, as on a real multicast tree.
@@ -62,8 +65,13 @@ class Network:
     def __init__(
         self, rng: random.Random, default: LinkModel = DEFAULT_LINK,
         drop: float = 0.0, dup: float = 0.0, ip_multicast: bool = False,
+        frame_bytes: int | None = None,
     ) -> None:
         self.rng = rng
+        #: frames longer than this are refused at the sender, as a transport refuses one
+        #: above its `max_frame_bytes` (None: no bound); `oversize` counts them
+        self.frame_bytes = frame_bytes
+        self.oversize = 0
         #: a packet to several nodes is one send (see the module rules)
         self.ip_multicast = ip_multicast
         self.default = default

@@ -1,0 +1,276 @@
+"""Fragmentation: a packet whose frame would exceed the transport's frame bound leaves
+as fragments, each a packet of its own on the link, and is reassembled whole on arrival
+(JGroups' FRAG2/FRAG3 idea; docs/multicast.md, "Packets larger than a frame").
+
+Rules:
+- What is split is the whole packet of the layers above — their headers and the
+  payload, encoded as one inner frame (`abcast.codec.encode_frame`) — since a view
+  change's state transfer sits in a header (the flush's MState/MInstall), not in the
+  payload. The receiver decodes it with the header types of the layers above
+  (`InnerCodec`), so a fragment's own frame carries only the channel's header.
+- A fragment is numbered on its link like any packet, so a reliable channel acks and
+  retransmits each one alone; fragments of one packet take consecutive sequence numbers
+  and say only their `index` and `count`: the receiver keys a packet by the number of its
+  fragment 0 (`seq - index`).
+- Reassembly is bounded per sender: `max_bytes` of fragment payload and `max_partial`
+  packets under way. A fragment beyond either, or one whose `count` disagrees with what
+  its packet already said, is refused (RemoteProtocolError, before the channel records
+  it: a reliable sender retransmits it once room is back); a sender's partial packets are
+  forgotten when it leaves the view.
+- The per-packet test (`SizeGate.over`) costs a dict lookup per header and one
+  comparison: a header type whose msgspec annotations bound its encoding (every field a
+  number, a bounded string or a bounded container of such) adds that bound; any other
+  (lists of bodies, state bytes) makes the packet measured, i.e. encoded once, unless
+  the header class declares `WIRE_BOUND: ClassVar[int]` (what its sender's own rules
+  keep it under).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Final
+
+import msgspec
+import msgspec.inspect as mi
+
+from abcast.codec import (
+    Count,
+    Envelope,
+    Header,
+    HeaderCodec,
+    Packet,
+    Seq,
+    decode_envelope,
+    encode_frame,
+)
+from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
+
+#: bytes of a frame that are not the split inner packet: the envelope (group ≤ 128 and
+#: sender ≤ 64 characters, utf-8), the headers of the layers at and below the channel
+HEADROOM: Final = 1_024
+#: the smallest frame bound fragmentation works with
+MIN_FRAME_BYTES: Final = 2 * HEADROOM
+#: fragments of one packet, at most (a 16 MiB frame bound allows 64 TiB packets)
+MAX_COUNT: Final = 1 << 22
+#: the inner frame's group field (the channel does not know its group; nobody reads it)
+_INNER_GROUP: Final = "-"
+#: a header type whose encoding nothing bounds
+UNBOUNDED: Final = sys.maxsize // 4
+
+
+class RFrag(Header, frozen=True):
+    """Fragment `index` of `count` of one packet of the layers above, numbered `seq` on
+    this link; `ack` as in `RData` (0: none carried)."""
+
+    seq: Seq
+    ack: Count
+    index: Annotated[int, msgspec.Meta(ge=0, lt=MAX_COUNT)]
+    count: Annotated[int, msgspec.Meta(ge=2, le=MAX_COUNT)]
+
+    def first(self) -> int:
+        """The sequence number of the packet's fragment 0: its reassembly key."""
+        return self.seq - self.index
+
+
+class Fragment(Packet, frozen=True, gc=False):
+    """A fragment as the sending channel keeps it (window queue, retransmission buffer):
+    `payload` is the chunk, `headers` is empty; `index`/`count` go into its `RFrag`."""
+
+    index: int = 0
+    count: int = 1
+
+
+def split(inner: bytes, chunk: int) -> list[Fragment]:
+    """`inner` (an encoded packet) in fragments of at most `chunk` bytes, in order."""
+    if chunk < 1:
+        raise ConfigError(f"fragment size must be positive, got {chunk}")
+    count = max(1, -(-len(inner) // chunk))
+    view = memoryview(inner)
+    return [Fragment((), bytes(view[i * chunk:(i + 1) * chunk]), i, count)
+            for i in range(count)]
+
+
+class InnerCodec:
+    """Encodes a packet of the layers above as one inner frame, and decodes it back with
+    their header types (from the stack builder: `ReliableChannel.decode_above`)."""
+
+    def __init__(self, node: str, header_types: list[Any]) -> None:
+        self.node = node
+        self._headers = HeaderCodec(header_types)
+
+    def encode(self, packet: Packet) -> bytes:
+        return encode_frame(_INNER_GROUP, self.node, packet)
+
+    def decode(self, sender: str, data: bytes) -> Packet:
+        """The packet `sender` split; RemoteProtocolError for anything else."""
+        try:
+            env: Envelope = decode_envelope(data)
+            headers = self._headers.headers(env)
+        except DecodeError as exc:
+            raise RemoteProtocolError(f"{sender} sent a packet in fragments that does not "
+                                      f"decode: {exc}") from None
+        if env.sender != sender:
+            raise RemoteProtocolError(f"{sender} sent fragments of {env.sender}'s packet")
+        return Packet(headers, env.payload)
+
+
+# -- the size gate -------------------------------------------------------------------------
+def static_bound(kind: Any) -> int:
+    """An upper bound of the msgpack encoding of any value of `kind` (a msgspec type),
+    or UNBOUNDED when its annotations set none (no max_length, Any, Raw)."""
+    return min(_bound(mi.type_info(kind), 0), UNBOUNDED)
+
+
+def _bound(t: mi.Type, depth: int) -> int:
+    if depth > 8:
+        return UNBOUNDED
+    if isinstance(t, mi.IntType | mi.FloatType | mi.BoolType | mi.NoneType | mi.EnumType):
+        return 9 if not isinstance(t, mi.EnumType) else 64
+    if isinstance(t, mi.StrType | mi.BytesType | mi.ByteArrayType):
+        size = t.max_length
+        if size is None:
+            return UNBOUNDED
+        return 5 + (4 * size if isinstance(t, mi.StrType) else size)
+    if isinstance(t, mi.LiteralType):
+        return max(5 + 4 * len(str(v)) + 9 for v in t.values)
+    if isinstance(t, mi.UnionType):
+        return max(_bound(u, depth + 1) for u in t.types)
+    if isinstance(t, mi.ListType | mi.SetType | mi.FrozenSetType | mi.VarTupleType):
+        if t.max_length is None:
+            return UNBOUNDED
+        return 5 + t.max_length * _bound(t.item_type, depth + 1)
+    if isinstance(t, mi.TupleType):
+        return 5 + sum(_bound(item, depth + 1) for item in t.item_types)
+    if isinstance(t, mi.DictType):
+        if t.max_length is None:
+            return UNBOUNDED
+        pair = _bound(t.key_type, depth + 1) + _bound(t.value_type, depth + 1)
+        return 5 + t.max_length * pair
+    if isinstance(t, mi.StructType):
+        declared = getattr(t.cls, "WIRE_BOUND", None)
+        if isinstance(declared, int):
+            return declared  # the sender's own rules bound it (a ClassVar of the header)
+        tag = 0 if t.tag is None else 5 + 4 * len(str(t.tag))
+        return 5 + tag + sum((0 if t.array_like else 5 + 4 * len(f.encode_name))
+                             + _bound(f.type, depth + 1) for f in t.fields)
+    return UNBOUNDED  # Any, Raw, custom types: nothing known
+
+
+@dataclass(slots=True)
+class SizeGate:
+    """Decides, per packet, whether it might not fit a frame (see the rules); `room` is
+    the largest inner frame that goes whole (sys.maxsize: fragmentation off)."""
+
+    room: int = sys.maxsize
+    #: header type -> its static bound (learnt on a type's first measured packet)
+    bounds: dict[type, int] = field(default_factory=dict)
+    measured: int = 0  # packets encoded to learn their size
+
+    def over(self, packet: Packet) -> bool:
+        """Cheap: True when the packet must be measured (`fits` says whether it fits)."""
+        size = len(packet.payload)
+        bounds = self.bounds
+        for header in packet.headers:
+            size += bounds.get(type(header), UNBOUNDED)
+        return size > self.room
+
+    def learn(self, packet: Packet) -> None:
+        for header in packet.headers:
+            kind = type(header)
+            if kind not in self.bounds:
+                self.bounds[kind] = static_bound(kind)
+
+
+# -- reassembly ----------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Partial:
+    count: int
+    parts: dict[int, bytes] = field(default_factory=dict)
+    size: int = 0
+
+
+@dataclass(slots=True)
+class _Sender:
+    partial: dict[int, _Partial] = field(default_factory=dict)  # by the first fragment's seq
+    held: int = 0  # chunk bytes held over all of them
+
+
+class Reassembly:
+    """Per sender, the packets under way (see the rules). `check` says, without changing
+    anything, whether `add` would take a fragment; `add` returns the inner frame once its
+    last fragment came."""
+
+    def __init__(self, max_bytes: int, max_partial: int) -> None:
+        if max_bytes < 1 or max_partial < 1:
+            raise ConfigError("reassembly bounds must be positive")
+        self.max_bytes = max_bytes
+        self.max_partial = max_partial
+        self._senders: dict[str, _Sender] = {}
+        self.refused = 0
+        self.completed = 0
+
+    def held(self, sender: str | None = None) -> int:
+        """Chunk bytes held (for one sender, or all)."""
+        if sender is not None:
+            state = self._senders.get(sender)
+            return 0 if state is None else state.held
+        return sum(s.held for s in self._senders.values())
+
+    def partial(self, sender: str) -> int:
+        state = self._senders.get(sender)
+        return 0 if state is None else len(state.partial)
+
+    def check(self, sender: str, first: int, index: int, count: int, size: int) -> None:
+        """RemoteProtocolError if `add` must refuse this fragment; nothing changes."""
+        if not 0 <= index < count or count < 2:
+            self.refused += 1
+            raise RemoteProtocolError(f"{sender} sent fragment {index} of {count}")
+        state = self._senders.get(sender)
+        if state is None:
+            return
+        part = state.partial.get(first)
+        if part is not None and part.count != count:
+            self.refused += 1
+            raise RemoteProtocolError(
+                f"{sender} sent fragment {index} of {count} of a packet of {part.count}")
+        if part is not None and index in part.parts:
+            return  # a duplicate: `add` ignores it
+        if part is None and len(state.partial) >= self.max_partial:
+            self.refused += 1
+            raise RemoteProtocolError(
+                f"{sender} has {len(state.partial)} packets in fragments under way")
+        if state.held + size > self.max_bytes:
+            self.refused += 1
+            raise RemoteProtocolError(
+                f"{sender}'s fragments would hold {state.held + size} bytes "
+                f"(max {self.max_bytes})")
+
+    def add(self, sender: str, first: int, index: int, count: int, chunk: bytes
+            ) -> bytes | None:
+        """Take a fragment (`check` first); the inner frame when it completes a packet."""
+        self.check(sender, first, index, count, len(chunk))
+        state = self._senders.get(sender)
+        if state is None:
+            state = self._senders[sender] = _Sender()
+        part = state.partial.get(first)
+        if part is None:
+            part = state.partial[first] = _Partial(count)
+        if index in part.parts:
+            return None
+        part.parts[index] = chunk
+        part.size += len(chunk)
+        state.held += len(chunk)
+        if len(part.parts) < count:
+            return None
+        del state.partial[first]
+        state.held -= part.size
+        if not state.partial:
+            del self._senders[sender]
+        self.completed += 1
+        return b"".join(part.parts[i] for i in range(count))
+
+    def forget(self, keep: frozenset[str]) -> None:
+        """Drop the partial packets of every sender not in `keep` (it left the view)."""
+        for sender in [s for s in self._senders if s not in keep]:
+            del self._senders[sender]
