@@ -196,6 +196,10 @@ class _Sender:
     held: int = 0  # chunk bytes held over all of them
 
 
+#: the state of a sender with nothing under way (never mutated)
+_NOBODY: Final = _Sender()
+
+
 class Reassembly:
     """Per sender, the packets under way (see the rules). `check` says, without changing
     anything, whether `add` would take a fragment; `add` returns the inner frame once its
@@ -226,9 +230,7 @@ class Reassembly:
         if not 0 <= index < count or count < 2:
             self.refused += 1
             raise RemoteProtocolError(f"{sender} sent fragment {index} of {count}")
-        state = self._senders.get(sender)
-        if state is None:
-            return
+        state = self._senders.get(sender) or _NOBODY
         part = state.partial.get(first)
         if part is not None and part.count != count:
             self.refused += 1

@@ -1,0 +1,169 @@
+"""Split and reassembly (abcast.reliability.fragments), any sizes, any arrival order,
+duplicates: every packet comes back whole exactly once; the per-sender bound holds
+against any sequence of fragments a peer may send, and a refused fragment changes
+nothing; a fragment whose count disagrees with its packet's is refused. A planted
+reassembly that skips that last test must be caught by the same property."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from abcast.codec import Packet
+from abcast.errors import RemoteProtocolError
+from abcast.ordering.sequencer_wire import SData, SOrder
+from abcast.reliability.fragments import (
+    UNBOUNDED,
+    InnerCodec,
+    Reassembly,
+    SizeGate,
+    split,
+    static_bound,
+)
+
+FAST = settings(max_examples=150, deadline=None)
+
+
+@st.composite
+def arrivals(draw: st.DrawFn) -> tuple[bytes, int, list[int]]:
+    """A packet, a fragment size, and the order its fragments arrive in: every index at
+    least once, some twice or more, any order."""
+    data = draw(st.binary(min_size=0, max_size=5_000))
+    chunk = draw(st.integers(1, 700))
+    count = max(1, -(-len(data) // chunk))
+    order = draw(st.permutations(range(count)))
+    extra = draw(st.lists(st.integers(0, count - 1), max_size=count))
+    mixed = list(order)
+    for index in extra:  # duplicates, each inserted anywhere
+        mixed.insert(draw(st.integers(0, len(mixed))), index)
+    return data, chunk, mixed
+
+
+@FAST
+@given(arrivals())
+def test_any_order_and_duplicates_give_the_packet_back_once_whole(
+    case: tuple[bytes, int, list[int]],
+) -> None:
+    data, chunk, order = case
+    parts = split(data, chunk)
+    assert b"".join(p.payload for p in parts) == data
+    assert all(len(p.payload) <= chunk for p in parts)
+    assert [p.index for p in parts] == list(range(len(parts)))
+    if len(parts) == 1:
+        return  # one fragment: the channel sends it whole
+    reassembly = Reassembly(max_bytes=len(data), max_partial=1)
+    done: list[tuple[int, bytes]] = []
+    seen: set[int] = set()
+    for step, index in enumerate(order):
+        whole = reassembly.add("a", 7, index, len(parts), parts[index].payload)
+        seen.add(index)
+        if whole is not None:
+            done.append((step, whole))
+            break  # past completion the channel's sequence numbers drop duplicates
+    assert done and done[0][1] == data
+    assert seen == set(range(len(parts)))  # it completed on the last new fragment
+    assert reassembly.held() == 0 and reassembly.partial("a") == 0
+
+
+Fragmentish = tuple[str, int, int, int, int]  # sender, first, index, count, size
+
+
+@FAST
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 6), st.integers(0, 5),
+                          st.integers(1, 6), st.integers(0, 300)), max_size=80),
+       st.integers(1, 900), st.integers(1, 3))
+def test_the_bound_holds_whatever_a_peer_sends_and_a_refusal_changes_nothing(
+    fragments: list[Fragmentish], max_bytes: int, max_partial: int,
+) -> None:
+    reassembly = Reassembly(max_bytes, max_partial)
+    for sender, first, index, count, size in fragments:
+        before = (reassembly.held("a"), reassembly.held("b"),
+                  reassembly.partial("a"), reassembly.partial("b"))
+        try:
+            reassembly.add(sender, first, index, count, bytes(size))
+        except RemoteProtocolError:
+            after = (reassembly.held("a"), reassembly.held("b"),
+                     reassembly.partial("a"), reassembly.partial("b"))
+            assert after == before
+        for peer in "ab":
+            assert reassembly.held(peer) <= max_bytes
+            assert reassembly.partial(peer) <= max_partial
+    reassembly.forget(frozenset({"b"}))
+    assert reassembly.held("a") == 0 and reassembly.partial("a") == 0
+
+
+class AcceptsAnyCount(Reassembly):
+    """Planted bug: a fragment whose count disagrees with its packet's is taken."""
+
+    def check(self, sender: str, first: int, index: int, count: int, size: int) -> None:
+        state = self._senders.get(sender)
+        part = None if state is None else state.partial.get(first)
+        super().check(sender, first, index, part.count if part else count, size)
+
+
+def _mismatch_property(kind: type[Reassembly]) -> None:
+    @settings(max_examples=300, deadline=None, database=None, report_multiple_bugs=False)
+    @given(st.binary(min_size=2, max_size=400), st.integers(1, 100), st.data())
+    def prop(data: bytes, chunk: int, draw: st.DataObject) -> None:
+        parts = split(data, chunk)
+        if len(parts) < 2:
+            return
+        reassembly = kind(max_bytes=10_000, max_partial=4)
+        forged_count = draw.draw(st.integers(2, 8).filter(lambda c: c != len(parts)))
+        forged_index = draw.draw(st.integers(0, forged_count - 1))
+        at = draw.draw(st.integers(1, len(parts) - 1))  # after fragment `at - 1`
+        results = []
+        for index in range(len(parts)):
+            if index == at:
+                with contextlib.suppress(RemoteProtocolError):
+                    results.append(reassembly.add("a", 1, forged_index, forged_count,
+                                                  b"\xff" * chunk))
+            with contextlib.suppress(RemoteProtocolError):
+                results.append(reassembly.add("a", 1, index, len(parts), parts[index].payload))
+        # Whatever the forger sent, nothing but the honest packet is ever handed up.
+        assert all(r is None or r == data for r in results)
+        assert data in results
+
+    prop()
+
+
+def test_a_fragment_whose_count_disagrees_is_refused() -> None:
+    _mismatch_property(Reassembly)
+
+
+def test_the_planted_reassembly_that_takes_any_count_is_caught() -> None:
+    with pytest.raises(AssertionError):
+        _mismatch_property(AcceptsAnyCount)
+
+
+@FAST
+@given(st.binary(max_size=3_000), st.lists(st.tuples(st.text(max_size=64).filter(bool),
+                                                     st.integers(1, 2**62)), max_size=30))
+def test_the_inner_frame_decodes_to_the_same_packet(
+    payload: bytes, ids: list[tuple[str, int]],
+) -> None:
+    codec = InnerCodec("a", [SOrder])
+    packet = Packet((SOrder(1, ids, [payload]),), payload)
+    assert codec.decode("a", codec.encode(packet)) == packet
+    with pytest.raises(RemoteProtocolError):
+        codec.decode("b", codec.encode(packet))  # someone else's packet
+    with pytest.raises(RemoteProtocolError):
+        codec.decode("a", codec.encode(packet)[:-1])
+
+
+@FAST
+@given(st.lists(st.integers(1, 2**62), min_size=1, max_size=5), st.binary(max_size=200))
+def test_a_bounded_header_type_is_never_measured_and_its_bound_holds(
+    seqs: list[int], payload: bytes,
+) -> None:
+    gate = SizeGate(room=10_000)
+    codec = InnerCodec("n1", [SData])
+    packet = Packet((SData(seqs[0]),), payload)
+    assert gate.over(packet)  # an unknown type: measured once
+    gate.learn(packet)
+    assert not gate.over(packet)
+    assert len(codec.encode(packet)) <= static_bound(SData) + len(payload) + 400
+    assert static_bound(SOrder) == UNBOUNDED  # lists of bodies: always measured

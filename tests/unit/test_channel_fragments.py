@@ -1,0 +1,162 @@
+"""The reliable channel's fragmentation, driven synchronously: a packet larger than a
+frame leaves in fragments that are retransmitted one by one and handed up once, whole;
+a packet that fits costs no measuring; the bound refuses without recording, so the
+fragment comes again; a sender that leaves is forgotten."""
+
+from __future__ import annotations
+
+import pytest
+
+from abcast.codec import Packet, encode_frame
+from abcast.effects import Effect, Send, Up
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.events import MulticastRequested, Received, SendRequested, TimerFired, ViewInstalled
+from abcast.ids import View
+from abcast.ordering.sequencer_wire import SData, SOrder
+from abcast.reliability.channel import ChannelConfig, RAck, RData, ReliableChannel
+from abcast.reliability.fragments import RFrag
+
+VIEW = View(1, ("a", "b", "c"))
+CFG = ChannelConfig(ack_delay_us=100, rto_us=1_000, max_rto_us=4_000, frame_bytes=2_048,
+                    reassembly_bytes=64 * 1024, window=64)
+ABOVE = [SData | SOrder]
+
+
+def _channel(node: str, config: ChannelConfig = CFG) -> ReliableChannel:
+    channel = ReliableChannel(node, config)
+    channel.decode_above(ABOVE)
+    channel.handle(ViewInstalled(VIEW), 0)
+    return channel
+
+
+def _sends(effects: list[Effect]) -> list[Send]:
+    return [e for e in effects if isinstance(e, Send)]
+
+
+def _ups(effects: list[Effect]) -> list[Up]:
+    return [e for e in effects if isinstance(e, Up)]
+
+
+def _frame(send: Send) -> int:
+    return len(encode_frame("g", "a", send.inner.push(send.header)))
+
+
+def _big(size: int = 20_000) -> Packet:
+    bodies = [bytes([i % 251]) * 1_000 for i in range(size // 1_000)]
+    return Packet((SOrder(1, [("a", i + 1) for i in range(len(bodies))], bodies),), b"p")
+
+
+def test_a_large_packet_crosses_in_fragments_each_retransmitted_alone() -> None:
+    a, b = _channel("a"), _channel("b")
+    big = _big()
+    sends = _sends(a.handle(SendRequested("b", big), 0))
+    assert len(sends) > 10 and all(isinstance(s.header, RFrag) for s in sends)
+    assert all(_frame(s) <= CFG.frame_bytes for s in sends)
+    assert [s.header.seq for s in sends] == list(range(1, len(sends) + 1))
+    lost = {2, 5, len(sends)}
+    ups: list[Up] = []
+    for s in sends:
+        if s.header.seq not in lost:
+            ups += _ups(b.handle(Received("a", s.header, s.inner), 10))
+    assert ups == []  # incomplete: nothing handed up
+    ack = _sends(b.handle(TimerFired(("ack", "a")), 200))[0]
+    a.handle(Received("b", ack.header, ack.inner), 210)
+    again = _sends(a.handle(TimerFired(("rto", "b")), 2_000))
+    assert sorted(s.header.seq for s in again) == sorted(lost)  # only the lost ones
+    assert all(isinstance(s.header, RFrag) and s.control for s in again)
+    for s in again + again:  # duplicated on the way, too
+        ups += _ups(b.handle(Received("a", s.header, s.inner), 2_010))
+    assert [u.packet for u in ups] == [big]
+    assert b.inspect().counters["reassembled"] == 1 and b.duplicates == len(lost)
+
+
+def test_a_multicast_is_split_once_and_every_destination_gets_it_whole() -> None:
+    a, b, c = _channel("a"), _channel("b"), _channel("c")
+    big = _big(8_000)
+    sends = _sends(a.handle(MulticastRequested(("b", "c"), big), 0))
+    assert a.fragmented == 1 and a.inspect().counters["measured"] == 1
+    for peer, channel in (("b", b), ("c", c)):
+        got = [u.packet for s in sends if s.to == peer
+               for u in _ups(channel.handle(Received("a", s.header, s.inner), 5))]
+        assert got == [big]
+
+
+def test_a_packet_that_fits_goes_whole_and_its_type_is_measured_once() -> None:
+    a, b = _channel("a"), _channel("b")
+    for seq in range(1, 20):
+        sends = _sends(a.handle(SendRequested("b", Packet((SData(seq),), b"x" * 500)), 0))
+        assert [type(s.header) for s in sends] == [RData]
+        assert _ups(b.handle(Received("a", sends[0].header, sends[0].inner), 1))
+    assert a.inspect().counters["measured"] == 1  # SData's size is bounded by its type
+    assert a.fragmented == 0
+
+
+def test_fragments_wait_for_the_window_like_any_packet() -> None:
+    small_window = ChannelConfig(frame_bytes=2_048, window=4, reassembly_bytes=64 * 1024)
+    a, b = _channel("a", small_window), _channel("b", small_window)
+    big = _big(6_000)
+    first = _sends(a.handle(SendRequested("b", big), 0))
+    assert len(first) == 4 and a.backlog() > 0
+    ups: list[Up] = []
+    pending = first
+    t = 0
+    while pending:
+        t += 10
+        for s in pending:
+            ups += _ups(b.handle(Received("a", s.header, s.inner), t))
+        ack = _sends(b.handle(TimerFired(("ack", "a")), t))[0]
+        pending = _sends(a.handle(Received("b", ack.header, ack.inner), t))
+        assert all(isinstance(s.header, RFrag) for s in pending)
+    assert [u.packet for u in ups] == [big] and a.backlog() == 0
+
+
+def test_a_fragment_beyond_the_bound_is_refused_unrecorded_and_taken_when_resent() -> None:
+    tight = ChannelConfig(frame_bytes=2_048, reassembly_bytes=4_096, window=64)
+    a, b = _channel("a", CFG), _channel("b", tight)
+    sends = _sends(a.handle(SendRequested("b", _big(6_000)), 0))
+    held = 0
+    refused = None
+    for s in sends:
+        try:
+            b.handle(Received("a", s.header, s.inner), 1)
+            held += len(s.inner.payload)
+        except RemoteProtocolError:
+            refused = s
+            break
+    assert refused is not None and held <= tight.reassembly_bytes
+    # The refused fragment was not recorded: nothing acks it.
+    ack = _sends(b.handle(TimerFired(("ack", "a")), 200))[0]
+    assert isinstance(ack.header, RAck) and ack.header.high < refused.header.seq
+
+
+def test_a_packet_no_peer_could_reassemble_is_refused_at_its_sender() -> None:
+    a = _channel("a", ChannelConfig(frame_bytes=2_048, reassembly_bytes=8_192))
+    with pytest.raises(LocalProtocolError, match="reassembly_bytes"):
+        a.handle(SendRequested("b", _big(20_000)), 0)
+
+
+def test_a_sender_that_leaves_is_forgotten() -> None:
+    a, b = _channel("a"), _channel("b")
+    sends = _sends(a.handle(SendRequested("b", _big()), 0))
+    for s in sends[:-1]:
+        b.handle(Received("a", s.header, s.inner), 1)
+    assert b.inspect().counters["reassembled"] == 0 and b._reassembly.held("a") > 0
+    b.handle(ViewInstalled(View(2, ("b", "c"))), 2)
+    assert b._reassembly.held() == 0
+
+
+def test_a_forged_count_is_refused() -> None:
+    a, b = _channel("a"), _channel("b")
+    sends = _sends(a.handle(SendRequested("b", _big()), 0))
+    s = sends[0]
+    b.handle(Received("a", s.header, s.inner), 1)
+    forged = RFrag(2, 0, 1, s.header.count + 1)
+    with pytest.raises(RemoteProtocolError, match="of a packet of"):
+        b.handle(Received("a", forged, sends[1].inner), 2)
+
+
+def test_without_the_types_above_the_channel_never_splits() -> None:
+    plain = ReliableChannel("a", CFG)  # nobody called decode_above
+    plain.handle(ViewInstalled(VIEW), 0)
+    sends = _sends(plain.handle(SendRequested("b", _big()), 0))
+    assert [type(s.header) for s in sends] == [RData]
