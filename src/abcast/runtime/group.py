@@ -115,16 +115,22 @@ async def _await_credit(driver: GroupDriver) -> None:
         delay = min(delay * 2, 0.05)
 
 
-def for_streams(options: OrderingOptions | None, scheme: str = "tcp") -> OrderingOptions:
+def for_streams(
+    options: OrderingOptions | None, scheme: str = "tcp", frame_bytes: int | None = None,
+) -> OrderingOptions:
     """The options a runtime stack is built with: the default channel becomes
     STREAM_CHANNEL; a channel configured on purpose is kept. Over udp:// the default
     channel (multicast=None) is the NAK channel: one multicast per packet, NAK repair; an
-    explicit "reliable" keeps the ack-based channel there."""
+    explicit "reliable" keeps the ack-based channel there. `frame_bytes` (the transport's
+    max_frame_bytes) caps the channel's: a larger packet leaves in fragments."""
     opts = options or OrderingOptions()
     if scheme == "udp" and opts.multicast is None:
-        return dataclasses.replace(opts, multicast="nak")
-    if opts.channel == ChannelConfig():
-        return dataclasses.replace(opts, channel=STREAM_CHANNEL)
+        opts = dataclasses.replace(opts, multicast="nak")
+    elif opts.channel == ChannelConfig():
+        opts = dataclasses.replace(opts, channel=STREAM_CHANNEL)
+    if frame_bytes is not None and frame_bytes < opts.channel.frame_bytes:
+        opts = dataclasses.replace(opts, channel=dataclasses.replace(
+            opts.channel, frame_bytes=frame_bytes))
     return opts
 
 
@@ -306,7 +312,8 @@ class Group:
         self._attach(host, View(1, tuple(members)))
 
     def _attach(self, host: Node, view: View) -> GroupDriver:
-        options = for_streams(self.options, host.transport.scheme)
+        frame_bytes = getattr(getattr(host.transport, "options", None), "max_frame_bytes", None)
+        options = for_streams(self.options, host.transport.scheme, frame_bytes)
         if self.ordering == "ticket" and options.ticket:
             host.pin_peer(TICKET_NODE, options.ticket)  # the group's ticket server
         stack = build_stack(host.id, self.name, self.ordering, view, options)
