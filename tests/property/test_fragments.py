@@ -167,3 +167,18 @@ def test_a_bounded_header_type_is_never_measured_and_its_bound_holds(
     assert not gate.over(packet)
     assert len(codec.encode(packet)) <= static_bound(SData) + len(payload) + 400
     assert static_bound(SOrder) == UNBOUNDED  # lists of bodies: always measured
+
+
+@FAST
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 3), st.integers(0, 75)),
+                max_size=80), st.integers(300, 900), st.integers(1, 3))
+def test_making_room_drops_only_other_packets_and_then_the_fragment_fits(
+    fragments: list[tuple[int, int, int]], max_bytes: int, max_partial: int,
+) -> None:
+    reassembly = Reassembly(max_bytes, max_partial)
+    for first, index, size in fragments:
+        reassembly.make_room("a", first, size)
+        # never refused for room (a packet of 4 fragments of at most 75 bytes fits alone)
+        reassembly.add("a", first, index, 4, bytes(size))
+        assert reassembly.held("a") <= max_bytes
+        assert reassembly.partial("a") <= max_partial

@@ -10,6 +10,7 @@ import pytest
 
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack
+from abcast.reliability.basic_channel import BasicChannel
 from abcast.reliability.channel import ChannelConfig, ReliableChannel
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.sim.churn import judge
@@ -67,3 +68,27 @@ def test_without_fragmentation_the_view_never_installs_and_the_test_says_so() ->
     assert _views(result, "n5") == [("n5",)]  # never admitted
     with pytest.raises(AssertionError):
         _clean(result, stacks)
+
+
+@pytest.mark.parametrize("drop", [0.0, 0.05])
+def test_the_basic_channel_sends_fragments_once_and_a_lost_one_loses_its_packet(
+    drop: float,
+) -> None:
+    options = OrderingOptions(multicast="basic", channel=ChannelConfig(frame_bytes=FRAME))
+    config = SimConfig("fifo", nodes=3, messages=150, seed=2, payload=3 * FRAME,
+                       faults=f"drop={drop},dup=0.02,delay=1-20ms", rate=2_000,
+                       frame_bytes=FRAME, options=options)
+    stacks: list[Stack] = []
+
+    def make(node: NodeId, view: View) -> Stack:
+        stacks.append(build_stack(node, "g", "fifo", view, options))
+        return stacks[-1]
+
+    result = run_simulation(config, stack_factory=make)
+    assert result.violations == [] and result.oversize_frames == 0
+    channels = [layer for s in stacks for layer in s.layers if isinstance(layer, BasicChannel)]
+    assert sum(c.fragmented for c in channels) == 150 * 2  # every broadcast, to each peer
+    if drop:  # some packets lost a fragment; the rest arrived whole
+        assert 0 < result.delivered < 150 * 3
+    else:
+        assert result.delivered == 150 * 3

@@ -326,11 +326,13 @@ def build_stack(
     spec = get_ordering(ordering)
     spec.check_options(opts)
     open_group = spec.channel is OpenChannel
-    channel = (BasicChannel(node, open_group=open_group) if opts.multicast == "basic"
+    channel = (BasicChannel(node, open_group=open_group, frame_bytes=opts.channel.frame_bytes,
+                            reassembly_bytes=opts.channel.reassembly_bytes)
+               if opts.multicast == "basic"
                else NakChannel(node, opts.nak, open_group) if opts.multicast == "nak"
                else spec.channel(node, opts.channel))
     layers: list[Layer] = [channel, *spec.make(node, opts)]
-    if isinstance(channel, ReliableChannel):  # it splits what exceeds a frame
+    if isinstance(channel, ReliableChannel | BasicChannel):  # it splits what exceeds a frame
         channel.decode_above([layer.header_type for layer in layers[1:]])
     if spec.needs_detector:
         layers.insert(0, spec.detector_layer(node, opts.detector))

@@ -14,6 +14,12 @@ holdback never delivers past a missing message — but not validity or agreement
 packet is lost, and whatever waits on it waits for ever. Without loss it delivers like
 the reliable channel, at n−1 packets per multicast and no acks.
 
+Packets larger than a frame leave in fragments (`BFrag`, abcast.reliability.fragments)
+as on the reliable channel, each sent once: a lost fragment loses its whole packet,
+which is what best effort means. Reassembly is bounded per sender as there, and where
+the reliable channel refuses a fragment beyond the bound (to take it when resent), this
+one makes room by dropping the sender's oldest partial packet (lost too).
+
 A closed group's channel drops packets to and from nodes outside the view; an open
 group's (`open_group=True`, for orderings that admit joiners themselves) lets them
 through and leaves the decision to the ordering above.
@@ -22,7 +28,9 @@ through and leaves the decision to the ordering above.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Annotated, Final
+
+import msgspec
 
 from abcast.codec import Header, Packet, Seq
 from abcast.effects import Effect, Send, Up
@@ -40,6 +48,15 @@ from abcast.events import (
 )
 from abcast.ids import NodeId
 from abcast.layer import Layer
+from abcast.reliability.fragments import (
+    HEADROOM,
+    MAX_COUNT,
+    UNBOUNDED,
+    InnerCodec,
+    Reassembly,
+    SizeGate,
+    split,
+)
 
 #: numbers remembered above a hole before the hole is given up
 WINDOW: Final = 1_024
@@ -51,6 +68,15 @@ class BData(Header, frozen=True):
     seq: Seq
 
 
+class BFrag(Header, frozen=True):
+    """Fragment `index` of `count` of one packet of the layers above, numbered `seq` on
+    this link; the packet's key is the number of its fragment 0, `seq - index`."""
+
+    seq: Seq
+    index: Annotated[int, msgspec.Meta(ge=0, lt=MAX_COUNT)]
+    count: Annotated[int, msgspec.Meta(ge=2, le=MAX_COUNT)]
+
+
 @dataclass(slots=True)
 class _InLink:
     high: int = 0
@@ -59,14 +85,23 @@ class _InLink:
 
 class BasicChannel(Layer):
     name = "basic-channel"
-    header_type = BData
+    header_type = BData | BFrag
 
-    def __init__(self, node: NodeId, open_group: bool = False, window: int = WINDOW) -> None:
+    def __init__(
+        self, node: NodeId, open_group: bool = False, window: int = WINDOW,
+        frame_bytes: int = 4 * 1024 * 1024, reassembly_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
         super().__init__(node)
         if window < 1:
             raise LocalProtocolError("window must be >= 1")
         self.open_group = open_group
         self.window = window
+        self.frame_bytes = frame_bytes
+        self._gate = SizeGate()  # off until decode_above
+        self._inner: InnerCodec | None = None
+        self._reassembly = Reassembly(reassembly_bytes, window)
+        self.fragmented = 0  # packets sent in fragments
+        self.evicted = 0  # partial packets dropped to make room (lost)
         self._next: dict[NodeId, int] = {}
         self._in: dict[NodeId, _InLink] = {}
         self._members: frozenset[NodeId] = frozenset()
@@ -81,12 +116,15 @@ class BasicChannel(Layer):
                 return [e for dest in to for e in self._send(dest, packet, False)]
             case Received(sender, BData(seq), inner):
                 return self._on_data(sender, seq, inner)
+            case Received(sender, BFrag() as fragment, inner):
+                return self._on_fragment(sender, fragment, inner)
             case Received(sender, header, _):
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
             case ViewInstalled(view):
                 self._members = frozenset(view.members)
                 if not self.open_group:
                     self._forget_outside()
+                    self._reassembly.forget(self._members)
                 return []
             case Suspected() | Restored() | Excluded() | TimerFired():
                 return []
@@ -101,12 +139,61 @@ class BasicChannel(Layer):
             for peer in [p for p in links if p not in self._members]:
                 del links[peer]
 
+    def decode_above(self, header_types: list[object]) -> None:
+        """As `ReliableChannel.decode_above`: with the header types of the layers above,
+        packets too large for `frame_bytes` leave in fragments."""
+        self._inner = InnerCodec(self.node, list(header_types))
+        self._gate.room = self.frame_bytes - HEADROOM
+
     def _send(self, to: NodeId, packet: Packet, control: bool) -> list[Effect]:
         if not self._allowed(to):
             return []
+        size = len(packet.payload)  # SizeGate.over, inlined
+        bounds = self._gate.bounds
+        for header in packet.headers:
+            size += bounds.get(type(header), UNBOUNDED)
+        if size > self._gate.room:
+            return self._send_large(to, packet, control)
         seq = self._next.get(to, 0) + 1
         self._next[to] = seq
         return [Send(to, BData(seq), packet, control)]
+
+    def _send_large(self, to: NodeId, packet: Packet, control: bool) -> list[Effect]:
+        gate, codec = self._gate, self._inner
+        gate.learn(packet)
+        inner = b"" if codec is None else codec.encode(packet)
+        gate.measured += 1
+        if len(inner) <= gate.room:
+            seq = self._next.get(to, 0) + 1
+            self._next[to] = seq
+            return [Send(to, BData(seq), packet, control)]
+        if len(inner) > self._reassembly.max_bytes:
+            raise LocalProtocolError(f"a {len(inner)}-byte packet exceeds reassembly_bytes "
+                                     f"{self._reassembly.max_bytes}: no peer would take it")
+        self.fragmented += 1
+        first = self._next.get(to, 0) + 1
+        fragments = split(inner, gate.room)
+        self._next[to] = first + len(fragments) - 1
+        return [Send(to, BFrag(first + f.index, f.index, f.count), f, control)
+                for f in fragments]
+
+    def _on_fragment(self, sender: NodeId, fragment: BFrag, inner: Packet) -> list[Effect]:
+        codec = self._inner
+        if not self._allowed(sender):
+            return []
+        if codec is None:
+            raise RemoteProtocolError(f"{sender} sent a fragment; this channel has no "
+                                      "decoder for the layers above (decode_above)")
+        first, index, count = fragment.seq - fragment.index, fragment.index, fragment.count
+        reassembly = self._reassembly
+        self.evicted += reassembly.make_room(sender, first, len(inner.payload))
+        reassembly.check(sender, first, index, count, len(inner.payload))
+        if not self._on_data(sender, fragment.seq, inner):
+            return []  # a duplicate
+        whole = reassembly.add(sender, first, index, count, inner.payload)
+        if whole is None:
+            return []
+        return [Up(sender, codec.decode(sender, whole))]
 
     def _on_data(self, sender: NodeId, seq: int, inner: Packet) -> list[Effect]:
         if not self._allowed(sender):

@@ -272,6 +272,24 @@ class Reassembly:
         self.completed += 1
         return b"".join(part.parts[i] for i in range(count))
 
+    def make_room(self, sender: str, first: int, size: int) -> int:
+        """Drop `sender`'s oldest partial packets (not `first`'s) until a `size`-byte
+        fragment of packet `first` fits the bounds: a best-effort channel's way to make
+        room, those packets are lost. Returns how many were dropped."""
+        state = self._senders.get(sender)
+        dropped = 0
+        while state is not None:
+            others = [key for key in state.partial if key != first]
+            full = (state.held + size > self.max_bytes
+                    or (first not in state.partial and len(state.partial) >= self.max_partial))
+            if not full or not others:
+                break
+            state.held -= state.partial.pop(min(others)).size
+            dropped += 1
+        if state is not None and not state.partial:
+            del self._senders[sender]
+        return dropped
+
     def forget(self, keep: frozenset[str]) -> None:
         """Drop the partial packets of every sender not in `keep` (it left the view)."""
         for sender in [s for s in self._senders if s not in keep]:
