@@ -9,7 +9,7 @@ thesis's packet-count model. Adding an ordering = one module + one entry here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from abcast.errors import ConfigError
@@ -30,6 +30,7 @@ from abcast.ordering.ticket import TICKET_NODE, Ticket, TicketConfig
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.basic_channel import BasicChannel
 from abcast.reliability.channel import ChannelConfig, ReliableChannel
+from abcast.reliability.fragments import HEADROOM
 from abcast.reliability.nak import NakChannel, NakConfig
 from abcast.stack import Layer, Stack
 
@@ -109,6 +110,20 @@ class OrderingOptions:
     @property
     def evs(self) -> bool:
         return self.partitions == "evs"
+
+    def within_frames(self, frame_bytes: int) -> OrderingOptions:
+        """These options for a transport that refuses frames above `frame_bytes`: the
+        channels split what would not fit (`ChannelConfig.frame_bytes`, and the NAK
+        channel's `frag_bytes`, leaving room for headers); never raised above what is
+        set."""
+        channel, nak = self.channel, self.nak
+        if frame_bytes < channel.frame_bytes:
+            channel = replace(channel, frame_bytes=frame_bytes)
+        if frame_bytes - HEADROOM < nak.frag_bytes:  # the same largest packet, in more
+            frag = max(1, frame_bytes - HEADROOM)
+            most = min(65_536, -(-nak.frag_bytes * nak.max_fragments // frag))
+            nak = replace(nak, frag_bytes=frag, max_fragments=max(nak.max_fragments, most))
+        return replace(self, channel=channel, nak=nak)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +347,7 @@ def build_stack(
                else NakChannel(node, opts.nak, open_group) if opts.multicast == "nak"
                else spec.channel(node, opts.channel))
     layers: list[Layer] = [channel, *spec.make(node, opts)]
-    if isinstance(channel, ReliableChannel | BasicChannel):  # it splits what exceeds a frame
+    if isinstance(channel, ReliableChannel | BasicChannel | NakChannel):  # splits large ones
         channel.decode_above([layer.header_type for layer in layers[1:]])
     if spec.needs_detector:
         layers.insert(0, spec.detector_layer(node, opts.detector))

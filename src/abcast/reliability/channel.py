@@ -215,6 +215,9 @@ class ReliableChannel(Layer):
         self._gate = SizeGate()
         self._inner: InnerCodec | None = None
         self._reassembly = Reassembly(self.config.reassembly_bytes, self.config.window)
+        #: selective acks one ack carries: max_sacks, or as many as fit a frame
+        self._max_sacks = min(self.config.max_sacks,
+                              (self.config.frame_bytes - HEADROOM) // 10)
         self.fragmented = 0  # packets sent in fragments
         self.largest_split = 0  # bytes of the largest of them (its inner frame)
         self.undecodable = 0  # reassembled packets that did not decode (dropped)
@@ -513,7 +516,7 @@ class ReliableChannel(Layer):
             return []
         link.ack_armed = False
         self.acks_sent += 1
-        sacks = sorted(link.above)[: self.config.max_sacks] if link.above else []
+        sacks = sorted(link.above)[: self._max_sacks] if link.above else []
         if sacks:
             self.gap_acks += 1
         return [Send(peer, RAck(link.high, sacks), control=True)]

@@ -32,6 +32,11 @@ Rules:
 - Fragmentation: a payload above frag_bytes leaves as fragments, each its own seq (so a
   lost fragment is NAKed alone); the first carries the headers above. Reassembly is
   in-order, bounded by max_fragments, and dropped with the stream (view change, cancel).
+  Once the stack builder gave the header types above (`decode_above`), a packet whose
+  headers may be large (a flush's state, abcast.reliability.fragments) is measured, and
+  if it exceeds frag_bytes the whole packet — headers and payload, as one inner frame —
+  is what is split: its first fragment then carries no headers, and the receiver decodes
+  the joined bytes.
 - Every stream starts at 1, except, at a joiner, the multicast streams of the members
   it joined: each starts where that member's digest says it started sending to the
   joiner (`Mark.start_m`); until that digest comes, packets of the stream are held.
@@ -65,6 +70,7 @@ from abcast.events import (
 )
 from abcast.ids import NodeId, View
 from abcast.layer import Layer
+from abcast.reliability.fragments import UNBOUNDED, InnerCodec, SizeGate
 from abcast.snapshot import LayerSnapshot
 
 MCAST: Final = 0  # the sender's multicast stream
@@ -213,6 +219,18 @@ class NakChannel(Layer):
         self.held_back_packets = 0  # packets that waited for window room
         self.peak_unstable_bytes = 0
         self.refused_far = 0  # packets dropped: beyond max_holdback above the next seq
+        self._gate = SizeGate()  # off until decode_above
+        self._inner: InnerCodec | None = None
+        #: seqs one NAK names: as many as fit a fragment's frame (9 bytes each at most)
+        self._nak_list = max(1, min(MAX_LIST, self.config.frag_bytes // 10))
+        self.undecodable = 0  # reassembled inner frames that did not decode (dropped)
+        self.largest_split = 0  # bytes of the largest packet split whole (its inner frame)
+
+    def decode_above(self, header_types: list[object]) -> None:
+        """The header types of the layers above, bottom first (the stack builder's
+        call): with them a packet whose headers exceed frag_bytes is split whole."""
+        self._inner = InnerCodec(self.node, list(header_types))
+        self._gate.room = self.config.frag_bytes
 
     # -- dispatch --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
@@ -274,6 +292,17 @@ class NakChannel(Layer):
         self, out: _Out, to: NodeId | None, packet: Packet, control: bool, now: int
     ) -> list[Effect]:
         cfg = self.config
+        size = len(packet.payload)  # SizeGate.over, inlined (room: sys.maxsize when off)
+        bounds = self._gate.bounds
+        for header in packet.headers:
+            size += bounds.get(type(header), UNBOUNDED)
+        if size > self._gate.room and self._inner is not None:
+            self._gate.learn(packet)
+            self._gate.measured += 1
+            encoded = self._inner.encode(packet)
+            if len(encoded) > cfg.frag_bytes:
+                packet = Packet((), encoded)  # split whole; the receiver decodes it
+                self.largest_split = max(self.largest_split, len(encoded))
         payload = packet.payload
         size = len(payload)
         frags = max(1, -(-size // cfg.frag_bytes))
@@ -369,6 +398,12 @@ class NakChannel(Layer):
             return []
         whole = Packet(first.headers, b"".join(st.parts))
         st.first, st.parts = None, []
+        if not whole.headers and self._inner is not None:  # an inner frame (see the rules)
+            try:
+                whole = self._inner.decode(sender, whole.payload)
+            except RemoteProtocolError:
+                self.undecodable += 1  # the stream has moved on: drop, do not raise
+                return []
         return [Up(sender, whole)]
 
     def _on_cancel(self, sender: NodeId, stream: int, seqs: list[int], now: int) -> list[Effect]:
@@ -397,7 +432,7 @@ class NakChannel(Layer):
         for (sender, stream), st in self._in.items():
             if st.next == 0:
                 continue
-            missing = st.missing(MAX_LIST)
+            missing = st.missing(self._nak_list)
             if missing:
                 self.naks_sent += 1
                 effects.append(Send(sender, NNak(stream, missing), control=True))

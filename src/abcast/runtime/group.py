@@ -128,10 +128,7 @@ def for_streams(
         opts = dataclasses.replace(opts, multicast="nak")
     elif opts.channel == ChannelConfig():
         opts = dataclasses.replace(opts, channel=STREAM_CHANNEL)
-    if frame_bytes is not None and frame_bytes < opts.channel.frame_bytes:
-        opts = dataclasses.replace(opts, channel=dataclasses.replace(
-            opts.channel, frame_bytes=frame_bytes))
-    return opts
+    return opts if frame_bytes is None else opts.within_frames(frame_bytes)
 
 
 def encode_options(options: OrderingOptions | None) -> bytes:

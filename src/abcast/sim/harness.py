@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -241,8 +241,7 @@ def run_simulation(
     view = View(1, ids)
     options = config.options
     if config.frame_bytes is not None:
-        options = replace(options, channel=replace(options.channel,
-                                                   frame_bytes=config.frame_bytes))
+        options = options.within_frames(config.frame_bytes)
     make = stack_factory or (
         lambda node, v: build_stack(node, config.group, config.ordering, v, options)
     )
