@@ -20,6 +20,7 @@ from abcast.reliability.fragments import (
     InnerCodec,
     Reassembly,
     SizeGate,
+    encoded_size,
     split,
     static_bound,
 )
@@ -156,17 +157,21 @@ def test_the_inner_frame_decodes_to_the_same_packet(
 
 @FAST
 @given(st.lists(st.integers(1, 2**62), min_size=1, max_size=5), st.binary(max_size=200))
-def test_a_bounded_header_type_is_never_measured_and_its_bound_holds(
+def test_the_gate_adds_a_bounded_types_bound_and_an_unbounded_ones_encoding(
     seqs: list[int], payload: bytes,
 ) -> None:
     gate = SizeGate(room=10_000)
-    codec = InnerCodec("n1", [SData])
+    codec = InnerCodec("n1", [SData | SOrder])
     packet = Packet((SData(seqs[0]),), payload)
-    assert gate.over(packet)  # an unknown type: measured once
-    gate.learn(packet)
     assert not gate.over(packet)
+    assert gate.bounds[SData] == static_bound(SData)
     assert len(codec.encode(packet)) <= static_bound(SData) + len(payload) + 400
-    assert static_bound(SOrder) == UNBOUNDED  # lists of bodies: always measured
+    order = Packet((SOrder(1, [("n1", s) for s in seqs], [payload]),), b"")
+    assert static_bound(SOrder) == UNBOUNDED  # lists of bodies
+    gate.room = encoded_size(order.headers[0])  # what the gate adds for it: its encoding
+    assert not gate.over(order) and gate.bounds[SOrder] == 0
+    gate.room -= 1
+    assert gate.over(order)
 
 
 @FAST

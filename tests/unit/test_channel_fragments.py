@@ -81,13 +81,15 @@ def test_a_multicast_is_split_once_and_every_destination_gets_it_whole() -> None
         assert got == [big]
 
 
-def test_a_packet_that_fits_goes_whole_and_its_type_is_measured_once() -> None:
+def test_a_packet_that_fits_goes_whole_and_is_never_encoded_to_know_it() -> None:
     a, b = _channel("a"), _channel("b")
     for seq in range(1, 20):
-        sends = _sends(a.handle(SendRequested("b", Packet((SData(seq),), b"x" * 500)), 0))
-        assert [type(s.header) for s in sends] == [RData]
-        assert _ups(b.handle(Received("a", sends[0].header, sends[0].inner), 1))
-    assert a.inspect().counters["measured"] == 1  # SData's size is bounded by its type
+        for header in (SData(seq), SOrder(seq, [("a", seq)], [b"y" * 300])):
+            sends = _sends(a.handle(SendRequested("b", Packet((header,), b"x" * 500)), 0))
+            assert [type(s.header) for s in sends] == [RData]
+            assert _ups(b.handle(Received("a", sends[0].header, sends[0].inner), 1))
+    # SData's size is bounded by its type; SOrder's header alone is encoded to size it
+    assert a.inspect().counters["measured"] == 0
     assert a.fragmented == 0
 
 

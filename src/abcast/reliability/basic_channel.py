@@ -51,10 +51,10 @@ from abcast.layer import Layer
 from abcast.reliability.fragments import (
     HEADROOM,
     MAX_COUNT,
-    UNBOUNDED,
     InnerCodec,
     Reassembly,
     SizeGate,
+    encoded_size,
     split,
 )
 
@@ -151,7 +151,7 @@ class BasicChannel(Layer):
         size = len(packet.payload)  # SizeGate.over, inlined
         bounds = self._gate.bounds
         for header in packet.headers:
-            size += bounds.get(type(header), UNBOUNDED)
+            size += bounds[type(header)] or encoded_size(header)
         if size > self._gate.room:
             return self._send_large(to, packet, control)
         seq = self._next.get(to, 0) + 1
@@ -160,7 +160,6 @@ class BasicChannel(Layer):
 
     def _send_large(self, to: NodeId, packet: Packet, control: bool) -> list[Effect]:
         gate, codec = self._gate, self._inner
-        gate.learn(packet)
         inner = b"" if codec is None else codec.encode(packet)
         gate.measured += 1
         if len(inner) <= gate.room:

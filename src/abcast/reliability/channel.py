@@ -72,12 +72,12 @@ from abcast.layer import Layer
 from abcast.reliability.fragments import (
     HEADROOM,
     MIN_FRAME_BYTES,
-    UNBOUNDED,
     Fragment,
     InnerCodec,
     Reassembly,
     RFrag,
     SizeGate,
+    encoded_size,
     split,
 )
 from abcast.reliability.rto import RtoEstimator
@@ -353,7 +353,7 @@ class ReliableChannel(Layer):
         size = len(packet.payload)  # SizeGate.over, measured once for every destination
         bounds = self._gate.bounds
         for header in packet.headers:
-            size += bounds.get(type(header), UNBOUNDED)
+            size += bounds[type(header)] or encoded_size(header)
         if size > self._gate.room:
             return self._send_large(to, packet, now, False)
         effects: list[Effect] = []
@@ -370,7 +370,7 @@ class ReliableChannel(Layer):
             size = len(packet.payload)
             bounds = self._gate.bounds
             for header in packet.headers:
-                size += bounds.get(type(header), UNBOUNDED)
+                size += bounds[type(header)] or encoded_size(header)
             if size > self._gate.room:
                 return self._send_large((to,), packet, now, control)
         link = self._out.get(to)
@@ -390,7 +390,6 @@ class ReliableChannel(Layer):
         """A packet the size gate could not clear: measure it (encode it once); send it
         whole if it fits a frame, else in fragments to every destination."""
         gate, codec = self._gate, self._inner
-        gate.learn(packet)
         effects: list[Effect] = []
         inner = b"" if codec is None else codec.encode(packet)
         gate.measured += 1

@@ -20,9 +20,10 @@ Rules:
 - The per-packet test (`SizeGate.over`) costs a dict lookup per header and one
   comparison: a header type whose msgspec annotations bound its encoding (every field a
   number, a bounded string or a bounded container of such) adds that bound; any other
-  (lists of bodies, state bytes) makes the packet measured, i.e. encoded once, unless
-  the header class declares `WIRE_BOUND: ClassVar[int]` (what its sender's own rules
-  keep it under).
+  (lists of bodies, state bytes) adds its encoding's length (msgspec, ~80 ns for a
+  small header), unless the header class declares `WIRE_BOUND: ClassVar[int]` (what
+  its sender's own rules keep it under). Only a packet the test cannot clear is encoded
+  whole, and if it does not fit that encoding is what is split.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ MAX_COUNT: Final = 1 << 22
 _INNER_GROUP: Final = "-"
 #: a header type whose encoding nothing bounds
 UNBOUNDED: Final = sys.maxsize // 4
+_encode = msgspec.msgpack.Encoder().encode
 
 
 class RFrag(Header, frozen=True):
@@ -157,29 +159,38 @@ def _bound(t: mi.Type, depth: int) -> int:
     return UNBOUNDED  # Any, Raw, custom types: nothing known
 
 
+class HeaderBounds(dict[type, int]):
+    """Header type -> the static bound of its encoding, or 0 when it has none (then its
+    encoding is measured: `bounds[kind] or len(encode(header))`); filled on first sight."""
+
+    def __missing__(self, kind: type) -> int:
+        bound = static_bound(kind)
+        self[kind] = value = 0 if bound >= UNBOUNDED else bound
+        return value
+
+
+def encoded_size(header: object) -> int:
+    """The bytes `header` takes in a frame (what the gate measures an unbounded one by)."""
+    return len(_encode(header))
+
+
 @dataclass(slots=True)
 class SizeGate:
     """Decides, per packet, whether it might not fit a frame (see the rules); `room` is
-    the largest inner frame that goes whole (sys.maxsize: fragmentation off)."""
+    the largest packet of the layers above that goes whole (sys.maxsize: off)."""
 
     room: int = sys.maxsize
-    #: header type -> its static bound (learnt on a type's first measured packet)
-    bounds: dict[type, int] = field(default_factory=dict)
-    measured: int = 0  # packets encoded to learn their size
+    bounds: HeaderBounds = field(default_factory=HeaderBounds)
+    measured: int = 0  # packets encoded whole to learn whether they fit (see the channels)
 
     def over(self, packet: Packet) -> bool:
-        """Cheap: True when the packet must be measured (`fits` says whether it fits)."""
+        """True when the packet may not fit: it must be encoded whole to know. (The
+        channels inline this loop on their per-packet path.)"""
         size = len(packet.payload)
         bounds = self.bounds
         for header in packet.headers:
-            size += bounds.get(type(header), UNBOUNDED)
+            size += bounds[type(header)] or encoded_size(header)
         return size > self.room
-
-    def learn(self, packet: Packet) -> None:
-        for header in packet.headers:
-            kind = type(header)
-            if kind not in self.bounds:
-                self.bounds[kind] = static_bound(kind)
 
 
 # -- reassembly ----------------------------------------------------------------------------
