@@ -213,6 +213,9 @@ class ReliableChannel(Layer):
         # fragmentation (abcast.reliability.fragments): off until `decode_above` (the
         # receiver must know the header types of the layers above to decode a packet)
         self._gate = SizeGate()
+        #: the gate's table and room, held here too: read on every packet sent
+        self._bounds = self._gate.bounds
+        self._room = self._gate.room
         self._inner: InnerCodec | None = None
         self._reassembly = Reassembly(self.config.reassembly_bytes, self.config.window)
         #: selective acks one ack carries: max_sacks, or as many as fit a frame
@@ -227,7 +230,7 @@ class ReliableChannel(Layer):
         call): with them this channel splits packets too large for `frame_bytes` and
         reassembles its peers'."""
         self._inner = InnerCodec(self.node, list(header_types))
-        self._gate.room = self.config.frame_bytes - HEADROOM
+        self._gate.room = self._room = self.config.frame_bytes - HEADROOM
 
     # -- introspection (tests and metrics) -------------------------------------------
     def inspect(self) -> LayerSnapshot:
@@ -351,10 +354,10 @@ class ReliableChannel(Layer):
 
     def _multicast(self, to: tuple[NodeId, ...], packet: Packet, now: int) -> list[Effect]:
         size = len(packet.payload)  # SizeGate.over, measured once for every destination
-        bounds = self._gate.bounds
+        bounds = self._bounds
         for header in packet.headers:
             size += bounds[type(header)] or encoded_size(header)
-        if size > self._gate.room:
+        if size > self._room:
             return self._send_large(to, packet, now, False)
         effects: list[Effect] = []
         for dest in to:
@@ -368,10 +371,10 @@ class ReliableChannel(Layer):
             return []  # a peer outside the view: nobody is listening for it there
         if not fits:  # SizeGate.over, inlined: a dict lookup per header, one comparison
             size = len(packet.payload)
-            bounds = self._gate.bounds
+            bounds = self._bounds
             for header in packet.headers:
                 size += bounds[type(header)] or encoded_size(header)
-            if size > self._gate.room:
+            if size > self._room:
                 return self._send_large((to,), packet, now, control)
         link = self._out.get(to)
         if link is None:
