@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +26,8 @@ import pytest
 from abcast import RegistryServer
 from abcast.ordering.registry import ORDERINGS
 from abcast.testing import check_events
+from abcast.testing.member_process import MemberProcess as Member
+from abcast.testing.member_process import reports_until, spawn_member
 from abcast.trace.rows import EventRow
 from abcast.trace.schema import GUARANTEES
 
@@ -51,42 +50,13 @@ def _cases() -> Iterator[Any]:
         yield pytest.param(name, "kill", id=f"{name}-kill", marks=marks)
 
 
-class Member:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.node = ""
-
-    async def expect(self, event: str, timeout_s: float = 20.0) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        async with asyncio.timeout(timeout_s):
-            while True:
-                line = await self.proc.stdout.readline()
-                if not line:
-                    raise AssertionError(f"member {self.node or '?'} exited "
-                                         f"(code {await self.proc.wait()})")
-                message: dict[str, Any] = json.loads(line)
-                if message.get("event") == event:
-                    return message
-
-    def tell(self, command: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command.encode() + b"\n")
-
-
 async def _spawn(registry: str, ordering: str, out: Path, run_id: str,
                  create: bool) -> Member:
-    args = [sys.executable, str(MEMBER), "--registry", registry, "--ordering", ordering,
-            "--out", str(out), "--run-id", run_id]
+    args = ["--registry", registry, "--ordering", ordering, "--out", str(out),
+            "--run-id", run_id]
     if create:
         args.append("--create")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    with open(out / "stderr.log", "ab") as log:
-        proc = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=log, env=env)
-    member = Member(proc)
-    member.node = (await member.expect("ready"))["node"]
-    return member
+    return await spawn_member(MEMBER, args, REPO / "src", out / "stderr.log")
 
 
 async def _churn(ordering: str, fault: str, out: Path, run_id: str) -> dict[str, Any]:
@@ -111,16 +81,9 @@ async def _churn(ordering: str, fault: str, out: Path, run_id: str) -> dict[str,
             await asyncio.sleep(1.0)  # load with the joiner in
             for m in survivors:
                 m.tell("stop")
-            reports: list[dict[str, Any]] = []
-            async with asyncio.timeout(45):
-                while True:
-                    for m in survivors:
-                        m.tell("report")
-                    reports = [await m.expect("report") for m in survivors]
-                    if len({(r["digest"], r["count"], tuple(r["members"]))
-                            for r in reports}) == 1:
-                        break
-                    await asyncio.sleep(0.2)
+            reports = await reports_until(survivors, lambda rs: len(
+                {(r["digest"], r["count"], tuple(r["members"])) for r in rs}) == 1,
+                timeout_s=45)
             info = server.group_info("churn")
             for m in [*members, joiner]:
                 if m.proc.returncode is None:

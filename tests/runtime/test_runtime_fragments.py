@@ -7,15 +7,14 @@ and the large broadcasts arrive whole."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from abcast import RegistryServer
+from abcast.testing.member_process import MemberProcess as Member
+from abcast.testing.member_process import reports_until, spawn_member
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -25,39 +24,11 @@ MAX_FRAME = 16 * 1024
 STATE = 400_000
 
 
-class Member:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    async def expect(self, event: str, timeout_s: float = 30.0) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        async with asyncio.timeout(timeout_s):
-            while True:
-                line = await self.proc.stdout.readline()
-                if not line:
-                    raise AssertionError(f"member exited (code {await self.proc.wait()})")
-                message: dict[str, Any] = json.loads(line)
-                if message.get("event") == event:
-                    return message
-
-    def tell(self, command: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command.encode() + b"\n")
-
-
 async def _spawn(registry: str, out: Path, create: bool) -> Member:
-    args = [sys.executable, str(MEMBER), "--registry", registry,
-            "--max-frame", str(MAX_FRAME), "--state", str(STATE)]
+    args = ["--registry", registry, "--max-frame", str(MAX_FRAME), "--state", str(STATE)]
     if create:
         args.append("--create")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    with open(out / "stderr.log", "ab") as log:
-        proc = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=log, env=env)
-    member = Member(proc)
-    await member.expect("ready")
-    return member
+    return await spawn_member(MEMBER, args, REPO / "src", out / "stderr.log")
 
 
 async def _run(out: Path) -> list[dict[str, Any]]:
@@ -76,16 +47,9 @@ async def _run(out: Path) -> list[dict[str, Any]]:
             for m in members:
                 await m.expect("sent")
                 await m.expect("sent")
-            reports: list[dict[str, Any]] = []
-            async with asyncio.timeout(30):
-                while True:
-                    for m in members:
-                        m.tell("report")
-                    reports = [await m.expect("report") for m in members]
-                    if len({(r["count"], r["chain"]) for r in reports}) == 1 and (
-                            reports[0]["count"] == 5 + 3 * (3 + 20)):
-                        break
-                    await asyncio.sleep(0.2)
+            reports = await reports_until(members, lambda rs: len(
+                {(r["count"], r["chain"]) for r in rs}) == 1 and rs[0]["count"] == 5 + 3 * 23,
+                timeout_s=30)
             for m in members:
                 m.tell("exit")
             for m in members:
