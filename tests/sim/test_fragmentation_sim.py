@@ -1,8 +1,9 @@
 """A view change under load whose state transfer is far larger than the network's frame
 bound (2 KiB here; 16 MiB on tcp by default): the flush's MState/MInstall cross in
-fragments, the view installs, and every check stays clean. The same run with the
-channel's fragmentation off — what main did — is caught: the network refuses the
-frames and the view never installs."""
+fragments (over the reliable and the NAK channel), an evs merge's states too, the view
+installs, and every check stays clean. The same join with the channel's fragmentation
+off — what main did — is caught: the network refuses the frames and the view never
+installs. The basic channel sends each fragment once: a lost one loses its packet."""
 
 from __future__ import annotations
 
@@ -101,3 +102,24 @@ def test_the_basic_channel_sends_fragments_once_and_a_lost_one_loses_its_packet(
         assert 0 < result.delivered < 150 * 3
     else:
         assert result.delivered == 150 * 3
+
+
+def test_an_evs_merge_under_load_moves_its_states_in_fragments() -> None:
+    options = OrderingOptions(partitions="evs").within_frames(FRAME)
+    stacks: list[Stack] = []
+
+    def make(node: NodeId, view: View) -> Stack:
+        stacks.append(build_stack(node, "g", "sequencer", view, options))
+        return stacks[-1]
+
+    config = SimConfig("sequencer", nodes=6, messages=6_000, seed=1, rate=2_000, payload=256,
+                       faults="drop=0.02,delay=1-15ms,partition=n1+n2+n3|*@300ms-2300ms",
+                       options=options, stall_us=4_000_000, frame_bytes=FRAME)
+    result = run_simulation(config, stack_factory=make)
+    violations, problems = judge(result)
+    assert result.violations == [] and violations == [] and problems == []
+    assert result.oversize_frames == 0
+    everyone = tuple(f"n{i}" for i in range(1, 7))
+    for node in everyone:  # apart, then one merge view
+        assert _views(result, node)[-1] == everyone and len(_views(result, node)) == 3
+    assert _largest_split(stacks) > 100 * FRAME
