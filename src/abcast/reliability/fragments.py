@@ -1,6 +1,13 @@
 """Fragmentation: a packet whose frame would exceed the transport's frame bound leaves
 as fragments, each a packet of its own on the link, and is reassembled whole on arrival
-(JGroups' FRAG2/FRAG3 idea; docs/multicast.md, "Packets larger than a frame").
+(JGroups' FRAG2/FRAG3 idea; docs/orderings.md, "Packets larger than a frame").
+
+    event at a receiver (one sender, one packet)      what reassembly does
+    a fragment of a packet not under way, room left   opens it, holds the fragment
+    a fragment of a packet under way, same count      holds it (an index held: ignored)
+    the last missing fragment                         joins, decodes, hands the packet up
+    a count that disagrees, or no room left           refuses it (RemoteProtocolError)
+    the sender leaves the view                        drops its packets under way
 
 Rules:
 - What is split is the whole packet of the layers above — their headers and the
