@@ -212,3 +212,32 @@ def test_a_runtime_group_takes_partitions_and_checks_them() -> None:
         Group("g", ordering="skeen", node="n1", peers=peers, partitions="evs")
     with pytest.raises(ConfigError, match="partitions must be one of"):
         Group("g", ordering="sequencer", node="n1", peers=peers, partitions="both")
+
+
+def _gives_up_once_outcomes_are_delivered(self: Merger, merge: MergeRound) -> list[Effect]:
+    """Planted: the coordinator gives every merge up right after each side's lowest
+    member delivered its side's outcome and sent its state (the latest point it can)."""
+    if merge.token or set(merge.snapshots) != set(merge.sides):
+        return []
+    return self.give_up()
+
+
+def test_a_merge_given_up_after_a_side_delivered_its_outcome_leaves_the_side_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each side's lowest member delivers its side's outcome before the merge installs;
+    an abort after that must leave every member of the side with the same outcome (the
+    abort carries it), or the side's other members lack its numbers and stall."""
+    monkeypatch.setattr(Merger, "_maybe_merge_states", _gives_up_once_outcomes_are_delivered)
+    config = SimConfig("sequencer", nodes=6, messages=500, seed=1, rate=100.0, options=EVS,
+                       faults="drop=0.02,delay=1-15ms,partition=n1+n2+n3|*@300ms-2300ms",
+                       stall_us=4_000_000)
+    result = run_simulation(config)
+    delivered: dict[str, set[tuple[str, int]]] = {}
+    for row in result.recorder.rows():
+        if row.kind == "deliver" and row.origin is not None and row.seq is not None:
+            delivered.setdefault(row.node, set()).add((row.origin, row.seq))
+    for side in (("n1", "n2", "n3"), ("n4", "n5", "n6")):
+        assert len({frozenset(delivered[n]) for n in side}) == 1, side
+    violations, problems = judge(result)
+    assert violations == []
+    assert {p.code for p in problems} <= {"VIEW_ORDER", "STATE"}  # the sides never merge

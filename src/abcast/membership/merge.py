@@ -238,7 +238,11 @@ class Merger:
         if merge is None:
             return []
         others = tuple(m for m in merge.members if m != s.node)
-        return [Multicast(others, MMergeAbort(merge.target, merge.attempt)), *self.thaw()]
+        # Past `_on_state` the sides' outcomes are fixed and a side's lowest member may
+        # have delivered its own: the abort carries them, and every side keeps its.
+        sides = list(merge.sides.values())
+        abort = MMergeAbort(merge.target, merge.attempt, sides)
+        return [Multicast(others, abort), *self._keep_side(sides), *self.thaw()]
 
     # -- every member --------------------------------------------------------------------
     def on_message(self, sender: NodeId, header: Any) -> list[Effect]:
@@ -273,8 +277,9 @@ class Merger:
                     and sender not in s.view.members):
                 raise RemoteProtocolError(
                     f"merge message for old view {target} from {sender}, not in {s.view}")
-            case MMergeAbort(target, attempt) if s.merging == (target, attempt, sender):
-                return self.thaw()
+            case MMergeAbort(target, attempt, sides) if s.merging == (target, attempt,
+                                                                     sender):
+                return self._keep_side(sides) + self.thaw()
             case MMergeAbort(target, attempt):
                 s.merge_aborted.add((sender, target, attempt))
                 return []
@@ -315,6 +320,17 @@ class Merger:
         s.tokens += 1
         s.side_tokens[s.tokens] = (target, attempt, side.view_id, coordinator)
         return [*effects, TakeSnapshot(s.tokens)]
+
+    def _keep_side(self, sides: list[SideOutcome]) -> list[Effect]:
+        """A merge given up after the sides' outcomes were fixed: deliver our side's in
+        our view unless we did (its lowest member did at `MMergeOutcome`), so the whole
+        side holds its numbers; `thaw` then has the ordering take our view afresh."""
+        s = self.s
+        side = next((x for x in sides if x.view_id == s.merge_view), None)
+        if side is None or s.side_delivered:
+            return []
+        s.side_delivered = True
+        return self.ordering.conclude_side(side.outcome, side.spent)
 
     def side_snapshot(self, token: int, state: bytes) -> list[Effect]:
         s = self.s
