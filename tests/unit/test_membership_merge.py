@@ -25,8 +25,10 @@ from abcast.membership.wire import (
     MPrepare,
     SideOutcome,
 )
+from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.unordered import Unordered
+from abcast.reliability.channel import ChannelConfig
 
 VIEW = View(3, ("n1", "n2", "n3"))
 
@@ -112,3 +114,39 @@ def test_a_member_suspected_during_a_merge_is_flushed_out_once_the_merge_is_off(
     prepares = [e for e in effects
                 if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
     assert [(e.to, e.header.members) for e in prepares] == [(("n2",), ["n1", "n2"])]
+
+
+def test_a_members_merge_wait_outlasts_the_channels_retransmissions() -> None:
+    """The runtime's channel retransmits up to 4 s apart, beyond the merge's 3 s: a
+    member's wait is derived from both, and a set one too short is refused."""
+    config = MembershipConfig(partitions="evs", channel_max_rto_us=4_000_000)
+    assert config.merge_wait >= config.merge_timeout_us + 2 * 4_000_000
+    assert MembershipConfig(partitions="evs").merge_wait == 2 * 3_000_000  # 1 s RTO bound
+    with pytest.raises(ConfigError, match="retransmission"):
+        MembershipConfig(partitions="evs", channel_max_rto_us=4_000_000, merge_wait_us=6_000_000)
+    options = OrderingOptions(partitions="evs", channel=ChannelConfig(max_rto_us=4_000_000))
+    stack = build_stack("n1", "g", "sequencer", VIEW, options)
+    (layer,) = [x for x in stack.layers if isinstance(x, Membership)]
+    assert layer.config.channel_max_rto_us == 4_000_000
+    layer.handle(ViewInstalled(VIEW), 0)
+    answered = layer.handle(Received("n0", MMergePrepare(
+        evs_view_id(VIEW.view_id + 1, "n0"), 1, ["n0", *VIEW.members]), EMPTY), 10)
+    (wait,) = [e for e in answered if isinstance(e, SetTimer)]
+    assert wait.at == 10 + config.merge_wait
+
+
+def test_a_merge_install_after_the_member_gave_up_is_logged_and_dropped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    layer = _member("n1")
+    target = evs_view_id(VIEW.view_id + 1, "n0")
+    members = ["n0", *VIEW.members]
+    answered = layer.handle(Received("n0", MMergePrepare(target, 1, members), EMPTY), 10)
+    (wait,) = [e for e in answered if isinstance(e, SetTimer)]
+    layer.handle(TimerFired(wait.key), wait.at)
+    assert layer.phase == "member"
+    install = MMergeInstall(target, 1, members, [SideOutcome(VIEW.view_id, [])], b"s",
+                            JoinCut({}))
+    with caplog.at_level("WARNING", logger="abcast.membership.merge"):
+        assert layer.handle(Received("n0", install, EMPTY), wait.at + 1) == []
+    assert "after it gave the merge up" in caplog.text
+    assert layer.view == VIEW and layer.phase == "member"

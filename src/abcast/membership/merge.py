@@ -32,6 +32,7 @@ waits for the merge. What it does not handle: docs/orderings.md ("evs").
 
 from __future__ import annotations
 
+import logging
 import zlib
 from typing import Any, Final
 
@@ -67,6 +68,8 @@ from abcast.membership.wire import (
     MMergeState,
     SideOutcome,
 )
+
+_log = logging.getLogger(__name__)
 
 #: evs: view ids are congruent to the coordinator's hash modulo this
 VIEW_ID_SPAN: Final = 1 << 20
@@ -277,6 +280,14 @@ class Merger:
                     and sender not in s.view.members):
                 raise RemoteProtocolError(
                     f"merge message for old view {target} from {sender}, not in {s.view}")
+            case MMergeInstall(target, attempt) if s.merge_given_up == (target, attempt,
+                                                                         sender):
+                # Not a peer's mistake: our wait (`merge_wait`, derived from the channel's
+                # retransmission bound) ran out first. We went on in our view.
+                _log.warning("%s got %s's install of merge view %d after it gave the merge "
+                             "up: dropped (it goes on in view %s)", s.node, sender, target,
+                             s.view.view_id if s.view is not None else None)
+                return []
             case MMergeAbort(target, attempt, sides) if s.merging == (target, attempt,
                                                                      sender):
                 return self._keep_side(sides) + self.thaw()
@@ -308,7 +319,7 @@ class Merger:
         if (sender, target, attempt) in s.merge_aborted:
             return []
         s.merging = (target, attempt, sender)
-        wait = SetTimer(MERGE_WAIT, s.now + 2 * s.config.merge_timeout_us)
+        wait = SetTimer(MERGE_WAIT, s.now + s.config.merge_wait)
         return [Send(sender, self._freeze(target, attempt)), wait]
 
     def _deliver_side(self, target: int, attempt: int, side: SideOutcome,
@@ -383,6 +394,8 @@ class Merger:
     def thaw(self) -> list[Effect]:
         """The merge is off: go on in our view (a flush heard meanwhile goes first)."""
         s = self.s
+        if s.merging is not None and s.merge is None:
+            s.merge_given_up = s.merging  # its install may still come (one log line)
         s.merging = None
         s.merge = None
         effects: list[Effect] = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from abcast.effects import Effect
-from abcast.errors import LocalProtocolError
+from abcast.errors import ConfigError, LocalProtocolError
 from abcast.events import Received, TimerFired
 from abcast.ids import NodeId, View
 from abcast.membership.api import ViewOrdering
@@ -46,6 +46,9 @@ TIMERS: Final = frozenset({JOIN_RETRY, LEAVE_RETRY, FAREWELL_WAIT, STABLE, MERGE
 #: the partition policies: "primary" (only a side that hears a majority of its view goes
 #: on) and "evs" (every side goes on in its own view; sides merge when they meet again)
 PARTITIONS: Final = ("primary", "evs")
+#: evs: the retransmissions of one packet a member's merge wait outlasts past the merge's
+#: time limit (abcast.membership.merge: the install may be sent just before it)
+MERGE_RETRANSMISSIONS: Final = 2
 #: join asks the acting leader holds for the next view; more are dropped (counted) and
 #: come back with the joiner's retry: a member forwarding asks for strangers cannot grow
 #: the leader's state (issue #21). The open channel's bound on strangers, MAX_GUESTS.
@@ -65,19 +68,44 @@ class MembershipConfig:
     probe_us: int = 300_000  # evs: a coordinator probes the nodes its lineage lost this often
     probe_for_us: int = 60_000_000  # ...for this long after losing them
     merge_timeout_us: int = 3_000_000  # a merge not concluded by then is given up
+    #: the channel's largest retransmission timeout (`ChannelConfig.max_rto_us`; the
+    #: registry passes it): a packet its sender sent once may come that much later, per
+    #: retransmission
+    channel_max_rto_us: int = 1_000_000
+    #: evs: how long a member that answered a merge waits for its install or abort before
+    #: it thaws; 0 derives it (`merge_wait`), and a set one must be at least that
+    merge_wait_us: int = 0
 
     def __post_init__(self) -> None:
         if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us,
                self.stable_period_us, self.probe_us, self.probe_for_us,
-               self.merge_timeout_us) <= 0:
+               self.merge_timeout_us, self.channel_max_rto_us) <= 0 or self.merge_wait_us < 0:
             raise LocalProtocolError(f"membership knobs must be positive: {self}")
         if self.partitions not in PARTITIONS:
             raise LocalProtocolError(
                 f"partitions must be one of {', '.join(PARTITIONS)}: {self.partitions!r}")
+        if self.merge_wait_us and self.merge_wait_us < self.least_merge_wait:
+            raise ConfigError(
+                f"merge_wait_us={self.merge_wait_us} is shorter than the merge's time limit "
+                f"({self.merge_timeout_us}) plus {MERGE_RETRANSMISSIONS} of the channel's "
+                f"retransmission timeouts ({self.channel_max_rto_us}): an install sent in "
+                f"time could reach a member that gave up; give at least {self.least_merge_wait}")
 
     @property
     def evs(self) -> bool:
         return self.partitions == "evs"
+
+    @property
+    def least_merge_wait(self) -> int:
+        """The shortest merge wait that outlasts an install its coordinator sent just
+        within its time limit and the channel retransmitted `MERGE_RETRANSMISSIONS` times."""
+        return self.merge_timeout_us + MERGE_RETRANSMISSIONS * self.channel_max_rto_us
+
+    @property
+    def merge_wait(self) -> int:
+        """A member's wait for the merge it answered (`merge_wait_us`, or derived: at
+        least `least_merge_wait`, and twice the merge's time limit)."""
+        return self.merge_wait_us or max(2 * self.merge_timeout_us, self.least_merge_wait)
 
 
 @dataclass(slots=True)
@@ -217,6 +245,8 @@ class MembershipState:
         #: snapshot tokens of a side's outcome: (target, attempt, side view id, coordinator)
         self.side_tokens: dict[int, tuple[int, int, int, NodeId]] = {}
         self.merge_deferred: list[Received] = []  # flush prepares heard while merging
+        #: the last merge we answered and gave up on (its install may still come)
+        self.merge_given_up: tuple[int, int, NodeId] | None = None
         #: merges given up that we may still be asked to join (packets cross)
         self.merge_aborted: set[tuple[NodeId, int, int]] = set()
         self.merges = 0
