@@ -150,3 +150,24 @@ def test_a_merge_install_after_the_member_gave_up_is_logged_and_dropped(
         assert layer.handle(Received("n0", install, EMPTY), wait.at + 1) == []
     assert "after it gave the merge up" in caplog.text
     assert layer.view == VIEW and layer.phase == "member"
+
+
+def test_a_former_members_flush_is_stale_under_evs_whatever_its_view_id() -> None:
+    """n3 goes on alone; n1, on the other side and still listing n3, prepares a flush.
+    Its id (congruent to n1's hash) is far above n3's next id, but n1 is a former member,
+    another lineage: its prepare is a stale flush (reported once), not one of a view n3
+    has yet to install. A stranger's prepare for a later view still waits for it."""
+    layer = _member("n3")
+    layer.handle(Suspected("n1"), 10)
+    layer.handle(Suspected("n2"), 10)
+    own = layer.view
+    assert own is not None and own.members == ("n3",)
+    stale = MPrepare(evs_view_id(own.view_id + 1, "n1"), 1, ["n1", "n2", "n3"])
+    with pytest.raises(RemoteProtocolError, match="not a member"):
+        layer.handle(Received("n1", stale, EMPTY), 20)
+    assert layer.handle(Received("n1", stale, EMPTY), 30) == []  # said once
+    assert layer.s.early == []
+    ahead = MPrepare(evs_view_id(own.view_id + 2, "n9"), 1, ["n3", "n9"])
+    assert layer.handle(Received("n9", ahead, EMPTY), 40) == []
+    assert [e.sender for e in layer.s.early] == ["n9"]
+    assert layer.view == own and layer.phase == "member"

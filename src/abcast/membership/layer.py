@@ -382,7 +382,7 @@ class Membership(Layer):
                 return self.merger.defer(Received(sender, header, EMPTY))
             case MPrepare(target, attempt, proposed):
                 if sender not in members:
-                    if target > view.view_id + 1:
+                    if self._ahead_of_us(sender, target):
                         # Led by a member of a view we have not installed yet (a joiner it
                         # admitted): answer once that view is ours.
                         self.s.early.append(Received(sender, header, EMPTY))
@@ -424,6 +424,19 @@ class Membership(Layer):
                 return self.on_install(header)
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
+
+    def _ahead_of_us(self, sender: NodeId, target: int) -> bool:
+        """A flush from a non-member may be for a view beyond the next one of our lineage
+        (led by a joiner that view admitted), or stale. Primary: view ids count views, so
+        a target past the next id says it. evs: ids jump by coordinator (`evs_view_id`),
+        so numbers say nothing of lineage; who leads does. A node our views left out
+        (`lost`: a former member, now on another side) leads another lineage's flush,
+        never one of our next views; anyone else may, for any later id."""
+        view = self.s.view
+        assert view is not None
+        if self.config.evs:
+            return sender not in self.s.lost and target > view.view_id
+        return target > view.view_id + 1
 
     def _busy_elsewhere(self, sender: NodeId) -> bool:
         flush = self.s.flush
