@@ -9,21 +9,32 @@ from __future__ import annotations
 import pytest
 
 from abcast.codec import EMPTY
-from abcast.effects import Multicast, Send, SetTimer
+from abcast.effects import MergeStates, Multicast, Send, SetTimer, TakeSnapshot
 from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
-from abcast.events import Excluded, Received, Suspected, TimerFired, ViewInstalled
+from abcast.events import (
+    Excluded,
+    Received,
+    SnapshotTaken,
+    StatesMerged,
+    Suspected,
+    TimerFired,
+    ViewInstalled,
+)
 from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
-from abcast.membership.merge import evs_view_id
+from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
+from abcast.membership.state import MAX_MERGE_NOTES
 from abcast.membership.wire import (
     MMergeAbort,
     MMergeInstall,
     MMergeOutcome,
     MMergePrepare,
     MMergeProbe,
+    MMergeSideState,
     MMergeState,
     MPrepare,
     SideOutcome,
+    ViewReport,
 )
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer import Sequencer
@@ -171,3 +182,47 @@ def test_a_former_members_flush_is_stale_under_evs_whatever_its_view_id() -> Non
     assert layer.handle(Received("n9", ahead, EMPTY), 40) == []
     assert [e.sender for e in layer.s.early] == ["n9"]
     assert layer.view == own and layer.phase == "member"
+
+
+def _merge_with(layer: Membership, other: str, now: int) -> None:
+    """Drive `layer` (alone in its view, and lower than `other`) through a whole merge
+    with `other`, alone in a view of its own, answering for `other` by hand."""
+    view_id = evs_view_id(layer.view.view_id + 1 if layer.view else 1, other)
+    effects = layer.handle(Received(other, MMergeProbe(view_id, [other]), EMPTY), now)
+    (prepare,) = [e.header for e in effects
+                  if isinstance(e, Multicast) and isinstance(e.header, MMergePrepare)]
+    state = MMergeState(prepare.target, prepare.attempt, view_id, [other], ViewReport({}, []))
+    effects = layer.handle(Received(other, state, EMPTY), now)
+    (snap,) = [e for e in effects if isinstance(e, TakeSnapshot)]
+    layer.handle(SnapshotTaken(snap.token, b"mine"), now)
+    side = MMergeSideState(prepare.target, prepare.attempt, view_id, b"theirs")
+    (ask,) = [e for e in layer.handle(Received(other, side, EMPTY), now)
+              if isinstance(e, MergeStates)]
+    layer.handle(StatesMerged(ask.token, b"merged"), now)
+    assert layer.view is not None and set(layer.view.members) == {"n3", other}
+
+
+def test_merge_bookkeeping_stays_bounded_over_a_long_churn_run() -> None:
+    """300 rounds of merge and split, each with an abort heard ahead of its prepare from
+    a stranger and a probe answered: what the member keeps of them stays bounded (aborts
+    for views it is past are forgotten, the rest capped; answers expire after
+    `probe_us`), where it used to grow by one of each per round."""
+    layer = _member("n3")
+    layer.handle(Suspected("n1"), 10)
+    layer.handle(Suspected("n2"), 10)
+    period = layer.config.probe_us
+    for k in range(300):
+        now = 1_000_000 + k * 10 * period
+        view = layer.view
+        assert view is not None
+        stale, ahead = view.view_id, view.view_id + (k + 1) * VIEW_ID_SPAN
+        layer.handle(Received(f"n{1000 + k}", MMergeAbort(stale + 1, 1), EMPTY), now)
+        layer.handle(Received(f"n{5000 + k}", MMergeAbort(ahead, 1), EMPTY), now)
+        layer.handle(Received(f"a{k}", MMergeProbe(1, [f"a{k}"]), EMPTY), now)  # lower: we answer
+        _merge_with(layer, f"n{10 + k}", now + 1)
+        layer.handle(Suspected(f"n{10 + k}"), now + 2)  # and split again
+        assert layer.view is not None and layer.view.members == ("n3",)
+        assert len(layer.s.merge_aborted) <= MAX_MERGE_NOTES
+        assert all(a[1] > layer.view.view_id for a in layer.s.merge_aborted)
+        assert len(layer.s.probe_answered) <= 1
+    assert layer.merges == 300

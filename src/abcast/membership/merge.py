@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from abcast.effects import (
     Effect,
@@ -51,6 +51,7 @@ from abcast.events import Received, ViewInstalled
 from abcast.ids import NodeId, View, node_sort_key, sorted_nodes
 from abcast.membership.api import MergingOrdering
 from abcast.membership.state import (
+    MAX_MERGE_NOTES,
     MERGE_PROBE,
     MERGE_TIMEOUT,
     MERGE_WAIT,
@@ -83,6 +84,18 @@ def evs_view_id(target: int, coordinator: NodeId) -> int:
     return base if base >= target else base + VIEW_ID_SPAN
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _note(notes: dict[_K, _V], key: _K, value: _V) -> None:
+    """Keep `key` in `notes`, the newest, dropping the oldest past MAX_MERGE_NOTES."""
+    notes.pop(key, None)
+    notes[key] = value
+    while len(notes) > MAX_MERGE_NOTES:
+        del notes[next(iter(notes))]
+
+
 class Merger:
     """The merge of sides (a part of the membership layer, under evs only): it reads and
     writes the layer's state `s` and takes the member's steps from `member`."""
@@ -103,8 +116,10 @@ class Merger:
 
     # -- discovering the other side ------------------------------------------------------
     def view_installed(self, old: View, new: View) -> list[Effect]:
-        """Remember whom the new view lost, and probe for them."""
+        """Remember whom the new view lost, and probe for them; forget aborts of merges
+        into views we are past (their prepares are dropped as old anyway)."""
         now = self.s.now
+        self.s.merge_aborted = {a: None for a in self.s.merge_aborted if a[1] > new.view_id}
         self.s.lost.update({m: now for m in old.members if m not in new.members})
         for node in new.members:
             self.s.lost.pop(node, None)
@@ -148,7 +163,10 @@ class Merger:
         last = s.probe_answered.get(other)
         if last is not None and s.now - last < s.config.probe_us:
             return []
-        s.probe_answered[other] = s.now
+        # An answer older than `probe_us` no longer holds the next one back: forget it.
+        horizon = s.now - s.config.probe_us
+        s.probe_answered = {n: t for n, t in s.probe_answered.items() if t > horizon}
+        _note(s.probe_answered, other, s.now)
         return [Send(other, MMergeProbe(view.view_id, list(view.members)), control=True)]
 
     # -- the merge coordinator -----------------------------------------------------------
@@ -292,7 +310,7 @@ class Merger:
                                                                      sender):
                 return self._keep_side(sides) + self.thaw()
             case MMergeAbort(target, attempt):
-                s.merge_aborted.add((sender, target, attempt))
+                _note(s.merge_aborted, (sender, target, attempt), None)
                 return []
             case _:
                 return []  # a merge we left for another, or given up

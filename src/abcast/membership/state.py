@@ -49,6 +49,9 @@ PARTITIONS: Final = ("primary", "evs")
 #: evs: the retransmissions of one packet a member's merge wait outlasts past the merge's
 #: time limit (abcast.membership.merge: the install may be sent just before it)
 MERGE_RETRANSMISSIONS: Final = 2
+#: evs: the merge aborts heard ahead of their prepare and the probes answered a member
+#: keeps at most (the oldest go first; each also expires: abcast.membership.merge)
+MAX_MERGE_NOTES: Final = 64
 #: join asks the acting leader holds for the next view; more are dropped (counted) and
 #: come back with the joiner's retry: a member forwarding asks for strangers cannot grow
 #: the leader's state (issue #21). The open channel's bound on strangers, MAX_GUESTS.
@@ -237,7 +240,8 @@ class MembershipState:
         # evs: the merge (abcast.membership.merge)
         self.lost: dict[NodeId, int] = {}  # node our views left out → when
         self.probe_armed = False
-        self.probe_answered: dict[NodeId, int] = {}  # coordinator → when we answered it
+        #: coordinator → when we answered its probe (within `probe_us`; MAX_MERGE_NOTES)
+        self.probe_answered: dict[NodeId, int] = {}
         self.merge: MergeRound | None = None  # coordinating
         self.merging: tuple[int, int, NodeId] | None = None  # answered (target, attempt, by)
         self.merge_view = 0  # our view id when we answered
@@ -247,6 +251,7 @@ class MembershipState:
         self.merge_deferred: list[Received] = []  # flush prepares heard while merging
         #: the last merge we answered and gave up on (its install may still come)
         self.merge_given_up: tuple[int, int, NodeId] | None = None
-        #: merges given up that we may still be asked to join (packets cross)
-        self.merge_aborted: set[tuple[NodeId, int, int]] = set()
+        #: merges given up that we may still be asked to join (packets cross), oldest
+        #: first: at most MAX_MERGE_NOTES, none for a view id we are past
+        self.merge_aborted: dict[tuple[NodeId, int, int], None] = {}
         self.merges = 0
