@@ -226,3 +226,51 @@ def test_merge_bookkeeping_stays_bounded_over_a_long_churn_run() -> None:
         assert all(a[1] > layer.view.view_id for a in layer.s.merge_aborted)
         assert len(layer.s.probe_answered) <= 1
     assert layer.merges == 300
+
+
+_TARGET = evs_view_id(VIEW.view_id + 1, "n0")
+_MERGE = ["n0", *VIEW.members]
+_OTHER_SIDE = SideOutcome(evs_view_id(1, "n0"), [])
+
+
+@pytest.mark.parametrize(("sender", "header"), [
+    ("n7", MMergeProbe(5, [])),  # a probe naming no view
+    ("n7", MMergeProbe(5, ["n8"])),  # neither a leader of the view it names nor one of ours
+    ("n0", MMergeOutcome(_TARGET, 1, _OTHER_SIDE)),  # the other side's outcome, to us
+    ("n7", MMergeOutcome(_TARGET, 1, SideOutcome(VIEW.view_id, []))),  # not the coordinator
+    ("n0", MMergeInstall(_TARGET, 1, _MERGE, [_OTHER_SIDE], b"", JoinCut({}))),  # no side of ours
+    ("n0", MMergeInstall(_TARGET, 1, ["n0", "n1", "n3"], [SideOutcome(VIEW.view_id, [])], b"",
+                         JoinCut({}))),  # a merge view without us
+    ("n7", MMergeInstall(_TARGET, 1, _MERGE, [SideOutcome(VIEW.view_id, [])], b"",
+                         JoinCut({}))),  # not the coordinator
+])
+def test_bad_input_to_a_member_merging_is_a_remote_protocol_error(
+        sender: str, header: object) -> None:
+    """n2 answered n0's merge; what a peer sends wrong about it is refused out loud and
+    changes nothing (it used to be dropped silently, or delivered)."""
+    layer = _member("n2")
+    layer.handle(Received("n0", MMergePrepare(_TARGET, 1, _MERGE), EMPTY), 10)
+    before = (layer.s.merging, layer.s.side_delivered, layer.s.tokens)
+    with pytest.raises(RemoteProtocolError):
+        layer.handle(Received(sender, header, EMPTY), 20)
+    assert (layer.s.merging, layer.s.side_delivered, layer.s.tokens) == before
+    assert layer.view == VIEW and layer.frozen
+
+
+@pytest.mark.parametrize("state", [
+    MMergeState(0, 1, 11, ["n8"], ViewReport({}, [])),  # a view without its sender
+    MMergeState(0, 1, 11, ["n9"], ViewReport({}, [])),  # n9's view named two ways
+])
+def test_bad_merge_state_to_a_coordinator_is_a_remote_protocol_error(
+        state: MMergeState) -> None:
+    layer = _member("n1")
+    effects = layer.handle(Received("n8", MMergeProbe(11, ["n8", "n9"]), EMPTY), 10)
+    (prepare,) = [e.header for e in effects
+                  if isinstance(e, Multicast) and isinstance(e.header, MMergePrepare)]
+    good = MMergeState(prepare.target, prepare.attempt, 11, ["n8", "n9"], ViewReport({}, []))
+    layer.handle(Received("n8", good, EMPTY), 20)
+    bad = MMergeState(prepare.target, prepare.attempt, state.view_id, state.members,
+                      state.report)
+    with pytest.raises(RemoteProtocolError):
+        layer.handle(Received("n9", bad, EMPTY), 30)
+    assert layer.s.merge is not None and set(layer.s.merge.states) == {"n1", "n8"}

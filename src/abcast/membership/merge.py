@@ -149,8 +149,14 @@ class Merger:
                   ) -> list[Effect]:
         s = self.s
         view = s.view
-        if view is None or not members or set(members) & set(view.members):
+        if not members:
+            raise RemoteProtocolError(f"merge probe from {sender} naming no members")
+        if view is None or set(members) & set(view.members):
             return []  # one of ours, or an old probe of a view we merged with since
+        if sender not in members and sender not in view.members:
+            # a probe comes from the leader of `members`, or from one of ours passing it on
+            raise RemoteProtocolError(
+                f"merge probe for {members} from {sender}, neither one of them nor of {view}")
         if view.leader != s.node:
             return [Send(view.leader, MMergeProbe(view_id, list(members)), control=True)]
         if s.frozen or self.busy or s.flush is not None or s.suspects & set(view.members):
@@ -202,6 +208,14 @@ class Merger:
             return []  # a merge given up meanwhile
         if sender not in merge.members:
             raise RemoteProtocolError(f"merge state from {sender}, not in {merge.members}")
+        if sender not in state.members:
+            raise RemoteProtocolError(f"merge state from {sender} of a view without it: "
+                                      f"{state.members}")
+        same_view = next((a for a in merge.states.values() if a.view_id == state.view_id), None)
+        if same_view is not None and same_view.members != state.members:
+            raise RemoteProtocolError(
+                f"merge state from {sender} lists view {state.view_id} as {state.members}, "
+                f"another member as {same_view.members}")
         if merge.sides:
             return []
         merge.states[sender] = state
@@ -280,6 +294,10 @@ class Merger:
                 return self._on_state(sender, header)
             case MMergeOutcome(target, attempt, side) if s.merging == (target, attempt,
                                                                        sender):
+                if side.view_id != s.merge_view:
+                    raise RemoteProtocolError(
+                        f"{sender} sent the outcome of view {side.view_id} to a member of "
+                        f"view {s.merge_view}")
                 return self._deliver_side(target, attempt, side, sender)
             case MMergeSideState(target, attempt, view_id, state):
                 merge = s.merge
@@ -293,6 +311,13 @@ class Merger:
             case MMergeInstall() as install if s.merging == (install.target, install.attempt,
                                                               sender):
                 return self._on_install(install)
+            case MMergeInstall(target, attempt) | MMergeOutcome(target, attempt) if (
+                    s.merging is not None and s.merging[:2] == (target, attempt)):
+                # Merge ids are congruent to their coordinator's hash: no other node
+                # coordinates this one.
+                raise RemoteProtocolError(
+                    f"{type(header).__name__} of merge {target} (attempt {attempt}) from "
+                    f"{sender}, not its coordinator {s.merging[2]}")
             case MMergeInstall(target) | MMergeOutcome(target) if (
                     s.view is not None and target <= s.view.view_id
                     and sender not in s.view.members):
@@ -377,8 +402,12 @@ class Merger:
         old = s.view
         sides = {side.view_id: side for side in install.sides}
         side = sides.get(s.merge_view)
-        if old is None or side is None:
+        if old is None:
             return []
+        if side is None or s.node not in install.members:
+            raise RemoteProtocolError(
+                f"merge install of view {install.target} without this member's side "
+                f"(view {s.merge_view}) or without it: {install.members}")
         effects = self.ordering.conclude_side(side.outcome, side.spent)
         view = View(install.target, tuple(install.members))
         self.ordering.start_merged(install.cut)
