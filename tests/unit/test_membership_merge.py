@@ -6,12 +6,23 @@ nothing. Whole splits and merges under faults: tests/sim/test_evs_sim.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from abcast.codec import EMPTY
-from abcast.effects import MergeStates, Multicast, Send, SetTimer, TakeSnapshot
+from abcast.effects import (
+    Effect,
+    InstallView,
+    MergeStates,
+    Multicast,
+    Send,
+    SetTimer,
+    TakeSnapshot,
+)
 from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.events import (
+    Event,
     Excluded,
     Received,
     SnapshotTaken,
@@ -40,6 +51,7 @@ from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.channel import ChannelConfig
+from abcast.runtime.metrics import GroupMeter
 
 VIEW = View(3, ("n1", "n2", "n3"))
 
@@ -184,21 +196,24 @@ def test_a_former_members_flush_is_stale_under_evs_whatever_its_view_id() -> Non
     assert layer.view == own and layer.phase == "member"
 
 
-def _merge_with(layer: Membership, other: str, now: int) -> None:
+def _merge_with(layer: Membership, other: str, now: int,
+                step: Callable[[Event, int], list[Effect]] | None = None) -> None:
     """Drive `layer` (alone in its view, and lower than `other`) through a whole merge
-    with `other`, alone in a view of its own, answering for `other` by hand."""
+    with `other`, alone in a view of its own, answering for `other` by hand (each event
+    through `step`, by default the layer's `handle`)."""
+    handle = step or layer.handle
     view_id = evs_view_id(layer.view.view_id + 1 if layer.view else 1, other)
-    effects = layer.handle(Received(other, MMergeProbe(view_id, [other]), EMPTY), now)
+    effects = handle(Received(other, MMergeProbe(view_id, [other]), EMPTY), now)
     (prepare,) = [e.header for e in effects
                   if isinstance(e, Multicast) and isinstance(e.header, MMergePrepare)]
     state = MMergeState(prepare.target, prepare.attempt, view_id, [other], ViewReport({}, []))
-    effects = layer.handle(Received(other, state, EMPTY), now)
+    effects = handle(Received(other, state, EMPTY), now)
     (snap,) = [e for e in effects if isinstance(e, TakeSnapshot)]
-    layer.handle(SnapshotTaken(snap.token, b"mine"), now)
+    handle(SnapshotTaken(snap.token, b"mine"), now)
     side = MMergeSideState(prepare.target, prepare.attempt, view_id, b"theirs")
-    (ask,) = [e for e in layer.handle(Received(other, side, EMPTY), now)
+    (ask,) = [e for e in handle(Received(other, side, EMPTY), now)
               if isinstance(e, MergeStates)]
-    layer.handle(StatesMerged(ask.token, b"merged"), now)
+    handle(StatesMerged(ask.token, b"merged"), now)
     assert layer.view is not None and set(layer.view.members) == {"n3", other}
 
 
@@ -274,3 +289,36 @@ def test_bad_merge_state_to_a_coordinator_is_a_remote_protocol_error(
     with pytest.raises(RemoteProtocolError):
         layer.handle(Received("n9", bad, EMPTY), 30)
     assert layer.s.merge is not None and set(layer.s.merge.states) == {"n1", "n8"}
+
+
+def test_a_merge_shows_in_inspect_and_is_not_timed_as_a_flush() -> None:
+    """While merging the phase says "merging" (metrics time flushes by the word
+    "flush", abcast.runtime.metrics), the snapshot shows the merge's step, and the
+    counters count merges apart from flushes."""
+    layer = _member("n3")
+    layer.handle(Suspected("n1"), 10)
+    layer.handle(Suspected("n2"), 10)  # n3 goes on alone: one flush
+    meter = GroupMeter()
+    phases: list[str] = []
+    merges: list[dict[str, object]] = []
+
+    def step(event: Event, now: int) -> list[Effect]:
+        effects = layer.handle(event, now)
+        snapshot = layer.inspect()
+        phases.append(snapshot.phase)
+        merges.append(snapshot.clock["merge"])
+        meter.watch(layer, now)
+        if any(isinstance(e, InstallView) for e in effects):
+            meter.view_installed(now + 1_000)
+        return effects
+
+    _merge_with(layer, "n10", 1_000_000, step)
+    assert phases[:-1] == ["member, merging"] * (len(phases) - 1) and phases[-1] == "member"
+    coordinating = [m["coordinating"] for m in merges[:-1]]
+    assert [c["step"] for c in coordinating] == [  # type: ignore[index]
+        "states", "side states", "side states", "state merge"]
+    assert meter.flushes.count == 0  # (it was 1: "member, flushing" throughout)
+    step(Suspected("n10"), 2_000_000)  # and a flush again (alone: within one event)
+    counters = layer.inspect().counters
+    assert (counters["merges"], counters["merges_coordinated"],
+            counters["merges_given_up"], counters["flushes_coordinated"]) == (1, 1, 0, 2)

@@ -205,6 +205,11 @@ class Membership(Layer):
     # -- introspection -------------------------------------------------------------------
     @property
     def phase(self) -> str:
+        """The status, and "merging" while an evs merge holds us (answered or
+        coordinating), else "flushing" while frozen for a flush: metrics time flushes by
+        this name (abcast.runtime.metrics), and a merge is not one."""
+        if self.s.merging is not None or self.s.merge is not None:
+            return f"{self.s.status}, merging"
         return f"{self.s.status}, flushing" if self.s.frozen else self.s.status
 
     def inspect(self) -> LayerSnapshot:
@@ -223,12 +228,17 @@ class Membership(Layer):
             "answered": list(self.s.answered),
             "flush": flush,
         }
+        if self.config.evs:
+            clock["merge"] = self.merger.inspect()
         return LayerSnapshot(
             layer="membership", phase=self.phase, clock=clock,
             counters={"views_installed": self.s.views_installed,
                       "flushes_coordinated": self.s.flushes_coordinated,
                       "welcomes_sent": self.s.welcomes_sent,
                       "joins_deferred": self.s.joins_deferred, "merges": self.s.merges,
+                      "merges_coordinated": self.s.merges_coordinated,
+                      "merges_given_up": self.s.merges_given_up,
+                      "merge_installs_late": self.s.merge_installs_late,
                       "buffered": len(self.s.buffered),
                       "queued": len(self.s.queued)})
 

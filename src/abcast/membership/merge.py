@@ -114,6 +114,25 @@ class Merger:
     def busy(self) -> bool:
         return self.s.merge is not None or self.s.merging is not None
 
+    def inspect(self) -> dict[str, Any]:
+        """The merge under way, for `Membership.inspect()` (plain data)."""
+        s = self.s
+        out: dict[str, Any] = {"lost": sorted_nodes(list(s.lost)),
+                               "side_delivered": s.side_delivered}
+        if s.merging is not None:
+            target, attempt, coordinator = s.merging
+            out["answered"] = {"target": target, "attempt": attempt,
+                               "coordinator": coordinator, "view_id": s.merge_view}
+        merge = s.merge
+        if merge is not None:
+            step = ("states" if not merge.sides else "side states" if not merge.token
+                    else "state merge")
+            out["coordinating"] = {
+                "target": merge.target, "attempt": merge.attempt, "step": step,
+                "members": list(merge.members), "reported": sorted_nodes(list(merge.states)),
+                "sides": sorted(merge.sides), "side_states": sorted(merge.snapshots)}
+        return out
+
     # -- discovering the other side ------------------------------------------------------
     def view_installed(self, old: View, new: View) -> list[Effect]:
         """Remember whom the new view lost, and probe for them; forget aborts of merges
@@ -183,6 +202,7 @@ class Merger:
         s.attempts = max(s.attempts, s.answered[1]) + 1
         target = evs_view_id(max(view.view_id, other_view_id) + 1, s.node)
         merge = s.merge = MergeRound(target, s.attempts, members)
+        s.merges_coordinated += 1
         others = tuple(m for m in members if m != s.node)
         effects: list[Effect] = [
             Multicast(others, MMergePrepare(target, merge.attempt, list(members))),
@@ -327,6 +347,7 @@ class Merger:
                                                                          sender):
                 # Not a peer's mistake: our wait (`merge_wait`, derived from the channel's
                 # retransmission bound) ran out first. We went on in our view.
+                s.merge_installs_late += 1
                 _log.warning("%s got %s's install of merge view %d after it gave the merge "
                              "up: dropped (it goes on in view %s)", s.node, sender, target,
                              s.view.view_id if s.view is not None else None)
@@ -443,6 +464,8 @@ class Merger:
         s = self.s
         if s.merging is not None and s.merge is None:
             s.merge_given_up = s.merging  # its install may still come (one log line)
+        if s.merging is not None or s.merge is not None:
+            s.merges_given_up += 1
         s.merging = None
         s.merge = None
         effects: list[Effect] = []

@@ -254,4 +254,7 @@ class MembershipState:
         #: merges given up that we may still be asked to join (packets cross), oldest
         #: first: at most MAX_MERGE_NOTES, none for a view id we are past
         self.merge_aborted: dict[tuple[NodeId, int, int], None] = {}
-        self.merges = 0
+        self.merges = 0  # merge views installed
+        self.merges_coordinated = 0  # merges this member started
+        self.merges_given_up = 0  # merges answered or started that ended without a view
+        self.merge_installs_late = 0  # installs that came after we gave their merge up
