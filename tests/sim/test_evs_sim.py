@@ -241,3 +241,44 @@ def test_a_merge_given_up_after_a_side_delivered_its_outcome_leaves_the_side_who
     violations, problems = judge(result)
     assert violations == []
     assert {p.code for p in problems} <= {"VIEW_ORDER", "STATE"}  # the sides never merge
+
+
+def test_a_side_whose_merge_coordinator_falls_silent_keeps_the_outcome_it_delivered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: the coordinator (n1) gives the merge up once each side's lowest member
+    delivered its side's outcome, and its abort never leaves, nor does it merge again
+    (as if it crashed there, but its side goes on). The other side's members stop
+    waiting on their own; its lowest member passes the outcome it delivered on, so the
+    side still delivers one set and goes on delivering (it used to stall, its lowest
+    member ahead of the rest: AGREEMENT)."""
+    silent: list[NodeId] = []
+    start = Merger._start
+
+    def falls_silent(self: Merger, merge: MergeRound) -> list[Effect]:
+        if merge.token or set(merge.snapshots) != set(merge.sides):
+            return []
+        silent.append(self.s.node)
+        return self.give_up()[1:]  # the abort is its first effect
+
+    def never_again(self: Merger, other_view_id: int, members: tuple[NodeId, ...]
+                    ) -> list[Effect]:
+        return [] if self.s.node in silent else start(self, other_view_id, members)
+
+    monkeypatch.setattr(Merger, "_maybe_merge_states", falls_silent)
+    monkeypatch.setattr(Merger, "_start", never_again)
+    config = SimConfig("sequencer", nodes=6, messages=800, seed=1, rate=80.0, options=EVS,
+                       faults="drop=0.02,delay=1-15ms,partition=n1+n2+n3|*@300ms-2300ms",
+                       stall_us=8_000_000)
+    result = run_simulation(config)
+    assert silent == ["n1"]
+    delivered: dict[str, set[tuple[str, int]]] = {}
+    for row in result.recorder.rows():
+        if row.kind == "deliver" and row.origin is not None and row.seq is not None:
+            delivered.setdefault(row.node, set()).add((row.origin, row.seq))
+    for side in (("n1", "n2", "n3"), ("n4", "n5", "n6")):
+        assert len({frozenset(delivered[n]) for n in side}) == 1, side
+        assert {o for o, _ in delivered[side[0]]} >= set(side)
+        assert len(delivered[side[0]]) > 300, side  # 800 sent over the group: it went on
+    violations, problems = judge(result)
+    assert violations == []
+    assert {p.code for p in problems} <= {"VIEW_ORDER", "STATE"}  # the sides never merge

@@ -258,6 +258,8 @@ _OTHER_SIDE = SideOutcome(evs_view_id(1, "n0"), [])
                          JoinCut({}))),  # a merge view without us
     ("n7", MMergeInstall(_TARGET, 1, _MERGE, [SideOutcome(VIEW.view_id, [])], b"",
                          JoinCut({}))),  # not the coordinator
+    ("n0", MMergeAbort(_TARGET, 1, [_OTHER_SIDE])),  # given up with outcomes, none ours
+    ("n1", MMergeAbort(_TARGET, 1, [_OTHER_SIDE])),  # the same, passed on by our lowest
 ])
 def test_bad_input_to_a_member_merging_is_a_remote_protocol_error(
         sender: str, header: object) -> None:

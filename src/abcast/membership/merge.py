@@ -297,7 +297,8 @@ class Merger:
         # have delivered its own: the abort carries them, and every side keeps its.
         sides = list(merge.sides.values())
         abort = MMergeAbort(merge.target, merge.attempt, sides)
-        return [Multicast(others, abort), *self._keep_side(sides), *self.thaw()]
+        kept = self._keep_side(merge.target, merge.attempt, sides)
+        return [Multicast(others, abort), *kept, *self.thaw()]
 
     # -- every member --------------------------------------------------------------------
     def on_message(self, sender: NodeId, header: Any) -> list[Effect]:
@@ -352,9 +353,34 @@ class Merger:
                              "up: dropped (it goes on in view %s)", s.node, sender, target,
                              s.view.view_id if s.view is not None else None)
                 return []
+            case MMergeAbort(target, attempt, sides) if sides and all(
+                    x.view_id != s.merge_view for x in sides) and (
+                    s.merging == (target, attempt, sender) or self._passed_on(
+                        sender, target, attempt)):
+                raise RemoteProtocolError(
+                    f"{sender} gave merge {target} up with the outcomes of views "
+                    f"{[x.view_id for x in sides]}, not of ours ({s.merge_view})")
             case MMergeAbort(target, attempt, sides) if s.merging == (target, attempt,
                                                                      sender):
-                return self._keep_side(sides) + self.thaw()
+                return self._keep_side(target, attempt, sides) + self.thaw()
+            case MMergeAbort(target, attempt, sides) if sides and self._passed_on(
+                    sender, target, attempt):
+                # Our side's lowest member passes on the outcome it delivered: the
+                # coordinator's abort may never come (it crashed, or we stopped waiting).
+                if s.side_kept == (target, attempt):
+                    return []  # the abort brought it first
+                if s.merging is not None:
+                    return self._keep_side(target, attempt, sides) + self.thaw()
+                if s.ordering.stable_point() != s.thawed_at:
+                    _log.warning("%s delivered in view %d since it gave merge %d up: the "
+                                 "side's outcome from %s comes too late, dropped", s.node,
+                                 s.merge_view, target, sender)
+                    return []
+                # Thawed, nothing delivered since: take it now, keeping what the side's
+                # sequencer numbered since (it took our view afresh after the outcome).
+                effects = self._keep_side(target, attempt, sides)
+                s.side_delivered = False
+                return effects
             case MMergeAbort(target, attempt):
                 _note(s.merge_aborted, (sender, target, attempt), None)
                 return []
@@ -392,20 +418,37 @@ class Merger:
         s = self.s
         effects = self.ordering.conclude_side(side.outcome, side.spent)
         s.side_delivered = True
+        s.side_kept = (target, attempt)
+        s.side_to_pass = MMergeAbort(target, attempt, [side])
         s.tokens += 1
         s.side_tokens[s.tokens] = (target, attempt, side.view_id, coordinator)
         return [*effects, TakeSnapshot(s.tokens)]
 
-    def _keep_side(self, sides: list[SideOutcome]) -> list[Effect]:
+    def _keep_side(self, target: int, attempt: int, sides: list[SideOutcome]
+                   ) -> list[Effect]:
         """A merge given up after the sides' outcomes were fixed: deliver our side's in
-        our view unless we did (its lowest member did at `MMergeOutcome`), so the whole
-        side holds its numbers; `thaw` then has the ordering take our view afresh."""
+        our view unless we did (its lowest member did at `MMergeOutcome`; the abort and
+        that member's word may both come), so the whole side holds its numbers; `thaw`
+        then has the ordering take our view afresh."""
         s = self.s
         side = next((x for x in sides if x.view_id == s.merge_view), None)
-        if side is None or s.side_delivered:
+        if side is None or s.side_kept == (target, attempt):
             return []
         s.side_delivered = True
+        s.side_kept = (target, attempt)
         return self.ordering.conclude_side(side.outcome, side.spent)
+
+    def _passed_on(self, sender: NodeId, target: int, attempt: int) -> bool:
+        """A side's outcome from a member of our view, for the merge we answered (still
+        waiting, or given up with nothing of our view moved on since)."""
+        s = self.s
+        view = s.view
+        if view is None or sender not in view.members or view.view_id != s.merge_view:
+            return False
+        if s.merging is not None:
+            return s.merging[:2] == (target, attempt)
+        given_up = s.merge_given_up
+        return not s.frozen and given_up is not None and given_up[:2] == (target, attempt)
 
     def side_snapshot(self, token: int, state: bytes) -> list[Effect]:
         s = self.s
@@ -434,6 +477,7 @@ class Merger:
         self.ordering.start_merged(install.cut)
         s.merge = s.merging = None
         s.side_delivered = False
+        s.side_to_pass = None
         s.flush = None
         s.last_install = None
         s.frozen = False
@@ -464,6 +508,8 @@ class Merger:
         s = self.s
         if s.merging is not None and s.merge is None:
             s.merge_given_up = s.merging  # its install may still come (one log line)
+            # ...and our side's outcome, passed on: usable while we deliver nothing
+            s.thawed_at = s.ordering.stable_point()
         if s.merging is not None or s.merge is not None:
             s.merges_given_up += 1
         s.merging = None
@@ -471,8 +517,14 @@ class Merger:
         effects: list[Effect] = []
         if s.side_delivered and s.view is not None:
             # The side's outcome we delivered may have numbered past what we had: the
-            # ordering takes our view afresh (its sequencer numbers on after it).
+            # ordering takes our view afresh (its sequencer numbers on after it). Its
+            # lowest member, which delivered it first, passes it on to the side (ahead
+            # of anything it sends in the view again: each link keeps its order).
             s.side_delivered = False
+            passed, s.side_to_pass = s.side_to_pass, None
+            others = tuple(m for m in s.view.members if m != s.node)
+            if passed is not None and others:
+                effects.append(Multicast(others, passed))
             effects += s.ordering.handle(ViewInstalled(s.view), s.now)
         if s.frozen and s.flush is None and s.status in ("member", "leaving"):
             s.frozen = False

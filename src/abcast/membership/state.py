@@ -24,6 +24,7 @@ from abcast.membership.wire import (
     FlushMessage,
     JoinCut,
     MInstall,
+    MMergeAbort,
     MMergeState,
     MState,
     SideOutcome,
@@ -246,11 +247,17 @@ class MembershipState:
         self.merging: tuple[int, int, NodeId] | None = None  # answered (target, attempt, by)
         self.merge_view = 0  # our view id when we answered
         self.side_delivered = False  # we delivered our side's outcome (its lowest member)
+        #: the merge (target, attempt) whose side outcome we delivered, once
+        self.side_kept: tuple[int, int] | None = None
+        #: the lowest member's side outcome, passed on to its side should the merge be off
+        self.side_to_pass: MMergeAbort | None = None
         #: snapshot tokens of a side's outcome: (target, attempt, side view id, coordinator)
         self.side_tokens: dict[int, tuple[int, int, int, NodeId]] = {}
         self.merge_deferred: list[Received] = []  # flush prepares heard while merging
         #: the last merge we answered and gave up on (its install may still come)
         self.merge_given_up: tuple[int, int, NodeId] | None = None
+        #: what the ordering had delivered when we gave that merge up (stable_point)
+        self.thawed_at: dict[NodeId, int] = {}
         #: merges given up that we may still be asked to join (packets cross), oldest
         #: first: at most MAX_MERGE_NOTES, none for a view id we are past
         self.merge_aborted: dict[tuple[NodeId, int, int], None] = {}
