@@ -1,7 +1,8 @@
 """The membership layer: views for an ordering — join with state transfer, graceful leave,
 removal on suspicion, and the flush that makes every view change virtually synchronous.
 
-Phases (`status`, and `frozen` while a flush runs):
+Phases (`status`, and `frozen` while a flush runs; `phase` says "flushing", or
+"merging" while an evs merge holds the member):
 
     status     event                                  next        what it does
     member     JoinRequested (alone in its view)      joining     MJoin to a contact
@@ -15,11 +16,12 @@ Phases (`status`, and `frozen` while a flush runs):
     departing  every farewell, suspicion or timeout   stopped     InstallView without it
     member*    MFarewell / Excluded from a later view stopped     removed (cut off)
     member     the same, under evs                    member      suspect it: our side's flush
-    member*    MMergePrepare (evs, sides meet)        (frozen)    MMergeState to its coordinator
+    member*    MMergePrepare (evs, sides meet)        (merging)   MMergeState to its coordinator
     member*    MMergeInstall of the merge answered    member*     side's outcome in the old
                                                                   view, InstallView, merged
                                                                   InstallState, unfreeze
-    member*    MMergeAbort, or its coordinator gone   member*     unfreeze
+    member*    MMergeAbort, or its coordinator gone   member*     its side's outcome if fixed
+                                                                  (kept in the view), unfreeze
 
     (member* = member or leaving)
 

@@ -26,8 +26,14 @@ point heard, only its side's origins). Heal, here:
    the merge cut (`merge_cut`, `start_merged`).
 
 A merge not concluded in `merge_timeout_us` is given up (`MMergeAbort`); a member that
-answered one and hears nothing for twice that thaws. A flush prepare heard while merging
-waits for the merge. What it does not handle: docs/orderings.md ("evs").
+answered one and hears nothing for `merge_wait` (that limit plus the channel's
+retransmissions, abcast.membership.state) thaws; an install later still is logged and
+dropped. Past step 3 the abort carries the sides' outcomes and each side keeps its
+own (its lowest member delivered it): every member delivers it in its view and thaws;
+the lowest member passes it on as it thaws, should the abort not come. A flush prepare
+heard while merging waits for the merge. What a peer sends wrong is a
+RemoteProtocolError; what a member notes of other merges is bounded (MAX_MERGE_NOTES).
+What it does not handle: docs/orderings.md ("evs").
 """
 
 from __future__ import annotations
