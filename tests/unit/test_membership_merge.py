@@ -324,3 +324,17 @@ def test_a_merge_shows_in_inspect_and_is_not_timed_as_a_flush() -> None:
     counters = layer.inspect().counters
     assert (counters["merges"], counters["merges_coordinated"],
             counters["merges_given_up"], counters["flushes_coordinated"]) == (1, 1, 0, 2)
+
+
+def test_a_lowest_member_that_delivered_its_sides_outcome_answers_no_later_attempt() -> None:
+    """n1 (its side's lowest) delivered its side's outcome of attempt 1; an attempt 2
+    of the same merge must wait until attempt 1 is given up with that outcome kept: an
+    answer now would report numbers its side has not (they settle apart otherwise)."""
+    layer = _member("n1")
+    layer.handle(Received("n0", MMergePrepare(_TARGET, 1, _MERGE), EMPTY), 10)
+    outcome = MMergeOutcome(_TARGET, 1, SideOutcome(VIEW.view_id, []))
+    assert any(isinstance(e, TakeSnapshot)
+               for e in layer.handle(Received("n0", outcome, EMPTY), 20))
+    again = layer.handle(Received("n0", MMergePrepare(_TARGET, 2, _MERGE), EMPTY), 30)
+    assert not any(isinstance(e, Send) and isinstance(e.header, MMergeState) for e in again)
+    assert layer.s.merging == (_TARGET, 1, "n0")

@@ -410,6 +410,8 @@ class Merger:
             # with this one. Its coordinator gives up; its next probe finds the merge.
             if s.merging[2] != sender or s.merging[0] != target or s.merging[1] >= attempt:
                 return []
+            if s.side_delivered:
+                return []  # our side's outcome is delivered: the abort that keeps it first
         elif s.frozen or s.merge is not None or s.flush is not None:
             return []  # a flush of our own is running; the coordinator tries again
         if (sender, target, attempt) in s.merge_aborted:
@@ -451,10 +453,12 @@ class Merger:
         view = s.view
         if view is None or sender not in view.members or view.view_id != s.merge_view:
             return False
+        # By target: a later attempt of the same merge (same views) may have come
+        # between, and our side's lowest member answers none once it delivered.
         if s.merging is not None:
-            return s.merging[:2] == (target, attempt)
+            return s.merging[0] == target
         given_up = s.merge_given_up
-        return not s.frozen and given_up is not None and given_up[:2] == (target, attempt)
+        return not s.frozen and given_up is not None and given_up[0] == target
 
     def side_snapshot(self, token: int, state: bytes) -> list[Effect]:
         s = self.s
