@@ -212,3 +212,69 @@ def test_a_runtime_group_takes_partitions_and_checks_them() -> None:
         Group("g", ordering="skeen", node="n1", peers=peers, partitions="evs")
     with pytest.raises(ConfigError, match="partitions must be one of"):
         Group("g", ordering="sequencer", node="n1", peers=peers, partitions="both")
+
+
+def _gives_up_once_outcomes_are_delivered(self: Merger, merge: MergeRound) -> list[Effect]:
+    """Planted: the coordinator gives every merge up right after each side's lowest
+    member delivered its side's outcome and sent its state (the latest point it can)."""
+    if merge.token or set(merge.snapshots) != set(merge.sides):
+        return []
+    return self.give_up()
+
+
+def _sides_stay_whole_apart(messages: int, rate: float, stall_us: int) -> dict[str, int]:
+    """A split of n1..n3 from n4..n6 that heals, under a planted merge that never
+    installs: each side's members deliver one set, the checks find nothing but the
+    sides not merged. How many each side's lowest member delivered."""
+    config = SimConfig("sequencer", nodes=6, messages=messages, seed=1, rate=rate,
+                       options=EVS, stall_us=stall_us,
+                       faults="drop=0.02,delay=1-15ms,partition=n1+n2+n3|*@300ms-2300ms")
+    result = run_simulation(config)
+    delivered: dict[str, set[tuple[str, int]]] = {}
+    for row in result.recorder.rows():
+        if row.kind == "deliver" and row.origin is not None and row.seq is not None:
+            delivered.setdefault(row.node, set()).add((row.origin, row.seq))
+    for side in (("n1", "n2", "n3"), ("n4", "n5", "n6")):
+        assert len({frozenset(delivered[n]) for n in side}) == 1, side
+        assert {o for o, _ in delivered[side[0]]} >= set(side)
+    violations, problems = judge(result)
+    assert violations == []
+    assert {p.code for p in problems} <= {"VIEW_ORDER", "STATE"}  # the sides never merge
+    return {n: len(delivered[n]) for n in ("n1", "n4")}
+
+
+def test_a_merge_given_up_after_a_side_delivered_its_outcome_leaves_the_side_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each side's lowest member delivers its side's outcome before the merge installs;
+    an abort after that must leave every member of the side with the same outcome (the
+    abort carries it), or the side's other members lack its numbers and stall."""
+    monkeypatch.setattr(Merger, "_maybe_merge_states", _gives_up_once_outcomes_are_delivered)
+    _sides_stay_whole_apart(500, 100.0, 4_000_000)
+
+
+def test_a_side_whose_merge_coordinator_falls_silent_keeps_the_outcome_it_delivered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: the coordinator (n1) gives the merge up once each side's lowest member
+    delivered its side's outcome, and its abort never leaves, nor does it merge again
+    (as if it crashed there, but its side goes on). The other side's members stop
+    waiting on their own; its lowest member passes the outcome it delivered on, so the
+    side still delivers one set and goes on delivering (it used to stall, its lowest
+    member ahead of the rest: AGREEMENT)."""
+    silent: list[NodeId] = []
+    start = Merger._start
+
+    def falls_silent(self: Merger, merge: MergeRound) -> list[Effect]:
+        if merge.token or set(merge.snapshots) != set(merge.sides):
+            return []
+        silent.append(self.s.node)
+        return self.give_up()[1:]  # the abort is its first effect
+
+    def never_again(self: Merger, other_view_id: int, members: tuple[NodeId, ...]
+                    ) -> list[Effect]:
+        return [] if self.s.node in silent else start(self, other_view_id, members)
+
+    monkeypatch.setattr(Merger, "_maybe_merge_states", falls_silent)
+    monkeypatch.setattr(Merger, "_start", never_again)
+    counts = _sides_stay_whole_apart(800, 80.0, 8_000_000)
+    assert silent == ["n1"]
+    assert min(counts.values()) > 300, counts  # 800 sent over the group: both went on

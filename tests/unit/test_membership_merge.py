@@ -6,27 +6,52 @@ nothing. Whole splits and merges under faults: tests/sim/test_evs_sim.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from abcast.codec import EMPTY
-from abcast.effects import Multicast, Send, SetTimer
+from abcast.effects import (
+    Effect,
+    InstallView,
+    MergeStates,
+    Multicast,
+    Send,
+    SetTimer,
+    TakeSnapshot,
+)
 from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
-from abcast.events import Excluded, Received, Suspected, TimerFired, ViewInstalled
+from abcast.events import (
+    Event,
+    Excluded,
+    Received,
+    SnapshotTaken,
+    StatesMerged,
+    Suspected,
+    TimerFired,
+    ViewInstalled,
+)
 from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
-from abcast.membership.merge import evs_view_id
+from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
+from abcast.membership.state import MAX_MERGE_NOTES
 from abcast.membership.wire import (
     MMergeAbort,
     MMergeInstall,
     MMergeOutcome,
     MMergePrepare,
     MMergeProbe,
+    MMergeSideState,
     MMergeState,
     MPrepare,
     SideOutcome,
+    ViewReport,
 )
+from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.unordered import Unordered
+from abcast.reliability.channel import ChannelConfig
+from abcast.runtime.metrics import GroupMeter
 
 VIEW = View(3, ("n1", "n2", "n3"))
 
@@ -112,3 +137,204 @@ def test_a_member_suspected_during_a_merge_is_flushed_out_once_the_merge_is_off(
     prepares = [e for e in effects
                 if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
     assert [(e.to, e.header.members) for e in prepares] == [(("n2",), ["n1", "n2"])]
+
+
+def test_a_members_merge_wait_outlasts_the_channels_retransmissions() -> None:
+    """The runtime's channel retransmits up to 4 s apart, beyond the merge's 3 s: a
+    member's wait is derived from both, and a set one too short is refused."""
+    config = MembershipConfig(partitions="evs", channel_max_rto_us=4_000_000)
+    assert config.merge_wait >= config.merge_timeout_us + 2 * 4_000_000
+    assert MembershipConfig(partitions="evs").merge_wait == 2 * 3_000_000  # 1 s RTO bound
+    with pytest.raises(ConfigError, match="retransmission"):
+        MembershipConfig(partitions="evs", channel_max_rto_us=4_000_000, merge_wait_us=6_000_000)
+    options = OrderingOptions(partitions="evs", channel=ChannelConfig(max_rto_us=4_000_000))
+    stack = build_stack("n1", "g", "sequencer", VIEW, options)
+    (layer,) = [x for x in stack.layers if isinstance(x, Membership)]
+    assert layer.config.channel_max_rto_us == 4_000_000
+    layer.handle(ViewInstalled(VIEW), 0)
+    answered = layer.handle(Received("n0", MMergePrepare(
+        evs_view_id(VIEW.view_id + 1, "n0"), 1, ["n0", *VIEW.members]), EMPTY), 10)
+    (wait,) = [e for e in answered if isinstance(e, SetTimer)]
+    assert wait.at == 10 + config.merge_wait
+
+
+def test_a_merge_install_after_the_member_gave_up_is_logged_and_dropped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    layer = _member("n1")
+    target = evs_view_id(VIEW.view_id + 1, "n0")
+    members = ["n0", *VIEW.members]
+    answered = layer.handle(Received("n0", MMergePrepare(target, 1, members), EMPTY), 10)
+    (wait,) = [e for e in answered if isinstance(e, SetTimer)]
+    layer.handle(TimerFired(wait.key), wait.at)
+    assert layer.phase == "member"
+    install = MMergeInstall(target, 1, members, [SideOutcome(VIEW.view_id, [])], b"s",
+                            JoinCut({}))
+    with caplog.at_level("WARNING", logger="abcast.membership.merge"):
+        assert layer.handle(Received("n0", install, EMPTY), wait.at + 1) == []
+    assert "after it gave the merge up" in caplog.text
+    assert layer.view == VIEW and layer.phase == "member"
+
+
+def test_a_former_members_flush_is_stale_under_evs_whatever_its_view_id() -> None:
+    """n3 goes on alone; n1, on the other side and still listing n3, prepares a flush.
+    Its id (congruent to n1's hash) is far above n3's next id, but n1 is a former member,
+    another lineage: its prepare is a stale flush (reported once), not one of a view n3
+    has yet to install. A stranger's prepare for a later view still waits for it."""
+    layer = _member("n3")
+    layer.handle(Suspected("n1"), 10)
+    layer.handle(Suspected("n2"), 10)
+    own = layer.view
+    assert own is not None and own.members == ("n3",)
+    stale = MPrepare(evs_view_id(own.view_id + 1, "n1"), 1, ["n1", "n2", "n3"])
+    with pytest.raises(RemoteProtocolError, match="not a member"):
+        layer.handle(Received("n1", stale, EMPTY), 20)
+    assert layer.handle(Received("n1", stale, EMPTY), 30) == []  # said once
+    assert layer.s.early == []
+    ahead = MPrepare(evs_view_id(own.view_id + 2, "n9"), 1, ["n3", "n9"])
+    assert layer.handle(Received("n9", ahead, EMPTY), 40) == []
+    assert [e.sender for e in layer.s.early] == ["n9"]
+    assert layer.view == own and layer.phase == "member"
+
+
+def _merge_with(layer: Membership, other: str, now: int,
+                step: Callable[[Event, int], list[Effect]] | None = None) -> None:
+    """Drive `layer` (alone in its view, and lower than `other`) through a whole merge
+    with `other`, alone in a view of its own, answering for `other` by hand (each event
+    through `step`, by default the layer's `handle`)."""
+    handle = step or layer.handle
+    view_id = evs_view_id(layer.view.view_id + 1 if layer.view else 1, other)
+    effects = handle(Received(other, MMergeProbe(view_id, [other]), EMPTY), now)
+    (prepare,) = [e.header for e in effects
+                  if isinstance(e, Multicast) and isinstance(e.header, MMergePrepare)]
+    state = MMergeState(prepare.target, prepare.attempt, view_id, [other], ViewReport({}, []))
+    effects = handle(Received(other, state, EMPTY), now)
+    (snap,) = [e for e in effects if isinstance(e, TakeSnapshot)]
+    handle(SnapshotTaken(snap.token, b"mine"), now)
+    side = MMergeSideState(prepare.target, prepare.attempt, view_id, b"theirs")
+    (ask,) = [e for e in handle(Received(other, side, EMPTY), now)
+              if isinstance(e, MergeStates)]
+    handle(StatesMerged(ask.token, b"merged"), now)
+    assert layer.view is not None and set(layer.view.members) == {"n3", other}
+
+
+def test_merge_bookkeeping_stays_bounded_over_a_long_churn_run() -> None:
+    """300 rounds of merge and split, each with an abort heard ahead of its prepare from
+    a stranger and a probe answered: what the member keeps of them stays bounded (aborts
+    for views it is past are forgotten, the rest capped; answers expire after
+    `probe_us`), where it used to grow by one of each per round."""
+    layer = _member("n3")
+    layer.handle(Suspected("n1"), 10)
+    layer.handle(Suspected("n2"), 10)
+    period = layer.config.probe_us
+    for k in range(300):
+        now = 1_000_000 + k * 10 * period
+        view = layer.view
+        assert view is not None
+        stale, ahead = view.view_id, view.view_id + (k + 1) * VIEW_ID_SPAN
+        layer.handle(Received(f"n{1000 + k}", MMergeAbort(stale + 1, 1), EMPTY), now)
+        layer.handle(Received(f"n{5000 + k}", MMergeAbort(ahead, 1), EMPTY), now)
+        layer.handle(Received(f"a{k}", MMergeProbe(1, [f"a{k}"]), EMPTY), now)  # lower: we answer
+        _merge_with(layer, f"n{10 + k}", now + 1)
+        layer.handle(Suspected(f"n{10 + k}"), now + 2)  # and split again
+        assert layer.view is not None and layer.view.members == ("n3",)
+        assert len(layer.s.merge_aborted) <= MAX_MERGE_NOTES
+        assert all(a[1] > layer.view.view_id for a in layer.s.merge_aborted)
+        assert len(layer.s.probe_answered) <= 1
+    assert layer.merges == 300
+
+
+_TARGET = evs_view_id(VIEW.view_id + 1, "n0")
+_MERGE = ["n0", *VIEW.members]
+_OTHER_SIDE = SideOutcome(evs_view_id(1, "n0"), [])
+
+
+@pytest.mark.parametrize(("sender", "header"), [
+    ("n7", MMergeProbe(5, [])),  # a probe naming no view
+    ("n7", MMergeProbe(5, ["n8"])),  # neither a leader of the view it names nor one of ours
+    ("n0", MMergeOutcome(_TARGET, 1, _OTHER_SIDE)),  # the other side's outcome, to us
+    ("n7", MMergeOutcome(_TARGET, 1, SideOutcome(VIEW.view_id, []))),  # not the coordinator
+    ("n0", MMergeInstall(_TARGET, 1, _MERGE, [_OTHER_SIDE], b"", JoinCut({}))),  # no side of ours
+    ("n0", MMergeInstall(_TARGET, 1, ["n0", "n1", "n3"], [SideOutcome(VIEW.view_id, [])], b"",
+                         JoinCut({}))),  # a merge view without us
+    ("n7", MMergeInstall(_TARGET, 1, _MERGE, [SideOutcome(VIEW.view_id, [])], b"",
+                         JoinCut({}))),  # not the coordinator
+    ("n0", MMergeAbort(_TARGET, 1, [_OTHER_SIDE])),  # given up with outcomes, none ours
+    ("n1", MMergeAbort(_TARGET, 1, [_OTHER_SIDE])),  # the same, passed on by our lowest
+])
+def test_bad_input_to_a_member_merging_is_a_remote_protocol_error(
+        sender: str, header: object) -> None:
+    """n2 answered n0's merge; what a peer sends wrong about it is refused out loud and
+    changes nothing (it used to be dropped silently, or delivered)."""
+    layer = _member("n2")
+    layer.handle(Received("n0", MMergePrepare(_TARGET, 1, _MERGE), EMPTY), 10)
+    before = (layer.s.merging, layer.s.side_delivered, layer.s.tokens)
+    with pytest.raises(RemoteProtocolError):
+        layer.handle(Received(sender, header, EMPTY), 20)
+    assert (layer.s.merging, layer.s.side_delivered, layer.s.tokens) == before
+    assert layer.view == VIEW and layer.frozen
+
+
+@pytest.mark.parametrize("state", [
+    MMergeState(0, 1, 11, ["n8"], ViewReport({}, [])),  # a view without its sender
+    MMergeState(0, 1, 11, ["n9"], ViewReport({}, [])),  # n9's view named two ways
+])
+def test_bad_merge_state_to_a_coordinator_is_a_remote_protocol_error(
+        state: MMergeState) -> None:
+    layer = _member("n1")
+    effects = layer.handle(Received("n8", MMergeProbe(11, ["n8", "n9"]), EMPTY), 10)
+    (prepare,) = [e.header for e in effects
+                  if isinstance(e, Multicast) and isinstance(e.header, MMergePrepare)]
+    good = MMergeState(prepare.target, prepare.attempt, 11, ["n8", "n9"], ViewReport({}, []))
+    layer.handle(Received("n8", good, EMPTY), 20)
+    bad = MMergeState(prepare.target, prepare.attempt, state.view_id, state.members,
+                      state.report)
+    with pytest.raises(RemoteProtocolError):
+        layer.handle(Received("n9", bad, EMPTY), 30)
+    assert layer.s.merge is not None and set(layer.s.merge.states) == {"n1", "n8"}
+
+
+def test_a_merge_shows_in_inspect_and_is_not_timed_as_a_flush() -> None:
+    """While merging the phase says "merging" (metrics time flushes by the word
+    "flush", abcast.runtime.metrics), the snapshot shows the merge's step, and the
+    counters count merges apart from flushes."""
+    layer = _member("n3")
+    layer.handle(Suspected("n1"), 10)
+    layer.handle(Suspected("n2"), 10)  # n3 goes on alone: one flush
+    meter = GroupMeter()
+    phases: list[str] = []
+    merges: list[dict[str, object]] = []
+
+    def step(event: Event, now: int) -> list[Effect]:
+        effects = layer.handle(event, now)
+        snapshot = layer.inspect()
+        phases.append(snapshot.phase)
+        merges.append(snapshot.clock["merge"])
+        meter.watch(layer, now)
+        if any(isinstance(e, InstallView) for e in effects):
+            meter.view_installed(now + 1_000)
+        return effects
+
+    _merge_with(layer, "n10", 1_000_000, step)
+    assert phases[:-1] == ["member, merging"] * (len(phases) - 1) and phases[-1] == "member"
+    coordinating = [m["coordinating"] for m in merges[:-1]]
+    assert [c["step"] for c in coordinating] == [  # type: ignore[index]
+        "states", "side states", "side states", "state merge"]
+    assert meter.flushes.count == 0  # (it was 1: "member, flushing" throughout)
+    step(Suspected("n10"), 2_000_000)  # and a flush again (alone: within one event)
+    counters = layer.inspect().counters
+    assert (counters["merges"], counters["merges_coordinated"],
+            counters["merges_given_up"], counters["flushes_coordinated"]) == (1, 1, 0, 2)
+
+
+def test_a_lowest_member_that_delivered_its_sides_outcome_answers_no_later_attempt() -> None:
+    """n1 (its side's lowest) delivered its side's outcome of attempt 1; an attempt 2
+    of the same merge must wait until attempt 1 is given up with that outcome kept: an
+    answer now would report numbers its side has not (they settle apart otherwise)."""
+    layer = _member("n1")
+    layer.handle(Received("n0", MMergePrepare(_TARGET, 1, _MERGE), EMPTY), 10)
+    outcome = MMergeOutcome(_TARGET, 1, SideOutcome(VIEW.view_id, []))
+    assert any(isinstance(e, TakeSnapshot)
+               for e in layer.handle(Received("n0", outcome, EMPTY), 20))
+    again = layer.handle(Received("n0", MMergePrepare(_TARGET, 2, _MERGE), EMPTY), 30)
+    assert not any(isinstance(e, Send) and isinstance(e.header, MMergeState) for e in again)
+    assert layer.s.merging == (_TARGET, 1, "n0")

@@ -1,7 +1,8 @@
 """The membership layer: views for an ordering — join with state transfer, graceful leave,
 removal on suspicion, and the flush that makes every view change virtually synchronous.
 
-Phases (`status`, and `frozen` while a flush runs):
+Phases (`status`, and `frozen` while a flush runs; `phase` says "flushing", or
+"merging" while an evs merge holds the member):
 
     status     event                                  next        what it does
     member     JoinRequested (alone in its view)      joining     MJoin to a contact
@@ -15,11 +16,12 @@ Phases (`status`, and `frozen` while a flush runs):
     departing  every farewell, suspicion or timeout   stopped     InstallView without it
     member*    MFarewell / Excluded from a later view stopped     removed (cut off)
     member     the same, under evs                    member      suspect it: our side's flush
-    member*    MMergePrepare (evs, sides meet)        (frozen)    MMergeState to its coordinator
+    member*    MMergePrepare (evs, sides meet)        (merging)   MMergeState to its coordinator
     member*    MMergeInstall of the merge answered    member*     side's outcome in the old
                                                                   view, InstallView, merged
                                                                   InstallState, unfreeze
-    member*    MMergeAbort, or its coordinator gone   member*     unfreeze
+    member*    MMergeAbort, or its coordinator gone   member*     its side's outcome if fixed
+                                                                  (kept in the view), unfreeze
 
     (member* = member or leaving)
 
@@ -205,6 +207,11 @@ class Membership(Layer):
     # -- introspection -------------------------------------------------------------------
     @property
     def phase(self) -> str:
+        """The status, and "merging" while an evs merge holds us (answered or
+        coordinating), else "flushing" while frozen for a flush: metrics time flushes by
+        this name (abcast.runtime.metrics), and a merge is not one."""
+        if self.s.merging is not None or self.s.merge is not None:
+            return f"{self.s.status}, merging"
         return f"{self.s.status}, flushing" if self.s.frozen else self.s.status
 
     def inspect(self) -> LayerSnapshot:
@@ -223,12 +230,17 @@ class Membership(Layer):
             "answered": list(self.s.answered),
             "flush": flush,
         }
+        if self.config.evs:
+            clock["merge"] = self.merger.inspect()
         return LayerSnapshot(
             layer="membership", phase=self.phase, clock=clock,
             counters={"views_installed": self.s.views_installed,
                       "flushes_coordinated": self.s.flushes_coordinated,
                       "welcomes_sent": self.s.welcomes_sent,
                       "joins_deferred": self.s.joins_deferred, "merges": self.s.merges,
+                      "merges_coordinated": self.s.merges_coordinated,
+                      "merges_given_up": self.s.merges_given_up,
+                      "merge_installs_late": self.s.merge_installs_late,
                       "buffered": len(self.s.buffered),
                       "queued": len(self.s.queued)})
 
@@ -382,7 +394,7 @@ class Membership(Layer):
                 return self.merger.defer(Received(sender, header, EMPTY))
             case MPrepare(target, attempt, proposed):
                 if sender not in members:
-                    if target > view.view_id + 1:
+                    if self._ahead_of_us(sender, target):
                         # Led by a member of a view we have not installed yet (a joiner it
                         # admitted): answer once that view is ours.
                         self.s.early.append(Received(sender, header, EMPTY))
@@ -424,6 +436,19 @@ class Membership(Layer):
                 return self.on_install(header)
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
+
+    def _ahead_of_us(self, sender: NodeId, target: int) -> bool:
+        """A flush from a non-member may be for a view beyond the next one of our lineage
+        (led by a joiner that view admitted), or stale. Primary: view ids count views, so
+        a target past the next id says it. evs: ids jump by coordinator (`evs_view_id`),
+        so numbers say nothing of lineage; who leads does. A node our views left out
+        (`lost`: a former member, now on another side) leads another lineage's flush,
+        never one of our next views; anyone else may, for any later id."""
+        view = self.s.view
+        assert view is not None
+        if self.config.evs:
+            return sender not in self.s.lost and target > view.view_id
+        return target > view.view_id + 1
 
     def _busy_elsewhere(self, sender: NodeId) -> bool:
         flush = self.s.flush

@@ -26,14 +26,21 @@ point heard, only its side's origins). Heal, here:
    the merge cut (`merge_cut`, `start_merged`).
 
 A merge not concluded in `merge_timeout_us` is given up (`MMergeAbort`); a member that
-answered one and hears nothing for twice that thaws. A flush prepare heard while merging
-waits for the merge. What it does not handle: docs/orderings.md ("evs").
+answered one and hears nothing for `merge_wait` (that limit plus the channel's
+retransmissions, abcast.membership.state) thaws; an install later still is logged and
+dropped. Past step 3 the abort carries the sides' outcomes and each side keeps its
+own (its lowest member delivered it): every member delivers it in its view and thaws;
+the lowest member passes it on as it thaws, should the abort not come. A flush prepare
+heard while merging waits for the merge. What a peer sends wrong is a
+RemoteProtocolError; what a member notes of other merges is bounded (MAX_MERGE_NOTES).
+What it does not handle: docs/orderings.md ("evs").
 """
 
 from __future__ import annotations
 
+import logging
 import zlib
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from abcast.effects import (
     Effect,
@@ -50,6 +57,7 @@ from abcast.events import Received, ViewInstalled
 from abcast.ids import NodeId, View, node_sort_key, sorted_nodes
 from abcast.membership.api import MergingOrdering
 from abcast.membership.state import (
+    MAX_MERGE_NOTES,
     MERGE_PROBE,
     MERGE_TIMEOUT,
     MERGE_WAIT,
@@ -68,6 +76,8 @@ from abcast.membership.wire import (
     SideOutcome,
 )
 
+_log = logging.getLogger(__name__)
+
 #: evs: view ids are congruent to the coordinator's hash modulo this
 VIEW_ID_SPAN: Final = 1 << 20
 
@@ -78,6 +88,18 @@ def evs_view_id(target: int, coordinator: NodeId) -> int:
     residue = zlib.crc32(coordinator.encode()) % VIEW_ID_SPAN
     base = target - target % VIEW_ID_SPAN + residue
     return base if base >= target else base + VIEW_ID_SPAN
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _note(notes: dict[_K, _V], key: _K, value: _V) -> None:
+    """Keep `key` in `notes`, the newest, dropping the oldest past MAX_MERGE_NOTES."""
+    notes.pop(key, None)
+    notes[key] = value
+    while len(notes) > MAX_MERGE_NOTES:
+        del notes[next(iter(notes))]
 
 
 class Merger:
@@ -98,10 +120,31 @@ class Merger:
     def busy(self) -> bool:
         return self.s.merge is not None or self.s.merging is not None
 
+    def inspect(self) -> dict[str, Any]:
+        """The merge under way, for `Membership.inspect()` (plain data)."""
+        s = self.s
+        out: dict[str, Any] = {"lost": sorted_nodes(list(s.lost)),
+                               "side_delivered": s.side_delivered}
+        if s.merging is not None:
+            target, attempt, coordinator = s.merging
+            out["answered"] = {"target": target, "attempt": attempt,
+                               "coordinator": coordinator, "view_id": s.merge_view}
+        merge = s.merge
+        if merge is not None:
+            step = ("states" if not merge.sides else "side states" if not merge.token
+                    else "state merge")
+            out["coordinating"] = {
+                "target": merge.target, "attempt": merge.attempt, "step": step,
+                "members": list(merge.members), "reported": sorted_nodes(list(merge.states)),
+                "sides": sorted(merge.sides), "side_states": sorted(merge.snapshots)}
+        return out
+
     # -- discovering the other side ------------------------------------------------------
     def view_installed(self, old: View, new: View) -> list[Effect]:
-        """Remember whom the new view lost, and probe for them."""
+        """Remember whom the new view lost, and probe for them; forget aborts of merges
+        into views we are past (their prepares are dropped as old anyway)."""
         now = self.s.now
+        self.s.merge_aborted = {a: None for a in self.s.merge_aborted if a[1] > new.view_id}
         self.s.lost.update({m: now for m in old.members if m not in new.members})
         for node in new.members:
             self.s.lost.pop(node, None)
@@ -131,8 +174,14 @@ class Merger:
                   ) -> list[Effect]:
         s = self.s
         view = s.view
-        if view is None or not members or set(members) & set(view.members):
+        if not members:
+            raise RemoteProtocolError(f"merge probe from {sender} naming no members")
+        if view is None or set(members) & set(view.members):
             return []  # one of ours, or an old probe of a view we merged with since
+        if sender not in members and sender not in view.members:
+            # a probe comes from the leader of `members`, or from one of ours passing it on
+            raise RemoteProtocolError(
+                f"merge probe for {members} from {sender}, neither one of them nor of {view}")
         if view.leader != s.node:
             return [Send(view.leader, MMergeProbe(view_id, list(members)), control=True)]
         if s.frozen or self.busy or s.flush is not None or s.suspects & set(view.members):
@@ -145,7 +194,10 @@ class Merger:
         last = s.probe_answered.get(other)
         if last is not None and s.now - last < s.config.probe_us:
             return []
-        s.probe_answered[other] = s.now
+        # An answer older than `probe_us` no longer holds the next one back: forget it.
+        horizon = s.now - s.config.probe_us
+        s.probe_answered = {n: t for n, t in s.probe_answered.items() if t > horizon}
+        _note(s.probe_answered, other, s.now)
         return [Send(other, MMergeProbe(view.view_id, list(view.members)), control=True)]
 
     # -- the merge coordinator -----------------------------------------------------------
@@ -156,6 +208,7 @@ class Merger:
         s.attempts = max(s.attempts, s.answered[1]) + 1
         target = evs_view_id(max(view.view_id, other_view_id) + 1, s.node)
         merge = s.merge = MergeRound(target, s.attempts, members)
+        s.merges_coordinated += 1
         others = tuple(m for m in members if m != s.node)
         effects: list[Effect] = [
             Multicast(others, MMergePrepare(target, merge.attempt, list(members))),
@@ -181,6 +234,14 @@ class Merger:
             return []  # a merge given up meanwhile
         if sender not in merge.members:
             raise RemoteProtocolError(f"merge state from {sender}, not in {merge.members}")
+        if sender not in state.members:
+            raise RemoteProtocolError(f"merge state from {sender} of a view without it: "
+                                      f"{state.members}")
+        same_view = next((a for a in merge.states.values() if a.view_id == state.view_id), None)
+        if same_view is not None and same_view.members != state.members:
+            raise RemoteProtocolError(
+                f"merge state from {sender} lists view {state.view_id} as {state.members}, "
+                f"another member as {same_view.members}")
         if merge.sides:
             return []
         merge.states[sender] = state
@@ -238,7 +299,12 @@ class Merger:
         if merge is None:
             return []
         others = tuple(m for m in merge.members if m != s.node)
-        return [Multicast(others, MMergeAbort(merge.target, merge.attempt)), *self.thaw()]
+        # Past `_on_state` the sides' outcomes are fixed and a side's lowest member may
+        # have delivered its own: the abort carries them, and every side keeps its.
+        sides = list(merge.sides.values())
+        abort = MMergeAbort(merge.target, merge.attempt, sides)
+        kept = self._keep_side(merge.target, merge.attempt, sides)
+        return [Multicast(others, abort), *kept, *self.thaw()]
 
     # -- every member --------------------------------------------------------------------
     def on_message(self, sender: NodeId, header: Any) -> list[Effect]:
@@ -255,6 +321,10 @@ class Merger:
                 return self._on_state(sender, header)
             case MMergeOutcome(target, attempt, side) if s.merging == (target, attempt,
                                                                        sender):
+                if side.view_id != s.merge_view:
+                    raise RemoteProtocolError(
+                        f"{sender} sent the outcome of view {side.view_id} to a member of "
+                        f"view {s.merge_view}")
                 return self._deliver_side(target, attempt, side, sender)
             case MMergeSideState(target, attempt, view_id, state):
                 merge = s.merge
@@ -268,15 +338,57 @@ class Merger:
             case MMergeInstall() as install if s.merging == (install.target, install.attempt,
                                                               sender):
                 return self._on_install(install)
+            case MMergeInstall(target, attempt) | MMergeOutcome(target, attempt) if (
+                    s.merging is not None and s.merging[:2] == (target, attempt)):
+                # Merge ids are congruent to their coordinator's hash: no other node
+                # coordinates this one.
+                raise RemoteProtocolError(
+                    f"{type(header).__name__} of merge {target} (attempt {attempt}) from "
+                    f"{sender}, not its coordinator {s.merging[2]}")
             case MMergeInstall(target) | MMergeOutcome(target) if (
                     s.view is not None and target <= s.view.view_id
                     and sender not in s.view.members):
                 raise RemoteProtocolError(
                     f"merge message for old view {target} from {sender}, not in {s.view}")
-            case MMergeAbort(target, attempt) if s.merging == (target, attempt, sender):
-                return self.thaw()
+            case MMergeInstall(target, attempt) if s.merge_given_up == (target, attempt,
+                                                                         sender):
+                # Not a peer's mistake: our wait (`merge_wait`, derived from the channel's
+                # retransmission bound) ran out first. We went on in our view.
+                s.merge_installs_late += 1
+                _log.warning("%s got %s's install of merge view %d after it gave the merge "
+                             "up: dropped (it goes on in view %s)", s.node, sender, target,
+                             s.view.view_id if s.view is not None else None)
+                return []
+            case MMergeAbort(target, attempt, sides) if sides and all(
+                    x.view_id != s.merge_view for x in sides) and (
+                    s.merging == (target, attempt, sender) or self._passed_on(
+                        sender, target, attempt)):
+                raise RemoteProtocolError(
+                    f"{sender} gave merge {target} up with the outcomes of views "
+                    f"{[x.view_id for x in sides]}, not of ours ({s.merge_view})")
+            case MMergeAbort(target, attempt, sides) if s.merging == (target, attempt,
+                                                                     sender):
+                return self._keep_side(target, attempt, sides) + self.thaw()
+            case MMergeAbort(target, attempt, sides) if sides and self._passed_on(
+                    sender, target, attempt):
+                # Our side's lowest member passes on the outcome it delivered: the
+                # coordinator's abort may never come (it crashed, or we stopped waiting).
+                if s.side_kept == (target, attempt):
+                    return []  # the abort brought it first
+                if s.merging is not None:
+                    return self._keep_side(target, attempt, sides) + self.thaw()
+                if s.ordering.stable_point() != s.thawed_at:
+                    _log.warning("%s delivered in view %d since it gave merge %d up: the "
+                                 "side's outcome from %s comes too late, dropped", s.node,
+                                 s.merge_view, target, sender)
+                    return []
+                # Thawed, nothing delivered since: take it now, keeping what the side's
+                # sequencer numbered since (it took our view afresh after the outcome).
+                effects = self._keep_side(target, attempt, sides)
+                s.side_delivered = False
+                return effects
             case MMergeAbort(target, attempt):
-                s.merge_aborted.add((sender, target, attempt))
+                _note(s.merge_aborted, (sender, target, attempt), None)
                 return []
             case _:
                 return []  # a merge we left for another, or given up
@@ -298,12 +410,14 @@ class Merger:
             # with this one. Its coordinator gives up; its next probe finds the merge.
             if s.merging[2] != sender or s.merging[0] != target or s.merging[1] >= attempt:
                 return []
+            if s.side_delivered:
+                return []  # our side's outcome is delivered: the abort that keeps it first
         elif s.frozen or s.merge is not None or s.flush is not None:
             return []  # a flush of our own is running; the coordinator tries again
         if (sender, target, attempt) in s.merge_aborted:
             return []
         s.merging = (target, attempt, sender)
-        wait = SetTimer(MERGE_WAIT, s.now + 2 * s.config.merge_timeout_us)
+        wait = SetTimer(MERGE_WAIT, s.now + s.config.merge_wait)
         return [Send(sender, self._freeze(target, attempt)), wait]
 
     def _deliver_side(self, target: int, attempt: int, side: SideOutcome,
@@ -312,9 +426,39 @@ class Merger:
         s = self.s
         effects = self.ordering.conclude_side(side.outcome, side.spent)
         s.side_delivered = True
+        s.side_kept = (target, attempt)
+        s.side_to_pass = MMergeAbort(target, attempt, [side])
         s.tokens += 1
         s.side_tokens[s.tokens] = (target, attempt, side.view_id, coordinator)
         return [*effects, TakeSnapshot(s.tokens)]
+
+    def _keep_side(self, target: int, attempt: int, sides: list[SideOutcome]
+                   ) -> list[Effect]:
+        """A merge given up after the sides' outcomes were fixed: deliver our side's in
+        our view unless we did (its lowest member did at `MMergeOutcome`; the abort and
+        that member's word may both come), so the whole side holds its numbers; `thaw`
+        then has the ordering take our view afresh."""
+        s = self.s
+        side = next((x for x in sides if x.view_id == s.merge_view), None)
+        if side is None or s.side_kept == (target, attempt):
+            return []
+        s.side_delivered = True
+        s.side_kept = (target, attempt)
+        return self.ordering.conclude_side(side.outcome, side.spent)
+
+    def _passed_on(self, sender: NodeId, target: int, attempt: int) -> bool:
+        """A side's outcome from a member of our view, for the merge we answered (still
+        waiting, or given up with nothing of our view moved on since)."""
+        s = self.s
+        view = s.view
+        if view is None or sender not in view.members or view.view_id != s.merge_view:
+            return False
+        # By target: a later attempt of the same merge (same views) may have come
+        # between, and our side's lowest member answers none once it delivered.
+        if s.merging is not None:
+            return s.merging[0] == target
+        given_up = s.merge_given_up
+        return not s.frozen and given_up is not None and given_up[0] == target
 
     def side_snapshot(self, token: int, state: bytes) -> list[Effect]:
         s = self.s
@@ -332,13 +476,18 @@ class Merger:
         old = s.view
         sides = {side.view_id: side for side in install.sides}
         side = sides.get(s.merge_view)
-        if old is None or side is None:
+        if old is None:
             return []
+        if side is None or s.node not in install.members:
+            raise RemoteProtocolError(
+                f"merge install of view {install.target} without this member's side "
+                f"(view {s.merge_view}) or without it: {install.members}")
         effects = self.ordering.conclude_side(side.outcome, side.spent)
         view = View(install.target, tuple(install.members))
         self.ordering.start_merged(install.cut)
         s.merge = s.merging = None
         s.side_delivered = False
+        s.side_to_pass = None
         s.flush = None
         s.last_install = None
         s.frozen = False
@@ -367,13 +516,25 @@ class Merger:
     def thaw(self) -> list[Effect]:
         """The merge is off: go on in our view (a flush heard meanwhile goes first)."""
         s = self.s
+        if s.merging is not None and s.merge is None:
+            s.merge_given_up = s.merging  # its install may still come (one log line)
+            # ...and our side's outcome, passed on: usable while we deliver nothing
+            s.thawed_at = s.ordering.stable_point()
+        if s.merging is not None or s.merge is not None:
+            s.merges_given_up += 1
         s.merging = None
         s.merge = None
         effects: list[Effect] = []
         if s.side_delivered and s.view is not None:
             # The side's outcome we delivered may have numbered past what we had: the
-            # ordering takes our view afresh (its sequencer numbers on after it).
+            # ordering takes our view afresh (its sequencer numbers on after it). Its
+            # lowest member, which delivered it first, passes it on to the side (ahead
+            # of anything it sends in the view again: each link keeps its order).
             s.side_delivered = False
+            passed, s.side_to_pass = s.side_to_pass, None
+            others = tuple(m for m in s.view.members if m != s.node)
+            if passed is not None and others:
+                effects.append(Multicast(others, passed))
             effects += s.ordering.handle(ViewInstalled(s.view), s.now)
         if s.frozen and s.flush is None and s.status in ("member", "leaving"):
             s.frozen = False

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from abcast.effects import Effect
-from abcast.errors import LocalProtocolError
+from abcast.errors import ConfigError, LocalProtocolError
 from abcast.events import Received, TimerFired
 from abcast.ids import NodeId, View
 from abcast.membership.api import ViewOrdering
@@ -24,6 +24,7 @@ from abcast.membership.wire import (
     FlushMessage,
     JoinCut,
     MInstall,
+    MMergeAbort,
     MMergeState,
     MState,
     SideOutcome,
@@ -46,6 +47,12 @@ TIMERS: Final = frozenset({JOIN_RETRY, LEAVE_RETRY, FAREWELL_WAIT, STABLE, MERGE
 #: the partition policies: "primary" (only a side that hears a majority of its view goes
 #: on) and "evs" (every side goes on in its own view; sides merge when they meet again)
 PARTITIONS: Final = ("primary", "evs")
+#: evs: the retransmissions of one packet a member's merge wait outlasts past the merge's
+#: time limit (abcast.membership.merge: the install may be sent just before it)
+MERGE_RETRANSMISSIONS: Final = 2
+#: evs: the merge aborts heard ahead of their prepare and the probes answered a member
+#: keeps at most (the oldest go first; each also expires: abcast.membership.merge)
+MAX_MERGE_NOTES: Final = 64
 #: join asks the acting leader holds for the next view; more are dropped (counted) and
 #: come back with the joiner's retry: a member forwarding asks for strangers cannot grow
 #: the leader's state (issue #21). The open channel's bound on strangers, MAX_GUESTS.
@@ -65,19 +72,44 @@ class MembershipConfig:
     probe_us: int = 300_000  # evs: a coordinator probes the nodes its lineage lost this often
     probe_for_us: int = 60_000_000  # ...for this long after losing them
     merge_timeout_us: int = 3_000_000  # a merge not concluded by then is given up
+    #: the channel's largest retransmission timeout (`ChannelConfig.max_rto_us`; the
+    #: registry passes it): a packet its sender sent once may come that much later, per
+    #: retransmission
+    channel_max_rto_us: int = 1_000_000
+    #: evs: how long a member that answered a merge waits for its install or abort before
+    #: it thaws; 0 derives it (`merge_wait`), and a set one must be at least that
+    merge_wait_us: int = 0
 
     def __post_init__(self) -> None:
         if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us,
                self.stable_period_us, self.probe_us, self.probe_for_us,
-               self.merge_timeout_us) <= 0:
+               self.merge_timeout_us, self.channel_max_rto_us) <= 0 or self.merge_wait_us < 0:
             raise LocalProtocolError(f"membership knobs must be positive: {self}")
         if self.partitions not in PARTITIONS:
             raise LocalProtocolError(
                 f"partitions must be one of {', '.join(PARTITIONS)}: {self.partitions!r}")
+        if self.merge_wait_us and self.merge_wait_us < self.least_merge_wait:
+            raise ConfigError(
+                f"merge_wait_us={self.merge_wait_us} is shorter than the merge's time limit "
+                f"({self.merge_timeout_us}) plus {MERGE_RETRANSMISSIONS} of the channel's "
+                f"retransmission timeouts ({self.channel_max_rto_us}): an install sent in "
+                f"time could reach a member that gave up; give at least {self.least_merge_wait}")
 
     @property
     def evs(self) -> bool:
         return self.partitions == "evs"
+
+    @property
+    def least_merge_wait(self) -> int:
+        """The shortest merge wait that outlasts an install its coordinator sent just
+        within its time limit and the channel retransmitted `MERGE_RETRANSMISSIONS` times."""
+        return self.merge_timeout_us + MERGE_RETRANSMISSIONS * self.channel_max_rto_us
+
+    @property
+    def merge_wait(self) -> int:
+        """A member's wait for the merge it answered (`merge_wait_us`, or derived: at
+        least `least_merge_wait`, and twice the merge's time limit)."""
+        return self.merge_wait_us or max(2 * self.merge_timeout_us, self.least_merge_wait)
 
 
 @dataclass(slots=True)
@@ -209,14 +241,27 @@ class MembershipState:
         # evs: the merge (abcast.membership.merge)
         self.lost: dict[NodeId, int] = {}  # node our views left out → when
         self.probe_armed = False
-        self.probe_answered: dict[NodeId, int] = {}  # coordinator → when we answered it
+        #: coordinator → when we answered its probe (within `probe_us`; MAX_MERGE_NOTES)
+        self.probe_answered: dict[NodeId, int] = {}
         self.merge: MergeRound | None = None  # coordinating
         self.merging: tuple[int, int, NodeId] | None = None  # answered (target, attempt, by)
         self.merge_view = 0  # our view id when we answered
         self.side_delivered = False  # we delivered our side's outcome (its lowest member)
+        #: the merge (target, attempt) whose side outcome we delivered, once
+        self.side_kept: tuple[int, int] | None = None
+        #: the lowest member's side outcome, passed on to its side should the merge be off
+        self.side_to_pass: MMergeAbort | None = None
         #: snapshot tokens of a side's outcome: (target, attempt, side view id, coordinator)
         self.side_tokens: dict[int, tuple[int, int, int, NodeId]] = {}
         self.merge_deferred: list[Received] = []  # flush prepares heard while merging
-        #: merges given up that we may still be asked to join (packets cross)
-        self.merge_aborted: set[tuple[NodeId, int, int]] = set()
-        self.merges = 0
+        #: the last merge we answered and gave up on (its install may still come)
+        self.merge_given_up: tuple[int, int, NodeId] | None = None
+        #: what the ordering had delivered when we gave that merge up (stable_point)
+        self.thawed_at: dict[NodeId, int] = {}
+        #: merges given up that we may still be asked to join (packets cross), oldest
+        #: first: at most MAX_MERGE_NOTES, none for a view id we are past
+        self.merge_aborted: dict[tuple[NodeId, int, int], None] = {}
+        self.merges = 0  # merge views installed
+        self.merges_coordinated = 0  # merges this member started
+        self.merges_given_up = 0  # merges answered or started that ended without a view
+        self.merge_installs_late = 0  # installs that came after we gave their merge up

@@ -227,10 +227,13 @@ class MMergeInstall(Header, frozen=True):
 
 
 class MMergeAbort(Header, frozen=True):
-    """Merge coordinator → every proposed member: this merge is off; thaw."""
+    """Merge coordinator → every proposed member: this merge is off; thaw. Once the
+    sides' outcomes are fixed (some side's lowest member may have delivered its own),
+    `sides` carries them: each member delivers its side's in its view and goes on in it."""
 
     target: Seq
     attempt: Count
+    sides: Annotated[list[SideOutcome], msgspec.Meta(max_length=4096)] = []
 
 
 MERGE_HEADERS: Final = (MMergeProbe, MMergePrepare, MMergeState, MMergeOutcome, MMergeSideState,

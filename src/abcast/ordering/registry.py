@@ -224,7 +224,8 @@ def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Layer:
                      order_interval_us=round(opts.order_interval_ms * 1000))
     # views are the membership layer's; under evs its partition policy lets every side go
     # on and merges sides on heal (abcast.membership.merge)
-    return Membership(node, core, MembershipConfig(partitions=opts.partitions))
+    return Membership(node, core, MembershipConfig(partitions=opts.partitions,
+                                                   channel_max_rto_us=opts.channel.max_rto_us))
 
 
 ORDERINGS: dict[str, OrderingSpec] = {

@@ -140,13 +140,21 @@ def conclude(st: SequencerState, settled: Sequence[FlushMessage]) -> list[Effect
 def conclude_side(st: SequencerState, settled: Sequence[FlushMessage], spent: int
                   ) -> list[Effect]:
     """evs: take a side's outcome, then skip the numbers it spent (once everything
-    through its last is delivered here, as on every member of the side)."""
+    through its last is delivered here, as on every member of the side). Numbers past
+    `spent` known here are the side's sequencer's, given afresh after it (a member that
+    takes a given-up merge's outcome late, abcast.membership.merge): they stay."""
+    later = {at: mid for at, mid in st.numbers.items() if at > spent} if spent else {}
     effects = conclude(st, settled)
     last = settled[-1].stamp if settled else st.delivered_through()
     if spent > last and st.delivered_through() == last:
         st.next_delivery = spent + 1
         st.safe_upto = max(st.safe_upto, spent)
         st.settled_through = max(st.settled_through, spent)
+    if later:
+        st.numbers.update(later)
+        effects += numbering.deliver_ready(st)
+        if st.safe:
+            effects += ack_holdings(st)
     return effects
 
 
