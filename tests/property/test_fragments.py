@@ -7,14 +7,19 @@ reassembly that skips that last test must be caught by the same property."""
 from __future__ import annotations
 
 import contextlib
+import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from abcast.codec import Packet
+from abcast.effects import CancelTimer, Effect, Send, SetTimer, Up
 from abcast.errors import RemoteProtocolError
+from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
+from abcast.ids import View
 from abcast.ordering.sequencer_wire import SData, SOrder
+from abcast.reliability.channel import ChannelConfig, ReliableChannel
 from abcast.reliability.fragments import (
     UNBOUNDED,
     InnerCodec,
@@ -187,3 +192,59 @@ def test_making_room_drops_only_other_packets_and_then_the_fragment_fits(
         reassembly.add("a", first, index, 4, bytes(size))
         assert reassembly.held("a") <= max_bytes
         assert reassembly.partial("a") <= max_partial
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 9_000), min_size=1, max_size=12), st.integers(0, 2**32))
+def test_over_a_lossy_link_every_packet_goes_up_once_whole(sizes: list[int], seed: int) -> None:
+    """Two reliable channels, 2 KiB frames: packets of any size cross a link that loses
+    10 %, duplicates 10 % and reorders (a seeded schedule); retransmission timers fire
+    until everything is acked."""
+    rng = random.Random(seed)
+    config = ChannelConfig(ack_delay_us=100, rto_us=1_000, max_rto_us=4_000,
+                           frame_bytes=2_048, window=32)
+    a, b = ReliableChannel("a", config), ReliableChannel("b", config)
+    for channel in (a, b):
+        channel.decode_above([SData | SOrder])
+        channel.handle(ViewInstalled(View(1, ("a", "b"))), 0)
+    sent = [Packet((SOrder(i + 1, [("a", i + 1)], [rng.randbytes(size)]),), b"")
+            for i, size in enumerate(sizes)]
+    wire: list[tuple[str, Send]] = []
+    timers: dict[tuple[str, object], int] = {}
+
+    def apply(node: str, effects: list[Effect]) -> list[Packet]:
+        ups = []
+        for e in effects:
+            if isinstance(e, Send):
+                wire.append((node, e))
+            elif isinstance(e, SetTimer):
+                timers[(node, e.key)] = e.at
+            elif isinstance(e, CancelTimer):
+                timers.pop((node, e.key), None)
+            elif isinstance(e, Up):
+                ups.append(e.packet)
+        return ups
+
+    got: list[Packet] = []
+    now = 0
+    for packet in sent:
+        apply("a", a.handle(SendRequested("b", packet), now))
+    for _ in range(2_000):
+        if not wire and not timers:
+            break
+        now += 50
+        rng.shuffle(wire)
+        batch, wire[:] = list(wire), []
+        for src, send in batch:
+            if rng.random() < 0.1:
+                continue  # lost
+            dst, channel = ("b", b) if src == "a" else ("a", a)
+            for _ in range(2 if rng.random() < 0.1 else 1):  # duplicated
+                ups = apply(dst, channel.handle(Received(src, send.header, send.inner), now))
+                got += ups if dst == "b" else []
+        for (node, key), at in sorted(timers.items(), key=lambda kv: kv[1]):
+            if at <= now:
+                del timers[(node, key)]
+                apply(node, (a if node == "a" else b).handle(TimerFired(key), now))
+    assert sorted(got, key=lambda p: p.headers[0].first) == sent
+    assert a.in_flight() == 0 and b._reassembly.held() == 0
