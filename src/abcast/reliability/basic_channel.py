@@ -54,7 +54,7 @@ from abcast.reliability.fragments import (
     InnerCodec,
     Reassembly,
     SizeGate,
-    encoded_size,
+    encode_header,
     split,
 )
 
@@ -151,7 +151,7 @@ class BasicChannel(Layer):
         size = len(packet.payload)  # SizeGate.over, inlined
         bounds = self._gate.bounds
         for header in packet.headers:
-            size += bounds[type(header)] or encoded_size(header)
+            size += bounds[type(header)] or len(encode_header(header))
         if size > self._gate.room:
             return self._send_large(to, packet, control)
         seq = self._next.get(to, 0) + 1

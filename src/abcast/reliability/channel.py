@@ -77,7 +77,7 @@ from abcast.reliability.fragments import (
     Reassembly,
     RFrag,
     SizeGate,
-    encoded_size,
+    encode_header,
     split,
 )
 from abcast.reliability.rto import RtoEstimator
@@ -356,7 +356,7 @@ class ReliableChannel(Layer):
         size = len(packet.payload)  # SizeGate.over, measured once for every destination
         bounds = self._bounds
         for header in packet.headers:
-            size += bounds[type(header)] or encoded_size(header)
+            size += bounds[type(header)] or len(encode_header(header))
         if size > self._room:
             return self._send_large(to, packet, now, False)
         effects: list[Effect] = []
@@ -373,7 +373,7 @@ class ReliableChannel(Layer):
             size = len(packet.payload)
             bounds = self._bounds
             for header in packet.headers:
-                size += bounds[type(header)] or encoded_size(header)
+                size += bounds[type(header)] or len(encode_header(header))
             if size > self._room:
                 return self._send_large((to,), packet, now, control)
         link = self._out.get(to)

@@ -65,7 +65,8 @@ MAX_COUNT: Final = 1 << 22
 _INNER_GROUP: Final = "-"
 #: a header type whose encoding nothing bounds
 UNBOUNDED: Final = sys.maxsize // 4
-_encode = msgspec.msgpack.Encoder().encode
+#: a header's msgpack encoding (its length is what the gate adds for an unbounded type)
+encode_header: Final = msgspec.msgpack.Encoder().encode
 
 
 class RFrag(Header, frozen=True):
@@ -176,11 +177,6 @@ class HeaderBounds(dict[type, int]):
         return value
 
 
-def encoded_size(header: object) -> int:
-    """The bytes `header` takes in a frame (what the gate measures an unbounded one by)."""
-    return len(_encode(header))
-
-
 @dataclass(slots=True)
 class SizeGate:
     """Decides, per packet, whether it might not fit a frame (see the rules); `room` is
@@ -196,7 +192,7 @@ class SizeGate:
         size = len(packet.payload)
         bounds = self.bounds
         for header in packet.headers:
-            size += bounds[type(header)] or encoded_size(header)
+            size += bounds[type(header)] or len(encode_header(header))
         return size > self.room
 
 

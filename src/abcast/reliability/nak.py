@@ -70,7 +70,7 @@ from abcast.events import (
 )
 from abcast.ids import NodeId, View
 from abcast.layer import Layer
-from abcast.reliability.fragments import InnerCodec, SizeGate, encoded_size
+from abcast.reliability.fragments import InnerCodec, SizeGate, encode_header
 from abcast.snapshot import LayerSnapshot
 
 MCAST: Final = 0  # the sender's multicast stream
@@ -295,7 +295,7 @@ class NakChannel(Layer):
         size = len(packet.payload)  # SizeGate.over, inlined (room: sys.maxsize when off)
         bounds = self._gate.bounds
         for header in packet.headers:
-            size += bounds[type(header)] or encoded_size(header)
+            size += bounds[type(header)] or len(encode_header(header))
         if size > self._gate.room and self._inner is not None:
             self._gate.measured += 1
             encoded = self._inner.encode(packet)
