@@ -94,7 +94,10 @@ class OpenChannel(ReliableChannel):
                 if peer not in installed:
                     break
             else:
-                return self._multicast(multicast.to, multicast.packet, now)
+                effects: list[Effect] = []
+                for dest in multicast.to:
+                    effects += self._send(dest, multicast.packet, now)
+                return effects
         elif kind is TimerFired:
             key = event.key  # type: ignore[union-attr]
             if type(key) is tuple and key and key[0] != "linger":

@@ -221,7 +221,11 @@ class ReliableChannel(Layer):
         #: selective acks one ack carries: max_sacks, or as many as fit a frame
         self._max_sacks = min(self.config.max_sacks,
                               (self.config.frame_bytes - HEADROOM) // 10)
-        self.fragmented = 0  # packets sent in fragments
+        #: the last packet `_send_large` measured and its fragments ([]: it fits), so
+        #: that a multicast is encoded and split once for all its destinations
+        #: (kept until the next large packet: one packet, at most reassembly_bytes)
+        self._last_split: tuple[Packet, list[Fragment]] | None = None
+        self.fragmented = 0  # packets sent in fragments (once per destination)
         self.largest_split = 0  # bytes of the largest of them (its inner frame)
         self.undecodable = 0  # reassembled packets that did not decode (dropped)
 
@@ -304,7 +308,10 @@ class ReliableChannel(Layer):
             return self._send(request.to, request.packet, now, request.control)
         elif kind is MulticastRequested:
             multicast: MulticastRequested = event  # type: ignore[assignment]
-            return self._multicast(multicast.to, multicast.packet, now)
+            effects: list[Effect] = []
+            for dest in multicast.to:
+                effects += self._send(dest, multicast.packet, now)
+            return effects
         elif kind is TimerFired:
             # A delayed ack falls due about once per packet received: skip the patterns.
             key = event.key  # type: ignore[union-attr]
@@ -320,7 +327,10 @@ class ReliableChannel(Layer):
             case SendRequested(to, packet, control):
                 return self._send(to, packet, now, control)
             case MulticastRequested(to, packet):
-                return self._multicast(to, packet, now)
+                effects: list[Effect] = []
+                for dest in to:
+                    effects.extend(self._send(dest, packet, now))
+                return effects
             case Received(sender, RData(seq, ack), inner):
                 return self._on_data(sender, seq, inner, now, ack)
             case Received(sender, RAck(high, sacks), _):
@@ -352,30 +362,15 @@ class ReliableChannel(Layer):
         self._reassembly.forget(self._members)
         return effects
 
-    def _multicast(self, to: tuple[NodeId, ...], packet: Packet, now: int) -> list[Effect]:
-        size = len(packet.payload)  # SizeGate.over, measured once for every destination
+    def _send(self, to: NodeId, packet: Packet, now: int, control: bool = False) -> list[Effect]:
+        if to not in self._members:
+            return []  # a peer outside the view: nobody is listening for it there
+        size = len(packet.payload)  # SizeGate.over, inlined: a lookup per header, one test
         bounds = self._bounds
         for header in packet.headers:
             size += bounds[type(header)] or len(encode_header(header))
         if size > self._room:
-            return self._send_large(to, packet, now, False)
-        effects: list[Effect] = []
-        for dest in to:
-            effects += self._send(dest, packet, now, False, True)
-        return effects
-
-    def _send(
-        self, to: NodeId, packet: Packet, now: int, control: bool = False, fits: bool = False,
-    ) -> list[Effect]:
-        if to not in self._members:
-            return []  # a peer outside the view: nobody is listening for it there
-        if not fits:  # SizeGate.over, inlined: a dict lookup per header, one comparison
-            size = len(packet.payload)
-            bounds = self._bounds
-            for header in packet.headers:
-                size += bounds[type(header)] or len(encode_header(header))
-            if size > self._room:
-                return self._send_large((to,), packet, now, control)
+            return self._send_large(to, packet, now, control)
         link = self._out.get(to)
         if link is None:
             link = self._out[to] = self._new_out_link()
@@ -387,39 +382,39 @@ class ReliableChannel(Layer):
             return []
         return self._transmit(to, link, packet, now, control)
 
-    def _send_large(
-        self, to: tuple[NodeId, ...], packet: Packet, now: int, control: bool
-    ) -> list[Effect]:
-        """A packet the size gate could not clear: measure it (encode it once); send it
-        whole if it fits a frame, else in fragments to every destination."""
-        gate, codec = self._gate, self._inner
+    def _send_large(self, to: NodeId, packet: Packet, now: int, control: bool) -> list[Effect]:
+        """A packet the size gate could not clear: measure it (encode it once; a
+        multicast's copies to the next destinations reuse it); send it whole if it fits a
+        frame, else in fragments."""
+        codec = self._inner
+        parts = self._last_split
+        if parts is None or parts[0] is not packet:
+            inner = b"" if codec is None else codec.encode(packet)
+            self._gate.measured += 1
+            if len(inner) > self.config.reassembly_bytes:
+                raise LocalProtocolError(
+                    f"a {len(inner)}-byte packet exceeds reassembly_bytes "
+                    f"{self.config.reassembly_bytes}: no peer would take it")
+            fragments = split(inner, self._room) if len(inner) > self._room else []
+            if fragments:
+                self.largest_split = max(self.largest_split, len(inner))
+            parts = self._last_split = (packet, fragments)
+        fragments = parts[1]
+        if fragments:
+            self.fragmented += 1
+        link = self._out.get(to)
+        if link is None:
+            link = self._out[to] = self._new_out_link()
         effects: list[Effect] = []
-        inner = b"" if codec is None else codec.encode(packet)
-        gate.measured += 1
-        if len(inner) <= gate.room:
-            for dest in to:
-                effects += self._send(dest, packet, now, control, True)
-            return effects
-        if len(inner) > self.config.reassembly_bytes:
-            raise LocalProtocolError(
-                f"a {len(inner)}-byte packet exceeds reassembly_bytes "
-                f"{self.config.reassembly_bytes}: no peer would take it")
-        fragments = split(inner, gate.room)
-        self.fragmented += 1
-        self.largest_split = max(self.largest_split, len(inner))
-        for dest in to:
-            if dest not in self._members:
-                continue
-            link = self._out.get(dest)
-            if link is None:
-                link = self._out[dest] = self._new_out_link()
-            for fragment in fragments:
-                if link.waiting or (link.unacked and link.next_seq - next(iter(link.unacked))
-                                    >= self.config.window):
-                    link.waiting.append((fragment, control))
-                    self.window_waits += 1
-                else:
-                    effects += self._transmit_fragment(dest, link, fragment, now, control)
+        for item in fragments or (packet,):
+            if link.waiting or (link.unacked and link.next_seq - next(iter(link.unacked))
+                                >= self.config.window):
+                link.waiting.append((item, control))
+                self.window_waits += 1
+            elif type(item) is Fragment:
+                effects += self._transmit_fragment(to, link, item, now, control)
+            else:
+                effects += self._transmit(to, link, item, now, control)
         return effects
 
     def _transmit_fragment(
