@@ -25,7 +25,7 @@ from abcast.membership.state import MergeRound
 from abcast.membership.wire import MMergeInstall
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
 from abcast.sim import SimConfig, SimResult, run_simulation
-from abcast.sim.churn import churn_faults, judge, lineages, merge_views
+from abcast.sim.churn import churn_faults, flapping_faults, judge, lineages, merge_views
 from abcast.sim.cluster import SimCluster
 from abcast.stack import Stack
 
@@ -278,3 +278,16 @@ def test_a_side_whose_merge_coordinator_falls_silent_keeps_the_outcome_it_delive
     counts = _sides_stay_whole_apart(800, 80.0, 8_000_000)
     assert silent == ["n1"]
     assert min(counts.values()) > 300, counts  # 800 sent over the group: both went on
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [(23, 7), (39, 6)])
+def test_a_joiner_two_sides_admit_takes_one_and_the_other_goes_on(seed: int, nodes: int) -> None:
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these two seeds): a
+    joiner asks the next contact while the first side is slow, both sides admit it, it
+    takes the first welcome and refuses the second (`MRefuse`). Before the refusal that
+    side kept a member that was in another view: its SAFE deliveries waited for it for
+    ever, and its views and state never met the others' (VIEW_ORDER, STATE)."""
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
+                       faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])

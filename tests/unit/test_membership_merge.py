@@ -44,6 +44,8 @@ from abcast.membership.wire import (
     MMergeSideState,
     MMergeState,
     MPrepare,
+    MRefuse,
+    MWelcome,
     SideOutcome,
     ViewReport,
 )
@@ -338,3 +340,27 @@ def test_a_lowest_member_that_delivered_its_sides_outcome_answers_no_later_attem
     again = layer.handle(Received("n0", MMergePrepare(_TARGET, 2, _MERGE), EMPTY), 30)
     assert not any(isinstance(e, Send) and isinstance(e.header, MMergeState) for e in again)
     assert layer.s.merging == (_TARGET, 1, "n0")
+
+
+def test_a_joiner_admitted_twice_refuses_the_second_view_and_that_side_goes_on() -> None:
+    """Under evs two sides' contacts can each take one joiner's join (it asked the next
+    contact while the first was slow): it takes the first welcome and refuses the second,
+    whose coordinator then goes on without it. It used to ignore the second welcome, and
+    that side waited for ever on a member that was in another view (the churn sweep: a
+    side's own broadcasts never delivered under SAFE, its detector kept alive by the
+    joiner's `NotMember` answers)."""
+    joiner = _member("n3")  # in VIEW, the view whose welcome it took first
+    other = View(evs_view_id(9, "n5"), ("n3", "n5"))
+    second = MWelcome(other.view_id, 1, list(other.members), JoinCut({}), b"")
+    assert joiner.handle(Received("n5", second, EMPTY), 0) == [
+        Send("n5", MRefuse(other.view_id))]
+    again = MWelcome(VIEW.view_id, 1, list(VIEW.members), JoinCut({}), b"")
+    assert joiner.handle(Received("n1", again, EMPTY), 0) == []  # sent twice: nothing
+    assert joiner.view == VIEW
+    coordinator = Membership("n5", Sequencer("n5", evs=True),
+                             MembershipConfig(partitions="evs"))
+    coordinator.handle(ViewInstalled(other), 0)
+    assert coordinator.handle(Received("n3", MRefuse(VIEW.view_id), EMPTY), 5) == []
+    effects = coordinator.handle(Received("n3", MRefuse(other.view_id), EMPTY), 10)
+    installed = [e.view for e in effects if isinstance(e, InstallView)]
+    assert [v.members for v in installed] == [("n5",)]

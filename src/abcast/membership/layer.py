@@ -16,6 +16,7 @@ Phases (`status`, and `frozen` while a flush runs; `phase` says "flushing", or
     departing  every farewell, suspicion or timeout   stopped     InstallView without it
     member*    MFarewell / Excluded from a later view stopped     removed (cut off)
     member     the same, under evs                    member      suspect it: our side's flush
+    member     MWelcome into another view (evs)       member      MRefuse: that side's flush
     member*    MMergePrepare (evs, sides meet)        (merging)   MMergeState to its coordinator
     member*    MMergeInstall of the merge answered    member*     side's outcome in the old
                                                                   view, InstallView, merged
@@ -121,6 +122,7 @@ from abcast.membership.wire import (
     MLeave,
     MNotYet,
     MPrepare,
+    MRefuse,
     MStable,
     MState,
     MWelcome,
@@ -385,11 +387,16 @@ class Membership(Layer):
                 if self._partitioned(sender, view_id):
                     return self._go_on_without(sender)
                 return self.joins.removed(sender, view_id)
-            case MWelcome(members=listed):
+            case MWelcome(view_id=welcomed, members=listed):
                 if self.node not in listed:
                     raise RemoteProtocolError(f"{sender} welcomed {self.node} into a view "
                                               f"without it: {listed}")
-                return []  # a welcome sent twice: we are in already
+                if welcomed == view.view_id or sender in members:
+                    return []  # a welcome sent twice: we are in already
+                return [Send(sender, MRefuse(welcomed))]  # admitted twice: that one goes
+            case MRefuse(view_id):  # it took another side's welcome (else: of a view gone)
+                ours = sender in members and view_id == view.view_id
+                return self._go_on_without(sender) if ours else []
             case MPrepare() if self.merger.busy:
                 return self.merger.defer(Received(sender, header, EMPTY))
             case MPrepare(target, attempt, proposed):

@@ -150,6 +150,14 @@ class MNotYet(Header, frozen=True):
     attempt: Count
 
 
+class MRefuse(Header, frozen=True):
+    """A joiner admitted twice (under evs, two sides' contacts each took its join) →
+    the coordinator whose welcome came second: I am a member of another view, not of
+    your view `view_id`; go on without me."""
+
+    view_id: Seq
+
+
 class MWelcome(Header, frozen=True):
     """Coordinator → joiner: the view, the application's state at the cut, the cut."""
 
@@ -240,10 +248,11 @@ MERGE_HEADERS: Final = (MMergeProbe, MMergePrepare, MMergeState, MMergeOutcome, 
                         MMergeInstall, MMergeAbort)
 MembershipHeader = (
     MJoin | MJoinFwd | MLeave | MFarewell | MStable | MPrepare | MState | MBusy | MAbort
-    | MInstall | MNotYet | MWelcome | MMergeProbe | MMergePrepare | MMergeState | MMergeOutcome
-    | MMergeSideState | MMergeInstall | MMergeAbort
+    | MInstall | MNotYet | MRefuse | MWelcome | MMergeProbe | MMergePrepare | MMergeState
+    | MMergeOutcome | MMergeSideState | MMergeInstall | MMergeAbort
 )
 MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MStable, MPrepare, MState,
-                             MBusy, MAbort, MInstall, MNotYet, MWelcome, *MERGE_HEADERS)
+                             MBusy, MAbort, MInstall, MNotYet, MRefuse, MWelcome,
+                             *MERGE_HEADERS)
 #: the same, for a lookup by exact type (the layer's steady path)
 MEMBERSHIP_TYPES: Final[frozenset[type]] = frozenset(MEMBERSHIP_HEADERS)
