@@ -37,6 +37,7 @@ from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
 from abcast.membership.state import MAX_MERGE_NOTES
 from abcast.membership.wire import (
     MMergeAbort,
+    MMergeDecline,
     MMergeInstall,
     MMergeOutcome,
     MMergePrepare,
@@ -364,3 +365,66 @@ def test_a_joiner_admitted_twice_refuses_the_second_view_and_that_side_goes_on()
     effects = coordinator.handle(Received("n3", MRefuse(other.view_id), EMPTY), 10)
     installed = [e.view for e in effects if isinstance(e, InstallView)]
     assert [v.members for v in installed] == [("n5",)]
+
+
+def _prepares(effects: list[Effect]) -> list[tuple[tuple[str, ...], MMergePrepare]]:
+    return [(e.to, e.header) for e in effects
+            if isinstance(e, Multicast) and isinstance(e.header, MMergePrepare)]
+
+
+@pytest.mark.parametrize("answer", ["state", "decline"])
+def test_a_merge_started_by_a_stale_probe_starts_again_with_the_view_as_reported(
+        answer: str) -> None:
+    """The heal lets the other side's probes through late, oldest first (the channel
+    keeps no order): the first names a view that has lost n4 (crashed) since. n5's
+    answer (its state, or its decline while it answers another merge) names its view as
+    it is, later than the probed one: n1 starts again at once with it. It used to wait
+    out the merge's 3 s for n4, which never answers (--flapping seed 17: the sides had
+    not merged when the run ended)."""
+    layer = _member("n1")
+    effects = layer.handle(Received("n5", MMergeProbe(5, ["n4", "n5"]), EMPTY), 10)
+    ((to, first),) = _prepares(effects)
+    assert to == ("n2", "n3", "n4", "n5") and first.members == ["n1", "n2", "n3", "n4", "n5"]
+    same = MMergeDecline(first.target, first.attempt, 5, ["n4", "n5"])  # busy, probe held
+    assert layer.handle(Received("n5", same, EMPTY), 15) == []
+    reply: MMergeState | MMergeDecline = (
+        MMergeState(first.target, first.attempt, 9, ["n5"], ViewReport({}, []))
+        if answer == "state" else MMergeDecline(first.target, first.attempt, 9, ["n5"]))
+    effects = layer.handle(Received("n5", reply, EMPTY), 20)
+    aborts = [e.header for e in effects
+              if isinstance(e, Multicast) and isinstance(e.header, MMergeAbort)]
+    assert aborts == [MMergeAbort(first.target, first.attempt, [])]
+    ((to, again),) = _prepares(effects)
+    assert to == ("n2", "n3", "n5") and again.members == ["n1", "n2", "n3", "n5"]
+    assert again.attempt > first.attempt
+    assert layer.s.merge is not None and layer.s.merge.members == ("n1", "n2", "n3", "n5")
+
+
+@pytest.mark.parametrize("coordinator", ["n0", "m0"])
+def test_a_prepare_heard_while_merging_is_answered_once_the_merge_is_off(
+        coordinator: str) -> None:
+    """n2 answered n0's merge; another prepare comes (n0's next attempt, for another
+    target: n0 gave the first up; or another coordinator's) ahead of n0's abort, which
+    may carry n2's side's outcome (the channel keeps no order). n2 declines it with its
+    view, keeps it, and answers it once the abort came. It used to drop it: that merge
+    waited out its 3 s for n2 (--flapping seeds 17 and 48)."""
+    layer = _member("n2")
+    target = evs_view_id(VIEW.view_id + 1, "n0")
+    layer.handle(Received("n0", MMergePrepare(target, 1, ["n0", *VIEW.members]), EMPTY), 10)
+    later = MMergePrepare(evs_view_id(target + 1, coordinator), 2,
+                          [coordinator, *VIEW.members, "n7"])
+    assert layer.handle(Received(coordinator, later, EMPTY), 20) == [
+        Send(coordinator, MMergeDecline(later.target, 2, VIEW.view_id, list(VIEW.members)))]
+    effects = layer.handle(Received("n0", MMergeAbort(target, 1), EMPTY), 30)
+    answers = [(e.to, e.header.target, e.header.attempt) for e in effects
+               if isinstance(e, Send) and isinstance(e.header, MMergeState)]
+    assert answers == [(coordinator, later.target, 2)]
+    assert layer.s.merging == (later.target, 2, coordinator)
+
+
+def test_a_prepare_that_leaves_part_of_the_members_view_out_is_declined_with_it() -> None:
+    layer = _member("n2")
+    prepare = MMergePrepare(evs_view_id(9, "n0"), 1, ["n0", "n2", "n3"])  # n1 left out
+    assert layer.handle(Received("n0", prepare, EMPTY), 10) == [
+        Send("n0", MMergeDecline(prepare.target, 1, VIEW.view_id, list(VIEW.members)))]
+    assert layer.phase == "member"

@@ -14,7 +14,11 @@ point heard, only its side's origins). Heal, here:
    lowest node of both views coordinates the merge.
 2. `MMergePrepare(target, attempt, members)` to both sides; each member that is neither
    frozen nor flushing, and whose view the coordinator knows whole, freezes and answers
-   `MMergeState` with its view and its ordering's report.
+   `MMergeState` with its view and its ordering's report. One that does not know it
+   whole, or answers another merge (it keeps the prepare and answers once that merge
+   is off), says its view (`MMergeDecline`). A later view of the other side than the
+   probe named (probes come late after a heal, oldest first) starts the merge again
+   with the view as it is.
 3. With every state in, the coordinator groups them by view (fewer than two sides: give
    up) and settles each side (`settle_side`); each side's outcome goes to its lowest
    member (`MMergeOutcome`), which delivers it in its old view and sends the state it
@@ -42,6 +46,7 @@ import logging
 import zlib
 from typing import Any, Final, TypeVar
 
+from abcast.codec import EMPTY
 from abcast.effects import (
     Effect,
     InstallState,
@@ -67,6 +72,7 @@ from abcast.membership.state import (
 )
 from abcast.membership.wire import (
     MMergeAbort,
+    MMergeDecline,
     MMergeInstall,
     MMergeOutcome,
     MMergePrepare,
@@ -207,7 +213,7 @@ class Merger:
         assert view is not None
         s.attempts = max(s.attempts, s.answered[1]) + 1
         target = evs_view_id(max(view.view_id, other_view_id) + 1, s.node)
-        merge = s.merge = MergeRound(target, s.attempts, members)
+        merge = s.merge = MergeRound(target, s.attempts, members, other_view_id)
         s.merges_coordinated += 1
         others = tuple(m for m in members if m != s.node)
         effects: list[Effect] = [
@@ -245,6 +251,9 @@ class Merger:
         if merge.sides:
             return []
         merge.states[sender] = state
+        stale = self._stale_probe(merge, state.view_id, state.members)
+        if stale is not None:
+            return stale
         if set(merge.states) != set(merge.members):
             return []
         by_view: dict[int, list[NodeId]] = {}
@@ -273,6 +282,29 @@ class Merger:
                                     MMergeOutcome(merge.target, merge.attempt, side)))
         merge.cut = self.ordering.merge_cut([a.report for a in merge.states.values()],
                                             outcomes, spent)
+        return effects
+
+    def _stale_probe(self, merge: MergeRound, view_id: int, members: list[NodeId]
+                     ) -> list[Effect] | None:
+        """The merge's other side is the view a probe named; a member of it that reports
+        (`MMergeState`, `MMergeDecline`) a later view (ids grow along a lineage) with other
+        members says the probe was stale — a retransmission the heal let through late
+        (the channel keeps no order): the side has changed since, a member crashed, left
+        or went to another side. Start again at once with the view as reported (or leave
+        the merge to its lowest node, our probes reach it), rather than wait out the time
+        limit for members that will never answer. None if the probe held."""
+        s = self.s
+        view = s.view
+        assert view is not None
+        others = set(merge.members) - set(view.members)
+        reported = set(members) - set(view.members)
+        if view_id == view.view_id or view_id <= merge.probed or reported == others:
+            return None
+        ours = [m for m in merge.members if m in view.members]
+        union = sorted_nodes([*ours, *reported])
+        effects = self.give_up()
+        if union[0] == s.node and not (s.frozen or self.busy or s.flush is not None):
+            effects += self._start(view_id, union)
         return effects
 
     def _maybe_merge_states(self, merge: MergeRound) -> list[Effect]:
@@ -319,6 +351,12 @@ class Merger:
                 return self._on_prepare(sender, target, attempt, tuple(members))
             case MMergeState():
                 return self._on_state(sender, header)
+            case MMergeDecline(target, attempt, view_id, members):
+                merge = s.merge  # a member's view, as it is
+                if (merge is None or (target, attempt) != (merge.target, merge.attempt)
+                        or sender not in merge.members or merge.sides):
+                    return []  # a merge given up meanwhile, or past its states
+                return self._stale_probe(merge, view_id, members) or []
             case MMergeOutcome(target, attempt, side) if s.merging == (target, attempt,
                                                                        sender):
                 if side.view_id != s.merge_view:
@@ -403,15 +441,19 @@ class Merger:
         if s.suspects & set(view.members):
             return []  # our side removes them first (a crashed member would hold it up)
         if not set(view.members) <= set(members):
-            return []  # it does not know our view as it is: a later probe corrects that
+            # It does not know our view as it is (its probe was stale): tell it.
+            return [Send(sender, MMergeDecline(target, attempt, view.view_id,
+                                               list(view.members)))]
         if s.merging is not None:
-            # Only a later attempt of the merge we answered (same coordinator, same
+            # Now only a later attempt of the merge we answered (same coordinator, same
             # view): another merge may install a view we are listed in while we went on
-            # with this one. Its coordinator gives up; its next probe finds the merge.
-            if s.merging[2] != sender or s.merging[0] != target or s.merging[1] >= attempt:
+            # with this one. Any other waits until ours is off (its abort, which may
+            # carry our side's outcome, can come after this: the channel keeps no order)
+            # and is answered then, if still current; its coordinator may be waiting.
+            if s.merging[2] == sender and s.merging[1] >= attempt:
                 return []
-            if s.side_delivered:
-                return []  # our side's outcome is delivered: the abort that keeps it first
+            if s.merging[2] != sender or s.merging[0] != target or s.side_delivered:
+                return self._defer_prepare(sender, target, attempt, members)
         elif s.frozen or s.merge is not None or s.flush is not None:
             return []  # a flush of our own is running; the coordinator tries again
         if (sender, target, attempt) in s.merge_aborted:
@@ -419,6 +461,20 @@ class Merger:
         s.merging = (target, attempt, sender)
         wait = SetTimer(MERGE_WAIT, s.now + s.config.merge_wait)
         return [Send(sender, self._freeze(target, attempt)), wait]
+
+    def _defer_prepare(self, sender: NodeId, target: int, attempt: int,
+                       members: tuple[NodeId, ...]) -> list[Effect]:
+        """Keep a merge prepare heard while merging (the newest of each coordinator), to
+        be answered once our merge is off (`thaw`) or concluded (`_on_install`); tell
+        its coordinator our view meanwhile (`MMergeDecline`: its probe may have been stale)."""
+        s = self.s
+        view = s.view
+        assert view is not None
+        s.merge_deferred = [e for e in s.merge_deferred if not (
+            e.sender == sender and isinstance(e.header, MMergePrepare))]
+        prepare = MMergePrepare(target, attempt, list(members))
+        s.merge_deferred.append(Received(sender, prepare, EMPTY))
+        return [Send(sender, MMergeDecline(target, attempt, view.view_id, list(view.members)))]
 
     def _deliver_side(self, target: int, attempt: int, side: SideOutcome,
                       coordinator: NodeId) -> list[Effect]:

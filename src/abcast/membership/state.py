@@ -134,6 +134,8 @@ class MergeRound:
     target: int
     attempt: int
     members: tuple[NodeId, ...]
+    #: the view id of the other side, as the probe that started the merge named it
+    probed: int = 0
     states: dict[NodeId, MMergeState] = field(default_factory=dict)
     sides: dict[int, SideOutcome] = field(default_factory=dict)  # by the side's view id
     lowest: dict[int, NodeId] = field(default_factory=dict)
