@@ -309,3 +309,17 @@ def test_a_merge_started_by_a_stale_probe_or_crossing_another_still_concludes(
                        faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
                        stall_us=8_000_000)
     assert judge(run_simulation(config)) == ([], [])
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [(30, 8), (58, 8)])
+def test_a_member_whose_side_left_the_merge_it_answered_goes_on(seed: int, nodes: int) -> None:
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these seeds): a member
+    answered a merge whose coordinator then gave it up and left the group, its abort to
+    the member lost; another member of the member's view went on into another view. The
+    member now thaws on seeing that (`Excluded`, `MFarewell`: the merge can install
+    nothing its side goes into whole); it used to wait 6 s (`merge_wait`), and the sides
+    had not merged when the run ended (VIEW_ORDER, STATE)."""
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
+                       faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])

@@ -36,6 +36,7 @@ from abcast.membership import JoinCut, Membership, MembershipConfig
 from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
 from abcast.membership.state import MAX_MERGE_NOTES
 from abcast.membership.wire import (
+    MFarewell,
     MMergeAbort,
     MMergeDecline,
     MMergeInstall,
@@ -428,3 +429,26 @@ def test_a_prepare_that_leaves_part_of_the_members_view_out_is_declined_with_it(
     assert layer.handle(Received("n0", prepare, EMPTY), 10) == [
         Send("n0", MMergeDecline(prepare.target, 1, VIEW.view_id, list(VIEW.members)))]
     assert layer.phase == "member"
+
+
+@pytest.mark.parametrize("signal", ["excluded", "farewell"])
+def test_a_member_of_our_view_seen_in_another_view_ends_the_merge_we_answered(
+        signal: str) -> None:
+    """n1 answered n0's merge; n3, of n1's view, is then seen in a view that is not the
+    merge's (the detector's `Excluded`, or n3's `MFarewell`): n3 left the merge, which
+    can no longer install a view n1's side goes into whole. n1 thaws and goes on without
+    n3, where it used to wait out `merge_wait` (6 s) — for ever in effect when n0 had
+    left the group and its abort was lost (--flapping seed 58). n3 seen in the merge
+    view itself is no such sign: n1 waits for its install."""
+    layer = _member("n1")
+    target = evs_view_id(VIEW.view_id + 1, "n0")
+    layer.handle(Received("n0", MMergePrepare(target, 1, ["n0", *VIEW.members]), EMPTY), 10)
+    assert layer.handle(Excluded("n3", target), 20) == [] and layer.s.merging is not None
+    elsewhere = evs_view_id(VIEW.view_id + 1, "n7")
+    event: Event = (Excluded("n3", elsewhere) if signal == "excluded"
+                    else Received("n3", MFarewell(elsewhere), EMPTY))
+    effects = layer.handle(event, 30)
+    assert layer.s.merging is None
+    prepares = [(e.to, e.header.members) for e in effects
+                if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
+    assert prepares == [(("n2",), ["n1", "n2"])]  # its side's flush, without n3

@@ -312,13 +312,13 @@ class Membership(Layer):
                 return [*self.ordering.handle(event, now), timer]
             case Suspected(node):
                 self.s.suspects.add(node)  # before a thaw replays prepares that name it
-                effects = self._merge_suspects(node)
+                effects = self.merger.on_suspect(node)
                 effects += self.coordinator.on_suspect(node) + self._retry_deferred()
             case Restored(node):
                 self.s.suspects.discard(node)
                 effects = self.coordinator.on_restored()
             case Excluded(by, view_id) if self._partitioned(by, view_id):
-                effects = self._go_on_without(by)
+                effects = self._go_on_without(by, view_id)
             case Excluded(by, view_id):
                 effects = self.joins.on_excluded(by, view_id)
             case _:
@@ -332,18 +332,9 @@ class Membership(Layer):
         return (self.config.evs and self.s.status == "member" and view is not None
                 and by in view.members and view_id > view.view_id)
 
-    def _go_on_without(self, by: NodeId) -> list[Effect]:
+    def _go_on_without(self, by: NodeId, in_view: int = 0) -> list[Effect]:
         self.s.suspects.add(by)
-        return self._merge_suspects(by) + self.coordinator.on_suspect(by)
-
-    def _merge_suspects(self, node: NodeId) -> list[Effect]:
-        """A suspected merge coordinator (we thaw) or merge member (we give up)."""
-        merging, merge = self.s.merging, self.s.merge
-        if merge is not None and node in merge.members:
-            return self.merger.give_up()
-        if merging is not None and node == merging[2] and merge is None:
-            return self.merger.thaw()
-        return []
+        return self.merger.on_suspect(by, in_view) + self.coordinator.on_suspect(by)
 
     # -- membership messages -------------------------------------------------------------
     def _membership(self, sender: NodeId, header: Any) -> list[Effect]:
@@ -385,7 +376,7 @@ class Membership(Layer):
                 if sender not in members or view_id <= view.view_id:
                     return []
                 if self._partitioned(sender, view_id):
-                    return self._go_on_without(sender)
+                    return self._go_on_without(sender, view_id)
                 return self.joins.removed(sender, view_id)
             case MWelcome(view_id=welcomed, members=listed):
                 if self.node not in listed:

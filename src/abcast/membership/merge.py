@@ -564,6 +564,22 @@ class Merger:
             effects += self.member.replay(event)
         return effects + self.member.recheck()  # e.g. a member suspected meanwhile
 
+    def on_suspect(self, node: NodeId, in_view: int = 0) -> list[Effect]:
+        """A suspected merge coordinator (we thaw) or merge member (we give up); or a
+        member of our view that another view (`in_view`, from its `MFarewell` or the
+        detector's `Excluded`) holds now, not the merge's: it left the merge we answered,
+        which can install nothing our side goes into whole. Thaw then rather than wait
+        out `merge_wait` (the coordinator's abort may never come: it left the group)."""
+        s = self.s
+        merging, merge, view = s.merging, s.merge, s.view
+        if merge is not None and node in merge.members:
+            return self.give_up()
+        if merging is None or merge is not None:
+            return []
+        moved = (in_view and in_view != merging[0] and view is not None
+                 and node in view.members)
+        return self.thaw() if node == merging[2] or moved else []
+
     def defer(self, event: Received) -> list[Effect]:
         """A flush prepare heard while merging: answered once the merge is settled."""
         self.s.merge_deferred.append(event)
