@@ -323,3 +323,34 @@ def test_a_member_whose_side_left_the_merge_it_answered_goes_on(seed: int, nodes
                        faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
                        stall_us=8_000_000)
     assert judge(run_simulation(config)) == ([], [])
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [(6, 8), (94, 8)])
+def test_probes_and_prepares_retransmitted_late_start_no_merge_for_views_gone(
+        seed: int, nodes: int) -> None:
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these seeds): after a
+    heal, probes and prepares retransmitted late (oldest first) name views their members
+    have left since. A probe whose members were heard in a later view is dropped, a
+    member keeps the latest prepare of each coordinator while it merges, and declines
+    one for a view id it is past. Before, stale merges and crossing ones held members
+    until the sides had not merged by the run's end (VIEW_ORDER, STATE; seed 6 also a
+    member that answered a merge and never got its install, VIEW_CONSISTENCY)."""
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
+                       faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])
+
+
+def test_a_flush_held_back_is_answered_when_the_lower_member_shows_in_another_view() -> None:
+    """Flapping partitions, seed 56 (clean before these fixes by timing alone; they
+    exposed it): members held the new coordinator's flush prepare back while they
+    trusted the old one, which was in another side's view by then (`Excluded`). That
+    suspicion now answers what was held back, as the detector's `Suspected` does; it
+    did not, and the side's flush waited for ever (VALIDITY of its members' own
+    broadcasts, AGREEMENT of a kept side outcome one member took and the rest never
+    did)."""
+    nodes = 8
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=56, options=EVS,
+                       faults=flapping_faults(random.Random(56), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])

@@ -34,7 +34,7 @@ from abcast.events import (
 from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
 from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
-from abcast.membership.state import MAX_MERGE_NOTES
+from abcast.membership.state import MAX_MERGE_NOTES, MERGE_TIMEOUT
 from abcast.membership.wire import (
     MFarewell,
     MMergeAbort,
@@ -47,6 +47,7 @@ from abcast.membership.wire import (
     MMergeState,
     MPrepare,
     MRefuse,
+    MState,
     MWelcome,
     SideOutcome,
     ViewReport,
@@ -423,12 +424,62 @@ def test_a_prepare_heard_while_merging_is_answered_once_the_merge_is_off(
     assert layer.s.merging == (later.target, 2, coordinator)
 
 
-def test_a_prepare_that_leaves_part_of_the_members_view_out_is_declined_with_it() -> None:
+def test_a_prepare_kept_while_merging_is_the_latest_of_its_coordinator() -> None:
+    """n5's attempts 4 and then, retransmitted late, 3 come while n2 answers n0's merge:
+    n2 keeps attempt 4 (it used to keep the last heard, and answer a merge given up)."""
     layer = _member("n2")
-    prepare = MMergePrepare(evs_view_id(9, "n0"), 1, ["n0", "n2", "n3"])  # n1 left out
+    target = evs_view_id(VIEW.view_id + 1, "n0")
+    layer.handle(Received("n0", MMergePrepare(target, 1, ["n0", *VIEW.members]), EMPTY), 10)
+    for attempt in (4, 3):
+        prepare = MMergePrepare(evs_view_id(target + 1, "n5"), attempt, [*VIEW.members, "n5"])
+        layer.handle(Received("n5", prepare, EMPTY), 20 + attempt)
+    effects = layer.handle(Received("n0", MMergeAbort(target, 1), EMPTY), 30)
+    answers = [(e.to, e.header.attempt) for e in effects
+               if isinstance(e, Send) and isinstance(e.header, MMergeState)]
+    assert answers == [("n5", 4)]
+
+
+def test_a_flush_prepare_held_back_is_answered_when_another_view_shows_the_lower_member_gone(
+        ) -> None:
+    """n3 holds n2's prepare back while it trusts n1 (n2 may be a minority's
+    coordinator). The detector's `Excluded` (n1 is in another side's view) makes n3
+    suspect n1 as `Suspected` does: the prepare is answered now. It used to stay held
+    back, and n2's side's flush waited for n3 for ever (--flapping seed 56)."""
+    layer = _member("n3")
+    prepare = MPrepare(evs_view_id(VIEW.view_id + 1, "n2"), 1, ["n2", "n3"])
+    assert layer.handle(Received("n2", prepare, EMPTY), 10) == []
+    effects = layer.handle(Excluded("n1", evs_view_id(VIEW.view_id + 1, "n1")), 20)
+    answers = [(e.to, e.header.target) for e in effects
+               if isinstance(e, Send) and isinstance(e.header, MState)]
+    assert answers == [("n2", prepare.target)]
+
+
+@pytest.mark.parametrize("prepare", [
+    MMergePrepare(evs_view_id(9, "n0"), 1, ["n0", "n2", "n3"]),  # n1 left out
+    MMergePrepare(2, 1, ["n0", *VIEW.members]),  # for a view id we are past
+])
+def test_a_prepare_that_does_not_know_the_members_view_is_declined_with_it(
+        prepare: MMergePrepare) -> None:
+    layer = _member("n2")
     assert layer.handle(Received("n0", prepare, EMPTY), 10) == [
         Send("n0", MMergeDecline(prepare.target, 1, VIEW.view_id, list(VIEW.members)))]
     assert layer.phase == "member"
+
+
+def test_a_probe_for_a_view_its_members_have_left_since_starts_no_merge() -> None:
+    """After a heal probes come late, oldest first: n5, heard in view 20, then probes
+    for view 9 (it was there with n4, since crashed). A node's view ids only grow, so
+    that probe is stale and starts nothing; it used to start a merge waiting 3 s for n4
+    (--flapping seed 94)."""
+    layer = _member("n1")
+    (_, first), = _prepares(layer.handle(Received("n5", MMergeProbe(20, ["n5"]), EMPTY), 10))
+    layer.handle(TimerFired(MERGE_TIMEOUT), 10 + layer.config.merge_timeout_us)  # given up
+    assert layer.s.merge is None and layer.phase == "member"
+    later = 20 + layer.config.merge_timeout_us
+    assert layer.handle(Received("n5", MMergeProbe(9, ["n4", "n5"]), EMPTY), later) == []
+    (_, again), = _prepares(layer.handle(Received("n5", MMergeProbe(20, ["n5"]), EMPTY),
+                                         later + 1))
+    assert again.members == ["n1", "n2", "n3", "n5"] and again.attempt > first.attempt
 
 
 @pytest.mark.parametrize("signal", ["excluded", "farewell"])

@@ -333,8 +333,11 @@ class Membership(Layer):
                 and by in view.members and view_id > view.view_id)
 
     def _go_on_without(self, by: NodeId, in_view: int = 0) -> list[Effect]:
+        """Suspect `by` as the detector's `Suspected` does (prepares held back until
+        we suspect it are answered now)."""
         self.s.suspects.add(by)
-        return self.merger.on_suspect(by, in_view) + self.coordinator.on_suspect(by)
+        effects = self.merger.on_suspect(by, in_view) + self.coordinator.on_suspect(by)
+        return effects + self._retry_deferred()
 
     # -- membership messages -------------------------------------------------------------
     def _membership(self, sender: NodeId, header: Any) -> list[Effect]:

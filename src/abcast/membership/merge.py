@@ -11,7 +11,8 @@ point heard, only its side's origins). Heal, here:
 
 1. Discovery: a view's coordinator probes the nodes its lineage lost (`MMergeProbe`,
    every `probe_us` for `probe_for_us`); a member passes a probe to its coordinator; the
-   lowest node of both views coordinates the merge.
+   lowest node of both views coordinates the merge. A node's view ids only grow: a
+   probe naming a node heard in a later view since (`seen_in`) is stale, dropped.
 2. `MMergePrepare(target, attempt, members)` to both sides; each member that is neither
    frozen nor flushing, and whose view the coordinator knows whole, freezes and answers
    `MMergeState` with its view and its ordering's report. One that does not know it
@@ -339,19 +340,35 @@ class Merger:
         return [Multicast(others, abort), *kept, *self.thaw()]
 
     # -- every member --------------------------------------------------------------------
+    def _seen(self, view_id: int, members: list[NodeId]) -> bool:
+        """Note that `members` were in view `view_id`; False if one of them is known to
+        have been in a later view since (the news is stale: a node's view ids only grow,
+        whatever its lineage: a flush's id and a merge's are above the view it leaves)."""
+        seen = self.s.seen_in
+        if any(seen.get(m, 0) > view_id for m in members):
+            return False
+        for m in members:
+            if seen.get(m) != view_id:
+                _note(seen, m, view_id)
+        return True
+
     def on_message(self, sender: NodeId, header: Any) -> list[Effect]:
         s = self.s
         match header:
             case MMergeProbe(view_id, members):
+                if not self._seen(view_id, members):
+                    return []  # a probe retransmitted late: its view is gone
                 return self._on_probe(sender, view_id, tuple(members))
             case MMergePrepare(target, attempt, members):
                 if sender not in members or s.node not in members:
                     raise RemoteProtocolError(
                         f"merge prepare from {sender} for {members}, without it or us")
                 return self._on_prepare(sender, target, attempt, tuple(members))
-            case MMergeState():
+            case MMergeState(view_id=view_id, members=members):
+                self._seen(view_id, members)
                 return self._on_state(sender, header)
             case MMergeDecline(target, attempt, view_id, members):
+                self._seen(view_id, members)
                 merge = s.merge  # a member's view, as it is
                 if (merge is None or (target, attempt) != (merge.target, merge.attempt)
                         or sender not in merge.members or merge.sides):
@@ -436,14 +453,15 @@ class Merger:
     ) -> list[Effect]:
         s = self.s
         view = s.view
-        if view is None or target <= view.view_id:
+        if view is None:
             return []
-        if s.suspects & set(view.members):
-            return []  # our side removes them first (a crashed member would hold it up)
-        if not set(view.members) <= set(members):
-            # It does not know our view as it is (its probe was stale): tell it.
+        if target <= view.view_id or not set(view.members) <= set(members):
+            # It does not know our view as it is (its probe was stale, or this prepare
+            # is): tell it. (A coordinator past this merge drops the answer.)
             return [Send(sender, MMergeDecline(target, attempt, view.view_id,
                                                list(view.members)))]
+        if s.suspects & set(view.members):
+            return []  # our side removes them first (a crashed member would hold it up)
         if s.merging is not None:
             # Now only a later attempt of the merge we answered (same coordinator, same
             # view): another merge may install a view we are listed in while we went on
@@ -470,10 +488,12 @@ class Merger:
         s = self.s
         view = s.view
         assert view is not None
-        s.merge_deferred = [e for e in s.merge_deferred if not (
-            e.sender == sender and isinstance(e.header, MMergePrepare))]
-        prepare = MMergePrepare(target, attempt, list(members))
-        s.merge_deferred.append(Received(sender, prepare, EMPTY))
+        kept = next((e.header for e in s.merge_deferred if e.sender == sender
+                     and isinstance(e.header, MMergePrepare)), None)
+        if kept is None or kept.attempt < attempt:  # not one retransmitted late
+            s.merge_deferred = [e for e in s.merge_deferred if e.header is not kept]
+            prepare = MMergePrepare(target, attempt, list(members))
+            s.merge_deferred.append(Received(sender, prepare, EMPTY))
         return [Send(sender, MMergeDecline(target, attempt, view.view_id, list(view.members)))]
 
     def _deliver_side(self, target: int, attempt: int, side: SideOutcome,

@@ -255,7 +255,12 @@ class MembershipState:
         self.side_to_pass: MMergeAbort | None = None
         #: snapshot tokens of a side's outcome: (target, attempt, side view id, coordinator)
         self.side_tokens: dict[int, tuple[int, int, int, NodeId]] = {}
-        self.merge_deferred: list[Received] = []  # flush prepares heard while merging
+        #: flush prepares heard while merging, and merge prepares (the newest of each
+        #: coordinator) heard while answering another merge
+        self.merge_deferred: list[Received] = []
+        #: node of another side → the latest view id it was heard to be in (probes,
+        #: merge states, declines; a node's view ids only grow; MAX_MERGE_NOTES)
+        self.seen_in: dict[NodeId, int] = {}
         #: the last merge we answered and gave up on (its install may still come)
         self.merge_given_up: tuple[int, int, NodeId] | None = None
         #: what the ordering had delivered when we gave that merge up (stable_point)
