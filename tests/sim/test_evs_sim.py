@@ -280,13 +280,15 @@ def test_a_side_whose_merge_coordinator_falls_silent_keeps_the_outcome_it_delive
     assert min(counts.values()) > 300, counts  # 800 sent over the group: both went on
 
 
-@pytest.mark.parametrize(("seed", "nodes"), [(23, 7), (39, 6)])
+@pytest.mark.parametrize(("seed", "nodes"), [(23, 7), (39, 6), (53, 8)])
 def test_a_joiner_two_sides_admit_takes_one_and_the_other_goes_on(seed: int, nodes: int) -> None:
-    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these two seeds): a
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these seeds): a
     joiner asks the next contact while the first side is slow, both sides admit it, it
     takes the first welcome and refuses the second (`MRefuse`). Before the refusal that
     side kept a member that was in another view: its SAFE deliveries waited for it for
-    ever, and its views and state never met the others' (VIEW_ORDER, STATE)."""
+    ever, and its views and state never met the others' (VIEW_ORDER, STATE). Seed 53: the
+    second welcome came from a leaver's last flush; the refusal now goes to every member
+    of that view, not to the leaver alone (gone by then)."""
     config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
                        faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
                        stall_us=8_000_000)

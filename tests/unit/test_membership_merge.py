@@ -503,3 +503,24 @@ def test_a_member_of_our_view_seen_in_another_view_ends_the_merge_we_answered(
     prepares = [(e.to, e.header.members) for e in effects
                 if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
     assert prepares == [(("n2",), ["n1", "n2"])]  # its side's flush, without n3
+
+
+def test_a_joiner_admitted_twice_tells_every_member_of_the_second_view() -> None:
+    """The second welcome came from a leaver that coordinated its last flush (n4, not in
+    the view it welcomes to): n4 departs and drops the refusal, and n5, n6 waited for
+    ever on a member that was in another view (--flapping seed 53). The joiner now tells
+    every member listed; one that has yet to install that view keeps the word until it
+    does, then goes on without the joiner."""
+    joiner = _member("n3")
+    before = View(evs_view_id(5, "n4"), ("n4", "n5", "n6"))
+    other = View(evs_view_id(before.view_id + 1, "n4"), ("n3", "n5", "n6"))
+    second = MWelcome(other.view_id, 1, list(other.members), JoinCut({}), b"")
+    assert joiner.handle(Received("n4", second, EMPTY), 0) == [
+        Send("n5", MRefuse(other.view_id)), Send("n6", MRefuse(other.view_id))]
+    member = Membership("n5", Sequencer("n5", evs=True), MembershipConfig(partitions="evs"))
+    member.handle(ViewInstalled(before), 0)
+    assert member.handle(Received("n3", MRefuse(other.view_id), EMPTY), 5) == []  # early
+    effects = member.adopt(other)  # the leaver's install reaches it
+    prepares = [(e.to, e.header.members) for e in effects
+                if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
+    assert prepares == [(("n6",), ["n5", "n6"])]

@@ -333,8 +333,7 @@ class Membership(Layer):
                 and by in view.members and view_id > view.view_id)
 
     def _go_on_without(self, by: NodeId, in_view: int = 0) -> list[Effect]:
-        """Suspect `by` as the detector's `Suspected` does (prepares held back until
-        we suspect it are answered now)."""
+        """Suspect `by` as on `Suspected` (what we held back for it is answered)."""
         self.s.suspects.add(by)
         effects = self.merger.on_suspect(by, in_view) + self.coordinator.on_suspect(by)
         return effects + self._retry_deferred()
@@ -387,7 +386,11 @@ class Membership(Layer):
                                               f"without it: {listed}")
                 if welcomed == view.view_id or sender in members:
                     return []  # a welcome sent twice: we are in already
-                return [Send(sender, MRefuse(welcomed))]  # admitted twice: that one goes
+                # Admitted twice: that view goes on without us (its coordinator may leave)
+                return [Send(m, MRefuse(welcomed)) for m in listed if m != self.node]
+            case MRefuse(view_id) if view_id > view.view_id:  # its install is on its way
+                self.s.early.append(Received(sender, header, EMPTY))
+                return []
             case MRefuse(view_id):  # it took another side's welcome (else: of a view gone)
                 ours = sender in members and view_id == view.view_id
                 return self._go_on_without(sender) if ours else []
