@@ -245,6 +245,7 @@ def test_merge_bookkeeping_stays_bounded_over_a_long_churn_run() -> None:
         assert len(layer.s.merge_aborted) <= MAX_MERGE_NOTES
         assert all(a[1] > layer.view.view_id for a in layer.s.merge_aborted)
         assert len(layer.s.probe_answered) <= 1
+        assert len(layer.s.seen_in) <= MAX_MERGE_NOTES
     assert layer.merges == 300
 
 
@@ -296,6 +297,10 @@ def test_bad_merge_state_to_a_coordinator_is_a_remote_protocol_error(
     with pytest.raises(RemoteProtocolError):
         layer.handle(Received("n9", bad, EMPTY), 30)
     assert layer.s.merge is not None and set(layer.s.merge.states) == {"n1", "n8"}
+    decline = MMergeDecline(prepare.target, prepare.attempt, 99, ["n8"])  # a view without n9
+    with pytest.raises(RemoteProtocolError):
+        layer.handle(Received("n9", decline, EMPTY), 40)
+    assert layer.s.merge is not None and layer.s.seen_in.get("n8") == 11  # nothing noted
 
 
 def test_a_merge_shows_in_inspect_and_is_not_timed_as_a_flush() -> None:

@@ -340,35 +340,42 @@ class Merger:
         return [Multicast(others, abort), *kept, *self.thaw()]
 
     # -- every member --------------------------------------------------------------------
-    def _seen(self, view_id: int, members: list[NodeId]) -> bool:
-        """Note that `members` were in view `view_id`; False if one of them is known to
-        have been in a later view since (the news is stale: a node's view ids only grow,
-        whatever its lineage: a flush's id and a merge's are above the view it leaves)."""
+    def _stale(self, view_id: int, members: list[NodeId]) -> bool:
+        """One of `members` was heard in a later view than `view_id` since: the news is
+        stale (a node's view ids only grow, whatever its lineage: a flush's id and a
+        merge's are above the view it leaves)."""
+        return any(self.s.seen_in.get(m, 0) > view_id for m in members)
+
+    def _seen(self, view_id: int, members: list[NodeId], effects: list[Effect]
+              ) -> list[Effect]:
+        """Note that `members` were in view `view_id` (once the message was taken)."""
         seen = self.s.seen_in
-        if any(seen.get(m, 0) > view_id for m in members):
-            return False
         for m in members:
-            if seen.get(m) != view_id:
+            if seen.get(m, 0) < view_id:
                 _note(seen, m, view_id)
-        return True
+        return effects
 
     def on_message(self, sender: NodeId, header: Any) -> list[Effect]:
         s = self.s
         match header:
             case MMergeProbe(view_id, members):
-                if not self._seen(view_id, members):
+                if self._stale(view_id, members):
                     return []  # a probe retransmitted late: its view is gone
-                return self._on_probe(sender, view_id, tuple(members))
+                return self._seen(view_id, members,
+                                  self._on_probe(sender, view_id, tuple(members)))
             case MMergePrepare(target, attempt, members):
                 if sender not in members or s.node not in members:
                     raise RemoteProtocolError(
                         f"merge prepare from {sender} for {members}, without it or us")
                 return self._on_prepare(sender, target, attempt, tuple(members))
             case MMergeState(view_id=view_id, members=members):
-                self._seen(view_id, members)
-                return self._on_state(sender, header)
+                effects = self._on_state(sender, header)
+                return self._seen(view_id, members, effects) if sender in members else effects
             case MMergeDecline(target, attempt, view_id, members):
-                self._seen(view_id, members)
+                if sender not in members:
+                    raise RemoteProtocolError(f"merge decline from {sender} of a view "
+                                              f"without it: {members}")
+                self._seen(view_id, members, [])
                 merge = s.merge  # a member's view, as it is
                 if (merge is None or (target, attempt) != (merge.target, merge.attempt)
                         or sender not in merge.members or merge.sides):
