@@ -356,3 +356,16 @@ def test_a_flush_held_back_is_answered_when_the_lower_member_shows_in_another_vi
                        faults=flapping_faults(random.Random(56), nodes), rate=40.0,
                        stall_us=8_000_000)
     assert judge(run_simulation(config)) == ([], [])
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [(277, 6), (286, 7)])
+def test_a_joiner_left_alone_by_the_side_that_admitted_it_finds_the_group(
+        seed: int, nodes: int) -> None:
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping --seeds 300, these
+    seeds): a leaver cut off alone admits the joiner, then leaves. Neither lineage held
+    the other's members, so nobody probed and the joiner's state never met the group's
+    (STATE); the joiner now probes the contacts its view lacks."""
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
+                       faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])

@@ -24,6 +24,7 @@ from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     Event,
     Excluded,
+    JoinRequested,
     Received,
     SnapshotTaken,
     StatesMerged,
@@ -34,7 +35,7 @@ from abcast.events import (
 from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
 from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
-from abcast.membership.state import MAX_MERGE_NOTES, MERGE_TIMEOUT
+from abcast.membership.state import MAX_MERGE_NOTES, MERGE_PROBE, MERGE_TIMEOUT
 from abcast.membership.wire import (
     MFarewell,
     MMergeAbort,
@@ -529,3 +530,24 @@ def test_a_joiner_admitted_twice_tells_every_member_of_the_second_view() -> None
     prepares = [(e.to, e.header.members) for e in effects
                 if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
     assert prepares == [(("n6",), ["n5", "n6"])]
+
+
+@pytest.mark.parametrize("partitions", ["primary", "evs"])
+def test_a_joiner_probes_the_contacts_its_view_lacks_under_evs(partitions: str) -> None:
+    """A leaver cut off alone admits the joiner n7, then leaves: n7 is alone in a
+    lineage that never held the rest of the group, and neither side's views lost the
+    other, so nobody probed (--flapping seeds 277 and 286: n7's state never met the
+    others'). Under evs the joiner takes the contacts its view lacks as lost and probes
+    them once it leads; primary partitions have no merge to look for."""
+    layer = Membership("n7", Sequencer("n7", evs=partitions == "evs"),
+                       MembershipConfig(partitions=partitions))
+    layer.handle(ViewInstalled(View(1, ("n7",))), 0)
+    layer.handle(JoinRequested(("n1", "n2", "n3")), 0)
+    view = View(evs_view_id(5, "n1"), ("n1", "n7"))
+    effects = layer.handle(Received("n1", MWelcome(view.view_id, 1, list(view.members),
+                                                   JoinCut({}), b""), EMPTY), 10)
+    probes = [e for e in effects if isinstance(e, SetTimer) and e.key == MERGE_PROBE]
+    if partitions == "primary":
+        assert probes == [] and layer.s.lost == {}
+    else:
+        assert len(probes) == 1 and set(layer.s.lost) == {"n2", "n3"}

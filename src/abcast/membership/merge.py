@@ -64,12 +64,12 @@ from abcast.ids import NodeId, View, node_sort_key, sorted_nodes
 from abcast.membership.api import MergingOrdering
 from abcast.membership.state import (
     MAX_MERGE_NOTES,
-    MERGE_PROBE,
     MERGE_TIMEOUT,
     MERGE_WAIT,
     MembershipState,
     MemberSteps,
     MergeRound,
+    arm_probe,
 )
 from abcast.membership.wire import (
     MMergeAbort,
@@ -155,13 +155,7 @@ class Merger:
         self.s.lost.update({m: now for m in old.members if m not in new.members})
         for node in new.members:
             self.s.lost.pop(node, None)
-        return self._arm_probe()
-
-    def _arm_probe(self) -> list[Effect]:
-        if self.s.probe_armed or not self.s.lost:
-            return []
-        self.s.probe_armed = True
-        return [SetTimer(MERGE_PROBE, self.s.now + self.s.config.probe_us)]
+        return arm_probe(self.s)
 
     def probe(self) -> list[Effect]:
         s = self.s
@@ -175,7 +169,7 @@ class Merger:
             probe = MMergeProbe(view.view_id, list(view.members))
             effects += [Send(n, probe, control=True) for n in sorted_nodes(list(s.lost))
                         if n not in view.members]
-        return effects + self._arm_probe()
+        return effects + arm_probe(self.s)
 
     def _on_probe(self, sender: NodeId, view_id: int, members: tuple[NodeId, ...]
                   ) -> list[Effect]:

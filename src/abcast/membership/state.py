@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from abcast.effects import Effect
+from abcast.effects import Effect, SetTimer
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.events import Received, TimerFired
 from abcast.ids import NodeId, View
@@ -272,3 +272,13 @@ class MembershipState:
         self.merges_coordinated = 0  # merges this member started
         self.merges_given_up = 0  # merges answered or started that ended without a view
         self.merge_installs_late = 0  # installs that came after we gave their merge up
+
+
+def arm_probe(s: MembershipState) -> list[Effect]:
+    """evs: the merge probe's timer (abcast.membership.merge), unless it is armed or
+    nobody is lost. The merger arms it as views lose members, a joiner as it is
+    welcomed (its contacts that view lacks)."""
+    if s.probe_armed or not s.lost:
+        return []
+    s.probe_armed = True
+    return [SetTimer(MERGE_PROBE, s.now + s.config.probe_us)]
