@@ -369,3 +369,16 @@ def test_a_joiner_left_alone_by_the_side_that_admitted_it_finds_the_group(
                        faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
                        stall_us=8_000_000)
     assert judge(run_simulation(config)) == ([], [])
+
+
+def test_a_leaving_coordinator_flushes_out_a_member_suspected_during_a_merge() -> None:
+    """Flapping partitions, seed 183 (beyond the first 100): the side's coordinator n2
+    asks to leave while n1's merge holds it and n6, crashed, is suspected meanwhile.
+    Once the merge was given up, n2, leaving, flushed nothing: its own broadcasts, which
+    a leaver delivers before it asks to leave, waited on n6 under SAFE, and the side
+    stood still (VALIDITY of its members' broadcasts, VIEW_ORDER, STATE)."""
+    nodes = 6
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=183, options=EVS,
+                       faults=flapping_faults(random.Random(183), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])

@@ -25,6 +25,7 @@ from abcast.events import (
     Event,
     Excluded,
     JoinRequested,
+    LeaveRequested,
     Received,
     SnapshotTaken,
     StatesMerged,
@@ -122,18 +123,25 @@ def test_a_member_another_side_left_out_goes_on_only_under_evs(partitions: str) 
         assert layer.cut_off and layer.status == "stopped"
 
 
+@pytest.mark.parametrize("leaving", [False, True])
 @pytest.mark.parametrize("ends", ["abort", "wait"])
 def test_a_member_suspected_during_a_merge_is_flushed_out_once_the_merge_is_off(
-        ends: str) -> None:
+        ends: str, leaving: bool) -> None:
     """The detector says Suspected once. n1 coordinates its side's flushes but not the
     merge (n0, lower, does); n3 is suspected while n1 is frozen for n0's merge. When the
     merge is off (n0 aborts it, or n1 stops waiting), n1 must flush n3 out: waiting for a
-    second Suspected would stall its side for good."""
+    second Suspected would stall its side for good. So must n1 when it is leaving: it
+    used not to, and a leaver that owes its own broadcasts (they wait on n3 under SAFE)
+    never asked to leave (--flapping seed 183, beyond the first 100)."""
     layer = _member("n1")
     target = evs_view_id(VIEW.view_id + 1, "n0")
     prepare = MMergePrepare(target, 1, ["n0", "n1", "n2", "n3"])
     answered = layer.handle(Received("n0", prepare, EMPTY), 10)
     assert any(isinstance(e, Send) and isinstance(e.header, MMergeState) for e in answered)
+    if leaving:
+        layer.s.owes_own = lambda: True  # its own broadcasts wait on n3
+        layer.handle(LeaveRequested(), 15)
+        assert layer.status == "leaving"
     assert layer.handle(Suspected("n3"), 20) == []  # the merge settles this view first
     if ends == "abort":
         effects = layer.handle(Received("n0", MMergeAbort(target, 1), EMPTY), 30)

@@ -542,14 +542,14 @@ class Membership(Layer):
 
     def recheck(self) -> list[Effect]:
         """Once a view is settled (a flush's install, a merge's, a merge given up): the
-        flush that what was heard meanwhile calls for — a suspected member (the
-        detector says so only once), a join or a leave."""
+        flush that what was heard meanwhile calls for: a suspected member (said once;
+        a leaver's too: its owed broadcasts may wait on it), a join or a leave."""
         view, s = self.s.view, self.s
-        if view is None or s.frozen or s.flush is not None or s.status != "member":
+        if view is None or s.frozen or s.flush is not None or s.status not in ("member", "leaving"):
             return []
         if s.suspects & set(view.members):
             return self.coordinator.maybe_coordinate(view.view_id + 1)
-        if s.join_requests or s.leave_requests:
+        if s.status == "member" and (s.join_requests or s.leave_requests):
             return self.coordinator.change_view()
         return []
 
