@@ -280,14 +280,105 @@ def test_a_side_whose_merge_coordinator_falls_silent_keeps_the_outcome_it_delive
     assert min(counts.values()) > 300, counts  # 800 sent over the group: both went on
 
 
-@pytest.mark.parametrize(("seed", "nodes"), [(23, 7), (39, 6)])
+@pytest.mark.parametrize(("seed", "nodes"), [(23, 7), (39, 6), (53, 8)])
 def test_a_joiner_two_sides_admit_takes_one_and_the_other_goes_on(seed: int, nodes: int) -> None:
-    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these two seeds): a
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these seeds): a
     joiner asks the next contact while the first side is slow, both sides admit it, it
     takes the first welcome and refuses the second (`MRefuse`). Before the refusal that
     side kept a member that was in another view: its SAFE deliveries waited for it for
-    ever, and its views and state never met the others' (VIEW_ORDER, STATE)."""
+    ever, and its views and state never met the others' (VIEW_ORDER, STATE). Seed 53: the
+    second welcome came from a leaver's last flush; the refusal now goes to every member
+    of that view, not to the leaver alone (gone by then)."""
     config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
                        faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [(17, 8), (33, 8), (65, 7), (84, 8)])
+def test_a_merge_started_by_a_stale_probe_or_crossing_another_still_concludes(
+        seed: int, nodes: int) -> None:
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these seeds): the heal
+    lets each side's backlog of probes through late and oldest first, so a merge starts
+    for a view long gone (a crashed member, a member since on a third side), and two
+    coordinators' merges cross, each holding a member the other asked. Members now
+    decline what they cannot answer with their view (`MMergeDecline`) and answer a
+    prepare heard while merging once their merge is off; a coordinator that learns the
+    view it asked is stale starts again with the view as it is. Before, each such merge
+    waited out its 3 s for members that never answered and the sides had not merged when
+    the run ended (VIEW_ORDER, STATE)."""
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
+                       faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [(30, 8), (58, 8)])
+def test_a_member_whose_side_left_the_merge_it_answered_goes_on(seed: int, nodes: int) -> None:
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these seeds): a member
+    answered a merge whose coordinator then gave it up and left the group, its abort to
+    the member lost; another member of the member's view went on into another view. The
+    member now thaws on seeing that (`Excluded`, `MFarewell`: the merge can install
+    nothing its side goes into whole); it used to wait 6 s (`merge_wait`), and the sides
+    had not merged when the run ended (VIEW_ORDER, STATE)."""
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
+                       faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [(6, 8), (94, 8)])
+def test_probes_and_prepares_retransmitted_late_start_no_merge_for_views_gone(
+        seed: int, nodes: int) -> None:
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping, these seeds): after a
+    heal, probes and prepares retransmitted late (oldest first) name views their members
+    have left since. A probe whose members were heard in a later view is dropped, a
+    member keeps the latest prepare of each coordinator while it merges, and declines
+    one for a view id it is past. Before, stale merges and crossing ones held members
+    until the sides had not merged by the run's end (VIEW_ORDER, STATE; seed 6 also a
+    member that answered a merge and never got its install, VIEW_CONSISTENCY)."""
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
+                       faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])
+
+
+def test_a_flush_held_back_is_answered_when_the_lower_member_shows_in_another_view() -> None:
+    """Flapping partitions, seed 56 (clean before these fixes by timing alone; they
+    exposed it): members held the new coordinator's flush prepare back while they
+    trusted the old one, which was in another side's view by then (`Excluded`). That
+    suspicion now answers what was held back, as the detector's `Suspected` does; it
+    did not, and the side's flush waited for ever (VALIDITY of its members' own
+    broadcasts, AGREEMENT of a kept side outcome one member took and the rest never
+    did)."""
+    nodes = 8
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=56, options=EVS,
+                       faults=flapping_faults(random.Random(56), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [(277, 6), (286, 7)])
+def test_a_joiner_left_alone_by_the_side_that_admitted_it_finds_the_group(
+        seed: int, nodes: int) -> None:
+    """Flapping partitions (bench/sweep_churn.py --evs --flapping --seeds 300, these
+    seeds): a leaver cut off alone admits the joiner, then leaves. Neither lineage held
+    the other's members, so nobody probed and the joiner's state never met the group's
+    (STATE); the joiner now probes the contacts its view lacks."""
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
+                       faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    assert judge(run_simulation(config)) == ([], [])
+
+
+def test_a_leaving_coordinator_flushes_out_a_member_suspected_during_a_merge() -> None:
+    """Flapping partitions, seed 183 (beyond the first 100): the side's coordinator n2
+    asks to leave while n1's merge holds it and n6, crashed, is suspected meanwhile.
+    Once the merge was given up, n2, leaving, flushed nothing: its own broadcasts, which
+    a leaver delivers before it asks to leave, waited on n6 under SAFE, and the side
+    stood still (VALIDITY of its members' broadcasts, VIEW_ORDER, STATE)."""
+    nodes = 6
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=183, options=EVS,
+                       faults=flapping_faults(random.Random(183), nodes), rate=40.0,
                        stall_us=8_000_000)
     assert judge(run_simulation(config)) == ([], [])

@@ -24,6 +24,8 @@ from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     Event,
     Excluded,
+    JoinRequested,
+    LeaveRequested,
     Received,
     SnapshotTaken,
     StatesMerged,
@@ -34,9 +36,11 @@ from abcast.events import (
 from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
 from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
-from abcast.membership.state import MAX_MERGE_NOTES
+from abcast.membership.state import MAX_MERGE_NOTES, MERGE_PROBE, MERGE_TIMEOUT
 from abcast.membership.wire import (
+    MFarewell,
     MMergeAbort,
+    MMergeDecline,
     MMergeInstall,
     MMergeOutcome,
     MMergePrepare,
@@ -45,6 +49,7 @@ from abcast.membership.wire import (
     MMergeState,
     MPrepare,
     MRefuse,
+    MState,
     MWelcome,
     SideOutcome,
     ViewReport,
@@ -118,18 +123,25 @@ def test_a_member_another_side_left_out_goes_on_only_under_evs(partitions: str) 
         assert layer.cut_off and layer.status == "stopped"
 
 
+@pytest.mark.parametrize("leaving", [False, True])
 @pytest.mark.parametrize("ends", ["abort", "wait"])
 def test_a_member_suspected_during_a_merge_is_flushed_out_once_the_merge_is_off(
-        ends: str) -> None:
+        ends: str, leaving: bool) -> None:
     """The detector says Suspected once. n1 coordinates its side's flushes but not the
     merge (n0, lower, does); n3 is suspected while n1 is frozen for n0's merge. When the
     merge is off (n0 aborts it, or n1 stops waiting), n1 must flush n3 out: waiting for a
-    second Suspected would stall its side for good."""
+    second Suspected would stall its side for good. So must n1 when it is leaving: it
+    used not to, and a leaver that owes its own broadcasts (they wait on n3 under SAFE)
+    never asked to leave (--flapping seed 183, beyond the first 100)."""
     layer = _member("n1")
     target = evs_view_id(VIEW.view_id + 1, "n0")
     prepare = MMergePrepare(target, 1, ["n0", "n1", "n2", "n3"])
     answered = layer.handle(Received("n0", prepare, EMPTY), 10)
     assert any(isinstance(e, Send) and isinstance(e.header, MMergeState) for e in answered)
+    if leaving:
+        layer.s.owes_own = lambda: True  # its own broadcasts wait on n3
+        layer.handle(LeaveRequested(), 15)
+        assert layer.status == "leaving"
     assert layer.handle(Suspected("n3"), 20) == []  # the merge settles this view first
     if ends == "abort":
         effects = layer.handle(Received("n0", MMergeAbort(target, 1), EMPTY), 30)
@@ -242,6 +254,7 @@ def test_merge_bookkeeping_stays_bounded_over_a_long_churn_run() -> None:
         assert len(layer.s.merge_aborted) <= MAX_MERGE_NOTES
         assert all(a[1] > layer.view.view_id for a in layer.s.merge_aborted)
         assert len(layer.s.probe_answered) <= 1
+        assert len(layer.s.seen_in) <= MAX_MERGE_NOTES
     assert layer.merges == 300
 
 
@@ -293,6 +306,10 @@ def test_bad_merge_state_to_a_coordinator_is_a_remote_protocol_error(
     with pytest.raises(RemoteProtocolError):
         layer.handle(Received("n9", bad, EMPTY), 30)
     assert layer.s.merge is not None and set(layer.s.merge.states) == {"n1", "n8"}
+    decline = MMergeDecline(prepare.target, prepare.attempt, 99, ["n8"])  # a view without n9
+    with pytest.raises(RemoteProtocolError):
+        layer.handle(Received("n9", decline, EMPTY), 40)
+    assert layer.s.merge is not None and layer.s.seen_in.get("n8") == 11  # nothing noted
 
 
 def test_a_merge_shows_in_inspect_and_is_not_timed_as_a_flush() -> None:
@@ -364,3 +381,181 @@ def test_a_joiner_admitted_twice_refuses_the_second_view_and_that_side_goes_on()
     effects = coordinator.handle(Received("n3", MRefuse(other.view_id), EMPTY), 10)
     installed = [e.view for e in effects if isinstance(e, InstallView)]
     assert [v.members for v in installed] == [("n5",)]
+
+
+def _prepares(effects: list[Effect]) -> list[tuple[tuple[str, ...], MMergePrepare]]:
+    return [(e.to, e.header) for e in effects
+            if isinstance(e, Multicast) and isinstance(e.header, MMergePrepare)]
+
+
+@pytest.mark.parametrize("answer", ["state", "decline"])
+def test_a_merge_started_by_a_stale_probe_starts_again_with_the_view_as_reported(
+        answer: str) -> None:
+    """The heal lets the other side's probes through late, oldest first (the channel
+    keeps no order): the first names a view that has lost n4 (crashed) since. n5's
+    answer (its state, or its decline while it answers another merge) names its view as
+    it is, later than the probed one: n1 starts again at once with it. It used to wait
+    out the merge's 3 s for n4, which never answers (--flapping seed 17: the sides had
+    not merged when the run ended)."""
+    layer = _member("n1")
+    effects = layer.handle(Received("n5", MMergeProbe(5, ["n4", "n5"]), EMPTY), 10)
+    ((to, first),) = _prepares(effects)
+    assert to == ("n2", "n3", "n4", "n5") and first.members == ["n1", "n2", "n3", "n4", "n5"]
+    same = MMergeDecline(first.target, first.attempt, 5, ["n4", "n5"])  # busy, probe held
+    assert layer.handle(Received("n5", same, EMPTY), 15) == []
+    reply: MMergeState | MMergeDecline = (
+        MMergeState(first.target, first.attempt, 9, ["n5"], ViewReport({}, []))
+        if answer == "state" else MMergeDecline(first.target, first.attempt, 9, ["n5"]))
+    effects = layer.handle(Received("n5", reply, EMPTY), 20)
+    aborts = [e.header for e in effects
+              if isinstance(e, Multicast) and isinstance(e.header, MMergeAbort)]
+    assert aborts == [MMergeAbort(first.target, first.attempt, [])]
+    ((to, again),) = _prepares(effects)
+    assert to == ("n2", "n3", "n5") and again.members == ["n1", "n2", "n3", "n5"]
+    assert again.attempt > first.attempt
+    assert layer.s.merge is not None and layer.s.merge.members == ("n1", "n2", "n3", "n5")
+
+
+@pytest.mark.parametrize("coordinator", ["n0", "m0"])
+def test_a_prepare_heard_while_merging_is_answered_once_the_merge_is_off(
+        coordinator: str) -> None:
+    """n2 answered n0's merge; another prepare comes (n0's next attempt, for another
+    target: n0 gave the first up; or another coordinator's) ahead of n0's abort, which
+    may carry n2's side's outcome (the channel keeps no order). n2 declines it with its
+    view, keeps it, and answers it once the abort came. It used to drop it: that merge
+    waited out its 3 s for n2 (--flapping seeds 17 and 48)."""
+    layer = _member("n2")
+    target = evs_view_id(VIEW.view_id + 1, "n0")
+    layer.handle(Received("n0", MMergePrepare(target, 1, ["n0", *VIEW.members]), EMPTY), 10)
+    later = MMergePrepare(evs_view_id(target + 1, coordinator), 2,
+                          [coordinator, *VIEW.members, "n7"])
+    assert layer.handle(Received(coordinator, later, EMPTY), 20) == [
+        Send(coordinator, MMergeDecline(later.target, 2, VIEW.view_id, list(VIEW.members)))]
+    effects = layer.handle(Received("n0", MMergeAbort(target, 1), EMPTY), 30)
+    answers = [(e.to, e.header.target, e.header.attempt) for e in effects
+               if isinstance(e, Send) and isinstance(e.header, MMergeState)]
+    assert answers == [(coordinator, later.target, 2)]
+    assert layer.s.merging == (later.target, 2, coordinator)
+
+
+def test_a_prepare_kept_while_merging_is_the_latest_of_its_coordinator() -> None:
+    """n5's attempts 4 and then, retransmitted late, 3 come while n2 answers n0's merge:
+    n2 keeps attempt 4 (it used to keep the last heard, and answer a merge given up)."""
+    layer = _member("n2")
+    target = evs_view_id(VIEW.view_id + 1, "n0")
+    layer.handle(Received("n0", MMergePrepare(target, 1, ["n0", *VIEW.members]), EMPTY), 10)
+    for attempt in (4, 3):
+        prepare = MMergePrepare(evs_view_id(target + 1, "n5"), attempt, [*VIEW.members, "n5"])
+        layer.handle(Received("n5", prepare, EMPTY), 20 + attempt)
+    effects = layer.handle(Received("n0", MMergeAbort(target, 1), EMPTY), 30)
+    answers = [(e.to, e.header.attempt) for e in effects
+               if isinstance(e, Send) and isinstance(e.header, MMergeState)]
+    assert answers == [("n5", 4)]
+
+
+def test_a_flush_prepare_held_back_is_answered_when_another_view_shows_the_lower_member_gone(
+        ) -> None:
+    """n3 holds n2's prepare back while it trusts n1 (n2 may be a minority's
+    coordinator). The detector's `Excluded` (n1 is in another side's view) makes n3
+    suspect n1 as `Suspected` does: the prepare is answered now. It used to stay held
+    back, and n2's side's flush waited for n3 for ever (--flapping seed 56)."""
+    layer = _member("n3")
+    prepare = MPrepare(evs_view_id(VIEW.view_id + 1, "n2"), 1, ["n2", "n3"])
+    assert layer.handle(Received("n2", prepare, EMPTY), 10) == []
+    effects = layer.handle(Excluded("n1", evs_view_id(VIEW.view_id + 1, "n1")), 20)
+    answers = [(e.to, e.header.target) for e in effects
+               if isinstance(e, Send) and isinstance(e.header, MState)]
+    assert answers == [("n2", prepare.target)]
+
+
+@pytest.mark.parametrize("prepare", [
+    MMergePrepare(evs_view_id(9, "n0"), 1, ["n0", "n2", "n3"]),  # n1 left out
+    MMergePrepare(2, 1, ["n0", *VIEW.members]),  # for a view id we are past
+])
+def test_a_prepare_that_does_not_know_the_members_view_is_declined_with_it(
+        prepare: MMergePrepare) -> None:
+    layer = _member("n2")
+    assert layer.handle(Received("n0", prepare, EMPTY), 10) == [
+        Send("n0", MMergeDecline(prepare.target, 1, VIEW.view_id, list(VIEW.members)))]
+    assert layer.phase == "member"
+
+
+def test_a_probe_for_a_view_its_members_have_left_since_starts_no_merge() -> None:
+    """After a heal probes come late, oldest first: n5, heard in view 20, then probes
+    for view 9 (it was there with n4, since crashed). A node's view ids only grow, so
+    that probe is stale and starts nothing; it used to start a merge waiting 3 s for n4
+    (--flapping seed 94)."""
+    layer = _member("n1")
+    (_, first), = _prepares(layer.handle(Received("n5", MMergeProbe(20, ["n5"]), EMPTY), 10))
+    layer.handle(TimerFired(MERGE_TIMEOUT), 10 + layer.config.merge_timeout_us)  # given up
+    assert layer.s.merge is None and layer.phase == "member"
+    later = 20 + layer.config.merge_timeout_us
+    assert layer.handle(Received("n5", MMergeProbe(9, ["n4", "n5"]), EMPTY), later) == []
+    (_, again), = _prepares(layer.handle(Received("n5", MMergeProbe(20, ["n5"]), EMPTY),
+                                         later + 1))
+    assert again.members == ["n1", "n2", "n3", "n5"] and again.attempt > first.attempt
+
+
+@pytest.mark.parametrize("signal", ["excluded", "farewell"])
+def test_a_member_of_our_view_seen_in_another_view_ends_the_merge_we_answered(
+        signal: str) -> None:
+    """n1 answered n0's merge; n3, of n1's view, is then seen in a view that is not the
+    merge's (the detector's `Excluded`, or n3's `MFarewell`): n3 left the merge, which
+    can no longer install a view n1's side goes into whole. n1 thaws and goes on without
+    n3, where it used to wait out `merge_wait` (6 s) — for ever in effect when n0 had
+    left the group and its abort was lost (--flapping seed 58). n3 seen in the merge
+    view itself is no such sign: n1 waits for its install."""
+    layer = _member("n1")
+    target = evs_view_id(VIEW.view_id + 1, "n0")
+    layer.handle(Received("n0", MMergePrepare(target, 1, ["n0", *VIEW.members]), EMPTY), 10)
+    assert layer.handle(Excluded("n3", target), 20) == [] and layer.s.merging is not None
+    elsewhere = evs_view_id(VIEW.view_id + 1, "n7")
+    event: Event = (Excluded("n3", elsewhere) if signal == "excluded"
+                    else Received("n3", MFarewell(elsewhere), EMPTY))
+    effects = layer.handle(event, 30)
+    assert layer.s.merging is None
+    prepares = [(e.to, e.header.members) for e in effects
+                if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
+    assert prepares == [(("n2",), ["n1", "n2"])]  # its side's flush, without n3
+
+
+def test_a_joiner_admitted_twice_tells_every_member_of_the_second_view() -> None:
+    """The second welcome came from a leaver that coordinated its last flush (n4, not in
+    the view it welcomes to): n4 departs and drops the refusal, and n5, n6 waited for
+    ever on a member that was in another view (--flapping seed 53). The joiner now tells
+    every member listed; one that has yet to install that view keeps the word until it
+    does, then goes on without the joiner."""
+    joiner = _member("n3")
+    before = View(evs_view_id(5, "n4"), ("n4", "n5", "n6"))
+    other = View(evs_view_id(before.view_id + 1, "n4"), ("n3", "n5", "n6"))
+    second = MWelcome(other.view_id, 1, list(other.members), JoinCut({}), b"")
+    assert joiner.handle(Received("n4", second, EMPTY), 0) == [
+        Send("n5", MRefuse(other.view_id)), Send("n6", MRefuse(other.view_id))]
+    member = Membership("n5", Sequencer("n5", evs=True), MembershipConfig(partitions="evs"))
+    member.handle(ViewInstalled(before), 0)
+    assert member.handle(Received("n3", MRefuse(other.view_id), EMPTY), 5) == []  # early
+    effects = member.adopt(other)  # the leaver's install reaches it
+    prepares = [(e.to, e.header.members) for e in effects
+                if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
+    assert prepares == [(("n6",), ["n5", "n6"])]
+
+
+@pytest.mark.parametrize("partitions", ["primary", "evs"])
+def test_a_joiner_probes_the_contacts_its_view_lacks_under_evs(partitions: str) -> None:
+    """A leaver cut off alone admits the joiner n7, then leaves: n7 is alone in a
+    lineage that never held the rest of the group, and neither side's views lost the
+    other, so nobody probed (--flapping seeds 277 and 286: n7's state never met the
+    others'). Under evs the joiner takes the contacts its view lacks as lost and probes
+    them once it leads; primary partitions have no merge to look for."""
+    layer = Membership("n7", Sequencer("n7", evs=partitions == "evs"),
+                       MembershipConfig(partitions=partitions))
+    layer.handle(ViewInstalled(View(1, ("n7",))), 0)
+    layer.handle(JoinRequested(("n1", "n2", "n3")), 0)
+    view = View(evs_view_id(5, "n1"), ("n1", "n7"))
+    effects = layer.handle(Received("n1", MWelcome(view.view_id, 1, list(view.members),
+                                                   JoinCut({}), b""), EMPTY), 10)
+    probes = [e for e in effects if isinstance(e, SetTimer) and e.key == MERGE_PROBE]
+    if partitions == "primary":
+        assert probes == [] and layer.s.lost == {}
+    else:
+        assert len(probes) == 1 and set(layer.s.lost) == {"n2", "n3"}

@@ -39,6 +39,7 @@ from abcast.membership.state import (
     MembershipState,
     MemberSteps,
     WelcomeDraft,
+    arm_probe,
 )
 from abcast.membership.wire import (
     MFarewell,
@@ -115,6 +116,12 @@ class JoinLeave:
             effects.append(Send(sender, MFarewell(view.view_id)))
         effects += self.member.adopt(view)
         effects += self.member.resume()
+        if self.s.config.evs and self.s.contacts is not None:
+            # Contacts this view lacks may be on another side (a side that admitted us,
+            # then lost the rest): probe them as a lineage's lost members.
+            lacks = [c for c in self.s.contacts.nodes if c not in view.members]
+            self.s.lost.update(dict.fromkeys(lacks, self.s.now))
+            effects += arm_probe(self.s)
         if self.s.leave_after_join:
             effects += self.leave(self.s.now)
         return effects

@@ -312,13 +312,13 @@ class Membership(Layer):
                 return [*self.ordering.handle(event, now), timer]
             case Suspected(node):
                 self.s.suspects.add(node)  # before a thaw replays prepares that name it
-                effects = self._merge_suspects(node)
+                effects = self.merger.on_suspect(node)
                 effects += self.coordinator.on_suspect(node) + self._retry_deferred()
             case Restored(node):
                 self.s.suspects.discard(node)
                 effects = self.coordinator.on_restored()
             case Excluded(by, view_id) if self._partitioned(by, view_id):
-                effects = self._go_on_without(by)
+                effects = self._go_on_without(by, view_id)
             case Excluded(by, view_id):
                 effects = self.joins.on_excluded(by, view_id)
             case _:
@@ -332,18 +332,11 @@ class Membership(Layer):
         return (self.config.evs and self.s.status == "member" and view is not None
                 and by in view.members and view_id > view.view_id)
 
-    def _go_on_without(self, by: NodeId) -> list[Effect]:
+    def _go_on_without(self, by: NodeId, in_view: int = 0) -> list[Effect]:
+        """Suspect `by` as on `Suspected` (what we held back for it is answered)."""
         self.s.suspects.add(by)
-        return self._merge_suspects(by) + self.coordinator.on_suspect(by)
-
-    def _merge_suspects(self, node: NodeId) -> list[Effect]:
-        """A suspected merge coordinator (we thaw) or merge member (we give up)."""
-        merging, merge = self.s.merging, self.s.merge
-        if merge is not None and node in merge.members:
-            return self.merger.give_up()
-        if merging is not None and node == merging[2] and merge is None:
-            return self.merger.thaw()
-        return []
+        effects = self.merger.on_suspect(by, in_view) + self.coordinator.on_suspect(by)
+        return effects + self._retry_deferred()
 
     # -- membership messages -------------------------------------------------------------
     def _membership(self, sender: NodeId, header: Any) -> list[Effect]:
@@ -385,7 +378,7 @@ class Membership(Layer):
                 if sender not in members or view_id <= view.view_id:
                     return []
                 if self._partitioned(sender, view_id):
-                    return self._go_on_without(sender)
+                    return self._go_on_without(sender, view_id)
                 return self.joins.removed(sender, view_id)
             case MWelcome(view_id=welcomed, members=listed):
                 if self.node not in listed:
@@ -393,7 +386,11 @@ class Membership(Layer):
                                               f"without it: {listed}")
                 if welcomed == view.view_id or sender in members:
                     return []  # a welcome sent twice: we are in already
-                return [Send(sender, MRefuse(welcomed))]  # admitted twice: that one goes
+                # Admitted twice: that view goes on without us (its coordinator may leave)
+                return [Send(m, MRefuse(welcomed)) for m in listed if m != self.node]
+            case MRefuse(view_id) if view_id > view.view_id:  # its install is on its way
+                self.s.early.append(Received(sender, header, EMPTY))
+                return []
             case MRefuse(view_id):  # it took another side's welcome (else: of a view gone)
                 ours = sender in members and view_id == view.view_id
                 return self._go_on_without(sender) if ours else []
@@ -545,14 +542,14 @@ class Membership(Layer):
 
     def recheck(self) -> list[Effect]:
         """Once a view is settled (a flush's install, a merge's, a merge given up): the
-        flush that what was heard meanwhile calls for — a suspected member (the
-        detector says so only once), a join or a leave."""
+        flush that what was heard meanwhile calls for: a suspected member (said once;
+        a leaver's too: its owed broadcasts may wait on it), a join or a leave."""
         view, s = self.s.view, self.s
-        if view is None or s.frozen or s.flush is not None or s.status != "member":
+        if view is None or s.frozen or s.flush is not None or s.status not in ("member", "leaving"):
             return []
         if s.suspects & set(view.members):
             return self.coordinator.maybe_coordinate(view.view_id + 1)
-        if s.join_requests or s.leave_requests:
+        if s.status == "member" and (s.join_requests or s.leave_requests):
             return self.coordinator.change_view()
         return []
 

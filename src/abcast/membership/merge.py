@@ -11,10 +11,15 @@ point heard, only its side's origins). Heal, here:
 
 1. Discovery: a view's coordinator probes the nodes its lineage lost (`MMergeProbe`,
    every `probe_us` for `probe_for_us`); a member passes a probe to its coordinator; the
-   lowest node of both views coordinates the merge.
+   lowest node of both views coordinates the merge. A node's view ids only grow: a
+   probe naming a node heard in a later view since (`seen_in`) is stale, dropped.
 2. `MMergePrepare(target, attempt, members)` to both sides; each member that is neither
    frozen nor flushing, and whose view the coordinator knows whole, freezes and answers
-   `MMergeState` with its view and its ordering's report.
+   `MMergeState` with its view and its ordering's report. One that does not know it
+   whole, or answers another merge (it keeps the prepare and answers once that merge
+   is off), says its view (`MMergeDecline`). A later view of the other side than the
+   probe named (probes come late after a heal, oldest first) starts the merge again
+   with the view as it is.
 3. With every state in, the coordinator groups them by view (fewer than two sides: give
    up) and settles each side (`settle_side`); each side's outcome goes to its lowest
    member (`MMergeOutcome`), which delivers it in its old view and sends the state it
@@ -42,6 +47,7 @@ import logging
 import zlib
 from typing import Any, Final, TypeVar
 
+from abcast.codec import EMPTY
 from abcast.effects import (
     Effect,
     InstallState,
@@ -58,15 +64,16 @@ from abcast.ids import NodeId, View, node_sort_key, sorted_nodes
 from abcast.membership.api import MergingOrdering
 from abcast.membership.state import (
     MAX_MERGE_NOTES,
-    MERGE_PROBE,
     MERGE_TIMEOUT,
     MERGE_WAIT,
     MembershipState,
     MemberSteps,
     MergeRound,
+    arm_probe,
 )
 from abcast.membership.wire import (
     MMergeAbort,
+    MMergeDecline,
     MMergeInstall,
     MMergeOutcome,
     MMergePrepare,
@@ -148,13 +155,7 @@ class Merger:
         self.s.lost.update({m: now for m in old.members if m not in new.members})
         for node in new.members:
             self.s.lost.pop(node, None)
-        return self._arm_probe()
-
-    def _arm_probe(self) -> list[Effect]:
-        if self.s.probe_armed or not self.s.lost:
-            return []
-        self.s.probe_armed = True
-        return [SetTimer(MERGE_PROBE, self.s.now + self.s.config.probe_us)]
+        return arm_probe(self.s)
 
     def probe(self) -> list[Effect]:
         s = self.s
@@ -168,7 +169,7 @@ class Merger:
             probe = MMergeProbe(view.view_id, list(view.members))
             effects += [Send(n, probe, control=True) for n in sorted_nodes(list(s.lost))
                         if n not in view.members]
-        return effects + self._arm_probe()
+        return effects + arm_probe(self.s)
 
     def _on_probe(self, sender: NodeId, view_id: int, members: tuple[NodeId, ...]
                   ) -> list[Effect]:
@@ -207,7 +208,7 @@ class Merger:
         assert view is not None
         s.attempts = max(s.attempts, s.answered[1]) + 1
         target = evs_view_id(max(view.view_id, other_view_id) + 1, s.node)
-        merge = s.merge = MergeRound(target, s.attempts, members)
+        merge = s.merge = MergeRound(target, s.attempts, members, other_view_id)
         s.merges_coordinated += 1
         others = tuple(m for m in members if m != s.node)
         effects: list[Effect] = [
@@ -245,6 +246,9 @@ class Merger:
         if merge.sides:
             return []
         merge.states[sender] = state
+        stale = self._stale_probe(merge, state.view_id, state.members)
+        if stale is not None:
+            return stale
         if set(merge.states) != set(merge.members):
             return []
         by_view: dict[int, list[NodeId]] = {}
@@ -273,6 +277,29 @@ class Merger:
                                     MMergeOutcome(merge.target, merge.attempt, side)))
         merge.cut = self.ordering.merge_cut([a.report for a in merge.states.values()],
                                             outcomes, spent)
+        return effects
+
+    def _stale_probe(self, merge: MergeRound, view_id: int, members: list[NodeId]
+                     ) -> list[Effect] | None:
+        """The merge's other side is the view a probe named; a member of it that reports
+        (`MMergeState`, `MMergeDecline`) a later view (ids grow along a lineage) with other
+        members says the probe was stale — a retransmission the heal let through late
+        (the channel keeps no order): the side has changed since, a member crashed, left
+        or went to another side. Start again at once with the view as reported (or leave
+        the merge to its lowest node, our probes reach it), rather than wait out the time
+        limit for members that will never answer. None if the probe held."""
+        s = self.s
+        view = s.view
+        assert view is not None
+        others = set(merge.members) - set(view.members)
+        reported = set(members) - set(view.members)
+        if view_id == view.view_id or view_id <= merge.probed or reported == others:
+            return None
+        ours = [m for m in merge.members if m in view.members]
+        union = sorted_nodes([*ours, *reported])
+        effects = self.give_up()
+        if union[0] == s.node and not (s.frozen or self.busy or s.flush is not None):
+            effects += self._start(view_id, union)
         return effects
 
     def _maybe_merge_states(self, merge: MergeRound) -> list[Effect]:
@@ -307,18 +334,47 @@ class Merger:
         return [Multicast(others, abort), *kept, *self.thaw()]
 
     # -- every member --------------------------------------------------------------------
+    def _stale(self, view_id: int, members: list[NodeId]) -> bool:
+        """One of `members` was heard in a later view than `view_id` since: the news is
+        stale (a node's view ids only grow, whatever its lineage: a flush's id and a
+        merge's are above the view it leaves)."""
+        return any(self.s.seen_in.get(m, 0) > view_id for m in members)
+
+    def _seen(self, view_id: int, members: list[NodeId], effects: list[Effect]
+              ) -> list[Effect]:
+        """Note that `members` were in view `view_id` (once the message was taken)."""
+        seen = self.s.seen_in
+        for m in members:
+            if seen.get(m, 0) < view_id:
+                _note(seen, m, view_id)
+        return effects
+
     def on_message(self, sender: NodeId, header: Any) -> list[Effect]:
         s = self.s
         match header:
             case MMergeProbe(view_id, members):
-                return self._on_probe(sender, view_id, tuple(members))
+                if self._stale(view_id, members):
+                    return []  # a probe retransmitted late: its view is gone
+                return self._seen(view_id, members,
+                                  self._on_probe(sender, view_id, tuple(members)))
             case MMergePrepare(target, attempt, members):
                 if sender not in members or s.node not in members:
                     raise RemoteProtocolError(
                         f"merge prepare from {sender} for {members}, without it or us")
                 return self._on_prepare(sender, target, attempt, tuple(members))
-            case MMergeState():
-                return self._on_state(sender, header)
+            case MMergeState(view_id=view_id, members=members):
+                effects = self._on_state(sender, header)
+                return self._seen(view_id, members, effects) if sender in members else effects
+            case MMergeDecline(target, attempt, view_id, members):
+                if sender not in members:
+                    raise RemoteProtocolError(f"merge decline from {sender} of a view "
+                                              f"without it: {members}")
+                self._seen(view_id, members, [])
+                merge = s.merge  # a member's view, as it is
+                if (merge is None or (target, attempt) != (merge.target, merge.attempt)
+                        or sender not in merge.members or merge.sides):
+                    return []  # a merge given up meanwhile, or past its states
+                return self._stale_probe(merge, view_id, members) or []
             case MMergeOutcome(target, attempt, side) if s.merging == (target, attempt,
                                                                        sender):
                 if side.view_id != s.merge_view:
@@ -398,20 +454,25 @@ class Merger:
     ) -> list[Effect]:
         s = self.s
         view = s.view
-        if view is None or target <= view.view_id:
+        if view is None:
             return []
+        if target <= view.view_id or not set(view.members) <= set(members):
+            # It does not know our view as it is (its probe was stale, or this prepare
+            # is): tell it. (A coordinator past this merge drops the answer.)
+            return [Send(sender, MMergeDecline(target, attempt, view.view_id,
+                                               list(view.members)))]
         if s.suspects & set(view.members):
             return []  # our side removes them first (a crashed member would hold it up)
-        if not set(view.members) <= set(members):
-            return []  # it does not know our view as it is: a later probe corrects that
         if s.merging is not None:
-            # Only a later attempt of the merge we answered (same coordinator, same
+            # Now only a later attempt of the merge we answered (same coordinator, same
             # view): another merge may install a view we are listed in while we went on
-            # with this one. Its coordinator gives up; its next probe finds the merge.
-            if s.merging[2] != sender or s.merging[0] != target or s.merging[1] >= attempt:
+            # with this one. Any other waits until ours is off (its abort, which may
+            # carry our side's outcome, can come after this: the channel keeps no order)
+            # and is answered then, if still current; its coordinator may be waiting.
+            if s.merging[2] == sender and s.merging[1] >= attempt:
                 return []
-            if s.side_delivered:
-                return []  # our side's outcome is delivered: the abort that keeps it first
+            if s.merging[2] != sender or s.merging[0] != target or s.side_delivered:
+                return self._defer_prepare(sender, target, attempt, members)
         elif s.frozen or s.merge is not None or s.flush is not None:
             return []  # a flush of our own is running; the coordinator tries again
         if (sender, target, attempt) in s.merge_aborted:
@@ -419,6 +480,22 @@ class Merger:
         s.merging = (target, attempt, sender)
         wait = SetTimer(MERGE_WAIT, s.now + s.config.merge_wait)
         return [Send(sender, self._freeze(target, attempt)), wait]
+
+    def _defer_prepare(self, sender: NodeId, target: int, attempt: int,
+                       members: tuple[NodeId, ...]) -> list[Effect]:
+        """Keep a merge prepare heard while merging (the newest of each coordinator), to
+        be answered once our merge is off (`thaw`) or concluded (`_on_install`); tell
+        its coordinator our view meanwhile (`MMergeDecline`: its probe may have been stale)."""
+        s = self.s
+        view = s.view
+        assert view is not None
+        kept = next((e.header for e in s.merge_deferred if e.sender == sender
+                     and isinstance(e.header, MMergePrepare)), None)
+        if kept is None or kept.attempt < attempt:  # not one retransmitted late
+            s.merge_deferred = [e for e in s.merge_deferred if e.header is not kept]
+            prepare = MMergePrepare(target, attempt, list(members))
+            s.merge_deferred.append(Received(sender, prepare, EMPTY))
+        return [Send(sender, MMergeDecline(target, attempt, view.view_id, list(view.members)))]
 
     def _deliver_side(self, target: int, attempt: int, side: SideOutcome,
                       coordinator: NodeId) -> list[Effect]:
@@ -507,6 +584,22 @@ class Merger:
         for event in deferred:
             effects += self.member.replay(event)
         return effects + self.member.recheck()  # e.g. a member suspected meanwhile
+
+    def on_suspect(self, node: NodeId, in_view: int = 0) -> list[Effect]:
+        """A suspected merge coordinator (we thaw) or merge member (we give up); or a
+        member of our view that another view (`in_view`, from its `MFarewell` or the
+        detector's `Excluded`) holds now, not the merge's: it left the merge we answered,
+        which can install nothing our side goes into whole. Thaw then rather than wait
+        out `merge_wait` (the coordinator's abort may never come: it left the group)."""
+        s = self.s
+        merging, merge, view = s.merging, s.merge, s.view
+        if merge is not None and node in merge.members:
+            return self.give_up()
+        if merging is None or merge is not None:
+            return []
+        moved = (in_view and in_view != merging[0] and view is not None
+                 and node in view.members)
+        return self.thaw() if node == merging[2] or moved else []
 
     def defer(self, event: Received) -> list[Effect]:
         """A flush prepare heard while merging: answered once the merge is settled."""

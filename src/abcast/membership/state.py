@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from abcast.effects import Effect
+from abcast.effects import Effect, SetTimer
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.events import Received, TimerFired
 from abcast.ids import NodeId, View
@@ -134,6 +134,8 @@ class MergeRound:
     target: int
     attempt: int
     members: tuple[NodeId, ...]
+    #: the view id of the other side, as the probe that started the merge named it
+    probed: int = 0
     states: dict[NodeId, MMergeState] = field(default_factory=dict)
     sides: dict[int, SideOutcome] = field(default_factory=dict)  # by the side's view id
     lowest: dict[int, NodeId] = field(default_factory=dict)
@@ -253,7 +255,12 @@ class MembershipState:
         self.side_to_pass: MMergeAbort | None = None
         #: snapshot tokens of a side's outcome: (target, attempt, side view id, coordinator)
         self.side_tokens: dict[int, tuple[int, int, int, NodeId]] = {}
-        self.merge_deferred: list[Received] = []  # flush prepares heard while merging
+        #: flush prepares heard while merging, and merge prepares (the newest of each
+        #: coordinator) heard while answering another merge
+        self.merge_deferred: list[Received] = []
+        #: node of another side → the latest view id it was heard to be in (probes,
+        #: merge states, declines; a node's view ids only grow; MAX_MERGE_NOTES)
+        self.seen_in: dict[NodeId, int] = {}
         #: the last merge we answered and gave up on (its install may still come)
         self.merge_given_up: tuple[int, int, NodeId] | None = None
         #: what the ordering had delivered when we gave that merge up (stable_point)
@@ -265,3 +272,13 @@ class MembershipState:
         self.merges_coordinated = 0  # merges this member started
         self.merges_given_up = 0  # merges answered or started that ended without a view
         self.merge_installs_late = 0  # installs that came after we gave their merge up
+
+
+def arm_probe(s: MembershipState) -> list[Effect]:
+    """evs: the merge probe's timer (abcast.membership.merge), unless it is armed or
+    nobody is lost. The merger arms it as views lose members, a joiner as it is
+    welcomed (its contacts that view lacks)."""
+    if s.probe_armed or not s.lost:
+        return []
+    s.probe_armed = True
+    return [SetTimer(MERGE_PROBE, s.now + s.config.probe_us)]

@@ -185,6 +185,18 @@ class MMergePrepare(Header, frozen=True):
     members: NodeList
 
 
+class MMergeDecline(Header, frozen=True):
+    """Member → a merge coordinator whose prepare it cannot answer (it answers another
+    merge: it will once that is off; or the prepare does not list its whole view): my
+    view is `view_id` of `members`. The probe that started the merge may have been a
+    late retransmission naming the member's view as it was long ago."""
+
+    target: Seq
+    attempt: Count
+    view_id: Seq
+    members: NodeList
+
+
 class MMergeState(Header, frozen=True):
     """Member → merge coordinator: my view (`view_id`, `members`) and what I hold of it."""
 
@@ -244,12 +256,12 @@ class MMergeAbort(Header, frozen=True):
     sides: Annotated[list[SideOutcome], msgspec.Meta(max_length=4096)] = []
 
 
-MERGE_HEADERS: Final = (MMergeProbe, MMergePrepare, MMergeState, MMergeOutcome, MMergeSideState,
-                        MMergeInstall, MMergeAbort)
+MERGE_HEADERS: Final = (MMergeProbe, MMergePrepare, MMergeDecline, MMergeState, MMergeOutcome,
+                        MMergeSideState, MMergeInstall, MMergeAbort)
 MembershipHeader = (
     MJoin | MJoinFwd | MLeave | MFarewell | MStable | MPrepare | MState | MBusy | MAbort
-    | MInstall | MNotYet | MRefuse | MWelcome | MMergeProbe | MMergePrepare | MMergeState
-    | MMergeOutcome | MMergeSideState | MMergeInstall | MMergeAbort
+    | MInstall | MNotYet | MRefuse | MWelcome | MMergeProbe | MMergePrepare | MMergeDecline
+    | MMergeState | MMergeOutcome | MMergeSideState | MMergeInstall | MMergeAbort
 )
 MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MStable, MPrepare, MState,
                              MBusy, MAbort, MInstall, MNotYet, MRefuse, MWelcome,
