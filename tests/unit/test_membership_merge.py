@@ -559,3 +559,31 @@ def test_a_joiner_probes_the_contacts_its_view_lacks_under_evs(partitions: str) 
         assert probes == [] and layer.s.lost == {}
     else:
         assert len(probes) == 1 and set(layer.s.lost) == {"n2", "n3"}
+
+
+def test_an_earlier_attempts_abort_keeps_the_sides_outcome_but_not_the_later_attempt_off(
+        ) -> None:
+    """n1 coordinates the merge and is its side's lowest member: it delivers its side's
+    outcome in attempt 1, gives attempt 1 up and starts attempt 2 (same views, same
+    target). n2 gets attempt 2's prepare before attempt 1's abort (the channel keeps no
+    order) and answers it. The abort then brings the side's outcome: n2 keeps it, but
+    stays in attempt 2, whose install lists it. It used to thaw (the outcome matched by
+    target only) and drop attempt 2's install as late, while the others installed a
+    merge view listing n2."""
+    layer = _member("n2")
+    other = View(evs_view_id(5, "n4"), ("n4",))
+    members = [*VIEW.members, "n4"]
+    target = evs_view_id(other.view_id + 1, "n1")
+    side = SideOutcome(VIEW.view_id, [])
+    layer.handle(Received("n1", MMergePrepare(target, 1, members), EMPTY), 5)
+    answered = layer.handle(Received("n1", MMergePrepare(target, 2, members), EMPTY), 10)
+    assert [(e.to, e.header.attempt) for e in answered
+            if isinstance(e, Send) and isinstance(e.header, MMergeState)] == [("n1", 2)]
+    layer.handle(Received("n1", MMergeAbort(target, 1, [side]), EMPTY), 20)
+    assert layer.s.merging == (target, 2, "n1") and layer.phase == "member, merging"
+    install = MMergeInstall(target, 2, members, [side, SideOutcome(other.view_id, [])],
+                            b"merged", JoinCut({}))
+    effects = layer.handle(Received("n1", install, EMPTY), 30)
+    assert [e.view for e in effects if isinstance(e, InstallView)] == [
+        View(target, tuple(members))]
+    assert layer.s.merge_installs_late == 0

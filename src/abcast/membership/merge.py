@@ -431,6 +431,12 @@ class Merger:
                 # coordinator's abort may never come (it crashed, or we stopped waiting).
                 if s.side_kept == (target, attempt):
                     return []  # the abort brought it first
+                if s.merging is not None and attempt < s.merging[1]:
+                    # An earlier attempt's outcome, come after we answered a later one
+                    # (its coordinator gave the earlier up once the side delivered it):
+                    # keep it, and wait for the later attempt, which may install a view
+                    # that lists us.
+                    return self._keep_side(target, attempt, sides)
                 if s.merging is not None:
                     return self._keep_side(target, attempt, sides) + self.thaw()
                 if s.ordering.stable_point() != s.thawed_at:
@@ -531,7 +537,8 @@ class Merger:
         if view is None or sender not in view.members or view.view_id != s.merge_view:
             return False
         # By target: a later attempt of the same merge (same views) may have come
-        # between, and our side's lowest member answers none once it delivered.
+        # between, and our side's lowest member answers none once it delivered. (The
+        # abort branch thaws only for the attempt we answered, or a later one.)
         if s.merging is not None:
             return s.merging[0] == target
         given_up = s.merge_given_up
