@@ -36,7 +36,7 @@ from abcast.events import (
 from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
 from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
-from abcast.membership.state import MAX_MERGE_NOTES, MERGE_PROBE, MERGE_TIMEOUT
+from abcast.membership.state import MAX_EARLY, MAX_MERGE_NOTES, MERGE_PROBE, MERGE_TIMEOUT
 from abcast.membership.wire import (
     MFarewell,
     MMergeAbort,
@@ -203,10 +203,10 @@ def test_a_former_members_flush_is_stale_under_evs_whatever_its_view_id() -> Non
     with pytest.raises(RemoteProtocolError, match="not a member"):
         layer.handle(Received("n1", stale, EMPTY), 20)
     assert layer.handle(Received("n1", stale, EMPTY), 30) == []  # said once
-    assert layer.s.early == []
+    assert layer.s.early == {}
     ahead = MPrepare(evs_view_id(own.view_id + 2, "n9"), 1, ["n3", "n9"])
     assert layer.handle(Received("n9", ahead, EMPTY), 40) == []
-    assert [e.sender for e in layer.s.early] == ["n9"]
+    assert [e.sender for _, e in layer.s.early.values()] == ["n9"]
     assert layer.view == own and layer.phase == "member"
 
 
@@ -587,3 +587,49 @@ def test_an_earlier_attempts_abort_keeps_the_sides_outcome_but_not_the_later_att
     assert [e.view for e in effects if isinstance(e, InstallView)] == [
         View(target, tuple(members))]
     assert layer.s.merge_installs_late == 0
+
+
+def test_packets_kept_for_a_view_beyond_ours_are_the_newest_of_each_sender_and_bounded(
+        ) -> None:
+    """Prepares and refusals for a view this member has yet to install are kept until it
+    installs one. They used to be appended without bound: a peer could grow the list
+    at will. Now each sender and kind keeps its newest (a late retransmission replaces
+    nothing), MAX_EARLY in all, the oldest dropped; the newest are replayed."""
+    layer = _member("n3")
+    ahead = evs_view_id(VIEW.view_id + 1, "n9")
+    for attempt in (*range(1, 200), 5):
+        layer.handle(Received("n9", MPrepare(ahead, attempt, ["n3", "n9"]), EMPTY), attempt)
+    for view_id in (ahead + 2, ahead + 1):
+        layer.handle(Received("n9", MRefuse(view_id), EMPTY), 300)
+    assert [(e.header, rank) for rank, e in layer.s.early.values()] == [
+        (MPrepare(ahead, 199, ["n3", "n9"]), (ahead, 199)),
+        (MRefuse(ahead + 2), (ahead + 2, 0))]
+    strangers = [f"s{i}" for i in range(2 * MAX_EARLY)]
+    for node in strangers:
+        layer.handle(Received(node, MPrepare(ahead, 1, ["n3", node]), EMPTY), 400)
+    assert len(layer.s.early) == MAX_EARLY
+    assert {e.sender for _, e in layer.s.early.values()} == set(strangers[MAX_EARLY:])
+    assert layer.view == VIEW and layer.phase == "member"
+
+
+def test_a_refusal_of_a_view_we_moved_on_from_still_takes_the_joiner_out() -> None:
+    """n3 took another side's welcome and refused view `other`, which admitted it; the
+    refusal reaches n5 only after n5 moved on to a later view (still listing n3). It
+    used to be ignored: n3 stayed listed until the detector suspected it, which n3's
+    answers to the view's packets may keep from happening. n5 now goes on without n3.
+    A refusal of a view that did not admit n3, or from a member never admitted, is old
+    news."""
+    before = View(evs_view_id(5, "n4"), ("n4", "n5", "n6"))
+    other = View(evs_view_id(before.view_id + 1, "n5"), ("n3", "n5", "n6"))
+    later = View(evs_view_id(other.view_id + 1, "n5"), ("n3", "n5", "n6", "n7"))
+    member = Membership("n5", Sequencer("n5", evs=True), MembershipConfig(partitions="evs"))
+    member.handle(ViewInstalled(before), 0)
+    member.adopt(other)
+    member.adopt(later)
+    assert member.handle(Received("n3", MRefuse(before.view_id), EMPTY), 5) == []
+    assert member.handle(Received("n6", MRefuse(other.view_id), EMPTY), 5) == []
+    assert member.view == later and not member.frozen
+    effects = member.handle(Received("n3", MRefuse(other.view_id), EMPTY), 10)
+    prepares = [(e.to, e.header.members) for e in effects
+                if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
+    assert prepares == [(("n6", "n7"), ["n5", "n6", "n7"])]

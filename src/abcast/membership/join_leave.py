@@ -11,12 +11,16 @@ every `leave_retry_us`), is a member of the flush that leaves it out, and depart
 every new member said farewell (or after `farewell_wait_us`). A member that learns a
 later view left it out, by a farewell or the detector's `Excluded`, was cut off: it
 stops (`cut_off`), unless it was leaving and waits for the install it gave its state to.
+Under evs two sides may each admit one joiner: it takes the first welcome and refuses
+the second view (`MRefuse` to every member listed), whose members go on without it —
+in that view or any later one that still lists it (`admitted_in`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from abcast.codec import EMPTY
 from abcast.effects import (
     CancelTimer,
     Effect,
@@ -27,6 +31,7 @@ from abcast.effects import (
     TakeSnapshot,
 )
 from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.events import Received
 from abcast.ids import NodeId, View
 from abcast.membership.contacts import JoinContacts, left_out_by
 from abcast.membership.state import (
@@ -40,6 +45,7 @@ from abcast.membership.state import (
     MemberSteps,
     WelcomeDraft,
     arm_probe,
+    keep_early,
 )
 from abcast.membership.wire import (
     MFarewell,
@@ -48,6 +54,7 @@ from abcast.membership.wire import (
     MLeave,
     MNotYet,
     MPrepare,
+    MRefuse,
     MWelcome,
 )
 
@@ -125,6 +132,45 @@ class JoinLeave:
         if self.s.leave_after_join:
             effects += self.leave(self.s.now)
         return effects
+
+    # -- admitted twice (evs: two sides each took our join) ------------------------------
+    def welcome_again(self, sender: NodeId, welcome: MWelcome) -> list[Effect]:
+        """A welcome while a member: sent twice, or a second view admitted us (two sides
+        took our join). That view goes on without us: tell every member it lists (its
+        coordinator may be a leaver, gone)."""
+        view = self.s.view
+        assert view is not None
+        if self.s.node not in welcome.members:
+            raise RemoteProtocolError(f"{sender} welcomed {self.s.node} into a view "
+                                      f"without it: {welcome.members}")
+        if welcome.view_id == view.view_id or sender in view.members:
+            return []  # a welcome sent twice: we are in already
+        return [Send(m, MRefuse(welcome.view_id)) for m in welcome.members
+                if m != self.s.node]
+
+    def on_refuse(self, sender: NodeId, view_id: int) -> list[Effect]:
+        """`sender` took another side's welcome and refused view `view_id`, which
+        admitted it: go on without it, in our view or in the views since that still list
+        it (we may have moved on before the refusal came: it would stay listed until the
+        detector suspects it, which its answers to our packets may keep from happening).
+        A refusal of a view beyond ours waits for it; one of a view that did not admit
+        the member we have now (it was left out and came back since) is old news."""
+        view = self.s.view
+        assert view is not None
+        if view_id > view.view_id:  # its install is on its way
+            keep_early(self.s, Received(sender, MRefuse(view_id), EMPTY), (view_id, 0))
+            return []
+        admitted = self.s.admitted_in.get(sender, view.view_id)
+        if sender in view.members and admitted == view_id:
+            return self.member.go_on_without(sender)
+        return []
+
+    def note_admitted(self, old: View | None, new: View) -> None:
+        """Note, as `new` is installed, the members it admits to our views."""
+        kept = {m: v for m, v in self.s.admitted_in.items() if m in new.members}
+        old_members = old.members if old is not None else ()
+        self.s.admitted_in = kept | {m: new.view_id for m in new.members
+                                     if m not in old_members and m not in kept}
 
     def take_snapshot(self, joiners: tuple[NodeId, ...], view: View) -> Effect:
         self.s.tokens += 1

@@ -106,6 +106,7 @@ from abcast.membership.state import (
     CoordinatedFlush,
     MembershipConfig,
     MembershipState,
+    keep_early,
 )
 from abcast.membership.wire import (
     MEMBERSHIP_HEADERS,
@@ -318,7 +319,7 @@ class Membership(Layer):
                 self.s.suspects.discard(node)
                 effects = self.coordinator.on_restored()
             case Excluded(by, view_id) if self._partitioned(by, view_id):
-                effects = self._go_on_without(by, view_id)
+                effects = self.go_on_without(by, view_id)
             case Excluded(by, view_id):
                 effects = self.joins.on_excluded(by, view_id)
             case _:
@@ -332,7 +333,7 @@ class Membership(Layer):
         return (self.config.evs and self.s.status == "member" and view is not None
                 and by in view.members and view_id > view.view_id)
 
-    def _go_on_without(self, by: NodeId, in_view: int = 0) -> list[Effect]:
+    def go_on_without(self, by: NodeId, in_view: int = 0) -> list[Effect]:
         """Suspect `by` as on `Suspected` (what we held back for it is answered)."""
         self.s.suspects.add(by)
         effects = self.merger.on_suspect(by, in_view) + self.coordinator.on_suspect(by)
@@ -378,22 +379,12 @@ class Membership(Layer):
                 if sender not in members or view_id <= view.view_id:
                     return []
                 if self._partitioned(sender, view_id):
-                    return self._go_on_without(sender, view_id)
+                    return self.go_on_without(sender, view_id)
                 return self.joins.removed(sender, view_id)
-            case MWelcome(view_id=welcomed, members=listed):
-                if self.node not in listed:
-                    raise RemoteProtocolError(f"{sender} welcomed {self.node} into a view "
-                                              f"without it: {listed}")
-                if welcomed == view.view_id or sender in members:
-                    return []  # a welcome sent twice: we are in already
-                # Admitted twice: that view goes on without us (its coordinator may leave)
-                return [Send(m, MRefuse(welcomed)) for m in listed if m != self.node]
-            case MRefuse(view_id) if view_id > view.view_id:  # its install is on its way
-                self.s.early.append(Received(sender, header, EMPTY))
-                return []
-            case MRefuse(view_id):  # it took another side's welcome (else: of a view gone)
-                ours = sender in members and view_id == view.view_id
-                return self._go_on_without(sender) if ours else []
+            case MWelcome():
+                return self.joins.welcome_again(sender, header)
+            case MRefuse(view_id):
+                return self.joins.on_refuse(sender, view_id)
             case MPrepare() if self.merger.busy:
                 return self.merger.defer(Received(sender, header, EMPTY))
             case MPrepare(target, attempt, proposed):
@@ -401,7 +392,7 @@ class Membership(Layer):
                     if self._ahead_of_us(sender, target):
                         # Led by a member of a view we have not installed yet (a joiner it
                         # admitted): answer once that view is ours.
-                        self.s.early.append(Received(sender, header, EMPTY))
+                        keep_early(self.s, Received(sender, header, EMPTY), (target, attempt))
                         return []
                     if sender in self.s.stale_from:
                         return []  # said once: its retransmissions are dropped quietly
@@ -430,7 +421,7 @@ class Membership(Layer):
                 return self.coordinator.on_state(sender, header)
             case MBusy() if self.config.evs and self._busy_elsewhere(sender):
                 # It is forming another side's view: go on without it (a merge follows).
-                return self._go_on_without(sender)
+                return self.go_on_without(sender)
             case MBusy(target, attempt):
                 return self.coordinator.on_busy(target, attempt)
             case MInstall(view_id):
@@ -554,6 +545,7 @@ class Membership(Layer):
         return []
 
     def adopt(self, view: View) -> list[Effect]:
+        self.joins.note_admitted(self.s.view, view)
         self.s.view = view
         self.s.flush = None
         self.s.stable_reports = {}
@@ -563,8 +555,8 @@ class Membership(Layer):
         self.s.deferred = {n: e for n, e in self.s.deferred.items()
                           if n in view.members and e.header.target > view.view_id}
         effects = self.ordering.handle(ViewInstalled(view), self.s.now)
-        early, self.s.early = self.s.early, []
-        for event in early:
+        early, self.s.early = self.s.early, {}
+        for _, event in early.values():
             if event.sender in view.members:
                 effects += self.replay(event)
         return effects

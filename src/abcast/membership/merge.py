@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from abcast.codec import EMPTY
 from abcast.effects import (
@@ -63,13 +63,13 @@ from abcast.events import Received, ViewInstalled
 from abcast.ids import NodeId, View, node_sort_key, sorted_nodes
 from abcast.membership.api import MergingOrdering
 from abcast.membership.state import (
-    MAX_MERGE_NOTES,
     MERGE_TIMEOUT,
     MERGE_WAIT,
     MembershipState,
     MemberSteps,
     MergeRound,
     arm_probe,
+    note,
 )
 from abcast.membership.wire import (
     MMergeAbort,
@@ -95,18 +95,6 @@ def evs_view_id(target: int, coordinator: NodeId) -> int:
     residue = zlib.crc32(coordinator.encode()) % VIEW_ID_SPAN
     base = target - target % VIEW_ID_SPAN + residue
     return base if base >= target else base + VIEW_ID_SPAN
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-def _note(notes: dict[_K, _V], key: _K, value: _V) -> None:
-    """Keep `key` in `notes`, the newest, dropping the oldest past MAX_MERGE_NOTES."""
-    notes.pop(key, None)
-    notes[key] = value
-    while len(notes) > MAX_MERGE_NOTES:
-        del notes[next(iter(notes))]
 
 
 class Merger:
@@ -198,7 +186,7 @@ class Merger:
         # An answer older than `probe_us` no longer holds the next one back: forget it.
         horizon = s.now - s.config.probe_us
         s.probe_answered = {n: t for n, t in s.probe_answered.items() if t > horizon}
-        _note(s.probe_answered, other, s.now)
+        note(s.probe_answered, other, s.now)
         return [Send(other, MMergeProbe(view.view_id, list(view.members)), control=True)]
 
     # -- the merge coordinator -----------------------------------------------------------
@@ -346,7 +334,7 @@ class Merger:
         seen = self.s.seen_in
         for m in members:
             if seen.get(m, 0) < view_id:
-                _note(seen, m, view_id)
+                note(seen, m, view_id)
         return effects
 
     def on_message(self, sender: NodeId, header: Any) -> list[Effect]:
@@ -450,7 +438,7 @@ class Merger:
                 s.side_delivered = False
                 return effects
             case MMergeAbort(target, attempt):
-                _note(s.merge_aborted, (sender, target, attempt), None)
+                note(s.merge_aborted, (sender, target, attempt), None)
                 return []
             case _:
                 return []  # a merge we left for another, or given up

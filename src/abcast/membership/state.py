@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 from abcast.effects import Effect, SetTimer
 from abcast.errors import ConfigError, LocalProtocolError
@@ -53,6 +53,9 @@ MERGE_RETRANSMISSIONS: Final = 2
 #: evs: the merge aborts heard ahead of their prepare and the probes answered a member
 #: keeps at most (the oldest go first; each also expires: abcast.membership.merge)
 MAX_MERGE_NOTES: Final = 64
+#: packets for a view beyond ours (flush prepares, refusals) a member keeps until it
+#: installs a view: the newest of each sender and kind, at most this many in all
+MAX_EARLY: Final = 64
 #: join asks the acting leader holds for the next view; more are dropped (counted) and
 #: come back with the joiner's retry: a member forwarding asks for strangers cannot grow
 #: the leader's state (issue #21). The open channel's bound on strangers, MAX_GUESTS.
@@ -181,6 +184,8 @@ class MemberSteps(Protocol):
 
     def recheck(self) -> list[Effect]: ...
 
+    def go_on_without(self, by: NodeId, in_view: int = 0) -> list[Effect]: ...
+
 
 class MembershipState:
     """Every field of the membership layer; the layer owns one and hands it to its
@@ -204,7 +209,10 @@ class MembershipState:
         self.buffered: list[Received] = []  # the ordering's packets while frozen/joining
         self.queued: list[tuple[int, bytes]] = []  # broadcasts while frozen/joining
         self.timers: list[TimerFired] = []  # the ordering's timers that fired while frozen
-        self.early: list[Received] = []  # prepares for a view beyond the next
+        #: prepares and refusals for a view beyond ours, by (sender, kind): keep_early
+        self.early: dict[tuple[NodeId, str], tuple[tuple[int, int], Received]] = {}
+        #: member of our view → the id of our view that admitted it (joined or merged in)
+        self.admitted_in: dict[NodeId, int] = {}
         #: prepares from a coordinator some member I trust precedes, by sender
         self.deferred: dict[NodeId, Received] = {}
         self.aborted: set[tuple[NodeId, int, int]] = set()  # aborts ahead of their prepare
@@ -272,6 +280,29 @@ class MembershipState:
         self.merges_coordinated = 0  # merges this member started
         self.merges_given_up = 0  # merges answered or started that ended without a view
         self.merge_installs_late = 0  # installs that came after we gave their merge up
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def note(notes: dict[_K, _V], key: _K, value: _V, cap: int = MAX_MERGE_NOTES) -> None:
+    """Keep `key` in `notes`, the newest, dropping the oldest past `cap`."""
+    notes.pop(key, None)
+    notes[key] = value
+    while len(notes) > cap:
+        del notes[next(iter(notes))]
+
+
+def keep_early(s: MembershipState, event: Received, rank: tuple[int, int]) -> None:
+    """Keep a packet for a view beyond ours, replayed once we install a view
+    (abcast.membership.layer's `adopt`): of each sender and kind only the newest by
+    `rank` (target, attempt), MAX_EARLY in all, the oldest dropped. A peer cannot grow
+    it at will, and a retransmission come late replaces nothing."""
+    key = (event.sender, type(event.header).__name__)
+    kept = s.early.get(key)
+    if kept is None or kept[0] < rank:
+        note(s.early, key, (rank, event), MAX_EARLY)
 
 
 def arm_probe(s: MembershipState) -> list[Effect]:
