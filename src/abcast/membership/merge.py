@@ -35,7 +35,8 @@ answered one and hears nothing for `merge_wait` (that limit plus the channel's
 retransmissions, abcast.membership.state) thaws; an install later still is logged and
 dropped. Past step 3 the abort carries the sides' outcomes and each side keeps its
 own (its lowest member delivered it): every member delivers it in its view and thaws;
-the lowest member passes it on as it thaws, should the abort not come. A flush prepare
+the lowest member passes it on as it thaws, should the abort not come. An earlier
+attempt's, come after a member answered a later one, is kept without a thaw. A flush prepare
 heard while merging waits for the merge. What a peer sends wrong is a
 RemoteProtocolError; what a member notes of other merges is bounded (MAX_MERGE_NOTES).
 What it does not handle: docs/orderings.md ("evs").
@@ -616,8 +617,10 @@ class Merger:
         if s.side_delivered and s.view is not None:
             # The side's outcome we delivered may have numbered past what we had: the
             # ordering takes our view afresh (its sequencer numbers on after it). Its
-            # lowest member, which delivered it first, passes it on to the side (ahead
-            # of anything it sends in the view again: each link keeps its order).
+            # lowest member, which delivered it first, passes it on to the side. The
+            # channel keeps no order: what it sends in the view again may come first,
+            # numbered past the outcome, and waits there for it; a member that stopped
+            # waiting and delivered since drops it (docs/orderings.md, "Not handled").
             s.side_delivered = False
             passed, s.side_to_pass = s.side_to_pass, None
             others = tuple(m for m in s.view.members if m != s.node)
