@@ -56,6 +56,7 @@ from abcast.reliability.fragments import (
     MAX_COUNT,
     Fragment,
     InnerCodec,
+    NoRoomError,
     Reassembly,
     SizeGate,
     measure,
@@ -196,7 +197,10 @@ class BasicChannel(Layer):
         reassembly = self._reassembly
         size = len(inner.payload)
         self.evicted += reassembly.make_room(sender, first, index, count, size)
-        reassembly.check(sender, first, index, count, size)
+        try:
+            reassembly.check(sender, first, index, count, size)
+        except NoRoomError:
+            return []  # no room left by other senders: lost (counted)
         if not self._on_data(sender, fragment.seq, inner):
             return []  # a duplicate
         whole = reassembly.add(sender, first, index, count, inner.payload)

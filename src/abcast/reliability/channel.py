@@ -76,6 +76,7 @@ from abcast.reliability.fragments import (
     MIN_FRAME_BYTES,
     Fragment,
     InnerCodec,
+    NoRoomError,
     Reassembly,
     RFrag,
     SizeGate,
@@ -453,9 +454,14 @@ class ReliableChannel(Layer):
         link = self._in.get(sender)
         if link is not None and (fragment.seq <= link.high or fragment.seq in link.above):
             return self._on_data(sender, fragment.seq, inner, now, fragment.ack)  # acked
-        # Refused before the link records it: a reliable sender resends it later.
+        # Refused before the link records it: a reliable sender resends it later. One
+        # refused for room only is dropped quietly (counted): its sender did no wrong,
+        # and a raise would make the runtime drop the connection.
         low = (0 if link is None else link.high) + 1
-        self._reassembly.check(sender, first, index, count, len(inner.payload), low)
+        try:
+            self._reassembly.check(sender, first, index, count, len(inner.payload), low)
+        except NoRoomError:
+            return []
         effects = self._on_data(sender, fragment.seq, inner, now, fragment.ack)
         for i, effect in enumerate(effects):
             if type(effect) is Up:

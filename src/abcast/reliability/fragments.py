@@ -245,6 +245,11 @@ def reservation(count: int, chunk: int) -> int:
 
 
 # -- reassembly ----------------------------------------------------------------------------
+class NoRoomError(RemoteProtocolError):
+    """A fragment refused for room only: an honest sender's, to be taken when resent (a
+    channel drops it quietly, counted, instead of treating its peer as faulty)."""
+
+
 @dataclass(slots=True)
 class _Partial:
     count: int
@@ -320,10 +325,11 @@ class Reassembly:
         state = self._senders.get(sender)
         return 0 if state is None else len(state.partial)
 
-    def _refuse(self, message: str, oversize: bool = False) -> RemoteProtocolError:
+    def _refuse(self, message: str, oversize: bool = False, room: bool = False
+                ) -> RemoteProtocolError:
         self.refused += 1
         self.oversize += oversize
-        return RemoteProtocolError(message)
+        return NoRoomError(message) if room else RemoteProtocolError(message)
 
     def check(self, sender: str, first: int, index: int, count: int, size: int,
               low: int = 0) -> None:
@@ -358,24 +364,24 @@ class Reassembly:
                 lowest = self._guests_lowest()
                 if lowest + need > self.guest_bytes:
                     raise self._refuse(f"guests' lowest packets would hold {lowest + need} "
-                                       f"bytes (max {self.guest_bytes})")
+                                       f"bytes (max {self.guest_bytes})", room=True)
             return
         if part is None and len(state.partial) >= self.max_partial:
             raise self._refuse(
-                f"{sender} has {len(state.partial)} packets in fragments under way")
+                f"{sender} has {len(state.partial)} packets in fragments under way", room=True)
         held = state.held
         if held + need > self.max_bytes:
             raise self._refuse(f"{sender}'s packets under way would hold {held + need} "
-                               f"bytes (max {self.max_bytes})")
+                               f"bytes (max {self.max_bytes})", room=True)
         if guest:
             guests = self.guests_held()
             if guests + need > self.guest_bytes:
                 raise self._refuse(f"guests' packets under way would hold {guests + need} "
-                                   f"bytes (max {self.guest_bytes})")
+                                   f"bytes (max {self.guest_bytes})", room=True)
         total = self.held()
         if total + need > self.total_bytes:
             raise self._refuse(f"packets under way would hold {total + need} bytes "
-                               f"(max {self.total_bytes})")
+                               f"(max {self.total_bytes})", room=True)
 
     def need(self, index: int, count: int, size: int) -> int:
         """What opening a packet with this fragment reserves."""
