@@ -61,7 +61,8 @@ def test_any_order_and_duplicates_give_the_packet_back_once_whole(
     assert [p.index for p in parts] == list(range(len(parts)))
     if len(parts) == 1:
         return  # one fragment: the channel sends it whole
-    reassembly = Reassembly(max_bytes=len(data), max_partial=1)
+    # exactly the packet's reservation (count × chunk): the sender's own test
+    reassembly = Reassembly(max_bytes=len(parts) * chunk, max_partial=1, chunk=chunk)
     done: list[tuple[int, bytes]] = []
     seen: set[int] = set()
     for step, index in enumerate(order):
@@ -79,25 +80,43 @@ Fragmentish = tuple[str, int, int, int, int]  # sender, first, index, count, siz
 
 
 @FAST
-@given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 6), st.integers(0, 5),
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.integers(1, 6), st.integers(0, 5),
                           st.integers(1, 6), st.integers(0, 300)), max_size=80),
-       st.integers(1, 900), st.integers(1, 3))
-def test_the_bound_holds_whatever_a_peer_sends_and_a_refusal_changes_nothing(
-    fragments: list[Fragmentish], max_bytes: int, max_partial: int,
+       st.integers(1, 900), st.integers(1, 3), st.integers(0, 300))
+def test_the_bounds_hold_a_refusal_changes_nothing_an_open_packet_is_never_refused(
+    fragments: list[Fragmentish], max_bytes: int, max_partial: int, chunk: int,
 ) -> None:
-    reassembly = Reassembly(max_bytes, max_partial)
+    # a and b are members; c and d are guests, sharing a third of a member's budget
+    reassembly = Reassembly(max_bytes, max_partial, total_bytes=max_bytes * 3 // 2,
+                            guest_bytes=max_bytes // 3, chunk=chunk)
+    reassembly.members = frozenset("ab")
+    opened: dict[tuple[str, int], tuple[int, int, set[int]]] = {}  # count, chunk, indexes
     for sender, first, index, count, size in fragments:
-        before = (reassembly.held("a"), reassembly.held("b"),
-                  reassembly.partial("a"), reassembly.partial("b"))
+        before = [(reassembly.held(p), reassembly.partial(p)) for p in "abcd"]
         try:
-            reassembly.add(sender, first, index, count, bytes(size))
+            whole = reassembly.add(sender, first, index, count, bytes(size))
         except RemoteProtocolError:
-            after = (reassembly.held("a"), reassembly.held("b"),
-                     reassembly.partial("a"), reassembly.partial("b"))
-            assert after == before
-        for peer in "ab":
+            assert [(reassembly.held(p), reassembly.partial(p)) for p in "abcd"] == before
+            under_way = opened.get((sender, first))
+            # liveness: a fragment of a packet under way, of its count and no larger
+            # chunk than it opened with, is never refused
+            assert not (under_way and under_way[0] == count and
+                        (index == count - 1 or size <= under_way[1]))
+            continue
+        key = (sender, first)
+        if key not in opened:
+            opened[key] = (count, size if index < count - 1 else max(size, chunk), {index})
+        elif index not in opened[key][2]:
+            opened[key][2].add(index)
+            if index < count - 1:
+                opened[key] = (count, max(opened[key][1], size), opened[key][2])
+        if whole is not None:
+            del opened[(sender, first)]
+        for peer in "abcd":
             assert reassembly.held(peer) <= max_bytes
             assert reassembly.partial(peer) <= max_partial
+        assert reassembly.guests_held() <= max_bytes // 3
+        assert reassembly.held() <= max_bytes * 3 // 2
     reassembly.forget(frozenset({"b"}))
     assert reassembly.held("a") == 0 and reassembly.partial("a") == 0
 
@@ -105,10 +124,11 @@ def test_the_bound_holds_whatever_a_peer_sends_and_a_refusal_changes_nothing(
 class AcceptsAnyCount(Reassembly):
     """Planted bug: a fragment whose count disagrees with its packet's is taken."""
 
-    def check(self, sender: str, first: int, index: int, count: int, size: int) -> None:
+    def check(self, sender: str, first: int, index: int, count: int, size: int,
+              low: int = 0) -> None:
         state = self._senders.get(sender)
         part = None if state is None else state.partial.get(first)
-        super().check(sender, first, index, part.count if part else count, size)
+        super().check(sender, first, index, part.count if part else count, size, low)
 
 
 def _mismatch_property(kind: type[Reassembly]) -> None:
@@ -187,8 +207,9 @@ def test_making_room_drops_only_other_packets_and_then_the_fragment_fits(
     fragments: list[tuple[int, int, int]], max_bytes: int, max_partial: int,
 ) -> None:
     reassembly = Reassembly(max_bytes, max_partial)
-    for first, index, size in fragments:
-        reassembly.make_room("a", first, size)
+    for first, index, _ in fragments:
+        size = 10 * first + 15  # one chunk size per packet, as its sender splits it
+        reassembly.make_room("a", first, index, 4, size)
         # never refused for room (a packet of 4 fragments of at most 75 bytes fits alone)
         reassembly.add("a", first, index, 4, bytes(size))
         assert reassembly.held("a") <= max_bytes
@@ -198,12 +219,14 @@ def test_making_room_drops_only_other_packets_and_then_the_fragment_fits(
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 9_000), min_size=1, max_size=12), st.integers(0, 2**32))
 def test_over_a_lossy_link_every_packet_goes_up_once_whole(sizes: list[int], seed: int) -> None:
-    """Two reliable channels, 2 KiB frames: packets of any size cross a link that loses
-    10 %, duplicates 10 % and reorders (a seeded schedule); retransmission timers fire
-    until everything is acked."""
+    """Two reliable channels, 2 KiB frames and a reassembly bound of about one of the
+    largest packets (so fragments are refused for room all the time, as two flush-size
+    packets are with the defaults): packets of any size cross a link that loses 10 %,
+    duplicates 10 % and reorders (a seeded schedule); a refused fragment is dropped, as
+    the runtime does; retransmission timers fire until everything is acked."""
     rng = random.Random(seed)
     config = ChannelConfig(ack_delay_us=100, rto_us=1_000, max_rto_us=4_000,
-                           frame_bytes=2_048, window=32)
+                           frame_bytes=2_048, window=32, reassembly_bytes=10_240)
     a, b = ReliableChannel("a", config), ReliableChannel("b", config)
     for channel in (a, b):
         channel.decode_above([SData | SOrder])
@@ -241,7 +264,11 @@ def test_over_a_lossy_link_every_packet_goes_up_once_whole(sizes: list[int], see
                 continue  # lost
             dst, channel = ("b", b) if src == "a" else ("a", a)
             for _ in range(2 if rng.random() < 0.1 else 1):  # duplicated
-                ups = apply(dst, channel.handle(Received(src, send.header, send.inner), now))
+                try:
+                    effects = channel.handle(Received(src, send.header, send.inner), now)
+                except RemoteProtocolError:
+                    continue  # refused for room: dropped, resent later
+                ups = apply(dst, effects)
                 got += ups if dst == "b" else []
         for (node, key), at in sorted(timers.items(), key=lambda kv: kv[1]):
             if at <= now:

@@ -112,23 +112,135 @@ def test_fragments_wait_for_the_window_like_any_packet() -> None:
     assert [u.packet for u in ups] == [big] and a.backlog() == 0
 
 
-def test_a_fragment_beyond_the_bound_is_refused_unrecorded_and_taken_when_resent() -> None:
-    tight = ChannelConfig(frame_bytes=2_048, reassembly_bytes=4_096, window=64)
-    a, b = _channel("a", CFG), _channel("b", tight)
-    sends = _sends(a.handle(SendRequested("b", _big(6_000)), 0))
-    held = 0
-    refused = None
+def _deliver(channel: ReliableChannel, sends: list[Send], now: int) -> tuple[list[Up], list[Send]]:
+    """Hand each send from a to `channel`; what went up, and what was refused for room
+    (dropped quietly: no raise, which would make the runtime drop the connection)."""
+    ups: list[Up] = []
+    refused: list[Send] = []
     for s in sends:
-        try:
-            b.handle(Received("a", s.header, s.inner), 1)
-            held += len(s.inner.payload)
-        except RemoteProtocolError:
-            refused = s
+        before = channel._reassembly.refused
+        ups += _ups(channel.handle(Received("a", s.header, s.inner), now))
+        if channel._reassembly.refused > before:
+            refused.append(s)
+    return ups, refused
+
+
+def _until_acked(a: ReliableChannel, b: ReliableChannel, lost: set[int]) -> list[Up]:
+    """Run a → b until a has nothing in flight; the sends numbered in `lost` are lost
+    the first time; refused ones are dropped (as the runtime does). What went up at b."""
+    ups: list[Up] = []
+    pending: list[Send] = []
+    now = 0
+    for _ in range(50):
+        if not pending and not a.in_flight():
             break
-    assert refused is not None and held <= tight.reassembly_bytes
-    # The refused fragment was not recorded: nothing acks it.
+        got, _ = _deliver(b, [s for s in pending if s.header.seq not in lost], now)
+        lost = set()
+        ups += got
+        now += 500
+        pending = []
+        for effects in (b.handle(TimerFired(("ack", "a")), now), ):
+            for ack in _sends(effects):
+                pending += _sends(a.handle(Received("b", ack.header, ack.inner), now))
+        now += 5_000
+        pending += _sends(a.handle(TimerFired(("rto", "b")), now))
+    assert a.in_flight() == 0, "the link is blocked"
+    return ups
+
+
+def test_a_fragment_beyond_the_bound_is_refused_unrecorded_and_taken_when_resent() -> None:
+    tight = ChannelConfig(ack_delay_us=100, rto_us=1_000, max_rto_us=4_000, frame_bytes=2_048,
+                          reassembly_bytes=8_192, window=64)
+    a, b = _channel("a", tight), _channel("b", tight)
+    one, two = _big(5_000), _big(5_000)
+    sends = _sends(a.handle(SendRequested("b", one), 0)) + _sends(
+        a.handle(SendRequested("b", two), 0))
+    assert len(sends) == 10  # 5 fragments each: 5 KiB reserved each
+    # the first packet's fragment 0 is lost; the second's then finds no room
+    ups, refused = _deliver(b, sends[1:], 1)
+    assert ups == [] and [s.header.seq for s in refused] == list(range(6, 11))
+    assert b._reassembly.held("a") <= tight.reassembly_bytes
+    # The refused fragments were not recorded: the ack names only the first packet's.
     ack = _sends(b.handle(TimerFired(("ack", "a")), 200))[0]
-    assert isinstance(ack.header, RAck) and ack.header.high < refused.header.seq
+    assert isinstance(ack.header, RAck) and ack.header.high == 0
+    assert ack.header.sacks == [2, 3, 4, 5]
+    a.handle(Received("b", ack.header, ack.inner), 210)
+    again = _sends(a.handle(TimerFired(("rto", "b")), 2_000))
+    assert [s.header.seq for s in again] == [1, *range(6, 11)]
+    ups, refused = _deliver(b, again, 2_010)  # resent: taken, both packets go up
+    assert refused == [] and [u.packet for u in ups] == [one, two]
+
+
+def test_a_lost_first_fragment_does_not_block_the_link_for_ever() -> None:
+    """The review's case: 4 KiB frames, 16 KiB of reassembly, two ~11 KB packets of four
+    fragments, seq 1 lost: the second packet's fragments fill the room; the first's,
+    resent, must still be taken (before the fix: refused for ever, 0 packets up)."""
+    cfg = ChannelConfig(ack_delay_us=100, rto_us=1_000, max_rto_us=4_000, frame_bytes=4_096,
+                        reassembly_bytes=16_384, window=64)
+    a, b = _channel("a", cfg), _channel("b", cfg)
+    one, two = _big(11_000), _big(11_000)
+    first = _sends(a.handle(SendRequested("b", one), 0))
+    second = _sends(a.handle(SendRequested("b", two), 0))
+    assert len(first) == len(second) == 4
+    # the first's fragments but seq 1, then the second's: they fill the room
+    ups, refused = _deliver(b, first[1:] + second, 1)
+    assert ups == [] and refused
+    ups += _until_acked(a, b, set())
+    assert [u.packet for u in ups] == [two, one] or [u.packet for u in ups] == [one, two]
+    assert b._reassembly.held() == 0
+
+
+def test_a_resent_duplicate_of_a_completed_fragment_is_acked_not_refused() -> None:
+    tight = ChannelConfig(ack_delay_us=100, rto_us=1_000, max_rto_us=4_000, frame_bytes=2_048,
+                          reassembly_bytes=5_500, window=64)
+    a, b = _channel("a", tight), _channel("b", tight)
+    one, two, three = _big(5_000), _big(5_000), _big(2_500)
+    first, second, third = (_sends(a.handle(SendRequested("b", p), 0)) for p in (one, two, three))
+    ups, _ = _deliver(b, first + second[:-1] + third[:1], 1)
+    assert [u.packet for u in ups] == [one]
+    # b is full; our ack was lost, so a resends the first packet: duplicates, acked
+    high = b.inspect().clock["in"]["a"]["high"]
+    effects = b.handle(Received("a", first[0].header, first[0].inner), 5)
+    assert b.duplicates == 1 and _ups(effects) == []
+    ack = _sends(b.handle(TimerFired(("ack", "a")), 200))[0]
+    assert ack.header.high == high
+
+
+def test_a_multicast_measures_an_unbounded_header_once_and_keeps_nothing_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import abcast.reliability.channel as channel_module
+    import abcast.reliability.fragments as fragments_module
+
+    calls = [0]
+    real = fragments_module.encode_header
+
+    def counting(header: object) -> bytes:
+        calls[0] += 1
+        return real(header)
+
+    monkeypatch.setattr(fragments_module, "encode_header", counting)
+    monkeypatch.setattr(channel_module, "encode_header", counting)
+    a = _channel("a")
+    order = Packet((SOrder(1, [("a", 1)], [b"y" * 300]),), b"")
+    a.handle(MulticastRequested(("b", "c"), order), 0)
+    assert calls[0] == 1  # once per multicast, not once per destination
+    big = _big(8_000)
+    a.handle(MulticastRequested(("b", "c"), big), 0)
+    for peer in ("b", "c"):  # everything acked
+        a.handle(Received(peer, RAck(a._out[peer].next_seq - 1), Packet((), b"")), 10)
+    assert a.in_flight() == 0
+    assert not any(v is big or (isinstance(v, tuple) and big in v)
+                   for v in vars(a).values())  # the split packet is not retained
+
+
+def test_a_packet_above_a_receivers_smaller_bound_is_refused_visibly() -> None:
+    a = _channel("a", CFG)
+    b = _channel("b", ChannelConfig(frame_bytes=2_048, reassembly_bytes=8_192))
+    sends = _sends(a.handle(SendRequested("b", _big(20_000)), 0))
+    with pytest.raises(RemoteProtocolError, match="every member must use the same"):
+        b.handle(Received("a", sends[1].header, sends[1].inner), 1)
+    assert b.inspect().counters["refused_oversize"] == 1
 
 
 def test_a_packet_no_peer_could_reassemble_is_refused_at_its_sender() -> None:

@@ -66,3 +66,24 @@ def test_a_lost_last_packet_is_found_by_the_keep_alive_digest() -> None:
     assert any(getattr(e, "key", None) == "nak" for e in armed)
     naks = b.handle(TimerFired("nak"), 22_100)
     assert [(s.to, s.header) for s in naks if isinstance(s, Send)] == [("a", NNak(0, [1]))]
+
+
+def test_in_a_stack_a_large_payload_is_split_as_one_inner_frame_without_headers() -> None:
+    """What the rules block says: with `decode_above` (every stack) a packet above
+    frag_bytes is encoded whole and the inner frame split; no fragment carries headers."""
+    from abcast.ordering.sequencer_wire import SData
+    from abcast.reliability.nak import NakConfig
+
+    config = NakConfig(frag_bytes=1_000)
+    a, b = NakChannel("a", config), NakChannel("b", config)
+    for layer in (a, b):
+        layer.decode_above([SData])
+        layer.handle(ViewInstalled(VIEW), 0)
+    packet = Packet((SData(7),), bytes(range(256)) * 20)
+    sent = [e for e in a.handle(MulticastRequested(("b", "c"), packet), 0)
+            if isinstance(e, Multicast)]
+    assert len(sent) > 5 and all(m.inner.headers == () for m in sent)
+    assert a.largest_split > len(packet.payload)  # the inner frame: headers and payload
+    ups = [u for m in sent for u in b.handle(Received("a", m.header, m.inner), 1)
+           if isinstance(u, Up)]
+    assert [u.packet for u in ups] == [packet]

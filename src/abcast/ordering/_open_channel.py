@@ -94,10 +94,7 @@ class OpenChannel(ReliableChannel):
                 if peer not in installed:
                     break
             else:
-                effects: list[Effect] = []
-                for dest in multicast.to:
-                    effects += self._send(dest, multicast.packet, now)
-                return effects
+                return self._multicast(multicast.to, multicast.packet, now)
         elif kind is TimerFired:
             key = event.key  # type: ignore[union-attr]
             if type(key) is tuple and key and key[0] != "linger":
@@ -118,6 +115,11 @@ class OpenChannel(ReliableChannel):
                 return self._forget(peer, now)
             case _:
                 return super().handle(event, now)
+
+    def _reassembly_members(self) -> frozenset[NodeId]:
+        """Only the view's members: guests and lingering nodes share a guest's
+        reassembly budget (MAX_GUESTS of them must not each reserve a member's)."""
+        return frozenset(self._view.members) if self._view is not None else frozenset()
 
     def _allowed(self) -> set[NodeId]:
         members = set(self._view.members) if self._view is not None else {self.node}
@@ -154,7 +156,9 @@ class OpenChannel(ReliableChannel):
                 continue
             self._lingering.add(peer)
             effects.append(SetTimer(("linger", peer), now + self.linger_us))
-        return effects + self._reinstall(now)
+        effects += self._reinstall(now)
+        self._reassembly.members = self._reassembly_members()  # if the widened set held
+        return effects
 
     def _forget(self, peer: NodeId, now: int) -> list[Effect]:
         if peer not in self._lingering:

@@ -16,9 +16,12 @@ the reliable channel, at n−1 packets per multicast and no acks.
 
 Packets larger than a frame leave in fragments (`BFrag`, abcast.reliability.fragments)
 as on the reliable channel, each sent once: a lost fragment loses its whole packet,
-which is what best effort means. Reassembly is bounded per sender as there, and where
-the reliable channel refuses a fragment beyond the bound (to take it when resent), this
-one makes room by dropping the sender's oldest partial packet (lost too).
+which is what best effort means. Reassembly is bounded as there (per sender, for
+strangers together, over all), and where the reliable channel refuses a fragment beyond
+a bound (to take it when resent), this one first makes room by dropping the same
+sender's oldest partial packets (lost too; another sender's are never dropped), and a
+fragment that still does not fit is refused (lost). A duplicate is dropped before any of
+that. An open group's channel forgets the partial packets of members that leave the view.
 
 A closed group's channel drops packets to and from nodes outside the view; an open
 group's (`open_group=True`, for orderings that admit joiners themselves) lets them
@@ -51,11 +54,12 @@ from abcast.layer import Layer
 from abcast.reliability.fragments import (
     HEADROOM,
     MAX_COUNT,
+    Fragment,
     InnerCodec,
+    NoRoomError,
     Reassembly,
     SizeGate,
-    encode_header,
-    split,
+    measure,
 )
 
 #: numbers remembered above a hole before the hole is given up
@@ -100,6 +104,9 @@ class BasicChannel(Layer):
         self._gate = SizeGate()  # off until decode_above
         self._inner: InnerCodec | None = None
         self._reassembly = Reassembly(reassembly_bytes, window)
+        #: during a multicast, its packet and what `measure` made of it (as the
+        #: reliable channel's): gated, encoded and split once for all destinations
+        self._gated: tuple[Packet, list[Fragment] | None] | None = None
         self.fragmented = 0  # packets sent in fragments
         self.evicted = 0  # partial packets dropped to make room (lost)
         self._next: dict[NodeId, int] = {}
@@ -113,7 +120,7 @@ class BasicChannel(Layer):
             case SendRequested(to, packet, control):
                 return self._send(to, packet, control)
             case MulticastRequested(to, packet):
-                return [e for dest in to for e in self._send(dest, packet, False)]
+                return self._multicast(to, packet)
             case Received(sender, BData(seq), inner):
                 return self._on_data(sender, seq, inner)
             case Received(sender, BFrag() as fragment, inner):
@@ -121,10 +128,14 @@ class BasicChannel(Layer):
             case Received(sender, header, _):
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
             case ViewInstalled(view):
+                left = self._members - frozenset(view.members)
                 self._members = frozenset(view.members)
                 if not self.open_group:
                     self._forget_outside()
                     self._reassembly.forget(self._members)
+                else:  # strangers stay (a joiner may be one); departed members go
+                    self._reassembly.drop(left)
+                self._reassembly.members = self._members
                 return []
             case Suspected() | Restored() | Excluded() | TimerFired():
                 return []
@@ -143,35 +154,30 @@ class BasicChannel(Layer):
         """As `ReliableChannel.decode_above`: with the header types of the layers above,
         packets too large for `frame_bytes` leave in fragments."""
         self._inner = InnerCodec(self.node, list(header_types))
-        self._gate.room = self.frame_bytes - HEADROOM
+        self._gate.room = self._reassembly.chunk = self.frame_bytes - HEADROOM
+
+    def _multicast(self, to: tuple[NodeId, ...], packet: Packet) -> list[Effect]:
+        self._gated = (packet, measure(self._gate, self._inner, packet,
+                                       self._reassembly.max_bytes))
+        try:
+            return [e for dest in to for e in self._send(dest, packet, False)]
+        finally:
+            self._gated = None  # do not keep a large packet past its multicast
 
     def _send(self, to: NodeId, packet: Packet, control: bool) -> list[Effect]:
         if not self._allowed(to):
             return []
-        size = len(packet.payload)  # SizeGate.over, inlined
-        bounds = self._gate.bounds
-        for header in packet.headers:
-            size += bounds[type(header)] or len(encode_header(header))
-        if size > self._gate.room:
-            return self._send_large(to, packet, control)
-        seq = self._next.get(to, 0) + 1
-        self._next[to] = seq
-        return [Send(to, BData(seq), packet, control)]
-
-    def _send_large(self, to: NodeId, packet: Packet, control: bool) -> list[Effect]:
-        gate, codec = self._gate, self._inner
-        inner = b"" if codec is None else codec.encode(packet)
-        gate.measured += 1
-        if len(inner) <= gate.room:
+        gated = self._gated
+        if gated is not None and gated[0] is packet:  # a multicast's: gated once
+            fragments = gated[1]
+        else:
+            fragments = measure(self._gate, self._inner, packet, self._reassembly.max_bytes)
+        if not fragments:  # cleared by the gate (None), or it fits after all ([])
             seq = self._next.get(to, 0) + 1
             self._next[to] = seq
             return [Send(to, BData(seq), packet, control)]
-        if len(inner) > self._reassembly.max_bytes:
-            raise LocalProtocolError(f"a {len(inner)}-byte packet exceeds reassembly_bytes "
-                                     f"{self._reassembly.max_bytes}: no peer would take it")
         self.fragmented += 1
         first = self._next.get(to, 0) + 1
-        fragments = split(inner, gate.room)
         self._next[to] = first + len(fragments) - 1
         return [Send(to, BFrag(first + f.index, f.index, f.count), f, control)
                 for f in fragments]
@@ -184,9 +190,17 @@ class BasicChannel(Layer):
             raise RemoteProtocolError(f"{sender} sent a fragment; this channel has no "
                                       "decoder for the layers above (decode_above)")
         first, index, count = fragment.seq - fragment.index, fragment.index, fragment.count
+        link = self._in.get(sender)
+        if link is not None and (fragment.seq <= link.high or fragment.seq in link.above):
+            self.duplicates += 1  # before making room: a duplicate must not evict
+            return []
         reassembly = self._reassembly
-        self.evicted += reassembly.make_room(sender, first, len(inner.payload))
-        reassembly.check(sender, first, index, count, len(inner.payload))
+        size = len(inner.payload)
+        self.evicted += reassembly.make_room(sender, first, index, count, size)
+        try:
+            reassembly.check(sender, first, index, count, size)
+        except NoRoomError:
+            return []  # no room left by other senders: lost (counted)
         if not self._on_data(sender, fragment.seq, inner):
             return []  # a duplicate
         whole = reassembly.add(sender, first, index, count, inner.payload)

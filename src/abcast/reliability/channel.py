@@ -39,7 +39,9 @@ and their link state freed.
 Packets larger than a frame (abcast.reliability.fragments): one whose frame could exceed
 `frame_bytes` is measured, and if it does not fit it leaves as fragments (`RFrag`), each
 numbered, acked and retransmitted on the link like any packet; the receiver reassembles
-them (at most `reassembly_bytes` of one sender's fragments) and hands the packet up whole.
+them (at most `reassembly_bytes` reserved for one sender's packets under way, the same
+for all senders outside the view together, 4 × that over all senders) and hands the
+packet up whole. A multicast is gated, and if need be encoded and split, once.
 
 Acks and retransmissions are sent with `control=True`, so drivers do not count them as
 protocol packets (the thesis's message counts are about the protocols above).
@@ -74,11 +76,12 @@ from abcast.reliability.fragments import (
     MIN_FRAME_BYTES,
     Fragment,
     InnerCodec,
+    NoRoomError,
     Reassembly,
     RFrag,
     SizeGate,
     encode_header,
-    split,
+    measure,
 )
 from abcast.reliability.rto import RtoEstimator
 from abcast.snapshot import LayerSnapshot
@@ -125,8 +128,11 @@ class ChannelConfig:
     - frame_bytes: the transport's frame bound (the runtime sets it from
       `TransportOptions.max_frame_bytes`); a packet whose frame would be larger leaves in
       fragments of frame_bytes − 1 KiB (abcast.reliability.fragments).
-    - reassembly_bytes: fragments of one sender held at most; a packet larger than it
-      is refused at its sender (LocalProtocolError).
+    - reassembly_bytes: bytes one sender's packets under way may reserve at a receiver
+      (each count × chunk); a packet larger than it is refused at its sender
+      (LocalProtocolError). Every member must use the same frame_bytes and
+      reassembly_bytes (a receiver with a smaller bound refuses for good, counting
+      `refused_oversize`; one with smaller frames drops the connection).
     """
 
     ack_delay_us: int = 2_000
@@ -221,12 +227,10 @@ class ReliableChannel(Layer):
         #: selective acks one ack carries: max_sacks, or as many as fit a frame
         self._max_sacks = min(self.config.max_sacks,
                               (self.config.frame_bytes - HEADROOM) // 10)
-        #: the last packet `_send_large` measured and its fragments ([]: it fits), so
-        #: that a multicast is encoded and split once for all its destinations
-        #: (kept until the next large packet: one packet, at most reassembly_bytes)
-        self._last_split: tuple[Packet, list[Fragment]] | None = None
+        #: during a multicast, its packet and what `measure` made of it, so that it is
+        #: gated, encoded and split once for all its destinations (None: none under way)
+        self._gated: tuple[Packet, list[Fragment] | None] | None = None
         self.fragmented = 0  # packets sent in fragments (once per destination)
-        self.largest_split = 0  # bytes of the largest of them (its inner frame)
         self.undecodable = 0  # reassembled packets that did not decode (dropped)
 
     def decode_above(self, header_types: list[object]) -> None:
@@ -234,7 +238,13 @@ class ReliableChannel(Layer):
         call): with them this channel splits packets too large for `frame_bytes` and
         reassembles its peers'."""
         self._inner = InnerCodec(self.node, list(header_types))
-        self._gate.room = self._room = self.config.frame_bytes - HEADROOM
+        self._gate.room = self._room = self._reassembly.chunk = (
+            self.config.frame_bytes - HEADROOM)
+
+    @property
+    def largest_split(self) -> int:
+        """Bytes of the largest packet sent in fragments (its inner frame)."""
+        return self._gate.largest
 
     # -- introspection (tests and metrics) -------------------------------------------
     def inspect(self) -> LayerSnapshot:
@@ -258,6 +268,7 @@ class ReliableChannel(Layer):
                       "measured": self._gate.measured,
                       "reassembled": self._reassembly.completed,
                       "refused_fragments": self._reassembly.refused,
+                      "refused_oversize": self._reassembly.oversize,
                       "undecodable": self.undecodable})
 
     def in_flight(self) -> int:
@@ -308,10 +319,7 @@ class ReliableChannel(Layer):
             return self._send(request.to, request.packet, now, request.control)
         elif kind is MulticastRequested:
             multicast: MulticastRequested = event  # type: ignore[assignment]
-            effects: list[Effect] = []
-            for dest in multicast.to:
-                effects += self._send(dest, multicast.packet, now)
-            return effects
+            return self._multicast(multicast.to, multicast.packet, now)
         elif kind is TimerFired:
             # A delayed ack falls due about once per packet received: skip the patterns.
             key = event.key  # type: ignore[union-attr]
@@ -327,10 +335,7 @@ class ReliableChannel(Layer):
             case SendRequested(to, packet, control):
                 return self._send(to, packet, now, control)
             case MulticastRequested(to, packet):
-                effects: list[Effect] = []
-                for dest in to:
-                    effects.extend(self._send(dest, packet, now))
-                return effects
+                return self._multicast(to, packet, now)
             case Received(sender, RData(seq, ack), inner):
                 return self._on_data(sender, seq, inner, now, ack)
             case Received(sender, RAck(high, sacks), _):
@@ -360,17 +365,40 @@ class ReliableChannel(Layer):
             del self._in[peer]
             effects.append(CancelTimer(("ack", peer)))
         self._reassembly.forget(self._members)
+        self._reassembly.members = self._reassembly_members()
+        return effects
+
+    def _reassembly_members(self) -> frozenset[NodeId]:
+        """The senders with a member's reassembly budget (the others share a guest's)."""
+        return self._members
+
+    def _multicast(self, to: tuple[NodeId, ...], packet: Packet, now: int) -> list[Effect]:
+        """`_send` to each destination, the packet gated (and, if large, split) once."""
+        self._gated = (packet, measure(self._gate, self._inner, packet,
+                                       self.config.reassembly_bytes))
+        effects: list[Effect] = []
+        try:
+            for dest in to:
+                effects += self._send(dest, packet, now)
+        finally:
+            self._gated = None  # do not keep a large packet past its multicast
         return effects
 
     def _send(self, to: NodeId, packet: Packet, now: int, control: bool = False) -> list[Effect]:
         if to not in self._members:
             return []  # a peer outside the view: nobody is listening for it there
-        size = len(packet.payload)  # SizeGate.over, inlined: a lookup per header, one test
-        bounds = self._bounds
-        for header in packet.headers:
-            size += bounds[type(header)] or len(encode_header(header))
-        if size > self._room:
-            return self._send_large(to, packet, now, control)
+        gated = self._gated
+        if gated is not None and gated[0] is packet:  # a multicast's: gated once
+            if gated[1] is not None:
+                return self._send_large(to, packet, now, control, gated[1])
+        else:
+            size = len(packet.payload)  # SizeGate.over, inlined: a lookup per header
+            bounds = self._bounds
+            for header in packet.headers:
+                size += bounds[type(header)] or len(encode_header(header))
+            if size > self._room:
+                return self._send_large(to, packet, now, control, measure(
+                    self._gate, self._inner, packet, self.config.reassembly_bytes) or [])
         link = self._out.get(to)
         if link is None:
             link = self._out[to] = self._new_out_link()
@@ -382,24 +410,10 @@ class ReliableChannel(Layer):
             return []
         return self._transmit(to, link, packet, now, control)
 
-    def _send_large(self, to: NodeId, packet: Packet, now: int, control: bool) -> list[Effect]:
-        """A packet the size gate could not clear: measure it (encode it once; a
-        multicast's copies to the next destinations reuse it); send it whole if it fits a
-        frame, else in fragments."""
-        codec = self._inner
-        parts = self._last_split
-        if parts is None or parts[0] is not packet:
-            inner = b"" if codec is None else codec.encode(packet)
-            self._gate.measured += 1
-            if len(inner) > self.config.reassembly_bytes:
-                raise LocalProtocolError(
-                    f"a {len(inner)}-byte packet exceeds reassembly_bytes "
-                    f"{self.config.reassembly_bytes}: no peer would take it")
-            fragments = split(inner, self._room) if len(inner) > self._room else []
-            if fragments:
-                self.largest_split = max(self.largest_split, len(inner))
-            parts = self._last_split = (packet, fragments)
-        fragments = parts[1]
+    def _send_large(self, to: NodeId, packet: Packet, now: int, control: bool,
+                    fragments: list[Fragment]) -> list[Effect]:
+        """A packet the size gate could not clear, measured (`fragments.measure`): whole
+        if it fits a frame after all ([]), else its fragments."""
         if fragments:
             self.fragmented += 1
         link = self._out.get(to)
@@ -437,12 +451,22 @@ class ReliableChannel(Layer):
             raise RemoteProtocolError(f"{sender} sent a fragment; this channel has no "
                                       "decoder for the layers above (decode_above)")
         first, index, count = fragment.first(), fragment.index, fragment.count
-        # Refused before the link records it: a reliable sender resends it later.
-        self._reassembly.check(sender, first, index, count, len(inner.payload))
+        link = self._in.get(sender)
+        if link is not None and (fragment.seq <= link.high or fragment.seq in link.above):
+            return self._on_data(sender, fragment.seq, inner, now, fragment.ack)  # acked
+        # Refused before the link records it: a reliable sender resends it later. One
+        # refused for room only is dropped quietly (counted): its sender did no wrong,
+        # and a raise would make the runtime drop the connection.
+        low = (0 if link is None else link.high) + 1
+        try:
+            self._reassembly.check(sender, first, index, count, len(inner.payload), low)
+        except NoRoomError:
+            return []
         effects = self._on_data(sender, fragment.seq, inner, now, fragment.ack)
         for i, effect in enumerate(effects):
             if type(effect) is Up:
-                whole = self._reassembly.add(sender, first, index, count, inner.payload)
+                whole = self._reassembly.add(sender, first, index, count, inner.payload,
+                                             low)
                 if whole is None:
                     del effects[i]
                     break

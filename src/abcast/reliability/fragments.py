@@ -5,6 +5,7 @@ as fragments, each a packet of its own on the link, and is reassembled whole on 
     event at a receiver (one sender, one packet)      what reassembly does
     a fragment of a packet not under way, room left   opens it, holds the fragment
     a fragment of a packet under way, same count      holds it (an index held: ignored)
+    a fragment of the packet the link waits on        opens it whatever the room
     the last missing fragment                         joins, decodes, hands the packet up
     a count that disagrees, or no room left           refuses it (RemoteProtocolError)
     the sender leaves the view                        drops its packets under way
@@ -19,11 +20,21 @@ Rules:
   retransmits each one alone; fragments of one packet take consecutive sequence numbers
   and say only their `index` and `count`: the receiver keys a packet by the number of its
   fragment 0 (`seq - index`).
-- Reassembly is bounded per sender: `max_bytes` of fragment payload and `max_partial`
-  packets under way. A fragment beyond either, or one whose `count` disagrees with what
-  its packet already said, is refused (RemoteProtocolError, before the channel records
-  it: a reliable sender retransmits it once room is back); a sender's partial packets are
-  forgotten when it leaves the view.
+- Reassembly reserves a packet's count × chunk bytes when the first of its fragments
+  to arrive opens it, and never refuses a fragment of a packet under way, nor one of
+  the packet spanning the lowest number the reliable link still waits for (`low`): a
+  packet opened completes once its sender (re)sends the rest, and the lowest always
+  opens, so no bound can block a link (packets above the lowest may hold the room while
+  their last fragments wait on the window for it). What other packets may open is
+  bounded: `max_bytes` per sender, `guest_bytes` for the senders outside the view
+  together (an open group's strangers and joiners), `total_bytes` over all senders,
+  `max_partial` packets per sender. The lowest packets come on top (one a sender of at
+  most `max_bytes`; guests' together within `guest_bytes`). A fragment beyond a bound,
+  or whose `count` disagrees with its packet's, is refused (RemoteProtocolError, before
+  the channel records it: a reliable sender retransmits it once room is back); a
+  sender's partial packets are forgotten when it leaves the view. Every member must use
+  the same frame_bytes and reassembly_bytes: a packet whose reservation exceeds this
+  node's `max_bytes` is refused for good (counted `oversize`, its message says so).
 - The per-packet test (`SizeGate.over`) costs a dict lookup per header and one
   comparison: a header type whose msgspec annotations bound its encoding (every field a
   number, a bounded string or a bounded container of such) adds that bound; any other
@@ -36,6 +47,7 @@ Rules:
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
@@ -52,7 +64,7 @@ from abcast.codec import (
     decode_envelope,
     encode_frame,
 )
-from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
+from abcast.errors import ConfigError, DecodeError, LocalProtocolError, RemoteProtocolError
 
 #: bytes of a frame that are not the split inner packet: the envelope (group ≤ 128 and
 #: sender ≤ 64 characters, utf-8), the headers of the layers at and below the channel
@@ -65,6 +77,8 @@ MAX_COUNT: Final = 1 << 22
 _INNER_GROUP: Final = "-"
 #: a header type whose encoding nothing bounds
 UNBOUNDED: Final = sys.maxsize // 4
+#: the bound over all senders, in units of one sender's (`Reassembly.total_bytes`)
+TOTAL_SENDERS: Final = 4
 #: a header's msgpack encoding (its length is what the gate adds for an unbounded type)
 encode_header: Final = msgspec.msgpack.Encoder().encode
 
@@ -185,6 +199,7 @@ class SizeGate:
     room: int = sys.maxsize
     bounds: HeaderBounds = field(default_factory=HeaderBounds)
     measured: int = 0  # packets encoded whole to learn whether they fit (see the channels)
+    largest: int = 0  # bytes of the largest packet split (its inner frame)
 
     def over(self, packet: Packet) -> bool:
         """True when the packet may not fit: it must be encoded whole to know. (The
@@ -196,18 +211,57 @@ class SizeGate:
         return size > self.room
 
 
+# -- measuring and splitting (both channels) ---------------------------------------------
+def measure(gate: SizeGate, codec: InnerCodec | None, packet: Packet, max_bytes: int
+            ) -> list[Fragment] | None:
+    """What a channel sends for `packet`: None when the gate clears it (it goes whole,
+    never encoded), [] when it was encoded and fits a frame after all, else its
+    fragments. LocalProtocolError when no peer of the same configuration could
+    reassemble it (`reservation` of its fragments above `max_bytes`)."""
+    size = len(packet.payload)  # SizeGate.over, inlined
+    bounds = gate.bounds
+    for header in packet.headers:
+        size += bounds[type(header)] or len(encode_header(header))
+    if size <= gate.room:
+        return None
+    gate.measured += 1
+    if codec is None:
+        return []
+    inner = codec.encode(packet)
+    if len(inner) <= gate.room:
+        return []
+    count = -(-len(inner) // gate.room)
+    if reservation(count, gate.room) > max_bytes:
+        raise LocalProtocolError(
+            f"a {len(inner)}-byte packet ({count} fragments of {gate.room} bytes) exceeds "
+            f"reassembly_bytes {max_bytes}: no peer would take it")
+    gate.largest = max(gate.largest, len(inner))
+    return split(inner, gate.room)
+
+
+def reservation(count: int, chunk: int) -> int:
+    """Bytes reassembly reserves for a packet of `count` fragments of `chunk` bytes."""
+    return count * chunk
+
+
 # -- reassembly ----------------------------------------------------------------------------
+class NoRoomError(RemoteProtocolError):
+    """A fragment refused for room only: an honest sender's, to be taken when resent (a
+    channel drops it quietly, counted, instead of treating its peer as faulty)."""
+
+
 @dataclass(slots=True)
 class _Partial:
     count: int
+    reserved: int  # bytes counted against the bounds (count × chunk) until it completes
     parts: dict[int, bytes] = field(default_factory=dict)
-    size: int = 0
 
 
 @dataclass(slots=True)
 class _Sender:
     partial: dict[int, _Partial] = field(default_factory=dict)  # by the first fragment's seq
-    held: int = 0  # chunk bytes held over all of them
+    held: int = 0  # bytes reserved over all of them
+    low: int = 0  # the lowest seq its link waits for, as last told (`check`)
 
 
 #: the state of a sender with nothing under way (never mutated)
@@ -215,96 +269,174 @@ _NOBODY: Final = _Sender()
 
 
 class Reassembly:
-    """Per sender, the packets under way (see the rules). `check` says, without changing
+    """The packets under way, per sender (see the rules). `check` says, without changing
     anything, whether `add` would take a fragment; `add` returns the inner frame once its
-    last fragment came."""
+    last fragment came.
 
-    def __init__(self, max_bytes: int, max_partial: int) -> None:
+    Bounds, in bytes reserved (a packet reserves count × chunk when it is opened, so a
+    packet under way is never refused a fragment for room and always completes):
+    `max_bytes` per sender, `guest_bytes` over all senders outside `members` together,
+    `total_bytes` over all senders; and `max_partial` packets under way per sender.
+    `chunk` is this node's own fragment size: the size assumed for a packet opened by its
+    last (shorter) fragment."""
+
+    def __init__(self, max_bytes: int, max_partial: int, total_bytes: int | None = None,
+                 guest_bytes: int | None = None, chunk: int = 0) -> None:
         if max_bytes < 1 or max_partial < 1:
             raise ConfigError("reassembly bounds must be positive")
         self.max_bytes = max_bytes
         self.max_partial = max_partial
+        self.total_bytes = TOTAL_SENDERS * max_bytes if total_bytes is None else total_bytes
+        self.guest_bytes = max_bytes if guest_bytes is None else guest_bytes
+        if not self.guest_bytes <= self.max_bytes <= self.total_bytes:
+            raise ConfigError("need guest_bytes <= max_bytes <= total_bytes")
+        self.chunk = chunk
+        #: the senders with a member's budget (None: every sender); the others share
+        #: guest_bytes
+        self.members: frozenset[str] | None = None
         self._senders: dict[str, _Sender] = {}
         self.refused = 0
+        self.oversize = 0  # of which: a packet that could never fit this node's bound
         self.completed = 0
 
     def held(self, sender: str | None = None) -> int:
-        """Chunk bytes held (for one sender, or all)."""
+        """Bytes reserved (for one sender, or all)."""
         if sender is not None:
             state = self._senders.get(sender)
             return 0 if state is None else state.held
         return sum(s.held for s in self._senders.values())
 
+    def guests_held(self) -> int:
+        """Bytes reserved by senders outside `members`."""
+        members = self.members
+        if members is None:
+            return 0
+        return sum(s.held for n, s in self._senders.items() if n not in members)
+
+    def _guests_lowest(self) -> int:
+        """Bytes reserved by guests' packets that span their links' `low`."""
+        members = self.members or frozenset()
+        return sum(part.reserved for name, state in self._senders.items()
+                   if name not in members
+                   for first, part in state.partial.items()
+                   if first <= state.low < first + part.count)
+
     def partial(self, sender: str) -> int:
         state = self._senders.get(sender)
         return 0 if state is None else len(state.partial)
 
-    def check(self, sender: str, first: int, index: int, count: int, size: int) -> None:
-        """RemoteProtocolError if `add` must refuse this fragment; nothing changes."""
+    def _refuse(self, message: str, oversize: bool = False, room: bool = False
+                ) -> RemoteProtocolError:
+        self.refused += 1
+        self.oversize += oversize
+        return NoRoomError(message) if room else RemoteProtocolError(message)
+
+    def check(self, sender: str, first: int, index: int, count: int, size: int,
+              low: int = 0) -> None:
+        """RemoteProtocolError if `add` must refuse this fragment; nothing changes. `low`
+        is the lowest sequence number the link still waits for (a reliable channel's
+        high mark + 1; 0: none): the packet spanning it is never refused for room."""
         if not 0 <= index < count or count < 2:
-            self.refused += 1
-            raise RemoteProtocolError(f"{sender} sent fragment {index} of {count}")
+            raise self._refuse(f"{sender} sent fragment {index} of {count}")
         state = self._senders.get(sender) or _NOBODY
         part = state.partial.get(first)
-        if part is not None and part.count != count:
-            self.refused += 1
-            raise RemoteProtocolError(
-                f"{sender} sent fragment {index} of {count} of a packet of {part.count}")
-        if part is not None and index in part.parts:
-            return  # a duplicate: `add` ignores it
+        if part is not None:
+            if part.count != count:
+                raise self._refuse(f"{sender} sent fragment {index} of {count} of a packet "
+                                   f"of {part.count}")
+            extra = reservation(count, size) - part.reserved
+            if index in part.parts or index == count - 1 or extra <= 0:
+                return  # a packet under way: its room is reserved (a duplicate: ignored)
+            need, whole = extra, reservation(count, size)  # a larger chunk than opened
+        else:
+            need = whole = self.need(index, count, size)
+        if whole > self.max_bytes:
+            raise self._refuse(
+                f"{sender} sent fragments of a packet of about {whole} bytes, above this "
+                f"node's reassembly_bytes {self.max_bytes} (every member must use the same "
+                "frame_bytes and reassembly_bytes)", oversize=True)
+        guest = self.members is not None and sender not in self.members
+        if first <= low < first + count:
+            # The packet the link waits on: were it refused for room that packets above
+            # it hold, and they waited on the link's window, the link would block for
+            # ever. It is bounded apart: one a sender; guests' together by guest_bytes.
+            if guest:
+                lowest = self._guests_lowest()
+                if lowest + need > self.guest_bytes:
+                    raise self._refuse(f"guests' lowest packets would hold {lowest + need} "
+                                       f"bytes (max {self.guest_bytes})", room=True)
+            return
         if part is None and len(state.partial) >= self.max_partial:
-            self.refused += 1
-            raise RemoteProtocolError(
-                f"{sender} has {len(state.partial)} packets in fragments under way")
-        if state.held + size > self.max_bytes:
-            self.refused += 1
-            raise RemoteProtocolError(
-                f"{sender}'s fragments would hold {state.held + size} bytes "
-                f"(max {self.max_bytes})")
+            raise self._refuse(
+                f"{sender} has {len(state.partial)} packets in fragments under way", room=True)
+        held = state.held
+        if held + need > self.max_bytes:
+            raise self._refuse(f"{sender}'s packets under way would hold {held + need} "
+                               f"bytes (max {self.max_bytes})", room=True)
+        if guest:
+            guests = self.guests_held()
+            if guests + need > self.guest_bytes:
+                raise self._refuse(f"guests' packets under way would hold {guests + need} "
+                                   f"bytes (max {self.guest_bytes})", room=True)
+        total = self.held()
+        if total + need > self.total_bytes:
+            raise self._refuse(f"packets under way would hold {total + need} bytes "
+                               f"(max {self.total_bytes})", room=True)
 
-    def add(self, sender: str, first: int, index: int, count: int, chunk: bytes
-            ) -> bytes | None:
+    def need(self, index: int, count: int, size: int) -> int:
+        """What opening a packet with this fragment reserves."""
+        return reservation(count, size if index < count - 1 else max(size, self.chunk))
+
+    def add(self, sender: str, first: int, index: int, count: int, chunk: bytes,
+            low: int = 0) -> bytes | None:
         """Take a fragment (`check` first); the inner frame when it completes a packet."""
-        self.check(sender, first, index, count, len(chunk))
+        self.check(sender, first, index, count, len(chunk), low)
         state = self._senders.get(sender)
         if state is None:
             state = self._senders[sender] = _Sender()
+        state.low = low
         part = state.partial.get(first)
         if part is None:
-            part = state.partial[first] = _Partial(count)
+            part = state.partial[first] = _Partial(count, self.need(index, count, len(chunk)))
+            state.held += part.reserved
         if index in part.parts:
             return None
         part.parts[index] = chunk
-        part.size += len(chunk)
-        state.held += len(chunk)
+        if index < count - 1 and reservation(count, len(chunk)) > part.reserved:
+            state.held += reservation(count, len(chunk)) - part.reserved
+            part.reserved = reservation(count, len(chunk))
         if len(part.parts) < count:
             return None
         del state.partial[first]
-        state.held -= part.size
+        state.held -= part.reserved
         if not state.partial:
             del self._senders[sender]
         self.completed += 1
         return b"".join(part.parts[i] for i in range(count))
 
-    def make_room(self, sender: str, first: int, size: int) -> int:
-        """Drop `sender`'s oldest partial packets (not `first`'s) until a `size`-byte
-        fragment of packet `first` fits the bounds: a best-effort channel's way to make
-        room, those packets are lost. Returns how many were dropped."""
+    def make_room(self, sender: str, first: int, index: int, count: int, size: int) -> int:
+        """Drop `sender`'s oldest partial packets (not `first`'s) until opening packet
+        `first` with this fragment fits `sender`'s own bounds: a best-effort channel's
+        way to make room, those packets are lost (another sender's are never dropped).
+        Returns how many were dropped."""
         state = self._senders.get(sender)
+        if state is None or first in state.partial:
+            return 0
+        need = self.need(index, count, size)
         dropped = 0
-        while state is not None:
-            others = [key for key in state.partial if key != first]
-            full = (state.held + size > self.max_bytes
-                    or (first not in state.partial and len(state.partial) >= self.max_partial))
-            if not full or not others:
-                break
-            state.held -= state.partial.pop(min(others)).size
+        while state.partial and (state.held + need > self.max_bytes
+                                 or len(state.partial) >= self.max_partial):
+            state.held -= state.partial.pop(min(state.partial)).reserved
             dropped += 1
-        if state is not None and not state.partial:
+        if not state.partial:
             del self._senders[sender]
         return dropped
 
     def forget(self, keep: frozenset[str]) -> None:
         """Drop the partial packets of every sender not in `keep` (it left the view)."""
-        for sender in [s for s in self._senders if s not in keep]:
-            del self._senders[sender]
+        self.drop([s for s in self._senders if s not in keep])
+
+    def drop(self, senders: Iterable[str]) -> None:
+        """Drop the partial packets of these senders."""
+        for sender in senders:
+            self._senders.pop(sender, None)

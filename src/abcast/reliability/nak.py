@@ -29,14 +29,15 @@ Rules:
   the highest seq it sent and, for each peer, what it has received contiguously from it.
 - Back-pressure: once window_bytes are unstable on a stream, further packets wait in this
   layer until a digest frees room (one message always goes, however large).
-- Fragmentation: a payload above frag_bytes leaves as fragments, each its own seq (so a
-  lost fragment is NAKed alone); the first carries the headers above. Reassembly is
-  in-order, bounded by max_fragments, and dropped with the stream (view change, cancel).
-  Once the stack builder gave the header types above (`decode_above`), a packet whose
-  headers may be large (a flush's state, abcast.reliability.fragments) is measured, and
-  if it exceeds frag_bytes the whole packet — headers and payload, as one inner frame —
-  is what is split: its first fragment then carries no headers, and the receiver decodes
-  the joined bytes.
+- Fragmentation: a packet above frag_bytes leaves as fragments, each its own seq (so a
+  lost fragment is NAKed alone); reassembly is in-order, bounded by max_fragments, and
+  dropped with the stream (view change, cancel). In a stack the builder always gives
+  the header types above (`decode_above`), so a packet the size gate cannot clear
+  (abcast.reliability.fragments) is encoded whole — headers and payload, one inner
+  frame, a copy of the payload — and if that exceeds frag_bytes the inner frame is what
+  is split: no fragment carries headers, and the receiver decodes the joined bytes.
+  Only a channel driven without `decode_above` (its unit tests) splits the payload
+  itself, the first fragment carrying the headers above.
 - Every stream starts at 1, except, at a joiner, the multicast streams of the members
   it joined: each starts where that member's digest says it started sending to the
   joiner (`Mark.start_m`); until that digest comes, packets of the stream are held.
