@@ -36,7 +36,13 @@ from abcast.events import (
 from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
 from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
-from abcast.membership.state import MAX_EARLY, MAX_MERGE_NOTES, MERGE_PROBE, MERGE_TIMEOUT
+from abcast.membership.state import (
+    MAX_EARLY,
+    MAX_MERGE_NOTES,
+    MERGE_PROBE,
+    MERGE_TIMEOUT,
+    MERGE_WAIT,
+)
 from abcast.membership.wire import (
     MFarewell,
     MMergeAbort,
@@ -633,3 +639,34 @@ def test_a_refusal_of_a_view_we_moved_on_from_still_takes_the_joiner_out() -> No
     prepares = [(e.to, e.header.members) for e in effects
                 if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
     assert prepares == [(("n6", "n7"), ["n5", "n6", "n7"])]
+
+
+def test_a_merge_prepare_kept_while_merging_is_dropped_once_its_merge_is_surely_off(
+        ) -> None:
+    """n2 answers n1's merge; n0's prepare (another merge) comes meanwhile and is kept,
+    to be answered once n1's is off. n0 is cut off and its abort never comes; n1's merge
+    is off only at n2's merge wait (6 s). n0 gave its merge up by its time limit (3 s
+    after it sent the prepare, which needs every member's state, n2's too, to install):
+    n2 used to answer it then, and stood frozen another merge wait for a merge long
+    gone. One heard more than the time limit ago is dropped; a fresh one is answered."""
+    layer = _member("n2")
+    other = View(evs_view_id(5, "n4"), ("n4",))
+    target = evs_view_id(other.view_id + 1, "n1")
+    layer.handle(Received("n1", MMergePrepare(target, 1, [*VIEW.members, "n4"]), EMPTY), 5)
+    stranger = evs_view_id(VIEW.view_id + 1, "n0")
+    prepare = MMergePrepare(stranger, 1, ["n0", *VIEW.members])
+    declined = layer.handle(Received("n0", prepare, EMPTY), 10)
+    assert [type(e.header) for e in declined if isinstance(e, Send)] == [MMergeDecline]
+    wait = layer.config.merge_wait
+    assert wait > layer.config.merge_timeout_us
+    effects = layer.handle(TimerFired(MERGE_WAIT), 5 + wait)
+    assert not [e for e in effects if isinstance(e, Send) and isinstance(e.header, MMergeState)]
+    assert layer.phase == "member" and not layer.frozen and layer.s.merging is None
+    # a prepare kept for less than the merge's time limit is still answered
+    layer.handle(Received("n1", MMergePrepare(target, 2, [*VIEW.members, "n4"]), EMPTY),
+                 wait + 10)
+    layer.handle(Received("n0", MMergePrepare(stranger, 2, prepare.members), EMPTY), wait + 20)
+    effects = layer.handle(Received("n1", MMergeAbort(target, 2, []), EMPTY), wait + 30)
+    assert [(e.to, e.header.attempt) for e in effects
+            if isinstance(e, Send) and isinstance(e.header, MMergeState)] == [("n0", 2)]
+    assert layer.s.merging == (stranger, 2, "n0")

@@ -17,9 +17,9 @@ point heard, only its side's origins). Heal, here:
    frozen nor flushing, and whose view the coordinator knows whole, freezes and answers
    `MMergeState` with its view and its ordering's report. One that does not know it
    whole, or answers another merge (it keeps the prepare and answers once that merge
-   is off), says its view (`MMergeDecline`). A later view of the other side than the
-   probe named (probes come late after a heal, oldest first) starts the merge again
-   with the view as it is.
+   is off, if heard within the time limit), says its view (`MMergeDecline`). A later
+   view of the other side than the probe named (probes come late after a heal, oldest
+   first) starts the merge again with the view as it is.
 3. With every state in, the coordinator groups them by view (fewer than two sides: give
    up) and settles each side (`settle_side`); each side's outcome goes to its lowest
    member (`MMergeOutcome`), which delivers it in its old view and sends the state it
@@ -484,12 +484,12 @@ class Merger:
         s = self.s
         view = s.view
         assert view is not None
-        kept = next((e.header for e in s.merge_deferred if e.sender == sender
+        kept = next((e.header for _, e in s.merge_deferred if e.sender == sender
                      and isinstance(e.header, MMergePrepare)), None)
         if kept is None or kept.attempt < attempt:  # not one retransmitted late
-            s.merge_deferred = [e for e in s.merge_deferred if e.header is not kept]
+            s.merge_deferred = [(t, e) for t, e in s.merge_deferred if e.header is not kept]
             prepare = MMergePrepare(target, attempt, list(members))
-            s.merge_deferred.append(Received(sender, prepare, EMPTY))
+            s.merge_deferred.append((s.now, Received(sender, prepare, EMPTY)))
         return [Send(sender, MMergeDecline(target, attempt, view.view_id, list(view.members)))]
 
     def _deliver_side(self, target: int, attempt: int, side: SideOutcome,
@@ -576,9 +576,7 @@ class Merger:
         effects += self.member.adopt(view)
         effects += self.member.resume()
         # A flush of the merge view may have asked while we were still merging.
-        deferred, s.merge_deferred = s.merge_deferred, []
-        for event in deferred:
-            effects += self.member.replay(event)
+        effects += self._replay_deferred()
         return effects + self.member.recheck()  # e.g. a member suspected meanwhile
 
     def on_suspect(self, node: NodeId, in_view: int = 0) -> list[Effect]:
@@ -599,7 +597,7 @@ class Merger:
 
     def defer(self, event: Received) -> list[Effect]:
         """A flush prepare heard while merging: answered once the merge is settled."""
-        self.s.merge_deferred.append(event)
+        self.s.merge_deferred.append((self.s.now, event))
         return []
 
     def thaw(self) -> list[Effect]:
@@ -630,7 +628,19 @@ class Merger:
         if s.frozen and s.flush is None and s.status in ("member", "leaving"):
             s.frozen = False
             effects += self.member.resume()
-        deferred, s.merge_deferred = s.merge_deferred, []
-        for event in deferred:
-            effects += self.member.replay(event)
+        effects += self._replay_deferred()
         return effects + self.member.recheck()  # e.g. a member suspected meanwhile
+
+    def _replay_deferred(self) -> list[Effect]:
+        """What we held back while merging, handled now; but a merge prepare heard more
+        than the merge's time limit ago is dropped: its coordinator gave that merge up
+        by then (it needs our state to install), and answering would freeze us for a
+        merge wait (its abort may never come: it was cut off, or crashed)."""
+        s = self.s
+        deferred, s.merge_deferred = s.merge_deferred, []
+        horizon = s.now - s.config.merge_timeout_us
+        effects: list[Effect] = []
+        for heard, event in deferred:
+            if heard >= horizon or not isinstance(event.header, MMergePrepare):
+                effects += self.member.replay(event)
+        return effects

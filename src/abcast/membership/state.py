@@ -264,8 +264,8 @@ class MembershipState:
         #: snapshot tokens of a side's outcome: (target, attempt, side view id, coordinator)
         self.side_tokens: dict[int, tuple[int, int, int, NodeId]] = {}
         #: flush prepares heard while merging, and merge prepares (the newest of each
-        #: coordinator) heard while answering another merge
-        self.merge_deferred: list[Received] = []
+        #: coordinator) heard while answering another merge, with when each was heard
+        self.merge_deferred: list[tuple[int, Received]] = []
         #: node of another side → the latest view id it was heard to be in (probes,
         #: merge states, declines; a node's view ids only grow; MAX_MERGE_NOTES)
         self.seen_in: dict[NodeId, int] = {}
