@@ -166,11 +166,12 @@ class JoinLeave:
         return []
 
     def note_admitted(self, old: View | None, new: View) -> None:
-        """Note, as `new` is installed, the members it admits to our views."""
+        """Note, as `new` is installed, the members it admits to our views (`admitted_in`
+        holds members of `old` only)."""
         kept = {m: v for m, v in self.s.admitted_in.items() if m in new.members}
         old_members = old.members if old is not None else ()
         self.s.admitted_in = kept | {m: new.view_id for m in new.members
-                                     if m not in old_members and m not in kept}
+                                     if m not in old_members}
 
     def take_snapshot(self, joiners: tuple[NodeId, ...], view: View) -> Effect:
         self.s.tokens += 1

@@ -584,15 +584,15 @@ class Merger:
         member of our view that another view (`in_view`, from its `MFarewell` or the
         detector's `Excluded`) holds now, not the merge's: it left the merge we answered,
         which can install nothing our side goes into whole. Thaw then rather than wait
-        out `merge_wait` (the coordinator's abort may never come: it left the group)."""
+        out `merge_wait` (the coordinator's abort may never come: it left the group).
+        The callers that pass `in_view` have checked `node` is a member of our view."""
         s = self.s
-        merging, merge, view = s.merging, s.merge, s.view
+        merging, merge = s.merging, s.merge
         if merge is not None and node in merge.members:
             return self.give_up()
         if merging is None or merge is not None:
             return []
-        moved = (in_view and in_view != merging[0] and view is not None
-                 and node in view.members)
+        moved = in_view and in_view != merging[0]
         return self.thaw() if node == merging[2] or moved else []
 
     def defer(self, event: Received) -> list[Effect]:
