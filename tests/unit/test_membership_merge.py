@@ -670,3 +670,28 @@ def test_a_merge_prepare_kept_while_merging_is_dropped_once_its_merge_is_surely_
     assert [(e.to, e.header.attempt) for e in effects
             if isinstance(e, Send) and isinstance(e.header, MMergeState)] == [("n0", 2)]
     assert layer.s.merging == (stranger, 2, "n0")
+
+
+def test_a_flood_of_strangers_cannot_push_out_a_kept_prepare_of_the_next_lineage() -> None:
+    """n0, a joiner admitted by a view n3 has yet to install, leads the flush after it:
+    its prepare names the members of n3's view that go on. A refusal from a member of
+    n3's view is kept too. Strangers then send a prepare each (naming n3 alone): they
+    used to push both out, the oldest first (MAX_EARLY in all). Now a packet goes only
+    for one that names as many of n3's view, or comes from a member of it: the strangers
+    push out one another. A prepare that leaves n3 out (never answered) is not kept."""
+    layer = _member("n3")
+    ahead = evs_view_id(VIEW.view_id + 1, "n0")
+    honest = MPrepare(evs_view_id(ahead + 1, "n0"), 1, ["n0", *VIEW.members])
+    layer.handle(Received("n0", honest, EMPTY), 10)
+    layer.handle(Received("n1", MRefuse(ahead), EMPTY), 10)
+    layer.handle(Received("n8", MPrepare(ahead, 1, ["n1", "n8"]), EMPTY), 10)
+    strangers = [f"s{i}" for i in range(4 * MAX_EARLY)]
+    for node in strangers:
+        layer.handle(Received(node, MPrepare(ahead, 1, ["n3", node]), EMPTY), 20)
+    kept = [(e.sender, e.header) for _, e in layer.s.early.values()]
+    assert len(kept) == MAX_EARLY
+    assert kept[:2] == [("n0", honest), ("n1", MRefuse(ahead))]
+    assert [sender for sender, _ in kept[2:]] == strangers[-(MAX_EARLY - 2):]
+    effects = layer.adopt(View(ahead, ("n0", *VIEW.members)))  # the install came
+    assert [(e.to, e.header.target) for e in effects
+            if isinstance(e, Send) and isinstance(e.header, MState)] == [("n0", honest.target)]

@@ -26,6 +26,7 @@ from abcast.membership.wire import (
     MInstall,
     MMergeAbort,
     MMergeState,
+    MPrepare,
     MState,
     SideOutcome,
 )
@@ -297,12 +298,33 @@ def note(notes: dict[_K, _V], key: _K, value: _V, cap: int = MAX_MERGE_NOTES) ->
 def keep_early(s: MembershipState, event: Received, rank: tuple[int, int]) -> None:
     """Keep a packet for a view beyond ours, replayed once we install a view
     (abcast.membership.layer's `adopt`): of each sender and kind only the newest by
-    `rank` (target, attempt), MAX_EARLY in all, the oldest dropped. A peer cannot grow
-    it at will, and a retransmission come late replaces nothing."""
+    `rank` (target, attempt), MAX_EARLY in all. Full, the oldest of the least vouched
+    for goes (`_vouched`), never for one vouched for less: a peer cannot grow it at will,
+    a retransmission come late replaces nothing, and strangers, however many, push out
+    only one another. A prepare that leaves us out is never answered: not kept."""
+    if isinstance(event.header, MPrepare) and s.node not in event.header.members:
+        return
     key = (event.sender, type(event.header).__name__)
     kept = s.early.get(key)
-    if kept is None or kept[0] < rank:
-        note(s.early, key, (rank, event), MAX_EARLY)
+    if kept is not None and kept[0] >= rank:
+        return
+    s.early.pop(key, None)
+    if len(s.early) >= MAX_EARLY:
+        weakest = min(s.early, key=lambda k: _vouched(s, s.early[k][1]))
+        if _vouched(s, s.early[weakest][1]) > _vouched(s, event):
+            return
+        del s.early[weakest]
+    s.early[key] = (rank, event)
+
+
+def _vouched(s: MembershipState, event: Received) -> tuple[bool, int]:
+    """How much our view vouches for a kept packet: it comes from a member, or names
+    that many members (a flush prepare of the next view's coordinator, a joiner that
+    view admitted, names every member of ours that goes on). Nothing is authenticated:
+    a stranger naming them all ranks with it (docs/orderings.md, "Not handled")."""
+    members = s.view.members if s.view is not None else ()
+    named = event.header.members if isinstance(event.header, MPrepare) else ()
+    return event.sender in members, sum(m in named for m in members)
 
 
 def arm_probe(s: MembershipState) -> list[Effect]:
