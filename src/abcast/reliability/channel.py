@@ -268,6 +268,7 @@ class ReliableChannel(Layer):
                       "reassembled": self._reassembly.completed,
                       "refused_fragments": self._reassembly.refused,
                       "refused_oversize": self._reassembly.oversize,
+                      "abandoned_fragmented": self._reassembly.abandoned,
                       "undecodable": self.undecodable})
 
     def in_flight(self) -> int:

@@ -3,11 +3,15 @@ as fragments, each a packet of its own on the link, and is reassembled whole on 
 (JGroups' FRAG2/FRAG3 idea; docs/orderings.md, "Packets larger than a frame").
 
     event at a receiver (one sender, one packet)      what reassembly does
-    a fragment of a packet not under way, room left   opens it, holds the fragment
+    a fragment of a packet not under way, room left   opens it (count × chunk), holds it
     a fragment of a packet under way, same count      holds it (an index held: ignored)
     a fragment of the packet the link waits on        opens it whatever the room
     the last missing fragment                         joins, decodes, hands the packet up
-    a count that disagrees, or no room left           refuses it (RemoteProtocolError)
+    the link's mark passes all its numbers            drops it (abandoned: never completes)
+    no room left (after dropping the abandoned)       refuses it quietly (NoRoomError)
+    its packet starts below the mark                  refuses it quietly (lost)
+    a count that disagrees, a size not the chunk's,   refuses it (RemoteProtocolError)
+      a range across another packet of the sender
     the sender leaves the view                        drops its packets under way
 
 Rules:
@@ -20,18 +24,19 @@ Rules:
   retransmits each one alone; fragments of one packet take consecutive sequence numbers
   and say only their `index` and `count`: the receiver keys a packet by the number of its
   fragment 0 (`seq - index`).
-- Reassembly reserves a packet's count × chunk bytes when the first of its fragments
-  to arrive opens it, and never refuses a fragment of a packet under way, nor one of
-  the packet spanning the lowest number the reliable link still waits for (`low`): a
-  packet opened completes once its sender (re)sends the rest, and the lowest always
-  opens, so no bound can block a link (packets above the lowest may hold the room while
-  their last fragments wait on the window for it). What other packets may open is
-  bounded: `max_bytes` per sender, `guest_bytes` for the senders outside the view
-  together (an open group's strangers and joiners), `total_bytes` over all senders,
-  `max_partial` packets per sender. The lowest packets come on top (one a sender of at
-  most `max_bytes`; guests' together within `guest_bytes`). A fragment beyond a bound,
-  or whose `count` disagrees with its packet's, is refused (RemoteProtocolError, before
-  the channel records it: a reliable sender retransmits it once room is back); a
+- Reassembly reserves a packet's count × chunk bytes (this node's chunk: every fragment
+  but the last is that size, the last no larger, so what is stored never exceeds what is
+  reserved) when the first of its fragments to arrive opens it, and never refuses a
+  fragment of a packet under way, nor one of the packet starting at the lowest number
+  the reliable link still waits for (`low`): a packet opened completes once its sender
+  (re)sends the rest, and the lowest always opens, so no bound can block a link. A packet
+  whose numbers the link's mark has all passed can never complete and is dropped
+  (`settle`); a sender's packets never overlap, so it has one lowest at a time. What
+  other packets may open is bounded: `max_bytes` per sender, `guest_bytes` for the
+  senders outside the view together (an open group's strangers and joiners),
+  `total_bytes` over all senders, `max_partial` packets per sender; the lowest come on
+  top (see `Reassembly` for the worst case). A fragment refused for room is dropped
+  before the channel records it (a reliable sender retransmits it once room is back); a
   sender's partial packets are forgotten when it leaves the view. Every member must use
   the same frame_bytes and reassembly_bytes: a packet whose reservation exceeds this
   node's `max_bytes` is refused for good (counted `oversize`, its message says so).
