@@ -22,7 +22,8 @@ a bound (to take it when resent), this one first makes room by dropping the same
 sender's oldest partial packets (lost too; another sender's are never dropped), and a
 fragment that still does not fit is refused (lost). A partial packet whose lost fragment
 the mark gives up is dropped with it (its room freed; others' at a refusal for room). A
-duplicate is dropped before any of that. An open group's channel forgets the partial packets of members that leave the view.
+duplicate is dropped before any of that. An open group's channel forgets the partial
+packets of members that leave the view.
 
 A closed group's channel drops packets to and from nodes outside the view; an open
 group's (`open_group=True`, for orderings that admit joiners themselves) lets them
