@@ -119,3 +119,20 @@ def test_a_packet_that_fits_goes_whole_on_the_basic_channel(size: int) -> None:
     assert len(sends) == 1 and a._gate.measured == 0
     assert [u.packet for u in _ups(b.handle(Received("a", sends[0].header, sends[0].inner), 1))
             ] == [packet]
+
+
+def test_a_packet_the_gate_clears_is_never_measured_on_the_basic_channel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The size gate is inlined on the per-packet path (as the reliable channel's):
+    `measure` runs only for a packet the gate cannot clear."""
+    import abcast.reliability.basic_channel as module
+
+    calls: list[Packet] = []
+    monkeypatch.setattr(module, "measure", lambda gate, codec, packet, bound: calls.append(
+        packet))
+    a = _basic("a", ("a", "b"))
+    a.handle(SendRequested("b", Packet((SData(1),), b"x")), 0)
+    assert calls == []
+    a.handle(SendRequested("b", _big(8_000)), 0)
+    assert len(calls) == 1

@@ -20,8 +20,10 @@ which is what best effort means. Reassembly is bounded as there (per sender, for
 strangers together, over all), and where the reliable channel refuses a fragment beyond
 a bound (to take it when resent), this one first makes room by dropping the same
 sender's oldest partial packets (lost too; another sender's are never dropped), and a
-fragment that still does not fit is refused (lost). A duplicate is dropped before any of
-that. An open group's channel forgets the partial packets of members that leave the view.
+fragment that still does not fit is refused (lost). A partial packet whose lost fragment
+the mark gives up is dropped with it (its room freed; others' at a refusal for room). A
+duplicate is dropped before any of that. An open group's channel forgets the partial
+packets of members that leave the view.
 
 A closed group's channel drops packets to and from nodes outside the view; an open
 group's (`open_group=True`, for orderings that admit joiners themselves) lets them
@@ -56,9 +58,9 @@ from abcast.reliability.fragments import (
     MAX_COUNT,
     Fragment,
     InnerCodec,
-    NoRoomError,
     Reassembly,
     SizeGate,
+    encode_header,
     measure,
 )
 
@@ -171,7 +173,12 @@ class BasicChannel(Layer):
         if gated is not None and gated[0] is packet:  # a multicast's: gated once
             fragments = gated[1]
         else:
-            fragments = measure(self._gate, self._inner, packet, self._reassembly.max_bytes)
+            size = len(packet.payload)  # SizeGate.over, inlined: a lookup per header
+            bounds = self._gate.bounds
+            for header in packet.headers:
+                size += bounds[type(header)] or len(encode_header(header))
+            fragments = None if size <= self._gate.room else measure(
+                self._gate, self._inner, packet, self._reassembly.max_bytes)
         if not fragments:  # cleared by the gate (None), or it fits after all ([])
             seq = self._next.get(to, 0) + 1
             self._next[to] = seq
@@ -195,18 +202,23 @@ class BasicChannel(Layer):
             self.duplicates += 1  # before making room: a duplicate must not evict
             return []
         reassembly = self._reassembly
-        size = len(inner.payload)
-        self.evicted += reassembly.make_room(sender, first, index, count, size)
-        try:
-            reassembly.check(sender, first, index, count, size)
-        except NoRoomError:
-            return []  # no room left by other senders: lost (counted)
+        low = (0 if link is None else link.high) + 1
+        reassembly.settle(sender, low)  # its packets the mark gave up on are lost
+        if first >= low:  # (a packet already lost evicts nothing)
+            self.evicted += reassembly.make_room(sender, first, count)
+        if not reassembly.admit(sender, first, index, count, len(inner.payload), low,
+                                self._marks, lowest_opens=False):
+            return []  # no room left by other senders, or lost already (counted)
         if not self._on_data(sender, fragment.seq, inner):
             return []  # a duplicate
-        whole = reassembly.add(sender, first, index, count, inner.payload)
+        whole = reassembly.add(sender, first, index, count, inner.payload, low, checked=True)
         if whole is None:
             return []
         return [Up(sender, codec.decode(sender, whole))]
+
+    def _marks(self) -> dict[NodeId, int]:
+        """Each sender's lowest number its link waits for (reassembly's `low`)."""
+        return {peer: link.high + 1 for peer, link in self._in.items()}
 
     def _on_data(self, sender: NodeId, seq: int, inner: Packet) -> list[Effect]:
         if not self._allowed(sender):

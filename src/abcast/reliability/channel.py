@@ -76,7 +76,6 @@ from abcast.reliability.fragments import (
     MIN_FRAME_BYTES,
     Fragment,
     InnerCodec,
-    NoRoomError,
     Reassembly,
     RFrag,
     SizeGate,
@@ -269,6 +268,7 @@ class ReliableChannel(Layer):
                       "reassembled": self._reassembly.completed,
                       "refused_fragments": self._reassembly.refused,
                       "refused_oversize": self._reassembly.oversize,
+                      "abandoned_fragmented": self._reassembly.abandoned,
                       "undecodable": self.undecodable})
 
     def in_flight(self) -> int:
@@ -457,16 +457,16 @@ class ReliableChannel(Layer):
         # Refused before the link records it: a reliable sender resends it later. One
         # refused for room only is dropped quietly (counted): its sender did no wrong,
         # and a raise would make the runtime drop the connection.
+        # Its ack is taken even so (piggybacked: the peer's packets would wait for RTO).
         low = (0 if link is None else link.high) + 1
-        try:
-            self._reassembly.check(sender, first, index, count, len(inner.payload), low)
-        except NoRoomError:
-            return []
+        if not self._reassembly.admit(sender, first, index, count, len(inner.payload), low,
+                                      self._marks):
+            return self._on_ack(sender, fragment.ack, _NO_SACKS, now) if fragment.ack else []
         effects = self._on_data(sender, fragment.seq, inner, now, fragment.ack)
         for i, effect in enumerate(effects):
             if type(effect) is Up:
                 whole = self._reassembly.add(sender, first, index, count, inner.payload,
-                                             low)
+                                             low, checked=True)
                 if whole is None:
                     del effects[i]
                     break
@@ -477,6 +477,10 @@ class ReliableChannel(Layer):
                     del effects[i]
                 break
         return effects
+
+    def _marks(self) -> dict[NodeId, int]:
+        """Each sender's lowest number its link waits for (reassembly's `low`)."""
+        return {peer: link.high + 1 for peer, link in self._in.items()}
 
     def _transmit(
         self, to: NodeId, link: _OutLink, packet: Packet, now: int, control: bool

@@ -3,11 +3,15 @@ as fragments, each a packet of its own on the link, and is reassembled whole on 
 (JGroups' FRAG2/FRAG3 idea; docs/orderings.md, "Packets larger than a frame").
 
     event at a receiver (one sender, one packet)      what reassembly does
-    a fragment of a packet not under way, room left   opens it, holds the fragment
+    a fragment of a packet not under way, room left   opens it (count × chunk), holds it
     a fragment of a packet under way, same count      holds it (an index held: ignored)
     a fragment of the packet the link waits on        opens it whatever the room
     the last missing fragment                         joins, decodes, hands the packet up
-    a count that disagrees, or no room left           refuses it (RemoteProtocolError)
+    the link's mark passes all its numbers            drops it (abandoned: never completes)
+    no room left (after dropping the abandoned)       refuses it quietly (NoRoomError)
+    its packet starts below the mark                  refuses it quietly (lost)
+    a count that disagrees, a size not the chunk's,   refuses it (RemoteProtocolError)
+      a range across another packet of the sender
     the sender leaves the view                        drops its packets under way
 
 Rules:
@@ -20,18 +24,19 @@ Rules:
   retransmits each one alone; fragments of one packet take consecutive sequence numbers
   and say only their `index` and `count`: the receiver keys a packet by the number of its
   fragment 0 (`seq - index`).
-- Reassembly reserves a packet's count × chunk bytes when the first of its fragments
-  to arrive opens it, and never refuses a fragment of a packet under way, nor one of
-  the packet spanning the lowest number the reliable link still waits for (`low`): a
-  packet opened completes once its sender (re)sends the rest, and the lowest always
-  opens, so no bound can block a link (packets above the lowest may hold the room while
-  their last fragments wait on the window for it). What other packets may open is
-  bounded: `max_bytes` per sender, `guest_bytes` for the senders outside the view
-  together (an open group's strangers and joiners), `total_bytes` over all senders,
-  `max_partial` packets per sender. The lowest packets come on top (one a sender of at
-  most `max_bytes`; guests' together within `guest_bytes`). A fragment beyond a bound,
-  or whose `count` disagrees with its packet's, is refused (RemoteProtocolError, before
-  the channel records it: a reliable sender retransmits it once room is back); a
+- Reassembly reserves a packet's count × chunk bytes (this node's chunk: every fragment
+  but the last is that size, the last no larger, so what is stored never exceeds what is
+  reserved) when the first of its fragments to arrive opens it, and never refuses a
+  fragment of a packet under way, nor one of the packet starting at the lowest number
+  the reliable link still waits for (`low`): a packet opened completes once its sender
+  (re)sends the rest, and the lowest always opens, so no bound can block a link. A packet
+  whose numbers the link's mark has all passed can never complete and is dropped
+  (`settle`); a sender's packets never overlap, so it has one lowest at a time. What
+  other packets may open is bounded: `max_bytes` per sender, `guest_bytes` for the
+  senders outside the view together (an open group's strangers and joiners),
+  `total_bytes` over all senders, `max_partial` packets per sender; the lowest come on
+  top (see `Reassembly` for the worst case). A fragment refused for room is dropped
+  before the channel records it (a reliable sender retransmits it once room is back); a
   sender's partial packets are forgotten when it leaves the view. Every member must use
   the same frame_bytes and reassembly_bytes: a packet whose reservation exceeds this
   node's `max_bytes` is refused for good (counted `oversize`, its message says so).
@@ -47,7 +52,7 @@ Rules:
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final
 
@@ -246,8 +251,10 @@ def reservation(count: int, chunk: int) -> int:
 
 # -- reassembly ----------------------------------------------------------------------------
 class NoRoomError(RemoteProtocolError):
-    """A fragment refused for room only: an honest sender's, to be taken when resent (a
-    channel drops it quietly, counted, instead of treating its peer as faulty)."""
+    """A fragment refused through no fault of its sender: no room (an honest sender's,
+    taken when resent) or its packet already lost (a basic channel gave up one of its
+    numbers). A channel drops it quietly, counted, instead of treating its peer as
+    faulty."""
 
 
 @dataclass(slots=True)
@@ -261,7 +268,7 @@ class _Partial:
 class _Sender:
     partial: dict[int, _Partial] = field(default_factory=dict)  # by the first fragment's seq
     held: int = 0  # bytes reserved over all of them
-    low: int = 0  # the lowest seq its link waits for, as last told (`check`)
+    low: int = 0  # the lowest seq its link waits for, as last told (`settle`)
 
 
 #: the state of a sender with nothing under way (never mutated)
@@ -271,14 +278,18 @@ _NOBODY: Final = _Sender()
 class Reassembly:
     """The packets under way, per sender (see the rules). `check` says, without changing
     anything, whether `add` would take a fragment; `add` returns the inner frame once its
-    last fragment came.
+    last fragment came; `settle` drops the packets that can no longer complete.
 
-    Bounds, in bytes reserved (a packet reserves count × chunk when it is opened, so a
-    packet under way is never refused a fragment for room and always completes):
-    `max_bytes` per sender, `guest_bytes` over all senders outside `members` together,
-    `total_bytes` over all senders; and `max_partial` packets under way per sender.
-    `chunk` is this node's own fragment size: the size assumed for a packet opened by its
-    last (shorter) fragment."""
+    Bounds, in bytes reserved (a packet reserves count × `chunk` when it is opened, and
+    every fragment but the last is `chunk` bytes, the last at most that, so what is
+    stored never exceeds what is reserved, and a packet under way is never refused a
+    fragment for room): `max_bytes` per sender, `guest_bytes` over all senders outside
+    `members` together, `total_bytes` over all senders; and `max_partial` packets under
+    way per sender. The packet spanning a link's `low` opens on top of them: one a
+    sender, at most `max_bytes` (no two packets of a sender overlap, and one whose
+    numbers are all below `low` is dropped), guests' together within `guest_bytes`.
+    Worst case: a member's `2 × max_bytes`, the guests' `2 × guest_bytes`, everything
+    `total_bytes + members × max_bytes + guest_bytes`."""
 
     def __init__(self, max_bytes: int, max_partial: int, total_bytes: int | None = None,
                  guest_bytes: int | None = None, chunk: int = 0) -> None:
@@ -290,6 +301,7 @@ class Reassembly:
         self.guest_bytes = max_bytes if guest_bytes is None else guest_bytes
         if not self.guest_bytes <= self.max_bytes <= self.total_bytes:
             raise ConfigError("need guest_bytes <= max_bytes <= total_bytes")
+        #: the size of every fragment but a packet's last (this node's own; 0: none yet)
         self.chunk = chunk
         #: the senders with a member's budget (None: every sender); the others share
         #: guest_bytes
@@ -298,6 +310,7 @@ class Reassembly:
         self.refused = 0
         self.oversize = 0  # of which: a packet that could never fit this node's bound
         self.completed = 0
+        self.abandoned = 0  # packets dropped under way: their numbers went by (`settle`)
 
     def held(self, sender: str | None = None) -> int:
         """Bytes reserved (for one sender, or all)."""
@@ -305,6 +318,12 @@ class Reassembly:
             state = self._senders.get(sender)
             return 0 if state is None else state.held
         return sum(s.held for s in self._senders.values())
+
+    def stored(self, sender: str | None = None) -> int:
+        """Bytes of fragments actually held (for one sender, or all): never above `held`."""
+        states = (self._senders.values() if sender is None
+                  else [self._senders.get(sender) or _NOBODY])
+        return sum(len(b) for s in states for p in s.partial.values() for b in p.parts.values())
 
     def guests_held(self) -> int:
         """Bytes reserved by senders outside `members`."""
@@ -314,12 +333,12 @@ class Reassembly:
         return sum(s.held for n, s in self._senders.items() if n not in members)
 
     def _guests_lowest(self) -> int:
-        """Bytes reserved by guests' packets that span their links' `low`."""
+        """Bytes reserved by guests' packets at or below their links' `low` (spanning
+        it, or not yet settled past it)."""
         members = self.members or frozenset()
         return sum(part.reserved for name, state in self._senders.items()
                    if name not in members
-                   for first, part in state.partial.items()
-                   if first <= state.low < first + part.count)
+                   for first, part in state.partial.items() if first <= state.low)
 
     def partial(self, sender: str) -> int:
         state = self._senders.get(sender)
@@ -331,32 +350,77 @@ class Reassembly:
         self.oversize += oversize
         return NoRoomError(message) if room else RemoteProtocolError(message)
 
+    def settle(self, sender: str, low: int) -> int:
+        """`sender`'s link now waits for `low` (its high mark + 1; numbers only grow):
+        drop its packets all of whose numbers are below it — taken by something else or
+        given up, they can never complete. Returns how many were dropped."""
+        state = self._senders.get(sender)
+        if state is None or low <= state.low:
+            return 0
+        state.low = low
+        gone = [first for first, part in state.partial.items() if first + part.count <= low]
+        for first in gone:
+            state.held -= state.partial.pop(first).reserved
+        if not state.partial:
+            del self._senders[sender]
+        self.abandoned += len(gone)
+        return len(gone)
+
+    def admit(self, sender: str, first: int, index: int, count: int, size: int, low: int,
+              lows: Callable[[], Mapping[str, int]], lowest_opens: bool = True) -> bool:
+        """`check` once `sender` is settled at `low`; refused for room, every sender is
+        settled at its link's mark (`lows()`, asked only then) and it is checked again.
+        False: refused through no fault of the sender (NoRoomError, counted);
+        RemoteProtocolError for the rest."""
+        self.settle(sender, low)
+        try:
+            self.check(sender, first, index, count, size, low, lowest_opens)
+            return True
+        except NoRoomError:
+            if not sum(self.settle(peer, mark) for peer, mark in lows().items()):
+                return False
+            self.refused -= 1  # counted once, if refused again
+        try:
+            self.check(sender, first, index, count, size, low, lowest_opens)
+            return True
+        except NoRoomError:
+            return False
+
     def check(self, sender: str, first: int, index: int, count: int, size: int,
-              low: int = 0) -> None:
+              low: int = 0, lowest_opens: bool = True) -> None:
         """RemoteProtocolError if `add` must refuse this fragment; nothing changes. `low`
-        is the lowest sequence number the link still waits for (a reliable channel's
-        high mark + 1; 0: none): the packet spanning it is never refused for room."""
+        is the lowest sequence number the link still waits for (its high mark + 1; 0:
+        none): a packet starting below it cannot complete, and the one starting there is
+        never refused for room (unless not `lowest_opens`: a best-effort channel's)."""
         if not 0 <= index < count or count < 2:
             raise self._refuse(f"{sender} sent fragment {index} of {count}")
+        chunk = self.chunk
+        if size > chunk or (size != chunk and index < count - 1):
+            raise self._refuse(
+                f"{sender} sent fragment {index} of {count} of {size} bytes; this node's "
+                f"fragments are {chunk} bytes (every member must use the same frame_bytes)")
         state = self._senders.get(sender) or _NOBODY
         part = state.partial.get(first)
         if part is not None:
             if part.count != count:
                 raise self._refuse(f"{sender} sent fragment {index} of {count} of a packet "
                                    f"of {part.count}")
-            extra = reservation(count, size) - part.reserved
-            if index in part.parts or index == count - 1 or extra <= 0:
-                return  # a packet under way: its room is reserved (a duplicate: ignored)
-            need, whole = extra, reservation(count, size)  # a larger chunk than opened
-        else:
-            need = whole = self.need(index, count, size)
-        if whole > self.max_bytes:
+            return  # a packet under way: its room is reserved (a duplicate: ignored)
+        need = reservation(count, chunk)
+        if need > self.max_bytes:
             raise self._refuse(
-                f"{sender} sent fragments of a packet of about {whole} bytes, above this "
+                f"{sender} sent fragments of a packet of about {need} bytes, above this "
                 f"node's reassembly_bytes {self.max_bytes} (every member must use the same "
                 "frame_bytes and reassembly_bytes)", oversize=True)
+        if first < low:
+            raise self._refuse(f"{sender} sent fragment {index} of a packet whose first "
+                               "numbers went by (lost)", room=True)
+        for other, opened in state.partial.items():
+            if other < first + count and first < other + opened.count:
+                raise self._refuse(f"{sender} sent fragments {first}..{first + count - 1}"
+                                   f" across its packet {other}..{other + opened.count - 1}")
         guest = self.members is not None and sender not in self.members
-        if first <= low < first + count:
+        if lowest_opens and first == low:
             # The packet the link waits on: were it refused for room that packets above
             # it hold, and they waited on the link's window, the link would block for
             # ever. It is bounded apart: one a sender; guests' together by guest_bytes.
@@ -366,7 +430,7 @@ class Reassembly:
                     raise self._refuse(f"guests' lowest packets would hold {lowest + need} "
                                        f"bytes (max {self.guest_bytes})", room=True)
             return
-        if part is None and len(state.partial) >= self.max_partial:
+        if len(state.partial) >= self.max_partial:
             raise self._refuse(
                 f"{sender} has {len(state.partial)} packets in fragments under way", room=True)
         held = state.held
@@ -383,28 +447,23 @@ class Reassembly:
             raise self._refuse(f"packets under way would hold {total + need} bytes "
                                f"(max {self.total_bytes})", room=True)
 
-    def need(self, index: int, count: int, size: int) -> int:
-        """What opening a packet with this fragment reserves."""
-        return reservation(count, size if index < count - 1 else max(size, self.chunk))
-
     def add(self, sender: str, first: int, index: int, count: int, chunk: bytes,
-            low: int = 0) -> bytes | None:
-        """Take a fragment (`check` first); the inner frame when it completes a packet."""
-        self.check(sender, first, index, count, len(chunk), low)
+            low: int = 0, checked: bool = False) -> bytes | None:
+        """Take a fragment (settled and checked first, unless `checked`: `admit` said
+        yes); the inner frame when it completes a packet."""
+        if not checked:
+            self.settle(sender, low)
+            self.check(sender, first, index, count, len(chunk), low)
         state = self._senders.get(sender)
         if state is None:
-            state = self._senders[sender] = _Sender()
-        state.low = low
+            state = self._senders[sender] = _Sender(low=low)
         part = state.partial.get(first)
         if part is None:
-            part = state.partial[first] = _Partial(count, self.need(index, count, len(chunk)))
+            part = state.partial[first] = _Partial(count, reservation(count, self.chunk))
             state.held += part.reserved
         if index in part.parts:
             return None
         part.parts[index] = chunk
-        if index < count - 1 and reservation(count, len(chunk)) > part.reserved:
-            state.held += reservation(count, len(chunk)) - part.reserved
-            part.reserved = reservation(count, len(chunk))
         if len(part.parts) < count:
             return None
         del state.partial[first]
@@ -414,15 +473,15 @@ class Reassembly:
         self.completed += 1
         return b"".join(part.parts[i] for i in range(count))
 
-    def make_room(self, sender: str, first: int, index: int, count: int, size: int) -> int:
+    def make_room(self, sender: str, first: int, count: int) -> int:
         """Drop `sender`'s oldest partial packets (not `first`'s) until opening packet
-        `first` with this fragment fits `sender`'s own bounds: a best-effort channel's
-        way to make room, those packets are lost (another sender's are never dropped).
-        Returns how many were dropped."""
+        `first` fits `sender`'s own bounds: a best-effort channel's way to make room,
+        those packets are lost (another sender's are never dropped). Returns how many
+        were dropped."""
         state = self._senders.get(sender)
         if state is None or first in state.partial:
             return 0
-        need = self.need(index, count, size)
+        need = reservation(count, self.chunk)
         dropped = 0
         while state.partial and (state.held + need > self.max_bytes
                                  or len(state.partial) >= self.max_partial):
