@@ -188,3 +188,11 @@ def test_wrapper_refuses_peers_without_a_site() -> None:
             await a.close()
 
     run(main)
+
+
+def test_the_wrapper_reports_its_inner_transports_frame_bound() -> None:
+    """The runtime splits packets to the transport's `max_frame_bytes` (the channels'
+    fragments); behind the WAN wrapper it must see the inner transport's bound."""
+    matrix = LatencyMatrix(("east",), ((0.2,),), nodes=(("a", "east"),))
+    inner = transport_from_url("mem://?max_frame_bytes=16384")
+    assert WanTransport(inner, matrix).max_frame_bytes == inner.max_frame_bytes == 16384

@@ -309,8 +309,8 @@ class Group:
         self._attach(host, View(1, tuple(members)))
 
     def _attach(self, host: Node, view: View) -> GroupDriver:
-        frame_bytes = getattr(getattr(host.transport, "options", None), "max_frame_bytes", None)
-        options = for_streams(self.options, host.transport.scheme, frame_bytes)
+        options = for_streams(self.options, host.transport.scheme,
+                              host.transport.max_frame_bytes)
         if self.ordering == "ticket" and options.ticket:
             host.pin_peer(TICKET_NODE, options.ticket)  # the group's ticket server
         stack = build_stack(host.id, self.name, self.ordering, view, options)

@@ -293,6 +293,10 @@ class QueuedTransport(Transport):
         return tuple(self._peers)
 
     @property
+    def max_frame_bytes(self) -> int:
+        return self.options.max_frame_bytes  # `send` refuses longer frames
+
+    @property
     def loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             raise LocalProtocolError(f"{self.scheme} transport not started")

@@ -379,6 +379,12 @@ class Transport(ABC):
     def peers(self) -> tuple[NodeId, ...]:
         """The nodes currently added as peers."""
 
+    @property
+    def max_frame_bytes(self) -> int | None:
+        """The longest frame `send` takes (TransportOptions.max_frame_bytes); None: this
+        transport sets no bound. The runtime's channels split larger packets to fit."""
+        return None
+
 
 # ------------------------------------------------------------------ schemes → transports
 # The built-in schemes are imported lazily, so `import abcast.transport` works without the

@@ -261,7 +261,7 @@ class WanTransport(WrappingTransport):
             raise LocalProtocolError(f"send to {node!r} on a WAN transport that is not running")
         if node not in self.inner.peers:
             raise LocalProtocolError(f"send to unknown peer {node!r}: call add_peer first")
-        max_frame = getattr(getattr(self.inner, "options", None), "max_frame_bytes", None)
+        max_frame = self.inner.max_frame_bytes
         if max_frame is not None and len(data) > max_frame:
             raise LocalProtocolError(
                 f"frame of {len(data)} bytes exceeds max_frame_bytes {max_frame}"

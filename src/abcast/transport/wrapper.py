@@ -55,3 +55,7 @@ class WrappingTransport(Transport):
     @property
     def peers(self) -> tuple[NodeId, ...]:
         return self.inner.peers
+
+    @property
+    def max_frame_bytes(self) -> int | None:
+        return self.inner.max_frame_bytes
