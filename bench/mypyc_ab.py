@@ -2,7 +2,8 @@
 temporary directory and compares it with the pure-Python source, A/B interleaved (issue 23).
 
 Usage: .venv/bin/python bench/mypyc_ab.py [--rounds 3] [--messages 10000]
-           [--modules stack.py,layer.py,...] [--keep DIR] [--no-build DIR]
+           [--modules stack.py,layer.py,...] [--with-runtime] [--serial-rounds N]
+           [--keep DIR] [--no-build DIR]
 
 What it does:
 
@@ -11,7 +12,12 @@ What it does:
    tree is never touched. mypyc needs two things the sources do not say: the compiled
    `Layer` classes are subclassed by interpreted code (other layers, the tests' planted
    broken variants), so the copy gets `@mypyc_attr(allow_interpreted_subclasses=True)`
-   on each of them.
+   on each of them. `--with-runtime` adds the runtime's per-frame modules (the driver,
+   the node, the transports' shared base and framing, batching, the loop's clock) and
+   the same decorator on the runtime classes interpreted code subclasses, plus the
+   `__deletable__` mypyc wants for the driver's timer handle. `transport/tcp.py` stays
+   interpreted: compiled, it fails at bind ("tuple object expected; got list": uvloop
+   returns a socket name as a list where the annotation says tuple).
 2. Checks that the copy imports the compiled modules (their `__file__` is a `.so`).
 3. Runs `bench/micro_hotpath.py --only core,lone --uvloop` alternately against the
    compiled copy (PYTHONPATH) and the source, `--rounds` times each, and prints the
@@ -91,9 +97,17 @@ DEFAULT_MODULES = (
     "ordering/sequencer_state.py,ordering/sequencer_view.py,"
     "ordering/sequencer_optimistic.py,membership/layer.py"
 )
-#: a class statement of a layer (the base or one deriving from a layer class)
+RUNTIME_MODULES = (
+    "runtime/driver.py,runtime/node.py,runtime/loop.py,transport/_common.py,"
+    "transport/_framing.py,batching.py"
+)
+#: a class statement of a layer (the base or one deriving from a layer class), or of a
+#: runtime class that interpreted code subclasses (the transports, the tests' fakes)
 LAYER_CLASS = re.compile(
-    r"^class \w+\((ABC|Layer|ReliableChannel|FailureDetectorLayer)\):", re.MULTILINE)
+    r"^class (\w+\((ABC|Layer|ReliableChannel|FailureDetectorLayer)\)"
+    r"|QueuedTransport\(Transport\)|Node|GroupDriver|FrameReader):", re.MULTILINE)
+#: mypyc refuses `del timer.handle` unless the class says the attribute may be deleted
+TIMER_SLOTS = '    __slots__ = ("armed", "due", "handle")\n'
 #: the figures micro_hotpath prints, by name
 FIGURES = {
     "core burst=1 µs CPU/msg": re.compile(r"burst=1 +([\d.]+) µs/msg"),
@@ -124,6 +138,14 @@ def build(modules: list[str], where: Path) -> float:
     paths = [f"src/abcast/{m}" for m in modules]
     for path in paths:
         allow_interpreted_subclasses(where / path)
+    driver = where / "src/abcast/runtime/driver.py"
+    if "src/abcast/runtime/driver.py" in paths:
+        text = driver.read_text()
+        if TIMER_SLOTS not in text:
+            raise SystemExit("runtime/driver.py: the timer's __slots__ line moved; update "
+                             "TIMER_SLOTS")
+        driver.write_text(text.replace(
+            TIMER_SLOTS, TIMER_SLOTS + '    __deletable__ = ("handle",)\n'))
     mypyc = Path(sys.executable).with_name("mypyc")
     started = time.perf_counter()
     result = subprocess.run([str(mypyc), *paths], cwd=where, capture_output=True, text=True,
@@ -163,17 +185,60 @@ def measure(pythonpath: Path | None, messages: int) -> dict[str, float]:
     return figures
 
 
+def serial_rounds(rounds: int, compiled_src: Path, messages: int = 3000) -> None:
+    """`abcast cluster --serial`'s lone-message p50 (n = 3, tcp, uvloop, tracing off) of
+    the floor, the source and the compiled copy, interleaved (bench/lone_path.py's run)."""
+    import asyncio
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lone_path import lone_run
+
+    async def run() -> dict[str, list[float]]:
+        p50s: dict[str, list[float]] = {"floor": [], "pure": [], "mypyc": []}
+        saved = os.environ.pop("PYTHONPATH", None)
+        try:
+            for k in range(rounds):
+                order = ("floor", "pure", "mypyc") if k % 2 == 0 else ("mypyc", "pure", "floor")
+                for variant in order:
+                    os.environ.pop("PYTHONPATH", None)
+                    if variant == "mypyc":
+                        os.environ["PYTHONPATH"] = str(compiled_src)
+                    p50s[variant].append(
+                        await lone_run(messages, "uvloop", variant == "floor", None))
+                print(f"  serial round {k + 1}: " + "  ".join(
+                    f"{name} {values[-1]:.0f} µs" for name, values in p50s.items()))
+        finally:
+            os.environ.pop("PYTHONPATH", None)
+            if saved is not None:
+                os.environ["PYTHONPATH"] = saved
+        return p50s
+
+    p50s = asyncio.run(run())
+    floor = statistics.median(p50s["floor"])
+    print(f"\nlone-message p50, medians of {rounds} interleaved serial runs: floor {floor:.0f} µs,"
+          f" pure {statistics.median(p50s['pure']):.0f} µs"
+          f" ({statistics.median(p50s['pure']) / floor:.2f}x), mypyc"
+          f" {statistics.median(p50s['mypyc']):.0f} µs"
+          f" ({statistics.median(p50s['mypyc']) / floor:.2f}x)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--modules", default=DEFAULT_MODULES,
                         help="comma-separated, relative to src/abcast/")
+    parser.add_argument("--with-runtime", action="store_true",
+                        help="compile the runtime's per-frame modules too")
+    parser.add_argument("--serial-rounds", type=int, default=0, metavar="N",
+                        help="then N interleaved `abcast cluster --serial` runs each of the "
+                             "floor, the source and the compiled copy")
     parser.add_argument("--keep", type=Path, help="build here and keep it")
     parser.add_argument("--no-build", type=Path, metavar="DIR",
                         help="reuse a copy built by an earlier --keep")
     args = parser.parse_args(argv)
-    modules = args.modules.split(",")
+    modules = args.modules.split(",") + (RUNTIME_MODULES.split(",") if args.with_runtime
+                                         else [])
     with tempfile.TemporaryDirectory(prefix="abcast-mypyc-") as scratch:
         where = args.no_build or args.keep or Path(scratch)
         if args.no_build is None:
@@ -189,11 +254,15 @@ def main(argv: list[str] | None = None) -> int:
                 runs[variant].append(figures)
                 print(f"  round {k + 1} {variant:5} (load {load:4.1f}): "
                       + "  ".join(f"{name} {value:.1f}" for name, value in figures.items()))
-    print(f"\nmedians of {args.rounds} interleaved rounds (compiled / pure):")
-    for name in FIGURES:
-        compiled = statistics.median(r[name] for r in runs["mypyc"])
-        pure = statistics.median(r[name] for r in runs["pure"])
-        print(f"  {name:26} mypyc {compiled:7.1f}   pure {pure:7.1f}   ratio {compiled / pure:.2f}")
+        if runs["mypyc"]:
+            print(f"\nmedians of {args.rounds} interleaved rounds (compiled / pure):")
+            for name in FIGURES:
+                compiled = statistics.median(r[name] for r in runs["mypyc"])
+                pure = statistics.median(r[name] for r in runs["pure"])
+                print(f"  {name:26} mypyc {compiled:7.1f}   pure {pure:7.1f}"
+                      f"   ratio {compiled / pure:.2f}")
+        if args.serial_rounds:  # before the scratch copy goes
+            serial_rounds(args.serial_rounds, where / "src")
     return 0
 
 
