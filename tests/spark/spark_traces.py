@@ -340,7 +340,7 @@ def spark_counts(
     """The Spark checker's count per code per run on `trace_dir`, and its verdict."""
     from abcast.pipeline.io import read_trace
     from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
-    from abcast.pipeline.tables import materialize_tables
+    from abcast.pipeline.trace_tables import materialize_tables
     from abcast.trace.schema import CODES
 
     trace = read_trace(spark, str(trace_dir))  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ import pytest
 from abcast.evaluation.soak import kill_under_load
 from abcast.pipeline.io import preflight, read_trace
 from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
-from abcast.pipeline.tables import materialize_tables
+from abcast.pipeline.trace_tables import materialize_tables
 from abcast.testing import check_events, count_by_code
 from abcast.trace import read_events, read_runs, write_run
 from abcast.trace.schema import CODES

@@ -15,7 +15,7 @@ import pytest
 
 from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import CHECKS
-from abcast.pipeline.tables import TraceTables, materialize_tables, release
+from abcast.pipeline.trace_tables import TraceTables, materialize_tables, release
 from abcast.sim import SimConfig, run_simulation
 from abcast.sim.churn import flapping_faults
 from abcast.testing import TraceBuilder, check_traces, count_by_code

@@ -21,7 +21,7 @@ from spark_traces import ALL, build_scenarios
 from abcast.pipeline.commands import run_check
 from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
-from abcast.pipeline.tables import materialize_tables
+from abcast.pipeline.trace_tables import materialize_tables
 from abcast.sim import SimConfig, run_simulation
 from abcast.testing import TraceBuilder, check_traces, count_by_code
 from abcast.trace.rows import EventRow, RunInfo

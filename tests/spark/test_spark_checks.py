@@ -17,7 +17,7 @@ from abcast.ids import node_sort_key
 from abcast.pipeline.checks import VIOLATION_COLUMNS, node_order_key
 from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import CHECKS, RunClaim, find_violations, runs_by_code, summarize
-from abcast.pipeline.tables import TraceTables, materialize_tables
+from abcast.pipeline.trace_tables import TraceTables, materialize_tables
 from abcast.trace.schema import CODES
 
 pytestmark = pytest.mark.spark

@@ -2,9 +2,10 @@
 
 Rules: the codes, which guarantee claims which codes, the one schema every check returns
 (run_id, code, nodes, messages, positions, detail; one row = one unit of the code), and the
-small Column builders the checks share: printable message ids, node order, null-safe
-joins, and node sets as bitmasks. No check lives here (abcast.pipeline.checks_message,
-checks_delivery and checks_views hold them) and nothing here touches data.
+small Column builders the checks and their tables share: printable message ids, node
+order, null-safe joins, the partitioning by message, and node sets as bitmasks. No check
+lives here (abcast.pipeline.checks_message, checks_delivery and checks_views hold them)
+and nothing here touches data.
 
 Node sets are bitmasks: each node of a run has a `rank` (0, 1, … in node order, n2 before
 n10), and a set of nodes is an array<bigint> of `words` 64-bit words, bit `rank % 64` of
@@ -32,6 +33,9 @@ VIOLATION_DDL: Final = (
 )
 VIOLATION_COLUMNS: Final = ("run_id", "code", "nodes", "messages", "positions", "detail")
 MESSAGE_KEY: Final = ("run_id", "group", "origin", "seq")
+# Tables partitioned by message use these, a subset of the message key: a join on the
+# message key with `group` compared null-safe can then reuse the partitioning.
+MESSAGE_PARTITIONING: Final = ("run_id", "origin", "seq")
 STREAM_KEY: Final = ("run_id", "node", "group", "origin")
 WORD_BITS: Final = 64
 
@@ -113,6 +117,20 @@ def join_on(
     if how in ("left_semi", "semi", "left_anti", "anti"):
         return joined
     return joined.drop(*[f"__r_{b}" for b in right_keys])
+
+
+def shuffle_partitions(frame: DataFrame) -> int:
+    """The partition count the tables repartition to: an explicit count, which adaptive
+    execution leaves alone, so two tables partitioned by the same keys stay co-partitioned
+    (joins between them need no shuffle)."""
+    return int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or "8")
+
+
+def is_delivery() -> Column:
+    """A `deliver` row with a position (deliver rows without index are skipped)."""
+    from pyspark.sql import functions as F
+
+    return (F.col("kind") == "deliver") & F.col("index").isNotNull()
 
 
 def restrict(frame: DataFrame, run_ids: Sequence[str] | None) -> DataFrame:

@@ -35,7 +35,7 @@ from abcast.pipeline.checks import (
     no_positions,
     violations,
 )
-from abcast.pipeline.tables import STREAM
+from abcast.pipeline.trace_tables import STREAM
 from abcast.trace.schema import (
     CAUSAL_ORDER,
     FIFO_ORDER,
@@ -47,7 +47,7 @@ from abcast.trace.schema import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from abcast.pipeline.tables import TraceTables
+    from abcast.pipeline.trace_tables import TraceTables
 
 
 # `since` is null for what a node did without a snapshot: a key of its own in joins
@@ -165,9 +165,9 @@ def _bounds(deps: Column, origin: Column, seq: Column) -> Column:
 
 def _governing_snapshot(frame: DataFrame, snapshots: DataFrame, origin: str) -> DataFrame:
     """`frame` (with lane, t_ns and an origin column) with `since` and `snap` of the
-    snapshot the node held at t_ns for that origin's stream (`tables.snapshot_tops`; both
-    null when it held none). One row per row of `frame`: a stream's intervals are
-    disjoint."""
+    snapshot the node held at t_ns for that origin's stream
+    (`membership_tables.snapshot_tops`; both null when it held none). One row per row of
+    `frame`: a stream's intervals are disjoint."""
     from pyspark.sql import functions as F
 
     snaps = snapshots.select(*[F.col(c).alias(f"__s_{c}") for c in snapshots.columns])

@@ -3,9 +3,9 @@ UNIFORM_AGREEMENT, LOCAL_ORDER (docs/checks.md).
 
 Rules: each check is a pure transform `TraceTables -> DataFrame` of violation rows, one
 row per unit of its code, with the counterexample layout of abcast.checks.properties. They
-read the per-message table (abcast.pipeline.tables.message_table), whose node sets are
-bitmasks, so "who is owed m and never delivered it" is set arithmetic on one row; only
-the violations themselves are exploded and named. Nothing is collected or cached here.
+read the per-message table (abcast.pipeline.trace_tables.message_table), whose node sets
+are bitmasks, so "who is owed m and never delivered it" is set arithmetic on one row;
+only the violations themselves are exploded and named. Nothing is collected or cached here.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from abcast.pipeline.checks import (
     no_positions,
     violations,
 )
-from abcast.pipeline.tables import with_incarnation, witness_index, witness_rank
+from abcast.pipeline.membership_tables import with_incarnation
+from abcast.pipeline.trace_tables import witness_index, witness_rank
 from abcast.trace.schema import AGREEMENT, LOCAL_ORDER, UNIFORM_AGREEMENT, VALIDITY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from abcast.pipeline.tables import TraceTables
+    from abcast.pipeline.trace_tables import TraceTables
 
 
 def validity(t: TraceTables) -> DataFrame:

@@ -9,7 +9,7 @@ not widened for them. They scale out:
 - view rows are few (a handful per node); their windows run per (run, group, node);
 - deliveries are judged per (message, view): one hash aggregation of fixed-width values
   (the rows partitioned by message) gives who delivered m in v (a bitmask, as in
-  abcast.pipeline.tables) and its first deliverer with position — never a node's
+  abcast.pipeline.trace_tables) and its first deliverer with position — never a node's
   sequence. Virtual synchrony is then set arithmetic against the "cohorts" (the nodes
   that moved from v to the same v', a small broadcast table). Every later step keeps the
   message partitioning; the positions a counterexample needs beyond the first
@@ -17,8 +17,8 @@ not widened for them. They scale out:
   the (few) violations.
 
 The rows they read — judged view rows, and judged message rows partitioned by message
-with each message's send view — come from abcast.pipeline.tables (`view_rows`,
-`view_message_rows`): cached by `materialize_tables(with_views=True)`, else derived on
+with each message's send view — come from abcast.pipeline.membership_tables
+(`view_rows`, `view_message_rows`): cached by `materialize_tables(with_views=True)`, else derived on
 use. Nothing is collected or cached here.
 """
 
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Final
 
 from abcast.pipeline.checks import (
     MESSAGE_KEY,
+    is_delivery,
     join_on,
     mask_and,
     mask_empty,
@@ -37,20 +38,14 @@ from abcast.pipeline.checks import (
     one_hot,
     violations,
 )
-from abcast.pipeline.tables import (
-    crash_times,
-    view_message_rows,
-    view_rows,
-    witness_code,
-    witness_index,
-    witness_rank,
-)
+from abcast.pipeline.membership_tables import crash_times, view_message_rows, view_rows
+from abcast.pipeline.trace_tables import witness_code, witness_index, witness_rank
 from abcast.trace.schema import SAME_VIEW_DELIVERY, VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from abcast.pipeline.tables import TraceTables
+    from abcast.pipeline.trace_tables import TraceTables
 
 _VIEW_KEY: Final = ("run_id", "group", "view_id")
 _NODE_LANE: Final = ("run_id", "group", "node")
@@ -61,13 +56,13 @@ def _pairs(*keys: str) -> list[tuple[str, str]]:
 
 
 def _views(t: TraceTables) -> DataFrame:
-    """The judged view rows (tables.view_rows): materialized, or derived now."""
+    """The judged view rows (membership_tables.view_rows): materialized, or derived now."""
     return t.views if t.views is not None else view_rows(t.events, crash_times(t.events))
 
 
 def _view_messages(t: TraceTables) -> DataFrame:
-    """The judged message rows in views (tables.view_message_rows): materialized, or
-    derived now."""
+    """The judged message rows in views (membership_tables.view_message_rows):
+    materialized, or derived now."""
     if t.view_messages is not None:
         return t.view_messages
     return view_message_rows(t.rows, crash_times(t.events))
@@ -192,12 +187,6 @@ def view_consistency(t: TraceTables) -> DataFrame:
 # ---------------------------------------------------------------- deliveries per view
 
 
-def _is_delivery() -> Column:
-    from pyspark.sql import functions as F
-
-    return (F.col("kind") == "deliver") & F.col("index").isNotNull()
-
-
 def per_view_deliveries(t: TraceTables) -> DataFrame:
     """One row per (message, view_id) with judged deliveries or an own send in it:
     `delivered` (bitmask of the nodes that delivered it there), `low` (the first
@@ -206,7 +195,7 @@ def per_view_deliveries(t: TraceTables) -> DataFrame:
     only fixed-width aggregates, so it is one hash aggregation."""
     from pyspark.sql import functions as F
 
-    delivery = _is_delivery()
+    delivery = is_delivery()
     words = [F.bit_or(F.when(delivery, w)).alias(f"d{i}")
              for i, w in enumerate(one_hot(F.col("rank"), t.words))]
     per_view = _view_messages(t).groupBy(*MESSAGE_KEY, "view_id").agg(
@@ -227,7 +216,7 @@ def _first_positions(t: TraceTables, wanted: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     keys = (*MESSAGE_KEY, "view_id", "rank")
-    dels = _view_messages(t).where(_is_delivery()).select(*keys, "index")
+    dels = _view_messages(t).where(is_delivery()).select(*keys, "index")
     found = join_on(dels, wanted.select(*keys).distinct().hint("shuffle_hash"),
                     _pairs(*keys), null_safe=("group",))
     return found.groupBy(*keys).agg(F.min("index").alias("index"))

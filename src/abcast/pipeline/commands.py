@@ -147,7 +147,7 @@ def read_claims(runs: DataFrame) -> tuple[RunClaim, ...]:
 def run_check(spark: SparkSession, uri: str, event_rows: int | None) -> CheckOutcome:
     """Read the trace dir, check every run for what it claims, summarise."""
     from abcast.pipeline.suite import Verdict, find_violations, runs_by_code, summarize
-    from abcast.pipeline.tables import materialize_tables, release
+    from abcast.pipeline.trace_tables import materialize_tables, release
     from abcast.trace.schema import CAUSAL_ORDER, TOTAL_ORDER, VIEW_CONSISTENCY
 
     trace = read_trace(spark, uri)

@@ -3,7 +3,7 @@ counterexamples each.
 
 Rules: a run is checked only for the guarantees its runs row claims (docs/checks.md); a
 check nobody claims is not even planned. `find_violations` is a pure transform over the
-shared tables (abcast.pipeline.tables); `summarize` is the one action,
+shared tables (abcast.pipeline.trace_tables); `summarize` is the one action,
 and it brings back counts and at most `examples_per_code` rows per (run, code), never the
 violations themselves. Nothing here reads files, caches or prints.
 """
@@ -52,7 +52,7 @@ from abcast.trace.schema import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from abcast.pipeline.tables import TraceTables
+    from abcast.pipeline.trace_tables import TraceTables
 
 DEFAULT_EXAMPLES: Final = 5
 

@@ -21,10 +21,6 @@ rows a second shuffle by message:
   partitioned by lane, with one window pass per stream (node, group, origin) in position
   order (previous seq, highest seq so far). Windows key on the lane (an int), not on
   strings, and never re-shuffle.
-- `snapshots` (only when some node installed a view later than deliveries happened in):
-  per (lane, origin) and incarnation of the node (a time interval: `recover` rows begin
-  incarnations) the top of the prefix it received as state instead of deliveries (FIFO
-  and causal order read it).
 - `notable`: the few deliveries that break a stream's rising seqs or were never sent;
   `irregular` streams (a repeated or late seq), the only ones whose first deliveries
   need a second look (`irregular_rows`, `first_copies`); `nonconforming` nodes, whose
@@ -33,7 +29,9 @@ rows a second shuffle by message:
 Definitions follow docs/checks.md and the choices abcast.checks.properties documents: rows
 without origin/seq are skipped, and so are deliver rows without index; a node is correct
 when it has no crash row; the nodes of a run are those with any row in it; a null group is
-a group of its own. `materialize_tables` is the one function that runs jobs.
+a group of its own. `materialize_tables` is the one function that runs jobs; it also
+computes the tables of views, crashes and joiners' snapshots when they are needed
+(abcast.pipeline.membership_tables), and `TraceTables` bundles them all.
 """
 
 from __future__ import annotations
@@ -43,14 +41,24 @@ from typing import TYPE_CHECKING, Final
 
 from abcast.pipeline.checks import (
     MESSAGE_KEY,
+    MESSAGE_PARTITIONING,
     STREAM_KEY,
     WORD_BITS,
     as_mask,
+    is_delivery,
     join_on,
     node_order_key,
     one_hot,
     restrict,
+    shuffle_partitions,
     zero_mask,
+)
+from abcast.pipeline.membership_tables import (
+    crash_times,
+    snapshot_tops,
+    snapshots_possible,
+    view_message_rows,
+    view_rows,
 )
 
 if TYPE_CHECKING:
@@ -59,21 +67,12 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 _MESSAGE_KINDS: Final = ("send", "deliver", "opt_deliver")
-# Shuffle 1 partitions by these, a subset of the message key: a join on the message key
-# with `group` compared null-safe can then reuse the partitioning.
-_MESSAGE_PARTITIONING: Final = ("run_id", "origin", "seq")
 _DELIVERY_ID: Final = ("lane", "index", "t_ns")
 #: up to this many messages, their facts (~100 bytes each) are broadcast to the delivery
 #: rows instead of both being shuffled by message
 BROADCAST_MESSAGES: Final = 2_000_000
 #: a stream, (run_id, node, group, origin), as the delivery table keys it
 STREAM: Final = ("lane", "origin")
-
-
-def _partitions(frame: DataFrame) -> int:
-    # An explicit count: adaptive execution leaves it alone, so two tables partitioned by
-    # the same keys stay co-partitioned (joins between them need no shuffle).
-    return int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or "8")
 
 
 # ---------------------------------------------------------------- context
@@ -201,13 +200,7 @@ def message_rows(events: DataFrame, context_rows: DataFrame) -> DataFrame:
 def by_message(rows: DataFrame) -> DataFrame:
     """`rows` hash-partitioned by message (shuffle 1): the message and delivery tables
     both partition this way, so joining them needs no further shuffle."""
-    return rows.repartition(_partitions(rows), *_MESSAGE_PARTITIONING)
-
-
-def _is_delivery() -> Column:
-    from pyspark.sql import functions as F
-
-    return (F.col("kind") == "deliver") & F.col("index").isNotNull()
+    return rows.repartition(shuffle_partitions(rows), *MESSAGE_PARTITIONING)
 
 
 def _is_own_send() -> Column:
@@ -269,7 +262,7 @@ def message_table(rows: DataFrame, correct: DataFrame, words: int) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    delivery, send = _is_delivery(), _is_own_send()
+    delivery, send = is_delivery(), _is_own_send()
     installed = [F.col("installed")[i] for i in range(words)]
     aggregates = [
         F.max(send.cast("int")).alias("_sent"),
@@ -346,7 +339,7 @@ def delivery_table(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    delivered = rows.where(_is_delivery())
+    delivered = rows.where(is_delivery())
     facts = messages.select(*MESSAGE_KEY, "sent", "ref_index")
     key_pairs = [(k, k) for k in MESSAGE_KEY]
     columns = (*MESSAGE_KEY, "node", "rank", "lane", "index", "t_ns")
@@ -358,7 +351,7 @@ def delivery_table(
                          key_pairs, "left")
         if deps is not None:
             joined = join_on(joined, deps.hint("shuffle_hash"), key_pairs, "left")
-    by_lane = joined.repartition(_partitions(rows), "lane")
+    by_lane = joined.repartition(shuffle_partitions(rows), "lane")
     stream = Window.partitionBy(*STREAM).orderBy("index", "t_ns")
     before = stream.rowsBetween(Window.unboundedPreceding, -1)
     return by_lane.select(
@@ -439,171 +432,13 @@ def nonconforming_nodes(first: DataFrame) -> DataFrame:
             .select("run_id", "group", "node").distinct())
 
 
-# ---------------------------------------------------------------- views
-
-
-def crash_times(events: DataFrame) -> DataFrame:
-    """(run_id, node) -> `crash_t`: t_ns of the node's first crash row (crashed nodes
-    only). The view checks judge a crashed node only by its rows before it."""
-    from pyspark.sql import functions as F
-
-    return (events.where(F.col("kind") == "crash").groupBy("run_id", "node")
-            .agg(F.min("t_ns").alias("crash_t")))
-
-
-def judged(frame: DataFrame, crashes: DataFrame) -> DataFrame:
-    """`frame` (with run_id, node, t_ns) without a crashed node's rows from its first
-    crash row on."""
-    from pyspark.sql import functions as F
-
-    cut = join_on(frame, F.broadcast(crashes), [("run_id", "run_id"), ("node", "node")],
-                  "left")
-    return cut.where(F.col("crash_t").isNull() | (F.col("t_ns") < F.col("crash_t"))
-                     ).drop("crash_t")
-
-
-def view_rows(events: DataFrame, crashes: DataFrame) -> DataFrame:
-    """The judged `view` rows with a view_id: run_id, group, node, view_id, t_ns, `index`
-    (0 when null) and `members` as a sorted set (null when the row lists none)."""
-    from pyspark.sql import functions as F
-
-    members = (F.col("members") if "members" in events.columns
-               else F.lit(None).cast("array<string>"))
-    rows = events.where((F.col("kind") == "view") & F.col("view_id").isNotNull()).select(
-        "run_id", "group", "node", "view_id", "t_ns",
-        F.coalesce(F.col("index"), F.lit(0)).cast("bigint").alias("index"),
-        F.array_sort(F.array_distinct(members)).alias("members"))
-    return judged(rows, crashes)
-
-
-def view_message_rows(rows: DataFrame, crashes: DataFrame) -> DataFrame:
-    """The judged `deliver` and `send` rows that name a view (message key, node, rank,
-    kind, index, t_ns, view_id), hash-partitioned by message, each with `send_view`: the
-    lowest view its message's origin names on a send row (a window within the
-    partition)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    picked = rows.where(F.col("view_id").isNotNull()
-                        & F.col("kind").isin("deliver", "send")).select(
-        *MESSAGE_KEY, "node", "rank", "kind", "index", "t_ns", "view_id")
-    partitioned = judged(picked, crashes).repartition(_partitions(rows),
-                                                      *_MESSAGE_PARTITIONING)
-    own_send = (F.col("kind") == "send") & (F.col("node") == F.col("origin"))
-    message = Window.partitionBy(*MESSAGE_KEY)
-    return partitioned.select("*", F.min(F.when(own_send, F.col("view_id"))).over(message)
-                              .alias("send_view"))
-
-
-# ---------------------------------------------------------------- joiners' snapshots
-
-
-def snapshots_possible(context: DataFrame) -> bool:
-    """Whether some node may hold a snapshot (a tiny job over the context table): only
-    when one of its view rows names a view later than the lowest view its group
-    delivered in. A node's admission view is one of its views, so otherwise every
-    snapshot is empty (the common static run: everyone in view 1 from the start)."""
-    from pyspark.sql import functions as F
-
-    known = F.col("view_id").isNotNull()
-    views = (context.where(F.col("is_view") & known).groupBy("run_id", "group", "node")
-             .agg(F.max("view_id").alias("top_view")))
-    delivered = (context.where(~F.col("is_view") & known & (F.col("deliveries") > 0))
-                 .groupBy("run_id", "group").agg(F.min("view_id").alias("low_view")))
-    later = join_on(views, delivered, [("run_id", "run_id"), ("group", "group")]).where(
-        F.col("top_view") > F.col("low_view"))
-    return bool(later.take(1))
-
-
-#: `since` of a node's first incarnation (the later ones begin at its `recover` rows)
-FIRST_INCARNATION: Final = -(2**63)
-
-
-def with_incarnation(frame: DataFrame, events: DataFrame) -> DataFrame:
-    """`frame` (with run_id, node, t_ns) plus `since`: the t_ns of the node's `recover`
-    row (in `events`) that began the incarnation holding the row, FIRST_INCARNATION for
-    its first (a row at a recover's own t_ns belongs to the incarnation it begins)."""
-    from pyspark.sql import functions as F
-
-    recovers = (events.where(F.col("kind") == "recover").groupBy("run_id", "node")
-                .agg(F.collect_list("t_ns").alias("recovers")))
-    placed = join_on(frame, F.broadcast(recovers), [("run_id", "run_id"), ("node", "node")],
-                     "left")
-    since = F.coalesce(F.array_max(F.filter(F.col("recovers"), lambda r: r <= F.col("t_ns"))),
-                       F.lit(FIRST_INCARNATION).cast("bigint"))
-    return placed.select(*frame.columns, since.alias("since"))
-
-
-def admission_views(events: DataFrame) -> DataFrame:
-    """(run_id, group, node, `since`) -> `until`, `admitted`: per incarnation of the node
-    with an admission view J (docs/checks.md, "Joiners and rejoined nodes": its first view
-    row in t_ns order, not counting a private start, a first row listing the node alone).
-    The node's `recover` rows begin incarnations: `since` is the t_ns of the one that
-    began it (FIRST_INCARNATION: none), `until` the next entry's `since` (null: none), so
-    one without a J keeps the one before it's: a row at t_ns is governed by the entry
-    with since <= t_ns < until."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    members = (F.col("members") if "members" in events.columns
-               else F.lit(None).cast("array<string>"))
-    views = events.where((F.col("kind") == "view") & F.col("view_id").isNotNull()).select(
-        "run_id", "group", "node", "t_ns", "view_id", members.alias("members"))
-    incarnation = Window.partitionBy("run_id", "group", "node", "since")
-    ranked = (with_incarnation(views, events)
-              .select("run_id", "group", "node", "t_ns", "view_id", "members", "since")
-              .select("*", F.row_number().over(incarnation.orderBy("t_ns")).alias("rank")))
-    private = ((F.col("rank") == 1) & F.col("members").isNotNull()
-               & (F.array_distinct(F.col("members")) == F.array(F.col("node"))))
-    admitted = (ranked.where(~F.coalesce(private, F.lit(False)))
-                .groupBy("run_id", "group", "node", "since")
-                .agg(F.min_by("view_id", F.struct("t_ns", "rank")).alias("admitted")))
-    later = Window.partitionBy("run_id", "group", "node").orderBy("since")
-    return admitted.select("run_id", "group", "node", "since",
-                           F.lead("since").over(later).alias("until"), "admitted")
-
-
-def prefix_views(rows: DataFrame) -> DataFrame:
-    """(run_id, group, origin, `prefix_view`) -> `top`: o#1..top were each delivered (by
-    some node, in some view) and the latest of their lowest delivery views is
-    `prefix_view`; so o#1..top were all delivered before view J iff prefix_view < J."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    low = (rows.where(_is_delivery() & F.col("view_id").isNotNull() & (F.col("seq") >= 1))
-           .groupBy(*MESSAGE_KEY).agg(F.min("view_id").alias("low_view")))
-    by_seq = Window.partitionBy("run_id", "group", "origin").orderBy("seq")
-    upto = by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    ranked = low.select(*MESSAGE_KEY, F.row_number().over(by_seq).alias("rank"),
-                        F.max("low_view").over(upto).alias("prefix_view"))
-    # Seqs are distinct per origin: rank == seq exactly while 1..seq are all there.
-    return (ranked.where(F.col("rank") == F.col("seq"))
-            .groupBy("run_id", "group", "origin", "prefix_view")
-            .agg(F.max("seq").alias("top")))
-
-
-def snapshot_tops(events: DataFrame, rows: DataFrame, context_rows: DataFrame) -> DataFrame:
-    """(lane, origin, `since`) -> `until`, `snap` (> 0): the top of the node's snapshot of
-    that stream from `since` until `until` (`admission_views`), the highest s such that
-    o#1..s were all delivered in views older than the admission view it then had. No
-    row: no snapshot; a row at t_ns is judged with the one where since <= t_ns < until."""
-    from pyspark.sql import functions as F
-
-    lanes = context_rows.select("run_id", "group", "node", "lane").distinct()
-    admitted = join_on(admission_views(events), lanes, [
-        ("run_id", "run_id"), ("group", "group"), ("node", "node")])
-    covered = join_on(admitted, prefix_views(rows), [("run_id", "run_id"), ("group", "group")]
-                      ).where(F.col("prefix_view") < F.col("admitted"))
-    return covered.groupBy("lane", "origin", "since", "until").agg(F.max("top").alias("snap"))
-
-
 # ---------------------------------------------------------------- the bundle
 
 
 @dataclass(frozen=True, slots=True)
 class TraceTables:
     """Everything the checks read, derived from one events frame by the transforms above
-    and computed by `materialize_tables`."""
+    and in abcast.pipeline.membership_tables, and computed by `materialize_tables`."""
 
     events: DataFrame
     words: int
