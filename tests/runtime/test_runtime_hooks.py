@@ -8,6 +8,7 @@ scripted core, no network."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 import pytest
@@ -437,3 +438,142 @@ def test_inside_a_delivery_callback_send_queued_waits_for_the_end_of_the_turn() 
 
     asyncio.run(main())
     assert inside == [0, 1]
+
+
+# ------------------------------------------------------ the application's code raising
+# The stack has moved past the outputs being carried out, on every member alike: a
+# callback that raises is logged (with its traceback at the 1st, 2nd, 4th... failure) and
+# counted, and the driver carries out the rest — nothing after it is lost here only.
+
+
+class _Raising(_App):
+    """`_App`, with the callbacks named in `failing` raising instead of answering (or,
+    for get_state, answering a str)."""
+
+    def __init__(self, *failing: str) -> None:
+        super().__init__()
+        self.failing = set(failing)
+
+    def on_deliver(self, d: Deliver) -> None:
+        super().on_deliver(d)
+        if "on_deliver" in self.failing:
+            raise RuntimeError(f"cannot take {d.payload.decode()}")
+
+    def get_state(self) -> bytes:
+        state = super().get_state()
+        if "get_state" in self.failing:
+            raise RuntimeError("cannot snapshot")
+        if "get_state str" in self.failing:
+            return state.decode()  # type: ignore[return-value]  # the misuse under test
+        return state
+
+    def set_state(self, state: bytes) -> None:
+        super().set_state(state)
+        if "set_state" in self.failing:
+            raise RuntimeError("cannot install")
+
+    def on_view(self, view: View) -> None:
+        super().on_view(view)
+        if "on_view" in self.failing:
+            raise RuntimeError("cannot see")
+
+    def on_removed(self, view: View, graceful: bool) -> None:
+        super().on_removed(view, graceful)
+        if "on_removed" in self.failing:
+            raise RuntimeError("cannot leave")
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "the application's" in r.getMessage()]
+
+
+def test_a_delivery_callback_that_raises_loses_nothing_after_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app = _Raising("on_deliver")
+    driver, layer, _ = _driver(app)
+
+    async def main() -> None:
+        driver.start()
+        driver.broadcast(b"snap")
+        driver.flush()  # would raise out of here (and lose the rest) unguarded
+
+    asyncio.run(main())
+    assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
+    assert layer.snapshots == [(7, b"m1")]
+    assert driver.app_errors == 2 and driver.delivered == 2 and not driver.closed
+    (first, second) = _errors(caplog)  # the 1st and 2nd failures are both logged
+    assert "on_deliver raised RuntimeError: cannot take m1" in first.getMessage()
+    assert first.exc_info is not None and "cannot take m2" in second.getMessage()
+
+
+def test_a_callback_that_always_raises_is_logged_at_powers_of_two(
+        caplog: pytest.LogCaptureFixture) -> None:
+    driver, _, _ = _driver(_Raising())
+    failure = RuntimeError("again")
+
+    async def main() -> None:
+        driver.start()
+        for _ in range(100):
+            driver._app_failed("on_deliver", failure)
+
+    asyncio.run(main())
+    assert driver.app_errors == 100
+    assert [f"({n} so far" in r.getMessage() for r, n in
+            zip(_errors(caplog), (1, 2, 4, 8, 16, 32, 64), strict=True)] == [True] * 7
+
+
+@pytest.mark.parametrize("failing", ["get_state", "get_state str"])
+def test_a_failed_snapshot_is_not_answered_and_the_deliveries_go_on(
+        failing: str, caplog: pytest.LogCaptureFixture) -> None:
+    app = _Raising(failing)
+    driver, layer, _ = _driver(app)
+
+    async def main() -> None:
+        driver.start()
+        driver.broadcast(b"snap")
+        driver.flush()
+
+    asyncio.run(main())
+    assert layer.snapshots == []  # no state handed to the joiner: not a wrong one
+    assert driver.snapshots == 0 and driver.app_errors == 1
+    assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
+    (record,) = _errors(caplog)
+    expected = "must return bytes, not str" if failing.endswith("str") else "cannot snapshot"
+    assert "get_state raised" in record.getMessage() and expected in record.getMessage()
+
+
+def test_a_state_or_view_callback_that_raises_still_delivers_what_follows(
+        caplog: pytest.LogCaptureFixture) -> None:
+    app = _Raising("set_state", "on_view")
+    driver, _, _ = _driver(app, first_view=0)
+
+    async def main() -> None:
+        driver.start()
+        driver.join(("n2", "n3"))
+
+    asyncio.run(main())
+    assert app.log == ["view 0", "state S", "view 5", "deliver after"]
+    assert driver.view_id == 5 and driver.app_errors == 3  # view 0, the state, view 5
+    assert len(_errors(caplog)) == 2  # the 1st and 2nd; the 3rd waits for the 4th
+
+
+def test_a_removal_callback_that_raises_still_ends_the_group() -> None:
+    app = _Raising("on_removed")
+    driver, _, _ = _driver(app)
+
+    async def main() -> None:
+        driver.start()
+        driver.leave()
+
+    asyncio.run(main())
+    assert app.log == ["view 1", "removed 9 graceful=True"]
+    assert driver.closed and driver.app_errors == 1
+
+
+def test_a_merge_hook_that_raises_keeps_the_first_sides_state() -> None:
+    def merge(states: list[bytes]) -> bytes:
+        raise RuntimeError("cannot merge")
+
+    log, layer, _ = _merge_run(merge)
+    assert layer.answers == [(3, SIDES[0])]  # as without a hook
+    assert log == ["view 5", f"state {SIDES[0].decode()}", "view 9", "deliver after the merge"]

@@ -153,6 +153,7 @@ class GroupDriver:
         self.control_packets = 0
         self.closed = False
         self.bad_batches = 0  # delivered batches that did not unpack (skipped)
+        self.app_errors = 0  # application callbacks that raised (see _app_failed)
         self._batcher = Batcher()
         self._flush_scheduled = False  # a `_flush_soon` is due at the end of this turn
         self._applying = False  # carrying out a stack call's outputs (see send_queued)
@@ -362,21 +363,27 @@ class GroupDriver:
                             view_id=view.view_id, members=view.members,
                         )
                     if self.hooks.on_view is not None:
-                        self.hooks.on_view(view)
+                        try:
+                            self.hooks.on_view(view)
+                        except Exception as exc:
+                            self._app_failed("on_view", exc)
                 case TakeSnapshot(token):
-                    get_state = self.hooks.get_state
-                    state = get_state() if get_state is not None else b""
-                    self.snapshots += 1
-                    self._apply(self.stack.snapshot_taken(token, state, host.clock.now_us()))
+                    state = self._app_state()
+                    if state is not None:  # else not answered: see _app_failed
+                        self.snapshots += 1
+                        self._apply(self.stack.snapshot_taken(token, state,
+                                                              host.clock.now_us()))
                 case MergeStates(token, states):
-                    merge = self.hooks.merge_state
-                    merged = merge(list(states)) if merge is not None else states[0]
+                    merged = self._merged_state(states)
                     self._apply(self.stack.states_merged(token, merged, host.clock.now_us()))
                 case InstallState(state, merged):
                     if self.view_id > 0 and not merged:
                         self._rejoined()
                     if self.hooks.set_state is not None:
-                        self.hooks.set_state(state)
+                        try:
+                            self.hooks.set_state(state)
+                        except Exception as exc:
+                            self._app_failed("set_state", exc)
         if self._corked:
             self._uncork()
         if held:
@@ -432,13 +439,19 @@ class GroupDriver:
         elif final:
             for seq, payload in enumerate(payloads, first):
                 self.delivered += 1
-                on_deliver(Deliver(origin, seq, payload, stage))
+                try:
+                    on_deliver(Deliver(origin, seq, payload, stage))
+                except Exception as exc:
+                    self._app_failed("on_deliver", exc)
                 if self.closed:
                     return  # the application closed the group from its delivery callback
         else:
             for seq, payload in enumerate(payloads, first):
                 self.opt_delivered += 1
-                on_deliver(Deliver(origin, seq, payload, stage))
+                try:
+                    on_deliver(Deliver(origin, seq, payload, stage))
+                except Exception as exc:
+                    self._app_failed("on_opt_deliver", exc)
                 if self.closed:
                     return
 
@@ -456,7 +469,10 @@ class GroupDriver:
                 else:
                     self.opt_delivered += 1
                 if on_deliver is not None:
-                    on_deliver(delivery)
+                    try:
+                        on_deliver(delivery)
+                    except Exception as exc:
+                        self._app_failed("on_deliver" if final else "on_opt_deliver", exc)
                 if self.closed:
                     return  # the application closed the group from its delivery callback
         finally:
@@ -503,7 +519,62 @@ class GroupDriver:
             recorder.record(self.host.id, "crash", time.time_ns(), group=self.name)
         self.close()
         if self.hooks.on_removed is not None:
-            self.hooks.on_removed(view, graceful)
+            try:
+                self.hooks.on_removed(view, graceful)
+            except Exception as exc:
+                self._app_failed("on_removed", exc)
+
+    # ----------------------------------------------------------- the application's code
+
+    def _app_state(self) -> bytes | None:
+        """The application's state for a joiner (`get_state`; b"" without one), or None
+        when it raised or answered something other than bytes."""
+        get_state = self.hooks.get_state
+        if get_state is None:
+            return b""
+        try:
+            state = get_state()
+        except Exception as exc:
+            self._app_failed("get_state", exc)
+            return None
+        if isinstance(state, bytes):
+            return state
+        if isinstance(state, bytearray | memoryview):
+            return bytes(state)
+        self._app_failed("get_state", TypeError(
+            f"get_state() must return bytes, not {type(state).__name__}"))
+        return None
+
+    def _merged_state(self, states: tuple[bytes, ...]) -> bytes:
+        """The application's merge of the sides' states (`merge_state`), or the first
+        side's, as without a hook, when it raised or answered something not bytes."""
+        merge = self.hooks.merge_state
+        if merge is None:
+            return states[0]
+        try:
+            merged = merge(list(states))
+        except Exception as exc:
+            self._app_failed("merge_state", exc)
+            return states[0]
+        if isinstance(merged, bytes | bytearray | memoryview):
+            return bytes(merged)
+        self._app_failed("merge_state", TypeError(
+            f"merge_state() must return bytes, not {type(merged).__name__}"))
+        return states[0]
+
+    def _app_failed(self, hook: str, exc: Exception) -> None:
+        """An application callback raised. The stack has moved past the outputs being
+        carried out, on every member alike, so the driver goes on with the rest of them:
+        letting the exception out would lose them (deliveries, views, timers) here only.
+        Logged with its traceback at the 1st, 2nd, 4th, 8th... failure (a callback that
+        always raises must not flood the log), all of them counted in `app_errors`.
+        A `get_state` that fails leaves the joiner's snapshot unanswered: its join does
+        not complete here, and the group goes on without it once it gives up."""
+        self.app_errors = count = self.app_errors + 1
+        if count & (count - 1) == 0:
+            log.error("group %s on %s: the application's %s raised %s: %s (%d so far; "
+                      "the group goes on)", self.name, self.host.id, hook,
+                      type(exc).__name__, exc, count, exc_info=exc)
 
     def _set_timer(self, key: Hashable, at: int) -> None:
         loop = self._loop
