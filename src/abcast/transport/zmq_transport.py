@@ -250,7 +250,7 @@ class _ZmqChannel:
         self._hang_up()
         owner, peer = self._owner, self._peer
         sock = owner.context.socket(zmq.DEALER)
-        hello = peer.next_hello(owner.node, owner.incarnation)
+        hello = owner.next_hello(peer)
         routing_id = encode_hello(hello)
         key = owner.session_key(routing_id)
         self._sealer = Sealer(key, "aead") if key is not None else None
