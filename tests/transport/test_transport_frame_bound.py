@@ -155,6 +155,36 @@ def test_a_planted_handshake_that_does_not_bind_the_bound_lets_a_change_pass(
     _handshake(SMALL, DEFAULT)  # passes: the check above is what catches it
 
 
+# ------------------------------------------------------------------ the sender's log
+
+
+def test_a_lost_connection_is_logged_at_info_once_per_run_of_failures(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from abcast.transport.base import parse_url
+    from abcast.transport.memory import MemoryTransport
+
+    caplog.set_level(logging.DEBUG, logger="abcast.transport")
+    clock = [100.0]
+    monkeypatch.setattr(common.time, "monotonic", lambda: clock[0])
+    transport = MemoryTransport("mem://")
+    peer = common.PeerState("b", parse_url("mem://b"), Backoff(0.1, 1.0))
+
+    def infos() -> int:
+        return len(_lines(caplog, logging.INFO, "connection to b"))
+
+    peer.backoff.next()  # a failed connect first (the transports log that at DEBUG)
+    for _ in range(3):  # then refused connections
+        peer.backoff.connected()
+        clock[0] += 0.01
+        transport.lost(peer, "refused")
+    assert infos() == 1 and peer.backoff.failures == 4
+    peer.backoff.connected()
+    clock[0] += 1.0  # a connection that lasted: the next loss starts a new run
+    transport.lost(peer, "peer restarted")
+    assert infos() == 2 and peer.backoff.failures == 1
+
+
 # ------------------------------------------------------------------ end to end
 
 

@@ -170,10 +170,12 @@ class Backoff:
     (a peer that refuses our hello, a name it cannot accept) is a failure like any
     other, so the delay keeps growing — only one that lasted resets it (a refused
     connection once made a tight reconnect loop, 55,597 log lines in 30 s). `failures`
-    counts the delays asked for since then: the first of a run is the one worth
-    logging."""
+    counts the delays asked for since then, and `reported` says a lost connection of
+    this run of failures was logged at INFO (`QueuedTransport.lost`): the rest go to
+    DEBUG."""
 
-    __slots__ = ("_current", "_initial", "_maximum", "_rng", "_up_since", "failures")
+    __slots__ = ("_current", "_initial", "_maximum", "_rng", "_up_since", "failures",
+                 "reported")
 
     def __init__(self, initial: float, maximum: float) -> None:
         self._initial = initial
@@ -181,6 +183,7 @@ class Backoff:
         self._current = initial
         self._up_since: float | None = None
         self.failures = 0
+        self.reported = False
         # Jitter only spreads reconnect storms; it never decides protocol behaviour.
         self._rng = random.Random(secrets.randbits(64))
 
@@ -199,6 +202,7 @@ class Backoff:
     def reset(self) -> None:
         self._current = self._initial
         self.failures = 0
+        self.reported = False
 
 
 class Progress:
@@ -565,8 +569,11 @@ class QueuedTransport(Transport):
         Logged at INFO once per run of failures (a peer that refuses every connection
         is one line, not one per attempt), at DEBUG until a connection lasts again."""
         self.stats.lost_connections += 1
-        delay = peer.backoff.next() if backoff else 0.0
-        first = not backoff or peer.backoff.failures == 1
+        delay = 0.0
+        first = True
+        if backoff:
+            delay = peer.backoff.next()
+            first, peer.backoff.reported = not peer.backoff.reported, True
         self.log.log(
             logging.INFO if first else logging.DEBUG,
             "%s: connection to %s (%s) lost: %s%s",

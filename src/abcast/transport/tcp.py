@@ -15,7 +15,8 @@ one read is cut out of it in one pass and handed over in order (`deliver_all`). 
 asyncio write buffer is the "handed to the wire" part of `buffered()`; its limits are
 set so that `pause/resume_writing` wake `drain`. A lost outbound connection is retried with
 exponential backoff; its queue waits. The inbound side refuses, with one log line and a
-dropped connection, a bad hello or none within io_timeout_s, a length prefix above
+dropped connection, a bad hello or none within io_timeout_s, a hello with another
+max_frame_bytes (after the handshake, with a secret; see _common), a length prefix above
 max_frame_bytes, a frame truncated at EOF, and any bytes on an
 outbound connection (we never expect the peer to write back). Once admitted (after
 the hello, and the handshake with a secret) a watchdog looks at each inbound
