@@ -15,6 +15,7 @@ a handshake that does not bind the bound lets a changed one pass.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable
@@ -201,6 +202,17 @@ class _RecordingBackoff(Backoff):
         return delay
 
 
+def _attempts_within(seconds: float) -> int:
+    """The most connection attempts the backoff's schedule allows in `seconds`: the
+    first at once, the k-th retry after at least 0.75 × min(MAX_S, INITIAL_S × 2^k)."""
+    attempts, waited = 1, 0.0
+    while True:
+        waited += 0.75 * min(MAX_S, INITIAL_S * 2 ** (attempts - 1))
+        if waited > seconds:
+            return attempts
+        attempts += 1
+
+
 def _options(bound: int) -> TransportOptions:
     return TransportOptions(max_frame_bytes=bound, reconnect_initial_s=INITIAL_S,
                             reconnect_max_s=MAX_S)
@@ -224,6 +236,8 @@ def test_members_with_different_bounds_are_refused_once_and_back_off(
         async with Nodes() as nodes:
             a = cast(QueuedTransport, await nodes.start(scheme, "a", Inbox(), _options(SMALL)))
             b = await nodes.start(scheme, "b", inbox, _options(DEFAULT))
+            loop = asyncio.get_running_loop()
+            began = loop.time()
             a.add_peer("b", b.address)
             peer = a._peers["b"]
             backoff = peer.backoff = _RecordingBackoff(INITIAL_S, MAX_S)  # before any attempt
@@ -235,6 +249,7 @@ def test_members_with_different_bounds_are_refused_once_and_back_off(
 
             await inbox.wait_until(refused_enough, "the refusals")
             refused = b.stats.refused_links
+            assert refused <= _attempts_within(loop.time() - began), "a tight loop"
             assert inbox.seqs == {}, "a frame crossed a refused link"
             assert b.stats.frames_in == 0 and b.stats.bad_frames == 0
             assert b.stats.dropped_connections == refused
