@@ -279,6 +279,9 @@ def _node_families(status: NodeStatus) -> Iterator[Any]:
         "abcast_transport_frames_received": ("transport_frames_in", "Frames read."),
         "abcast_transport_bad_frames": ("transport_bad_frames",
                                         "Inbound connections dropped for bad framing."),
+        "abcast_transport_refused_links": ("transport_refused_links",
+                                           "Inbound connections refused for their hello "
+                                           "(a peer with another max_frame_bytes)."),
         "abcast_transport_lost_connections": ("transport_lost_connections",
                                               "Outbound connections that broke."),
         "abcast_transport_reconnects": ("transport_reconnects", "Outbound reconnections."),

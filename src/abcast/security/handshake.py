@@ -11,7 +11,7 @@ the initiator; both sides know the responder's id (the initiator dialled it).
     Confirm(mac_i)                    ->
     sealed frames (abcast.security.sealing) ->
 
-    transcript = (initiator id, responder id, mode, nonce_i, nonce_r)
+    transcript = (initiator id, responder id, mode, nonce_i, nonce_r[, frame bound])
     mac_r = proof(secret, "responder", transcript)   mac_i = proof(secret, "initiator", …)
     link key = HKDF-SHA256(secret, salt = nonce_i | nonce_r,
                            info = "abcast link" | initiator | responder | mode)
@@ -24,6 +24,13 @@ initiator never proves itself to a responder whose proof failed: it sends a `Ref
 MACs are compared with `hmac.compare_digest`. Any failure raises RemoteProtocolError and
 leaves the handshake FAILED: the transport logs one line with the remote address and
 closes.
+
+The frame bound is the initiator's `max_frame_bytes` as its hello states it (the
+initiator passes its own, the responder the hello's; left out when the hello states
+none, as a node from before the field does), so a hello whose bound was changed on the
+way fails the handshake, and the bound a receiver compares with its own
+(abcast.transport._common) is authenticated. An initiator that states it cannot complete
+a handshake with a responder from before the field (their transcripts differ).
 
 Phases (one table each; any other message, or a message in another phase, fails):
 """
@@ -104,7 +111,7 @@ class _Side:
     role: str
 
     def __init__(self, secret: bytes, initiator: NodeId, responder: NodeId, mode: Mode,
-                 nonce: bytes) -> None:
+                 nonce: bytes, frame_bytes: int) -> None:
         if mode not in MODES:
             raise LocalProtocolError(f"unknown link protection mode {mode!r}; known: {MODES}")
         _check_nonce(nonce, self.role)
@@ -114,6 +121,8 @@ class _Side:
         self._secret = secret
         self._ids = (initiator.encode(), responder.encode())
         self.mode: Mode = mode
+        #: the initiator's frame bound as its hello states it, in the transcript (0: none)
+        self._bound = (frame_bytes.to_bytes(4, "big"),) if frame_bytes else ()
         self.phase: Phase = "start"
         self._key: bytes | None = None
 
@@ -125,7 +134,7 @@ class _Side:
         return RemoteProtocolError(f"link handshake failed: {why}")
 
     def _transcript(self, nonce_i: bytes, nonce_r: bytes) -> tuple[bytes, ...]:
-        return (*self._ids, self.mode.encode(), nonce_i, nonce_r)
+        return (*self._ids, self.mode.encode(), nonce_i, nonce_r, *self._bound)
 
     def _derive(self, nonce_i: bytes, nonce_r: bytes) -> None:
         info = b"abcast link\x00" + b"\x00".join((*self._ids, self.mode.encode()))
@@ -154,8 +163,8 @@ class Initiator(_Side):
     role = "initiator"
 
     def __init__(self, secret: bytes, *, me: NodeId, peer: NodeId, mode: Mode,
-                 nonce: bytes) -> None:
-        super().__init__(secret, me, peer, mode, nonce)
+                 nonce: bytes, frame_bytes: int = 0) -> None:
+        super().__init__(secret, me, peer, mode, nonce, frame_bytes)
 
     def challenge(self) -> bytes:
         self._go("send Challenge")
@@ -187,8 +196,8 @@ class Responder(_Side):
     role = "responder"
 
     def __init__(self, secret: bytes, *, me: NodeId, peer: NodeId, mode: Mode,
-                 nonce: bytes) -> None:
-        super().__init__(secret, peer, me, mode, nonce)
+                 nonce: bytes, frame_bytes: int = 0) -> None:
+        super().__init__(secret, peer, me, mode, nonce, frame_bytes)
         self._nonce_i = b""
 
     def receive(self, data: bytes) -> bytes | None:

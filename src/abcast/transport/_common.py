@@ -18,6 +18,17 @@ The supersede rule: every outbound connection starts with a hello naming (node,
 incarnation, conn_seq). One node has at most one live inbound connection at a receiver:
 a newer hello from the same node retires the older connection, and frames still arriving
 on it are discarded, so a reconnect can lose frames at the break but never reorder them.
+
+The frame bound: the hello also says the sender's `max_frame_bytes`, and a receiver whose
+own differs refuses the connection (`admit`; `Link.refuse`): the group's channels split
+packets by their own node's bound, so a receiver with a smaller one would drop the
+connection at every larger frame, and one with another size would refuse every fragment,
+for ever. The refusal is one WARNING line per peer and value (DEBUG after it), counted
+in `refused_links`; the sender's reconnects back off like any failure (see Backoff),
+and `lost` logs one INFO line per run of failures, DEBUG after it. A hello without the
+field (0: a node from before it, or a hand-made hello) is admitted unchecked. With a
+secret the tcp handshake binds the bound (zmq:// derives its key from the whole hello),
+so the value compared is authenticated.
 """
 
 from __future__ import annotations
@@ -51,13 +62,31 @@ HELLO_MAGIC: Final = b"ABCAST-HELLO/1:"
 _Counter = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
 
 
+#: the most a refusing node remembers of whom it warned about (see `Refusals`)
+MAX_REFUSALS: Final = 1024
+
+
 class Hello(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """First message of every outbound connection: who is talking, which incarnation of
-    that node's transport, and which of its connections to this peer (1, 2, ...)."""
+    that node's transport, which of its connections to this peer (1, 2, ...), and the
+    sender's frame bound (its `TransportOptions.max_frame_bytes`; 0, or absent on the
+    wire: not said, admitted unchecked)."""
 
     node: NodeField
     incarnation: _Counter
     conn_seq: _Counter
+    max_frame_bytes: Annotated[int, msgspec.Meta(ge=0, le=2**31)] = 0
+
+
+def frame_bound_refusal(me: NodeId, own: int, hello: Hello) -> str | None:
+    """Why node `me`, whose frame bound is `own`, refuses this hello (None: it does
+    not). Members must share the bound: see the module rules."""
+    theirs = hello.max_frame_bytes
+    if theirs in (0, own):  # 0: not said
+        return None
+    return (f"{hello.node} has max_frame_bytes {theirs}, {me} has {own}: members must "
+            "share max_frame_bytes / frame_bytes (give every member the same "
+            "TransportOptions.max_frame_bytes, ?max_frame_bytes= on its URL)")
 
 
 _hello_decoder: Final = msgspec.msgpack.Decoder(Hello)
@@ -111,20 +140,50 @@ class Sessions:
         return [link for _, link in self._current.values()]
 
 
+class Refusals:
+    """Whom this node refused, and why: the first refusal of a peer for a reason is
+    worth a WARNING, its reconnects that are refused again only DEBUG. Bounded: past
+    MAX_REFUSALS peers (hellos may claim any name) it forgets them all and warns anew."""
+
+    __slots__ = ("_reasons",)
+
+    def __init__(self) -> None:
+        self._reasons: dict[NodeId | None, str] = {}
+
+    def first(self, peer: NodeId | None, reason: str) -> bool:
+        """Note a refusal; True if this peer was not refused for this reason before."""
+        if self._reasons.get(peer) == reason:
+            return False
+        if len(self._reasons) >= MAX_REFUSALS:
+            self._reasons.clear()
+        self._reasons[peer] = reason
+        return True
+
+    def admitted(self, peer: NodeId) -> None:
+        """The peer got in: a later refusal is news again."""
+        self._reasons.pop(peer, None)
+
+
 class Backoff:
     """Exponential reconnect delays with jitter, capped; `reset` after a success, and
     `connected` when a connection is up: a connection that ends within `maximum` seconds
     (a peer that refuses our hello, a name it cannot accept) is a failure like any
     other, so the delay keeps growing — only one that lasted resets it (a refused
-    connection once made a tight reconnect loop, 55,597 log lines in 30 s)."""
+    connection once made a tight reconnect loop, 55,597 log lines in 30 s). `failures`
+    counts the delays asked for since then, and `reported` says a lost connection of
+    this run of failures was logged at INFO (`QueuedTransport.lost`): the rest go to
+    DEBUG."""
 
-    __slots__ = ("_current", "_initial", "_maximum", "_rng", "_up_since")
+    __slots__ = ("_current", "_initial", "_maximum", "_rng", "_up_since", "failures",
+                 "reported")
 
     def __init__(self, initial: float, maximum: float) -> None:
         self._initial = initial
         self._maximum = maximum
         self._current = initial
         self._up_since: float | None = None
+        self.failures = 0
+        self.reported = False
         # Jitter only spreads reconnect storms; it never decides protocol behaviour.
         self._rng = random.Random(secrets.randbits(64))
 
@@ -134,13 +193,16 @@ class Backoff:
     def next(self) -> float:
         up_since, self._up_since = self._up_since, None
         if up_since is not None and time.monotonic() - up_since >= self._maximum:
-            self._current = self._initial
+            self.reset()
+        self.failures += 1
         delay = min(self._maximum, self._current * self._rng.uniform(0.75, 1.25))
         self._current = min(self._maximum, self._current * 2)
         return delay
 
     def reset(self) -> None:
         self._current = self._initial
+        self.failures = 0
+        self.reported = False
 
 
 class Progress:
@@ -188,9 +250,9 @@ class PeerState:
         self.conn_seq = 0
         self.connected_before = False
 
-    def next_hello(self, node: NodeId, incarnation: int) -> Hello:
+    def next_hello(self, node: NodeId, incarnation: int, max_frame_bytes: int) -> Hello:
         self.conn_seq += 1
-        return Hello(node, incarnation, self.conn_seq)
+        return Hello(node, incarnation, self.conn_seq, max_frame_bytes)
 
     def take(self, limit: int) -> tuple[list[bytes], int]:
         """Pop frames up to `limit` bytes (always at least one if any is queued)."""
@@ -265,6 +327,7 @@ class QueuedTransport(Transport):
         self.log = logging.getLogger(type(self).__module__)
         self.incarnation = secrets.randbits(61)
         self.sessions = Sessions()
+        self.refusals = Refusals()
         self._state = "new"  # new → open → closing → closed
         self._node: NodeId | None = None
         self._address: str | None = None
@@ -451,14 +514,20 @@ class QueuedTransport(Transport):
         return True
 
     def report_drop(self, link: Link, reason: str) -> None:
-        """The one log line and the counters of a dropped inbound connection."""
-        self.stats.bad_frames += 1
+        """The one log line and the counters of a dropped inbound connection (of a
+        refused one: one WARNING per peer and reason, DEBUG for its reconnects)."""
         self.stats.dropped_connections += 1
         self.sessions.forget(link)
-        self.log.warning(
-            "%s: dropped connection from %s (%s): %s",
-            self.label, link.peer or "unidentified peer", link.remote, reason,
-        )
+        peer = link.peer or "unidentified peer"
+        if link.refused:
+            self.stats.refused_links += 1
+            level = logging.WARNING if self.refusals.first(link.peer, reason) else logging.DEBUG
+            self.log.log(level, "%s: refused the connection from %s (%s): %s",
+                         self.label, peer, link.remote, reason)
+            return
+        self.stats.bad_frames += 1
+        self.log.warning("%s: dropped connection from %s (%s): %s",
+                         self.label, peer, link.remote, reason)
 
     def reject_frame(self, link: Link, reason: str) -> None:
         """A sealed record (a batch of frames) of an authenticated link failed its MAC,
@@ -470,9 +539,20 @@ class QueuedTransport(Transport):
             self.label, link.peer or "unidentified peer", link.remote, reason,
         )
 
+    def next_hello(self, peer: PeerState) -> Hello:
+        """The hello of a new outbound connection to `peer`."""
+        return peer.next_hello(self.node, self.incarnation, self.options.max_frame_bytes)
+
     def admit(self, hello: Hello, link: Link) -> tuple[bool, Link | None]:
-        """Apply the supersede rule to a fresh inbound connection (see module rules)."""
+        """Check the frame bound, then apply the supersede rule to a fresh inbound
+        connection (see module rules). A refused link is dropped here (`Link.refuse`:
+        logged, counted, closed by the transport's drop), and (False, None) returned."""
         link.peer = hello.node
+        refusal = frame_bound_refusal(self.node, self.options.max_frame_bytes, hello)
+        if refusal is not None:
+            link.refuse(refusal)
+            return False, None
+        self.refusals.admitted(hello.node)
         return self.sessions.admit(hello, link)
 
     def connected(self, peer: PeerState) -> None:
@@ -485,10 +565,17 @@ class QueuedTransport(Transport):
 
     def lost(self, peer: PeerState, why: str, *, backoff: bool = True) -> float:
         """An outbound connection ended unasked: count, log, return the retry delay
-        (backoff=False: the library reconnects by itself; nothing to wait for here)."""
+        (backoff=False: the library reconnects by itself; nothing to wait for here).
+        Logged at INFO once per run of failures (a peer that refuses every connection
+        is one line, not one per attempt), at DEBUG until a connection lasts again."""
         self.stats.lost_connections += 1
-        delay = peer.backoff.next() if backoff else 0.0
-        self.log.info(
+        delay = 0.0
+        first = True
+        if backoff:
+            delay = peer.backoff.next()
+            first, peer.backoff.reported = not peer.backoff.reported, True
+        self.log.log(
+            logging.INFO if first else logging.DEBUG,
             "%s: connection to %s (%s) lost: %s%s",
             self.label, peer.node, peer.address, why,
             f"; reconnecting in {delay:.2f}s" if backoff else "",

@@ -46,6 +46,11 @@ Rules (the contract the runtime codes against):
 - One live inbound connection per sending node: a newer connection from the same node
   (a reconnect, or a restarted node) retires the older one, so reconnects never
   reorder a link.
+- Members share one frame bound (`max_frame_bytes`): a transport whose connections
+  open with a hello says its bound there, and a receiver with another bound refuses the
+  connection before any frame is delivered (one WARNING line per peer naming both
+  nodes and both values, `refused_links`; the sender backs off as after any failure).
+  udp:// has no hello: there each datagram's frame size is checked alone.
 - Stats are live counters on the transport's loop; `stats.snapshot()` copies them.
   Nothing is dropped silently: every frame `send` accepted is, eventually, in
   `frames_out` (handed to the wire), in `discarded_frames` (remove_peer/close), or
@@ -104,7 +109,7 @@ class Link:
     printable description of the other end (an ip:port, a zmq identity, a mem name).
     """
 
-    __slots__ = ("_alive", "_on_drop", "peer", "remote")
+    __slots__ = ("_alive", "_on_drop", "peer", "refused", "remote")
 
     def __init__(
         self, peer: NodeId | None, remote: str, on_drop: Callable[[Link, str], None]
@@ -113,6 +118,8 @@ class Link:
         self.remote = remote
         self._on_drop = on_drop
         self._alive = True
+        #: dropped by `refuse`: its hello was turned away, it sent no bad input
+        self.refused = False
 
     @property
     def alive(self) -> bool:
@@ -128,6 +135,14 @@ class Link:
             return
         self._alive = False
         self._on_drop(self, reason)
+
+    def refuse(self, reason: str) -> None:
+        """Transport-internal: the hello said the peer is configured differently (its
+        frame bound): close the connection as `drop` does, counted in `refused_links`
+        and logged once per peer and reason instead of as bad input."""
+        if self._alive:
+            self.refused = True
+            self.drop(reason)
 
     def retire(self) -> None:
         """Transport-internal: the connection ended without blame (closed, superseded)."""
@@ -153,7 +168,8 @@ class TransportStats:
     bytes_in: int = 0
     bad_frames: int = 0  # inbound connections dropped for bad input (framing or Link.drop)
     rejected_frames: int = 0  # frames dropped: their MAC, tag or counter failed (secret)
-    dropped_connections: int = 0  # inbound connections this node dropped
+    dropped_connections: int = 0  # inbound connections this node dropped (refused included)
+    refused_links: int = 0  # of those: refused for their hello (another max_frame_bytes)
     lost_connections: int = 0  # outbound connections that ended without being asked to
     reconnects: int = 0  # outbound connections opened after an earlier one to that peer
     discarded_frames: int = 0  # queued frames thrown away by remove_peer / close

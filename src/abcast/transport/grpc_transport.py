@@ -233,7 +233,7 @@ class _GrpcChannel:
             call: grpc.aio.StreamUnaryCall = channel.stream_unary(METHOD_PATH)()
             call.add_done_callback(lambda _call: self.wake())
             try:
-                hello = peer.next_hello(owner.node, owner.incarnation)
+                hello = owner.next_hello(peer)
                 await asyncio.wait_for(call.write(encode_hello(hello)), owner.options.io_timeout_s)
                 established = True
                 owner.connected(peer)

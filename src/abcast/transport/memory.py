@@ -186,7 +186,7 @@ class _MemChannel:
             self._retry = owner.loop.call_later(delay, self.connect_now)
             return
         conn = _MemConn(self, receiver)
-        receiver.post(receiver.accept, conn, peer.next_hello(owner.node, owner.incarnation))
+        receiver.post(receiver.accept, conn, owner.next_hello(peer))
         self._conn = conn
         owner.connected(peer)
         self.schedule_flush()

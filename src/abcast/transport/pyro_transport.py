@@ -4,11 +4,12 @@
 Rules: Pyro5 is threaded and blocking, asyncio is not, so this module is a bridge.
 Inbound: a Pyro daemon runs its request loop in a thread and one worker thread per
 client connection; the hello travels in Pyro's connection handshake (`_pyroHandshake`),
-so `append` is the only remote method. Workers never touch transport state: they
-hand (callback, args) pairs to a thread-safe queue that the loop drains, one
-`call_soon_threadsafe` per burst, preserving the order of each connection's calls; the
-frames of a burst that follow one another on one connection are handed over in one pass
-(`deliver_all`).
+so `append` is the only remote method, and a hello with another frame bound fails the
+handshake itself (the dialler's connect fails and backs off, its batch kept). Workers
+never touch transport state: they hand (callback, args) pairs to a thread-safe queue
+that the loop drains, one `call_soon_threadsafe` per burst, preserving the order of
+each connection's calls; the frames of a burst that follow one another on one
+connection are handed over in one pass (`deliver_all`).
 Outbound: one sender thread per peer owns its Pyro proxy (Pyro5 proxies belong to one
 thread) and performs calls one batch at a time, in order: the loop hands it up to
 batch_bytes of queued frames, the thread makes one `append` call per frame (grouped in
@@ -41,7 +42,12 @@ from Pyro5.callcontext import current_context
 
 from abcast.errors import ConfigError
 from abcast.ids import NodeId
-from abcast.transport._common import Hello, PeerState, QueuedTransport
+from abcast.transport._common import (
+    Hello,
+    PeerState,
+    QueuedTransport,
+    frame_bound_refusal,
+)
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)
@@ -167,7 +173,10 @@ class PyroTransport(QueuedTransport):
             raise Pyro5.errors.SecurityError("not an abcast hello") from None
         with self._lock:
             self._conn_links[conn] = link
-        self.post(self._admit, hello, link, conn)
+        self.post(self._admit, hello, link, conn)  # a refusal is logged and counted there
+        refusal = frame_bound_refusal(self.node, self.options.max_frame_bytes, hello)
+        if refusal is not None:  # fail the dialler's bind: it backs off, keeping its batch
+            raise Pyro5.errors.SecurityError(refusal)
         return "ok"
 
     def on_append(self, conn: Any, frame: Any) -> None:
@@ -399,11 +408,12 @@ class _PyroSender:
     def _connect(self, address: TransportUrl, timeout: float) -> Pyro5.client.Proxy:
         owner = self._owner
         with self._cond:
-            hello = self._peer.next_hello(owner.node, owner.incarnation)
+            hello = owner.next_hello(self._peer)
         proxy = Pyro5.client.Proxy(f"PYRO:{OBJECT_ID}@{address.host}:{address.port}")
         proxy._pyroSerializer = SERIALIZER
         proxy._pyroTimeout = timeout
-        proxy._pyroHandshake = [hello.node, hello.incarnation, hello.conn_seq]
+        proxy._pyroHandshake = [hello.node, hello.incarnation, hello.conn_seq,
+                                hello.max_frame_bytes]
         try:
             proxy._pyroBind()
         except BaseException:

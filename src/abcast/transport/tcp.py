@@ -15,7 +15,8 @@ one read is cut out of it in one pass and handed over in order (`deliver_all`). 
 asyncio write buffer is the "handed to the wire" part of `buffered()`; its limits are
 set so that `pause/resume_writing` wake `drain`. A lost outbound connection is retried with
 exponential backoff; its queue waits. The inbound side refuses, with one log line and a
-dropped connection, a bad hello or none within io_timeout_s, a length prefix above
+dropped connection, a bad hello or none within io_timeout_s, a hello with another
+max_frame_bytes (after the handshake, with a secret; see _common), a length prefix above
 max_frame_bytes, a frame truncated at EOF, and any bytes on an
 outbound connection (we never expect the peer to write back). Once admitted (after
 the hello, and the handshake with a secret) a watchdog looks at each inbound
@@ -94,14 +95,15 @@ class TcpTransport(QueuedTransport):
         self._server_ssl: ssl.SSLContext | None = server_context(self.options) if tls else None
         self._client_ssl: ssl.SSLContext | None = client_context(self.options) if tls else None
 
-    def handshake(self, role: type[_H], peer: NodeId) -> _H | None:
-        """The handshake of a new connection with `peer`, as Initiator (outbound) or
-        Responder (inbound, once its hello named `peer`); None without a secret."""
+    def handshake(self, role: type[_H], peer: NodeId, hello: Hello) -> _H | None:
+        """The handshake of a new connection with `peer`, as Initiator (outbound, `hello`
+        ours) or Responder (inbound, `hello` the peer's, which named `peer`); None
+        without a secret. It binds the hello's frame bound (abcast.security.handshake)."""
         secret = self.options.secret
         if secret is None:
             return None
         return role(secret, me=self.node, peer=peer, mode=self.options.link_mode,
-                    nonce=secrets.token_bytes(NONCE_BYTES))
+                    nonce=secrets.token_bytes(NONCE_BYTES), frame_bytes=hello.max_frame_bytes)
 
     @property
     def client_ssl(self) -> ssl.SSLContext | None:
@@ -234,10 +236,10 @@ class _Channel:
 
     async def _connect(self) -> None:
         owner, peer = self._owner, self._peer
-        hello = peer.next_hello(owner.node, owner.incarnation)
+        hello = owner.next_hello(peer)
         address = peer.address
         attempt = self._attempt
-        auth = owner.handshake(Initiator, peer.node)
+        auth = owner.handshake(Initiator, peer.node, hello)
         try:
             await asyncio.wait_for(
                 owner.loop.create_connection(
@@ -508,7 +510,7 @@ class _Inbound(asyncio.Protocol):
                 return
             self._hello = hello
             del frames[0]
-            self._auth = owner.handshake(Responder, hello.node)
+            self._auth = owner.handshake(Responder, hello.node, hello)
             if self._auth is None and not self._admit(hello):
                 return
             link.peer = hello.node  # claimed, for the log lines of a failed handshake

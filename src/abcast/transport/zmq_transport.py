@@ -1,13 +1,15 @@
 """zmq:// — pyzmq (asyncio): one ROUTER bound per node, one DEALER per peer.
 
-Rules: a DEALER's routing id *is* its hello (node, incarnation, conn_seq), so the ROUTER
-knows who sent every message without an extra round trip, and the supersede rule of
-_common applies per routing id. A zmq message carries a batch: up to batch_bytes of
-frames in the length-prefixed framing of tcp (one part per frame would cost a Python
-object per part on both sides), so coalescing happens here, not in libzmq. Each peer has a
-pump task (queue → `send`, awaiting when the DEALER's small SNDHWM is reached,
-which is how backpressure reaches `drain`) and a control task (reads monitor events to
-count connects/disconnects, and DROP notices). To drop a link the ROUTER sends
+Rules: a DEALER's routing id *is* its hello (node, incarnation, conn_seq, frame bound),
+so the ROUTER knows who sent every message without an extra round trip, and the
+supersede rule and the frame bound's check of _common apply per routing id (a refused
+one gets a DROP; the key of a secret link is derived from the whole routing id, its
+bound included). A zmq message carries a batch: up to batch_bytes of frames in the
+length-prefixed framing of tcp (one part per frame would cost a Python object per part
+on both sides), so coalescing happens here, not in libzmq. Each peer has a pump task
+(queue → `send`, awaiting when the DEALER's small SNDHWM is reached, which is how
+backpressure reaches `drain`) and a control task (reads monitor events to count
+connects/disconnects, and DROP notices). To drop a link the ROUTER sends
 [id, b"DROP", reason] back; the DEALER then closes and reconnects under a new routing
 id after a backoff. libzmq reconnects a DEALER by itself after a peer restart
 (RECONNECT_IVL..RECONNECT_IVL_MAX = our backoff); `add_peer` again makes a fresh DEALER.
@@ -250,7 +252,7 @@ class _ZmqChannel:
         self._hang_up()
         owner, peer = self._owner, self._peer
         sock = owner.context.socket(zmq.DEALER)
-        hello = peer.next_hello(owner.node, owner.incarnation)
+        hello = owner.next_hello(peer)
         routing_id = encode_hello(hello)
         key = owner.session_key(routing_id)
         self._sealer = Sealer(key, "aead") if key is not None else None
