@@ -180,6 +180,8 @@ _GROUP_COUNTERS: Final = {
     "retransmissions": ("abcast_retransmissions", "Packets sent again by the reliable channel."),
     "bad_batches": ("abcast_decode_errors",
                     "Delivered messages whose batch did not decode (skipped)."),
+    "app_errors": ("abcast_application_errors",
+                   "Application callbacks (deliveries, views, states) that raised."),
     "snapshots": ("abcast_state_transfers", "States handed to joiners."),
     "views": ("abcast_view_changes", "Views installed on this node."),
 }

@@ -9,10 +9,11 @@ costs anything between two calls.
 
 Counters per group (`GroupStatus.counters`) are the driver's: `broadcasts`, `delivered`
 (final deliveries), `opt_delivered` (optimistic ones), `protocol_packets`,
-`control_packets`, `retransmissions`, `bad_batches`, `snapshots`, `rejoins`,
-`views` (views installed here). Per node (`NodeStatus.counters`): the node's refusals
-(`node_*`, abcast.runtime.node.NodeStats) and the transport's frames, bytes and
-connection events (`transport_*`, abcast.transport.TransportStats).
+`control_packets`, `retransmissions`, `bad_batches`, `app_errors` (application
+callbacks that raised), `snapshots`, `rejoins`, `views` (views installed here). Per
+node (`NodeStatus.counters`): the node's refusals (`node_*`,
+abcast.runtime.node.NodeStats) and the transport's frames, bytes and connection events
+(`transport_*`, abcast.transport.TransportStats).
 
 What it reads is typed by two Protocols, `ObservedGroup` (a group's driver) and
 `ObservedNode` (the node), so this module, the probe and the metrics sit below
@@ -62,6 +63,8 @@ class ObservedGroup(Protocol):
     def retransmissions(self) -> int: ...
     @property
     def bad_batches(self) -> int: ...
+    @property
+    def app_errors(self) -> int: ...
     @property
     def snapshots(self) -> int: ...
     @property
@@ -137,7 +140,8 @@ def group_status(driver: ObservedGroup) -> GroupStatus:
         "broadcasts": driver.broadcasts, "delivered": driver.delivered,
         "opt_delivered": driver.opt_delivered, "protocol_packets": driver.protocol_packets,
         "control_packets": driver.control_packets, "retransmissions": driver.retransmissions,
-        "bad_batches": driver.bad_batches, "snapshots": driver.snapshots,
+        "bad_batches": driver.bad_batches, "app_errors": driver.app_errors,
+        "snapshots": driver.snapshots,
         "rejoins": driver.rejoins, "views": driver.views,
     }
     return GroupStatus(
