@@ -29,16 +29,20 @@ node: its links, retransmissions, timers and partial reassemblies are freed, and
 place among the MAX_GUESTS and its share of the guests' reassembly budget with them.
 Unlike a departed member it is not gone: it may speak again (a ticket server's members
 are its guests for ever, a joiner asks its contacts in turn), so its link numbers are
-kept (`_LinkMarks`, the last MAX_GONE) and resumed when it is admitted again, and
-neither side sees a difference. What was unacked to it is dropped (the numbers are
-reused: the layers above resend what they still need, a join asks again); one that
-stopped mid-packet starts on fresh links instead (its numbers are half taken).
-Members and lingering nodes take the per-packet fast path; only a guest's packets
-are timed, on the general path.
+kept (`_LinkMarks`, the last MAX_GONE) and resumed when it is admitted again: with
+nothing in flight, as when both sides went quiet, neither side sees a difference. What
+was unacked to it is dropped and its numbers reused (a reused number it had already
+received is taken for a duplicate): the layers above resend what they still need, a
+joiner asks again; a member's own traffic never waits on it. One forgotten mid-packet
+gets fresh links (its numbers are half taken); if it was only cut off and speaks
+again, its numbers and ours disagree, as for a departed node past MAX_GONE (lifting
+that needs a link incarnation number in the header). Members and lingering nodes take
+the per-packet fast path; only a guest's packets are timed, on the general path.
 
-It drives the plain channel only through its public `handle`, by installing the widened
-view (members ∪ guests ∪ lingering) whenever that set changes. What it does not know:
-who is right to talk to whom — the ordering above ignores what it must not act on.
+It drives the plain channel through its public `handle`, by installing the widened view
+(members ∪ guests ∪ lingering) whenever that set changes, and recreates a resumed
+guest's links at their kept numbers. What it does not know: who is right to talk to
+whom — the ordering above ignores what it must not act on.
 """
 
 from __future__ import annotations
