@@ -7,12 +7,15 @@ Each check runs against a planted broken variant too, which it must catch."""
 
 from __future__ import annotations
 
+import heapq
+import random
 from collections.abc import Callable
 
 import pytest
 
 from abcast.codec import Packet
 from abcast.effects import CancelTimer, Effect, Send, SetTimer, Up
+from abcast.errors import RemoteProtocolError
 from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
 from abcast.ids import NodeId, View
 from abcast.ordering import _open_channel
@@ -230,3 +233,91 @@ def test_a_lingering_node_is_still_gone_for_good() -> None:
     a.handle(TimerFired(("linger", "b")), 1 + LINGER)
     assert a.handle(Received("b", RData(1), Packet((), b"late")), 2 + LINGER) == []
     assert "b" not in a.guests()
+
+
+# -- a pair of guests over a faulty network, quiet spells between bursts -----------------
+PAIR_CONFIG = ChannelConfig(ack_delay_us=500, rto_us=2_000, max_rto_us=16_000)
+
+
+def run_guest_pair(seed: int, a: OpenChannel, x: OpenChannel, bursts: int = 6,
+                   per_burst: int = 20, gap_us: int = 200_000
+                   ) -> tuple[dict[str, list[bytes]], dict[str, list[bytes]], list[str]]:
+    """a and x, each outside the other's view (each the other's guest), send each other
+    bursts of packets over a network that drops, duplicates and reorders, with quiet
+    spells of `gap_us` between bursts; timers fire when due. Returns what each side
+    sent, what each got, and the errors raised."""
+    rng = random.Random(seed)
+    nodes = {"a": a, "x": x}
+    other = {"a": "x", "x": "a"}
+    a.handle(ViewInstalled(View(1, ("a", "m"))), 0)
+    x.handle(ViewInstalled(View(1, ("x", "n"))), 0)
+    sent: dict[str, list[bytes]] = {"a": [], "x": []}
+    got: dict[str, list[bytes]] = {"a": [], "x": []}
+    errors: list[str] = []
+    agenda: list[tuple[int, int, str, object]] = []
+    timers: dict[tuple[str, object], int] = {}
+    counter = 0
+
+    def plan(at: int, node: str, what: object) -> int:
+        nonlocal counter
+        counter += 1
+        heapq.heappush(agenda, (at, counter, node, what))
+        return counter
+
+    def apply(node: str, effects: list[Effect], now: int) -> None:
+        for e in effects:
+            if isinstance(e, Send):
+                for _ in range(0 if rng.random() < 0.15 else 1 + (rng.random() < 0.1)):
+                    plan(now + rng.randrange(1, 3_000), e.to, (node, e))
+            elif isinstance(e, Up):
+                got[node].append(e.packet.payload)
+            elif isinstance(e, SetTimer):
+                timers[(node, e.key)] = plan(e.at, node, e.key)
+            elif isinstance(e, CancelTimer):
+                timers.pop((node, e.key), None)
+
+    for burst in range(bursts):
+        for node in nodes:
+            for i in range(per_burst):
+                at = burst * gap_us + rng.randrange(0, 20_000)
+                plan(at, node, f"{node}{burst}.{i}".encode())
+    while agenda:
+        now, token, node, what = heapq.heappop(agenda)
+        try:
+            if isinstance(what, bytes):
+                sent[node].append(what)
+                apply(node, nodes[node].handle(SendRequested(other[node], Packet((), what)),
+                                               now), now)
+            elif isinstance(what, tuple) and isinstance(what[1], Send):
+                sender, send = what
+                apply(node, nodes[node].handle(Received(sender, send.header, send.inner),
+                                               now), now)
+            elif timers.get((node, what)) == token:
+                del timers[(node, what)]
+                apply(node, nodes[node].handle(TimerFired(what), now), now)
+        except RemoteProtocolError as exc:
+            errors.append(f"{node} at {now}: {exc}")
+    return sent, got, errors
+
+
+def check_quiet_guests_resume_exactly_once(kind: type[OpenChannel]) -> None:
+    """a forgets x in every quiet spell (linger 100 ms < the 200 ms gaps), x never
+    forgets a (linger 1 s): each burst still arrives exactly once, both ways."""
+    for seed in range(4):
+        a = kind("a", PAIR_CONFIG, linger_us=100_000)
+        x = OpenChannel("x", PAIR_CONFIG, linger_us=1_000_000)
+        sent, got, errors = run_guest_pair(seed, a, x)
+        assert errors == [], (seed, errors[:2])
+        for node, peer in (("a", "x"), ("x", "a")):
+            assert sorted(got[node]) == sorted(sent[peer]), (seed, node)
+        # a in every spell; x only once everything is over
+        assert a.guests_forgotten == 6 and x.guests_forgotten == 1
+
+
+def test_quiet_guests_resume_exactly_once() -> None:
+    check_quiet_guests_resume_exactly_once(OpenChannel)
+
+
+def test_quiet_guests_on_fresh_links_lose_packets_and_the_test_says_so() -> None:
+    with pytest.raises(AssertionError):
+        check_quiet_guests_resume_exactly_once(ForgetsLinkNumbers)
