@@ -13,14 +13,44 @@ never admitted again (node ids are not reused within a group) — as long as it 
 the last MAX_GONE departed (older ones are forgotten, so a long-lived member's memory
 does not grow with every node that ever left; one that speaks again is a guest at most).
 
-It drives the plain channel only through its public `handle`, by installing the widened
-view (members ∪ guests ∪ lingering) whenever that set changes. What it does not know:
-who is right to talk to whom — the ordering above ignores what it must not act on.
+    peer        event                                       next       effects
+    stranger    it sends data, or the layer above to it     guest      linger timer
+    guest       a view holds it                             member     -
+    guest       linger timer, heard within linger_us        guest      timer moved on
+    guest       linger timer, silent for linger_us          forgotten  links, timers freed
+    member      a view without it                           lingering  linger timer
+    lingering   linger timer                                gone       links, timers freed
+    forgotten   as a stranger, its link numbers resumed     guest      linger timer
+
+A guest is *heard* when it sends anything (data, fragment, ack) or the layer above sends
+to it; one silent for `linger_us` (a joiner that crashed before it was admitted, a
+client that went away, a stranger) is forgotten by the same `_forget` as a lingering
+node: its links, retransmissions, timers and partial reassemblies are freed, and its
+place among the MAX_GUESTS and its share of the guests' reassembly budget with them.
+Unlike a departed member it is not gone: it may speak again (a ticket server's members
+are its guests for ever, a joiner asks its contacts in turn), so its link numbers are
+kept (`_LinkMarks`, the last MAX_GONE) and resumed when it is admitted again: with
+nothing in flight, as when both sides went quiet, neither side sees a difference. What
+was unacked to it is dropped and its numbers reused (a reused number it had already
+received is taken for a duplicate): the layers above resend what they still need, a
+joiner asks again; a member's own traffic never waits on it. One forgotten mid-packet
+gets fresh links (its numbers are half taken); if it was only cut off and speaks
+again, its numbers and ours disagree, as for a departed node past MAX_GONE (lifting
+that needs a link incarnation number in the header). Members and lingering nodes take
+the per-packet fast path; only a guest's packets are timed, on the general path.
+
+It drives the plain channel through its public `handle`, by installing the widened view
+(members ∪ guests ∪ lingering) whenever that set changes, and recreates a resumed
+guest's links at their kept numbers. What it does not know: who is right to talk to
+whom — the ordering above ignores what it must not act on.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+import msgspec
 
 from abcast.effects import Effect, SetTimer
 from abcast.events import (
@@ -32,15 +62,34 @@ from abcast.events import (
     ViewInstalled,
 )
 from abcast.ids import NodeId, View
-from abcast.reliability.channel import ChannelConfig, RAck, RData, ReliableChannel
+from abcast.reliability.channel import (
+    ChannelConfig,
+    RAck,
+    RData,
+    ReliableChannel,
+    _InLink,
+)
 from abcast.reliability.fragments import RFrag
+from abcast.snapshot import LayerSnapshot
 
 #: how long a removed member's link is kept (µs): several maximum retransmission timeouts
 LINGER_US: Final = 10_000_000
 #: guests admitted at once; beyond it unknown senders are dropped (a bound, not a policy)
 MAX_GUESTS: Final = 1_024
-#: departed nodes remembered as gone (oldest forgotten first)
+#: departed nodes remembered as gone, and forgotten guests' link numbers (oldest first)
 MAX_GONE: Final = 1_024
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class _LinkMarks:
+    """A forgotten guest's link numbers, resumed if it speaks again: what arrived from it
+    (so a late retransmission is still a duplicate) and the next number to send it."""
+
+    high: int
+    above: frozenset[int]
+    next_seq: int
 
 
 class OpenChannel(ReliableChannel):
@@ -55,10 +104,17 @@ class OpenChannel(ReliableChannel):
         self._guests: set[NodeId] = set()
         self._lingering: set[NodeId] = set()
         self._gone: dict[NodeId, None] = {}  # insertion order: the oldest first
+        #: when each guest was last heard (sent anything, or was sent to from above)
+        self._heard: dict[NodeId, int] = {}
+        #: forgotten guests' link numbers (insertion order: the oldest first)
+        self._resumable: dict[NodeId, _LinkMarks] = {}
+        self.guests_forgotten = 0
         #: the widened view last installed in the plain channel; between calls it always
         #: equals `_allowed()` (every change of the sets reinstalls), except before the
         #: first view, when it is empty — so "in it" means "needs no admission"
         self._installed: frozenset[NodeId] = frozenset()
+        #: the installed peers that are not guests: their packets take the fast path
+        self._quick: frozenset[NodeId] = frozenset()
 
     # -- introspection -------------------------------------------------------------------
     def guests(self) -> frozenset[NodeId]:
@@ -67,13 +123,19 @@ class OpenChannel(ReliableChannel):
     def lingering(self) -> frozenset[NodeId]:
         return frozenset(self._lingering)
 
+    def inspect(self) -> LayerSnapshot:
+        snapshot = super().inspect()
+        return msgspec.structs.replace(snapshot, counters={
+            **snapshot.counters, "guests": len(self._guests),
+            "guests_forgotten": self.guests_forgotten})
+
     # -- the core ------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
-        # The per-packet events first, by exact type: a peer already in the installed
-        # (widened) view needs no admission, and the plain channel's handlers are called
-        # directly. Anything else — a stranger, a view, a timer, subclasses — takes the
-        # general path below.
-        installed = self._installed
+        # The per-packet events first, by exact type: a member or lingering peer needs
+        # no admission and is not timed, and the plain channel's handlers are called
+        # directly. Anything else — a guest, a stranger, a view, a timer, subclasses —
+        # takes the general path below.
+        installed = self._quick
         kind = type(event)
         if kind is Received:
             received: Received = event  # type: ignore[assignment]  # the type test above
@@ -111,8 +173,12 @@ class OpenChannel(ReliableChannel):
                 return self._admit(to, now) + super().handle(event, now)
             case Received(sender, RData() | RFrag(), _):
                 return self._admit((sender,), now) + super().handle(event, now)
+            case Received(sender, _, _):
+                if sender in self._heard:
+                    self._heard[sender] = now  # a guest's ack: it is still there
+                return super().handle(event, now)
             case TimerFired(("linger", str(peer))):
-                return self._forget(peer, now)
+                return self._expire(peer, now)
             case _:
                 return super().handle(event, now)
 
@@ -127,20 +193,33 @@ class OpenChannel(ReliableChannel):
 
     def _reinstall(self, now: int) -> list[Effect]:
         wanted = frozenset(self._allowed())
+        self._quick = wanted - self._guests if self._view is not None else frozenset()
         if wanted == self._installed:
             return []
+        added = wanted - self._installed
         self._installed = wanted
         view_id = self._view.view_id if self._view is not None else 0
-        return super().handle(ViewInstalled(View(view_id, tuple(wanted))), now)
+        effects = super().handle(ViewInstalled(View(view_id, tuple(wanted))), now)
+        for peer in added & self._resumable.keys():
+            self._resume(peer, self._resumable.pop(peer))
+        return effects
 
     def _admit(self, peers: tuple[NodeId, ...], now: int) -> list[Effect]:
+        heard = self._heard
+        for peer in peers:
+            if peer in heard:
+                heard[peer] = now
         known = self._allowed()
         fresh = [p for p in peers if p not in known and p not in self._gone and p != self.node]
         room = MAX_GUESTS - len(self._guests)
         if not fresh or room <= 0:
             return []
-        self._guests.update(fresh[:room])
-        return self._reinstall(now)
+        effects: list[Effect] = []
+        for peer in fresh[:room]:
+            self._guests.add(peer)
+            heard[peer] = now
+            effects.append(SetTimer(("linger", peer), now + self.linger_us))
+        return effects + self._reinstall(now)
 
     def _on_view(self, view: View, now: int) -> list[Effect]:
         before = set(self._view.members) if self._view is not None else set()
@@ -148,6 +227,8 @@ class OpenChannel(ReliableChannel):
         members = set(view.members)
         self._guests -= members
         self._lingering -= members
+        for peer in members:
+            self._heard.pop(peer, None)  # its linger timer, when it fires, finds a member
         for peer in members:
             self._gone.pop(peer, None)
         effects: list[Effect] = []
@@ -160,11 +241,55 @@ class OpenChannel(ReliableChannel):
         self._reassembly.members = self._reassembly_members()  # if the widened set held
         return effects
 
+    def _expire(self, peer: NodeId, now: int) -> list[Effect]:
+        """A linger timer: a lingering node is forgotten; a guest only once silent for
+        `linger_us`, else its timer moves on to that time from when it was last heard."""
+        heard = self._heard.get(peer)
+        if heard is not None and now < heard + self.linger_us:
+            return [SetTimer(("linger", peer), heard + self.linger_us)]
+        return self._forget(peer, now)
+
     def _forget(self, peer: NodeId, now: int) -> list[Effect]:
-        if peer not in self._lingering:
+        """Free a lingering node (gone for good) or a silent guest (its link numbers
+        kept): reinstalling the widened view without it drops its links, their timers
+        and its partial reassemblies in the plain channel."""
+        if peer in self._guests:
+            self._guests.discard(peer)
+            del self._heard[peer]
+            self.guests_forgotten += 1
+            marks = self._link_marks(peer)
+            if marks is not None:
+                _remember(self._resumable, peer, marks)
+        elif peer in self._lingering:
+            self._lingering.discard(peer)
+            _remember(self._gone, peer, None)
+        else:
             return []
-        self._lingering.discard(peer)
-        self._gone[peer] = None
-        if len(self._gone) > MAX_GONE:
-            del self._gone[next(iter(self._gone))]
         return self._reinstall(now)
+
+    def _link_marks(self, peer: NodeId) -> _LinkMarks | None:
+        """Its links' numbers, or None for fresh links: none yet, or a packet of its under
+        way (fragments its link recorded but reassembly drops would never come again)."""
+        inbound, outbound = self._in.get(peer), self._out.get(peer)
+        if (inbound is None and outbound is None) or self._reassembly.partial(peer):
+            return None
+        high, above = (0, frozenset[int]()) if inbound is None else (
+            inbound.high, frozenset(inbound.above))
+        # what was unacked is dropped and its numbers reused, so the peer sees no hole
+        next_seq = 1 if outbound is None else next(iter(outbound.unacked), outbound.next_seq)
+        return _LinkMarks(high, above, next_seq)
+
+    def _resume(self, peer: NodeId, marks: _LinkMarks) -> None:
+        """Recreate a forgotten guest's links at the numbers they had."""
+        if marks.high or marks.above:
+            self._in[peer] = _InLink(marks.high, set(marks.above))
+        if marks.next_seq > 1:
+            link = self._out[peer] = self._new_out_link()
+            link.next_seq = marks.next_seq
+
+
+def _remember(memory: dict[NodeId, _T], peer: NodeId, value: _T) -> None:
+    """Record `peer` in a memory of at most MAX_GONE, the oldest forgotten first."""
+    memory[peer] = value
+    if len(memory) > MAX_GONE:
+        del memory[next(iter(memory))]
