@@ -25,7 +25,11 @@ Rules:
   and path (unicast or multicast) frames are handed over in sending order: a datagram
   older than one already handed over on that path is discarded (counted `stale`); the
   two paths are read from two sockets, so between them order is not kept. A "link" is a
-  session of a sending transport (its node, incarnation and session number); `Link.drop`
+  session of a sending transport (its node, incarnation and session number). Per sender,
+  incarnations (ordered by start: see `_next_incarnation`) and sessions only move
+  forward: a later one starts a fresh link (a restart, a new session), a datagram of an
+  earlier one is stale (counted, dropped quietly: no RESET, no new link), whether a
+  replay or a late datagram of a restarted sender's old process. `Link.drop`
   logs, counts, ignores that session from then on and sends the sender a RESET, after
   which it starts a new session (counted in its `reconnects`), as a TCP sender would
   reconnect. `add_peer` again also starts a new session.
@@ -34,7 +38,9 @@ Rules:
   sender, incarnation and session, the nonce is the datagram's type, fragment index and
   sequence number (unique per key), and the header is the associated data. A datagram
   that fails is one log line and dropped before it touches any state (a stranger
-  cannot start a session, reset one or fill a reassembly); replays die as stale.
+  cannot start a session, reset one or fill a reassembly); replays die as stale, those
+  of an earlier incarnation too. Without a secret nothing is authenticated: a forged
+  datagram may claim any incarnation.
 - Bad input never stops a node: a datagram that does not decode (udp_wire's rules) is
   counted, logged in one line and dropped; datagrams of another group on the same port
   and this node's own multicasts (looped back) are ignored quietly.
@@ -44,12 +50,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import ipaddress
 import logging
 import random
 import secrets
 import socket
 import struct
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
@@ -180,7 +188,8 @@ class UdpStats:
     multicast_frames_out: int = 0  # frames written once for the whole group
     multicast_frames_in: int = 0
     bad_datagrams: int = 0  # did not decode: logged and dropped
-    stale_datagrams: int = 0  # older than one handed over, or of a dropped session
+    stale_datagrams: int = 0  # older than one handed over, of an older incarnation or
+    # session (a replay, a restarted sender's old process), or of a dropped session
     foreign_datagrams: int = 0  # another group's, on the same port
     injected_losses: int = 0  # dropped by the `loss` option
     expired_reassemblies: int = 0
@@ -216,6 +225,40 @@ class _Source:
         self.reset_at = 0.0
 
 
+class _Verdict(enum.Enum):
+    NEWER = "newer"  # first heard, or a later incarnation or session: a fresh source
+    CURRENT = "current"  # the source's incarnation and session
+    STALE = "stale"  # an older incarnation or session: dropped, counted, no link churn
+
+
+def _judge(source: _Source | None, incarnation: int, session: int) -> _Verdict:
+    """Where a datagram's (incarnation, session) stands against its sender's source:
+    both only move forward (incarnations are ordered by start, see _next_incarnation)."""
+    if source is None or incarnation > source.incarnation or (
+            incarnation == source.incarnation and session > source.session):
+        return _Verdict.NEWER
+    if incarnation == source.incarnation and session == source.session:
+        return _Verdict.CURRENT
+    return _Verdict.STALE
+
+
+#: random low bits of an incarnation, below its start time (ms since the epoch)
+_INCARNATION_RANDOM_BITS: Final = 17
+_issued_incarnations = [0]  # the last incarnation this process issued
+
+
+def _next_incarnation() -> int:
+    """A transport's incarnation, larger than any earlier start's: the wall-clock start
+    in ms above 17 random bits (below 2**61 until the year 2527), and above the last one
+    this process issued. A receiver takes a larger incarnation as the sender's restart
+    and a smaller one as stale (a replay, or a late datagram of the old process)."""
+    now_ms = time.time_ns() // 1_000_000
+    value = max(now_ms << _INCARNATION_RANDOM_BITS
+                | secrets.randbits(_INCARNATION_RANDOM_BITS), _issued_incarnations[0] + 1)
+    _issued_incarnations[0] = value
+    return value
+
+
 #: at most this many datagram keys are cached (then the cache starts afresh)
 _MAX_KEYS: Final = 1024
 
@@ -228,6 +271,7 @@ class UdpTransport(QueuedTransport):
         parsed = url if isinstance(url, TransportUrl) else parse_url(url, expect_scheme="udp")
         self.udp, rest = _split_options(parsed)
         super().__init__(rest, options)
+        self.incarnation = _next_incarnation()
         self.udp_stats = UdpStats()
         self._group: tuple[str, int] | None = (
             split_group(self.udp.group) if self.udp.group else None)
@@ -533,11 +577,13 @@ class UdpTransport(QueuedTransport):
             stats.foreign_datagrams += 1
             return
         source = self._sources.get(d.sender)
-        if source is None or source.incarnation != d.incarnation or d.session > source.session:
-            source = self._new_source(d.sender, d.incarnation, d.session, addr, source)
-        elif d.session < source.session:
-            stats.stale_datagrams += 1
+        verdict = _judge(source, d.incarnation, d.session)
+        if verdict is _Verdict.STALE:
+            stats.stale_datagrams += 1  # a replay, or a late datagram of a restarted process
             return
+        if verdict is _Verdict.NEWER:
+            source = self._new_source(d.sender, d.incarnation, d.session, addr, source)
+        assert source is not None
         if source.dropped:
             stats.stale_datagrams += 1
             self._send_reset(source)
