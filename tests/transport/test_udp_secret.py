@@ -14,6 +14,7 @@ from transport_harness import TEST_SECRET, Inbox, Nodes, numbered, run
 
 from abcast.transport import TransportOptions
 from abcast.transport.udp import UdpTransport
+from abcast.transport.udp_sources import Source, Verdict
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -86,16 +87,12 @@ def test_a_replayed_datagram_is_stale() -> None:
     run(main)
 
 
-def _accepts_any_other_incarnation(source: object, incarnation: int, session: int) -> object:
+def _accepts_any_other_incarnation(source: Source | None, incarnation: int,
+                                   session: int) -> Verdict:
     """The planted bug (the rule before): any incarnation but the source's is a restart."""
-    from abcast.transport import udp
-
-    if source is None or incarnation != source.incarnation or (  # type: ignore[attr-defined]
-            session > source.session):  # type: ignore[attr-defined]
-        return udp._Verdict.NEWER
-    if session == source.session:  # type: ignore[attr-defined]
-        return udp._Verdict.CURRENT
-    return udp._Verdict.STALE
+    if source is None or incarnation != source.incarnation or session > source.session:
+        return Verdict.NEWER
+    return Verdict.CURRENT if session == source.session else Verdict.STALE
 
 
 async def _restart_and_replay() -> tuple[list[int], UdpTransport]:
@@ -153,7 +150,7 @@ def test_the_incarnation_check_catches_the_planted_any_other_incarnation_rule(
 ) -> None:
     from abcast.transport import udp
 
-    monkeypatch.setattr(udp, "_judge", _accepts_any_other_incarnation)
+    monkeypatch.setattr(udp, "judge", _accepts_any_other_incarnation)
 
     async def main() -> None:
         got, _ = await _restart_and_replay()
