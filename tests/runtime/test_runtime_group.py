@@ -182,7 +182,6 @@ BAD_FRAMES: dict[str, tuple[Callable[[], bytes], str]] = {
                                         b""]),
         "bad header",
     ),
-    "unknown-group": (lambda: _frame_for("nope", "x9"), "unknown group 'nope'"),
     "spoofed-sender": (lambda: _frame_for("g", "n2"), "claims sender 'n2'"),
 }
 
@@ -216,6 +215,35 @@ def test_a_bad_frame_drops_that_connection_and_the_group_keeps_working(
     assert [(d.origin, d.payload) for d in got] == [("n2", b"before"), ("n2", b"after")]
     drops = [r.getMessage() for r in caplog.records if "dropped connection" in r.getMessage()]
     assert len(drops) == 1 and reason in drops[0]
+
+
+@pytest.mark.parametrize("scheme", ["mem", "tcp"])
+def test_a_frame_for_a_group_not_hosted_here_is_dropped_and_the_link_kept(
+    scheme: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A member's frames for a group n1 does not host, on the link that carries group g:
+    each is counted and dropped, one log line, and g goes on over the same connection."""
+
+    async def main() -> tuple[Node, Node, list[Delivery]]:
+        nodes, groups = await _static_cluster(scheme, "fifo")
+        n1, n2 = nodes[0], nodes[1]
+        try:
+            await groups[1].broadcast(b"before")
+            for _ in range(3):
+                n2.transport.send("n1", _frame_for("nope", "n2"))
+            await _until(lambda: n1.stats.unknown_group_frames == 3)
+            await groups[1].broadcast(b"after")
+            return n1, n2, await _collect(groups[0], 2)
+        finally:
+            await _close(nodes, groups)
+
+    with caplog.at_level(logging.INFO, logger="abcast"):
+        n1, n2, got = asyncio.run(main())
+    assert [(d.origin, d.payload) for d in got] == [("n2", b"before"), ("n2", b"after")]
+    assert n1.stats.bad_frames == 0 and n1.transport.stats.dropped_connections == 0
+    assert n2.transport.stats.reconnects == 0
+    lines = [r.getMessage() for r in caplog.records if "does not host" in r.getMessage()]
+    assert len(lines) == 1 and "'nope'" in lines[0]
 
 
 # ---------------------------------------------------------------- a planted fault

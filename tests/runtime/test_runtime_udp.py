@@ -3,13 +3,15 @@
 Properties: with 5 % of datagrams lost at every receiver, a sequencer group delivers
 every message in one total order with every trace check clean, repairing the loss with
 NAKs; a 10 MB broadcast arrives identical at every member; the sequencer's data and
-order packets each leave as one datagram write for the whole group.
+order packets each leave as one datagram write for the whole group; a node on the same
+group address hosting no group drops the frames it hears, never the senders' links.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,11 +19,13 @@ from pathlib import Path
 import pytest
 
 from abcast import Group, Node
+from abcast.codec import Envelope
 from abcast.ordering.registry import get_ordering
 from abcast.reliability.nak import NakChannel
 from abcast.testing import check_events
 from abcast.testing.polling import until
 from abcast.trace.recorder import TraceRecorder
+from abcast.transport import Link
 from abcast.transport.udp import UdpTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "transport"))
@@ -95,3 +99,61 @@ def test_a_10_mb_broadcast_arrives_identical_at_every_member_under_5_percent_los
     for node in IDS:
         assert sorted(got[node], key=len)[-1] == b"n2" + big
     assert got["n1"] == got["n2"] == got["n3"]
+
+
+def _refuse_the_link(node: Node, link: Link, env: Envelope) -> None:
+    """The planted bug (the rule before): a frame for a group not hosted drops its link."""
+    node.stats.unknown_group_frames += 1
+    node._refuse(link, f"frame for unknown group {env.group!r}")
+
+
+async def _bank_beside_a_bystander(messages: int) -> tuple[list[Node], Node]:
+    """Group "bank" on n1..n3 and a node x9 hosting no group, all on one udp:// group
+    address: x9 hears every multicast of the bank. The nodes and x9, closed."""
+    url = f"udp://{fresh_group()}?ttl=0"
+    nodes = [await Node(url, node=n).start() for n in IDS]
+    bystander = await Node(url, node="x9").start()
+    got = dict.fromkeys(IDS, 0)
+    groups = []
+    for node in nodes:
+        peers = {o.id: o.address for o in nodes if o is not node}
+        groups.append(await Group("bank", ordering="sequencer", host=node, peers=peers,
+                                  on_deliver=lambda d, n=node.id: got.__setitem__(n, got[n] + 1)
+                                  ).open())
+    for k in range(messages):
+        for group in groups:
+            await group.broadcast(b"m%d" % k)
+    await _until(lambda: min(got.values()) == messages * len(IDS))
+    for group in groups:
+        await group.close()
+    for node in [*nodes, bystander]:
+        await node.close()
+    return nodes, bystander
+
+
+def test_a_node_hosting_another_group_on_the_address_drops_frames_not_links(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """IP multicast reaches every node bound to the address, whatever groups it hosts:
+    the bystander counts and drops the bank's frames (one log line per sender) and
+    never resets a sender, so no sender starts a new session."""
+    require_multicast()
+    with caplog.at_level(logging.INFO, logger="abcast.runtime.node"):
+        nodes, bystander = asyncio.run(_bank_beside_a_bystander(200))
+    assert bystander.stats.unknown_group_frames > 0 and bystander.stats.bad_frames == 0
+    transports = [n.transport for n in [*nodes, bystander]]
+    assert all(isinstance(t, UdpTransport) for t in transports)
+    assert [t.udp_stats.resets_sent for t in transports] == [0] * 4  # type: ignore[attr-defined]
+    assert [t.stats.reconnects for t in transports] == [0] * 4
+    lines = [r.getMessage() for r in caplog.records if "does not host" in r.getMessage()]
+    assert sorted(line.split(" from ")[1].split()[0] for line in lines) == list(IDS)
+
+
+def test_the_bystander_check_catches_the_planted_drop_the_link_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    require_multicast()
+    monkeypatch.setattr(Node, "_unknown_group", _refuse_the_link)
+    nodes, bystander = asyncio.run(_bank_beside_a_bystander(200))
+    assert bystander.transport.udp_stats.resets_sent > 0  # type: ignore[attr-defined]
+    assert sum(n.transport.stats.reconnects for n in nodes) > 0

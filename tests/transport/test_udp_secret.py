@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import socket
+from typing import Any
 
 import pytest
 from transport_harness import TEST_SECRET, Inbox, Nodes, numbered, run
 
 from abcast.transport import TransportOptions
 from abcast.transport.udp import UdpTransport
+from abcast.transport.udp_sources import Source, Verdict
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -81,5 +83,77 @@ def test_a_replayed_datagram_is_stale() -> None:
             await inbox.wait_until(lambda: len(inbox.got("a")) >= 11, "the frame after")
             assert inbox.got("a") == list(range(11))  # no replay delivered twice
             assert b.udp_stats.stale_datagrams >= 5 and b.stats.rejected_frames == 0
+
+    run(main)
+
+
+def _accepts_any_other_incarnation(source: Source | None, incarnation: int,
+                                   session: int) -> Verdict:
+    """The planted bug (the rule before): any incarnation but the source's is a restart."""
+    if source is None or incarnation != source.incarnation or session > source.session:
+        return Verdict.NEWER
+    return Verdict.CURRENT if session == source.session else Verdict.STALE
+
+
+async def _restart_and_replay() -> tuple[list[int], UdpTransport]:
+    """`a` sends 0..4 and is replaced by a restarted `a` (a new transport, same id) that
+    sends 5..9; then an attacker replays one datagram of the old process and all of the
+    new one's, and the old process, still open, sends a late frame (99). What `b`
+    handed over from `a`, and `b`."""
+    inbox = Inbox()
+    async with Nodes() as nodes:
+        b = await nodes.start("udp", "b", inbox, SECRET)
+        assert isinstance(b, UdpTransport)
+        captured: dict[str, list[bytes]] = {"old": [], "new": []}
+        senders = []
+        for life, first in (("old", 0), ("new", 5)):
+            a = await nodes.start("udp", "a", Inbox(), SECRET)
+            assert isinstance(a, UdpTransport)
+            real_protect, box = a._protect, captured[life]
+
+            def capture(datagram: bytes, real: Any = real_protect, box: Any = box) -> bytes:
+                sealed: bytes = real(datagram)
+                box.append(sealed)
+                return sealed
+
+            a._protect = capture  # type: ignore[method-assign]
+            a.add_peer("b", b.address)
+            for seq in range(first, first + 5):
+                a.send("b", numbered(seq))
+            await inbox.wait_until(lambda n=first + 5: len(inbox.got("a")) >= n, f"{life} a")
+            senders.append(a)
+        old, new = senders
+        assert new.incarnation > old.incarnation  # a later start, a larger incarnation
+        host, port = b.address.removeprefix("udp://").rsplit(":", 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+            for datagram in [captured["old"][0], *captured["new"]]:
+                raw.sendto(datagram, (host, int(port)))
+        old.send("b", numbered(99))
+        await inbox.wait_until(lambda: b.udp_stats.datagrams_in >= 17, "all 17 datagrams")
+        new.send("b", numbered(10))
+        await inbox.wait_until(lambda: 10 in inbox.got("a"), "the restarted a's next frame")
+        return inbox.got("a"), b
+
+
+def test_an_earlier_incarnation_is_stale_replayed_or_late() -> None:
+    async def main() -> None:
+        got, b = await _restart_and_replay()
+        assert got == list(range(11))  # no replay, no late frame of the old process
+        assert b.udp_stats.stale_datagrams == 7 and b.udp_stats.resets_sent == 0
+        assert b.stats.rejected_frames == 0
+
+    run(main)
+
+
+def test_the_incarnation_check_catches_the_planted_any_other_incarnation_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from abcast.transport import udp
+
+    monkeypatch.setattr(udp, "judge", _accepts_any_other_incarnation)
+
+    async def main() -> None:
+        got, _ = await _restart_and_replay()
+        assert got != list(range(11)) and got[:10] == list(range(10))  # replays came through
 
     run(main)

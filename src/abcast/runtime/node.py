@@ -3,12 +3,16 @@
 Rules: a node owns its transport (started under its node id, which the registry assigns
 when none is given), a monotonic µs clock shared by all its groups, and the routing of
 inbound frames to groups by the envelope's group name. Bad input is refused here:
-garbage bytes, a frame whose claimed sender is not the connection's, a frame for an
-unknown group, and anything the group's stack refuses each make one `Link.drop` (the
-transport writes the one log line and closes that connection), count in `stats`, and
-leave every group's state as it was. Frames for a group that is still joining are held
-(up to a bound) and handed over once it starts; frames for a group closed here are
-ignored quietly (peers still retransmit and ack while a run winds down).
+garbage bytes, a frame whose claimed sender is not the connection's, and anything the
+group's stack refuses each make one `Link.drop` (the transport writes the one log line
+and closes that connection), count in `stats`, and leave every group's state as it was.
+Frames for a group that is still joining are held (up to a bound) and handed over once
+it starts; frames for a group closed here are ignored quietly (peers still retransmit
+and ack while a run winds down). A well-formed frame for a group this node does not
+host is dropped as a frame — counted, one log line per (sender, group) — and the link
+kept: a link carries every group two nodes share, and on IP multicast every node bound
+to the group address hears every group's traffic on it, so dropping the link would reset
+a healthy sender for a frame that was never wrong, only not ours.
 
 Addresses: a node with a registry registers its transport URL there once it is up, and
 a frame for a peer whose address it does not know yet (a member that joined a group
@@ -68,6 +72,9 @@ MAX_UNRESOLVED_FRAMES: Final = 10_000
 #: how long, and how often, the registry is asked for an address it does not know yet
 RESOLVE_FOR_S: Final = 10.0
 RESOLVE_EVERY_S: Final = 0.1
+#: (sender, group) pairs whose frames for a group not hosted here were logged; beyond
+#: this many, such frames are only counted
+MAX_UNKNOWN_LOGGED: Final = 1024
 
 
 class Service(Protocol):
@@ -79,7 +86,7 @@ class Service(Protocol):
 @dataclass(slots=True)
 class NodeStats:
     bad_frames: int = 0  # frames refused (the link that sent each was dropped)
-    unknown_group_frames: int = 0  # of which: for a group this node does not host
+    unknown_group_frames: int = 0  # frames for a group not hosted here (dropped, link kept)
     late_frames: int = 0  # frames for a group already closed here (ignored)
     held_frames: int = 0  # frames kept for a group that was still joining
     overflow_frames: int = 0  # frames dropped because that hold was full
@@ -153,6 +160,7 @@ class Node:
         self._endpoints: dict[str, Callable[[Link, Envelope], None]] = {}
         self._joining: dict[str, list[tuple[Link, Envelope]]] = {}
         self._closed_groups: set[str] = set()
+        self._unknown_logged: set[tuple[NodeId, str]] = set()  # (sender, group) logged
         self._peer_urls: dict[NodeId, str] = {}
         self._pinned: set[NodeId] = set()  # peers outside every view (a ticket server)
         self._unresolved: dict[NodeId, list[bytes]] = {}
@@ -514,8 +522,18 @@ class Node:
         if env.group in self._closed_groups:
             self.stats.late_frames += 1
             return
+        self._unknown_group(link, env)
+
+    def _unknown_group(self, link: Link, env: Envelope) -> None:
+        """A well-formed frame for a group this node does not host: the frame is dropped,
+        not the link (see the module rules); one log line per (sender, group)."""
         self.stats.unknown_group_frames += 1
-        self._refuse(link, f"frame for unknown group {env.group!r}")
+        key = (env.sender, env.group)
+        if key in self._unknown_logged or len(self._unknown_logged) >= MAX_UNKNOWN_LOGGED:
+            return
+        self._unknown_logged.add(key)
+        log.info("%s: dropping frames from %s (%s) for group %r, which it does not host",
+                 self._id, env.sender, link.remote, env.group)
 
     def _new_peer(self, peer: NodeId) -> list[int]:
         """A peer's first traffic counts (called only while metrics are on)."""

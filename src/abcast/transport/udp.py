@@ -6,7 +6,8 @@ or `udp://127.0.0.1:0` (unicast only, or with `group=239.1.2.3:7500`). Query opt
 beside the shared TransportOptions: `group`, `iface`, `ttl` (0/1 keep multicast on the
 host/link; default 1), `loss` (each received datagram is dropped with this probability:
 loss injection for experiments), `datagram_bytes` (default 65,000; 1,400 is MTU-safe),
-`reassembly_timeout_s` (2), `max_reassemblies` (64). `start()` returns the unicast URL,
+`reassembly_timeout_s` (2), `max_reassemblies` (64), `max_sources` (1024) and
+`source_idle_s` (60) (udp_options parses them). `start()` returns the unicast URL,
 which is the address peers pass to `add_peer`; every member must name the same group.
 
 Rules:
@@ -25,16 +26,24 @@ Rules:
   and path (unicast or multicast) frames are handed over in sending order: a datagram
   older than one already handed over on that path is discarded (counted `stale`); the
   two paths are read from two sockets, so between them order is not kept. A "link" is a
-  session of a sending transport (its node, incarnation and session number); `Link.drop`
-  logs, counts, ignores that session from then on and sends the sender a RESET, after
-  which it starts a new session (counted in its `reconnects`), as a TCP sender would
-  reconnect. `add_peer` again also starts a new session.
+  session of a sending transport (its node, incarnation and session number). Per sender,
+  incarnations (ordered by start) and sessions only move forward (udp_sources): a later
+  one starts a fresh link (a restart, a new session); a datagram of an earlier one is
+  stale (counted, dropped quietly: no RESET, no new link), be it a replay or a late
+  datagram of a restarted sender's old process. At most `max_sources` senders are kept:
+  the silent, removed peers and, when full, the least recently heard are forgotten
+  (counted, logged), and their datagrams still judged. `Link.drop` logs, counts,
+  ignores that session from then on and sends the sender a RESET, after which it starts
+  a new session (counted in its `reconnects`), as a TCP sender would reconnect.
+  `add_peer` again also starts a new session.
 - With a group secret every datagram is authenticated and its body encrypted
   (AES-256-GCM, abcast.security): the key is derived from the secret and the header's
   sender, incarnation and session, the nonce is the datagram's type, fragment index and
   sequence number (unique per key), and the header is the associated data. A datagram
   that fails is one log line and dropped before it touches any state (a stranger
-  cannot start a session, reset one or fill a reassembly); replays die as stale.
+  cannot start a session, reset one or fill a reassembly); replays die as stale, those
+  of an earlier incarnation too. Without a secret nothing is authenticated: a forged
+  datagram may claim any incarnation.
 - Bad input never stops a node: a datagram that does not decode (udp_wire's rules) is
   counted, logged in one line and dropped; datagrams of another group on the same port
   and this node's own multicasts (looped back) are ignored quietly.
@@ -43,8 +52,6 @@ Rules:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import ipaddress
 import logging
 import random
 import secrets
@@ -53,7 +60,6 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
-from urllib.parse import parse_qsl, urlencode
 
 from cryptography.exceptions import InvalidTag as _InvalidTag
 
@@ -63,6 +69,15 @@ from abcast.security.sealing import TAG_BYTES, aead_cipher
 from abcast.security.secret import session_key
 from abcast.transport._common import PeerState, QueuedTransport
 from abcast.transport.base import Link, TransportOptions, TransportUrl, parse_url
+from abcast.transport.udp_options import UdpOptions, pick_group, split_group, split_options
+from abcast.transport.udp_sources import (
+    Assembly,
+    Source,
+    SourceTable,
+    Verdict,
+    judge,
+    next_incarnation,
+)
 from abcast.transport.udp_wire import (
     HEADER,
     HEADER_BYTES,
@@ -76,19 +91,13 @@ from abcast.transport.udp_wire import (
     group_id,
 )
 
+__all__ = ["UdpOptions", "UdpStats", "UdpTransport", "pick_group"]
+
 logger = logging.getLogger(__name__)
 
 #: at most this much leaves per loop turn (then the loop turns, and readers read)
 PACE_DATAGRAMS: Final = 512
 PACE_BYTES: Final = 1024 * 1024
-def pick_group() -> str:
-    """A fresh group for one run on this host: a random address in 239.255.0.0/16 (so
-    that runs side by side do not hear each other) and a UDP port free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"239.255.{secrets.randbelow(254) + 1}.{secrets.randbelow(254) + 1}:{port}"
-
 
 #: datagrams read per readiness callback, at most
 READ_BATCH: Final = 1024
@@ -97,78 +106,6 @@ _SO_RCVBUFFORCE: Final = 33
 _SO_SNDBUFFORCE: Final = 32
 _UNICAST: Final = 0
 _MCAST: Final = 1
-
-
-@dataclass(frozen=True, slots=True)
-class UdpOptions:
-    """udp:// options (from the URL's query string; see the module rules)."""
-
-    group: str = ""  # "ip:port" of the multicast group; "" = unicast only
-    iface: str = "127.0.0.1"
-    ttl: int = 1
-    loss: float = 0.0
-    datagram_bytes: int = 65_000
-    reassembly_timeout_s: float = 2.0
-    max_reassemblies: int = 64
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.ttl <= 255:
-            raise ConfigError(f"udp ttl must be in 0..255, got {self.ttl}")
-        if not 0.0 <= self.loss < 1.0:
-            raise ConfigError(f"udp loss must be in [0, 1), got {self.loss}")
-        low = HEADER_BYTES + MAX_SENDER_BYTES + 64
-        if not low <= self.datagram_bytes <= MAX_DATAGRAM:
-            raise ConfigError(f"udp datagram_bytes must be in {low}..{MAX_DATAGRAM}, "
-                              f"got {self.datagram_bytes}")
-        if self.reassembly_timeout_s <= 0 or self.max_reassemblies < 1:
-            raise ConfigError("udp reassembly_timeout_s and max_reassemblies must be positive")
-        if self.group:
-            group_ip, _ = split_group(self.group)
-            if not ipaddress.ip_address(group_ip).is_multicast:
-                raise ConfigError(f"udp group {self.group!r} is not a multicast address")
-
-
-_UDP_KEYS: Final = {f.name: f.type for f in dataclasses.fields(UdpOptions)}
-
-
-def split_group(group: str) -> tuple[str, int]:
-    host, sep, port = group.rpartition(":")
-    try:
-        ipaddress.ip_address(host)
-        number = int(port)
-    except ValueError:
-        raise ConfigError(f"udp group {group!r} must be ip:port") from None
-    if not sep or not 1 <= number <= 65_535:
-        raise ConfigError(f"udp group {group!r} must be ip:port with a port in 1..65535")
-    return host, number
-
-
-def _split_options(url: TransportUrl) -> tuple[UdpOptions, TransportUrl]:
-    """The udp options of the URL, and the URL with only the shared options left."""
-    mine: dict[str, str | int | float] = {}
-    rest = []
-    for key, raw in parse_qsl(url.query, keep_blank_values=True):
-        if key not in _UDP_KEYS:
-            rest.append((key, raw))
-            continue
-        kind = _UDP_KEYS[key]
-        try:
-            mine[key] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw
-        except ValueError:
-            raise ConfigError(f"udp option {key}={raw!r} is not a number") from None
-    if _is_multicast(url.host):
-        if url.port == 0:
-            raise ConfigError(f"udp group {url.host} needs a port (members must share it)")
-        mine["group"] = f"{url.host}:{url.port}"
-    options = UdpOptions(**mine)  # type: ignore[arg-type]
-    return options, dataclasses.replace(url, query=urlencode(rest))
-
-
-def _is_multicast(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_multicast
-    except ValueError:
-        return False
 
 
 @dataclass(slots=True)
@@ -180,40 +117,15 @@ class UdpStats:
     multicast_frames_out: int = 0  # frames written once for the whole group
     multicast_frames_in: int = 0
     bad_datagrams: int = 0  # did not decode: logged and dropped
-    stale_datagrams: int = 0  # older than one handed over, or of a dropped session
+    stale_datagrams: int = 0  # older than one handed over, of an older incarnation or
+    # session (a replay, a restarted sender's old process), or of a dropped session
     foreign_datagrams: int = 0  # another group's, on the same port
     injected_losses: int = 0  # dropped by the `loss` option
     expired_reassemblies: int = 0
     evicted_reassemblies: int = 0
     resets_sent: int = 0
+    forgotten_sources: int = 0  # senders let go: silent, removed, or the table full
     send_errors: int = 0
-
-
-class _Assembly:
-    __slots__ = ("got", "parts", "size", "started")
-
-    def __init__(self, frags: int, size: int, started: float) -> None:
-        self.parts: list[bytes | None] = [None] * frags
-        self.got = 0
-        self.size = size
-        self.started = started
-
-
-class _Source:
-    """What this node knows of one sending transport (node, incarnation)."""
-
-    __slots__ = ("addr", "assemblies", "dropped", "incarnation", "last", "link", "reset_at",
-                 "session")
-
-    def __init__(self, incarnation: int, session: int, link: Link, addr: tuple[str, int]) -> None:
-        self.incarnation = incarnation
-        self.session = session
-        self.link = link
-        self.addr = addr
-        self.last = [0, 0]  # the last seq handed over, per path
-        self.assemblies: dict[tuple[int, int], _Assembly] = {}
-        self.dropped = False
-        self.reset_at = 0.0
 
 
 #: at most this many datagram keys are cached (then the cache starts afresh)
@@ -226,8 +138,9 @@ class UdpTransport(QueuedTransport):
 
     def __init__(self, url: str | TransportUrl, options: TransportOptions | None = None) -> None:
         parsed = url if isinstance(url, TransportUrl) else parse_url(url, expect_scheme="udp")
-        self.udp, rest = _split_options(parsed)
+        self.udp, rest = split_options(parsed)
         super().__init__(rest, options)
+        self.incarnation = next_incarnation()
         self.udp_stats = UdpStats()
         self._group: tuple[str, int] | None = (
             split_group(self.udp.group) if self.udp.group else None)
@@ -242,7 +155,11 @@ class UdpTransport(QueuedTransport):
         self._out_bytes = 0
         self._flush_scheduled = False
         self._writer_armed = False
-        self._sources: dict[NodeId, _Source] = {}
+        self._table = SourceTable(self.udp.max_sources, self.udp.source_idle_s)
+        self._sources: dict[NodeId, Source] = self._table.live
+        self._now = 0.0  # loop time of the datagrams being read
+        self._forgotten_unlogged = 0
+        self._forgotten_log_at = 0.0
         self._reassembly_bytes = 0
         #: with a secret: (sender, incarnation, session) -> its datagrams' cipher
         self._ciphers: dict[tuple[bytes, int, int], Any] | None = (
@@ -357,7 +274,9 @@ class UdpTransport(QueuedTransport):
         self._new_session("add_peer again")
 
     def _peer_removed(self, peer: PeerState) -> None:
-        pass
+        self._now = self.loop.time()
+        if self._forget(peer.node):
+            self._count_forgotten(1, "a peer removed")
 
     def _new_session(self, why: str) -> None:
         self._session += 1
@@ -468,7 +387,7 @@ class UdpTransport(QueuedTransport):
     def buffered(self, node: NodeId | None = None) -> int:
         return max(super().buffered(node), self._out_bytes)
 
-    def _send_reset(self, source: _Source) -> None:
+    def _send_reset(self, source: Source) -> None:
         now = self.loop.time()
         if self._sock is None or now - source.reset_at < 0.05:
             return
@@ -484,6 +403,7 @@ class UdpTransport(QueuedTransport):
     # ----------------------------------------------------------- receiving
 
     def _read_ready(self, sock: socket.socket, path: int) -> None:
+        self._now = self.loop.time()
         for _ in range(READ_BATCH):
             try:
                 data, addr = sock.recvfrom(MAX_DATAGRAM + 1)
@@ -532,12 +452,14 @@ class UdpTransport(QueuedTransport):
         if d.kind != PacketType.DATA:
             stats.foreign_datagrams += 1
             return
-        source = self._sources.get(d.sender)
-        if source is None or source.incarnation != d.incarnation or d.session > source.session:
-            source = self._new_source(d.sender, d.incarnation, d.session, addr, source)
-        elif d.session < source.session:
-            stats.stale_datagrams += 1
+        source, forgotten = self._table.known(d.sender)
+        verdict = judge(source, d.incarnation, d.session)
+        if verdict is Verdict.STALE:
+            stats.stale_datagrams += 1  # a replay, or a late datagram of a restarted process
             return
+        if verdict is Verdict.NEWER or forgotten:
+            source = self._new_source(d.sender, d.incarnation, d.session, addr, source)
+        assert source is not None
         if source.dropped:
             stats.stale_datagrams += 1
             self._send_reset(source)
@@ -548,6 +470,7 @@ class UdpTransport(QueuedTransport):
         if d.seq <= source.last[lane]:
             stats.stale_datagrams += 1
             return
+        source.heard = self._now
         if d.frags == 1:
             frame = d.body
         else:
@@ -568,15 +491,52 @@ class UdpTransport(QueuedTransport):
                        self.label, what, addr[0], addr[1], size, exc)
 
     def _new_source(self, sender: str, incarnation: int, session: int, addr: tuple[str, int],
-                    old: _Source | None) -> _Source:
-        if old is not None:
+                    old: Source | None) -> Source:
+        """A fresh source for `sender`, after `old` (live: a restart or a new session; a
+        tombstone: a forgotten sender heard again, which resumes where it was)."""
+        if old is not None and self._sources.get(sender) is old:
             old.link.retire()
             self._drop_assemblies(old)
+        else:
+            self._make_room()
         link = Link(sender, f"{addr[0]}:{addr[1]}", self._dropped)
-        source = self._sources[sender] = _Source(incarnation, session, link, addr)
+        source = Source(incarnation, session, link, addr, self._now)
         if old is not None and old.incarnation == incarnation:
             source.last = list(old.last)  # the same sender: its seqs go on rising
+            if old.session == session:
+                source.dropped = old.dropped
+        self._table.add(sender, source)
         return source
+
+    def _make_room(self) -> None:
+        """Before a new sender's source: forget the silent, and the least recently heard
+        while the table is full (udp_sources' rules)."""
+        gone = self._table.to_forget(self._now)
+        for sender, _ in gone:
+            self._forget(sender)
+        if gone:
+            self._count_forgotten(len(gone), " or ".join(sorted({why for _, why in gone})))
+
+    def _forget(self, sender: NodeId) -> bool:
+        source = self._sources.get(sender)
+        if source is None:
+            return False
+        source.link.retire()
+        self._drop_assemblies(source)
+        self._table.forget(sender)
+        return True
+
+    def _count_forgotten(self, count: int, why: str) -> None:
+        """Count, and log at most one line per 10 s (a forger without the secret can
+        make a new sender per datagram)."""
+        self.udp_stats.forgotten_sources += count
+        self._forgotten_unlogged += count
+        if self._now < self._forgotten_log_at:
+            return
+        logger.info("%s: forgot %d senders (%s; %d kept)", self.label,
+                    self._forgotten_unlogged, why, len(self._sources))
+        self._forgotten_unlogged = 0
+        self._forgotten_log_at = self._now + 10.0
 
     def _dropped(self, link: Link, reason: str) -> None:
         self.report_drop(link, reason)
@@ -588,7 +548,7 @@ class UdpTransport(QueuedTransport):
             self._drop_assemblies(source)
             self._send_reset(source)
 
-    def _reassemble(self, source: _Source, lane: int, seq: int, frag: int, frags: int,
+    def _reassemble(self, source: Source, lane: int, seq: int, frag: int, frags: int,
                     size: int, body: bytes) -> bytes | None:
         now = self.loop.time()
         key = (lane, seq)
@@ -598,7 +558,7 @@ class UdpTransport(QueuedTransport):
             if len(source.assemblies) >= self.udp.max_reassemblies or (
                     self._reassembly_bytes + size > 2 * self.options.max_frame_bytes):
                 self._evict_oldest()
-            assembly = source.assemblies[key] = _Assembly(frags, size, now)
+            assembly = source.assemblies[key] = Assembly(frags, size, now)
             self._reassembly_bytes += size
         if len(assembly.parts) != frags or assembly.size != size:
             self._bad(source, f"fragment {frag} disagrees with its frame's count or size")
@@ -618,12 +578,12 @@ class UdpTransport(QueuedTransport):
             return None
         return frame
 
-    def _bad(self, source: _Source, reason: str) -> None:
+    def _bad(self, source: Source, reason: str) -> None:
         self.udp_stats.bad_datagrams += 1
         self.stats.bad_frames += 1
         logger.warning("%s: dropped a frame from %s: %s", self.label, source.link.peer, reason)
 
-    def _forget_older(self, source: _Source, lane: int, seq: int) -> None:
+    def _forget_older(self, source: Source, lane: int, seq: int) -> None:
         """Frames older than one handed over are lost (their fragments can only be late)."""
         if not source.assemblies:
             return
@@ -639,7 +599,7 @@ class UdpTransport(QueuedTransport):
                 self.udp_stats.expired_reassemblies += 1
 
     def _evict_oldest(self) -> None:
-        oldest: tuple[float, _Source, tuple[int, int]] | None = None
+        oldest: tuple[float, Source, tuple[int, int]] | None = None
         for source in self._sources.values():
             for key, assembly in source.assemblies.items():
                 if oldest is None or assembly.started < oldest[0]:
@@ -649,7 +609,7 @@ class UdpTransport(QueuedTransport):
             self._reassembly_bytes -= source.assemblies.pop(key).size
             self.udp_stats.evicted_reassemblies += 1
 
-    def _drop_assemblies(self, source: _Source) -> None:
+    def _drop_assemblies(self, source: Source) -> None:
         for assembly in source.assemblies.values():
             self._reassembly_bytes -= assembly.size
         source.assemblies.clear()
@@ -677,7 +637,7 @@ class UdpTransport(QueuedTransport):
         self._out_bytes = 0
         for source in self._sources.values():
             source.link.retire()
-        self._sources.clear()
+        self._table.clear()
         self._reassembly_bytes = 0
 
 
