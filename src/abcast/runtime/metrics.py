@@ -291,6 +291,9 @@ def _node_families(status: NodeStatus) -> Iterator[Any]:
                                               "Queued frames thrown away (peer removed)."),
         "abcast_refused_frames": ("node_bad_frames",
                                   "Frames refused by the node (undecodable or foreign)."),
+        "abcast_unknown_group_frames": ("node_unknown_group_frames",
+                                        "Frames for a group this node does not host "
+                                        "(dropped; the link is kept)."),
         "abcast_backpressure_waits": ("node_backpressure_waits",
                                       "Broadcasts that waited for the transport's queue."),
     }
