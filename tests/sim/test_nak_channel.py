@@ -121,9 +121,12 @@ class _Deaf(NakChannel):
 
 def test_a_channel_that_ignores_naks_is_caught() -> None:
     def make(node: NodeId, view: View) -> Stack:
-        stack = build_stack(node, "g", "fifo", view, NAK)
-        stack.layers[0] = _Deaf(node)
-        return Stack(node, "g", stack.layers, view)
+        layers = list(build_stack(node, "g", "fifo", view, NAK).layers)
+        at = next(i for i, layer in enumerate(layers) if isinstance(layer, NakChannel))
+        deaf = _Deaf(node, NAK.nak, open_group=True)  # in the channel's slot
+        deaf.decode_above([layer.header_type for layer in layers[at + 1:]])
+        layers[at] = deaf
+        return Stack(node, "g", layers, view)
 
     config = SimConfig("fifo", nodes=4, messages=100, seed=1, faults="drop=0.05",
                        options=NAK, ip_multicast=True, max_time_us=3_000_000)

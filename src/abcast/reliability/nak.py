@@ -5,14 +5,22 @@ acknowledgements, buffers freed by stability rounds (JGroups' NAKACK2 + STABLE +
 Streams. A node numbers what it sends in one multicast stream (packets addressed to every
 other member of the current view: one `Multicast`, which an IP-multicast transport sends
 as one datagram) and one unicast stream per peer (anything else). A receiver hands each
-stream's packets up in sequence order, holding back what arrives above a gap.
+packet up once, the moment it is whole, in any order — the ack-based channel's contract,
+which the orderings and their view changes are written for: what a sender got through
+before it crashed reaches the flush, even above a gap it will never repair. Per stream
+it keeps `next`, the lowest seq not yet settled (handed up or lost), and above it what
+is settled or waiting.
 
     event at a receiver            what the stream does
-    NData seq == next              hand up (reassembling fragments); drain the holdback
-    NData seq >  next              hold back; the gap is NAKed after nak_delay_us
-    NData seq <  next              duplicate: dropped
+    NData seq >= next, whole       hand up; seq settled (next moves over what is settled)
+    NData seq >= next, fragment    kept until every fragment of its packet is here, then
+                                   the packet is handed up; a gap below next is NAKed
+                                   after nak_delay_us
+    NData seq <  next, or settled  duplicate: dropped
     NDigest from the sender        its highest seq reveals a lost tail: NAK it
-    NCancel seqs                   the sender cannot resend them: skip (a counted gap)
+    NCancel seqs                   the sender cannot resend them: settled as lost (a
+                                   counted gap); a fragment whose packet lost another
+                                   fragment is lost with it (`orphaned`)
     NAK timer                      NNak(missing seqs) to the sender; again every nak_retry_us
 
     event at a sender              what it does
@@ -30,12 +38,13 @@ Rules:
 - Back-pressure: once window_bytes are unstable on a stream, further packets wait in this
   layer until a digest frees room (one message always goes, however large).
 - Fragmentation: a packet above frag_bytes leaves as fragments, each its own seq (so a
-  lost fragment is NAKed alone); reassembly is in-order, bounded by max_fragments, and
-  dropped with the stream (view change, cancel). In a stack the builder always gives
-  the header types above (`decode_above`), so a packet the size gate cannot clear
-  (abcast.reliability.fragments) is encoded whole — headers and payload, one inner
-  frame, a copy of the payload — and if that exceeds frag_bytes the inner frame is what
-  is split: no fragment carries headers, and the receiver decodes the joined bytes.
+  lost fragment is NAKed alone); a packet of more than max_fragments is refused at both
+  ends, and fragments wait only within max_holdback above `next`. In a stack the
+  builder always gives the header types above (`decode_above`), so a packet the size
+  gate cannot clear (abcast.reliability.fragments) is encoded whole — headers and
+  payload, one inner frame, a copy of the payload — and if that exceeds frag_bytes the
+  inner frame is what is split: no fragment carries headers, and the receiver decodes
+  the joined bytes.
   Only a channel driven without `decode_above` (its unit tests) splits the payload
   itself, the first fragment carrying the headers above.
 - Every stream starts at 1, except, at a joiner, the multicast streams of the members
@@ -163,16 +172,22 @@ class _Out:
     waiting: deque[tuple[Packet, bool]] = field(default_factory=deque)
 
 
+#: what `_In.held` keeps for a seq above `next`: True handed up, False lost (cancelled, or a
+#: fragment whose packet lost another fragment), or a fragment waiting for the rest of its packet
+_Held = tuple[NData, Packet] | bool
+
+
 @dataclass(slots=True)
 class _In:
-    """One inbound stream: the next seq to hand up, what waits above a gap, the sender's
-    highest seq as far as known, and a packet being reassembled."""
+    """One inbound stream: the next seq not yet settled (below it every seq was handed up
+    or lost), what is settled or waiting above it, the sender's highest seq as far as
+    known, and the fragments each fragmented packet has here (by its first seq)."""
 
-    next: int = 0  # 0: not started (starts at the first packet heard)
-    held: dict[int, tuple[NData, Packet] | None] = field(default_factory=dict)  # None: cancelled
+    next: int = 0  # 0: not started (a joiner waits for the member's digest: `early`)
+    held: dict[int, _Held] = field(default_factory=dict)
     known: int = 0
-    parts: list[bytes] = field(default_factory=list)
-    first: Packet | None = None  # fragment 0 of the packet being reassembled
+    runs: dict[int, int] = field(default_factory=dict)
+    early: dict[int, tuple[NData, Packet]] = field(default_factory=dict)
 
     def missing(self, limit: int) -> list[int]:
         top = max(self.known, max(self.held, default=0))
@@ -220,6 +235,7 @@ class NakChannel(Layer):
         self.held_back_packets = 0  # packets that waited for window room
         self.peak_unstable_bytes = 0
         self.refused_far = 0  # packets dropped: beyond max_holdback above the next seq
+        self.orphaned = 0  # fragments dropped: another fragment of their packet was lost
         self._gate = SizeGate()  # off until decode_above
         self._inner: InnerCodec | None = None
         #: seqs one NAK names: as many as fit a fragment's frame (9 bytes each at most)
@@ -345,59 +361,73 @@ class NakChannel(Layer):
     def _on_data(self, sender: NodeId, header: NData, inner: Packet, now: int) -> list[Effect]:
         if not self._allowed(sender):
             return []
+        if header.frags > self.config.max_fragments:
+            raise RemoteProtocolError(
+                f"{sender} sent a packet of {header.frags} fragments; max_fragments is "
+                f"{self.config.max_fragments}")
         st = self._stream_in(sender, header.stream)
-        seq = header.seq
-        if st.next == 0:  # a joiner, before the member's digest says where to start
-            if seq not in st.held and len(st.held) < self.config.max_holdback:
-                st.held[seq] = (header, inner)
-            elif seq not in st.held:
+        if st.next == 0:  # before this stream's start is known (a joiner): keep it
+            early = st.early
+            if header.seq not in early and len(early) < self.config.max_holdback:
+                early[header.seq] = (header, inner)
+            elif header.seq not in early:
                 self.refused_far += 1
             return []
-        if seq < st.next or seq in st.held:
-            self.duplicates += 1
-            return []
-        st.known = max(st.known, seq)
-        if seq > st.next:
-            if seq - st.next > self.config.max_holdback:
-                self.refused_far += 1
-                return []  # too far ahead: it is resent once the gap closes
-            st.held[seq] = (header, inner)
-            return self._arm_nak(now)
-        effects = self._hand_up(sender, st, header, inner)
-        effects += self._drain(sender, st)
+        effects = self._accept(sender, st, header, inner)
+        if st.held:
+            effects += self._arm_nak(now)
         self._marks_moved = True
         return effects + self._arm_stable(now)
 
-    def _drain(self, sender: NodeId, st: _In) -> list[Effect]:
-        effects: list[Effect] = []
+    def _accept(self, sender: NodeId, st: _In, header: NData, inner: Packet) -> list[Effect]:
+        """Hand a packet up the moment it is whole, whatever the gaps below it (see the
+        rules: what a crashed sender got through must reach the layer above)."""
+        seq = header.seq
+        nxt = st.next
         held = st.held
-        while st.next in held:
-            item = held.pop(st.next)
-            if item is None:
-                self.skipped += 1
-                st.next += 1
-                st.first, st.parts = None, []  # a cancelled fragment loses its packet
-                continue
-            effects += self._hand_up(sender, st, *item)
+        if seq < nxt or seq in held:
+            self.duplicates += 1
+            return []
+        if seq - nxt > self.config.max_holdback:
+            self.refused_far += 1
+            return []  # too far ahead: it is resent once the gap closes
+        st.known = max(st.known, seq)
+        if header.frags == 1:
+            if seq == nxt:
+                st.next = seq + 1
+                if held:
+                    self._drain(st)
+            else:
+                held[seq] = True
+            return [Up(sender, inner)]
+        first = seq - header.frag
+        if first < nxt:  # its first fragment was settled without it: the packet is lost
+            held[seq] = False
+            self._drain(st)
+            return []
+        held[seq] = (header, inner)
+        count = st.runs[first] = st.runs.get(first, 0) + 1
+        effects = self._reassemble(sender, st, first, header.frags) if count >= header.frags else []
+        if nxt in held:
+            self._drain(st)
         return effects
 
-    def _hand_up(self, sender: NodeId, st: _In, header: NData, inner: Packet) -> list[Effect]:
-        st.next = header.seq + 1
-        if header.frags == 1:
-            return [Up(sender, inner)]
-        if header.frag == 0:
-            st.first, st.parts = inner, [inner.payload]
+    def _reassemble(self, sender: NodeId, st: _In, first: int, frags: int) -> list[Effect]:
+        del st.runs[first]
+        held = st.held
+        seqs = range(first, first + frags)
+        parts = [held.get(seq) for seq in seqs]
+        whole: Packet | None = None
+        if all(isinstance(p, tuple) and p[0].frag == i and p[0].frags == frags
+               for i, p in enumerate(parts)):
+            pieces = [p for p in parts if isinstance(p, tuple)]
+            whole = Packet(pieces[0][1].headers, b"".join(p[1].payload for p in pieces))
+        for seq in seqs:
+            if isinstance(held.get(seq), tuple):
+                held[seq] = whole is not None
+        if whole is None:
+            self.undecodable += 1  # fragments that do not make one packet: a peer's error
             return []
-        first = st.first
-        if first is None or header.frag != len(st.parts):
-            st.first, st.parts = None, []
-            raise RemoteProtocolError(
-                f"{sender} sent fragment {header.frag}/{header.frags} out of place")
-        st.parts.append(inner.payload)
-        if len(st.parts) < header.frags:
-            return []
-        whole = Packet(first.headers, b"".join(st.parts))
-        st.first, st.parts = None, []
         if not whole.headers and self._inner is not None:  # an inner frame (see the rules)
             try:
                 whole = self._inner.decode(sender, whole.payload)
@@ -406,18 +436,47 @@ class NakChannel(Layer):
                 return []
         return [Up(sender, whole)]
 
+    def _drain(self, st: _In) -> None:
+        """Move `next` over what is settled; a fragment at `next` whose packet cannot be
+        completed (a fragment before it or in it was lost) is lost too."""
+        held = st.held
+        while st.next in held:
+            item = held[st.next]
+            if isinstance(item, tuple):
+                header = item[0]
+                if header.frag == 0 and not any(
+                        held.get(seq) is False for seq in range(st.next, st.next + header.frags)):
+                    return  # the rest of its packet is still to come
+                st.runs.pop(st.next - header.frag, None)
+                self.orphaned += 1
+            elif not item:
+                self.skipped += 1
+            del held[st.next]
+            st.next += 1
+
+    def _start(self, sender: NodeId, st: _In, start: int) -> list[Effect]:
+        """Begin a stream that waited for its start (a joiner's): replay what came early."""
+        st.next = max(1, start)
+        early, st.early = st.early, {}
+        effects: list[Effect] = []
+        for seq in sorted(early):
+            if seq >= st.next:
+                effects += self._accept(sender, st, *early[seq])
+        return effects
+
     def _on_cancel(self, sender: NodeId, stream: int, seqs: list[int], now: int) -> list[Effect]:
         if not self._allowed(sender):
             return []
         st = self._stream_in(sender, stream)
         if st.next == 0:
             return []
+        top = st.next + self.config.max_holdback
         for seq in seqs:
-            if seq >= st.next and st.held.get(seq) is None:
-                st.held[seq] = None
-        effects = self._drain(sender, st)
+            if st.next <= seq <= top and seq not in st.held:
+                st.held[seq] = False
+        self._drain(st)
         self._marks_moved = True
-        return effects + self._arm_stable(now)
+        return self._arm_stable(now)
 
     # -- NAKs and retransmission -----------------------------------------------------------
     def _arm_nak(self, now: int) -> list[Effect]:
@@ -537,12 +596,9 @@ class NakChannel(Layer):
             if mark.peer != self.node:
                 continue
             if m.next == 0:  # we joined: the member's stream starts where it says
-                m.next = mark.start_m
-                for seq in [s for s in m.held if s < m.next]:
-                    del m.held[seq]
-                effects += self._drain(sender, m)
-                if m.held:
-                    gap = True
+                effects += self._start(sender, m, mark.start_m)
+                m.known = max(m.known, digest.sent_m)
+                gap = gap or m.known >= m.next
             self._acked_m[sender] = max(self._acked_m.get(sender, 0), mark.recv_m)
             effects += self._free(self._m, None, self._stable_mark(), now)
             out = self._u.get(sender)
@@ -633,6 +689,6 @@ class NakChannel(Layer):
                 "held_back_packets": self.held_back_packets, "held_above_gaps": held,
                 "unstable_bytes": self._unstable_bytes(),
                 "peak_unstable_bytes": self.peak_unstable_bytes,
-                "refused_far": self.refused_far,
+                "refused_far": self.refused_far, "orphaned": self.orphaned,
             },
         )
