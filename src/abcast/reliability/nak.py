@@ -49,7 +49,9 @@ Rules:
   itself, the first fragment carrying the headers above.
 - Every stream starts at 1, except, at a joiner, the multicast streams of the members
   it joined: each starts where that member's digest says it started sending to the
-  joiner (`Mark.start_m`); until that digest comes, packets of the stream are held.
+  joiner (`Mark.start_m`); until that digest comes, packets of the stream are held. A
+  multicast stream heard before this node's first view with others (on udp:// a joiner
+  hears the group's multicasts) is provisional until that view says which it is.
   Packets from outside the view are dropped unless `open_group` (orderings that admit
   joiners themselves).
 - NAKs, digests, cancels and retransmissions are `control` traffic (not counted as
@@ -354,7 +356,9 @@ class NakChannel(Layer):
         st = self._in.get(key)
         if st is None:
             st = self._in[key] = _In()
-            if stream == UNICAST or self._found is None or sender not in self._found:
+            # a multicast stream heard before this node's admission is provisional: the
+            # view that admits it says whether it waits for the member's start_m
+            if stream == UNICAST or (self._found is not None and sender not in self._found):
                 st.next = 1
         return st
 
@@ -638,9 +642,13 @@ class NakChannel(Layer):
     # -- views -----------------------------------------------------------------------------
     def _on_view(self, view: View, now: int) -> list[Effect]:
         members = view.members
+        effects: list[Effect] = []
         if self._found is None and len(members) > 1:
             # a first view numbered above 1 is one this node joined
-            self._found = frozenset(members) if view.view_id > 1 else frozenset()
+            found = self._found = frozenset(members) if view.view_id > 1 else frozenset()
+            for (sender, stream), st in self._in.items():  # heard before admission
+                if stream == MCAST and st.next == 0 and sender not in found:
+                    effects += self._start(sender, st, 1)
         for peer in members:
             if peer not in self._members and peer != self.node:
                 self._start_m[peer] = 1 if view.view_id <= 1 else self._m.last + 1
@@ -665,7 +673,7 @@ class NakChannel(Layer):
             del self._acked_m[peer]
         for peer in [p for p in self._start_m if p not in self._members]:
             del self._start_m[peer]
-        return self._free(self._m, None, self._stable_mark(), now)
+        return effects + self._free(self._m, None, self._stable_mark(), now)
 
     # -- inspection ------------------------------------------------------------------------
     def backpressured(self) -> bool:
