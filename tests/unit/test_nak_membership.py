@@ -1,12 +1,14 @@
 """The NAK channel across views, driven by hand: a joiner that heard a member's multicast
 before its admission (udp://: the whole IP group hears it) starts that member's stream
 where the member's digest says (`start_m`), not at 1 — it NAKs none of the member's
-history; a stream heard before the first view of a founding member starts at 1."""
+history; a stream heard before the first view of a founding member starts at 1. A sender a
+view removes is NAKed no more, and its streams are forgotten after linger_us; one that a
+view holds again is NAKed again."""
 
 from __future__ import annotations
 
 from abcast.codec import Packet
-from abcast.effects import Effect, Multicast, Send, Up
+from abcast.effects import Effect, Multicast, Send, SetTimer, Up
 from abcast.events import MulticastRequested, Received, TimerFired, ViewInstalled
 from abcast.ids import View
 from abcast.reliability.nak import NakChannel, NakConfig
@@ -56,3 +58,41 @@ def test_a_founders_stream_heard_before_its_first_view_starts_at_one() -> None:
     ups += b.handle(Received("a", m1.header, m1.inner), 11)
     assert _payloads(ups) == [b"m2", b"m1"]
     assert b.inspect().clock["next"] == {"a/m": 3}
+
+
+def _naks_to(effects: list[Effect], peer: str) -> int:
+    return sum(1 for e in effects if isinstance(e, Send) and e.to == peer)
+
+
+def test_a_departed_senders_gaps_are_not_naked_and_its_streams_are_forgotten() -> None:
+    cfg = NakConfig(linger_us=1_000_000)
+    a, b = NakChannel("a", cfg, open_group=True), NakChannel("b", cfg, open_group=True)
+    for layer in (a, b):
+        layer.handle(ViewInstalled(V1), 0)
+    sent = [m for _ in range(4)
+            for m in _multicasts(a.handle(MulticastRequested(("b", "c"), Packet((), b"x")), 0))]
+    for m in sent[2:]:  # b misses 1 and 2, hands up 3 and 4
+        b.handle(Received("a", m.header, m.inner), 10)
+    assert _naks_to(b.handle(TimerFired("nak"), 3_000), "a") == 1
+    effects = b.handle(ViewInstalled(View(2, ("b", "c"))), 5_000)  # a crashed
+    assert [(e.key, e.at) for e in effects if isinstance(e, SetTimer)] == [("linger", 1_005_000)]
+    naks = sum(_naks_to(b.handle(TimerFired("nak"), t), "a")
+               for t in range(25_000, 1_000_000, 20_000))
+    assert naks == 0
+    assert b.handle(TimerFired("linger"), 1_005_000) == []
+    assert b.inspect().clock["next"] == {} and b.inspect().counters["held_above_gaps"] == 0
+
+
+def test_a_member_a_view_holds_again_is_naked_again() -> None:
+    a, b = NakChannel("a", open_group=True), NakChannel("b", open_group=True)
+    for layer in (a, b):
+        layer.handle(ViewInstalled(V1), 0)
+    sent = [m for _ in range(2)
+            for m in _multicasts(a.handle(MulticastRequested(("b", "c"), Packet((), b"x")), 0))]
+    b.handle(Received("a", sent[1].header, sent[1].inner), 10)
+    b.handle(ViewInstalled(View(2, ("b", "c"))), 100)
+    assert _naks_to(b.handle(TimerFired("nak"), 3_000), "a") == 0
+    b.handle(ViewInstalled(View(3, ("a", "b", "c"))), 4_000)
+    assert _naks_to(b.handle(TimerFired("nak"), 6_000), "a") == 1
+    assert b.handle(TimerFired("linger"), 20_000_000) == []
+    assert b.inspect().clock["next"] == {"a/m": 1}

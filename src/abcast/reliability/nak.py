@@ -54,6 +54,9 @@ Rules:
   hears the group's multicasts) is provisional until that view says which it is.
   Packets from outside the view are dropped unless `open_group` (orderings that admit
   joiners themselves).
+- A member a view removes is NAKed no more (the view change settled what it sent); its
+  inbound streams are kept linger_us (late copies stay duplicates), then forgotten; a
+  view that holds it again makes it NAKable again.
 - NAKs, digests, cancels and retransmissions are `control` traffic (not counted as
   protocol packets). No clock, no randomness: time is the `now` argument.
 """
@@ -152,11 +155,13 @@ class NakConfig:
     max_fragments: int = 1024  # a packet needing more fragments is refused
     max_holdback: int = 65_536  # seqs held above a gap, at most, per stream
     max_waiting: int = 1024  # packets waiting for window room before broadcasts wait
+    linger_us: int = 10_000_000  # a departed sender's streams are kept this long (the
+    # open channel's LINGER_US): late copies of its packets are still known duplicates
 
     def __post_init__(self) -> None:
         values = (self.nak_delay_us, self.nak_retry_us, self.gather_us, self.stable_us,
                   self.window_bytes, self.frag_bytes, self.max_fragments, self.max_holdback,
-                  self.max_waiting)
+                  self.max_waiting, self.linger_us)
         if min(values) <= 0:
             raise ConfigError(f"NAK channel knobs must be positive: {self}")
         if self.max_fragments > 65_536:
@@ -221,6 +226,8 @@ class NakChannel(Layer):
         self._acked_m: dict[NodeId, int] = {}  # each member's contiguous mark of _m
         self._start_m: dict[NodeId, int] = {}  # the first seq of _m each member was sent
         self._in: dict[tuple[NodeId, int], _In] = {}
+        #: members a view removed: when their streams are forgotten (never NAKed again)
+        self._departed: dict[NodeId, int] = {}
         self._xmit: dict[int, set[NodeId]] = {}  # gathered NAKs of the multicast stream
         self._nak_armed = False
         self._stable_armed = False
@@ -279,6 +286,8 @@ class NakChannel(Layer):
                 return self._resend_gathered()
             case TimerFired("stable"):
                 return self._stability_round(now)
+            case TimerFired("linger"):
+                return self._forget_departed(now)
             case ViewInstalled(view):
                 return self._on_view(view, now)
             case Suspected() | Restored() | Excluded() | TimerFired():
@@ -492,8 +501,9 @@ class NakChannel(Layer):
     def _nak_round(self, now: int) -> list[Effect]:
         self._nak_armed = False
         effects: list[Effect] = []
+        departed = self._departed
         for (sender, stream), st in self._in.items():
-            if st.next == 0:
+            if st.next == 0 or sender in departed:
                 continue
             missing = st.missing(self._nak_list)
             if missing:
@@ -652,11 +662,13 @@ class NakChannel(Layer):
         for peer in members:
             if peer not in self._members and peer != self.node:
                 self._start_m[peer] = 1 if view.view_id <= 1 else self._m.last + 1
+        left = self._members - set(members)
         self._members = frozenset(members)
         self._others = tuple(m for m in members if m != self.node)
         if not self.open_group:
             for key in [k for k in self._in if k[0] not in self._members]:
                 del self._in[key]
+        effects += self._depart(left, now)
         for peer in [p for p in self._u if p not in self._members]:
             if not self.open_group:
                 del self._u[peer]
@@ -674,6 +686,27 @@ class NakChannel(Layer):
         for peer in [p for p in self._start_m if p not in self._members]:
             del self._start_m[peer]
         return effects + self._free(self._m, None, self._stable_mark(), now)
+
+    def _depart(self, left: frozenset[NodeId], now: int) -> list[Effect]:
+        """Members a view removed: their gaps are not NAKed any more (the view change has
+        settled what they sent), and after linger_us their streams are forgotten. One
+        that a view holds again is NAKed again."""
+        for peer in self._members:
+            self._departed.pop(peer, None)
+        for peer in left:
+            self._departed.setdefault(peer, now + self.config.linger_us)
+        if not left:
+            return []
+        return [SetTimer("linger", min(self._departed.values()))]
+
+    def _forget_departed(self, now: int) -> list[Effect]:
+        for peer in [p for p, at in self._departed.items() if at <= now]:
+            del self._departed[peer]
+            for key in [k for k in self._in if k[0] == peer]:
+                del self._in[key]
+        if not self._departed:
+            return []
+        return [SetTimer("linger", min(self._departed.values()))]
 
     # -- inspection ------------------------------------------------------------------------
     def backpressured(self) -> bool:
