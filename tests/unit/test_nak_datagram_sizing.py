@@ -13,6 +13,7 @@ from abcast.ids import View
 from abcast.ordering.registry import OrderingOptions, build_stack, envelope_bytes
 from abcast.runtime.group import for_streams
 from abcast.transport.udp import UdpTransport
+from abcast.transport.wan import LatencyMatrix, WanTransport
 
 MTU = "udp://239.255.9.9:7000?datagram_bytes=1400"
 
@@ -49,3 +50,10 @@ def test_the_default_datagram_size_keeps_the_default_fragments() -> None:
     udp = UdpTransport("udp://239.255.9.9:7000")
     options = for_streams(None, "udp", udp.max_frame_bytes, udp.datagram_frame_bytes)
     assert options.nak.frag_bytes == OrderingOptions().nak.frag_bytes
+
+
+def test_behind_the_wan_wrapper_the_datagram_bound_is_the_inner_transports() -> None:
+    udp = UdpTransport(MTU)
+    matrix = LatencyMatrix(("east",), ((0.2,),), nodes=(("a", "east"),))
+    assert WanTransport(udp, matrix).datagram_frame_bytes == udp.datagram_frame_bytes
+    assert WanTransport(UdpTransport("udp://127.0.0.1:0"), matrix).datagram_frame_bytes
