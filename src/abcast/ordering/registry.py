@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
+from abcast.codec import Packet, encode_frame
 from abcast.errors import ConfigError
 from abcast.group.failure_detector import DetectorConfig, FailureDetectorLayer
 from abcast.ids import GroupName, NodeId, View
@@ -111,19 +112,39 @@ class OrderingOptions:
     def evs(self) -> bool:
         return self.partitions == "evs"
 
-    def within_frames(self, frame_bytes: int) -> OrderingOptions:
-        """These options for a transport that refuses frames above `frame_bytes`: the
-        channels split what would not fit (`ChannelConfig.frame_bytes`, and the NAK
-        channel's `frag_bytes`, leaving room for headers); never raised above what is
-        set."""
+    def within_frames(
+        self, frame_bytes: int | None, datagram_bytes: int | None = None,
+        envelope: int | None = None,
+    ) -> OrderingOptions:
+        """These options for a transport that refuses frames above `frame_bytes`, and
+        sends frames up to `datagram_bytes` as one datagram: the channels split what
+        would not fit (`ChannelConfig.frame_bytes`, and the NAK channel's `frag_bytes`,
+        leaving HEADROOM for the envelope and headers, so each of its fragments is one
+        datagram); never raised above what is set. None: no such bound. `envelope`
+        (envelope_bytes of the group and node, when known) narrows the room left for a
+        datagram to this envelope instead of the largest possible one."""
         channel, nak = self.channel, self.nak
-        if frame_bytes < channel.frame_bytes:
+        if frame_bytes is not None and frame_bytes < channel.frame_bytes:
             channel = replace(channel, frame_bytes=frame_bytes)
-        if frame_bytes - HEADROOM < nak.frag_bytes:  # the same largest packet, in more
-            frag = max(1, frame_bytes - HEADROOM)
+        room = 1 << 62 if frame_bytes is None else frame_bytes - HEADROOM
+        if datagram_bytes is not None:
+            headroom = HEADROOM - _LARGEST_ENVELOPE + (envelope or _LARGEST_ENVELOPE)
+            room = min(room, datagram_bytes - headroom)
+        if room < nak.frag_bytes:  # the same largest packet, in more
+            frag = max(1, room)
             most = min(65_536, -(-nak.frag_bytes * nak.max_fragments // frag))
             nak = replace(nak, frag_bytes=frag, max_fragments=max(nak.max_fragments, most))
         return replace(self, channel=channel, nak=nak)
+
+
+#: the envelope of a frame at its largest (group of 128, sender of 64 four-byte characters):
+#: HEADROOM less it is what the headers at and below a channel may take
+_LARGEST_ENVELOPE: Final = len(encode_frame("\U0010ffff" * 128, "\U0010ffff" * 64, Packet()))
+
+
+def envelope_bytes(group: str, node: NodeId) -> int:
+    """Bytes of the envelope of `group`'s frames from `node` (OrderingOptions.within_frames)."""
+    return len(encode_frame(group, node, Packet()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,14 +5,22 @@ acknowledgements, buffers freed by stability rounds (JGroups' NAKACK2 + STABLE +
 Streams. A node numbers what it sends in one multicast stream (packets addressed to every
 other member of the current view: one `Multicast`, which an IP-multicast transport sends
 as one datagram) and one unicast stream per peer (anything else). A receiver hands each
-stream's packets up in sequence order, holding back what arrives above a gap.
+packet up once, the moment it is whole, in any order — the ack-based channel's contract,
+which the orderings and their view changes are written for: what a sender got through
+before it crashed reaches the flush, even above a gap it will never repair. Per stream
+it keeps `next`, the lowest seq not yet settled (handed up or lost), and above it what
+is settled or waiting.
 
     event at a receiver            what the stream does
-    NData seq == next              hand up (reassembling fragments); drain the holdback
-    NData seq >  next              hold back; the gap is NAKed after nak_delay_us
-    NData seq <  next              duplicate: dropped
+    NData seq >= next, whole       hand up; seq settled (next moves over what is settled)
+    NData seq >= next, fragment    kept until every fragment of its packet is here, then
+                                   the packet is handed up; a gap below next is NAKed
+                                   after nak_delay_us
+    NData seq <  next, or settled  duplicate: dropped
     NDigest from the sender        its highest seq reveals a lost tail: NAK it
-    NCancel seqs                   the sender cannot resend them: skip (a counted gap)
+    NCancel seqs                   the sender cannot resend them: settled as lost (a
+                                   counted gap); a fragment whose packet lost another
+                                   fragment is lost with it (`orphaned`)
     NAK timer                      NNak(missing seqs) to the sender; again every nak_retry_us
 
     event at a sender              what it does
@@ -30,19 +38,25 @@ Rules:
 - Back-pressure: once window_bytes are unstable on a stream, further packets wait in this
   layer until a digest frees room (one message always goes, however large).
 - Fragmentation: a packet above frag_bytes leaves as fragments, each its own seq (so a
-  lost fragment is NAKed alone); reassembly is in-order, bounded by max_fragments, and
-  dropped with the stream (view change, cancel). In a stack the builder always gives
-  the header types above (`decode_above`), so a packet the size gate cannot clear
-  (abcast.reliability.fragments) is encoded whole — headers and payload, one inner
-  frame, a copy of the payload — and if that exceeds frag_bytes the inner frame is what
-  is split: no fragment carries headers, and the receiver decodes the joined bytes.
+  lost fragment is NAKed alone); a packet of more than max_fragments is refused at both
+  ends, and fragments wait only within max_holdback above `next`. In a stack the
+  builder always gives the header types above (`decode_above`), so a packet the size
+  gate cannot clear (abcast.reliability.fragments) is encoded whole — headers and
+  payload, one inner frame, a copy of the payload — and if that exceeds frag_bytes the
+  inner frame is what is split: no fragment carries headers, and the receiver decodes
+  the joined bytes.
   Only a channel driven without `decode_above` (its unit tests) splits the payload
   itself, the first fragment carrying the headers above.
 - Every stream starts at 1, except, at a joiner, the multicast streams of the members
   it joined: each starts where that member's digest says it started sending to the
-  joiner (`Mark.start_m`); until that digest comes, packets of the stream are held.
+  joiner (`Mark.start_m`); until that digest comes, packets of the stream are held. A
+  multicast stream heard before this node's first view with others (on udp:// a joiner
+  hears the group's multicasts) is provisional until that view says which it is.
   Packets from outside the view are dropped unless `open_group` (orderings that admit
   joiners themselves).
+- A member a view removes is NAKed no more (the view change settled what it sent); its
+  inbound streams are kept linger_us (late copies stay duplicates), then forgotten; a
+  view that holds it again makes it NAKable again.
 - NAKs, digests, cancels and retransmissions are `control` traffic (not counted as
   protocol packets). No clock, no randomness: time is the `now` argument.
 """
@@ -51,13 +65,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Annotated, Final
 
-import msgspec
-
-from abcast.codec import Count, Header, NodeField, Packet, Seq
+from abcast.codec import Packet
 from abcast.effects import Effect, Multicast, Send, SetTimer, Up
-from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
+from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     Event,
     Excluded,
@@ -72,84 +83,32 @@ from abcast.events import (
 from abcast.ids import NodeId, View
 from abcast.layer import Layer
 from abcast.reliability.fragments import InnerCodec, SizeGate, encode_header
+from abcast.reliability.nak_wire import (
+    MAX_LIST,
+    MCAST,
+    UNICAST,
+    Mark,
+    NakConfig,
+    NakHeader,
+    NCancel,
+    NData,
+    NDigest,
+    NNak,
+)
 from abcast.snapshot import LayerSnapshot
 
-MCAST: Final = 0  # the sender's multicast stream
-UNICAST: Final = 1  # the sender's stream to this node
-MAX_LIST: Final = 4096
-_Stream = Annotated[int, msgspec.Meta(ge=0, le=1)]
-_Seqs = Annotated[list[Seq], msgspec.Meta(max_length=MAX_LIST)]
-
-
-class NData(Header, frozen=True):
-    """Fragment `frag` of `frags` of a packet of the layer above, seq `seq` of `stream`."""
-
-    stream: _Stream
-    seq: Seq
-    frag: Count = 0
-    frags: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 1
-
-
-class NNak(Header, frozen=True):
-    """The sender of `stream` is asked to resend `seqs`."""
-
-    stream: _Stream
-    seqs: _Seqs
-
-
-class NCancel(Header, frozen=True):
-    """The sender gives up `seqs` of `stream` (it no longer holds them): skip them."""
-
-    stream: _Stream
-    seqs: _Seqs
-
-
-class Mark(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """What the digest's sender knows about `peer`: received contiguously from its
-    multicast stream and its unicast stream, and sent on its own unicast stream to it."""
-
-    peer: NodeField
-    recv_m: Count
-    recv_u: Count
-    sent_u: Count
-    stable_u: Count  # what the digest's sender has freed of its stream to `peer`
-    start_m: Count  # the first seq of the sender's multicast stream `peer` was sent
-
-
-class NDigest(Header, frozen=True):
-    """Stability round and keep-alive: the highest seq of the sender's multicast stream,
-    how far it has freed it, and its marks for each peer."""
-
-    sent_m: Count
-    stable_m: Count
-    marks: Annotated[list[Mark], msgspec.Meta(max_length=1024)]
-
-
-NakHeader = NData | NNak | NCancel | NDigest
-
-
-@dataclass(frozen=True, slots=True)
-class NakConfig:
-    """Knobs, in microseconds and bytes (defaults suit loopback and the simulator)."""
-
-    nak_delay_us: int = 2_000  # wait this long for a reordered packet before NAKing it
-    nak_retry_us: int = 20_000  # NAK again while it is still missing
-    gather_us: int = 1_000  # a sender gathers NAKs this long before resending
-    stable_us: int = 20_000  # digest period while anything is unstable
-    window_bytes: int = 16 * 1024 * 1024  # unstable bytes per stream before back-pressure
-    frag_bytes: int = 60_000  # payload bytes per fragment (1_400: MTU-safe)
-    max_fragments: int = 1024  # a packet needing more fragments is refused
-    max_holdback: int = 65_536  # seqs held above a gap, at most, per stream
-    max_waiting: int = 1024  # packets waiting for window room before broadcasts wait
-
-    def __post_init__(self) -> None:
-        values = (self.nak_delay_us, self.nak_retry_us, self.gather_us, self.stable_us,
-                  self.window_bytes, self.frag_bytes, self.max_fragments, self.max_holdback,
-                  self.max_waiting)
-        if min(values) <= 0:
-            raise ConfigError(f"NAK channel knobs must be positive: {self}")
-        if self.max_fragments > 65_536:
-            raise ConfigError("max_fragments above 65536 would not fit a fragment header")
+__all__ = [
+    "MCAST",
+    "UNICAST",
+    "Mark",
+    "NCancel",
+    "NData",
+    "NDigest",
+    "NNak",
+    "NakChannel",
+    "NakConfig",
+    "NakHeader",
+]
 
 
 @dataclass(slots=True)
@@ -163,16 +122,22 @@ class _Out:
     waiting: deque[tuple[Packet, bool]] = field(default_factory=deque)
 
 
+#: what `_In.held` keeps for a seq above `next`: True handed up, False lost (cancelled, or a
+#: fragment whose packet lost another fragment), or a fragment waiting for the rest of its packet
+_Held = tuple[NData, Packet] | bool
+
+
 @dataclass(slots=True)
 class _In:
-    """One inbound stream: the next seq to hand up, what waits above a gap, the sender's
-    highest seq as far as known, and a packet being reassembled."""
+    """One inbound stream: the next seq not yet settled (below it every seq was handed up
+    or lost), what is settled or waiting above it, the sender's highest seq as far as
+    known, and the fragments each fragmented packet has here (by its first seq)."""
 
-    next: int = 0  # 0: not started (starts at the first packet heard)
-    held: dict[int, tuple[NData, Packet] | None] = field(default_factory=dict)  # None: cancelled
+    next: int = 0  # 0: not started (a joiner waits for the member's digest: `early`)
+    held: dict[int, _Held] = field(default_factory=dict)
     known: int = 0
-    parts: list[bytes] = field(default_factory=list)
-    first: Packet | None = None  # fragment 0 of the packet being reassembled
+    runs: dict[int, int] = field(default_factory=dict)
+    early: dict[int, tuple[NData, Packet]] = field(default_factory=dict)
 
     def missing(self, limit: int) -> list[int]:
         top = max(self.known, max(self.held, default=0))
@@ -204,6 +169,8 @@ class NakChannel(Layer):
         self._acked_m: dict[NodeId, int] = {}  # each member's contiguous mark of _m
         self._start_m: dict[NodeId, int] = {}  # the first seq of _m each member was sent
         self._in: dict[tuple[NodeId, int], _In] = {}
+        #: members a view removed: when their streams are forgotten (never NAKed again)
+        self._departed: dict[NodeId, int] = {}
         self._xmit: dict[int, set[NodeId]] = {}  # gathered NAKs of the multicast stream
         self._nak_armed = False
         self._stable_armed = False
@@ -220,6 +187,7 @@ class NakChannel(Layer):
         self.held_back_packets = 0  # packets that waited for window room
         self.peak_unstable_bytes = 0
         self.refused_far = 0  # packets dropped: beyond max_holdback above the next seq
+        self.orphaned = 0  # fragments dropped: another fragment of their packet was lost
         self._gate = SizeGate()  # off until decode_above
         self._inner: InnerCodec | None = None
         #: seqs one NAK names: as many as fit a fragment's frame (9 bytes each at most)
@@ -261,6 +229,8 @@ class NakChannel(Layer):
                 return self._resend_gathered()
             case TimerFired("stable"):
                 return self._stability_round(now)
+            case TimerFired("linger"):
+                return self._forget_departed(now)
             case ViewInstalled(view):
                 return self._on_view(view, now)
             case Suspected() | Restored() | Excluded() | TimerFired():
@@ -338,66 +308,82 @@ class NakChannel(Layer):
         st = self._in.get(key)
         if st is None:
             st = self._in[key] = _In()
-            if stream == UNICAST or self._found is None or sender not in self._found:
+            # a multicast stream heard before this node's admission is provisional: the
+            # view that admits it says whether it waits for the member's start_m
+            if stream == UNICAST or (self._found is not None and sender not in self._found):
                 st.next = 1
         return st
 
     def _on_data(self, sender: NodeId, header: NData, inner: Packet, now: int) -> list[Effect]:
         if not self._allowed(sender):
             return []
+        if header.frags > self.config.max_fragments:
+            raise RemoteProtocolError(
+                f"{sender} sent a packet of {header.frags} fragments; max_fragments is "
+                f"{self.config.max_fragments}")
         st = self._stream_in(sender, header.stream)
-        seq = header.seq
-        if st.next == 0:  # a joiner, before the member's digest says where to start
-            if seq not in st.held and len(st.held) < self.config.max_holdback:
-                st.held[seq] = (header, inner)
-            elif seq not in st.held:
+        if st.next == 0:  # before this stream's start is known (a joiner): keep it
+            early = st.early
+            if header.seq not in early and len(early) < self.config.max_holdback:
+                early[header.seq] = (header, inner)
+            elif header.seq not in early:
                 self.refused_far += 1
             return []
-        if seq < st.next or seq in st.held:
-            self.duplicates += 1
-            return []
-        st.known = max(st.known, seq)
-        if seq > st.next:
-            if seq - st.next > self.config.max_holdback:
-                self.refused_far += 1
-                return []  # too far ahead: it is resent once the gap closes
-            st.held[seq] = (header, inner)
-            return self._arm_nak(now)
-        effects = self._hand_up(sender, st, header, inner)
-        effects += self._drain(sender, st)
+        effects = self._accept(sender, st, header, inner)
+        if st.held:
+            effects += self._arm_nak(now)
         self._marks_moved = True
         return effects + self._arm_stable(now)
 
-    def _drain(self, sender: NodeId, st: _In) -> list[Effect]:
-        effects: list[Effect] = []
+    def _accept(self, sender: NodeId, st: _In, header: NData, inner: Packet) -> list[Effect]:
+        """Hand a packet up the moment it is whole, whatever the gaps below it (see the
+        rules: what a crashed sender got through must reach the layer above)."""
+        seq = header.seq
+        nxt = st.next
         held = st.held
-        while st.next in held:
-            item = held.pop(st.next)
-            if item is None:
-                self.skipped += 1
-                st.next += 1
-                st.first, st.parts = None, []  # a cancelled fragment loses its packet
-                continue
-            effects += self._hand_up(sender, st, *item)
+        if seq < nxt or seq in held:
+            self.duplicates += 1
+            return []
+        if seq - nxt > self.config.max_holdback:
+            self.refused_far += 1
+            return []  # too far ahead: it is resent once the gap closes
+        st.known = max(st.known, seq)
+        if header.frags == 1:
+            if seq == nxt:
+                st.next = seq + 1
+                if held:
+                    self._drain(st)
+            else:
+                held[seq] = True
+            return [Up(sender, inner)]
+        first = seq - header.frag
+        if first < nxt:  # its first fragment was settled without it: the packet is lost
+            held[seq] = False
+            self._drain(st)
+            return []
+        held[seq] = (header, inner)
+        count = st.runs[first] = st.runs.get(first, 0) + 1
+        effects = self._reassemble(sender, st, first, header.frags) if count >= header.frags else []
+        if nxt in held:
+            self._drain(st)
         return effects
 
-    def _hand_up(self, sender: NodeId, st: _In, header: NData, inner: Packet) -> list[Effect]:
-        st.next = header.seq + 1
-        if header.frags == 1:
-            return [Up(sender, inner)]
-        if header.frag == 0:
-            st.first, st.parts = inner, [inner.payload]
+    def _reassemble(self, sender: NodeId, st: _In, first: int, frags: int) -> list[Effect]:
+        del st.runs[first]
+        held = st.held
+        seqs = range(first, first + frags)
+        parts = [held.get(seq) for seq in seqs]
+        whole: Packet | None = None
+        if all(isinstance(p, tuple) and p[0].frag == i and p[0].frags == frags
+               for i, p in enumerate(parts)):
+            pieces = [p for p in parts if isinstance(p, tuple)]
+            whole = Packet(pieces[0][1].headers, b"".join(p[1].payload for p in pieces))
+        for seq in seqs:
+            if isinstance(held.get(seq), tuple):
+                held[seq] = whole is not None
+        if whole is None:
+            self.undecodable += 1  # fragments that do not make one packet: a peer's error
             return []
-        first = st.first
-        if first is None or header.frag != len(st.parts):
-            st.first, st.parts = None, []
-            raise RemoteProtocolError(
-                f"{sender} sent fragment {header.frag}/{header.frags} out of place")
-        st.parts.append(inner.payload)
-        if len(st.parts) < header.frags:
-            return []
-        whole = Packet(first.headers, b"".join(st.parts))
-        st.first, st.parts = None, []
         if not whole.headers and self._inner is not None:  # an inner frame (see the rules)
             try:
                 whole = self._inner.decode(sender, whole.payload)
@@ -406,18 +392,47 @@ class NakChannel(Layer):
                 return []
         return [Up(sender, whole)]
 
+    def _drain(self, st: _In) -> None:
+        """Move `next` over what is settled; a fragment at `next` whose packet cannot be
+        completed (a fragment before it or in it was lost) is lost too."""
+        held = st.held
+        while st.next in held:
+            item = held[st.next]
+            if isinstance(item, tuple):
+                header = item[0]
+                if header.frag == 0 and not any(
+                        held.get(seq) is False for seq in range(st.next, st.next + header.frags)):
+                    return  # the rest of its packet is still to come
+                st.runs.pop(st.next - header.frag, None)
+                self.orphaned += 1
+            elif not item:
+                self.skipped += 1
+            del held[st.next]
+            st.next += 1
+
+    def _start(self, sender: NodeId, st: _In, start: int) -> list[Effect]:
+        """Begin a stream that waited for its start (a joiner's): replay what came early."""
+        st.next = max(1, start)
+        early, st.early = st.early, {}
+        effects: list[Effect] = []
+        for seq in sorted(early):
+            if seq >= st.next:
+                effects += self._accept(sender, st, *early[seq])
+        return effects
+
     def _on_cancel(self, sender: NodeId, stream: int, seqs: list[int], now: int) -> list[Effect]:
         if not self._allowed(sender):
             return []
         st = self._stream_in(sender, stream)
         if st.next == 0:
             return []
+        top = st.next + self.config.max_holdback
         for seq in seqs:
-            if seq >= st.next and st.held.get(seq) is None:
-                st.held[seq] = None
-        effects = self._drain(sender, st)
+            if st.next <= seq <= top and seq not in st.held:
+                st.held[seq] = False
+        self._drain(st)
         self._marks_moved = True
-        return effects + self._arm_stable(now)
+        return self._arm_stable(now)
 
     # -- NAKs and retransmission -----------------------------------------------------------
     def _arm_nak(self, now: int) -> list[Effect]:
@@ -429,8 +444,9 @@ class NakChannel(Layer):
     def _nak_round(self, now: int) -> list[Effect]:
         self._nak_armed = False
         effects: list[Effect] = []
+        departed = self._departed
         for (sender, stream), st in self._in.items():
-            if st.next == 0:
+            if st.next == 0 or sender in departed:
                 continue
             missing = st.missing(self._nak_list)
             if missing:
@@ -537,12 +553,9 @@ class NakChannel(Layer):
             if mark.peer != self.node:
                 continue
             if m.next == 0:  # we joined: the member's stream starts where it says
-                m.next = mark.start_m
-                for seq in [s for s in m.held if s < m.next]:
-                    del m.held[seq]
-                effects += self._drain(sender, m)
-                if m.held:
-                    gap = True
+                effects += self._start(sender, m, mark.start_m)
+                m.known = max(m.known, digest.sent_m)
+                gap = gap or m.known >= m.next
             self._acked_m[sender] = max(self._acked_m.get(sender, 0), mark.recv_m)
             effects += self._free(self._m, None, self._stable_mark(), now)
             out = self._u.get(sender)
@@ -582,17 +595,23 @@ class NakChannel(Layer):
     # -- views -----------------------------------------------------------------------------
     def _on_view(self, view: View, now: int) -> list[Effect]:
         members = view.members
+        effects: list[Effect] = []
         if self._found is None and len(members) > 1:
             # a first view numbered above 1 is one this node joined
-            self._found = frozenset(members) if view.view_id > 1 else frozenset()
+            found = self._found = frozenset(members) if view.view_id > 1 else frozenset()
+            for (sender, stream), st in self._in.items():  # heard before admission
+                if stream == MCAST and st.next == 0 and sender not in found:
+                    effects += self._start(sender, st, 1)
         for peer in members:
             if peer not in self._members and peer != self.node:
                 self._start_m[peer] = 1 if view.view_id <= 1 else self._m.last + 1
+        left = self._members - set(members)
         self._members = frozenset(members)
         self._others = tuple(m for m in members if m != self.node)
         if not self.open_group:
             for key in [k for k in self._in if k[0] not in self._members]:
                 del self._in[key]
+        effects += self._depart(left, now)
         for peer in [p for p in self._u if p not in self._members]:
             if not self.open_group:
                 del self._u[peer]
@@ -609,7 +628,28 @@ class NakChannel(Layer):
             del self._acked_m[peer]
         for peer in [p for p in self._start_m if p not in self._members]:
             del self._start_m[peer]
-        return self._free(self._m, None, self._stable_mark(), now)
+        return effects + self._free(self._m, None, self._stable_mark(), now)
+
+    def _depart(self, left: frozenset[NodeId], now: int) -> list[Effect]:
+        """Members a view removed: their gaps are not NAKed any more (the view change has
+        settled what they sent), and after linger_us their streams are forgotten. One
+        that a view holds again is NAKed again."""
+        for peer in self._members:
+            self._departed.pop(peer, None)
+        for peer in left:
+            self._departed.setdefault(peer, now + self.config.linger_us)
+        if not left:
+            return []
+        return [SetTimer("linger", min(self._departed.values()))]
+
+    def _forget_departed(self, now: int) -> list[Effect]:
+        for peer in [p for p, at in self._departed.items() if at <= now]:
+            del self._departed[peer]
+            for key in [k for k in self._in if k[0] == peer]:
+                del self._in[key]
+        if not self._departed:
+            return []
+        return [SetTimer("linger", min(self._departed.values()))]
 
     # -- inspection ------------------------------------------------------------------------
     def backpressured(self) -> bool:
@@ -633,6 +673,6 @@ class NakChannel(Layer):
                 "held_back_packets": self.held_back_packets, "held_above_gaps": held,
                 "unstable_bytes": self._unstable_bytes(),
                 "peak_unstable_bytes": self.peak_unstable_bytes,
-                "refused_far": self.refused_far,
+                "refused_far": self.refused_far, "orphaned": self.orphaned,
             },
         )

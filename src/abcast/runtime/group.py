@@ -54,7 +54,12 @@ from abcast.codec import NOT_A_MESSAGE
 from abcast.effects import Deliver
 from abcast.errors import Backpressure, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
-from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
+from abcast.ordering.registry import (
+    OrderingOptions,
+    build_stack,
+    envelope_bytes,
+    get_ordering,
+)
 from abcast.ordering.ticket import TICKET_NODE
 from abcast.registry.client import RegistryClient
 from abcast.registry.messages import GroupInfo
@@ -117,18 +122,23 @@ async def _await_credit(driver: GroupDriver) -> None:
 
 def for_streams(
     options: OrderingOptions | None, scheme: str = "tcp", frame_bytes: int | None = None,
+    datagram_bytes: int | None = None, envelope: int | None = None,
 ) -> OrderingOptions:
     """The options a runtime stack is built with: the default channel becomes
     STREAM_CHANNEL; a channel configured on purpose is kept. Over udp:// the default
     channel (multicast=None) is the NAK channel: one multicast per packet, NAK repair; an
     explicit "reliable" keeps the ack-based channel there. `frame_bytes` (the transport's
-    max_frame_bytes) caps the channel's: a larger packet leaves in fragments."""
+    max_frame_bytes) caps the channel's: a larger packet leaves in fragments;
+    `datagram_bytes` (its datagram_frame_bytes) cuts the NAK channel's fragments to one
+    datagram each, for frames of `envelope` bytes of envelope (registry.envelope_bytes)."""
     opts = options or OrderingOptions()
     if scheme == "udp" and opts.multicast is None:
         opts = dataclasses.replace(opts, multicast="nak")
     elif opts.channel == ChannelConfig():
         opts = dataclasses.replace(opts, channel=STREAM_CHANNEL)
-    return opts if frame_bytes is None else opts.within_frames(frame_bytes)
+    if frame_bytes is None and datagram_bytes is None:
+        return opts
+    return opts.within_frames(frame_bytes, datagram_bytes, envelope)
 
 
 def encode_options(options: OrderingOptions | None) -> bytes:
@@ -309,8 +319,9 @@ class Group:
         self._attach(host, View(1, tuple(members)))
 
     def _attach(self, host: Node, view: View) -> GroupDriver:
-        options = for_streams(self.options, host.transport.scheme,
-                              host.transport.max_frame_bytes)
+        transport = host.transport
+        options = for_streams(self.options, transport.scheme, transport.max_frame_bytes,
+                              transport.datagram_frame_bytes, envelope_bytes(self.name, host.id))
         if self.ordering == "ticket" and options.ticket:
             host.pin_peer(TICKET_NODE, options.ticket)  # the group's ticket server
         stack = build_stack(host.id, self.name, self.ordering, view, options)

@@ -401,6 +401,13 @@ class Transport(ABC):
         transport sets no bound. The runtime's channels split larger packets to fit."""
         return None
 
+    @property
+    def datagram_frame_bytes(self) -> int | None:
+        """The longest frame sent as one datagram (a longer one leaves in several and is
+        lost whole with any of them); None: not a datagram transport. The NAK channel
+        cuts its fragments to fit it (OrderingOptions.within_frames)."""
+        return None
+
 
 # ------------------------------------------------------------------ schemes → transports
 # The built-in schemes are imported lazily, so `import abcast.transport` works without the

@@ -265,6 +265,12 @@ class UdpTransport(QueuedTransport):
         """The multicast group "ip:port" ("" when unicast only)."""
         return self.udp.group
 
+    @property
+    def datagram_frame_bytes(self) -> int:
+        """The room `_datagrams` cuts frames by (before start: for the longest node id)."""
+        sender = len(self._sender) if self._sender else MAX_SENDER_BYTES
+        return self.udp.datagram_bytes - HEADER_BYTES - sender - self._tag
+
     # ----------------------------------------------------------- peers (no connections)
 
     def _peer_added(self, peer: PeerState) -> None:
@@ -327,7 +333,7 @@ class UdpTransport(QueuedTransport):
     def _datagrams(self, frame: bytes, address: tuple[str, int], flags: int) -> None:
         """Cut `frame` into datagrams (one unless it is large) onto the write queue."""
         self._seq += 1
-        room = self.udp.datagram_bytes - HEADER_BYTES - len(self._sender) - self._tag
+        room = self.datagram_frame_bytes
         size = len(frame)
         frags = max(1, -(-size // room))
         out = self._out

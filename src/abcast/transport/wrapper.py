@@ -59,3 +59,7 @@ class WrappingTransport(Transport):
     @property
     def max_frame_bytes(self) -> int | None:
         return self.inner.max_frame_bytes
+
+    @property
+    def datagram_frame_bytes(self) -> int | None:
+        return self.inner.datagram_frame_bytes
