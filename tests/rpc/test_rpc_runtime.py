@@ -23,6 +23,7 @@ import pytest
 from abcast import ConfigError, RegistryServer
 from abcast.ordering.registry import ORDERINGS
 from abcast.rpc import Client, IncomingRequest, Server, Status
+from abcast.rpc import client as client_module
 from abcast.rpc.wire import ReplyFrame, Request, encode_rpc, ordered_request
 from abcast.runtime.group import Group
 from abcast.runtime.node import Node
@@ -206,10 +207,12 @@ def test_requests_iterator_and_a_dead_registry() -> None:
 
 def test_a_joiner_does_not_run_again_what_ran_before_it_came() -> None:
     runs: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+    rids: dict[bytes, int] = {}
 
     def counting(k: int) -> Handler:
         def handle(req: IncomingRequest) -> bytes:
             runs[k].append(req.payload)
+            rids[req.payload] = req.id
             return b"done"
         return handle
 
@@ -221,7 +224,7 @@ def test_a_joiner_does_not_run_again_what_ran_before_it_came() -> None:
         servers.append(await Server.join("svc", registry=url, server=joiner))
         # the same request ordered again (as a late retry would): every server, the
         # joiner included (it got the ids with the state), drops it
-        again = Request(client.id, 1, b"once", client.node.address)
+        again = Request(client.id, rids[b"once"], b"once", client.node.address)
         servers[0][1].broadcast_nowait(ordered_request(again))
         assert (await client.request(b"fence", vote="first", timeout=2.0,
                                      contact="sequencer")).ok
@@ -232,3 +235,48 @@ def test_a_joiner_does_not_run_again_what_ran_before_it_came() -> None:
         await _close(servers, client)
 
     run(scenario)
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_client_id_handed_out_again_after_a_registry_restart(
+        planted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry restarted empty gives a departed client's id to a new client: its
+    requests still run (request ids start at random), and a planted client whose ids
+    start at 1 gets the old client's cached reply instead (the check catches it)."""
+    if planted:
+        monkeypatch.setattr(client_module, "first_rid", lambda: 1)
+    ran: list[bytes] = []
+
+    def handle(req: IncomingRequest) -> bytes:
+        ran.append(req.payload)
+        return b"did " + req.payload
+
+    async def main() -> None:
+        first = RegistryServer()
+        url = await first.start()
+        servers = [await Server.create("svc", ordering="sequencer", registry=url,
+                                       on_request=handle, recheck_s=0.05)]
+        servers.append(await Server.join("svc", registry=url, on_request=handle))
+        while len(servers[-1][1].members) < 2:
+            await asyncio.sleep(0.01)
+        old = await Client.connect("svc", registry=url)
+        assert (await old.request(b"put x 1", vote="all", timeout=2.0)).value == b"did put x 1"
+        await old.close()
+        await first.close()  # everything it knew is gone
+        second = RegistryServer(port=int(url.rsplit(":", 1)[1]), recovery_grace_s=0.3)
+        await second.start()
+        async with asyncio.timeout(10):
+            while len(second.group_info("svc").members) < 2:
+                await asyncio.sleep(0.01)
+        new = await Client.connect("svc", registry=url)
+        assert new.id == old.id  # the id is handed out again
+        outcome = await new.request(b"incr n", vote="all", timeout=2.0)
+        if planted:
+            assert outcome.value == b"did put x 1" and b"incr n" not in ran
+        else:
+            assert (outcome.status, outcome.value) == (Status.OK, b"did incr n")
+            assert ran.count(b"incr n") == 2
+        await _close(servers, new)
+        await second.close()
+
+    asyncio.run(main())

@@ -15,6 +15,10 @@ Rules:
   `contact="round-robin"` (default), `"any"` (random) or `"sequencer"` (the view's
   lowest member) — which proposes it. Either way every target executes it at its place
   in the order and replies to the client directly.
+- Request ids count up from a random start below 2**61 (`first_rid`), not from 1: a
+  registry restarted empty may give a departed client's id to a new one, and the
+  servers' duplicate table, keyed on (client id, request id), must not take the
+  newcomer's requests for the old one's (abcast.rpc.executor).
 - Retries keep the request id: after `retry_s` without a decision, or at once when a
   view without the contact arrives, the request is sent again (Case B: through the next
   live member; Case A: to the servers not heard from). Servers answer a retry from their
@@ -52,6 +56,15 @@ PATHS: Final = ("direct", "via-member")
 CONTACTS: Final = ("round-robin", "any", "sequencer")
 #: how long connect waits for the registry
 CONNECT_TIMEOUT_S: Final = 10.0
+#: request ids start at a random number of this many bits (plus one)
+RID_START_BITS: Final = 61
+
+
+def first_rid() -> int:
+    """A new client's first request id: random in [1, 2**61], so two incarnations of one
+    client id overlap in the servers' table with odds of about (their requests) / 2**61;
+    the counter then has 2**61 ids left before the wire's bound (wire.Rid)."""
+    return secrets.randbits(RID_START_BITS) + 1
 
 
 @dataclass(slots=True)
@@ -84,7 +97,7 @@ class Client:
         self.members: tuple[NodeId, ...] = ()
         #: the most servers the group has had in a view this client saw
         self.largest = 0
-        self._rids = itertools.count(1)
+        self._rids = itertools.count(first_rid())
         self._pending: dict[int, _Pending] = {}
         self._turn = 0
         self._rng = random.Random(secrets.randbits(64))  # contact choice only
