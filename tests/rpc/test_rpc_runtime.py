@@ -21,6 +21,7 @@ from collections.abc import Callable
 import pytest
 
 from abcast import ConfigError, RegistryServer
+from abcast.effects import Deliver
 from abcast.ordering.registry import ORDERINGS
 from abcast.rpc import Client, IncomingRequest, Server, Status
 from abcast.rpc import client as client_module
@@ -280,3 +281,69 @@ def test_a_client_id_handed_out_again_after_a_registry_restart(
         await second.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("misuse", ["reply_then_raise", "str", "int"])
+def test_a_misbehaving_handler_costs_its_own_request_only(misuse: str) -> None:
+    """A handler that replies and then raises, or returns a str or an int: its request
+    gets one reply (the early one, or an error naming the type), and a one-way request
+    ordered right after it in the same batch still runs on every server."""
+    def handler_for() -> Handler:
+        count = [0]
+
+        def handle(req: IncomingRequest) -> bytes:
+            if req.payload == b"bad":
+                if misuse == "reply_then_raise":
+                    req.reply(b"early")
+                    raise RuntimeError("after replying")
+                return "text" if misuse == "str" else 5  # type: ignore[return-value]
+            if req.payload == b"incr":
+                count[0] += 1
+            return str(count[0]).encode()
+        return handle
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [handler_for() for _ in range(3)])
+        client = await _client(url, 3)
+        client.cast(b"bad", contact="sequencer")  # one contact, one loop turn: one batch
+        client.cast(b"incr", contact="sequencer")
+        counted = await client.request(b"get", vote="all", consistency="all_same",
+                                       timeout=2.0, contact="sequencer")
+        assert (counted.status, counted.value) == (Status.OK, b"1")
+        bad = await client.request(b"bad", vote="all", consistency="all_same", timeout=2.0)
+        assert bad.ok and len(bad.replies) == 3
+        if misuse == "reply_then_raise":
+            assert bad.value == b"early" and not bad.failed
+        else:
+            wrong = "str" if misuse == "str" else "int"
+            assert bad.failed and f"must be bytes, bytearray or memoryview, not {wrong}" in (
+                (bad.value or b"").decode())
+        assert [s.stats.errors for s, _ in servers] == [2, 2, 2]
+        await _close(servers, client)
+
+    run(scenario)
+
+
+def test_an_on_deliver_that_raises_costs_that_delivery_only() -> None:
+    seen: list[bytes] = []
+
+    def on_deliver(delivery: Deliver) -> None:
+        seen.append(delivery.payload)
+        raise RuntimeError("the application's bug")
+
+    async def scenario(url: str) -> None:
+        servers = [await Server.create("svc", ordering="sequencer", registry=url,
+                                       server=Server(lambda r: b"ran", on_deliver=on_deliver))]
+        client = await _client(url, 1)
+        group, executor = servers[0][1], servers[0][0].executor
+        before = executor.stats.executed
+        request = Request(client.id, 1, b"after", client.node.address, oneway=True)
+        group.broadcast_nowait(b"plain")  # one loop turn: one batch with the request
+        group.broadcast_nowait(ordered_request(request))
+        async with asyncio.timeout(5):
+            while executor.stats.executed == before:
+                await asyncio.sleep(0.01)
+        assert seen == [b"plain"] and servers[0][0].stats.errors == 1
+        await _close(servers, client)
+
+    run(scenario)

@@ -17,9 +17,14 @@ Rules:
   once per (client, request id) — so replicas that apply requests deterministically
   stay equal.
 - Executed: `on_request(req)` is called on the loop, in delivery order; its return value
-  (bytes) is the reply, an exception becomes an error reply (`ok=False`, its text) and
-  the server keeps serving. Without a handler, requests queue for `requests()` and the
-  application calls `req.reply(...)` (or `req.fail(...)`) itself, in order.
+  (bytes, bytearray or memoryview; None: empty) is the reply, unless the handler called
+  `req.reply`/`req.fail` itself. An exception, or a return value of another type,
+  becomes an error reply (`ok=False`, its text; one log line) and the server keeps
+  serving; a handler that raises after replying keeps its reply (one log line). An
+  `on_deliver` that raises costs that delivery only (one log line, `stats.errors`).
+  Without a handler, requests queue for `requests()` and the application calls
+  `req.reply(...)` (or `req.fail(...)`) itself, in order; a second reply is a
+  `LocalProtocolError`.
 - A joiner receives the application's state (`get_state`/`set_state`) together with
   the duplicate table, so it does not execute again what the group executed before.
 - Only the request's targets (`to`, default every member) execute it; one-way requests
@@ -75,7 +80,7 @@ _state_decode = msgspec.msgpack.Decoder(tuple[bytes, _StateRows]).decode
 class ServerStats:
     requests: int = 0  # executed here
     replies: int = 0
-    errors: int = 0  # handlers that raised
+    errors: int = 0  # handlers (and on_deliver callbacks) that raised or returned no bytes
     bad_frames: int = 0  # endpoint frames that were not requests
     bad_ordered: int = 0  # ordered requests that did not decode
     notices: int = 0
@@ -94,10 +99,21 @@ class IncomingRequest:
         self.replied = False
 
     def reply(self, value: bytes) -> None:
-        self._server._send_reply(self, True, bytes(value))
+        self._server._send_reply(self, True, reply_bytes(value))
 
     def fail(self, error: str) -> None:
         self._server._send_reply(self, False, error.encode())
+
+
+def reply_bytes(value: object) -> bytes:
+    """A handler's reply as bytes (None: empty); any other type is the caller's bug, not
+    something to guess at (`bytes(5)` would be five zero bytes)."""
+    if value is None:
+        return b""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise LocalProtocolError(f"a reply must be bytes, bytearray or memoryview, "
+                             f"not {type(value).__name__}")
 
 
 class Server:
@@ -197,7 +213,12 @@ class Server:
             return
         if not is_request(delivery.payload):
             if self._on_deliver is not None:
-                self._on_deliver(delivery)
+                try:
+                    self._on_deliver(delivery)
+                except Exception as exc:  # the application's bug costs this delivery only
+                    self.stats.errors += 1
+                    log.warning("on_deliver failed on a delivery from %s: %r",
+                                delivery.origin, exc)
             return
         try:
             request = read_ordered_request(delivery.payload)
@@ -218,15 +239,23 @@ class Server:
             assert self._queue is not None
             self._queue.put_nowait(incoming)
             return
+        self._execute(self._handler, incoming)
+
+    def _execute(self, handler: Callable[[IncomingRequest], bytes],
+                 incoming: IncomingRequest) -> None:
+        """Run the handler; whatever it does, the delivery step goes on."""
         try:
-            value = self._handler(incoming)
+            value = handler(incoming)
+            if not incoming.replied:
+                self._send_reply(incoming, True, reply_bytes(value))
         except Exception as exc:  # the handler's bug never kills the server
             self.stats.errors += 1
-            log.warning("request %s#%d failed: %r", request.client, request.rid, exc)
+            if incoming.replied:
+                log.warning("request %s#%d: the handler raised after replying, the reply "
+                            "stands: %r", incoming.client, incoming.id, exc)
+                return
+            log.warning("request %s#%d failed: %r", incoming.client, incoming.id, exc)
             self._send_reply(incoming, False, f"{type(exc).__name__}: {exc}".encode())
-            return
-        if not incoming.replied:
-            self._send_reply(incoming, True, bytes(value or b""))
 
     async def requests(self) -> AsyncIterator[IncomingRequest]:
         """Every request executed here, in the group's order (servers without a handler)."""
