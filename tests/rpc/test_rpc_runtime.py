@@ -25,7 +25,7 @@ from abcast.effects import Deliver
 from abcast.ordering.registry import ORDERINGS
 from abcast.rpc import Client, IncomingRequest, Server, Status
 from abcast.rpc import client as client_module
-from abcast.rpc.wire import ReplyFrame, Request, encode_rpc, ordered_request
+from abcast.rpc.wire import ReplyFrame, Request, encode_rpc, endpoint_name, ordered_request
 from abcast.runtime.group import Group
 from abcast.runtime.node import Node
 
@@ -344,6 +344,37 @@ def test_an_on_deliver_that_raises_costs_that_delivery_only() -> None:
             while executor.stats.executed == before:
                 await asyncio.sleep(0.01)
         assert seen == [b"plain"] and servers[0][0].stats.errors == 1
+        await _close(servers, client)
+
+    run(scenario)
+
+
+def test_a_request_in_a_members_name_never_re_points_that_member() -> None:
+    """A node calling itself n2 (a member) sends a request whose reply_to is its own
+    address: refused, and an ordered request naming n2 runs but answers nobody; no
+    server's route to n2 moves, and the group keeps serving all three."""
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [lambda r: b"ok"] * 3)
+        (s1, g1), (_, g2), (_, g3) = servers
+        real = {g.host.id: g.host.peer_url(g2.host.id) for g in (g1, g3)}
+        rogue = await Node("tcp://127.0.0.1:0", node=g2.host.id).start()  # any id
+        rogue.add_peers({g1.host.id: g1.host.address})
+        forged = Request(g2.host.id, 1, b"hi", rogue.address)
+        rogue.transmit(g1.host.id, encode_rpc(endpoint_name("svc"), g2.host.id, forged))
+        async with asyncio.timeout(5):
+            while s1.stats.refused == 0:
+                await asyncio.sleep(0.01)
+        executed = [s.executor.stats.executed for s, _ in servers]
+        g1.broadcast_nowait(ordered_request(Request(g2.host.id, 2, b"hi", rogue.address)))
+        async with asyncio.timeout(5):
+            while [s.executor.stats.executed for s, _ in servers] == executed:
+                await asyncio.sleep(0.01)
+        client = await _client(url, 3)
+        outcome = await client.request(b"after", vote="all", timeout=2.0)
+        assert outcome.ok and len(outcome.replies) == 3
+        assert {g.host.id: g.host.peer_url(g2.host.id) for g in (g1, g3)} == real
+        assert g2.host.id not in s1._clients
+        await rogue.close()
         await _close(servers, client)
 
     run(scenario)

@@ -31,6 +31,10 @@ Rules:
   get no reply. Replies go straight to the client (the address in the request) and carry
   the server's view; on a view change every client heard from in the last
   `NOTIFY_FOR_S` is told the new view, so a waiting vote can re-count.
+- A client is never a member: a request frame whose client id is in the server's view
+  is refused (`stats.refused`, the link dropped), and no reply or notice goes to a
+  member's id, so a request's `reply_to` never re-points a group peer's address (an
+  ordered request naming a member still runs, everywhere alike; nobody is answered).
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class ServerStats:
     replies: int = 0
     errors: int = 0  # handlers (and on_deliver callbacks) that raised or returned no bytes
     bad_frames: int = 0  # endpoint frames that were not requests
+    refused: int = 0  # request frames in a member's name
     bad_ordered: int = 0  # ordered requests that did not decode
     notices: int = 0
 
@@ -277,6 +282,10 @@ class Server:
         group = self._group
         if group is None or not group.active:
             return
+        if frame.client in group.view.members:
+            self.stats.refused += 1
+            raise RemoteProtocolError(f"{env.sender} sent a request in the name of "
+                                      f"{frame.client}, a member of {group.name!r}")
         self._remember(frame)
         action, cached = self.executor.on_frame(frame, leader=group.view.leader == group.node)
         if action is Action.PROPOSE:
@@ -286,6 +295,8 @@ class Server:
                               cached.value)
 
     def _remember(self, request: Request) -> None:
+        if request.client in self._require_group().view.members:
+            return  # not a client: never told anything at reply_to
         self._clients[request.client] = (request.reply_to, time.monotonic())
         self._clients.move_to_end(request.client)
         if len(self._clients) > MAX_CLIENTS:
@@ -313,7 +324,10 @@ class Server:
                                                 view.members))
 
     def _transmit(self, client: NodeId, url: str, frame: ReplyFrame | ViewNotice) -> None:
-        host = self._require_group().host
+        group = self._require_group()
+        if client in group.view.members:
+            return  # a group peer's address is the group's to set, never a request's
+        host = group.host
         if host.peer_url(client) != url:
             host.add_peers({client: url})
         host.transmit(client, encode_rpc(self._endpoint, host.id, frame))
