@@ -25,7 +25,14 @@ from abcast.effects import Deliver
 from abcast.ordering.registry import ORDERINGS
 from abcast.rpc import Client, IncomingRequest, Server, Status
 from abcast.rpc import client as client_module
-from abcast.rpc.wire import ReplyFrame, Request, encode_rpc, endpoint_name, ordered_request
+from abcast.rpc.wire import (
+    ReplyFrame,
+    Request,
+    ViewNotice,
+    encode_rpc,
+    endpoint_name,
+    ordered_request,
+)
 from abcast.runtime.group import Group
 from abcast.runtime.node import Node
 
@@ -376,5 +383,58 @@ def test_a_request_in_a_members_name_never_re_points_that_member() -> None:
         assert g2.host.id not in s1._clients
         await rogue.close()
         await _close(servers, client)
+
+    run(scenario)
+
+
+def test_view_news_only_from_the_clients_servers() -> None:
+    """A node that is no server of the group tells the client of a view with nobody in
+    it (a notice, and a reply's view): ignored and counted; the client keeps calling the
+    servers it knows."""
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [lambda r: b"ok"] * 3)
+        client = await _client(url, 3)
+        before = (client.view_id, client.members)
+        rogue = await Node("tcp://127.0.0.1:0", registry=url).start()
+        rogue.add_peers({client.id: client.node.address})
+        rogue.transmit(client.id, encode_rpc(client.endpoint, rogue.id,
+                                             ViewNotice(10**9, ())))
+        rogue.transmit(client.id, encode_rpc(client.endpoint, rogue.id,
+                                             ReplyFrame(1, rogue.id, True, b"", 10**9, ())))
+        async with asyncio.timeout(5):
+            while client.stats.foreign_views < 2:
+                await asyncio.sleep(0.01)
+        assert (client.view_id, client.members) == before
+        outcome = await client.request(b"y", vote="all", timeout=2.0)
+        assert outcome.ok and len(outcome.replies) == 3
+        await rogue.close()
+        await _close(servers, client)
+
+    run(scenario)
+
+
+def test_a_group_re_created_under_its_name_is_found_again() -> None:
+    """The group ends, is removed and is created again (view ids restart, new servers): the client's
+    request to the old servers times out, the client reads the registry's record again
+    in the background, and its next request reaches the new server."""
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [lambda r: b"old"] * 2)
+        client = await _client(url, 2)
+        assert client.view_id >= 2
+        await _close(servers)
+        registry = client.node.registry
+        assert registry is not None
+        await registry.remove("svc")  # its servers are gone: the operator removes it
+        again = [await Server.create("svc", ordering="sequencer", registry=url,
+                                     on_request=lambda r: b"new")]
+        lost = await client.request(b"x", vote="first", timeout=0.3)
+        assert lost.status in (Status.TIMEOUT, Status.MEMBERS_LOST)
+        async with asyncio.timeout(5):
+            while client.members != again[0][1].members:
+                await asyncio.sleep(0.01)
+        assert client.view_id == again[0][1].view.view_id < 2
+        outcome = await client.request(b"y", vote="all", timeout=2.0)
+        assert (outcome.status, outcome.value) == (Status.OK, b"new")
+        await _close(again, client)
 
     run(scenario)

@@ -26,8 +26,17 @@ Rules:
 - Each request's replies go through a `Ballot` (abcast.rpc.voting); a view change (told
   by the servers, in replies and notices) re-counts what it needs. A request never waits
   past its `timeout`. Replies for requests that are not pending are counted
-  (`stats.unknown_replies`) and dropped; a frame from a node that is not a server of the
-  group, or that claims another server's name, is the peer's fault.
+  (`stats.unknown_replies`) and dropped; a reply that claims another server's name, or
+  a request, is the peer's fault.
+- Views: the client takes a view (id, members) only from a server of its current view,
+  and only with a higher view id; view news from any other node is counted
+  (`stats.foreign_views`) and dropped (a new member may send it before the client knows
+  it: the client hears of that view from an old member too).
+- The registry's record of the group (`refresh()`) overrides the client's view whatever
+  its id: a group re-created under the same name restarts its view ids, and its servers
+  may be new nodes, so their frames alone would never move the client. A request that
+  ends TIMEOUT or MEMBERS_LOST starts one refresh in the background (never delaying that
+  request), so the next request goes to the servers the registry names.
 """
 
 from __future__ import annotations
@@ -76,6 +85,8 @@ class ClientStats:
     duplicate_replies: int = 0  # a second reply from one server to one request
     foreign_replies: int = 0  # from a server the request did not go to
     late_replies: int = 0  # after the request was decided
+    foreign_views: int = 0  # view news from a node not in the client's view (ignored)
+    refreshes: int = 0  # the group's record read again from the registry
 
 
 @dataclass(slots=True)
@@ -102,6 +113,7 @@ class Client:
         self._turn = 0
         self._rng = random.Random(secrets.randbits(64))  # contact choice only
         self._closed = False
+        self._refresh: asyncio.Task[None] | None = None
 
     @classmethod
     async def connect(
@@ -127,11 +139,27 @@ class Client:
             raise ConfigError(f"the registry has no members for group {group!r}")
         client = cls(group, node, retry_s=retry_s)
         node.open_endpoint(client.endpoint, client._on_frame)
-        node.add_peers(info.members)
-        client.view_id = info.view_id
-        client.members = sorted_nodes(list(info.members))
-        client.largest = len(client.members)
+        client._adopt(info.view_id, info.members)
         return client
+
+    async def refresh(self) -> None:
+        """Take the registry's record of the group as this client's view, even with a
+        lower view id (a group re-created under the same name). No record with members:
+        nothing changes."""
+        registry = self.node.registry
+        if registry is None or self._closed:
+            return
+        info = await registry.lookup(self.group)
+        self.stats.refreshes += 1
+        if info.members and not self._closed:
+            self._adopt(info.view_id, info.members)
+
+    def _adopt(self, view_id: int, members: dict[NodeId, str]) -> None:
+        """The registry's record: its addresses, and its view over the client's own."""
+        self.node.add_peers(members)
+        if view_id < self.view_id:
+            self.largest = 0  # another incarnation of the group: its sizes count afresh
+        self._install(view_id, tuple(members))
 
     @property
     def id(self) -> NodeId:
@@ -139,6 +167,8 @@ class Client:
 
     async def close(self) -> None:
         self._closed = True
+        if self._refresh is not None:
+            self._refresh.cancel()
         for pending in self._pending.values():
             pending.decided.set()
         await self.node.close()
@@ -191,7 +221,23 @@ class Client:
             del self._pending[request.rid]
             self.stats.duplicate_replies += ballot.ignored_duplicate
             self.stats.foreign_replies += ballot.ignored_foreign
+        if ballot.status in (Status.TIMEOUT, Status.MEMBERS_LOST):
+            self._refresh_soon()
         return ballot.outcome()
+
+    def _refresh_soon(self) -> None:
+        """One registry refresh in the background (a failed one is logged, not raised)."""
+        if self._closed or (self._refresh is not None and not self._refresh.done()):
+            return
+        self._refresh = asyncio.get_running_loop().create_task(self._refresh_logged())
+
+    async def _refresh_logged(self) -> None:
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await self.refresh()
+        except (TimeoutError, ConfigError) as exc:
+            log.warning("client %s: the registry's record of %r not read again: %s",
+                        self.id, self.group, exc or "timeout")
 
     def cast(self, payload: bytes, *, path: str = "via-member", contact: str = "round-robin",
              to: Sequence[NodeId] | None = None) -> int:
@@ -261,7 +307,12 @@ class Client:
             raise RemoteProtocolError(f"{env.sender} sent a request to a client")
         if isinstance(frame, ReplyFrame) and frame.server != env.sender:
             raise RemoteProtocolError(f"{env.sender} sent a reply in {frame.server}'s name")
-        self._view(frame.view_id, frame.members)
+        if env.sender in self.members:
+            self._view(frame.view_id, frame.members)
+        elif frame.view_id > self.view_id:
+            self.stats.foreign_views += 1
+            log.info("client %s: view %d from %s, no server it knows, ignored",
+                      self.id, frame.view_id, env.sender)
         if isinstance(frame, ViewNotice):
             return
         pending = self._pending.get(frame.rid)
@@ -276,8 +327,10 @@ class Client:
             pending.decided.set()
 
     def _view(self, view_id: int, members: tuple[NodeId, ...]) -> None:
-        if view_id <= self.view_id:
-            return
+        if view_id > self.view_id:
+            self._install(view_id, members)
+
+    def _install(self, view_id: int, members: tuple[NodeId, ...]) -> None:
         self.view_id = view_id
         self.members = sorted_nodes(list(members))
         self.largest = max(self.largest, len(members))
