@@ -414,9 +414,9 @@ def test_view_news_only_from_the_clients_servers() -> None:
 
 
 def test_a_group_re_created_under_its_name_is_found_again() -> None:
-    """The group ends, is removed and is created again (view ids restart, new servers): the client's
-    request to the old servers times out, the client reads the registry's record again
-    in the background, and its next request reaches the new server."""
+    """The group ends, is removed and is created again (view ids restart, new servers):
+    the client's request to the old servers times out, the client reads the registry's
+    record again in the background, and its next request reaches the new server."""
     async def scenario(url: str) -> None:
         servers = await _servers(url, [lambda r: b"old"] * 2)
         client = await _client(url, 2)
@@ -436,5 +436,41 @@ def test_a_group_re_created_under_its_name_is_found_again() -> None:
         outcome = await client.request(b"y", vote="all", timeout=2.0)
         assert (outcome.status, outcome.value) == (Status.OK, b"new")
         await _close(again, client)
+
+    run(scenario)
+
+
+def test_misuse_is_refused_before_anything_is_sent() -> None:
+    """`to=` naming a server twice and `retry_s <= 0` are ConfigErrors; a vote already
+    lost when the request is made (quorum(3) once a server has left) ends MEMBERS_LOST
+    without a frame sent, so no server runs it."""
+    ran: list[bytes] = []
+
+    def handle(req: IncomingRequest) -> bytes:
+        ran.append(req.payload)
+        return b"ok"
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [handle] * 3)
+        client = await _client(url, 3)
+        sent = client.stats.sent
+        with pytest.raises(ConfigError, match="more than once: n2"):
+            await client.request(b"B", vote="quorum(2)", to=["n2", "n2"])
+        assert client.stats.sent == sent
+        for retry_s in (0.0, -1.0, float("nan")):
+            with pytest.raises(ConfigError, match="retry_s must be positive"):
+                await Client.connect("svc", registry=url, retry_s=retry_s)
+        server, group = servers.pop()
+        server.close()
+        await group.close()
+        async with asyncio.timeout(5):
+            while len(client.members) > 2:
+                await client.request(b"", vote="first", timeout=1.0)
+        sent, ran[:] = client.stats.sent, []
+        lost = await client.request(b"A", vote="quorum(3)", timeout=1.0)
+        assert (lost.status, client.stats.sent) == (Status.MEMBERS_LOST, sent)
+        fence = await client.request(b"fence", vote="all", timeout=2.0)
+        assert fence.ok and b"A" not in ran
+        await _close(servers, client)
 
     run(scenario)

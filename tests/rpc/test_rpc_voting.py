@@ -45,6 +45,17 @@ def test_bad_votes_name_the_allowed_values(text: str, says: str) -> None:
         Vote.parse(text)
 
 
+@pytest.mark.parametrize(("kind", "param", "says"), [
+    ("quorum", 0, "whole k >= 1"), ("quorum", 1.5, "whole k >= 1"),
+    ("quorum", float("nan"), "whole k >= 1"), ("percent", 0, "0 < p <= 100"),
+    ("percent", 101, "0 < p <= 100"), ("most", 0, "choose one of"),
+    ("first", 2, "takes no parameter"),
+])
+def test_a_vote_built_directly_is_checked_alike(kind: str, param: float, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        Vote(kind, param)
+
+
 def test_bad_consistency_and_oversized_quorum() -> None:
     with pytest.raises(ConfigError, match="any, all_same, majority_same, all_different"):
         ballot("first", "same")

@@ -99,6 +99,7 @@ class _Pending:
 
 class Client:
     def __init__(self, group: str, node: Node, *, retry_s: float | None = None) -> None:
+        _check_retry(retry_s)
         self.group = group
         self.node = node
         self.retry_s = retry_s
@@ -122,6 +123,7 @@ class Client:
         timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> Client:
         """A client of `group`, whose servers the registry knows."""
+        _check_retry(retry_s)
         node = Node(transport, registry=registry)
         try:
             async with asyncio.timeout(timeout_s):
@@ -194,7 +196,8 @@ class Client:
         if not targets:  # every server the client knew has left the group
             return Outcome(Status.MEMBERS_LOST, None, ())
         ballot = Ballot(ballot_vote, consistency, targets)
-        ballot.on_view(self.members)
+        if ballot.on_view(self.members) is not Status.WAITING:
+            return ballot.outcome()  # decided before a word was sent: send none
         request = Request(self.id, next(self._rids), bytes(payload), self.node.address,
                           tuple(to or ()), False, path)
         pending = _Pending(ballot, request, asyncio.Event(), None)
@@ -267,6 +270,9 @@ class Client:
     def _targets(self, to: Sequence[NodeId] | None) -> frozenset[NodeId]:
         if not to:
             return frozenset(self.members)
+        twice = sorted({server for server in to if to.count(server) > 1})
+        if twice:
+            raise ConfigError(f"to= names a server more than once: {', '.join(twice)}")
         unknown = set(to) - set(self.members)
         if unknown:
             raise ConfigError(f"not servers of {self.group!r}: {', '.join(sorted(unknown))} "
@@ -341,6 +347,12 @@ class Client:
             elif lost_contact and pending.request.path == "via-member":
                 self.stats.retries += 1
                 self._send(pending, "round-robin", first=False)
+
+
+def _check_retry(retry_s: float | None) -> None:
+    if retry_s is not None and not retry_s > 0:
+        raise ConfigError(f"retry_s must be positive (None: a quarter of each request's "
+                          f"timeout), got {retry_s}")
 
 
 async def call(group: str, payload: bytes, *, registry: str, **kwargs: object) -> Outcome:

@@ -57,10 +57,24 @@ class Status(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Vote:
-    """How many replies a request needs: `Vote.parse("quorum(2)")`."""
+    """How many replies a request needs: `Vote.parse("quorum(2)")`, or `Vote("quorum", 2)`
+    (checked alike: ConfigError)."""
 
     kind: str  # first | all | majority | quorum | percent
     param: float = 0.0  # k for quorum, p for percent
+
+    def __post_init__(self) -> None:
+        if self.kind in ("first", "all", "majority"):
+            if self.param != 0:
+                raise ConfigError(f"vote {self.kind!r} takes no parameter, got {self.param!r}")
+        elif self.kind == "quorum":
+            if not (self.param >= 1 and self.param == int(self.param)):
+                raise ConfigError(f"vote quorum({self.param:g}): quorum(k) needs a whole k >= 1")
+        elif self.kind == "percent":
+            if not 0 < self.param <= 100:
+                raise ConfigError(f"vote percent({self.param:g}): percent(p) needs 0 < p <= 100")
+        else:
+            raise ConfigError(f"unknown vote {self.kind!r}; choose one of: {', '.join(VOTES)}")
 
     @classmethod
     def parse(cls, text: str | Vote) -> Vote:
@@ -77,10 +91,6 @@ class Vote:
             value = float(raw)
         except ValueError:
             raise ConfigError(f"vote {text!r}: {raw!r} is not a number") from None
-        if kind == "quorum" and (value != int(value) or value < 1):
-            raise ConfigError(f"vote {text!r}: quorum(k) needs a whole k >= 1")
-        if kind == "percent" and not 0 < value <= 100:
-            raise ConfigError(f"vote {text!r}: percent(p) needs 0 < p <= 100")
         return cls(kind, value)
 
     def needed(self, n: int) -> int:
