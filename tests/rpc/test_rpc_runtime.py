@@ -22,10 +22,14 @@ import pytest
 
 from abcast import ConfigError, RegistryServer
 from abcast.effects import Deliver
+from abcast.errors import Backpressure
+from abcast.ids import MsgId
 from abcast.ordering.registry import ORDERINGS
 from abcast.rpc import Client, IncomingRequest, Server, Status
 from abcast.rpc import client as client_module
+from abcast.rpc.executor import Executor
 from abcast.rpc.wire import (
+    REQUEST_MAGIC,
     ReplyFrame,
     Request,
     ViewNotice,
@@ -471,6 +475,40 @@ def test_misuse_is_refused_before_anything_is_sent() -> None:
         assert (lost.status, client.stats.sent) == (Status.MEMBERS_LOST, sent)
         fence = await client.request(b"fence", vote="all", timeout=2.0)
         assert fence.ok and b"A" not in ran
+        await _close(servers, client)
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_proposal_refused_by_backpressure_is_proposed_at_the_retry(
+        planted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group refuses the first proposal (`Backpressure`): the client's retry, to the
+    one server there is, proposes it again and it runs; a planted executor that keeps
+    the refused proposal as in flight answers every retry WAIT (the check catches it)."""
+    if planted:
+        monkeypatch.setattr(Executor, "withdraw", lambda self, request: None)
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [lambda r: b"ran"])
+        server, group = servers[0]
+        client = await _client(url, 1)
+        refuse = [True]
+        broadcast = group.broadcast_nowait
+
+        def once(payload: bytes) -> MsgId:
+            if refuse and payload.startswith(REQUEST_MAGIC):
+                refuse.clear()
+                raise Backpressure("full")
+            return broadcast(payload)
+
+        monkeypatch.setattr(group, "broadcast_nowait", once)
+        outcome = await client.request(b"x", vote="first", timeout=1.0)
+        assert server.stats.backpressured == 1
+        if planted:
+            assert outcome.status is Status.TIMEOUT and client.stats.retries >= 1
+        else:
+            assert (outcome.status, outcome.value) == (Status.OK, b"ran")
         await _close(servers, client)
 
     run(scenario)

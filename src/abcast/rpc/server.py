@@ -12,7 +12,9 @@ Rules:
 - A request frame from a client is handled by the Executor's table: proposed into the
   group's order (a broadcast), held (Case A, this server not the view's leader: the
   leader proposes it; a server that becomes leader proposes what it holds),
-  re-answered from the reply cache, or left alone while a copy is in flight. A request
+  re-answered from the reply cache, or left alone while a copy is in flight (a proposal
+  the group refuses, `Backpressure`, is withdrawn: the client's retry proposes it
+  again, `stats.backpressured`). A request
   is *executed* only where it is delivered, in the group's total order, and at most
   once per (client, request id) — so replicas that apply requests deterministically
   stay equal.
@@ -51,7 +53,7 @@ import msgspec
 
 from abcast.codec import NOT_A_MESSAGE, Envelope
 from abcast.effects import Deliver, Stage
-from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.errors import Backpressure, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View
 from abcast.rpc.executor import DEFAULT_CAPACITY, Action, Executor
 from abcast.rpc.wire import (
@@ -87,6 +89,7 @@ class ServerStats:
     errors: int = 0  # handlers (and on_deliver callbacks) that raised or returned no bytes
     bad_frames: int = 0  # endpoint frames that were not requests
     refused: int = 0  # request frames in a member's name
+    backpressured: int = 0  # proposals the group refused (withdrawn; a retry proposes)
     bad_ordered: int = 0  # ordered requests that did not decode
     notices: int = 0
 
@@ -205,7 +208,7 @@ class Server:
         led, self._led = self._led, view.leader == group.node
         if self._led and not led:
             for request in self.executor.release_held():
-                group.broadcast_nowait(ordered_request(request))
+                self._propose(group, request)
         now = time.monotonic()
         notice = ViewNotice(view.view_id, view.members)
         for client, (url, seen) in list(self._clients.items()):
@@ -289,10 +292,19 @@ class Server:
         self._remember(frame)
         action, cached = self.executor.on_frame(frame, leader=group.view.leader == group.node)
         if action is Action.PROPOSE:
-            group.broadcast_nowait(ordered_request(frame))
+            self._propose(group, frame)
         elif action is Action.RESEND and cached is not None and not frame.oneway:
             self._reply_frame(frame.client, frame.reply_to, frame.rid, cached.ok,
                               cached.value)
+
+    def _propose(self, group: Group, request: Request) -> None:
+        try:
+            group.broadcast_nowait(ordered_request(request))
+        except Backpressure as exc:
+            self.executor.withdraw(request)
+            self.stats.backpressured += 1
+            log.info("request %s#%d not proposed, the client's retry will be: %s",
+                     request.client, request.rid, exc)
 
     def _remember(self, request: Request) -> None:
         if request.client in self._require_group().view.members:
