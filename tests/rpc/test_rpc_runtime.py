@@ -10,7 +10,15 @@ own nodes, clients beside them): the API's promises and bad input.
 - `to=[…]` requests run on those servers only; one-way requests run and get no reply;
 - a server made without a handler serves through `requests()`;
 - a registry that does not answer is a clear error, not a hang;
-- a joiner receives the ids already run with the state, and drops a late copy.
+- a joiner receives the ids already run with the state, and drops a late copy;
+- a client id handed out again after a registry restart still gets its requests run;
+- a handler that replies then raises, or returns a str or an int, and an on_deliver that
+  raises, cost their own delivery only (the rest of the batch runs);
+- a request in a member's name never re-points that member's address;
+- view news from a node that is no server of the client's is ignored; a group removed
+  and created again under its name is found through the registry;
+- misuse (to= naming a server twice, retry_s <= 0, a vote lost before sending) sends
+  nothing; a proposal refused by Backpressure is proposed again at the retry.
 """
 
 from __future__ import annotations
