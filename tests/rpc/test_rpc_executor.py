@@ -54,3 +54,13 @@ def test_the_reply_cache_keeps_the_newest_bytes_and_joiners_get_ids_only() -> No
     joiner.load(ex.export())
     assert joiner.on_ordered(req(2)) is Action.DUPLICATE
     assert joiner.on_frame(req(3)) == (Action.WAIT, None)
+
+
+def test_a_refused_proposal_is_withdrawn_and_proposed_again() -> None:
+    ex = Executor()
+    assert ex.on_frame(req(1)) == (Action.PROPOSE, None)
+    ex.withdraw(req(1))  # the group refused the broadcast (backpressure)
+    assert ex.on_frame(req(1)) == (Action.PROPOSE, None)  # the retry: not a WAIT for ever
+    assert ex.on_ordered(req(1)) is Action.EXECUTE
+    ex.withdraw(req(1))  # ordered already: nothing to withdraw
+    assert ex.on_ordered(req(1)) is Action.DUPLICATE

@@ -45,6 +45,17 @@ def test_bad_votes_name_the_allowed_values(text: str, says: str) -> None:
         Vote.parse(text)
 
 
+@pytest.mark.parametrize(("kind", "param", "says"), [
+    ("quorum", 0, "whole k >= 1"), ("quorum", 1.5, "whole k >= 1"),
+    ("quorum", float("nan"), "whole k >= 1"), ("percent", 0, "0 < p <= 100"),
+    ("percent", 101, "0 < p <= 100"), ("most", 0, "choose one of"),
+    ("first", 2, "takes no parameter"),
+])
+def test_a_vote_built_directly_is_checked_alike(kind: str, param: float, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        Vote(kind, param)
+
+
 def test_bad_consistency_and_oversized_quorum() -> None:
     with pytest.raises(ConfigError, match="any, all_same, majority_same, all_different"):
         ballot("first", "same")
@@ -94,18 +105,37 @@ def test_table() -> None:
     b.on_reply(Reply("n1", b"a"))
     assert b.on_reply(Reply("n2", b"a")) is Status.INCONSISTENT
 
+
+def test_majority_same_counts_the_live_targets_replies_only(
+        ballot_type: type[Ballot] = Ballot) -> None:
+    """Two of five answer "bad" and leave: the value must still be held by a majority of
+    the three live targets, who have not answered yet."""
+    b = ballot_type(Vote.parse("majority"), "majority_same", frozenset(SERVERS))
+    b.on_reply(Reply("n4", b"bad"))
+    b.on_reply(Reply("n5", b"bad"))
+    assert b.on_view(SERVERS[:3]) is Status.WAITING
+    assert b.on_reply(Reply("n1", b"good")) is Status.WAITING
+    assert b.on_reply(Reply("n2", b"good")) is Status.OK and b.value == b"good"
+    b = ballot("first", "majority_same", SERVERS[:3])
+    b.on_reply(Reply("n1", b"a"))
+    assert b.on_view([]) is Status.MEMBERS_LOST  # nobody left to hold a value
+
+
+def test_a_handler_error_is_an_ok_outcome_that_failed() -> None:
     failed = ballot("first")
     failed.on_reply(Reply("n1", b"ValueError: no", ok=False))
     assert failed.outcome().ok and failed.outcome().failed
 
 
-def _consistent(consistency: str, values: list[tuple[bool, bytes]], live: int) -> bool:
+def _consistent(consistency: str, replies: list[Reply], live: set[str]) -> bool:
+    values = [(r.ok, r.value) for r in replies]
     if consistency == "all_same":
         return len(set(values)) <= 1
     if consistency == "all_different":
         return len(set(values)) == len(values)
-    if consistency == "majority_same":
-        return any(values.count(v) >= live // 2 + 1 for v in values)
+    if consistency == "majority_same":  # the live targets' replies only
+        held = [(r.ok, r.value) for r in replies if r.server in live]
+        return any(held.count(v) >= len(live) // 2 + 1 for v in held)
     return True
 
 
@@ -156,7 +186,7 @@ class BallotMachine(RuleBasedStateMachine):
             assert b.status is self.decided_as, "a decision was revised"
             return
         values = [(r.ok, r.value) for r in b.replies]
-        holds = _consistent(b.consistency, values, len(b.live))
+        holds = _consistent(b.consistency, b.replies, b.live)
         if b.status is Status.WAITING:
             assert not (len(values) >= b.needed and holds), "a decision was missed"
         else:
@@ -165,7 +195,7 @@ class BallotMachine(RuleBasedStateMachine):
             assert len(values) >= b.needed and holds
         if b.status is Status.MEMBERS_LOST:
             heard = set(servers)
-            assert len(values) + len(b.live - heard) < b.needed
+            assert len(values) + len(b.live - heard) < b.needed or not b.live
 
 
 BallotMachine.TestCase.settings = settings(
@@ -193,3 +223,28 @@ def test_the_machine_catches_a_ballot_that_counts_repeats() -> None:
                                          suppress_health_check=[HealthCheck.too_slow])
     with pytest.raises(AssertionError, match="voted twice"):
         Planted.TestCase().runTest()
+
+
+class CountsTheDeparted(Ballot):
+    """Planted bug: majority_same counts the replies of servers that have left."""
+
+    def _consistency(self) -> tuple[bool, bool, bytes | None]:
+        if self.consistency != "majority_same":
+            return super()._consistency()
+        majority = len(self.live) // 2 + 1
+        remaining = len(self.live - {r.server for r in self.replies})
+        values = [(r.ok, r.value) for r in self.replies]
+        top = max((values.count(v) for v in values), default=0)
+        best = next((v for v in values if values.count(v) == top), (True, b""))
+        return top >= majority, top + remaining < majority, best[1] if top else None
+
+
+def test_a_majority_of_departed_servers_is_caught() -> None:
+    with pytest.raises(AssertionError):
+        test_majority_same_counts_the_live_targets_replies_only(CountsTheDeparted)
+    b = CountsTheDeparted(Vote.parse("first"), "majority_same", frozenset(SERVERS[:4]))
+    b.on_reply(Reply("n3", b"a"))
+    b.on_reply(Reply("n4", b"a"))
+    b.on_view(SERVERS[:2])
+    assert b.status is Status.OK  # and the machine's oracle says it does not hold:
+    assert not _consistent("majority_same", b.replies, b.live)

@@ -15,6 +15,10 @@ Rules:
   `contact="round-robin"` (default), `"any"` (random) or `"sequencer"` (the view's
   lowest member) — which proposes it. Either way every target executes it at its place
   in the order and replies to the client directly.
+- Request ids count up from a random start below 2**61 (`first_rid`), not from 1: a
+  registry restarted empty may give a departed client's id to a new one, and the
+  servers' duplicate table, keyed on (client id, request id), must not take the
+  newcomer's requests for the old one's (abcast.rpc.executor).
 - Retries keep the request id: after `retry_s` without a decision, or at once when a
   view without the contact arrives, the request is sent again (Case B: through the next
   live member; Case A: to the servers not heard from). Servers answer a retry from their
@@ -22,8 +26,17 @@ Rules:
 - Each request's replies go through a `Ballot` (abcast.rpc.voting); a view change (told
   by the servers, in replies and notices) re-counts what it needs. A request never waits
   past its `timeout`. Replies for requests that are not pending are counted
-  (`stats.unknown_replies`) and dropped; a frame from a node that is not a server of the
-  group, or that claims another server's name, is the peer's fault.
+  (`stats.unknown_replies`) and dropped; a reply that claims another server's name, or
+  a request, is the peer's fault.
+- Views: the client takes a view (id, members) only from a server of its current view,
+  and only with a higher view id; view news from any other node is counted
+  (`stats.foreign_views`) and dropped (a new member may send it before the client knows
+  it: the client hears of that view from an old member too).
+- The registry's record of the group (`refresh()`) overrides the client's view whatever
+  its id: a group re-created under the same name restarts its view ids, and its servers
+  may be new nodes, so their frames alone would never move the client. A request that
+  ends TIMEOUT or MEMBERS_LOST starts one refresh in the background (never delaying that
+  request), so the next request goes to the servers the registry names.
 """
 
 from __future__ import annotations
@@ -52,6 +65,15 @@ PATHS: Final = ("direct", "via-member")
 CONTACTS: Final = ("round-robin", "any", "sequencer")
 #: how long connect waits for the registry
 CONNECT_TIMEOUT_S: Final = 10.0
+#: request ids start at a random number of this many bits (plus one)
+RID_START_BITS: Final = 61
+
+
+def first_rid() -> int:
+    """A new client's first request id: random in [1, 2**61], so two incarnations of one
+    client id overlap in the servers' table with odds of about (their requests) / 2**61;
+    the counter then has 2**61 ids left before the wire's bound (wire.Rid)."""
+    return secrets.randbits(RID_START_BITS) + 1
 
 
 @dataclass(slots=True)
@@ -63,6 +85,8 @@ class ClientStats:
     duplicate_replies: int = 0  # a second reply from one server to one request
     foreign_replies: int = 0  # from a server the request did not go to
     late_replies: int = 0  # after the request was decided
+    foreign_views: int = 0  # view news from a node not in the client's view (ignored)
+    refreshes: int = 0  # the group's record read again from the registry
 
 
 @dataclass(slots=True)
@@ -75,6 +99,7 @@ class _Pending:
 
 class Client:
     def __init__(self, group: str, node: Node, *, retry_s: float | None = None) -> None:
+        _check_retry(retry_s)
         self.group = group
         self.node = node
         self.retry_s = retry_s
@@ -84,11 +109,12 @@ class Client:
         self.members: tuple[NodeId, ...] = ()
         #: the most servers the group has had in a view this client saw
         self.largest = 0
-        self._rids = itertools.count(1)
+        self._rids = itertools.count(first_rid())
         self._pending: dict[int, _Pending] = {}
         self._turn = 0
         self._rng = random.Random(secrets.randbits(64))  # contact choice only
         self._closed = False
+        self._refresh: asyncio.Task[None] | None = None
 
     @classmethod
     async def connect(
@@ -97,6 +123,7 @@ class Client:
         timeout_s: float = CONNECT_TIMEOUT_S,
     ) -> Client:
         """A client of `group`, whose servers the registry knows."""
+        _check_retry(retry_s)
         node = Node(transport, registry=registry)
         try:
             async with asyncio.timeout(timeout_s):
@@ -114,11 +141,27 @@ class Client:
             raise ConfigError(f"the registry has no members for group {group!r}")
         client = cls(group, node, retry_s=retry_s)
         node.open_endpoint(client.endpoint, client._on_frame)
-        node.add_peers(info.members)
-        client.view_id = info.view_id
-        client.members = sorted_nodes(list(info.members))
-        client.largest = len(client.members)
+        client._adopt(info.view_id, info.members)
         return client
+
+    async def refresh(self) -> None:
+        """Take the registry's record of the group as this client's view, even with a
+        lower view id (a group re-created under the same name). No record with members:
+        nothing changes."""
+        registry = self.node.registry
+        if registry is None or self._closed:
+            return
+        info = await registry.lookup(self.group)
+        self.stats.refreshes += 1
+        if info.members and not self._closed:
+            self._adopt(info.view_id, info.members)
+
+    def _adopt(self, view_id: int, members: dict[NodeId, str]) -> None:
+        """The registry's record: its addresses, and its view over the client's own."""
+        self.node.add_peers(members)
+        if view_id < self.view_id:
+            self.largest = 0  # another incarnation of the group: its sizes count afresh
+        self._install(view_id, tuple(members))
 
     @property
     def id(self) -> NodeId:
@@ -126,6 +169,8 @@ class Client:
 
     async def close(self) -> None:
         self._closed = True
+        if self._refresh is not None:
+            self._refresh.cancel()
         for pending in self._pending.values():
             pending.decided.set()
         await self.node.close()
@@ -151,7 +196,8 @@ class Client:
         if not targets:  # every server the client knew has left the group
             return Outcome(Status.MEMBERS_LOST, None, ())
         ballot = Ballot(ballot_vote, consistency, targets)
-        ballot.on_view(self.members)
+        if ballot.on_view(self.members) is not Status.WAITING:
+            return ballot.outcome()  # decided before a word was sent: send none
         request = Request(self.id, next(self._rids), bytes(payload), self.node.address,
                           tuple(to or ()), False, path)
         pending = _Pending(ballot, request, asyncio.Event(), None)
@@ -178,7 +224,23 @@ class Client:
             del self._pending[request.rid]
             self.stats.duplicate_replies += ballot.ignored_duplicate
             self.stats.foreign_replies += ballot.ignored_foreign
+        if ballot.status in (Status.TIMEOUT, Status.MEMBERS_LOST):
+            self._refresh_soon()
         return ballot.outcome()
+
+    def _refresh_soon(self) -> None:
+        """One registry refresh in the background (a failed one is logged, not raised)."""
+        if self._closed or (self._refresh is not None and not self._refresh.done()):
+            return
+        self._refresh = asyncio.get_running_loop().create_task(self._refresh_logged())
+
+    async def _refresh_logged(self) -> None:
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await self.refresh()
+        except (TimeoutError, ConfigError) as exc:
+            log.warning("client %s: the registry's record of %r not read again: %s",
+                        self.id, self.group, exc or "timeout")
 
     def cast(self, payload: bytes, *, path: str = "via-member", contact: str = "round-robin",
              to: Sequence[NodeId] | None = None) -> int:
@@ -208,6 +270,9 @@ class Client:
     def _targets(self, to: Sequence[NodeId] | None) -> frozenset[NodeId]:
         if not to:
             return frozenset(self.members)
+        twice = sorted({server for server in to if to.count(server) > 1})
+        if twice:
+            raise ConfigError(f"to= names a server more than once: {', '.join(twice)}")
         unknown = set(to) - set(self.members)
         if unknown:
             raise ConfigError(f"not servers of {self.group!r}: {', '.join(sorted(unknown))} "
@@ -248,7 +313,12 @@ class Client:
             raise RemoteProtocolError(f"{env.sender} sent a request to a client")
         if isinstance(frame, ReplyFrame) and frame.server != env.sender:
             raise RemoteProtocolError(f"{env.sender} sent a reply in {frame.server}'s name")
-        self._view(frame.view_id, frame.members)
+        if env.sender in self.members:
+            self._view(frame.view_id, frame.members)
+        elif frame.view_id > self.view_id:
+            self.stats.foreign_views += 1
+            log.info("client %s: view %d from %s, no server it knows, ignored",
+                      self.id, frame.view_id, env.sender)
         if isinstance(frame, ViewNotice):
             return
         pending = self._pending.get(frame.rid)
@@ -263,8 +333,10 @@ class Client:
             pending.decided.set()
 
     def _view(self, view_id: int, members: tuple[NodeId, ...]) -> None:
-        if view_id <= self.view_id:
-            return
+        if view_id > self.view_id:
+            self._install(view_id, members)
+
+    def _install(self, view_id: int, members: tuple[NodeId, ...]) -> None:
         self.view_id = view_id
         self.members = sorted_nodes(list(members))
         self.largest = max(self.largest, len(members))
@@ -275,6 +347,12 @@ class Client:
             elif lost_contact and pending.request.path == "via-member":
                 self.stats.retries += 1
                 self._send(pending, "round-robin", first=False)
+
+
+def _check_retry(retry_s: float | None) -> None:
+    if retry_s is not None and not retry_s > 0:
+        raise ConfigError(f"retry_s must be positive (None: a quarter of each request's "
+                          f"timeout), got {retry_s}")
 
 
 async def call(group: str, payload: bytes, *, registry: str, **kwargs: object) -> Outcome:

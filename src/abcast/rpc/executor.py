@@ -13,6 +13,8 @@ Sans-IO: the server driver (abcast.rpc.server) asks it what to do and does it.
                                   | ordered, reply cached         | RESEND the cached reply
                                   | ordered, reply not yet known  | WAIT (the reply follows)
     this server became the leader | held                          | PROPOSE every held one
+    the proposal was refused      | proposed, not yet ordered     | forgotten (`withdraw`):
+    (backpressure)                |                               | a retry PROPOSEs again
     ordered request (delivery)    | unknown                       | EXECUTE (remember it)
                                   | already ordered               | DUPLICATE (drop it)
     the application replied       | ordered                       | cache the reply
@@ -142,6 +144,12 @@ class Executor:
             self._proposed.popitem(last=False)
         self.stats.proposed += len(held)
         return held
+
+    def withdraw(self, request: Request) -> None:
+        """The proposal of `request` never went out (the group refused the broadcast:
+        backpressure): forget it, so that the client's retry proposes it again instead
+        of waiting for a copy that is not on its way."""
+        self._proposed.pop((request.client, request.rid), None)
 
     def replied(self, client: NodeId, rid: int, ok: bool, value: bytes) -> None:
         key = (client, rid)

@@ -12,20 +12,31 @@ Rules:
 - A request frame from a client is handled by the Executor's table: proposed into the
   group's order (a broadcast), held (Case A, this server not the view's leader: the
   leader proposes it; a server that becomes leader proposes what it holds),
-  re-answered from the reply cache, or left alone while a copy is in flight. A request
+  re-answered from the reply cache, or left alone while a copy is in flight (a proposal
+  the group refuses, `Backpressure`, is withdrawn: the client's retry proposes it
+  again, `stats.backpressured`). A request
   is *executed* only where it is delivered, in the group's total order, and at most
   once per (client, request id) — so replicas that apply requests deterministically
   stay equal.
 - Executed: `on_request(req)` is called on the loop, in delivery order; its return value
-  (bytes) is the reply, an exception becomes an error reply (`ok=False`, its text) and
-  the server keeps serving. Without a handler, requests queue for `requests()` and the
-  application calls `req.reply(...)` (or `req.fail(...)`) itself, in order.
+  (bytes, bytearray or memoryview; None: empty) is the reply, unless the handler called
+  `req.reply`/`req.fail` itself. An exception, or a return value of another type,
+  becomes an error reply (`ok=False`, its text; one log line) and the server keeps
+  serving; a handler that raises after replying keeps its reply (one log line). An
+  `on_deliver` that raises costs that delivery only (one log line, `stats.errors`).
+  Without a handler, requests queue for `requests()` and the application calls
+  `req.reply(...)` (or `req.fail(...)`) itself, in order; a second reply is a
+  `LocalProtocolError`.
 - A joiner receives the application's state (`get_state`/`set_state`) together with
   the duplicate table, so it does not execute again what the group executed before.
 - Only the request's targets (`to`, default every member) execute it; one-way requests
   get no reply. Replies go straight to the client (the address in the request) and carry
   the server's view; on a view change every client heard from in the last
   `NOTIFY_FOR_S` is told the new view, so a waiting vote can re-count.
+- A client is never a member: a request frame whose client id is in the server's view
+  is refused (`stats.refused`, the link dropped), and no reply or notice goes to a
+  member's id, so a request's `reply_to` never re-points a group peer's address (an
+  ordered request naming a member still runs, everywhere alike; nobody is answered).
 """
 
 from __future__ import annotations
@@ -42,7 +53,7 @@ import msgspec
 
 from abcast.codec import NOT_A_MESSAGE, Envelope
 from abcast.effects import Deliver, Stage
-from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.errors import Backpressure, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View
 from abcast.rpc.executor import DEFAULT_CAPACITY, Action, Executor
 from abcast.rpc.wire import (
@@ -75,8 +86,10 @@ _state_decode = msgspec.msgpack.Decoder(tuple[bytes, _StateRows]).decode
 class ServerStats:
     requests: int = 0  # executed here
     replies: int = 0
-    errors: int = 0  # handlers that raised
+    errors: int = 0  # handlers (and on_deliver callbacks) that raised or returned no bytes
     bad_frames: int = 0  # endpoint frames that were not requests
+    refused: int = 0  # request frames in a member's name
+    backpressured: int = 0  # proposals the group refused (withdrawn; a retry proposes)
     bad_ordered: int = 0  # ordered requests that did not decode
     notices: int = 0
 
@@ -94,10 +107,21 @@ class IncomingRequest:
         self.replied = False
 
     def reply(self, value: bytes) -> None:
-        self._server._send_reply(self, True, bytes(value))
+        self._server._send_reply(self, True, reply_bytes(value))
 
     def fail(self, error: str) -> None:
         self._server._send_reply(self, False, error.encode())
+
+
+def reply_bytes(value: object) -> bytes:
+    """A handler's reply as bytes (None: empty); any other type is the caller's bug, not
+    something to guess at (`bytes(5)` would be five zero bytes)."""
+    if value is None:
+        return b""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise LocalProtocolError(f"a reply must be bytes, bytearray or memoryview, "
+                             f"not {type(value).__name__}")
 
 
 class Server:
@@ -184,7 +208,7 @@ class Server:
         led, self._led = self._led, view.leader == group.node
         if self._led and not led:
             for request in self.executor.release_held():
-                group.broadcast_nowait(ordered_request(request))
+                self._propose(group, request)
         now = time.monotonic()
         notice = ViewNotice(view.view_id, view.members)
         for client, (url, seen) in list(self._clients.items()):
@@ -197,7 +221,12 @@ class Server:
             return
         if not is_request(delivery.payload):
             if self._on_deliver is not None:
-                self._on_deliver(delivery)
+                try:
+                    self._on_deliver(delivery)
+                except Exception as exc:  # the application's bug costs this delivery only
+                    self.stats.errors += 1
+                    log.warning("on_deliver failed on a delivery from %s: %r",
+                                delivery.origin, exc)
             return
         try:
             request = read_ordered_request(delivery.payload)
@@ -218,15 +247,23 @@ class Server:
             assert self._queue is not None
             self._queue.put_nowait(incoming)
             return
+        self._execute(self._handler, incoming)
+
+    def _execute(self, handler: Callable[[IncomingRequest], bytes],
+                 incoming: IncomingRequest) -> None:
+        """Run the handler; whatever it does, the delivery step goes on."""
         try:
-            value = self._handler(incoming)
+            value = handler(incoming)
+            if not incoming.replied:
+                self._send_reply(incoming, True, reply_bytes(value))
         except Exception as exc:  # the handler's bug never kills the server
             self.stats.errors += 1
-            log.warning("request %s#%d failed: %r", request.client, request.rid, exc)
+            if incoming.replied:
+                log.warning("request %s#%d: the handler raised after replying, the reply "
+                            "stands: %r", incoming.client, incoming.id, exc)
+                return
+            log.warning("request %s#%d failed: %r", incoming.client, incoming.id, exc)
             self._send_reply(incoming, False, f"{type(exc).__name__}: {exc}".encode())
-            return
-        if not incoming.replied:
-            self._send_reply(incoming, True, bytes(value or b""))
 
     async def requests(self) -> AsyncIterator[IncomingRequest]:
         """Every request executed here, in the group's order (servers without a handler)."""
@@ -248,15 +285,30 @@ class Server:
         group = self._group
         if group is None or not group.active:
             return
+        if frame.client in group.view.members:
+            self.stats.refused += 1
+            raise RemoteProtocolError(f"{env.sender} sent a request in the name of "
+                                      f"{frame.client}, a member of {group.name!r}")
         self._remember(frame)
         action, cached = self.executor.on_frame(frame, leader=group.view.leader == group.node)
         if action is Action.PROPOSE:
-            group.broadcast_nowait(ordered_request(frame))
+            self._propose(group, frame)
         elif action is Action.RESEND and cached is not None and not frame.oneway:
             self._reply_frame(frame.client, frame.reply_to, frame.rid, cached.ok,
                               cached.value)
 
+    def _propose(self, group: Group, request: Request) -> None:
+        try:
+            group.broadcast_nowait(ordered_request(request))
+        except Backpressure as exc:
+            self.executor.withdraw(request)
+            self.stats.backpressured += 1
+            log.info("request %s#%d not proposed, the client's retry will be: %s",
+                     request.client, request.rid, exc)
+
     def _remember(self, request: Request) -> None:
+        if request.client in self._require_group().view.members:
+            return  # not a client: never told anything at reply_to
         self._clients[request.client] = (request.reply_to, time.monotonic())
         self._clients.move_to_end(request.client)
         if len(self._clients) > MAX_CLIENTS:
@@ -284,7 +336,10 @@ class Server:
                                                 view.members))
 
     def _transmit(self, client: NodeId, url: str, frame: ReplyFrame | ViewNotice) -> None:
-        host = self._require_group().host
+        group = self._require_group()
+        if client in group.view.members:
+            return  # a group peer's address is the group's to set, never a request's
+        host = group.host
         if host.peer_url(client) != url:
             host.add_peers({client: url})
         host.transmit(client, encode_rpc(self._endpoint, host.id, frame))

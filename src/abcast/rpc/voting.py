@@ -19,13 +19,16 @@ Rules, checked after every reply and view, first match wins:
    all_different: a value repeats; majority_same: no value can reach a majority of the
    live targets)                                                → INCONSISTENT
 2. replies ≥ needed and the consistency rule holds               → OK
-3. replies + live targets not yet heard from < needed            → MEMBERS_LOST
+3. replies + live targets not yet heard from < needed, or no live
+   target is left                                                → MEMBERS_LOST
 
 `needed` is recomputed from the live targets (the request's targets that the latest view
 still holds): first 1, all n, majority n//2+1, quorum(k) k, percent(p) ⌈p·n/100⌉ (at
-least 1). A reply already received from a server that later left the view still counts:
-it answered before it went. The consolidated value: the majority value for majority_same,
-otherwise the first counted reply's.
+least 1). A reply already received from a server that later left the view still counts
+toward `needed` and for all_same/all_different (it answered before it went), but not for
+majority_same: its value must be held by more than half of the live targets, counting
+the live targets' replies only (n live: n//2+1 equal replies among them). The
+consolidated value: that value for majority_same, otherwise the first counted reply's.
 """
 
 from __future__ import annotations
@@ -57,10 +60,24 @@ class Status(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Vote:
-    """How many replies a request needs: `Vote.parse("quorum(2)")`."""
+    """How many replies a request needs: `Vote.parse("quorum(2)")`, or `Vote("quorum", 2)`
+    (checked alike: ConfigError)."""
 
     kind: str  # first | all | majority | quorum | percent
     param: float = 0.0  # k for quorum, p for percent
+
+    def __post_init__(self) -> None:
+        if self.kind in ("first", "all", "majority"):
+            if self.param != 0:
+                raise ConfigError(f"vote {self.kind!r} takes no parameter, got {self.param!r}")
+        elif self.kind == "quorum":
+            if not (self.param >= 1 and self.param == int(self.param)):
+                raise ConfigError(f"vote quorum({self.param:g}): quorum(k) needs a whole k >= 1")
+        elif self.kind == "percent":
+            if not 0 < self.param <= 100:
+                raise ConfigError(f"vote percent({self.param:g}): percent(p) needs 0 < p <= 100")
+        else:
+            raise ConfigError(f"unknown vote {self.kind!r}; choose one of: {', '.join(VOTES)}")
 
     @classmethod
     def parse(cls, text: str | Vote) -> Vote:
@@ -77,10 +94,6 @@ class Vote:
             value = float(raw)
         except ValueError:
             raise ConfigError(f"vote {text!r}: {raw!r} is not a number") from None
-        if kind == "quorum" and (value != int(value) or value < 1):
-            raise ConfigError(f"vote {text!r}: quorum(k) needs a whole k >= 1")
-        if kind == "percent" and not 0 < value <= 100:
-            raise ConfigError(f"vote {text!r}: percent(p) needs 0 < p <= 100")
         return cls(kind, value)
 
     def needed(self, n: int) -> int:
@@ -207,7 +220,7 @@ class Ballot:
             self.status = Status.INCONSISTENT
         elif len(self.replies) >= self.needed and holds:
             self.status, self.value = Status.OK, value
-        elif len(self.replies) + len(self.live - heard) < self.needed:
+        elif len(self.replies) + len(self.live - heard) < self.needed or not self.live:
             self.status = Status.MEMBERS_LOST
         return self.status
 
@@ -222,12 +235,15 @@ class Ballot:
             return distinct <= 1, distinct > 1, first
         if self.consistency == "all_different":
             return distinct == len(values), distinct < len(values), first
-        # majority_same: a value held by a majority of the live targets
+        # majority_same: a value held by a majority of the live targets (their replies only)
+        if not self.live:
+            return False, False, None  # nobody left to hold it: rule 3
         majority = len(self.live) // 2 + 1
         heard = {r.server for r in self.replies}
         remaining = len(self.live - heard)
         counts: dict[tuple[bool, bytes], int] = {}
-        for v in values:
-            counts[v] = counts.get(v, 0) + 1
+        for r in self.replies:
+            if r.server in self.live:
+                counts[r.ok, r.value] = counts.get((r.ok, r.value), 0) + 1
         best, top = max(counts.items(), key=lambda kv: kv[1], default=((True, b""), 0))
         return top >= majority, top + remaining < majority, best[1] if top else None

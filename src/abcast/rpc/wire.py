@@ -21,7 +21,7 @@ from abcast.errors import ConfigError, DecodeError
 
 REQUEST_MAGIC: Final = b"\xc1rpc"
 ENDPOINT_PREFIX: Final = "rpc:"
-#: a request id: a client's own counter, 1, 2, 3 …
+#: a request id: a client's own counter, from a random start (abcast.rpc.client.first_rid)
 Rid = Annotated[int, msgspec.Meta(ge=1, le=2**62)]
 
 
