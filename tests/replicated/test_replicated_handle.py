@@ -49,7 +49,8 @@ class FakeGroup:
         self._node = node
         self._seq = 0
         self.hook: Any = None
-        self.queue: asyncio.Queue[Deliver] = asyncio.Queue()
+        self.queue: asyncio.Queue[Deliver | None] = asyncio.Queue()
+        self.removed_view: object = None
         bus.members.append(self)
 
     @property
@@ -69,8 +70,15 @@ class FakeGroup:
             self.queue.put_nowait(delivery)
 
     async def deliveries(self) -> AsyncIterator[Deliver]:
-        while True:
-            yield await self.queue.get()
+        while (delivery := await self.queue.get()) is not None:
+            yield delivery
+
+    def end(self, removed: bool = False) -> None:
+        """The group ends here (closed; with `removed`, the group removed this member):
+        nothing more is delivered, and deliveries() ends, as abcast.Group's does."""
+        self.bus.members.remove(self)
+        self.removed_view = object() if removed else None
+        self.queue.put_nowait(None)
 
 
 def _hooked(bus: Bus, node: NodeId, obj: Any) -> ReplicatedHandle[Any]:
@@ -159,6 +167,59 @@ async def test_attach_reads_deliveries_from_the_group_and_close_fails_pending() 
     with pytest.raises(LocalProtocolError, match="closed"):
         await stuck
     await handles[1].close()
+
+
+@pytest.mark.parametrize(("removed", "why"), [
+    (False, "its group was closed here"),
+    (True, "this member left its group or was removed from it")])
+@run_async
+async def test_when_the_group_ends_pending_waiting_and_later_calls_fail(
+        removed: bool, why: str) -> None:
+    bus = Bus()
+    groups = [FakeGroup(bus, n) for n in ("n1", "n2")]
+    first, second = [await attach(g, Counter) for g in groups]
+    assert await second.add(1) == 1
+    groups[1].end(removed)  # its write below is never delivered here
+    in_flight = second.add(1)
+    reading = asyncio.ensure_future(second.get())  # waits for that write
+    waiting = asyncio.ensure_future(second.wait_until(lambda c: c.value == 2))
+    gone = f"replicated object gone: {why}"
+    for call in (in_flight, reading, waiting):
+        with pytest.raises(LocalProtocolError, match=gone):
+            await asyncio.wait_for(call, 10)
+    with pytest.raises(LocalProtocolError, match=gone):
+        second.add(1)  # at once: nothing is broadcast
+    with pytest.raises(LocalProtocolError, match=gone):
+        await second.get()
+    assert await first.add(1) == 3  # the others go on (they got its last write)
+    await first.close()
+    with pytest.raises(LocalProtocolError, match="replicated object closed"):
+        first.add(1)
+
+
+@run_async
+async def test_a_write_in_flight_when_a_real_group_closes_here_resolves() -> None:
+    from abcast.registry.server import RegistryServer
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        groups = [Group("counter", ordering="sequencer", transport="mem://",
+                        registry=server.url, node=f"n{i}", size=2) for i in (1, 2)]
+        await asyncio.wait_for(asyncio.gather(*(g.open() for g in groups)), 20)
+        try:
+            first, second = [await attach(g, Counter) for g in groups]
+            assert await asyncio.wait_for(second.add(1), 10) == 1
+            in_flight = second.add(1)
+            await groups[1].close()
+            try:  # executed here before the close, or failed by it: never left hanging
+                assert await asyncio.wait_for(in_flight, 10) == 2
+            except LocalProtocolError as exc:
+                assert "its group was closed here" in str(exc)
+            with pytest.raises(LocalProtocolError, match="its group was closed here"):
+                await asyncio.wait_for(second.get(), 10)
+            await first.close()
+        finally:
+            await asyncio.gather(*(g.close() for g in groups))
 
 
 @pytest.mark.parametrize("ordering", ["matrix", "sequencer"])

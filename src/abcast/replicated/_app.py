@@ -8,6 +8,10 @@ caller waiting for it, matched by the group's seq (an outcome that comes before 
 caller started waiting is kept until then). A delivery the core refuses is logged and
 counted, never raised into the group's driver. It answers the group's `get_state` /
 `set_state`, and binding refuses an ordering that does not claim total order.
+
+When the reading task's `deliveries()` ends — the group closed here, or the group removed
+this member — or on `close()`, the object is gone: every pending write and every waiting
+read fails with LocalProtocolError saying why, and so does every later call, at once.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class GroupApp(Generic[C]):
         self._early: dict[int, Outcome] = {}  # outcomes that came before their future
         self._changed: asyncio.Event | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._gone: str | None = None  # why calls fail now (the group ended, close())
         self.bad_deliveries = 0
 
     def bind(self, group: GroupLike) -> None:
@@ -78,22 +83,40 @@ class GroupApp(Generic[C]):
         self._reader = asyncio.get_running_loop().create_task(self._read_all(group))
 
     async def _read_all(self, group: GroupLike) -> None:
-        async for delivery in group.deliveries():
-            self.on_deliver(delivery)
+        try:
+            async for delivery in group.deliveries():
+                self.on_deliver(delivery)
+        except Exception as exc:  # deliveries() refused (a group with on_deliver=, say)
+            log.error("%s stopped reading its group: %s", self._what, exc)
+            self._end(f"its group's deliveries failed: {exc}")
+            return
+        removed = getattr(group, "removed_view", None)
+        self._end("this member left its group or was removed from it" if removed is not None
+                  else "its group was closed here")
 
     async def close(self) -> None:
-        """Stop applying deliveries; pending calls fail with LocalProtocolError."""
+        """Stop applying deliveries; pending and later calls fail with LocalProtocolError."""
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
             self._reader = None
+        self._end("closed")
+
+    def _end(self, why: str) -> None:
+        """The object is gone: fail what waits, and every call from now on."""
+        if self._gone is None:
+            self._gone = f"{self._what} {why}" if why == "closed" else \
+                f"{self._what} gone: {why}"
         for future in self._futures.values():
             if not future.done():
-                future.set_exception(LocalProtocolError(f"{self._what} closed"))
+                future.set_exception(LocalProtocolError(self._gone))
         self._futures.clear()
+        self._wake()
 
     def _require_group(self) -> GroupLike:
+        if self._gone is not None:
+            raise LocalProtocolError(self._gone)
         if self._group is None:
             raise LocalProtocolError(f"bind the {self._what} to an open group first")
         return self._group
@@ -132,7 +155,11 @@ class GroupApp(Generic[C]):
         """Until `predicate()` holds; re-checked after every operation executed here."""
         if self._changed is None:
             self._changed = asyncio.Event()
-        while not predicate():
+        while True:
+            if self._gone is not None:
+                raise LocalProtocolError(self._gone)
+            if predicate():
+                return
             self._changed.clear()
             await self._changed.wait()
 
