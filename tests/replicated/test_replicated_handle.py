@@ -169,6 +169,64 @@ async def test_attach_reads_deliveries_from_the_group_and_close_fails_pending() 
     await handles[1].close()
 
 
+@pytest.mark.parametrize("first_name", [None, "a"])
+@pytest.mark.parametrize("second_name", [None, "b"])
+@run_async
+async def test_a_second_reader_on_one_group_is_refused(first_name: str | None,
+                                                       second_name: str | None) -> None:
+    """Two readers of one group's deliveries would each take some of them: both copies
+    would miss writes and callers would hang. Whichever mix of named and unnamed objects
+    comes second is refused, unless both are named (they share the group's Objects)."""
+    bus = Bus()
+    group = FakeGroup(bus, "n1")
+    first = await attach(group, Counter, name=first_name)
+    if first_name is not None and second_name is not None:
+        second = await attach(group, Counter, name=second_name)
+        assert [await first.add(1) for _ in range(3)] == [1, 2, 3]
+        assert await second.add(1) == 1
+        return
+    with pytest.raises(LocalProtocolError, match=r"one object per group.*name="):
+        await attach(group, Counter, name=second_name)
+    assert [await first.add(1) for _ in range(4)] == [1, 2, 3, 4]  # it had every one
+
+
+@run_async
+async def test_attach_beside_an_app_is_refused_and_close_frees_the_group() -> None:
+    bus = Bus()
+    hooked = _hooked(bus, "n1", Counter())  # the group's application, as app= makes it
+    with pytest.raises(LocalProtocolError, match="already has its replicated object"):
+        await attach(hooked._group, Counter)  # type: ignore[arg-type]
+    group = FakeGroup(bus, "n2")
+    first = await attach(group, Counter)
+    assert await first.add(1) == 1
+    await first.close()
+    again = await attach(group, Counter)  # the group is free once the first is gone
+    assert await again.add(1) == 1
+
+
+@run_async
+async def test_a_second_attach_on_a_real_group_is_refused() -> None:
+    from abcast.registry.server import RegistryServer
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        groups = [Group("counter", ordering="sequencer", transport="mem://",
+                        registry=server.url, node=f"n{i}", size=2) for i in (1, 2)]
+        await asyncio.wait_for(asyncio.gather(*(g.open() for g in groups)), 20)
+        try:
+            handles = [await attach(g, Counter) for g in groups]
+            for group in groups:
+                with pytest.raises(LocalProtocolError, match="one object per group"):
+                    await attach(group, Counter)
+            values = [await asyncio.wait_for(handles[0].add(1), 10) for _ in range(4)]
+            assert values == [1, 2, 3, 4]
+            await asyncio.wait_for(handles[1].wait_until(lambda c: c.value == 4), 10)
+            for handle in handles:
+                await handle.close()
+        finally:
+            await asyncio.gather(*(g.close() for g in groups))
+
+
 @pytest.mark.parametrize(("removed", "why"), [
     (False, "its group was closed here"),
     (True, "this member left its group or was removed from it")])

@@ -9,6 +9,12 @@ caller started waiting is kept until then). A delivery the core refuses is logge
 counted, never raised into the group's driver. It answers the group's `get_state` /
 `set_state`, and binding refuses an ordering that does not claim total order.
 
+A group has at most one of these on a node (`bound_to(group)`): a second reader of one
+delivery stream would take some of its deliveries from the first, and both copies would
+miss writes. Binding refuses a second one with LocalProtocolError; several objects on a
+group are named objects in its one `Objects`. (A loop of the application's own over
+`group.deliveries()` cannot be seen from here.)
+
 When the reading task's `deliveries()` ends — the group closed here, or the group removed
 this member — or on `close()`, the object is gone: every pending write and every waiting
 read fails with LocalProtocolError saying why, and so does every later call, at once.
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -29,6 +36,14 @@ from abcast.replicated._group import GroupLike, require_total_order
 from abcast.replicated.replica import Outcome
 
 log: Final = logging.getLogger(__name__)
+
+#: the one GroupApp bound to each group on this node, until it is gone
+_BOUND: weakref.WeakKeyDictionary[Any, GroupApp[Any]] = weakref.WeakKeyDictionary()
+
+
+def bound_to(group: GroupLike) -> GroupApp[Any] | None:
+    """The replicated object(s) this node has on `group`, if any."""
+    return _BOUND.get(group)
 
 
 class Core(Protocol):
@@ -60,11 +75,20 @@ class GroupApp(Generic[C]):
         """Use `group` (open, with this object's `on_deliver` as its delivery hook)."""
         if self._group is not None:
             raise LocalProtocolError(f"this {self._what} is already bound to a group")
+        other = _BOUND.get(group)
+        if other is not None:
+            raise LocalProtocolError(
+                f"group {getattr(group, 'name', '')!r} already has its {other._what} on "
+                f"this node, applying its deliveries: a second reader would take some of "
+                f"them and both would miss writes. Attach one object per group; for "
+                f"several, name them: attach(group, cls, name=...) (or give the group "
+                f"app=Objects())")
         ordering = getattr(group, "ordering", None)
         if isinstance(ordering, str):
             require_total_order(ordering, getattr(group, "options", None))
         self._group = group
         self.core.node = group.node
+        _BOUND[group] = self
 
     def get_state(self) -> bytes:
         """The state, for a joiner (the group's snapshot hook)."""
@@ -112,6 +136,8 @@ class GroupApp(Generic[C]):
             if not future.done():
                 future.set_exception(LocalProtocolError(self._gone))
         self._futures.clear()
+        if self._group is not None and _BOUND.get(self._group) is self:
+            del _BOUND[self._group]
         self._wake()
 
     def _require_group(self) -> GroupLike:
