@@ -16,7 +16,17 @@ import pytest
 from abcast.effects import Deliver
 from abcast.errors import LocalProtocolError
 from abcast.ids import MsgId, NodeId
-from abcast.replicated import Account, Counter, Lock, ReplicatedHandle, attach, locked
+from abcast.replicated import (
+    Account,
+    Counter,
+    Lock,
+    ReplicatedDict,
+    ReplicatedHandle,
+    attach,
+    locked,
+    replicated,
+    write,
+)
 
 
 def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -225,6 +235,52 @@ async def test_a_second_attach_on_a_real_group_is_refused() -> None:
                 await handle.close()
         finally:
             await asyncio.gather(*(g.close() for g in groups))
+
+
+@replicated
+class Seen:
+    """A class whose write can store a set (state the state encoder refuses)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, int] = {}
+
+    @write
+    def put(self, key: Any, value: Any) -> None:
+        if key == "set":
+            self.seen = {value}
+        else:
+            self.data[key] = value
+
+
+@pytest.mark.parametrize(("cls", "bad", "refused"), [
+    (ReplicatedDict, [((1, 2), "x"), (1.5, "y")], "the new entry has a key of type"),
+    (Seen, [("set", 1)], r"Seen.put was undone: the state of Seen\['seen'\] is a set")])
+@run_async
+async def test_a_write_leaving_state_no_joiner_could_get_fails_and_joins_still_work(
+        cls: type, bad: list[tuple[Any, Any]], refused: str) -> None:
+    """A tuple or float key, or a set, used to be stored, after which no member could hand
+    its state to a joiner and every later join timed out."""
+    from abcast.registry.server import RegistryServer
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        opts: dict[str, Any] = {"transport": "mem://", "registry": server.url}
+        handles = [ReplicatedHandle(cls()) for _ in range(3)]
+        groups = [await Group.create("kv", ordering="sequencer", app=handles[0], **opts)]
+        try:
+            groups.append(await Group.join("kv", app=handles[1], **opts))
+            await asyncio.wait_for(handles[0].put("k", [1]), 10)
+            for key, value in bad:
+                with pytest.raises(LocalProtocolError, match=refused):
+                    await asyncio.wait_for(handles[1].put(key, value), 10)
+            groups.append(await Group.join("kv", app=handles[2], join_timeout_s=20, **opts))
+            await asyncio.wait_for(handles[2].put("j", 2), 10)
+            for handle in handles:
+                await asyncio.wait_for(handle.wait_until(lambda d: "j" in d.data), 10)
+                assert vars(handle.local) == {"data": {"k": [1], "j": 2}}
+        finally:
+            for group in reversed(groups):
+                await group.close()
 
 
 @pytest.mark.parametrize(("removed", "why"), [

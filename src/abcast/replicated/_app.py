@@ -91,8 +91,14 @@ class GroupApp(Generic[C]):
         _BOUND[group] = self
 
     def get_state(self) -> bytes:
-        """The state, for a joiner (the group's snapshot hook)."""
-        return self.core.state()
+        """The state, for a joiner (the group's snapshot hook). State made by writes is
+        always plain data (Replica checks it after each); only a class's own get_state()
+        can fail here, and that is logged and raised to the group."""
+        try:
+            return self.core.state()
+        except Exception:
+            log.exception("%s: no state to hand a joiner", self._what)
+            raise
 
     def set_state(self, state: bytes) -> None:
         """Replace the state with a member's snapshot (this node just joined)."""
