@@ -7,6 +7,7 @@ orderings)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
@@ -214,27 +215,35 @@ async def test_attach_beside_an_app_is_refused_and_close_frees_the_group() -> No
     assert await again.add(1) == 1
 
 
-@run_async
-async def test_a_second_attach_on_a_real_group_is_refused() -> None:
+@contextlib.asynccontextmanager
+async def real_groups(size: int, ordering: str = "sequencer") -> AsyncIterator[list[Any]]:
+    """`size` members of one open group (mem:// transport, a registry), closed after."""
     from abcast.registry.server import RegistryServer
     from abcast.runtime.group import Group
 
     async with RegistryServer() as server:
-        groups = [Group("counter", ordering="sequencer", transport="mem://",
-                        registry=server.url, node=f"n{i}", size=2) for i in (1, 2)]
+        groups = [Group("counter", ordering=ordering, transport="mem://",
+                        registry=server.url, node=f"n{i}", size=size)
+                  for i in range(1, size + 1)]
         await asyncio.wait_for(asyncio.gather(*(g.open() for g in groups)), 20)
         try:
-            handles = [await attach(g, Counter) for g in groups]
-            for group in groups:
-                with pytest.raises(LocalProtocolError, match="one object per group"):
-                    await attach(group, Counter)
-            values = [await asyncio.wait_for(handles[0].add(1), 10) for _ in range(4)]
-            assert values == [1, 2, 3, 4]
-            await asyncio.wait_for(handles[1].wait_until(lambda c: c.value == 4), 10)
-            for handle in handles:
-                await handle.close()
+            yield groups
         finally:
             await asyncio.gather(*(g.close() for g in groups))
+
+
+@run_async
+async def test_a_second_attach_on_a_real_group_is_refused() -> None:
+    async with real_groups(2) as groups:
+        handles = [await attach(g, Counter) for g in groups]
+        for group in groups:
+            with pytest.raises(LocalProtocolError, match="one object per group"):
+                await attach(group, Counter)
+        values = [await asyncio.wait_for(handles[0].add(1), 10) for _ in range(4)]
+        assert values == [1, 2, 3, 4]
+        await asyncio.wait_for(handles[1].wait_until(lambda c: c.value == 4), 10)
+        for handle in handles:
+            await handle.close()
 
 
 @replicated
@@ -313,54 +322,36 @@ async def test_when_the_group_ends_pending_waiting_and_later_calls_fail(
 
 @run_async
 async def test_a_write_in_flight_when_a_real_group_closes_here_resolves() -> None:
-    from abcast.registry.server import RegistryServer
-    from abcast.runtime.group import Group
-
-    async with RegistryServer() as server:
-        groups = [Group("counter", ordering="sequencer", transport="mem://",
-                        registry=server.url, node=f"n{i}", size=2) for i in (1, 2)]
-        await asyncio.wait_for(asyncio.gather(*(g.open() for g in groups)), 20)
-        try:
-            first, second = [await attach(g, Counter) for g in groups]
-            assert await asyncio.wait_for(second.add(1), 10) == 1
-            in_flight = second.add(1)
-            await groups[1].close()
-            try:  # executed here before the close, or failed by it: never left hanging
-                assert await asyncio.wait_for(in_flight, 10) == 2
-            except LocalProtocolError as exc:
-                assert "its group was closed here" in str(exc)
-            with pytest.raises(LocalProtocolError, match="its group was closed here"):
-                await asyncio.wait_for(second.get(), 10)
-            await first.close()
-        finally:
-            await asyncio.gather(*(g.close() for g in groups))
+    async with real_groups(2) as groups:
+        first, second = [await attach(g, Counter) for g in groups]
+        assert await asyncio.wait_for(second.add(1), 10) == 1
+        in_flight = second.add(1)
+        await groups[1].close()
+        try:  # executed here before the close, or failed by it: never left hanging
+            assert await asyncio.wait_for(in_flight, 10) == 2
+        except LocalProtocolError as exc:
+            assert "its group was closed here" in str(exc)
+        with pytest.raises(LocalProtocolError, match="its group was closed here"):
+            await asyncio.wait_for(second.get(), 10)
+        await first.close()
 
 
 @pytest.mark.parametrize("ordering", ["matrix", "sequencer"])
 @run_async
 async def test_replicas_over_real_groups_agree(ordering: str) -> None:
-    from abcast.registry.server import RegistryServer
-    from abcast.runtime.group import Group
+    async with real_groups(3, ordering) as groups:
+        handles = [await attach(g, Counter) for g in groups]
 
-    async with RegistryServer() as server:
-        groups = [Group("counter", ordering=ordering, transport="mem://",
-                        registry=server.url, node=f"n{i}", size=3) for i in (1, 2, 3)]
-        await asyncio.wait_for(asyncio.gather(*(g.open() for g in groups)), 20)
-        try:
-            handles = [await attach(g, Counter) for g in groups]
+        async def work(handle: ReplicatedHandle[Counter]) -> None:
+            for _ in range(10):
+                await handle.add(1)
 
-            async def work(handle: ReplicatedHandle[Counter]) -> None:
-                for _ in range(10):
-                    await handle.add(1)
-
-            await asyncio.wait_for(asyncio.gather(*(work(h) for h in handles)), 20)
-            for handle in handles:
-                await asyncio.wait_for(handle.wait_until(lambda c: c.value == 30), 20)
-            assert [await h.get() for h in handles] == [30, 30, 30]
-            for handle in handles:
-                await handle.close()
-        finally:
-            await asyncio.gather(*(g.close() for g in groups))
+        await asyncio.wait_for(asyncio.gather(*(work(h) for h in handles)), 20)
+        for handle in handles:
+            await asyncio.wait_for(handle.wait_until(lambda c: c.value == 30), 20)
+        assert [await h.get() for h in handles] == [30, 30, 30]
+        for handle in handles:
+            await handle.close()
 
 
 @pytest.mark.parametrize("ordering", ["unordered", "fifo", "causal"])
