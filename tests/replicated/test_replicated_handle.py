@@ -320,6 +320,25 @@ async def test_when_the_group_ends_pending_waiting_and_later_calls_fail(
         first.add(1)
 
 
+class RefusingGroup(FakeGroup):
+    """A group whose deliveries() refuses (as abcast.Group's does when made with
+    on_deliver=)."""
+
+    async def deliveries(self) -> AsyncIterator[Deliver]:
+        raise LocalProtocolError("deliveries() needs an open group made without on_deliver=")
+        yield  # an async generator
+
+
+@run_async
+async def test_a_reader_whose_deliveries_refuse_fails_its_calls() -> None:
+    handle = await attach(RefusingGroup(Bus(), "n1"), Counter)
+    pending = handle.add(1)
+    with pytest.raises(LocalProtocolError, match=r"deliveries failed: .*without on_deliver"):
+        await asyncio.wait_for(pending, 10)
+    with pytest.raises(LocalProtocolError, match="deliveries failed"):
+        handle.add(1)
+
+
 @run_async
 async def test_a_write_in_flight_when_a_real_group_closes_here_resolves() -> None:
     async with real_groups(2) as groups:
