@@ -413,3 +413,11 @@ def test_a_named_object_whose_state_is_not_plain_fails_its_create_alike() -> Non
     assert outcomes[0] is not None and "is a set" in str(outcomes[0].error)
     assert not any(d.has("bad") for d in directories)
     assert directories[0].state() == directories[1].state()
+
+
+@pytest.mark.parametrize("state", [{(1, 2): "x"}, {"k": {1, 2}}, [("k", 1)]])
+def test_a_dict_state_from_a_peer_that_is_not_plain_is_refused(state: object) -> None:
+    joiner = Replica(ReplicatedDict(), "n3")
+    with pytest.raises(RemoteProtocolError, match="dictionary state"):
+        joiner.load(b"H" + pickle.dumps(state, protocol=5))
+    assert joiner.obj.data == {}

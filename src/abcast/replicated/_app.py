@@ -118,11 +118,11 @@ class GroupApp(Generic[C]):
                 self.on_deliver(delivery)
         except Exception as exc:  # deliveries() refused (a group with on_deliver=, say)
             log.error("%s stopped reading its group: %s", self._what, exc)
-            self._end(f"its group's deliveries failed: {exc}")
+            self._end(f"{self._what} gone: its group's deliveries failed: {exc}")
             return
-        removed = getattr(group, "removed_view", None)
-        self._end("this member left its group or was removed from it" if removed is not None
-                  else "its group was closed here")
+        removed = getattr(group, "removed_view", None) is not None
+        self._end(f"{self._what} gone: " + ("this member left its group or was removed from "
+                                            "it" if removed else "its group was closed here"))
 
     async def close(self) -> None:
         """Stop applying deliveries; pending and later calls fail with LocalProtocolError."""
@@ -131,13 +131,12 @@ class GroupApp(Generic[C]):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
             self._reader = None
-        self._end("closed")
+        self._end(f"{self._what} closed")
 
     def _end(self, why: str) -> None:
-        """The object is gone: fail what waits, and every call from now on."""
+        """The object is gone (`why`): fail what waits, and every call from now on."""
         if self._gone is None:
-            self._gone = f"{self._what} {why}" if why == "closed" else \
-                f"{self._what} gone: {why}"
+            self._gone = why
         for future in self._futures.values():
             if not future.done():
                 future.set_exception(LocalProtocolError(self._gone))

@@ -85,16 +85,16 @@ class ReplicatedDict:
         return len(self.data)
 
     def get_state(self) -> bytes:
-        return pickle.dumps(self.data, protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps(self.data, protocol=5)
 
     def set_state(self, state: bytes) -> None:
         data = loads_plain(state, "dictionary state")
-        try:
-            check_plain(data if type(data) is dict else None, "dictionary state")
-        except LocalProtocolError as exc:  # a peer's bytes
-            raise RemoteProtocolError(str(exc)) from None
         if type(data) is not dict:
             raise RemoteProtocolError(f"dictionary state is a {type(data).__name__}")
+        try:
+            check_plain(data, "dictionary state")
+        except LocalProtocolError as exc:  # a peer's bytes
+            raise RemoteProtocolError(str(exc)) from None
         self.data = data
 
 
