@@ -18,6 +18,7 @@ from abcast.replicated import (
     Account,
     Counter,
     Lock,
+    Outcome,
     Replica,
     ReplicatedDict,
     read,
@@ -25,6 +26,7 @@ from abcast.replicated import (
     write,
 )
 from abcast.replicated._args import check_plain
+from abcast.replicated.directory import Directory, encode_create
 
 
 @replicated
@@ -296,3 +298,126 @@ def test_the_package_is_the_decorator_too() -> None:
     replica = Replica(Tally(), "n1")
     replica.apply("n1", 1, replica.invocation("inc"))
     assert replica.obj.n == 1
+
+
+@replicated
+class Tagged:
+    """Its writes can leave state the state encoder refuses (as a careless class might)."""
+
+    def __init__(self) -> None:
+        self.tags: list[str] = []
+
+    @write
+    def tag(self, name: str) -> int:
+        self.tags.append(name)
+        return len(self.tags)
+
+    @write
+    def as_set(self) -> None:
+        self.tags.append("seen")
+        self.unique = set(self.tags)  # a set: not plain data
+
+    @write
+    def pair(self, a: int, b: int) -> None:
+        self.pairs = {(a, b): True}  # a tuple key: not plain data
+
+    @write
+    def nest_then_fail(self) -> None:
+        self.tags.append("x")
+        self.tags.append({"inner": frozenset()})  # type: ignore[arg-type]
+        raise ValueError("the method's own failure")
+
+
+@pytest.mark.parametrize(("method", "args"), [
+    ("put", ((1, 2), "x")), ("put", (1.5, "y")), ("put_if_absent", ((0, "a"), 1))])
+def test_a_dict_key_the_state_could_not_hold_fails_its_write_alike(
+        method: str, args: tuple[Any, ...]) -> None:
+    """The verdict falls where the write executes, the same on every replica: the write
+    fails for its caller, the state is unchanged, and a joiner can still be given it."""
+    replicas = [Replica(ReplicatedDict(), f"n{i}") for i in (1, 2)]
+    ops = [("n1", 1, replicas[0].invocation("put", ("k", [1, 2]))),
+           ("n2", 1, replicas[1].invocation(method, args)),
+           ("n1", 2, replicas[0].invocation("put", ("j", 3)))]
+    outcomes = [[r.apply(*op) for op in ops] for r in replicas]
+    failed = outcomes[1][1]
+    assert failed is not None and isinstance(failed.error, LocalProtocolError)
+    kind = type(args[0]).__name__
+    assert f"the new entry has a key of type {kind}; dict keys must be" in str(failed.error)
+    assert outcomes[0][1] is None  # n1's copy refused it too, silently (not its write)
+    for replica in replicas:
+        assert replica.obj.data == {"k": [1, 2], "j": 3}
+    joiner = Replica(ReplicatedDict(), "n3")
+    joiner.load(replicas[0].state())
+    assert joiner.state() == replicas[1].state() == replicas[0].state()
+
+
+def test_any_write_leaving_a_non_plain_attribute_is_undone() -> None:
+    replica = Replica(Tagged(), "n1")
+    replica.apply("n1", 1, replica.invocation("tag", ("a",)))
+    outcome = replica.apply("n1", 2, replica.invocation("as_set"))
+    assert outcome is not None and isinstance(outcome.error, LocalProtocolError)
+    assert "Tagged.as_set was undone" in str(outcome.error)
+    assert "['unique'] is a set" in str(outcome.error)
+    assert vars(replica.obj) == {"tags": ["a"]}
+    outcome = replica.apply("n1", 3, replica.invocation("pair", (1, 2)))
+    assert outcome is not None and "['pairs'] has a key of type tuple" in str(outcome.error)
+    assert vars(replica.obj) == {"tags": ["a"]}
+    # a method that raised after storing non-plain data: undone as well, and the state
+    # verdict is the caller's outcome
+    outcome = replica.apply("n1", 4, replica.invocation("nest_then_fail"))
+    assert outcome is not None and "is a frozenset" in str(outcome.error)
+    assert vars(replica.obj) == {"tags": ["a"]}
+    assert replica.apply("n1", 5, replica.invocation("tag", ("b",))) == Outcome(5, 2)
+    replica.state()  # encodes
+
+
+def test_an_object_whose_state_is_not_plain_is_refused_when_made() -> None:
+    obj = Tagged()
+    obj.tags = {"a"}  # type: ignore[assignment]
+    with pytest.raises(LocalProtocolError, match=r"the state of Tagged\['tags'\] is a set"):
+        Replica(obj)
+
+    @replicated
+    class Hooked:  # its own hooks: its state is its business, not checked
+        def __init__(self) -> None:
+            self.seen: set[str] = set()
+
+        @write
+        def see(self, name: str) -> None:
+            self.seen.add(name)
+
+        def get_state(self) -> bytes:
+            return ",".join(sorted(self.seen)).encode()
+
+        def set_state(self, data: bytes) -> None:
+            self.seen = set(data.decode().split(",")) if data else set()
+
+    hooked = Replica(Hooked(), "n1")
+    assert hooked.apply("n1", 1, hooked.invocation("see", ("x",))) == Outcome(1, None)
+    assert hooked.obj.seen == {"x"}
+
+
+def test_a_named_object_whose_state_is_not_plain_fails_its_create_alike() -> None:
+    @replicated
+    class Bad:
+        def __init__(self) -> None:
+            self.seen = {1}
+
+        @write
+        def noop(self) -> None:
+            pass
+
+    directories = [Directory(f"n{i}") for i in (1, 2)]
+    create = encode_create("bad", Bad, (), {})
+    outcomes = [d.apply("n1", 1, create) for d in directories]
+    assert outcomes[0] is not None and "is a set" in str(outcomes[0].error)
+    assert not any(d.has("bad") for d in directories)
+    assert directories[0].state() == directories[1].state()
+
+
+@pytest.mark.parametrize("state", [{(1, 2): "x"}, {"k": {1, 2}}, [("k", 1)]])
+def test_a_dict_state_from_a_peer_that_is_not_plain_is_refused(state: object) -> None:
+    joiner = Replica(ReplicatedDict(), "n3")
+    with pytest.raises(RemoteProtocolError, match="dictionary state"):
+        joiner.load(b"H" + pickle.dumps(state, protocol=5))
+    assert joiner.obj.data == {}

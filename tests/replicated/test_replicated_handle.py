@@ -7,6 +7,7 @@ orderings)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
@@ -16,7 +17,17 @@ import pytest
 from abcast.effects import Deliver
 from abcast.errors import LocalProtocolError
 from abcast.ids import MsgId, NodeId
-from abcast.replicated import Account, Counter, Lock, ReplicatedHandle, attach, locked
+from abcast.replicated import (
+    Account,
+    Counter,
+    Lock,
+    ReplicatedDict,
+    ReplicatedHandle,
+    attach,
+    locked,
+    replicated,
+    write,
+)
 
 
 def run_async(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -49,7 +60,8 @@ class FakeGroup:
         self._node = node
         self._seq = 0
         self.hook: Any = None
-        self.queue: asyncio.Queue[Deliver] = asyncio.Queue()
+        self.queue: asyncio.Queue[Deliver | None] = asyncio.Queue()
+        self.removed_view: object = None
         bus.members.append(self)
 
     @property
@@ -69,8 +81,15 @@ class FakeGroup:
             self.queue.put_nowait(delivery)
 
     async def deliveries(self) -> AsyncIterator[Deliver]:
-        while True:
-            yield await self.queue.get()
+        while (delivery := await self.queue.get()) is not None:
+            yield delivery
+
+    def end(self, removed: bool = False) -> None:
+        """The group ends here (closed; with `removed`, the group removed this member):
+        nothing more is delivered, and deliveries() ends, as abcast.Group's does."""
+        self.bus.members.remove(self)
+        self.removed_view = object() if removed else None
+        self.queue.put_nowait(None)
 
 
 def _hooked(bus: Bus, node: NodeId, obj: Any) -> ReplicatedHandle[Any]:
@@ -161,31 +180,197 @@ async def test_attach_reads_deliveries_from_the_group_and_close_fails_pending() 
     await handles[1].close()
 
 
-@pytest.mark.parametrize("ordering", ["matrix", "sequencer"])
+@pytest.mark.parametrize("first_name", [None, "a"])
+@pytest.mark.parametrize("second_name", [None, "b"])
 @run_async
-async def test_replicas_over_real_groups_agree(ordering: str) -> None:
+async def test_a_second_reader_on_one_group_is_refused(first_name: str | None,
+                                                       second_name: str | None) -> None:
+    """Two readers of one group's deliveries would each take some of them: both copies
+    would miss writes and callers would hang. Whichever mix of named and unnamed objects
+    comes second is refused, unless both are named (they share the group's Objects)."""
+    bus = Bus()
+    group = FakeGroup(bus, "n1")
+    first = await attach(group, Counter, name=first_name)
+    if first_name is not None and second_name is not None:
+        second = await attach(group, Counter, name=second_name)
+        assert [await first.add(1) for _ in range(3)] == [1, 2, 3]
+        assert await second.add(1) == 1
+        return
+    with pytest.raises(LocalProtocolError, match=r"one object per group.*name="):
+        await attach(group, Counter, name=second_name)
+    assert [await first.add(1) for _ in range(4)] == [1, 2, 3, 4]  # it had every one
+
+
+@run_async
+async def test_attach_beside_an_app_is_refused_and_close_frees_the_group() -> None:
+    bus = Bus()
+    hooked = _hooked(bus, "n1", Counter())  # the group's application, as app= makes it
+    with pytest.raises(LocalProtocolError, match="already has its replicated object"):
+        await attach(hooked._group, Counter)  # type: ignore[arg-type]
+    group = FakeGroup(bus, "n2")
+    first = await attach(group, Counter)
+    assert await first.add(1) == 1
+    await first.close()
+    again = await attach(group, Counter)  # the group is free once the first is gone
+    assert await again.add(1) == 1
+
+
+@contextlib.asynccontextmanager
+async def real_groups(size: int, ordering: str = "sequencer") -> AsyncIterator[list[Any]]:
+    """`size` members of one open group (mem:// transport, a registry), closed after."""
     from abcast.registry.server import RegistryServer
     from abcast.runtime.group import Group
 
     async with RegistryServer() as server:
         groups = [Group("counter", ordering=ordering, transport="mem://",
-                        registry=server.url, node=f"n{i}", size=3) for i in (1, 2, 3)]
+                        registry=server.url, node=f"n{i}", size=size)
+                  for i in range(1, size + 1)]
         await asyncio.wait_for(asyncio.gather(*(g.open() for g in groups)), 20)
         try:
-            handles = [await attach(g, Counter) for g in groups]
-
-            async def work(handle: ReplicatedHandle[Counter]) -> None:
-                for _ in range(10):
-                    await handle.add(1)
-
-            await asyncio.wait_for(asyncio.gather(*(work(h) for h in handles)), 20)
-            for handle in handles:
-                await asyncio.wait_for(handle.wait_until(lambda c: c.value == 30), 20)
-            assert [await h.get() for h in handles] == [30, 30, 30]
-            for handle in handles:
-                await handle.close()
+            yield groups
         finally:
             await asyncio.gather(*(g.close() for g in groups))
+
+
+@run_async
+async def test_a_second_attach_on_a_real_group_is_refused() -> None:
+    async with real_groups(2) as groups:
+        handles = [await attach(g, Counter) for g in groups]
+        for group in groups:
+            with pytest.raises(LocalProtocolError, match="one object per group"):
+                await attach(group, Counter)
+        values = [await asyncio.wait_for(handles[0].add(1), 10) for _ in range(4)]
+        assert values == [1, 2, 3, 4]
+        await asyncio.wait_for(handles[1].wait_until(lambda c: c.value == 4), 10)
+        for handle in handles:
+            await handle.close()
+
+
+@replicated
+class Seen:
+    """A class whose write can store a set (state the state encoder refuses)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, int] = {}
+
+    @write
+    def put(self, key: Any, value: Any) -> None:
+        if key == "set":
+            self.seen = {value}
+        else:
+            self.data[key] = value
+
+
+@pytest.mark.parametrize(("cls", "bad", "refused"), [
+    (ReplicatedDict, [((1, 2), "x"), (1.5, "y")], "the new entry has a key of type"),
+    (Seen, [("set", 1)], r"Seen.put was undone: the state of Seen\['seen'\] is a set")])
+@run_async
+async def test_a_write_leaving_state_no_joiner_could_get_fails_and_joins_still_work(
+        cls: type, bad: list[tuple[Any, Any]], refused: str) -> None:
+    """A tuple or float key, or a set, used to be stored, after which no member could hand
+    its state to a joiner and every later join timed out."""
+    from abcast.registry.server import RegistryServer
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        opts: dict[str, Any] = {"transport": "mem://", "registry": server.url}
+        handles = [ReplicatedHandle(cls()) for _ in range(3)]
+        groups = [await Group.create("kv", ordering="sequencer", app=handles[0], **opts)]
+        try:
+            groups.append(await Group.join("kv", app=handles[1], **opts))
+            await asyncio.wait_for(handles[0].put("k", [1]), 10)
+            for key, value in bad:
+                with pytest.raises(LocalProtocolError, match=refused):
+                    await asyncio.wait_for(handles[1].put(key, value), 10)
+            groups.append(await Group.join("kv", app=handles[2], join_timeout_s=20, **opts))
+            await asyncio.wait_for(handles[2].put("j", 2), 10)
+            for handle in handles:
+                await asyncio.wait_for(handle.wait_until(lambda d: "j" in d.data), 10)
+                assert vars(handle.local) == {"data": {"k": [1], "j": 2}}
+        finally:
+            for group in reversed(groups):
+                await group.close()
+
+
+@pytest.mark.parametrize(("removed", "why"), [
+    (False, "its group was closed here"),
+    (True, "this member left its group or was removed from it")])
+@run_async
+async def test_when_the_group_ends_pending_waiting_and_later_calls_fail(
+        removed: bool, why: str) -> None:
+    bus = Bus()
+    groups = [FakeGroup(bus, n) for n in ("n1", "n2")]
+    first, second = [await attach(g, Counter) for g in groups]
+    assert await second.add(1) == 1
+    groups[1].end(removed)  # its write below is never delivered here
+    in_flight = second.add(1)
+    reading = asyncio.ensure_future(second.get())  # waits for that write
+    waiting = asyncio.ensure_future(second.wait_until(lambda c: c.value == 2))
+    gone = f"replicated object gone: {why}"
+    for call in (in_flight, reading, waiting):
+        with pytest.raises(LocalProtocolError, match=gone):
+            await asyncio.wait_for(call, 10)
+    with pytest.raises(LocalProtocolError, match=gone):
+        second.add(1)  # at once: nothing is broadcast
+    with pytest.raises(LocalProtocolError, match=gone):
+        await second.get()
+    assert await first.add(1) == 3  # the others go on (they got its last write)
+    await first.close()
+    with pytest.raises(LocalProtocolError, match="replicated object closed"):
+        first.add(1)
+
+
+class RefusingGroup(FakeGroup):
+    """A group whose deliveries() refuses (as abcast.Group's does when made with
+    on_deliver=)."""
+
+    async def deliveries(self) -> AsyncIterator[Deliver]:
+        raise LocalProtocolError("deliveries() needs an open group made without on_deliver=")
+        yield  # an async generator
+
+
+@run_async
+async def test_a_reader_whose_deliveries_refuse_fails_its_calls() -> None:
+    handle = await attach(RefusingGroup(Bus(), "n1"), Counter)
+    pending = handle.add(1)
+    with pytest.raises(LocalProtocolError, match=r"deliveries failed: .*without on_deliver"):
+        await asyncio.wait_for(pending, 10)
+    with pytest.raises(LocalProtocolError, match="deliveries failed"):
+        handle.add(1)
+
+
+@run_async
+async def test_a_write_in_flight_when_a_real_group_closes_here_resolves() -> None:
+    async with real_groups(2) as groups:
+        first, second = [await attach(g, Counter) for g in groups]
+        assert await asyncio.wait_for(second.add(1), 10) == 1
+        in_flight = second.add(1)
+        await groups[1].close()
+        try:  # executed here before the close, or failed by it: never left hanging
+            assert await asyncio.wait_for(in_flight, 10) == 2
+        except LocalProtocolError as exc:
+            assert "its group was closed here" in str(exc)
+        with pytest.raises(LocalProtocolError, match="its group was closed here"):
+            await asyncio.wait_for(second.get(), 10)
+        await first.close()
+
+
+@pytest.mark.parametrize("ordering", ["matrix", "sequencer"])
+@run_async
+async def test_replicas_over_real_groups_agree(ordering: str) -> None:
+    async with real_groups(3, ordering) as groups:
+        handles = [await attach(g, Counter) for g in groups]
+
+        async def work(handle: ReplicatedHandle[Counter]) -> None:
+            for _ in range(10):
+                await handle.add(1)
+
+        await asyncio.wait_for(asyncio.gather(*(work(h) for h in handles)), 20)
+        for handle in handles:
+            await asyncio.wait_for(handle.wait_until(lambda c: c.value == 30), 20)
+        assert [await h.get() for h in handles] == [30, 30, 30]
+        for handle in handles:
+            await handle.close()
 
 
 @pytest.mark.parametrize("ordering", ["unordered", "fifo", "causal"])

@@ -8,6 +8,16 @@ caller waiting for it, matched by the group's seq (an outcome that comes before 
 caller started waiting is kept until then). A delivery the core refuses is logged and
 counted, never raised into the group's driver. It answers the group's `get_state` /
 `set_state`, and binding refuses an ordering that does not claim total order.
+
+A group has at most one of these on a node (`bound_to(group)`): a second reader of one
+delivery stream would take some of its deliveries from the first, and both copies would
+miss writes. Binding refuses a second one with LocalProtocolError; several objects on a
+group are named objects in its one `Objects`. (A loop of the application's own over
+`group.deliveries()` cannot be seen from here.)
+
+When the reading task's `deliveries()` ends — the group closed here, or the group removed
+this member — or on `close()`, the object is gone: every pending write and every waiting
+read fails with LocalProtocolError saying why, and so does every later call, at once.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any, Final, Generic, Protocol, TypeVar
 
@@ -25,6 +36,14 @@ from abcast.replicated._group import GroupLike, require_total_order
 from abcast.replicated.replica import Outcome
 
 log: Final = logging.getLogger(__name__)
+
+#: the one GroupApp bound to each group on this node, until it is gone
+_BOUND: weakref.WeakKeyDictionary[Any, GroupApp[Any]] = weakref.WeakKeyDictionary()
+
+
+def bound_to(group: GroupLike) -> GroupApp[Any] | None:
+    """The replicated object(s) this node has on `group`, if any."""
+    return _BOUND.get(group)
 
 
 class Core(Protocol):
@@ -49,21 +68,37 @@ class GroupApp(Generic[C]):
         self._early: dict[int, Outcome] = {}  # outcomes that came before their future
         self._changed: asyncio.Event | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._gone: str | None = None  # why calls fail now (the group ended, close())
         self.bad_deliveries = 0
 
     def bind(self, group: GroupLike) -> None:
         """Use `group` (open, with this object's `on_deliver` as its delivery hook)."""
         if self._group is not None:
             raise LocalProtocolError(f"this {self._what} is already bound to a group")
+        other = _BOUND.get(group)
+        if other is not None:
+            raise LocalProtocolError(
+                f"group {getattr(group, 'name', '')!r} already has its {other._what} on "
+                f"this node, applying its deliveries: a second reader would take some of "
+                f"them and both would miss writes. Attach one object per group; for "
+                f"several, name them: attach(group, cls, name=...) (or give the group "
+                f"app=Objects())")
         ordering = getattr(group, "ordering", None)
         if isinstance(ordering, str):
             require_total_order(ordering, getattr(group, "options", None))
         self._group = group
         self.core.node = group.node
+        _BOUND[group] = self
 
     def get_state(self) -> bytes:
-        """The state, for a joiner (the group's snapshot hook)."""
-        return self.core.state()
+        """The state, for a joiner (the group's snapshot hook). State made by writes is
+        always plain data (Replica checks it after each); only a class's own get_state()
+        can fail here, and that is logged and raised to the group."""
+        try:
+            return self.core.state()
+        except Exception:
+            log.exception("%s: no state to hand a joiner", self._what)
+            raise
 
     def set_state(self, state: bytes) -> None:
         """Replace the state with a member's snapshot (this node just joined)."""
@@ -78,22 +113,41 @@ class GroupApp(Generic[C]):
         self._reader = asyncio.get_running_loop().create_task(self._read_all(group))
 
     async def _read_all(self, group: GroupLike) -> None:
-        async for delivery in group.deliveries():
-            self.on_deliver(delivery)
+        try:
+            async for delivery in group.deliveries():
+                self.on_deliver(delivery)
+        except Exception as exc:  # deliveries() refused (a group with on_deliver=, say)
+            log.error("%s stopped reading its group: %s", self._what, exc)
+            self._end(f"{self._what} gone: its group's deliveries failed: {exc}")
+            return
+        removed = getattr(group, "removed_view", None) is not None
+        self._end(f"{self._what} gone: " + ("this member left its group or was removed from "
+                                            "it" if removed else "its group was closed here"))
 
     async def close(self) -> None:
-        """Stop applying deliveries; pending calls fail with LocalProtocolError."""
+        """Stop applying deliveries; pending and later calls fail with LocalProtocolError."""
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
             self._reader = None
+        self._end(f"{self._what} closed")
+
+    def _end(self, why: str) -> None:
+        """The object is gone (`why`): fail what waits, and every call from now on."""
+        if self._gone is None:
+            self._gone = why
         for future in self._futures.values():
             if not future.done():
-                future.set_exception(LocalProtocolError(f"{self._what} closed"))
+                future.set_exception(LocalProtocolError(self._gone))
         self._futures.clear()
+        if self._group is not None and _BOUND.get(self._group) is self:
+            del _BOUND[self._group]
+        self._wake()
 
     def _require_group(self) -> GroupLike:
+        if self._gone is not None:
+            raise LocalProtocolError(self._gone)
         if self._group is None:
             raise LocalProtocolError(f"bind the {self._what} to an open group first")
         return self._group
@@ -132,7 +186,11 @@ class GroupApp(Generic[C]):
         """Until `predicate()` holds; re-checked after every operation executed here."""
         if self._changed is None:
             self._changed = asyncio.Event()
-        while not predicate():
+        while True:
+            if self._gone is not None:
+                raise LocalProtocolError(self._gone)
+            if predicate():
+                return
             self._changed.clear()
             await self._changed.wait()
 

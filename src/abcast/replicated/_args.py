@@ -12,7 +12,9 @@ The bytes are a pickle of exact builtin types only, read back by an unpickler th
 refuses every global: a peer cannot make a replica import or call anything. Bytes that
 are not a valid operation raise RemoteProtocolError. The object's state for a joiner
 (`encode_state`) follows the same rules, unless the class brings its own hooks
-(`get_state() -> bytes` / `set_state(bytes)`).
+(`get_state() -> bytes` / `set_state(bytes)`): `check_state` is the test, which a
+replica applies to its object when made and after every write (abcast.replicated.replica),
+so that the state a member must hand a joiner is always one it can encode.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from abcast.replicated._memo_guard import check_memo
 MAX_DEPTH: Final = 64
 _SCALARS: Final = (type(None), bool, int, float, str, bytes)
 _KEYS: Final = (type(None), bool, int, str, bytes)
+_SCALAR_TYPES: Final = frozenset(_SCALARS)
+_KEY_TYPES: Final = frozenset(_KEYS)
 _PROTOCOL: Final = 5
 
 
@@ -42,17 +46,26 @@ def check_plain(value: object, where: str, depth: int = 0) -> None:
                                  "(or refers to itself)")
     if kind in _SCALARS:
         return
+    # Fast paths (a replica checks its object's whole state after every write): items
+    # that are scalars, or lists and tuples of scalars, are passed at C speed.
     if isinstance(value, list | tuple) and (kind is list or kind is tuple):
+        if _SCALAR_TYPES.issuperset(map(type, value)):
+            return
         for i, item in enumerate(value):
-            check_plain(item, f"{where}[{i}]", depth + 1)
+            if not _flat(item, depth):
+                check_plain(item, f"{where}[{i}]", depth + 1)
         return
     if isinstance(value, dict) and kind is dict:
+        if _KEY_TYPES.issuperset(map(type, value)) and \
+                _SCALAR_TYPES.issuperset(map(type, value.values())):
+            return
         for key, item in value.items():
             if type(key) not in _KEYS:
                 raise LocalProtocolError(
                     f"{where} has a key of type {type(key).__name__}; dict keys must be "
                     "None, bool, int, str or bytes")
-            check_plain(item, f"{where}[{key!r}]", depth + 1)
+            if not _flat(item, depth):
+                check_plain(item, f"{where}[{key!r}]", depth + 1)
         return
     if kind is set or kind is frozenset:
         raise LocalProtocolError(
@@ -62,6 +75,14 @@ def check_plain(value: object, where: str, depth: int = 0) -> None:
         f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent to the "
         "replicas: only plain data (None, bool, int, float, str, bytes, and lists, tuples "
         "and dicts of them) means the same in every process")
+
+
+def _flat(item: Any, depth: int) -> bool:
+    """A scalar, or a list or tuple of scalars, within the depth bound: plain data."""
+    kind = type(item)
+    return kind in _SCALAR_TYPES or (
+        (kind is list or kind is tuple) and depth + 1 < MAX_DEPTH
+        and _SCALAR_TYPES.issuperset(map(type, item)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +140,26 @@ def decode_invocation(data: bytes) -> Invocation:
             raise RemoteProtocolError(f"operation has the wrong shape: {type(body).__name__}")
 
 
+def has_state_hooks(obj: object) -> bool:
+    """The object hands its state over itself (`get_state`/`set_state`)."""
+    return callable(getattr(obj, "get_state", None))
+
+
+def _attrs(obj: object) -> dict[str, Any]:
+    try:
+        return dict(vars(obj))
+    except TypeError:
+        raise LocalProtocolError(f"{type(obj).__name__} has no __dict__: give it get_state() "
+                                 "and set_state() to hand its state to joiners") from None
+
+
+def check_state(obj: object) -> None:
+    """LocalProtocolError unless `encode_state(obj)` can encode the object's attributes
+    (always passes for a class with its own hooks: its state is its business)."""
+    if not has_state_hooks(obj):
+        check_plain(_attrs(obj), f"the state of {type(obj).__name__}")
+
+
 def encode_state(obj: object) -> bytes:
     """The object's state for a joiner: its own `get_state()` if it has one, else its
     attributes (which must be plain data)."""
@@ -128,13 +169,19 @@ def encode_state(obj: object) -> bytes:
         if not isinstance(state, bytes):
             raise LocalProtocolError(f"{type(obj).__name__}.get_state() must return bytes")
         return b"H" + state
-    try:
-        attrs = dict(vars(obj))
-    except TypeError:
-        raise LocalProtocolError(f"{type(obj).__name__} has no __dict__: give it get_state() "
-                                 "and set_state() to hand its state to joiners") from None
-    check_plain(attrs, f"the state of {type(obj).__name__}")
-    return b"P" + pickle.dumps(attrs, protocol=_PROTOCOL)
+    check_state(obj)
+    return _dump_attrs(obj)
+
+
+def checkpoint_state(obj: object) -> bytes | None:
+    """The attributes as `encode_state` gives them, without the plain-data check (the
+    caller knows them plain), for `decode_state` to put back; None for a class with its own
+    hooks."""
+    return None if has_state_hooks(obj) else _dump_attrs(obj)
+
+
+def _dump_attrs(obj: object) -> bytes:
+    return b"P" + pickle.dumps(_attrs(obj), protocol=_PROTOCOL)
 
 
 def decode_state(obj: object, data: bytes) -> None:

@@ -5,14 +5,22 @@ directly; replicated through abcast.replicated.attach / ReplicatedHandle), every
 deterministic, every @read side-effect free. The lock's blocking `acquire` is a helper
 over the handle (`acquire`, `release`, `locked`): the queue of requesters is replicated
 state, so every replica agrees on who holds the lock.
+
+The dictionary checks the key each write stores (the state's own rules:
+abcast.replicated._args) and hands its state over itself, so that no write needs the
+check of the whole state a replica makes after each write of a class without hooks: a
+`put` costs the same whatever the dictionary holds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import pickle
 from collections.abc import AsyncIterator
 from typing import Any
 
+from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.replicated._args import check_plain, loads_plain
 from abcast.replicated._declare import read, replicated, write
 from abcast.replicated.handle import ReplicatedHandle
 
@@ -38,18 +46,23 @@ class Counter:
 
 @replicated
 class ReplicatedDict:
+    """Keys are None, bool, int, str or bytes (a write storing any other fails, with
+    LocalProtocolError, on every replica alike); values are plain data."""
+
     def __init__(self) -> None:
         self.data: dict[Any, Any] = {}
 
     @write
     def put(self, key: Any, value: Any) -> Any:
         """Set key to value; returns the previous value (None if there was none)."""
+        check_plain({key: value}, "the new entry")
         previous = self.data.get(key)
         self.data[key] = value
         return previous
 
     @write
     def put_if_absent(self, key: Any, value: Any) -> bool:
+        check_plain({key: value}, "the new entry")
         if key in self.data:
             return False
         self.data[key] = value
@@ -70,6 +83,19 @@ class ReplicatedDict:
     @read
     def size(self) -> int:
         return len(self.data)
+
+    def get_state(self) -> bytes:
+        return pickle.dumps(self.data, protocol=5)
+
+    def set_state(self, state: bytes) -> None:
+        data = loads_plain(state, "dictionary state")
+        if type(data) is not dict:
+            raise RemoteProtocolError(f"dictionary state is a {type(data).__name__}")
+        try:
+            check_plain(data, "dictionary state")
+        except LocalProtocolError as exc:  # a peer's bytes
+            raise RemoteProtocolError(str(exc)) from None
+        self.data = data
 
 
 _MISSING = object()

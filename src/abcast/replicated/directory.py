@@ -147,10 +147,10 @@ class Directory:
             self._objects[name] = _Entry(cls_name, None)
             return None
         try:
-            obj = cls(*args, **kwargs)
-        except Exception as exc:  # the constructor's own failure: the same everywhere
-            return exc
-        self._objects[name] = _Entry(cls_name, Replica(obj, self.node))
+            replica = Replica(cls(*args, **kwargs), self.node)
+        except Exception as exc:  # the constructor's failure, or state that is not plain
+            return exc  # data (LocalProtocolError): the same everywhere
+        self._objects[name] = _Entry(cls_name, replica)
         return None
 
     def _call(self, origin: NodeId, seq: int, name: str, invocation: bytes,

@@ -8,7 +8,8 @@ first waits until every write this node issued before it has executed here, then
 the method on the local copy. Deliveries reach the replica either through the group's
 `on_deliver` hook (`Group(..., on_deliver=handle.on_deliver)`, then `handle.bind(group)`
 — deliveries are applied synchronously, which a state-transfer snapshot will need) or,
-for a group made without one, from a task that reads `group.deliveries()` (`attach`).
+for a group made without one, from a task that reads `group.deliveries()` (`attach`;
+one such object per group and node, a second is refused: abcast.replicated._app).
 A delivery that is not an operation of this class is logged and counted, never raised
 into the group's driver.
 

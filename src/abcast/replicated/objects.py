@@ -17,12 +17,11 @@ Outcomes of this node's operations are matched to their callers by the group's s
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from abcast.errors import LocalProtocolError
-from abcast.replicated._app import GroupApp
+from abcast.replicated._app import GroupApp, bound_to
 from abcast.replicated._declare import READ, spec_of
 from abcast.replicated._group import GroupLike
 from abcast.replicated.directory import (
@@ -31,9 +30,6 @@ from abcast.replicated.directory import (
     encode_create,
     encode_drop,
 )
-
-#: the Objects serving each open group (a group has at most one)
-_BY_GROUP: weakref.WeakKeyDictionary[Any, Objects] = weakref.WeakKeyDictionary()
 
 
 class Objects(GroupApp[Directory]):
@@ -45,12 +41,6 @@ class Objects(GroupApp[Directory]):
     @property
     def directory(self) -> Directory:
         return self.core
-
-    def bind(self, group: GroupLike) -> None:
-        if _BY_GROUP.get(group) is not None:
-            raise LocalProtocolError("this group already has its named objects")
-        super().bind(group)
-        _BY_GROUP[group] = self
 
     async def create(self, name: str, cls: type, *args: Any, **kwargs: Any) -> ObjectHandle:
         _seq, future = self.submit(encode_create(name, cls, args, kwargs))
@@ -117,12 +107,13 @@ class ObjectHandle:
 def objects_of(group: GroupLike) -> Objects:
     """The group's named objects: its `app=` Objects, or one made now that reads the
     group's deliveries (a group made without on_deliver/app)."""
-    objects = _BY_GROUP.get(group)
-    if objects is None:
-        objects = Objects()
-        objects.bind(group)
-        objects.start_reading()
-    return objects
+    objects = bound_to(group)
+    if isinstance(objects, Objects):
+        return objects
+    made = Objects()
+    made.bind(group)  # LocalProtocolError if an unnamed object reads the group
+    made.start_reading()
+    return made
 
 
 async def attach_named(group: GroupLike, cls: type, name: str, *args: Any,
@@ -136,8 +127,8 @@ async def attach_named(group: GroupLike, cls: type, name: str, *args: Any,
 def lookup(group: GroupLike, name: str) -> ObjectHandle:
     """The handle of object `name`, created by any member (NoSuchObjectError if its create has
     not executed here)."""
-    objects = _BY_GROUP.get(group)
-    if objects is None:
+    objects = bound_to(group)
+    if not isinstance(objects, Objects):
         raise _no_objects(name)
     return objects.lookup(name)
 

@@ -6,9 +6,15 @@ Rules: the replica turns a local write call into the bytes to broadcast
 message's (origin, seq), so the driver above can resolve the caller waiting for it. A
 write that raises raises on every replica alike (it is deterministic); its exception
 is the caller's outcome and the state is whatever the method left, everywhere the
-same. Reads run on the local copy (`read`), and `caught_up` says whether every write
-this node issued has been executed here (reads wait for that). State for a joiner goes
-through `state()` / `load()`.
+same — unless it left state `encode_state` refuses (a set, a tuple or float as a dict
+key, any object): then every replica alike puts the state back as it was before the
+write, and the caller's outcome is a LocalProtocolError naming what was refused. So a
+member can always hand its state to a joiner (an object whose class brings its own
+`get_state`/`set_state` is not checked: its hooks are its business), and an object
+whose state is not plain data from the start is refused when made. Reads run on the
+local copy (`read`), and `caught_up` says whether every write this node issued has been
+executed here (reads wait for that). State for a joiner goes through `state()` /
+`load()`.
 
 No I/O, no clock, no asyncio: the async facade (abcast.replicated.handle) and the
 simulator's application (abcast.replicated.sim) drive it.
@@ -23,6 +29,8 @@ from typing import Any, Generic, TypeVar
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.replicated._args import (
+    check_state,
+    checkpoint_state,
     decode_invocation,
     decode_state,
     encode_invocation,
@@ -52,8 +60,9 @@ class Replica(Generic[T]):
     write), since a runtime learns its node id only once the group is open."""
 
     def __init__(self, obj: T, node: NodeId | None = None) -> None:
-        self.obj = obj
         self.spec: ClassSpec = spec_of(obj)
+        check_state(obj)
+        self.obj = obj
         self.node = node
         self.applied = 0  # operations executed here
         self.issued = 0  # writes this node issued (its own seqs are 1..issued)
@@ -111,10 +120,19 @@ class Replica(Generic[T]):
                                       f"not a @write of {self.spec.name}")
         value: Any = None
         error: Exception | None = None
+        before = checkpoint_state(self.obj)
         try:
             value = entry.function(self.obj, *invocation.args, **invocation.kwargs)
         except Exception as exc:  # the method's own failure: the same on every replica
             error = exc
+        if before is not None:
+            try:
+                check_state(self.obj)
+            except LocalProtocolError as exc:  # the same verdict on every replica
+                decode_state(self.obj, before)
+                value, error = None, LocalProtocolError(
+                    f"{self.spec.cls.__name__}.{invocation.method} was undone: {exc} (an "
+                    "object's state must stay plain data, so that joiners can be given it)")
         self.applied += 1
         if origin != self.node or self.node is None:
             return None
