@@ -390,3 +390,43 @@ async def test_attach_refuses_a_group_that_does_not_claim_total_order(ordering: 
         with pytest.raises(ConfigError, match="does not claim total order"):
             await Group.create("kv", ordering=ordering, transport="mem://",
                                registry=server.url, app=ReplicatedHandle(Counter()))
+
+
+@run_async
+async def test_attach_beside_the_applications_own_reader_fails_loudly() -> None:
+    """The group refuses a second reader of one delivery stream: attach's task, or the
+    application's loop, fails at once instead of both silently missing deliveries."""
+    async with real_groups(2) as groups:
+        handle = await attach(groups[0], Counter)
+        await asyncio.wait_for(handle.add(1), 10)  # its reader is parked on the queue
+        with pytest.raises(LocalProtocolError, match="already has a reader"):
+            await asyncio.wait_for(anext(groups[0].deliveries()), 10)
+        assert await asyncio.wait_for(handle.add(1), 10) == 2  # the first reader goes on
+        await handle.close()
+        # a reader that left (close, or `break`: its iterator is not parked) frees it
+        await groups[1].broadcast(b"after")
+        delivery = await asyncio.wait_for(anext(groups[0].deliveries()), 10)
+        assert (delivery.origin, delivery.payload) == (groups[1].node, b"after")
+
+
+@run_async
+async def test_an_app_handles_pending_call_fails_when_its_group_closes_here() -> None:
+    """Given as `app=`, a handle hears `group_ended` from the group: what waits fails."""
+    from abcast.registry.server import RegistryServer
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        opts: dict[str, Any] = {"transport": "mem://", "registry": server.url}
+        first, second = ReplicatedHandle(Counter()), ReplicatedHandle(Counter())
+        g1 = await Group.create("c", ordering="sequencer", app=first, **opts)
+        g2 = await Group.join("c", app=second, **opts)
+        try:
+            assert await asyncio.wait_for(second.add(1), 10) == 1
+            waiting = asyncio.ensure_future(second.wait_until(lambda c: c.value == 99))
+            await g2.close()
+            with pytest.raises(LocalProtocolError, match="the group was closed here"):
+                await asyncio.wait_for(waiting, 10)
+            with pytest.raises(LocalProtocolError, match="the group was closed here"):
+                second.add(1)
+        finally:
+            await g1.close()

@@ -13,11 +13,12 @@ A group has at most one of these on a node (`bound_to(group)`): a second reader 
 delivery stream would take some of its deliveries from the first, and both copies would
 miss writes. Binding refuses a second one with LocalProtocolError; several objects on a
 group are named objects in its one `Objects`. (A loop of the application's own over
-`group.deliveries()` cannot be seen from here.)
+`group.deliveries()` is refused by the group: one reader per delivery stream.)
 
-When the reading task's `deliveries()` ends — the group closed here, or the group removed
-this member — or on `close()`, the object is gone: every pending write and every waiting
-read fails with LocalProtocolError saying why, and so does every later call, at once.
+When the group ends on this node — the reading task's `deliveries()` ends, or, given as
+`app=`, the group calls `group_ended` (closed here, left, or removed by the group) — or
+on `close()`, the object is gone: every pending write and every waiting read fails with
+LocalProtocolError saying why, and so does every later call, at once.
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ class GroupApp(Generic[C]):
         removed = getattr(group, "removed_view", None) is not None
         self._end(f"{self._what} gone: " + ("this member left its group or was removed from "
                                             "it" if removed else "its group was closed here"))
+
+    def group_ended(self, why: str) -> None:
+        """The group (this object is its `app=`) ended on this node: `why` says how."""
+        self._end(f"{self._what} gone: {why}")
 
     async def close(self) -> None:
         """Stop applying deliveries; pending and later calls fail with LocalProtocolError."""

@@ -85,7 +85,9 @@ PRUNE_AFTER_S: Final = 15.0
 
 
 class GroupApp(Protocol):
-    """An application object a group drives (`app=`): a `ReplicatedHandle`, say."""
+    """An application object a group drives (`app=`): a `ReplicatedHandle`, say. It may
+    also have `group_ended(why: str)`, called once when the group ends on this node
+    (closed here, left, or removed by the group): nothing more will be delivered."""
 
     def on_deliver(self, delivery: Deliver) -> None: ...
 
@@ -229,6 +231,7 @@ class Group:
         self.size = size
         self._peers = dict(peers) if peers is not None else None
         self._app = app
+        self._app_told = False  # group_ended said (see _tell_app)
         self._user_hook = app.on_deliver if app is not None else on_deliver
         self._opt_hook = on_opt_deliver
         #: opt-deliveries for deliveries(stage="optimistic"), when no on_opt_deliver
@@ -247,6 +250,7 @@ class Group:
         self._driver: GroupDriver | None = None
         self._registered = False
         self._queue: asyncio.Queue[Deliver | None] | None = None
+        self._waiting: set[str] = set()  # the stages a deliveries() reader is parked on
         self._mode = "static"  # static | create | join
         self._ordering_given: str | None = None  # join: the ordering the caller expects
         self._admitted: asyncio.Event | None = None
@@ -442,6 +446,7 @@ class Group:
         await self._stop_registrar()
         self._host.detach(self.name)
         self._end_queues()
+        self._tell_app("the group was closed here")
         await self._leave_registry()
         if self._own_host:
             await self._host.close()
@@ -506,6 +511,8 @@ class Group:
             self._departed.set()
         asyncio.get_running_loop().call_soon(self._host.detach, self.name)
         self._end_queues()  # deliveries() ends: nothing more comes here
+        self._tell_app("this member left the group" if graceful
+                       else "the group removed this member")
         if self._registrar is not None:
             # The next leader announces the view without us; we stop at once.
             asyncio.get_running_loop().create_task(self._stop_registrar())
@@ -514,6 +521,18 @@ class Group:
 
     def _refused(self, reason: str) -> None:
         self.refused = reason
+
+    def _tell_app(self, why: str) -> None:
+        """The group ended here: an `app=` object with `group_ended` hears it, once."""
+        if self._app_told:
+            return
+        self._app_told = True
+        ended = getattr(self._app, "group_ended", None)
+        if callable(ended):
+            try:
+                ended(why)
+            except Exception:
+                log.exception("%s on %s: the app's group_ended raised", self.name, self.node)
 
     # ----------------------------------------------------------------- the API
 
@@ -600,10 +619,23 @@ class Group:
                 f"deliveries(stage={stage!r}) needs an open group made without {hook}= "
                 f"(with {hook}, deliveries go to that callback)"
             )
+        waiting = self._waiting
         while True:
-            item = await queue.get()
+            # One reader per stage: a second would take some of the deliveries and both
+            # would miss the rest. Counted while parked, so an iterator left by `break`
+            # (finalized later) does not count; of two readers one fails loudly.
+            if stage in waiting:
+                raise LocalProtocolError(
+                    f"group {self.name!r}: deliveries(stage={stage!r}) already has a "
+                    "reader; a second would take some of the deliveries and both would "
+                    "miss the rest: read them in one place and hand them on from there")
+            waiting.add(stage)
+            try:
+                item = await queue.get()
+            finally:
+                waiting.discard(stage)
             if item is None:
-                queue.put_nowait(None)  # let every other iterator end too
+                queue.put_nowait(None)  # let an iterator started later end too
                 return
             yield item
 
