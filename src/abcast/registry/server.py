@@ -104,6 +104,7 @@ class RegistryStats:
     timeouts: int = 0  # connections closed idle or inside a message
     refused_full: int = 0  # requests refused by a bound of RegistryLimits
     refused_unauthenticated: int = 0  # secret-group requests without a valid proof
+    failed_requests: int = 0  # requests whose serving raised (a registry bug): dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,21 +260,11 @@ class RegistryServer:
                     self._bad(peer, str(exc))
                     return
                 self.stats.requests += 1
-                refused = self._over_limits(request, client)
-                if refused is not None:
-                    writer.write(encode(refused))
-                    continue
-                if isinstance(request, Lookup | WaitDone) or (
-                    isinstance(request, Register) and request.claim is None
-                    and self._grace_over is not None and not self._grace_over.is_set()
-                ):
-                    wait = asyncio.create_task(self._answer_later(request, writer, nonce, peer))
-                    waits.add(wait)
-                    wait.add_done_callback(waits.discard)
-                elif isinstance(request, Challenge):
-                    writer.write(encode(Nonce(request.rid, nonce)))
-                else:
-                    writer.write(encode(self._checked(request, nonce, peer)))
+                try:
+                    self._serve_one(request, client, writer, nonce, waits)
+                except Exception as exc:  # a bug serving one request must not kill the rest
+                    self._failed(peer, request, exc)
+                    return
         except (ConnectionError, OSError):
             return
         finally:
@@ -282,6 +273,30 @@ class RegistryServer:
             writer.close()
             if task is not None:
                 self._connections.pop(task, None)
+
+    def _serve_one(self, request: Request, client: _Client, writer: asyncio.StreamWriter,
+                   nonce: bytes, waits: set[asyncio.Task[None]]) -> None:
+        refused = self._over_limits(request, client)
+        if refused is not None:
+            writer.write(encode(refused))
+        elif isinstance(request, Lookup | WaitDone) or (
+            isinstance(request, Register) and request.claim is None
+            and self._grace_over is not None and not self._grace_over.is_set()
+        ):
+            wait = asyncio.create_task(self._answer_later(request, writer, nonce, client.peer))
+            waits.add(wait)
+            wait.add_done_callback(waits.discard)
+        elif isinstance(request, Challenge):
+            writer.write(encode(Nonce(request.rid, nonce)))
+        else:
+            writer.write(encode(self._checked(request, nonce, client.peer)))
+
+    def _failed(self, peer: object, request: Request, exc: Exception) -> None:
+        """One line for a request the registry failed to serve (its bug, not the
+        client's); the caller drops that connection, everyone else is served."""
+        self.stats.failed_requests += 1
+        log.error("registry dropped connection from %s: serving %s failed: %r",
+                  peer, type(request).__name__, exc)
 
     async def _read_timed(
         self, reader: asyncio.StreamReader, waits: set[asyncio.Task[None]]
@@ -346,12 +361,21 @@ class RegistryServer:
         self, request: Lookup | WaitDone | Register, writer: asyncio.StreamWriter,
         nonce: bytes = b"", peer: object = None,
     ) -> None:
+        try:
+            reply = await self._reply_later(request, nonce, peer)
+            if not writer.is_closing():
+                writer.write(encode(reply))
+        except Exception as exc:  # as in _serve: one line, that connection dropped
+            self._failed(peer, request, exc)
+            writer.close()
+
+    async def _reply_later(
+        self, request: Lookup | WaitDone | Register, nonce: bytes, peer: object,
+    ) -> Reply:
         if isinstance(request, Register):
             assert self._grace_over is not None
             await self._grace_over.wait()
-            if not writer.is_closing():
-                writer.write(encode(self._checked(request, nonce, peer)))
-            return
+            return self._checked(request, nonce, peer)
         if isinstance(request, Lookup):
             def ready() -> bool:
                 g = self._groups.get(request.group)
@@ -361,8 +385,7 @@ class RegistryServer:
                 g = self._groups.get(request.group)
                 return g is not None and len(g.done) >= request.count
         await self._wait(ready)
-        if not writer.is_closing():
-            writer.write(encode(self.group_info(request.group, request.rid)))
+        return self.group_info(request.group, request.rid)
 
     async def _wait(self, ready: Callable[[], bool]) -> None:
         while not ready():
@@ -529,6 +552,7 @@ class RegistryServer:
             return Refused(rid, f"{node} is not registered with this token: register first")
         if node not in members:
             return Refused(rid, f"{node} announced a view of {group!r} without itself")
+        listed = " ".join(sorted_nodes(list(members)))  # what may fail, before storing
         g = self._groups.get(group)
         if create:
             retried = g is not None and g.view_id == view_id == 1 and g.members == members
@@ -545,8 +569,7 @@ class RegistryServer:
             return self.group_info(group, rid)  # a stale leader: show it the newer view
         if (g.view_id, g.members, g.ordering) != (view_id, members, ordering):
             g.ordering, g.view_id, g.members = ordering, view_id, dict(members)
-            log.info("%s announced view %d of %s: %s", node, view_id, group,
-                     " ".join(sorted_nodes(list(members))))
+            log.info("%s announced view %d of %s: %s", node, view_id, group, listed)
             self._bump()
         for member, address in members.items():
             self._addresses.setdefault(member, address)  # a node's own word comes first

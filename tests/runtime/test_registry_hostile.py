@@ -1,0 +1,108 @@
+"""What one hostile or careless client can do to the registry, without a registry secret
+(the default `abcast registry`), found by the security review: each test is one of its
+scripts, turned round to prove the fix. Each names the planted variant that fails it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from abcast.registry import RegistryClient, RegistryServer
+from abcast.registry import server as server_module
+from abcast.registry.messages import (
+    Announce,
+    GroupInfo,
+    Register,
+    Registered,
+    Reply,
+    Request,
+    decode_reply,
+    encode,
+    read_body,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = {"initial_backoff_s": 0.01, "max_backoff_s": 0.05}
+LOGGER = "abcast.registry.server"
+
+
+async def _raw(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = url.removeprefix("tcp://").rsplit(":", 1)
+    return await asyncio.open_connection(host, int(port))
+
+
+async def _ask(conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], request: Request) -> Reply:
+    reader, writer = conn
+    writer.write(encode(request))
+    async with asyncio.timeout(10):
+        return decode_reply(await read_body(reader))
+
+
+async def _register(conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+                    token: str = "tok") -> str:
+    reply = await _ask(conn, Register(1, token, None, "tcp://10.0.0.1:1"))
+    assert isinstance(reply, Registered)
+    return reply.node
+
+
+def test_node_ids_outside_ascii_digits_neither_break_nor_poison_the_registry() -> None:
+    """"²" is str.isdigit() but no int: it used to make every rendering of its group
+    raise, so every later Lookup or ListGroups of it killed the serving connection and
+    the client retried for ever. Planted: the old node_sort_key (tests/unit/test_node_order)."""
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            conn = await _raw(server.url)
+            me = await _register(conn)
+            members = {me: "tcp://a:1", "²": "tcp://a:2", "①": "tcp://a:3", "n07": "tcp://a:4"}
+            reply = await _ask(conn, Announce(2, me, "tok", "odd", "sequencer", 1, members, True))
+            assert isinstance(reply, GroupInfo) and reply.leader == me == "n1"
+            victim = RegistryClient(server.url, **FAST)
+            async with asyncio.timeout(10):
+                assert [g.group for g in await victim.list_groups()] == ["odd"]
+                assert list((await victim.lookup("odd")).members) == [me, "n07", "²", "①"]
+            assert victim.reconnects == 0 and server.stats.failed_requests == 0
+            await victim.close()
+
+    asyncio.run(main())
+
+
+def test_a_request_the_registry_fails_to_serve_drops_its_connection_and_stores_nothing(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A registry bug while serving one request (planted here: an order that raises on
+    one id) is one ERROR line and that connection dropped; the record is not stored half
+    made, and everyone else is served. Planted: storing the view before ordering its
+    members leaves a group that no request can render."""
+    caplog.set_level(logging.INFO, LOGGER)
+    real = server_module.sorted_nodes
+
+    def fragile(nodes: list[str]) -> tuple[str, ...]:
+        if "boom" in nodes:
+            raise ValueError("planted")
+        return real(nodes)
+
+    monkeypatch.setattr(server_module, "sorted_nodes", fragile)
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            conn = await _raw(server.url)
+            me = await _register(conn)
+            conn[1].write(encode(Announce(2, me, "tok", "bad", "sequencer", 1,
+                                          {me: "tcp://a:1", "boom": "tcp://a:2"}, True)))
+            async with asyncio.timeout(10):
+                assert await conn[0].read() == b""  # dropped
+            assert server.stats.failed_requests == 1 and "bad" not in server.group_names()
+            other = RegistryClient(server.url, **FAST)
+            await other.register()
+            await other.join("fine", "tcp://127.0.0.1:1")
+            async with asyncio.timeout(10):
+                assert [g.group for g in await other.list_groups()] == ["fine"]
+            await other.close()
+        failed = [r for r in caplog.records if r.name == LOGGER and "failed" in r.getMessage()]
+        assert len(failed) == 1 and failed[0].levelno == logging.ERROR
+
+    asyncio.run(main())
