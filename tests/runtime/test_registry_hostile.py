@@ -7,11 +7,15 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import msgspec
 import pytest
 
+from abcast.errors import ConfigError
 from abcast.registry import RegistryClient, RegistryServer
 from abcast.registry import server as server_module
 from abcast.registry.messages import (
+    MAX_MESSAGE_BYTES,
+    PREFIX,
     Announce,
     GroupInfo,
     Register,
@@ -104,5 +108,61 @@ def test_a_request_the_registry_fails_to_serve_drops_its_connection_and_stores_n
             await other.close()
         failed = [r for r in caplog.records if r.name == LOGGER and "failed" in r.getMessage()]
         assert len(failed) == 1 and failed[0].levelno == logging.ERROR
+
+    asyncio.run(main())
+
+
+def test_a_claim_of_a_huge_number_does_not_stop_fresh_ids() -> None:
+    """A claim of "n" + 63 nines used to move the counter of fresh ids so far that the next
+    one (65 characters) no client could read, and every later register() looped. Planted:
+    claims of any number moving the counter."""
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            conn = await _raw(server.url)
+            huge = "n" + "9" * 63
+            assert await _ask(conn, Register(1, "attacker", huge)) == Registered(1, huge)
+            victim = RegistryClient(server.url, **FAST)
+            async with asyncio.timeout(10):
+                assert await victim.register() == "n1"
+            assert await _ask(conn, Register(2, "other", "n" + "9" * 18)) == Registered(
+                2, "n" + "9" * 18)  # the largest number that still moves the counter
+            async with asyncio.timeout(10):
+                assert await RegistryClient(server.url, **FAST).register() == "n1" + "0" * 18
+            await victim.close()
+
+    asyncio.run(main())
+
+
+def test_a_reply_the_client_cannot_read_fails_that_call_once() -> None:
+    """A registry (here a fake one) whose reply does not decode: the call raises one
+    ConfigError naming it instead of reconnecting and re-sending for ever; an oversize
+    reply fails what is pending the same way. Planted: treating it as a lost connection."""
+
+    async def main() -> None:
+        async def fake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:
+                try:
+                    body = await read_body(reader)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                rid = msgspec.msgpack.decode(body)[1]
+                tag = msgspec.msgpack.decode(body)[0]
+                if tag == "Register":  # a node id longer than NodeField
+                    out = msgspec.msgpack.encode(["Registered", rid, "n" + "1" * 64])
+                else:  # a reply above the 1 MiB bound
+                    out = b"\x00" * (MAX_MESSAGE_BYTES + 1)
+                writer.write(PREFIX.pack(len(out)) + out)
+
+        server = await asyncio.start_server(fake, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = RegistryClient(f"tcp://127.0.0.1:{port}", **FAST)
+        async with asyncio.timeout(10):
+            with pytest.raises(ConfigError, match="reply this client cannot read"):
+                await client.register()
+            with pytest.raises(ConfigError, match="reply this client cannot read"):
+                await client.lookup("g")
+        await client.close()
+        server.close()
 
     asyncio.run(main())

@@ -68,6 +68,7 @@ from abcast.registry.messages import (
     encode,
     parse_registry_url,
     read_body,
+    reply_rid,
     signed_body,
 )
 from abcast.security import load_secret
@@ -375,8 +376,14 @@ class RegistryClient:
         answered = False
         try:
             while True:
-                reply = decode_reply(await read_body(reader))
+                body = await read_body(reader)
                 answered = True
+                try:
+                    reply = decode_reply(body)
+                except DecodeError as exc:
+                    # Re-sending would get the same reply: fail that request, once.
+                    self._unreadable(exc, reply_rid(body))
+                    continue
                 fut = self._pending.get(reply.rid)
                 if fut is not None and not fut.done():
                     fut.set_result(reply)
@@ -391,6 +398,16 @@ class RegistryClient:
             if not self._closed:
                 log.warning("lost the registry %s (%s); reconnecting",
                             self.url, type(exc).__name__)
-        except DecodeError as exc:
-            log.warning("registry %s sent a bad reply (%s); reconnecting", self.url, exc)
+        except DecodeError as exc:  # an oversize reply: the stream is lost, and so is its rid
+            self._unreadable(exc, None)
         return answered
+
+    def _unreadable(self, exc: DecodeError, rid: int | None) -> None:
+        """A reply this client cannot read fails its request (every pending one when
+        its rid is unknown) with one ConfigError, instead of a re-send loop for ever."""
+        log.warning("registry %s sent a reply this client cannot read (%s)", self.url, exc)
+        error = ConfigError(f"registry {self.url} sent a reply this client cannot read: {exc}")
+        futures = list(self._pending.values()) if rid is None else [self._pending.get(rid)]
+        for fut in futures:
+            if fut is not None and not fut.done():
+                fut.set_exception(error)

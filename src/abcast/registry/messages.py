@@ -243,6 +243,18 @@ def decode_reply(body: bytes) -> Reply:
     return reply
 
 
+def reply_rid(body: bytes) -> int | None:
+    """The request id of a reply `decode_reply` refused, if it has one where a reply's
+    rid belongs (so a client can fail that request instead of re-sending it for ever)."""
+    try:
+        raw = msgspec.msgpack.decode(body)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(raw, list) and len(raw) >= 2 and type(raw[1]) is int:
+        return raw[1]
+    return None
+
+
 async def read_body(reader: asyncio.StreamReader, max_bytes: int = MAX_MESSAGE_BYTES) -> bytes:
     """The next message body; DecodeError for a length above `max_bytes`, EOF errors
     (asyncio.IncompleteReadError) for a connection that ends, even mid-message."""

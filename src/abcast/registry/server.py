@@ -83,7 +83,10 @@ from abcast.security.signing import Signer, verify
 
 log: Final = logging.getLogger(__name__)
 
-_ASSIGNED = re.compile(r"n(\d+)")
+_ASSIGNED = re.compile(r"n([0-9]+)")
+#: a claimed n<k> moves the counter of fresh ids only up to here, so a claim of a huge k
+#: cannot push the ids handed out later past the wire's NodeField bound (64 characters)
+MAX_COUNTED_ID: Final = 10**18
 
 
 @dataclass(slots=True)
@@ -507,8 +510,9 @@ class RegistryServer:
                 return Refused(rid, f"node id {claim!r} is taken by another node")
             node = claim
             match = _ASSIGNED.fullmatch(claim)
-            if match:
-                self._last_assigned = max(self._last_assigned, int(match.group(1)))
+            number = int(match.group(1)) if match else 0
+            if number <= MAX_COUNTED_ID:
+                self._last_assigned = max(self._last_assigned, number)
         self._owner[node] = token
         self._by_token[token] = node
         log.info("registered %s", node)
