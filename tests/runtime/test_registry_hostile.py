@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 import msgspec
 import pytest
 
 from abcast.errors import ConfigError
-from abcast.registry import RegistryClient, RegistryServer
+from abcast.registry import RegistryClient, RegistryLimits, RegistryServer
 from abcast.registry import server as server_module
 from abcast.registry.messages import (
     MAX_MESSAGE_BYTES,
     PREFIX,
     Announce,
     GroupInfo,
+    Lookup,
     Register,
     Registered,
     Reply,
@@ -164,5 +166,83 @@ def test_a_reply_the_client_cannot_read_fails_that_call_once() -> None:
                 await client.lookup("g")
         await client.close()
         server.close()
+
+    asyncio.run(main())
+
+
+async def _big_group(server: RegistryServer, members: int) -> None:
+    """Group "big" with `members` members (a Lookup reply of about 30 B each)."""
+    conn = await _raw(server.url)
+    me = await _register(conn, "big-owner")
+    table = {me: "tcp://10.0.0.1:1"} | {f"m{k}": "tcp://10.0.0.2:7500" for k in range(members)}
+    reply = await _ask(conn, Announce(2, me, "big-owner", "big", "sequencer", 1, table, True))
+    assert isinstance(reply, GroupInfo)
+    conn[1].close()
+
+
+async def _tiny_window(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection whose socket takes in little of what it does not read (so what the
+    registry sends it stays in the registry's buffer, where the bound applies)."""
+    host, port = url.removeprefix("tcp://").rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    return await asyncio.open_connection(sock=sock)
+
+
+def _unread(server: RegistryServer) -> int:
+    return max((w.transport.get_write_buffer_size() for w in server._connections.values()),
+               default=0)
+
+
+def test_a_client_that_reads_slowly_is_served_in_full_and_the_registry_buffers_little() -> None:
+    """60 Lookups of a 150 KB group sent at once, their replies not read: the registry
+    stops reading that connection's requests while its replies wait (it used to answer
+    them all: 5.6 KB of Lookups made it buffer 115 MB), and once the client reads, every
+    reply comes. Planted: reading on regardless (the max_unread_bytes cap then drops it)."""
+
+    async def main() -> None:
+        async with RegistryServer(limits=RegistryLimits(max_unread_bytes=2 * MAX_MESSAGE_BYTES)
+                                  ) as server:
+            await _big_group(server, 5_000)
+            reader, writer = await _tiny_window(server.url)
+            writer.write(b"".join(encode(Lookup(i, "big")) for i in range(1, 61)))
+            async with asyncio.timeout(10):
+                while _unread(server) < 64 * 1024:  # the registry is waiting for us
+                    await asyncio.sleep(0.005)
+                rids = [decode_reply(await read_body(reader)).rid for _ in range(60)]
+            assert rids == list(range(1, 61)) and server.stats.slow_readers == 0
+
+    asyncio.run(main())
+
+
+def test_a_client_that_reads_nothing_is_dropped_at_max_unread_bytes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Parked Lookups all answered at once to a client that reads nothing: past
+    max_unread_bytes the connection is dropped with one line; others are served. Planted:
+    no cap (the registry buffers every reply)."""
+    caplog.set_level(logging.INFO, LOGGER)
+
+    async def main() -> None:
+        async with RegistryServer(limits=RegistryLimits(max_unread_bytes=2 * MAX_MESSAGE_BYTES)
+                                  ) as server:
+            hostile = await _tiny_window(server.url)
+            hostile[1].write(b"".join(encode(Lookup(i, "big", 2)) for i in range(1, 101)))
+            async with asyncio.timeout(10):
+                while server.stats.requests < 100:
+                    await asyncio.sleep(0.005)
+            await _big_group(server, 5_000)  # wakes all 100: 15 MB of replies
+            async with asyncio.timeout(10):
+                while server.stats.slow_readers == 0:
+                    await asyncio.sleep(0.005)
+            assert _unread(server) <= 2 * MAX_MESSAGE_BYTES
+            client = RegistryClient(server.url, **FAST)
+            async with asyncio.timeout(10):
+                assert len((await client.lookup("big")).members) == 5_001
+            await client.close()
+        dropped = [r for r in caplog.records if "replies unread" in r.getMessage()]
+        assert len(dropped) == 1
 
     asyncio.run(main())

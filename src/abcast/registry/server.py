@@ -44,7 +44,7 @@ import asyncio
 import logging
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -89,6 +89,12 @@ _ASSIGNED = re.compile(r"n([0-9]+)")
 MAX_COUNTED_ID: Final = 10**18
 
 
+def _listed(nodes: tuple[NodeId, ...], most: int = 16) -> str:
+    """Node ids for a log line: the first `most`, then how many more."""
+    more = f" … ({len(nodes)} in all)" if len(nodes) > most else ""
+    return " ".join(nodes[:most]) + more
+
+
 @dataclass(slots=True)
 class _Group:
     members: dict[NodeId, str] = field(default_factory=dict)
@@ -108,6 +114,7 @@ class RegistryStats:
     refused_full: int = 0  # requests refused by a bound of RegistryLimits
     refused_unauthenticated: int = 0  # secret-group requests without a valid proof
     failed_requests: int = 0  # requests whose serving raised (a registry bug): dropped
+    slow_readers: int = 0  # connections dropped with max_unread_bytes of replies unread
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,20 +127,26 @@ class RegistryLimits:
     list_page: int = 1_000  # groups per ListGroups reply (64 B each: far below 1 MiB)
     idle_timeout_s: float = 600.0  # a connection with nothing pending and nothing sent
     message_timeout_s: float = 10.0  # a message started must be complete by then
+    #: replies written to one connection and not yet read by it (at least one reply)
+    max_unread_bytes: int = 8 * MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         if min(self.max_nodes, self.max_groups, self.max_entries_per_client,
                self.list_page) < 1 or min(self.idle_timeout_s, self.message_timeout_s) <= 0:
             raise ConfigError(f"registry limits must be positive: {self}")
+        if self.max_unread_bytes < 2 * MAX_MESSAGE_BYTES:
+            raise ConfigError(f"max_unread_bytes below {2 * MAX_MESSAGE_BYTES} would drop "
+                              f"a client for reading one reply slowly")
         if self.list_page > 65_536:
             raise ConfigError("list_page above 65536 would not fit a GroupList")
 
 
 @dataclass(slots=True)
 class _Client:
-    """One connection: what it has created (the per-client bound)."""
+    """One connection: where its replies go, what it has created (the per-client bound)."""
 
     peer: object
+    writer: asyncio.StreamWriter
     entries: int = 0
 
 
@@ -245,11 +258,13 @@ class RegistryServer:
             self._connections[task] = writer
         self.stats.connections += 1
         peer = writer.get_extra_info("peername")
-        client = _Client(peer)
+        client = _Client(peer, writer)
         nonce = secrets.token_bytes(32)  # this connection's challenge (secret groups)
         waits: set[asyncio.Task[None]] = set()
         try:
             while True:
+                if not await self._drained(client):
+                    return
                 try:
                     body = await self._read_timed(reader, waits)
                     if body is None:
@@ -264,7 +279,7 @@ class RegistryServer:
                     return
                 self.stats.requests += 1
                 try:
-                    self._serve_one(request, client, writer, nonce, waits)
+                    self._serve_one(request, client, nonce, waits)
                 except Exception as exc:  # a bug serving one request must not kill the rest
                     self._failed(peer, request, exc)
                     return
@@ -277,22 +292,58 @@ class RegistryServer:
             if task is not None:
                 self._connections.pop(task, None)
 
-    def _serve_one(self, request: Request, client: _Client, writer: asyncio.StreamWriter,
-                   nonce: bytes, waits: set[asyncio.Task[None]]) -> None:
+    def _serve_one(self, request: Request, client: _Client, nonce: bytes,
+                   waits: set[asyncio.Task[None]]) -> None:
         refused = self._over_limits(request, client)
         if refused is not None:
-            writer.write(encode(refused))
+            self._send(client, refused)
+        elif isinstance(request, Lookup | WaitDone) and self._ready(request):
+            self._send(client, self.group_info(request.group, request.rid))
         elif isinstance(request, Lookup | WaitDone) or (
             isinstance(request, Register) and request.claim is None
             and self._grace_over is not None and not self._grace_over.is_set()
         ):
-            wait = asyncio.create_task(self._answer_later(request, writer, nonce, client.peer))
+            wait = asyncio.create_task(self._answer_later(request, client, nonce))
             waits.add(wait)
             wait.add_done_callback(waits.discard)
         elif isinstance(request, Challenge):
-            writer.write(encode(Nonce(request.rid, nonce)))
+            self._send(client, Nonce(request.rid, nonce))
         else:
-            writer.write(encode(self._checked(request, nonce, client.peer)))
+            self._send(client, self._checked(request, nonce, client.peer))
+
+    def _send(self, client: _Client, reply: Reply) -> None:
+        """Write `reply`, unless the connection would then hold more than
+        max_unread_bytes of replies its client has not read: then drop it (one line)."""
+        writer = client.writer
+        if writer.is_closing():
+            return
+        data = encode(reply)
+        unread = writer.transport.get_write_buffer_size()
+        if unread + len(data) > self.limits.max_unread_bytes:
+            self.stats.slow_readers += 1
+            log.warning("registry dropped connection from %s: %d bytes of replies unread "
+                        "(max_unread_bytes %d)", client.peer, unread + len(data),
+                        self.limits.max_unread_bytes)
+            writer.transport.abort()  # what it holds is freed now, not flushed
+            return
+        writer.write(data)
+
+    async def _drained(self, client: _Client) -> bool:
+        """Wait until the client has read its replies down to the transport's low-water
+        mark before reading its next request (its requests wait in its socket, not here);
+        False (closed, one line) if it reads none for idle_timeout_s."""
+        writer = client.writer
+        if writer.transport.get_write_buffer_size() == 0:
+            return not writer.is_closing()
+        try:
+            async with asyncio.timeout(self.limits.idle_timeout_s):
+                await writer.drain()
+        except TimeoutError:
+            self.stats.timeouts += 1
+            log.info("registry closed a connection that read no reply for %g s",
+                     self.limits.idle_timeout_s)
+            return False
+        return not writer.is_closing()
 
     def _failed(self, peer: object, request: Request, exc: Exception) -> None:
         """One line for a request the registry failed to serve (its bug, not the
@@ -361,16 +412,13 @@ class RegistryServer:
         log.warning("registry dropped connection from %s: %s", peer, reason)
 
     async def _answer_later(
-        self, request: Lookup | WaitDone | Register, writer: asyncio.StreamWriter,
-        nonce: bytes = b"", peer: object = None,
+        self, request: Lookup | WaitDone | Register, client: _Client, nonce: bytes,
     ) -> None:
         try:
-            reply = await self._reply_later(request, nonce, peer)
-            if not writer.is_closing():
-                writer.write(encode(reply))
+            self._send(client, await self._reply_later(request, nonce, client.peer))
         except Exception as exc:  # as in _serve: one line, that connection dropped
-            self._failed(peer, request, exc)
-            writer.close()
+            self._failed(client.peer, request, exc)
+            client.writer.close()
 
     async def _reply_later(
         self, request: Lookup | WaitDone | Register, nonce: bytes, peer: object,
@@ -379,20 +427,16 @@ class RegistryServer:
             assert self._grace_over is not None
             await self._grace_over.wait()
             return self._checked(request, nonce, peer)
-        if isinstance(request, Lookup):
-            def ready() -> bool:
-                g = self._groups.get(request.group)
-                return len(g.members) >= request.wait_for if g else request.wait_for == 0
-        else:
-            def ready() -> bool:
-                g = self._groups.get(request.group)
-                return g is not None and len(g.done) >= request.count
-        await self._wait(ready)
+        while not self._ready(request):
+            await self._changed.wait()
         return self.group_info(request.group, request.rid)
 
-    async def _wait(self, ready: Callable[[], bool]) -> None:
-        while not ready():
-            await self._changed.wait()
+    def _ready(self, request: Lookup | WaitDone) -> bool:
+        """Whether `request` can be answered now."""
+        g = self._groups.get(request.group)
+        if isinstance(request, Lookup):
+            return len(g.members) >= request.wait_for if g else request.wait_for == 0
+        return g is not None and len(g.done) >= request.count
 
     def _bump(self) -> None:
         # Wake every waiter once; they re-check their condition against the new state.
@@ -556,7 +600,7 @@ class RegistryServer:
             return Refused(rid, f"{node} is not registered with this token: register first")
         if node not in members:
             return Refused(rid, f"{node} announced a view of {group!r} without itself")
-        listed = " ".join(sorted_nodes(list(members)))  # what may fail, before storing
+        listed = _listed(sorted_nodes(list(members)))  # what may fail, before storing
         g = self._groups.get(group)
         if create:
             retried = g is not None and g.view_id == view_id == 1 and g.members == members
