@@ -20,10 +20,12 @@ from abcast.registry.messages import (
     Announce,
     GroupInfo,
     Lookup,
+    Refused,
     Register,
     Registered,
     Reply,
     Request,
+    WaitDone,
     decode_reply,
     encode,
     read_body,
@@ -244,5 +246,46 @@ def test_a_client_that_reads_nothing_is_dropped_at_max_unread_bytes(
             await client.close()
         dropped = [r for r in caplog.records if "replies unread" in r.getMessage()]
         assert len(dropped) == 1
+
+    asyncio.run(main())
+
+
+def test_waits_are_bounded_per_connection_and_a_change_wakes_only_its_groups_waiters(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One connection used to park any number of Lookups (50,000 tasks), each woken by
+    every change to any group (10 unrelated joins took 3.9 s). Now past
+    max_waits_per_client it is refused (one line for the connection), and a change wakes
+    only the waiters of the group it changed. Planted: no bound; one wake-up for all."""
+    caplog.set_level(logging.INFO, LOGGER)
+    checks: list[str] = []
+    real = RegistryServer._ready
+
+    def counted(self: RegistryServer, request: Lookup | WaitDone) -> bool:
+        checks.append(request.group)
+        return real(self, request)
+
+    monkeypatch.setattr(RegistryServer, "_ready", counted)
+
+    async def main() -> None:
+        async with RegistryServer(limits=RegistryLimits(max_waits_per_client=8)) as server:
+            reader, writer = await _raw(server.url)
+            writer.write(b"".join(encode(Lookup(i, "never", 2)) for i in range(1, 11)))
+            async with asyncio.timeout(10):
+                refused = [decode_reply(await read_body(reader)) for _ in range(2)]
+            assert [r.rid for r in refused] == [9, 10]
+            assert all(isinstance(r, Refused) and "max_waits_per_client 8" in r.reason
+                       for r in refused)
+            checks.clear()
+            other = RegistryClient(server.url, **FAST)
+            await other.register()
+            for k in range(5):
+                await other.join(f"other{k}", "tcp://127.0.0.1:1")
+            assert "never" not in checks
+            await other.join("never", "tcp://127.0.0.1:1")
+            assert checks.count("never") == 8  # each waiter looked once, and waits on
+            await other.close()
+        lines = [r for r in caplog.records if "max_waits_per_client" in r.getMessage()]
+        assert len(lines) == 1
 
     asyncio.run(main())

@@ -127,12 +127,14 @@ class RegistryLimits:
     list_page: int = 1_000  # groups per ListGroups reply (64 B each: far below 1 MiB)
     idle_timeout_s: float = 600.0  # a connection with nothing pending and nothing sent
     message_timeout_s: float = 10.0  # a message started must be complete by then
+    max_waits_per_client: int = 256  # Lookups/WaitDones one connection may have held
     #: replies written to one connection and not yet read by it (at least one reply)
     max_unread_bytes: int = 8 * MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         if min(self.max_nodes, self.max_groups, self.max_entries_per_client,
-               self.list_page) < 1 or min(self.idle_timeout_s, self.message_timeout_s) <= 0:
+               self.list_page, self.max_waits_per_client) < 1 or min(
+                   self.idle_timeout_s, self.message_timeout_s) <= 0:
             raise ConfigError(f"registry limits must be positive: {self}")
         if self.max_unread_bytes < 2 * MAX_MESSAGE_BYTES:
             raise ConfigError(f"max_unread_bytes below {2 * MAX_MESSAGE_BYTES} would drop "
@@ -148,6 +150,7 @@ class _Client:
     peer: object
     writer: asyncio.StreamWriter
     entries: int = 0
+    refused_waits: int = 0
 
 
 class RegistryServer:
@@ -180,7 +183,8 @@ class RegistryServer:
         self._groups: dict[str, _Group] = {}
         self._addresses: dict[NodeId, str] = {}
         self._removed: set[str] = set()
-        self._changed = asyncio.Event()
+        #: group -> the futures of the requests waiting for it to change
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.recovery_grace_s = recovery_grace_s
         self._grace_over: asyncio.Event | None = None
@@ -303,6 +307,9 @@ class RegistryServer:
             isinstance(request, Register) and request.claim is None
             and self._grace_over is not None and not self._grace_over.is_set()
         ):
+            if len(waits) >= self.limits.max_waits_per_client:
+                self._send(client, self._refuse_wait(request.rid, client, len(waits)))
+                return
             wait = asyncio.create_task(self._answer_later(request, client, nonce))
             waits.add(wait)
             wait.add_done_callback(waits.discard)
@@ -310,6 +317,15 @@ class RegistryServer:
             self._send(client, Nonce(request.rid, nonce))
         else:
             self._send(client, self._checked(request, nonce, client.peer))
+
+    def _refuse_wait(self, rid: int, client: _Client, held: int) -> Refused:
+        self.stats.refused_full += 1
+        reason = (f"this connection has {held} requests waiting already "
+                  f"(max_waits_per_client {self.limits.max_waits_per_client})")
+        if not client.refused_waits:  # one line per connection, not one per request
+            log.warning("registry refused a request from %s: %s", client.peer, reason)
+        client.refused_waits += 1
+        return Refused(rid, reason)
 
     def _send(self, client: _Client, reply: Reply) -> None:
         """Write `reply`, unless the connection would then hold more than
@@ -428,7 +444,15 @@ class RegistryServer:
             await self._grace_over.wait()
             return self._checked(request, nonce, peer)
         while not self._ready(request):
-            await self._changed.wait()
+            changed = asyncio.get_running_loop().create_future()
+            waiting = self._waiters.setdefault(request.group, set())
+            waiting.add(changed)
+            try:
+                await changed
+            finally:
+                waiting.discard(changed)
+                if not waiting and self._waiters.get(request.group) is waiting:
+                    del self._waiters[request.group]
         return self.group_info(request.group, request.rid)
 
     def _ready(self, request: Lookup | WaitDone) -> bool:
@@ -438,10 +462,11 @@ class RegistryServer:
             return len(g.members) >= request.wait_for if g else request.wait_for == 0
         return g is not None and len(g.done) >= request.count
 
-    def _bump(self) -> None:
-        # Wake every waiter once; they re-check their condition against the new state.
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def _bump(self, group: str) -> None:
+        # Wake the group's waiters once; they re-check their condition against the new state.
+        for changed in self._waiters.pop(group, ()):
+            if not changed.done():
+                changed.set_result(None)
 
     # ----------------------------------------------------------------- secret groups
 
@@ -517,7 +542,7 @@ class RegistryServer:
             case Remove(rid, group):
                 if self._groups.pop(group, None) is not None:
                     log.info("removed group %s", group)
-                    self._bump()
+                    self._bump(group)
                 self._removed.add(group)
                 return self.group_info(group, rid)
             case Join(rid, node, token, group, address, size):
@@ -530,14 +555,14 @@ class RegistryServer:
                     # Its Done stays: members still waiting for everyone to finish count it.
                     if not g.members:
                         del self._groups[group]
-                    self._bump()
+                    self._bump(group)
                 return self.group_info(group, rid)
             case Done(rid, node, group):
                 g = self._groups.get(group)
                 if g is None or node not in g.members:
                     return Refused(rid, f"{node} is not a member of group {group!r}")
                 g.done.add(node)
-                self._bump()
+                self._bump(group)
                 return self.group_info(group, rid)
             case _:
                 raise LocalProtocolError(f"no synchronous answer for {request!r}")
@@ -589,7 +614,7 @@ class RegistryServer:
         if g.members.get(node) != address:
             g.members[node] = address
             log.info("%s joined %s at %s", node, group, address)
-            self._bump()
+            self._bump(group)
         return self.group_info(group, rid)
 
     def _announce(
@@ -618,7 +643,7 @@ class RegistryServer:
         if (g.view_id, g.members, g.ordering) != (view_id, members, ordering):
             g.ordering, g.view_id, g.members = ordering, view_id, dict(members)
             log.info("%s announced view %d of %s: %s", node, view_id, group, listed)
-            self._bump()
+            self._bump(group)
         for member, address in members.items():
             self._addresses.setdefault(member, address)  # a node's own word comes first
         return self.group_info(group, rid)
