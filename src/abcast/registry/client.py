@@ -21,7 +21,9 @@ With a group secret (`secret=`), each connection starts by asking the registry f
 nonce (`Challenge`), and every request that changes something (register, join, leave,
 done, announce, remove) carries the secret's verifier and a proof over that nonce
 (abcast.security.signing): the registry then refuses those changes to anyone without
-the secret.
+the secret. A proof covers the request id, and the ids of one connection rise (the
+registry refuses a proof whose id is not above the last one on its connection: a
+replay), so they come from one counter, re-assertions on a new connection included.
 
 It knows the registry protocol (messages.py) and nothing about transports or stacks.
 """
@@ -352,9 +354,11 @@ class RegistryClient:
             self._nonce = reply.nonce
         if self.node is None:
             return
-        requests: list[Request] = [Register(0, self.token, self.node, self.address)]
+        # Rising rids: the registry refuses a proof whose rid is not above the last one.
+        requests: list[Request] = [
+            Register(next(self._rids), self.token, self.node, self.address)]
         requests += [
-            Join(0, self.node, self.token, group, address, size)
+            Join(next(self._rids), self.node, self.token, group, address, size)
             for group, (address, size) in self._joined.items()
         ]
         for request in requests:

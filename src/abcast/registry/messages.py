@@ -223,7 +223,9 @@ def encode(message: Request | Reply) -> bytes:
 
 
 def signed_body(request: Signed) -> bytes:
-    """What a proof covers: the request's encoding with its `auth` field empty."""
+    """What a proof covers: the request's encoding with its `auth` field empty, its
+    `rid` included (on one connection the registry accepts only rising rids with a
+    proof, which makes each proof good for one request)."""
     return _encoder.encode(msgspec.structs.replace(request, auth=b""))
 
 

@@ -21,8 +21,11 @@ Secret groups (abcast.security.signing): a request that names a verifier binds i
 carry a proof under it; from then on every request that changes that group (Join,
 Leave, Done, Announce, Remove) or claims that id needs a proof under the same verifier,
 signed over this connection's nonce (`Challenge`), so a captured proof is useless on
-another connection. A registry started with a secret binds every group and id to it
-from the start, restarts included. A refusal is one log line and a `Refused` reply.
+another connection; it covers the request id too, and on one connection the rids of
+requests with a proof must rise, so a recorded one sent again on its own connection (a
+Join after its Leave, a create after its Remove) is refused. A registry started with a
+secret binds every group and id to it from the start, restarts included. A refusal is
+one log line and a `Refused` reply.
 
 Bad input (garbage, an oversize length prefix, a truncated message, an unknown message
 type) gets one log line on "abcast.registry.server", that connection is closed and
@@ -151,6 +154,7 @@ class _Client:
     writer: asyncio.StreamWriter
     entries: int = 0
     refused_waits: int = 0
+    signed_rid: int = -1  # the rid of the last request with a proof (they must rise)
 
 
 class RegistryServer:
@@ -298,7 +302,7 @@ class RegistryServer:
 
     def _serve_one(self, request: Request, client: _Client, nonce: bytes,
                    waits: set[asyncio.Task[None]]) -> None:
-        refused = self._over_limits(request, client)
+        refused = self._replayed(request, client) or self._over_limits(request, client)
         if refused is not None:
             self._send(client, refused)
         elif isinstance(request, Lookup | WaitDone) and self._ready(request):
@@ -487,6 +491,22 @@ class RegistryServer:
             elif isinstance(request, Join | Announce) and request.group in self._groups:
                 self._group_keys.setdefault(request.group, offered)
         return reply
+
+    def _replayed(self, request: Request, client: _Client) -> Refused | None:
+        """Refused if `request` carries a proof but its rid is not above the last such
+        rid on this connection (a proof covers the rid: a recorded request sent again,
+        a Join after its Leave, is refused); checked as it arrives, parked or not."""
+        if not isinstance(request, Signed) or not request.auth:
+            return None
+        if request.rid > client.signed_rid:
+            client.signed_rid = request.rid
+            return None
+        self.stats.refused_unauthenticated += 1
+        reason = (f"a replayed request: rid {request.rid} not above {client.signed_rid}, "
+                  f"the last signed one on this connection")
+        log.warning("registry refused %s from %s: %s", type(request).__name__, client.peer,
+                    reason)
+        return Refused(request.rid, reason)
 
     def _verifier_for(self, request: Signed) -> bytes | None:
         """The verifier `request` must prove (None: an open group or id)."""
