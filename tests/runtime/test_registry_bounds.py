@@ -12,6 +12,7 @@ import pytest
 
 from abcast.errors import ConfigError
 from abcast.registry import RegistryClient, RegistryLimits, RegistryServer
+from abcast.registry.messages import Register, Registered, decode_reply, encode, read_body
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -137,6 +138,49 @@ def test_half_sent_and_idle_connections_are_closed_but_waiting_ones_are_not() ->
                 info = await waiting
             assert list(info.members) == ["n2"]
             for c in (waiter, joiner):
+                await c.close()
+
+    asyncio.run(main())
+
+
+def test_one_token_claiming_id_after_id_is_counted_for_each() -> None:
+    """A token that holds an id and claims another creates one more: it used to skip the
+    bounds (200 claims granted with max_nodes 10). Planted: counting by token only."""
+
+    async def main() -> None:
+        limits = RegistryLimits(max_nodes=10, max_entries_per_client=5)
+        async with RegistryServer(limits=limits) as server:
+            host, port = server.url.removeprefix("tcp://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            replies = []
+            for i in range(20):
+                writer.write(encode(Register(i, "one-token", f"x{i}", f"tcp://10.0.0.1:{i + 1}")))
+                async with asyncio.timeout(10):
+                    replies.append(decode_reply(await read_body(reader)))
+            granted = [r for r in replies if isinstance(r, Registered)]
+            assert len(granted) == 5 == len(server.node_ids())
+            assert all("max_entries_per_client 5" in getattr(r, "reason", "")
+                       for r in replies[5:])
+            writer.close()
+
+    asyncio.run(main())
+
+
+def test_registrations_parked_in_the_recovery_grace_are_counted_when_granted() -> None:
+    """During --recovery-grace registrations wait; they were checked against max_nodes on
+    arrival, when none of them was counted, and then all granted. Planted: checking on
+    arrival only."""
+
+    async def main() -> None:
+        limits = RegistryLimits(max_nodes=5)
+        async with RegistryServer(limits=limits, recovery_grace_s=0.2) as server:
+            clients = [RegistryClient(server.url, **FAST) for _ in range(12)]
+            results = await asyncio.gather(*(c.register() for c in clients),
+                                           return_exceptions=True)
+            refused = [r for r in results if isinstance(r, ConfigError)]
+            assert len(server.node_ids()) == 5 and len(refused) == 7
+            assert all("registry full: it holds 5 node ids" in str(r) for r in refused)
+            for c in clients:
                 await c.close()
 
     asyncio.run(main())

@@ -402,29 +402,45 @@ class RegistryServer:
                         limits.message_timeout_s)
             return None
 
+    def _creates(self, request: Request) -> tuple[str, int, int] | None:
+        """(what, how many the registry holds, its bound) if `request` would create a
+        node id or a group; None if it creates nothing."""
+        match request:
+            case Register(token=token, claim=claim) if (
+                    claim not in self._owner if claim is not None
+                    else token not in self._by_token):
+                return "node ids", len(self._owner), self.limits.max_nodes
+            case Join(group=group) | Announce(group=group) if group not in self._groups:
+                return "groups", len(self._groups), self.limits.max_groups
+        return None
+
+    def _full(self, request: Request) -> str | None:
+        """Why `request` may not create what it would (the registry is full), or None."""
+        creates = self._creates(request)
+        if creates is None or creates[1] < creates[2]:
+            return None
+        what, total, _ = creates
+        return f"registry full: it holds {total} {what} (max_{what.replace(' ids', 's')})"
+
     def _over_limits(self, request: Request, client: _Client) -> Refused | None:
         """Refused if `request` would create a node id or a group past a bound; else
-        counts what it creates against its connection."""
-        match request:
-            case Register(rid, token, claim, _) if token not in self._by_token and (
-                    claim is None or claim not in self._owner):
-                what, total, bound = "node ids", len(self._owner), self.limits.max_nodes
-            case Join(rid, group=group) | Announce(rid, group=group) if (
-                    group not in self._groups):
-                what, total, bound = "groups", len(self._groups), self.limits.max_groups
-            case _:
-                return None
+        counts what it creates against its connection (a token claiming one id after
+        another creates one each time)."""
+        if self._creates(request) is None:
+            return None
         per_client = self.limits.max_entries_per_client
-        if total >= bound:
-            reason = f"registry full: it holds {total} {what} (max_{what.replace(' ids', 's')})"
-        elif client.entries >= per_client:
+        reason = self._full(request)
+        if reason is None and client.entries >= per_client:
             reason = (f"this connection created {client.entries} entries already "
                       f"(max_entries_per_client {per_client})")
-        else:
+        if reason is None:
             client.entries += 1
             return None
+        return self._refuse_full(request.rid, client.peer, reason)
+
+    def _refuse_full(self, rid: int, peer: object, reason: str) -> Refused:
         self.stats.refused_full += 1
-        log.warning("registry refused a request from %s: %s", client.peer, reason)
+        log.warning("registry refused a request from %s: %s", peer, reason)
         return Refused(rid, reason)
 
     def _bad(self, peer: object, reason: str) -> None:
@@ -446,6 +462,10 @@ class RegistryServer:
         if isinstance(request, Register):
             assert self._grace_over is not None
             await self._grace_over.wait()
+            # Counted now, among every registration parked with it, not on arrival.
+            full = self._full(request)
+            if full is not None:
+                return self._refuse_full(request.rid, peer, full)
             return self._checked(request, nonce, peer)
         while not self._ready(request):
             changed = asyncio.get_running_loop().create_future()
