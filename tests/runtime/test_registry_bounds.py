@@ -184,3 +184,42 @@ def test_registrations_parked_in_the_recovery_grace_are_counted_when_granted() -
                 await c.close()
 
     asyncio.run(main())
+
+
+def test_tombstones_and_addresses_are_bounded() -> None:
+    """Remove of a name the registry never held leaves no tombstone, and it keeps the
+    newest max_groups tombstones only (5,000 Removes of made-up names used to leave
+    5,000); an announced view gives addresses to registered ids only (20 views of one
+    group listing 5,000 made-up members each used to leave 100,001 addresses).
+    Planted: a tombstone per Remove; every listed member's address kept."""
+
+    async def main() -> None:
+        limits = RegistryLimits(max_groups=3)
+        async with RegistryServer(limits=limits) as server:
+            client = RegistryClient(server.url, **FAST)
+            me = await client.register(address="tcp://10.0.0.1:1")
+            for i in range(50):
+                await client.remove(f"never{i}")
+            assert len(server._removed) == 0
+            for i in range(5):
+                await client.announce(f"g{i}", "sequencer", 1, {me: "tcp://10.0.0.1:1"},
+                                      create=True)
+                await client.remove(f"g{i}")
+            assert list(server._removed) == ["g2", "g3", "g4"]  # the newest 3
+            with pytest.raises(ConfigError, match="was removed"):
+                await client.announce("g4", "sequencer", 2, {me: "tcp://10.0.0.1:1"})
+            await client.announce("g0", "sequencer", 2, {me: "tcp://10.0.0.1:1"})  # forgotten
+            quiet = RegistryClient(server.url, **FAST)
+            other = await quiet.register()  # no address of its own
+            for v in range(3, 6):
+                fakes = {f"fake{v}_{k}": "tcp://10.6.6.6:1" for k in range(100)}
+                await client.announce("g0", "sequencer", v,
+                                      {me: "tcp://10.0.0.1:1", other: "tcp://10.0.0.2:1"}
+                                      | fakes)
+            assert server._addresses == {me: "tcp://10.0.0.1:1", other: "tcp://10.0.0.2:1"}
+            assert await client.locate("fake3_0") is None
+            assert await client.locate(other) == "tcp://10.0.0.2:1"
+            for c in (client, quiet):
+                await c.close()
+
+    asyncio.run(main())

@@ -13,8 +13,10 @@ Dynamic groups (created, joined and left at run time) are not joined member by m
 their leader announces each view (`Announce`: ordering, view id, members → addresses),
 which replaces the member table unless it is older than the one held, and re-announces
 it now and then, so a restarted registry learns them again. `Remove` forgets a group
-and refuses its later announcements (a tombstone, in memory like the rest); `Locate`
-answers a node's registered address, `ListGroups` every group.
+and refuses its later announcements (a tombstone, in memory like the rest, kept for
+groups it held, the newest max_groups of them); `Locate` answers a node's address (the
+one it registered, else the one its first announced view gave: for registered ids
+only), `ListGroups` every group.
 
 Secret groups (abcast.security.signing): a request that names a verifier binds its group
 (Join, Announce) or its node id (Register) to it, first come first served, and must
@@ -186,7 +188,8 @@ class RegistryServer:
         self._by_token: dict[str, NodeId] = {}
         self._groups: dict[str, _Group] = {}
         self._addresses: dict[NodeId, str] = {}
-        self._removed: set[str] = set()
+        #: removed groups whose announcements are refused, oldest first (max_groups of them)
+        self._removed: dict[str, None] = {}
         #: group -> the futures of the requests waiting for it to change
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
@@ -583,7 +586,9 @@ class RegistryServer:
                 if self._groups.pop(group, None) is not None:
                     log.info("removed group %s", group)
                     self._bump(group)
-                self._removed.add(group)
+                    self._removed[group] = None  # a name never held leaves no tombstone
+                    if len(self._removed) > self.limits.max_groups:
+                        del self._removed[next(iter(self._removed))]  # the oldest
                 return self.group_info(group, rid)
             case Join(rid, node, token, group, address, size):
                 return self._join(rid, node, token, group, address, size)
@@ -671,7 +676,7 @@ class RegistryServer:
             retried = g is not None and g.view_id == view_id == 1 and g.members == members
             if g is not None and g.members and not retried:
                 return Refused(rid, f"group {group!r} already exists")
-            self._removed.discard(group)
+            self._removed.pop(group, None)
         elif group in self._removed:
             return Refused(rid, f"group {group!r} was removed")
         if g is None:
@@ -685,7 +690,8 @@ class RegistryServer:
             log.info("%s announced view %d of %s: %s", node, view_id, group, listed)
             self._bump(group)
         for member, address in members.items():
-            self._addresses.setdefault(member, address)  # a node's own word comes first
+            if member in self._owner:  # registered ids only (max_nodes bounds them)
+                self._addresses.setdefault(member, address)  # a node's own word comes first
         return self.group_info(group, rid)
 
     def _list_page(self, rid: int, after: str, limit: int) -> GroupList:
