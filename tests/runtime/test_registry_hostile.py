@@ -289,3 +289,36 @@ def test_waits_are_bounded_per_connection_and_a_change_wakes_only_its_groups_wai
         assert len(lines) == 1
 
     asyncio.run(main())
+
+
+def test_a_group_record_never_grows_past_what_a_reply_carries() -> None:
+    """A group whose record passed the bound on a registry message could be read by no
+    client (each lookup failed to decode and was re-sent for ever). A join or a view
+    that would make it so is refused, with a reason, to that caller; the group stays
+    readable. (The bound here is a registry's smaller max_message_bytes; by default the
+    1 MiB a client reads.) Planted: no such check (the join is granted)."""
+
+    async def main() -> None:
+        bound = 16_384
+        async with RegistryServer(max_message_bytes=bound) as server:
+            address = "tcp://10.0.0.1:7500/" + "x" * 480
+            clients: list[RegistryClient] = []
+            with pytest.raises(ConfigError, match=f"above the {bound}-byte bound"):
+                for _ in range(100):
+                    clients.append(RegistryClient(server.url, **FAST))
+                    await clients[-1].register()
+                    await clients[-1].join("bank", address)
+            info = await clients[0].lookup("bank")
+            assert 20 < len(info.members) == len(clients) - 1
+            assert len(encode(info)) <= bound
+            # A view that large would not pass as a request here; handed over directly:
+            me = clients[0].node or ""
+            wide = {me: address} | {f"m{k}": address for k in range(40)}
+            refused = server._handle(Announce(1, me, clients[0].token, "wide", "sequencer", 1,
+                                              wide, True))
+            assert isinstance(refused, Refused) and "would not fit a registry reply" in (
+                refused.reason) and "wide" not in server.group_names()
+            for c in clients:
+                await c.close()
+
+    asyncio.run(main())

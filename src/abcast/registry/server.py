@@ -575,7 +575,7 @@ class RegistryServer:
                 return Located(rid, node, self._addresses.get(node, ""))
             case Announce(rid, node, token, group, ordering, view_id, members, create, opts):
                 reply = self._announce(rid, node, token, group, ordering, view_id, members,
-                                       create)
+                                       create, opts)
                 if isinstance(reply, GroupInfo) and reply.view_id == view_id:
                     self._groups[group].options = opts
                     reply = self.group_info(group, rid)
@@ -606,6 +606,10 @@ class RegistryServer:
                 g = self._groups.get(group)
                 if g is None or node not in g.members:
                     return Refused(rid, f"{node} is not a member of group {group!r}")
+                if node not in g.done:
+                    too_big = self._too_big(group, g, g.members, g.options, done=node)
+                    if too_big is not None:
+                        return Refused(rid, too_big)
                 g.done.add(node)
                 self._bump(group)
                 return self.group_info(group, rid)
@@ -653,6 +657,10 @@ class RegistryServer:
         declared = size if g.size is None else g.size
         if node not in g.members and declared is not None and len(g.members) >= declared:
             return Refused(rid, f"group {group!r} is full ({declared} members)")
+        if g.members.get(node) != address:
+            too_big = self._too_big(group, g, {**g.members, node: address}, g.options)
+            if too_big is not None:
+                return Refused(rid, too_big)
         if fresh:
             self._groups[group] = g
         g.size = declared
@@ -664,7 +672,7 @@ class RegistryServer:
 
     def _announce(
         self, rid: int, node: NodeId, token: str, group: str, ordering: str, view_id: int,
-        members: dict[NodeId, str], create: bool,
+        members: dict[NodeId, str], create: bool, options: bytes,
     ) -> Reply:
         if self._owner.get(node) != token:
             return Refused(rid, f"{node} is not registered with this token: register first")
@@ -672,6 +680,9 @@ class RegistryServer:
             return Refused(rid, f"{node} announced a view of {group!r} without itself")
         listed = _listed(sorted_nodes(list(members)))  # what may fail, before storing
         g = self._groups.get(group)
+        too_big = self._too_big(group, g or _Group(), members, options)
+        if too_big is not None:
+            return Refused(rid, too_big)
         if create:
             retried = g is not None and g.view_id == view_id == 1 and g.members == members
             if g is not None and g.members and not retried:
@@ -693,6 +704,22 @@ class RegistryServer:
             if member in self._owner:  # registered ids only (max_nodes bounds them)
                 self._addresses.setdefault(member, address)  # a node's own word comes first
         return self.group_info(group, rid)
+
+    def _too_big(self, group: str, g: _Group, members: dict[NodeId, str], options: bytes,
+                 done: NodeId | None = None) -> str | None:
+        """Why the record of `group` with these members (and `done` done too) could not
+        be read: its GroupInfo above the MAX_MESSAGE_BYTES a client reads (or this
+        registry's own smaller max_message_bytes, so a leader can re-announce it); None
+        if it fits."""
+        finished = [*g.done, done] if done is not None else list(g.done)
+        widest = GroupInfo(2**62, group, members, " " * 64, g.size, finished,
+                           g.ordering or " " * 64, 2**62, options, True)
+        size = len(encode(widest))
+        bound = min(MAX_MESSAGE_BYTES, self.max_message_bytes)
+        if size <= bound:
+            return None
+        return (f"group {group!r} would not fit a registry reply: {len(members)} members "
+                f"make its record {size} bytes, above the {bound}-byte bound")
 
     def _list_page(self, rid: int, after: str, limit: int) -> GroupList:
         """The groups named after `after`, at most `limit` (capped at list_page)."""
