@@ -31,16 +31,18 @@ one log line and a `Refused` reply.
 
 Bad input (garbage, an oversize length prefix, a truncated message, an unknown message
 type) gets one log line on "abcast.registry.server", that connection is closed and
-`stats.bad_messages` goes up; everyone else keeps being served. Nothing here knows about
-transports, stacks or the runtime.
+`stats.bad_messages` goes up; everyone else keeps being served. A request whose serving
+raises (a registry bug) is one ERROR line and its connection dropped
+(`stats.failed_requests`); what a request stores is checked before it is stored.
+Nothing here knows about transports, stacks or the runtime.
 
-Bounds (`RegistryLimits`, docs/operations.md "Limits"): a connection that starts a
-message must finish it within `message_timeout_s`, and one with nothing to wait for
-that sends nothing for `idle_timeout_s` is closed (`stats.timeouts`; a client reconnects
-and re-asserts what it holds); the registry holds at most `max_nodes` node ids and
-`max_groups` groups, and one connection may create at most `max_entries_per_client` of
-them — past a bound the request is refused with a reason that names it
-(`stats.refused_full`). `ListGroups` answers a page of at most `list_page` groups.
+Bounds: `RegistryLimits` (limits.py, docs/operations.md "Limits"); what this module
+adds to them: a Lookup or WaitDone that cannot be answered yet waits for a change to its
+own group only; replies are written through `_send`, which drops a connection with
+max_unread_bytes unread, and a connection's next request is read only once its replies
+are drained below the transport's high-water mark; a record that would not fit one reply
+is refused before it is stored; a claim of n<k> moves the counter of fresh ids only up to
+MAX_COUNTED_ID.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from typing import Final
 
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError
 from abcast.ids import NodeId, node_sort_key, sorted_nodes
+from abcast.registry.limits import RegistryLimits, RegistryStats
 from abcast.registry.messages import (
     MAX_MESSAGE_BYTES,
     PREFIX,
@@ -108,44 +111,6 @@ class _Group:
     ordering: str = ""  # set for dynamic groups (announced by their leader)
     view_id: int = 0
     options: bytes = b""
-
-
-@dataclass(slots=True)
-class RegistryStats:
-    connections: int = 0
-    requests: int = 0
-    bad_messages: int = 0
-    timeouts: int = 0  # connections closed idle or inside a message
-    refused_full: int = 0  # requests refused by a bound of RegistryLimits
-    refused_unauthenticated: int = 0  # secret-group requests without a valid proof
-    failed_requests: int = 0  # requests whose serving raised (a registry bug): dropped
-    slow_readers: int = 0  # connections dropped with max_unread_bytes of replies unread
-
-
-@dataclass(frozen=True, slots=True)
-class RegistryLimits:
-    """What one registry holds and waits for at most (docs/operations.md, "Limits")."""
-
-    max_nodes: int = 100_000  # node ids registered
-    max_groups: int = 10_000  # groups (static and dynamic)
-    max_entries_per_client: int = 1_024  # node ids and groups one connection may create
-    list_page: int = 1_000  # groups per ListGroups reply (64 B each: far below 1 MiB)
-    idle_timeout_s: float = 600.0  # a connection with nothing pending and nothing sent
-    message_timeout_s: float = 10.0  # a message started must be complete by then
-    max_waits_per_client: int = 256  # Lookups/WaitDones one connection may have held
-    #: replies written to one connection and not yet read by it (at least one reply)
-    max_unread_bytes: int = 8 * MAX_MESSAGE_BYTES
-
-    def __post_init__(self) -> None:
-        if min(self.max_nodes, self.max_groups, self.max_entries_per_client,
-               self.list_page, self.max_waits_per_client) < 1 or min(
-                   self.idle_timeout_s, self.message_timeout_s) <= 0:
-            raise ConfigError(f"registry limits must be positive: {self}")
-        if self.max_unread_bytes < 2 * MAX_MESSAGE_BYTES:
-            raise ConfigError(f"max_unread_bytes below {2 * MAX_MESSAGE_BYTES} would drop "
-                              f"a client for reading one reply slowly")
-        if self.list_page > 65_536:
-            raise ConfigError("list_page above 65536 would not fit a GroupList")
 
 
 @dataclass(slots=True)
@@ -315,7 +280,11 @@ class RegistryServer:
             and self._grace_over is not None and not self._grace_over.is_set()
         ):
             if len(waits) >= self.limits.max_waits_per_client:
-                self._send(client, self._refuse_wait(request.rid, client, len(waits)))
+                client.refused_waits += 1  # one line per connection, not one per request
+                self._send(client, self._refuse_full(
+                    request.rid, client.peer, f"this connection has {len(waits)} requests "
+                    f"waiting (max_waits_per_client {self.limits.max_waits_per_client})",
+                    quiet=client.refused_waits > 1))
                 return
             wait = asyncio.create_task(self._answer_later(request, client, nonce))
             waits.add(wait)
@@ -324,15 +293,6 @@ class RegistryServer:
             self._send(client, Nonce(request.rid, nonce))
         else:
             self._send(client, self._checked(request, nonce, client.peer))
-
-    def _refuse_wait(self, rid: int, client: _Client, held: int) -> Refused:
-        self.stats.refused_full += 1
-        reason = (f"this connection has {held} requests waiting already "
-                  f"(max_waits_per_client {self.limits.max_waits_per_client})")
-        if not client.refused_waits:  # one line per connection, not one per request
-            log.warning("registry refused a request from %s: %s", client.peer, reason)
-        client.refused_waits += 1
-        return Refused(rid, reason)
 
     def _send(self, client: _Client, reply: Reply) -> None:
         """Write `reply`, unless the connection would then hold more than
@@ -441,9 +401,10 @@ class RegistryServer:
             return None
         return self._refuse_full(request.rid, client.peer, reason)
 
-    def _refuse_full(self, rid: int, peer: object, reason: str) -> Refused:
+    def _refuse_full(self, rid: int, peer: object, reason: str, quiet: bool = False) -> Refused:
         self.stats.refused_full += 1
-        log.warning("registry refused a request from %s: %s", peer, reason)
+        if not quiet:
+            log.warning("registry refused a request from %s: %s", peer, reason)
         return Refused(rid, reason)
 
     def _bad(self, peer: object, reason: str) -> None:
