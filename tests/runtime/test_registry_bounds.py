@@ -223,3 +223,21 @@ def test_tombstones_and_addresses_are_bounded() -> None:
                 await c.close()
 
     asyncio.run(main())
+
+
+def test_a_request_above_the_message_bound_fails_at_once() -> None:
+    """A view too large for one registry message was sent, dropped by the registry as
+    oversize, and re-sent after every reconnect for ever; now the client refuses it."""
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            client = RegistryClient(server.url, **FAST)
+            me = await client.register()
+            members = {me: "tcp://10.0.0.1:1"} | {
+                f"m{k}": "tcp://10.0.0.2:7500/" + "x" * 480 for k in range(2_500)}
+            with pytest.raises(ConfigError, match="above the 1048576-byte bound"):
+                await client.announce("wide", "sequencer", 1, members, create=True)
+            assert server.stats.bad_messages == 0 and client.reconnects == 0
+            await client.close()
+
+    asyncio.run(main())

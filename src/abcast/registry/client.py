@@ -44,6 +44,8 @@ import msgspec
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError
 from abcast.ids import NodeId
 from abcast.registry.messages import (
+    MAX_MESSAGE_BYTES,
+    PREFIX,
     Announce,
     Challenge,
     Done,
@@ -85,8 +87,11 @@ REGISTRY_TIMEOUT_S: Final = 10.0
 def _checked(request: Request) -> bytes:
     """`request` encoded, once the registry's own decoder accepts it: ConfigError for a
     request it would refuse to read (it would close the connection, and re-sending the
-    request after each reconnect would loop for ever)."""
+    request after each reconnect would loop for ever), one above MAX_MESSAGE_BYTES too."""
     data = encode(request)
+    if len(data) - PREFIX.size > MAX_MESSAGE_BYTES:
+        raise ConfigError(f"registry request {type(request).__name__} of {len(data)} bytes "
+                          f"is above the {MAX_MESSAGE_BYTES}-byte bound on a registry message")
     try:
         decode_request(data[4:])
     except DecodeError as exc:
