@@ -1,7 +1,10 @@
 """Identifiers shared by every layer: nodes, groups, messages and views.
 
 Node ids are short strings ("n1", "n7", "c3"); they sort naturally (n2 < n10), which
-matters because "the lowest node" picks sequencers, coordinators and leaders.
+matters because "the lowest node" picks sequencers, coordinators and leaders. The order
+is total and strict over every string: runs of ASCII digits compare as numbers (without
+converting them, so no string makes it raise), everything else as text, and ids equal
+that way ("n7", "n07") by their raw string, so the leader never depends on input order.
 """
 
 from __future__ import annotations
@@ -13,13 +16,23 @@ from typing import NamedTuple
 NodeId = str
 GroupName = str
 
-_NATURAL = re.compile(r"(\d+)")
+#: node_sort_key's value: the natural parts, then the raw id (the tie-break)
+NodeOrder = tuple[tuple[tuple[int, int, str], ...], str]
+
+_NATURAL = re.compile(r"([0-9]+)")  # ASCII digits only: "²" and "٣" are text here
 
 
-def node_sort_key(node: NodeId) -> tuple[tuple[int, int | str], ...]:
-    """Key that orders "n2" before "n10" (plain string order would not)."""
+def node_sort_key(node: NodeId) -> NodeOrder:
+    """Key that orders "n2" before "n10" (plain string order would not), "n07" before
+    "n7" (the raw string breaks ties). A digit run compares as (its length without
+    leading zeros, those digits): a number's order, for any length."""
     parts = _NATURAL.split(node)
-    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in parts if p != "")
+    # split() puts the digit runs at the odd positions.
+    natural = tuple(
+        (1, len(p.lstrip("0")), p.lstrip("0")) if i % 2 else (0, 0, p)
+        for i, p in enumerate(parts) if p != ""
+    )
+    return natural, node
 
 
 def sorted_nodes(nodes: tuple[NodeId, ...] | list[NodeId] | set[NodeId]) -> tuple[NodeId, ...]:

@@ -12,6 +12,7 @@ import pytest
 
 from abcast.errors import ConfigError
 from abcast.registry import RegistryClient, RegistryLimits, RegistryServer
+from abcast.registry.messages import Register, Registered, decode_reply, encode, read_body
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -138,5 +139,105 @@ def test_half_sent_and_idle_connections_are_closed_but_waiting_ones_are_not() ->
             assert list(info.members) == ["n2"]
             for c in (waiter, joiner):
                 await c.close()
+
+    asyncio.run(main())
+
+
+def test_one_token_claiming_id_after_id_is_counted_for_each() -> None:
+    """A token that holds an id and claims another creates one more: it used to skip the
+    bounds (200 claims granted with max_nodes 10). Planted: counting by token only."""
+
+    async def main() -> None:
+        limits = RegistryLimits(max_nodes=10, max_entries_per_client=5)
+        async with RegistryServer(limits=limits) as server:
+            host, port = server.url.removeprefix("tcp://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            replies = []
+            for i in range(20):
+                writer.write(encode(Register(i, "one-token", f"x{i}", f"tcp://10.0.0.1:{i + 1}")))
+                async with asyncio.timeout(10):
+                    replies.append(decode_reply(await read_body(reader)))
+            granted = [r for r in replies if isinstance(r, Registered)]
+            assert len(granted) == 5 == len(server.node_ids())
+            assert all("max_entries_per_client 5" in getattr(r, "reason", "")
+                       for r in replies[5:])
+            writer.close()
+
+    asyncio.run(main())
+
+
+def test_registrations_parked_in_the_recovery_grace_are_counted_when_granted() -> None:
+    """During --recovery-grace registrations wait; they were checked against max_nodes on
+    arrival, when none of them was counted, and then all granted. Planted: checking on
+    arrival only."""
+
+    async def main() -> None:
+        limits = RegistryLimits(max_nodes=5)
+        async with RegistryServer(limits=limits, recovery_grace_s=0.2) as server:
+            clients = [RegistryClient(server.url, **FAST) for _ in range(12)]
+            results = await asyncio.gather(*(c.register() for c in clients),
+                                           return_exceptions=True)
+            refused = [r for r in results if isinstance(r, ConfigError)]
+            assert len(server.node_ids()) == 5 and len(refused) == 7
+            assert all("registry full: it holds 5 node ids" in str(r) for r in refused)
+            for c in clients:
+                await c.close()
+
+    asyncio.run(main())
+
+
+def test_tombstones_and_addresses_are_bounded() -> None:
+    """Remove of a name the registry never held leaves no tombstone, and it keeps the
+    newest max_groups tombstones only (5,000 Removes of made-up names used to leave
+    5,000); an announced view gives addresses to registered ids only (20 views of one
+    group listing 5,000 made-up members each used to leave 100,001 addresses).
+    Planted: a tombstone per Remove; every listed member's address kept."""
+
+    async def main() -> None:
+        limits = RegistryLimits(max_groups=3)
+        async with RegistryServer(limits=limits) as server:
+            client = RegistryClient(server.url, **FAST)
+            me = await client.register(address="tcp://10.0.0.1:1")
+            for i in range(50):
+                await client.remove(f"never{i}")
+            assert len(server._removed) == 0
+            for i in range(5):
+                await client.announce(f"g{i}", "sequencer", 1, {me: "tcp://10.0.0.1:1"},
+                                      create=True)
+                await client.remove(f"g{i}")
+            assert list(server._removed) == ["g2", "g3", "g4"]  # the newest 3
+            with pytest.raises(ConfigError, match="was removed"):
+                await client.announce("g4", "sequencer", 2, {me: "tcp://10.0.0.1:1"})
+            await client.announce("g0", "sequencer", 2, {me: "tcp://10.0.0.1:1"})  # forgotten
+            quiet = RegistryClient(server.url, **FAST)
+            other = await quiet.register()  # no address of its own
+            for v in range(3, 6):
+                fakes = {f"fake{v}_{k}": "tcp://10.6.6.6:1" for k in range(100)}
+                await client.announce("g0", "sequencer", v,
+                                      {me: "tcp://10.0.0.1:1", other: "tcp://10.0.0.2:1"}
+                                      | fakes)
+            assert server._addresses == {me: "tcp://10.0.0.1:1", other: "tcp://10.0.0.2:1"}
+            assert await client.locate("fake3_0") is None
+            assert await client.locate(other) == "tcp://10.0.0.2:1"
+            for c in (client, quiet):
+                await c.close()
+
+    asyncio.run(main())
+
+
+def test_a_request_above_the_message_bound_fails_at_once() -> None:
+    """A view too large for one registry message was sent, dropped by the registry as
+    oversize, and re-sent after every reconnect for ever; now the client refuses it."""
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            client = RegistryClient(server.url, **FAST)
+            me = await client.register()
+            members = {me: "tcp://10.0.0.1:1"} | {
+                f"m{k}": "tcp://10.0.0.2:7500/" + "x" * 480 for k in range(2_500)}
+            with pytest.raises(ConfigError, match="above the 1048576-byte bound"):
+                await client.announce("wide", "sequencer", 1, members, create=True)
+            assert server.stats.bad_messages == 0 and client.reconnects == 0
+            await client.close()
 
     asyncio.run(main())

@@ -2,9 +2,10 @@
 without it (or with another secret) can neither join, leave, re-announce (replace the
 member table), nor remove it; a registry started with the secret also refuses every
 id claim from outside, a restart included; a proof captured on one connection is
-refused on another. Each refusal is one log line and the group's record is untouched.
-A planted registry that accepts any proof must let the stranger through (so the
-refusals above are the proof's doing).
+refused on another, and a recorded request sent again on its own connection too.
+Each refusal is one log line and the group's record is untouched. A planted registry
+that accepts any proof (or ignores the request id) must let the stranger (the replay)
+through, so the refusals above are the proof's doing.
 """
 
 from __future__ import annotations
@@ -13,11 +14,29 @@ import asyncio
 import logging
 import struct
 
+import msgspec
 import pytest
 
 from abcast.errors import ConfigError
 from abcast.registry import RegistryClient, RegistryServer
-from abcast.registry.messages import Challenge, Nonce, Remove, decode_reply, encode, signed_body
+from abcast.registry.messages import (
+    Announce,
+    Challenge,
+    Join,
+    Leave,
+    Nonce,
+    Refused,
+    Register,
+    Registered,
+    Remove,
+    Reply,
+    Request,
+    Signed,
+    decode_reply,
+    encode,
+    read_body,
+    signed_body,
+)
 from abcast.security.signing import Signer
 
 pytestmark = pytest.mark.timeout(30)
@@ -176,5 +195,75 @@ def test_a_planted_registry_that_accepts_any_proof_lets_the_stranger_remove_the_
             assert "bank" not in server.group_names()
             for c in (n1, n2, x):
                 await c.close()
+
+    asyncio.run(main())
+
+
+
+def _prove(nonce: bytes, request: Signed) -> Signed:
+    signer = Signer(SECRET)
+    if isinstance(request, Register | Join | Announce):
+        request = msgspec.structs.replace(request, verifier=signer.verifier)
+    return msgspec.structs.replace(request, auth=signer.prove(nonce, signed_body(request)))
+
+
+async def _replays(server: RegistryServer) -> list[Reply]:
+    """On one connection: create "bank", join "kept", leave it, remove "bank" (all with
+    proofs), then send the recorded Join and create again: the registry's replies."""
+    host, port = server.url.removeprefix("tcp://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+
+    async def ask(message: Request) -> Reply:
+        writer.write(encode(message))
+        async with asyncio.timeout(10):
+            return decode_reply(await read_body(reader))
+
+    nonce = await ask(Challenge(0))
+    assert isinstance(nonce, Nonce)
+    me = await ask(_prove(nonce.nonce, Register(1, "tok", None, "tcp://10.0.0.1:1")))
+    assert isinstance(me, Registered)
+    other = RegistryClient(server.url, secret=SECRET, **FAST)
+    members = {me.node: "tcp://10.0.0.1:1", await other.register(): "tcp://10.0.0.1:2"}
+    create = _prove(nonce.nonce, Announce(2, me.node, "tok", "bank", "sequencer", 1,
+                                          members, True))
+    join = _prove(nonce.nonce, Join(3, me.node, "tok", "kept", "tcp://10.0.0.1:1", 3))
+    for genuine in (create, join, _prove(nonce.nonce, Leave(4, me.node, "tok", "kept")),
+                    _prove(nonce.nonce, Remove(5, "bank"))):
+        assert not isinstance(await ask(genuine), Refused)
+    replies = [await ask(join), await ask(create)]
+    writer.close()
+    await other.close()
+    return replies
+
+
+def test_a_recorded_request_replayed_on_its_own_connection_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A proof covers the request id and the ids of one connection must rise: a man in
+    the middle who recorded a member's Join cannot re-admit it after its Leave, nor
+    resurrect a group with a recorded create after its Remove (both were granted)."""
+    caplog.set_level(logging.INFO, LOGGER)
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            replies = await _replays(server)
+            assert all(isinstance(r, Refused) and "replayed" in r.reason for r in replies)
+            assert "bank" not in server.group_names() and "kept" not in server.group_names()
+            assert server.stats.refused_unauthenticated == 2
+
+    asyncio.run(main())
+    assert len([m for m in _refusals(caplog) if "replayed" in m]) == 2
+
+
+def test_a_planted_registry_that_ignores_the_rid_takes_the_replays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(RegistryServer, "_replayed", lambda *_args: None)
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            replies = await _replays(server)
+            assert not any(isinstance(r, Refused) for r in replies)
+            assert {"bank", "kept"} <= set(server.group_names())
 
     asyncio.run(main())

@@ -1,6 +1,8 @@
 """tcps:// (and grpc://…?tls=1) with mutual TLS: a node whose certificate another CA
 signed, and a node speaking plain tcp://, get no frame in, while members' traffic goes
-on in order; missing or unreadable certificate files are ConfigErrors naming the file.
+on in order; the listener demands a client certificate from its own CA (an intruder
+that trusts that CA but holds another's certificate is refused); missing or unreadable
+certificate files are ConfigErrors naming the file.
 """
 
 from __future__ import annotations
@@ -72,3 +74,34 @@ def test_missing_certificate_files_are_config_errors(tmp_path: Path) -> None:
         transport_from_url("zmq://127.0.0.1:0?tls=1")
     with pytest.raises(ConfigError, match="never goes in a URL"):
         transport_from_url("tcp://127.0.0.1:0?secret=hunter22")
+
+
+def test_the_listener_demands_a_client_certificate_from_its_own_ca(tmp_path: Path) -> None:
+    """An intruder that trusts the members' CA (so its own side of TLS is satisfied) but
+    presents a certificate another CA signed: the listener must refuse it, so its
+    connections keep failing and none of its frames arrives (found by the security
+    review: with the listener's CERT_REQUIRED dropped, the test above still passed)."""
+
+    async def main() -> None:
+        pki, other = shared_pki(), make_pki(tmp_path, ca_name="another CA")
+        member = _options("tcps")
+        intruder = dataclasses.replace(member, tls_cert=other.cert, tls_key=other.key)
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            a = await nodes.start("as-given", "a", Inbox(), member, url="tcps://127.0.0.1:0")
+            b = await nodes.start("as-given", "b", inbox, member, url="tcps://127.0.0.1:0")
+            x = await nodes.start("as-given", "x", Inbox(), intruder, url="tcps://127.0.0.1:0")
+            assert intruder.tls_ca == pki.ca
+            a.add_peer("b", b.address)
+            x.add_peer("b", b.address)
+            for seq in range(20):
+                x.send("b", numbered(10_000 + seq))
+                a.send("b", numbered(seq))
+            await inbox.wait_until(lambda: len(inbox.got("a")) >= 20, "a's frames")
+            # Refused connections end; an admitted one would last (and carry x's frames).
+            await inbox.wait_until(lambda: x.stats.lost_connections >= 2,
+                                   "x's connections refused twice")
+            assert inbox.got("a") == list(range(20))
+            assert inbox.got("x") == []
+
+    run(main)

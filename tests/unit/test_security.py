@@ -6,6 +6,7 @@ nothing). A planted opener without the counter check must fail the replay proper
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -163,3 +164,21 @@ def test_secrets_are_checked_once() -> None:
         load_secret("short")
     with pytest.raises(ConfigError):
         load_secret(42)  # type: ignore[arg-type]
+
+
+def test_a_short_secret_draws_one_warning_that_does_not_show_it(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HKDF does not stretch a password: a secret is guessable offline from one recorded
+    handshake unless random, so one below 16 bytes is warned about, once per process."""
+    import abcast.security.secret as secret_module
+
+    monkeypatch.setitem(secret_module._warned, "short", False)
+    caplog.set_level(logging.WARNING, "abcast.security.secret")
+    load_secret("a" * 16)
+    assert caplog.records == []
+    for _ in range(3):
+        load_secret("bank2026")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "8 bytes" in lines[0] and "openssl rand" in lines[0]
+    assert "bank2026" not in lines[0]

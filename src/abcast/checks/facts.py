@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate
 
-from abcast.ids import node_sort_key
+from abcast.ids import NodeOrder, node_sort_key
 from abcast.trace.rows import EventRow
 
 #: a message id: (group, origin, seq)
@@ -34,9 +34,9 @@ StreamKey = tuple[str | None, str]
 FIRST_INCARNATION = -(2**63)
 
 
-def node_order(node: str) -> tuple[tuple[tuple[int, int | str], ...], str]:
+def node_order(node: str) -> NodeOrder:
     """The node order of the checks (n2 before n10); the raw string breaks ties."""
-    return (node_sort_key(node), node)
+    return node_sort_key(node)
 
 
 @dataclass(frozen=True, slots=True)

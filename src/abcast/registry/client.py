@@ -21,7 +21,9 @@ With a group secret (`secret=`), each connection starts by asking the registry f
 nonce (`Challenge`), and every request that changes something (register, join, leave,
 done, announce, remove) carries the secret's verifier and a proof over that nonce
 (abcast.security.signing): the registry then refuses those changes to anyone without
-the secret.
+the secret. A proof covers the request id, and the ids of one connection rise (the
+registry refuses a proof whose id is not above the last one on its connection: a
+replay), so they come from one counter, re-assertions on a new connection included.
 
 It knows the registry protocol (messages.py) and nothing about transports or stacks.
 """
@@ -42,6 +44,8 @@ import msgspec
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError
 from abcast.ids import NodeId
 from abcast.registry.messages import (
+    MAX_MESSAGE_BYTES,
+    PREFIX,
     Announce,
     Challenge,
     Done,
@@ -68,6 +72,7 @@ from abcast.registry.messages import (
     encode,
     parse_registry_url,
     read_body,
+    reply_rid,
     signed_body,
 )
 from abcast.security import load_secret
@@ -82,8 +87,11 @@ REGISTRY_TIMEOUT_S: Final = 10.0
 def _checked(request: Request) -> bytes:
     """`request` encoded, once the registry's own decoder accepts it: ConfigError for a
     request it would refuse to read (it would close the connection, and re-sending the
-    request after each reconnect would loop for ever)."""
+    request after each reconnect would loop for ever), one above MAX_MESSAGE_BYTES too."""
     data = encode(request)
+    if len(data) - PREFIX.size > MAX_MESSAGE_BYTES:
+        raise ConfigError(f"registry request {type(request).__name__} of {len(data)} bytes "
+                          f"is above the {MAX_MESSAGE_BYTES}-byte bound on a registry message")
     try:
         decode_request(data[4:])
     except DecodeError as exc:
@@ -351,9 +359,11 @@ class RegistryClient:
             self._nonce = reply.nonce
         if self.node is None:
             return
-        requests: list[Request] = [Register(0, self.token, self.node, self.address)]
+        # Rising rids: the registry refuses a proof whose rid is not above the last one.
+        requests: list[Request] = [
+            Register(next(self._rids), self.token, self.node, self.address)]
         requests += [
-            Join(0, self.node, self.token, group, address, size)
+            Join(next(self._rids), self.node, self.token, group, address, size)
             for group, (address, size) in self._joined.items()
         ]
         for request in requests:
@@ -375,8 +385,14 @@ class RegistryClient:
         answered = False
         try:
             while True:
-                reply = decode_reply(await read_body(reader))
+                body = await read_body(reader)
                 answered = True
+                try:
+                    reply = decode_reply(body)
+                except DecodeError as exc:
+                    # Re-sending would get the same reply: fail that request, once.
+                    self._unreadable(exc, reply_rid(body))
+                    continue
                 fut = self._pending.get(reply.rid)
                 if fut is not None and not fut.done():
                     fut.set_result(reply)
@@ -391,6 +407,16 @@ class RegistryClient:
             if not self._closed:
                 log.warning("lost the registry %s (%s); reconnecting",
                             self.url, type(exc).__name__)
-        except DecodeError as exc:
-            log.warning("registry %s sent a bad reply (%s); reconnecting", self.url, exc)
+        except DecodeError as exc:  # an oversize reply: the stream is lost, and so is its rid
+            self._unreadable(exc, None)
         return answered
+
+    def _unreadable(self, exc: DecodeError, rid: int | None) -> None:
+        """A reply this client cannot read fails its request (every pending one when
+        its rid is unknown) with one ConfigError, instead of a re-send loop for ever."""
+        log.warning("registry %s sent a reply this client cannot read (%s)", self.url, exc)
+        error = ConfigError(f"registry {self.url} sent a reply this client cannot read: {exc}")
+        futures = list(self._pending.values()) if rid is None else [self._pending.get(rid)]
+        for fut in futures:
+            if fut is not None and not fut.done():
+                fut.set_exception(error)

@@ -223,7 +223,9 @@ def encode(message: Request | Reply) -> bytes:
 
 
 def signed_body(request: Signed) -> bytes:
-    """What a proof covers: the request's encoding with its `auth` field empty."""
+    """What a proof covers: the request's encoding with its `auth` field empty, its
+    `rid` included (on one connection the registry accepts only rising rids with a
+    proof, which makes each proof good for one request)."""
     return _encoder.encode(msgspec.structs.replace(request, auth=b""))
 
 
@@ -241,6 +243,18 @@ def decode_reply(body: bytes) -> Reply:
     except NOT_A_MESSAGE as exc:
         raise DecodeError(f"not a registry reply: {exc}") from None
     return reply
+
+
+def reply_rid(body: bytes) -> int | None:
+    """The request id of a reply `decode_reply` refused, if it has one where a reply's
+    rid belongs (so a client can fail that request instead of re-sending it for ever)."""
+    try:
+        raw = msgspec.msgpack.decode(body)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(raw, list) and len(raw) >= 2 and type(raw[1]) is int:
+        return raw[1]
+    return None
 
 
 async def read_body(reader: asyncio.StreamReader, max_bytes: int = MAX_MESSAGE_BYTES) -> bytes:

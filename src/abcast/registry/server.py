@@ -13,29 +13,36 @@ Dynamic groups (created, joined and left at run time) are not joined member by m
 their leader announces each view (`Announce`: ordering, view id, members → addresses),
 which replaces the member table unless it is older than the one held, and re-announces
 it now and then, so a restarted registry learns them again. `Remove` forgets a group
-and refuses its later announcements (a tombstone, in memory like the rest); `Locate`
-answers a node's registered address, `ListGroups` every group.
+and refuses its later announcements (a tombstone, in memory like the rest, kept for
+groups it held, the newest max_groups of them); `Locate` answers a node's address (the
+one it registered, else the one its first announced view gave: for registered ids
+only), `ListGroups` every group.
 
 Secret groups (abcast.security.signing): a request that names a verifier binds its group
 (Join, Announce) or its node id (Register) to it, first come first served, and must
 carry a proof under it; from then on every request that changes that group (Join,
 Leave, Done, Announce, Remove) or claims that id needs a proof under the same verifier,
 signed over this connection's nonce (`Challenge`), so a captured proof is useless on
-another connection. A registry started with a secret binds every group and id to it
-from the start, restarts included. A refusal is one log line and a `Refused` reply.
+another connection; it covers the request id too, and on one connection the rids of
+requests with a proof must rise, so a recorded one sent again on its own connection (a
+Join after its Leave, a create after its Remove) is refused. A registry started with a
+secret binds every group and id to it from the start, restarts included. A refusal is
+one log line and a `Refused` reply.
 
 Bad input (garbage, an oversize length prefix, a truncated message, an unknown message
 type) gets one log line on "abcast.registry.server", that connection is closed and
-`stats.bad_messages` goes up; everyone else keeps being served. Nothing here knows about
-transports, stacks or the runtime.
+`stats.bad_messages` goes up; everyone else keeps being served. A request whose serving
+raises (a registry bug) is one ERROR line and its connection dropped
+(`stats.failed_requests`); what a request stores is checked before it is stored.
+Nothing here knows about transports, stacks or the runtime.
 
-Bounds (`RegistryLimits`, docs/operations.md "Limits"): a connection that starts a
-message must finish it within `message_timeout_s`, and one with nothing to wait for
-that sends nothing for `idle_timeout_s` is closed (`stats.timeouts`; a client reconnects
-and re-asserts what it holds); the registry holds at most `max_nodes` node ids and
-`max_groups` groups, and one connection may create at most `max_entries_per_client` of
-them — past a bound the request is refused with a reason that names it
-(`stats.refused_full`). `ListGroups` answers a page of at most `list_page` groups.
+Bounds: `RegistryLimits` (limits.py, docs/operations.md "Limits"); what this module
+adds to them: a Lookup or WaitDone that cannot be answered yet waits for a change to its
+own group only; replies are written through `_send`, which drops a connection with
+max_unread_bytes unread, and a connection's next request is read only once its replies
+are drained below the transport's high-water mark; a record that would not fit one reply
+is refused before it is stored; a claim of n<k> moves the counter of fresh ids only up to
+MAX_COUNTED_ID.
 """
 
 from __future__ import annotations
@@ -44,12 +51,13 @@ import asyncio
 import logging
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError
 from abcast.ids import NodeId, node_sort_key, sorted_nodes
+from abcast.registry.limits import RegistryLimits, RegistryStats
 from abcast.registry.messages import (
     MAX_MESSAGE_BYTES,
     PREFIX,
@@ -83,7 +91,16 @@ from abcast.security.signing import Signer, verify
 
 log: Final = logging.getLogger(__name__)
 
-_ASSIGNED = re.compile(r"n(\d+)")
+_ASSIGNED = re.compile(r"n([0-9]+)")
+#: a claimed n<k> moves the counter of fresh ids only up to here, so a claim of a huge k
+#: cannot push the ids handed out later past the wire's NodeField bound (64 characters)
+MAX_COUNTED_ID: Final = 10**18
+
+
+def _listed(nodes: tuple[NodeId, ...], most: int = 16) -> str:
+    """Node ids for a log line: the first `most`, then how many more."""
+    more = f" … ({len(nodes)} in all)" if len(nodes) > most else ""
+    return " ".join(nodes[:most]) + more
 
 
 @dataclass(slots=True)
@@ -97,40 +114,14 @@ class _Group:
 
 
 @dataclass(slots=True)
-class RegistryStats:
-    connections: int = 0
-    requests: int = 0
-    bad_messages: int = 0
-    timeouts: int = 0  # connections closed idle or inside a message
-    refused_full: int = 0  # requests refused by a bound of RegistryLimits
-    refused_unauthenticated: int = 0  # secret-group requests without a valid proof
-
-
-@dataclass(frozen=True, slots=True)
-class RegistryLimits:
-    """What one registry holds and waits for at most (docs/operations.md, "Limits")."""
-
-    max_nodes: int = 100_000  # node ids registered
-    max_groups: int = 10_000  # groups (static and dynamic)
-    max_entries_per_client: int = 1_024  # node ids and groups one connection may create
-    list_page: int = 1_000  # groups per ListGroups reply (64 B each: far below 1 MiB)
-    idle_timeout_s: float = 600.0  # a connection with nothing pending and nothing sent
-    message_timeout_s: float = 10.0  # a message started must be complete by then
-
-    def __post_init__(self) -> None:
-        if min(self.max_nodes, self.max_groups, self.max_entries_per_client,
-               self.list_page) < 1 or min(self.idle_timeout_s, self.message_timeout_s) <= 0:
-            raise ConfigError(f"registry limits must be positive: {self}")
-        if self.list_page > 65_536:
-            raise ConfigError("list_page above 65536 would not fit a GroupList")
-
-
-@dataclass(slots=True)
 class _Client:
-    """One connection: what it has created (the per-client bound)."""
+    """One connection: where its replies go, what it has created (the per-client bound)."""
 
     peer: object
+    writer: asyncio.StreamWriter
     entries: int = 0
+    refused_waits: int = 0
+    signed_rid: int = -1  # the rid of the last request with a proof (they must rise)
 
 
 class RegistryServer:
@@ -162,8 +153,10 @@ class RegistryServer:
         self._by_token: dict[str, NodeId] = {}
         self._groups: dict[str, _Group] = {}
         self._addresses: dict[NodeId, str] = {}
-        self._removed: set[str] = set()
-        self._changed = asyncio.Event()
+        #: removed groups whose announcements are refused, oldest first (max_groups of them)
+        self._removed: dict[str, None] = {}
+        #: group -> the futures of the requests waiting for it to change
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self.recovery_grace_s = recovery_grace_s
         self._grace_over: asyncio.Event | None = None
@@ -241,11 +234,13 @@ class RegistryServer:
             self._connections[task] = writer
         self.stats.connections += 1
         peer = writer.get_extra_info("peername")
-        client = _Client(peer)
+        client = _Client(peer, writer)
         nonce = secrets.token_bytes(32)  # this connection's challenge (secret groups)
         waits: set[asyncio.Task[None]] = set()
         try:
             while True:
+                if not await self._drained(client):
+                    return
                 try:
                     body = await self._read_timed(reader, waits)
                     if body is None:
@@ -259,21 +254,11 @@ class RegistryServer:
                     self._bad(peer, str(exc))
                     return
                 self.stats.requests += 1
-                refused = self._over_limits(request, client)
-                if refused is not None:
-                    writer.write(encode(refused))
-                    continue
-                if isinstance(request, Lookup | WaitDone) or (
-                    isinstance(request, Register) and request.claim is None
-                    and self._grace_over is not None and not self._grace_over.is_set()
-                ):
-                    wait = asyncio.create_task(self._answer_later(request, writer, nonce, peer))
-                    waits.add(wait)
-                    wait.add_done_callback(waits.discard)
-                elif isinstance(request, Challenge):
-                    writer.write(encode(Nonce(request.rid, nonce)))
-                else:
-                    writer.write(encode(self._checked(request, nonce, peer)))
+                try:
+                    self._serve_one(request, client, nonce, waits)
+                except Exception as exc:  # a bug serving one request must not kill the rest
+                    self._failed(peer, request, exc)
+                    return
         except (ConnectionError, OSError):
             return
         finally:
@@ -282,6 +267,73 @@ class RegistryServer:
             writer.close()
             if task is not None:
                 self._connections.pop(task, None)
+
+    def _serve_one(self, request: Request, client: _Client, nonce: bytes,
+                   waits: set[asyncio.Task[None]]) -> None:
+        refused = self._replayed(request, client) or self._over_limits(request, client)
+        if refused is not None:
+            self._send(client, refused)
+        elif isinstance(request, Lookup | WaitDone) and self._ready(request):
+            self._send(client, self.group_info(request.group, request.rid))
+        elif isinstance(request, Lookup | WaitDone) or (
+            isinstance(request, Register) and request.claim is None
+            and self._grace_over is not None and not self._grace_over.is_set()
+        ):
+            if len(waits) >= self.limits.max_waits_per_client:
+                client.refused_waits += 1  # one line per connection, not one per request
+                self._send(client, self._refuse_full(
+                    request.rid, client.peer, f"this connection has {len(waits)} requests "
+                    f"waiting (max_waits_per_client {self.limits.max_waits_per_client})",
+                    quiet=client.refused_waits > 1))
+                return
+            wait = asyncio.create_task(self._answer_later(request, client, nonce))
+            waits.add(wait)
+            wait.add_done_callback(waits.discard)
+        elif isinstance(request, Challenge):
+            self._send(client, Nonce(request.rid, nonce))
+        else:
+            self._send(client, self._checked(request, nonce, client.peer))
+
+    def _send(self, client: _Client, reply: Reply) -> None:
+        """Write `reply`, unless the connection would then hold more than
+        max_unread_bytes of replies its client has not read: then drop it (one line)."""
+        writer = client.writer
+        if writer.is_closing():
+            return
+        data = encode(reply)
+        unread = writer.transport.get_write_buffer_size()
+        if unread + len(data) > self.limits.max_unread_bytes:
+            self.stats.slow_readers += 1
+            log.warning("registry dropped connection from %s: %d bytes of replies unread "
+                        "(max_unread_bytes %d)", client.peer, unread + len(data),
+                        self.limits.max_unread_bytes)
+            writer.transport.abort()  # what it holds is freed now, not flushed
+            return
+        writer.write(data)
+
+    async def _drained(self, client: _Client) -> bool:
+        """Wait until the client has read its replies down to the transport's low-water
+        mark before reading its next request (its requests wait in its socket, not here);
+        False (closed, one line) if it reads none for idle_timeout_s."""
+        writer = client.writer
+        if writer.transport.get_write_buffer_size() == 0:
+            return not writer.is_closing()
+        try:
+            async with asyncio.timeout(self.limits.idle_timeout_s):
+                await writer.drain()
+        except TimeoutError:
+            self.stats.timeouts += 1
+            log.info("registry closed a connection that read no reply for %g s",
+                     self.limits.idle_timeout_s)
+            return False
+        return not writer.is_closing()
+
+    def _failed(self, peer: object, request: Request, exc: Exception) -> None:
+        """One line for a request the registry failed to serve (its bug, not the
+        client's); the caller drops that connection, everyone else is served."""
+        self.stats.failed_requests += 1
+        log.error("registry dropped connection from %s: serving %s failed: %r",
+                  peer, type(request).__name__, exc)
 
     async def _read_timed(
         self, reader: asyncio.StreamReader, waits: set[asyncio.Task[None]]
@@ -313,29 +365,46 @@ class RegistryServer:
                         limits.message_timeout_s)
             return None
 
+    def _creates(self, request: Request) -> tuple[str, int, int] | None:
+        """(what, how many the registry holds, its bound) if `request` would create a
+        node id or a group; None if it creates nothing."""
+        match request:
+            case Register(token=token, claim=claim) if (
+                    claim not in self._owner if claim is not None
+                    else token not in self._by_token):
+                return "node ids", len(self._owner), self.limits.max_nodes
+            case Join(group=group) | Announce(group=group) if group not in self._groups:
+                return "groups", len(self._groups), self.limits.max_groups
+        return None
+
+    def _full(self, request: Request) -> str | None:
+        """Why `request` may not create what it would (the registry is full), or None."""
+        creates = self._creates(request)
+        if creates is None or creates[1] < creates[2]:
+            return None
+        what, total, _ = creates
+        return f"registry full: it holds {total} {what} (max_{what.replace(' ids', 's')})"
+
     def _over_limits(self, request: Request, client: _Client) -> Refused | None:
         """Refused if `request` would create a node id or a group past a bound; else
-        counts what it creates against its connection."""
-        match request:
-            case Register(rid, token, claim, _) if token not in self._by_token and (
-                    claim is None or claim not in self._owner):
-                what, total, bound = "node ids", len(self._owner), self.limits.max_nodes
-            case Join(rid, group=group) | Announce(rid, group=group) if (
-                    group not in self._groups):
-                what, total, bound = "groups", len(self._groups), self.limits.max_groups
-            case _:
-                return None
+        counts what it creates against its connection (a token claiming one id after
+        another creates one each time)."""
+        if self._creates(request) is None:
+            return None
         per_client = self.limits.max_entries_per_client
-        if total >= bound:
-            reason = f"registry full: it holds {total} {what} (max_{what.replace(' ids', 's')})"
-        elif client.entries >= per_client:
+        reason = self._full(request)
+        if reason is None and client.entries >= per_client:
             reason = (f"this connection created {client.entries} entries already "
                       f"(max_entries_per_client {per_client})")
-        else:
+        if reason is None:
             client.entries += 1
             return None
+        return self._refuse_full(request.rid, client.peer, reason)
+
+    def _refuse_full(self, rid: int, peer: object, reason: str, quiet: bool = False) -> Refused:
         self.stats.refused_full += 1
-        log.warning("registry refused a request from %s: %s", client.peer, reason)
+        if not quiet:
+            log.warning("registry refused a request from %s: %s", peer, reason)
         return Refused(rid, reason)
 
     def _bad(self, peer: object, reason: str) -> None:
@@ -343,35 +412,49 @@ class RegistryServer:
         log.warning("registry dropped connection from %s: %s", peer, reason)
 
     async def _answer_later(
-        self, request: Lookup | WaitDone | Register, writer: asyncio.StreamWriter,
-        nonce: bytes = b"", peer: object = None,
+        self, request: Lookup | WaitDone | Register, client: _Client, nonce: bytes,
     ) -> None:
+        try:
+            self._send(client, await self._reply_later(request, nonce, client.peer))
+        except Exception as exc:  # as in _serve: one line, that connection dropped
+            self._failed(client.peer, request, exc)
+            client.writer.close()
+
+    async def _reply_later(
+        self, request: Lookup | WaitDone | Register, nonce: bytes, peer: object,
+    ) -> Reply:
         if isinstance(request, Register):
             assert self._grace_over is not None
             await self._grace_over.wait()
-            if not writer.is_closing():
-                writer.write(encode(self._checked(request, nonce, peer)))
-            return
+            # Counted now, among every registration parked with it, not on arrival.
+            full = self._full(request)
+            if full is not None:
+                return self._refuse_full(request.rid, peer, full)
+            return self._checked(request, nonce, peer)
+        while not self._ready(request):
+            changed = asyncio.get_running_loop().create_future()
+            waiting = self._waiters.setdefault(request.group, set())
+            waiting.add(changed)
+            try:
+                await changed
+            finally:
+                waiting.discard(changed)
+                if not waiting and self._waiters.get(request.group) is waiting:
+                    del self._waiters[request.group]
+        return self.group_info(request.group, request.rid)
+
+    def _ready(self, request: Lookup | WaitDone) -> bool:
+        """Whether `request` can be answered now."""
+        g = self._groups.get(request.group)
         if isinstance(request, Lookup):
-            def ready() -> bool:
-                g = self._groups.get(request.group)
-                return len(g.members) >= request.wait_for if g else request.wait_for == 0
-        else:
-            def ready() -> bool:
-                g = self._groups.get(request.group)
-                return g is not None and len(g.done) >= request.count
-        await self._wait(ready)
-        if not writer.is_closing():
-            writer.write(encode(self.group_info(request.group, request.rid)))
+            return len(g.members) >= request.wait_for if g else request.wait_for == 0
+        return g is not None and len(g.done) >= request.count
 
-    async def _wait(self, ready: Callable[[], bool]) -> None:
-        while not ready():
-            await self._changed.wait()
-
-    def _bump(self) -> None:
-        # Wake every waiter once; they re-check their condition against the new state.
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def _bump(self, group: str) -> None:
+        # Wake the group's waiters once; they re-check their condition against the new state.
+        for changed in self._waiters.pop(group, ()):
+            if not changed.done():
+                changed.set_result(None)
 
     # ----------------------------------------------------------------- secret groups
 
@@ -392,6 +475,22 @@ class RegistryServer:
             elif isinstance(request, Join | Announce) and request.group in self._groups:
                 self._group_keys.setdefault(request.group, offered)
         return reply
+
+    def _replayed(self, request: Request, client: _Client) -> Refused | None:
+        """Refused if `request` carries a proof but its rid is not above the last such
+        rid on this connection (a proof covers the rid: a recorded request sent again,
+        a Join after its Leave, is refused); checked as it arrives, parked or not."""
+        if not isinstance(request, Signed) or not request.auth:
+            return None
+        if request.rid > client.signed_rid:
+            client.signed_rid = request.rid
+            return None
+        self.stats.refused_unauthenticated += 1
+        reason = (f"a replayed request: rid {request.rid} not above {client.signed_rid}, "
+                  f"the last signed one on this connection")
+        log.warning("registry refused %s from %s: %s", type(request).__name__, client.peer,
+                    reason)
+        return Refused(request.rid, reason)
 
     def _verifier_for(self, request: Signed) -> bytes | None:
         """The verifier `request` must prove (None: an open group or id)."""
@@ -437,7 +536,7 @@ class RegistryServer:
                 return Located(rid, node, self._addresses.get(node, ""))
             case Announce(rid, node, token, group, ordering, view_id, members, create, opts):
                 reply = self._announce(rid, node, token, group, ordering, view_id, members,
-                                       create)
+                                       create, opts)
                 if isinstance(reply, GroupInfo) and reply.view_id == view_id:
                     self._groups[group].options = opts
                     reply = self.group_info(group, rid)
@@ -447,8 +546,10 @@ class RegistryServer:
             case Remove(rid, group):
                 if self._groups.pop(group, None) is not None:
                     log.info("removed group %s", group)
-                    self._bump()
-                self._removed.add(group)
+                    self._bump(group)
+                    self._removed[group] = None  # a name never held leaves no tombstone
+                    if len(self._removed) > self.limits.max_groups:
+                        del self._removed[next(iter(self._removed))]  # the oldest
                 return self.group_info(group, rid)
             case Join(rid, node, token, group, address, size):
                 return self._join(rid, node, token, group, address, size)
@@ -460,14 +561,18 @@ class RegistryServer:
                     # Its Done stays: members still waiting for everyone to finish count it.
                     if not g.members:
                         del self._groups[group]
-                    self._bump()
+                    self._bump(group)
                 return self.group_info(group, rid)
             case Done(rid, node, group):
                 g = self._groups.get(group)
                 if g is None or node not in g.members:
                     return Refused(rid, f"{node} is not a member of group {group!r}")
+                if node not in g.done:
+                    too_big = self._too_big(group, g, g.members, g.options, done=node)
+                    if too_big is not None:
+                        return Refused(rid, too_big)
                 g.done.add(node)
-                self._bump()
+                self._bump(group)
                 return self.group_info(group, rid)
             case _:
                 raise LocalProtocolError(f"no synchronous answer for {request!r}")
@@ -484,8 +589,9 @@ class RegistryServer:
                 return Refused(rid, f"node id {claim!r} is taken by another node")
             node = claim
             match = _ASSIGNED.fullmatch(claim)
-            if match:
-                self._last_assigned = max(self._last_assigned, int(match.group(1)))
+            number = int(match.group(1)) if match else 0
+            if number <= MAX_COUNTED_ID:
+                self._last_assigned = max(self._last_assigned, number)
         self._owner[node] = token
         self._by_token[token] = node
         log.info("registered %s", node)
@@ -512,29 +618,37 @@ class RegistryServer:
         declared = size if g.size is None else g.size
         if node not in g.members and declared is not None and len(g.members) >= declared:
             return Refused(rid, f"group {group!r} is full ({declared} members)")
+        if g.members.get(node) != address:
+            too_big = self._too_big(group, g, {**g.members, node: address}, g.options)
+            if too_big is not None:
+                return Refused(rid, too_big)
         if fresh:
             self._groups[group] = g
         g.size = declared
         if g.members.get(node) != address:
             g.members[node] = address
             log.info("%s joined %s at %s", node, group, address)
-            self._bump()
+            self._bump(group)
         return self.group_info(group, rid)
 
     def _announce(
         self, rid: int, node: NodeId, token: str, group: str, ordering: str, view_id: int,
-        members: dict[NodeId, str], create: bool,
+        members: dict[NodeId, str], create: bool, options: bytes,
     ) -> Reply:
         if self._owner.get(node) != token:
             return Refused(rid, f"{node} is not registered with this token: register first")
         if node not in members:
             return Refused(rid, f"{node} announced a view of {group!r} without itself")
+        listed = _listed(sorted_nodes(list(members)))  # what may fail, before storing
         g = self._groups.get(group)
+        too_big = self._too_big(group, g or _Group(), members, options)
+        if too_big is not None:
+            return Refused(rid, too_big)
         if create:
             retried = g is not None and g.view_id == view_id == 1 and g.members == members
             if g is not None and g.members and not retried:
                 return Refused(rid, f"group {group!r} already exists")
-            self._removed.discard(group)
+            self._removed.pop(group, None)
         elif group in self._removed:
             return Refused(rid, f"group {group!r} was removed")
         if g is None:
@@ -545,12 +659,28 @@ class RegistryServer:
             return self.group_info(group, rid)  # a stale leader: show it the newer view
         if (g.view_id, g.members, g.ordering) != (view_id, members, ordering):
             g.ordering, g.view_id, g.members = ordering, view_id, dict(members)
-            log.info("%s announced view %d of %s: %s", node, view_id, group,
-                     " ".join(sorted_nodes(list(members))))
-            self._bump()
+            log.info("%s announced view %d of %s: %s", node, view_id, group, listed)
+            self._bump(group)
         for member, address in members.items():
-            self._addresses.setdefault(member, address)  # a node's own word comes first
+            if member in self._owner:  # registered ids only (max_nodes bounds them)
+                self._addresses.setdefault(member, address)  # a node's own word comes first
         return self.group_info(group, rid)
+
+    def _too_big(self, group: str, g: _Group, members: dict[NodeId, str], options: bytes,
+                 done: NodeId | None = None) -> str | None:
+        """Why the record of `group` with these members (and `done` done too) could not
+        be read: its GroupInfo above the MAX_MESSAGE_BYTES a client reads (or this
+        registry's own smaller max_message_bytes, so a leader can re-announce it); None
+        if it fits."""
+        finished = [*g.done, done] if done is not None else list(g.done)
+        widest = GroupInfo(2**62, group, members, " " * 64, g.size, finished,
+                           g.ordering or " " * 64, 2**62, options, True)
+        size = len(encode(widest))
+        bound = min(MAX_MESSAGE_BYTES, self.max_message_bytes)
+        if size <= bound:
+            return None
+        return (f"group {group!r} would not fit a registry reply: {len(members)} members "
+                f"make its record {size} bytes, above the {bound}-byte bound")
 
     def _list_page(self, rid: int, after: str, limit: int) -> GroupList:
         """The groups named after `after`, at most `limit` (capped at list_page)."""

@@ -1,23 +1,33 @@
 """A group's shared secret, and the keys derived from it.
 
 Rules: a secret is bytes or str (UTF-8), at least MIN_SECRET_BYTES long; `load_secret`
-normalises it once and every other function takes the normalised bytes. Keys are never
-the secret itself: each use derives its own with HKDF-SHA256 (RFC 5869), the `info`
-naming the use (link MAC, AEAD, registry proof), so a key leaked from one use says
-nothing about another. `proof` is the one keyed digest the registry's challenges use.
-Comparisons of MACs go through `hmac.compare_digest` only.
+normalises it once and every other function takes the normalised bytes. HKDF does not
+stretch a password: anyone who records one link handshake (or asks a member for one)
+can test guesses offline (180,000 a second in pure Python on one core), so a secret
+must be random, not chosen (docs/operations.md); one shorter than ADVISED_SECRET_BYTES
+gets one WARNING per process. Keys are never the secret itself: each use derives its
+own with HKDF-SHA256 (RFC 5869), the `info` naming the use (link MAC, AEAD, registry
+proof), so a key leaked from one use says nothing about another. `proof` is the one
+keyed digest the registry's challenges use. Comparisons of MACs go through
+`hmac.compare_digest` only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from typing import Final
 
 from abcast.errors import ConfigError
 
 MIN_SECRET_BYTES: Final = 8
 MAX_SECRET_BYTES: Final = 4096
+#: below this a secret draws a warning (32 random bytes, base64: 44 characters, is the advice)
+ADVISED_SECRET_BYTES: Final = 16
+
+log: Final = logging.getLogger(__name__)
+_warned: Final[dict[str, bool]] = {"short": False}  # one warning per process
 DIGEST: Final = hashlib.sha256
 DIGEST_BYTES: Final = 32
 
@@ -35,6 +45,11 @@ def load_secret(secret: bytes | str | None) -> bytes | None:
             f"a group secret must be {MIN_SECRET_BYTES}..{MAX_SECRET_BYTES} bytes, "
             f"got {len(secret)}"
         )
+    if len(secret) < ADVISED_SECRET_BYTES and not _warned["short"]:
+        _warned["short"] = True
+        log.warning("a group secret of %d bytes can be guessed offline from one recorded "
+                    "handshake: use a random one of 32 bytes (openssl rand -base64 32)",
+                    len(secret))
     return bytes(secret)
 
 

@@ -6,7 +6,10 @@ Rules: the private key is HKDF(secret, info = "abcast registry signing key"), th
 verifier its raw 32-byte public key; a proof is the Ed25519 signature of
 `context | nonce | body` where `nonce` is the registry connection's fresh challenge
 (so a proof seen on one connection is worth nothing on another) and `body` the
-request's encoding with its proof field empty. `verify` is True or False, nothing else.
+request's encoding with its proof field empty (its request id included: the registry
+accepts only rising ids on a connection, so a proof is not worth a second request on
+its own one either; abcast.registry.messages.signed_body). `verify` is True or False,
+nothing else.
 """
 
 from __future__ import annotations
