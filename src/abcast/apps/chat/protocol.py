@@ -87,6 +87,8 @@ class Hello(_Server, tag="hello", frozen=True):
     partitions: list[str]
     #: orderings that offer partitions="evs"
     evs: list[str]
+    #: the lines a group's history keeps (the page shows no more than these either)
+    history_lines: int
 
 
 class GroupRow(msgspec.Struct, frozen=True):
