@@ -9,8 +9,12 @@ this address can drive the node; a request without an Origin (a program, not a b
 is accepted; a refusal is HTTP 403 and one log line. A page's text frames go to
 `ChatNode.request` one at a time, in order; binary frames and frames over
 MAX_FRAME_BYTES earn an `Error` (the oversize one closes that socket, as aiohttp does);
-everything the node publishes is queued per page and written in order. A page that goes
-away is unsubscribed; the node goes on. The server binds 127.0.0.1 unless told otherwise:
+everything the node publishes is queued per page (`Outbox`) and written in order, a
+group's `Debug` snapshots coalesced (a page that is behind gets the latest one only); a
+page that falls more than MAX_BEHIND characters of frames behind (a stalled or dead tab)
+is dropped — its socket aborted, one log line — and a websocket heartbeat every
+HEARTBEAT_S notices a page that went away silently. A page that goes away is
+unsubscribed; the node goes on. The server binds 127.0.0.1 unless told otherwise:
 it hands whoever reaches it this node's groups.
 """
 
@@ -20,6 +24,8 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -27,10 +33,15 @@ from aiohttp import WSMsgType, hdrs, web
 from yarl import URL
 
 from abcast.apps.chat.node import ChatNode
-from abcast.apps.chat.protocol import Error, ServerMessage, encode_server
+from abcast.apps.chat.protocol import Debug, Error, ServerMessage, encode_server
 
 STATIC: Final = Path(__file__).with_name("static")
 MAX_FRAME_BYTES: Final = 64 * 1024
+#: how far (characters of JSON frames not yet written) a page may fall behind: a fresh
+#: page's state is every group's history (1 MiB of text each at most) and views
+MAX_BEHIND: Final = 16 * 1024 * 1024
+#: the websocket's ping period; a page that does not answer within half of it is closed
+HEARTBEAT_S: Final = 20.0
 CHAT_NODE: Final = web.AppKey("chat_node", ChatNode)
 SERVED_HOST: Final = web.AppKey("served_host", str)
 
@@ -85,31 +96,92 @@ async def _websocket(request: web.Request) -> web.StreamResponse:
     if refused is not None:
         log.warning("chat: websocket from %s refused: %s", request.remote, refused)
         return web.Response(status=403, text=f"refused: {refused}\n")
-    ws = web.WebSocketResponse(max_msg_size=MAX_FRAME_BYTES)
+    ws = web.WebSocketResponse(max_msg_size=MAX_FRAME_BYTES, heartbeat=HEARTBEAT_S)
     await ws.prepare(request)
-    outbox: asyncio.Queue[ServerMessage] = asyncio.Queue()
-    chat.subscribe(outbox.put_nowait)
+
+    def drop() -> None:
+        log.warning("chat: page %s fell more than %d characters behind; dropped it",
+                    request.remote, MAX_BEHIND)
+        chat.unsubscribe(outbox.put)
+        if request.transport is not None:
+            request.transport.abort()
+
+    outbox = Outbox(drop, MAX_BEHIND)
+    chat.subscribe(outbox.put)
     writer = asyncio.get_running_loop().create_task(_write(ws, outbox))
     try:
         async for frame in ws:
             if frame.type is WSMsgType.TEXT:
-                await chat.request(frame.data, outbox.put_nowait)
+                await chat.request(frame.data, outbox.put)
             elif frame.type is WSMsgType.BINARY:
-                outbox.put_nowait(Error("bad request: send JSON text frames, not binary"))
+                outbox.put(Error("bad request: send JSON text frames, not binary"))
             elif frame.type is WSMsgType.ERROR:
                 break
     finally:
-        chat.unsubscribe(outbox.put_nowait)
+        chat.unsubscribe(outbox.put)
         writer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await writer
     return ws
 
 
-async def _write(ws: web.WebSocketResponse, outbox: asyncio.Queue[ServerMessage]) -> None:
+class Outbox:
+    """One page's frames not yet written, in order, at most `max_behind` characters.
+
+    A `Debug` takes the place of its group's snapshot still waiting (the page shows only
+    the latest); the first frame past the bound empties the outbox, calls `on_overflow`
+    once, and every later frame is dropped."""
+
+    def __init__(self, on_overflow: Callable[[], None], max_behind: int = MAX_BEHIND) -> None:
+        self.on_overflow, self.max_behind = on_overflow, max_behind
+        #: a frame, or the name of a group whose latest snapshot is in `_debug`
+        self._queue: deque[tuple[str, str | None]] = deque()
+        self._debug: dict[str, str] = {}
+        self._ready = asyncio.Event()
+        self.behind = 0
+        self.overflowed = False
+
+    def put(self, message: ServerMessage) -> None:
+        if self.overflowed:
+            return
+        data = encode_server(message)
+        if isinstance(message, Debug):
+            waiting = self._debug.get(message.group)
+            if waiting is None:
+                self._queue.append((message.group, None))
+            else:
+                self.behind -= len(waiting)
+            self._debug[message.group] = data
+        else:
+            self._queue.append(("", data))
+        self.behind += len(data)
+        if self.behind > self.max_behind:
+            self.overflowed = True
+            self._queue.clear()
+            self._debug.clear()
+            self.behind = 0
+            self.on_overflow()
+            return
+        self._ready.set()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    async def get(self) -> str:
+        while not self._queue:
+            self._ready.clear()
+            await self._ready.wait()
+        group, data = self._queue.popleft()
+        if data is None:
+            data = self._debug.pop(group)
+        self.behind -= len(data)
+        return data
+
+
+async def _write(ws: web.WebSocketResponse, outbox: Outbox) -> None:
     with contextlib.suppress(ConnectionError, RuntimeError):
         while not ws.closed:
-            await ws.send_str(encode_server(await outbox.get()))
+            await ws.send_str(await outbox.get())
 
 
 async def serve(chat: ChatNode, host: str, port: int) -> tuple[web.AppRunner, str]:
