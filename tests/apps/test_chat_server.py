@@ -174,3 +174,35 @@ def test_a_delay_lets_packets_through_late_but_in_order() -> None:
             assert b.holding.rules("c") == {} and b.holding.held("c") == {}
 
     asyncio.run(main())
+
+
+BAD_NAMES = ["my chat", "\x1b[2J\x1b[31mFAKE\x1b[0m", "line1\nn9  ordering=x", "-g", ".g",
+             "g/h", "é", "g\n"]
+
+
+def test_a_group_name_the_command_line_refuses_is_refused_naming_the_rule() -> None:
+    async def main() -> None:
+        async with _registry() as url, ChatNode(url) as chat:
+            page = _Page(chat)
+            for name in BAD_NAMES:
+                for kind in ("create", "join"):
+                    await chat.request(json.dumps({"type": kind, "group": name,
+                                                   "ordering": "fifo"} if kind == "create"
+                                                  else {"type": kind, "group": name}),
+                                       page.heard.append)
+            errors = page.errors()
+            assert len(errors) == 2 * len(BAD_NAMES)
+            for name, error in zip([n for n in BAD_NAMES for _ in "cj"], errors, strict=True):
+                assert f"{name!r} is not a name (1-128 letters, digits or _ . : -" in error
+            await chat.request(json.dumps({"type": "join", "group": "g" * 129}),
+                               page.heard.append)
+            assert "length <= 128" in page.errors()[-1]  # the decoder's bound, the same
+            assert chat.rooms == {}
+            # what the rule allows goes through
+            await chat.request('{"type": "create", "group": "Room_1.a:b-c", '
+                               '"ordering": "fifo"}', page.heard.append)
+            await _until(lambda: "Room_1.a:b-c" in chat.rooms
+                         and chat.rooms["Room_1.a:b-c"].group is not None)
+            assert len(page.errors()) == 2 * len(BAD_NAMES) + 1
+
+    asyncio.run(main())

@@ -5,10 +5,12 @@ Rules: the node's transport is a `HoldingTransport` (the debug panel's hold/rele
 `request(text, reply)` takes one page frame: it is decoded (abcast.apps.chat.protocol)
 and carried out; whatever goes wrong — a malformed frame, an unknown ordering, a name
 taken, a group that does not answer — ends as one `Error` through `reply`, never as an
-exception out of here. Creating and joining run as tasks (a join waits to be admitted);
-everything that changes (views, deliveries, departures) goes to every subscriber in the
-order it happened. `Debug` snapshots (`Group.inspect()` and the hold rules) are pushed
-every DEBUG_EVERY_S for each open group whose snapshot changed. Groups are made with a
+exception out of here. A group's name follows the command line's rule
+(`cli_params.NAME`), so a group a page makes can be joined, listed and removed there too.
+Creating and joining run as tasks (a join waits to be admitted); everything that changes
+(views, deliveries, departures) goes to every subscriber in the order it happened.
+`Debug` snapshots (`Group.inspect()` and the hold rules) are pushed every DEBUG_EVERY_S
+for each open group whose snapshot changed. Groups are made with a
 failure-detector timeout of DEMO_SUSPECT_AFTER_US, so that a person can hold a member's
 packets for a few seconds before the group takes the member for crashed. A room keeps a
 bounded history (`History`: the latest HISTORY_LINES lines within HISTORY_BYTES of text,
@@ -27,6 +29,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import click
 import msgspec
 
 from abcast.apps.chat.holding import HoldingTransport
@@ -51,6 +54,7 @@ from abcast.apps.chat.protocol import (
     ViewChanged,
     decode_client,
 )
+from abcast.cli_params import NAME
 from abcast.codec import NOT_A_MESSAGE
 from abcast.effects import Deliver, Stage
 from abcast.errors import AbcastError, ConfigError, RemoteProtocolError
@@ -282,6 +286,11 @@ class ChatNode:
     # ----------------------------------------------------------------- groups
 
     def _claim(self, name: str) -> None:
+        """Reserve a room for a group this node creates or joins (`NAME`'s rule, as the CLI's)."""
+        try:
+            NAME.convert(name, None, None)
+        except click.BadParameter as exc:
+            raise ConfigError(exc.message) from None
         if name in self.rooms:
             raise ConfigError(f"this node is already in {name!r} (or on its way)")
         self.rooms[name] = _Room(History(self.history_lines, self.history_bytes))
