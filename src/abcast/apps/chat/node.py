@@ -237,7 +237,7 @@ class ChatNode:
         try:
             await self._dispatch(message, reply)
         except (AbcastError, TimeoutError, msgspec.ValidationError) as exc:
-            reply(Error(f"{type(message).__name__.lower()} failed: {exc or 'timed out'}"))
+            reply(Error(f"{type(message).__name__.lower()} failed: {reason(exc)}"))
         except Exception as exc:  # a bug here must not take the node down
             log.exception("chat request %r failed", message)
             reply(Error(f"internal error: {exc!r}"))
@@ -327,7 +327,7 @@ class ChatNode:
         except (AbcastError, TimeoutError) as exc:
             del self.rooms[name]
             reply(Error(f"could not {'create' if ordering else 'join'} {name!r}: "
-                        f"{exc or 'timed out'}"))
+                        f"{reason(exc)}"))
             return
         except Exception as exc:
             del self.rooms[name]
@@ -401,6 +401,13 @@ class ChatNode:
         if force or data != room.last_debug:
             room.last_debug = data
             self._publish(message)
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong, for a person: the message, else "timed out" or the exception's name."""
+    if str(exc):
+        return str(exc)
+    return "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
 
 
 def _view_message(name: str, view: View) -> ViewChanged:
