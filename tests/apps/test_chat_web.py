@@ -177,3 +177,23 @@ def test_a_stalled_page_is_dropped_and_the_others_go_on(
                 stalled.close()
 
     asyncio.run(main())
+
+
+def test_a_frame_too_big_closes_that_socket_with_1009_and_the_node_goes_on() -> None:
+    async def main() -> None:
+        async with _page() as (chat, url), aiohttp.ClientSession() as session:
+            async with session.ws_connect(url + "ws") as ws:
+                assert json.loads((await ws.receive(timeout=10)).data)["type"] == "hello"
+                await ws.send_str(json.dumps({"type": "send", "group": "g",
+                                              "text": "z" * (web.MAX_FRAME_BYTES + 1)}))
+                closed = await ws.receive(timeout=10)
+                assert closed.type is aiohttp.WSMsgType.CLOSE
+                assert closed.data == aiohttp.WSCloseCode.MESSAGE_TOO_BIG == 1009
+            # a frame just under the limit is read and carried out
+            async with session.ws_connect(url + "ws") as ws:
+                assert json.loads((await ws.receive(timeout=10)).data)["type"] == "hello"
+                await ws.send_str(" " * (web.MAX_FRAME_BYTES - 100) + '{"type": "list"}')
+                assert json.loads((await ws.receive(timeout=10)).data)["type"] == "groups"
+            assert chat.node.running
+
+    asyncio.run(main())

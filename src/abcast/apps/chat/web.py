@@ -7,15 +7,16 @@ server's own origin, asked by a name it serves (the --host given, localhost or a
 address), so that neither a website the user visits nor one rebinding its DNS name to
 this address can drive the node; a request without an Origin (a program, not a browser)
 is accepted; a refusal is HTTP 403 and one log line. A page's text frames go to
-`ChatNode.request` one at a time, in order; binary frames and frames over
-MAX_FRAME_BYTES earn an `Error` (the oversize one closes that socket, as aiohttp does);
-everything the node publishes is queued per page (`Outbox`) and written in order, a
-group's `Debug` snapshots coalesced (a page that is behind gets the latest one only); a
-page that falls more than MAX_BEHIND characters of frames behind (a stalled or dead tab)
-is dropped — its socket aborted, one log line — and a websocket heartbeat every
-HEARTBEAT_S notices a page that went away silently. A page that goes away is
-unsubscribed; the node goes on. The server binds 127.0.0.1 unless told otherwise:
-it hands whoever reaches it this node's groups.
+`ChatNode.request` one at a time, in order; a binary frame earns an `Error`; a frame over
+MAX_FRAME_BYTES (the page sends at most 4096 characters of text, ~25 kB escaped) closes
+that socket with code 1009, message too big, and no `Error` (aiohttp refuses it before it
+is read; the page shows the close); everything the node publishes is queued per page
+(`Outbox`) and written in order, a group's `Debug` snapshots coalesced (a page that is
+behind gets the latest one only); a page that falls more than MAX_BEHIND characters of
+frames behind (a stalled or dead tab) is dropped — its socket aborted, one log line — and
+a websocket heartbeat every HEARTBEAT_S notices a page that went away silently. A page
+that goes away is unsubscribed; the node goes on. The server binds 127.0.0.1 unless told
+otherwise: it hands whoever reaches it this node's groups.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from abcast.apps.chat.node import ChatNode
 from abcast.apps.chat.protocol import Debug, Error, ServerMessage, encode_server
 
 STATIC: Final = Path(__file__).with_name("static")
+#: the largest frame a page may send; a larger one closes its socket (code 1009)
 MAX_FRAME_BYTES: Final = 64 * 1024
 #: how far (characters of JSON frames not yet written) a page may fall behind: a fresh
 #: page's state is every group's history (1 MiB of text each at most) and views

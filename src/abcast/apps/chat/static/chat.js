@@ -191,7 +191,10 @@ const handlers = {
 function connect() {
   ws = new WebSocket(`ws://${location.host}/ws`);
   ws.addEventListener("open", () => { $("#status").textContent = "connected"; });
-  ws.addEventListener("close", () => { $("#status").textContent = "disconnected"; });
+  ws.addEventListener("close", (ev) => {
+    $("#status").textContent = ev.code === 1009 ? "disconnected: a frame too big (over 64 KiB)"
+      : ev.code === 1006 ? "disconnected (reload to reconnect)" : `disconnected (${ev.code})`;
+  });
   ws.addEventListener("message", (ev) => {
     const m = JSON.parse(ev.data);
     const handle = handlers[m.type];
