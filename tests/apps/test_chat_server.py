@@ -23,7 +23,9 @@ from abcast.apps.chat.protocol import (
     decode_client,
 )
 from abcast.apps.chat.web import serve
+from abcast.errors import ConfigError
 from abcast.registry.server import RegistryServer
+from abcast.runtime.group import Group
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -172,5 +174,80 @@ def test_a_delay_lets_packets_through_late_but_in_order() -> None:
             assert b.holding.rules("c") == {a.node.id: 200}
             b.holding.release("c", a.node.id)
             assert b.holding.rules("c") == {} and b.holding.held("c") == {}
+
+    asyncio.run(main())
+
+
+BAD_NAMES = ["my chat", "\x1b[2J\x1b[31mFAKE\x1b[0m", "line1\nn9  ordering=x", "-g", ".g",
+             "g/h", "é", "g\n"]
+
+
+def test_a_group_name_the_command_line_refuses_is_refused_naming_the_rule() -> None:
+    async def main() -> None:
+        async with _registry() as url, ChatNode(url) as chat:
+            page = _Page(chat)
+            for name in BAD_NAMES:
+                for kind in ("create", "join"):
+                    await chat.request(json.dumps({"type": kind, "group": name,
+                                                   "ordering": "fifo"} if kind == "create"
+                                                  else {"type": kind, "group": name}),
+                                       page.heard.append)
+            errors = page.errors()
+            assert len(errors) == 2 * len(BAD_NAMES)
+            for name, error in zip([n for n in BAD_NAMES for _ in "cj"], errors, strict=True):
+                assert f"{name!r} is not a name (1-128 letters, digits or _ . : -" in error
+            await chat.request(json.dumps({"type": "join", "group": "g" * 129}),
+                               page.heard.append)
+            assert "length <= 128" in page.errors()[-1]  # the decoder's bound, the same
+            assert chat.rooms == {}
+            # what the rule allows goes through
+            await chat.request('{"type": "create", "group": "Room_1.a:b-c", '
+                               '"ordering": "fifo"}', page.heard.append)
+            await _until(lambda: "Room_1.a:b-c" in chat.rooms
+                         and chat.rooms["Room_1.a:b-c"].group is not None)
+            assert len(page.errors()) == 2 * len(BAD_NAMES) + 1
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("exc", "said"), [
+    (TimeoutError(), "timed out"),
+    (TimeoutError("no answer from the registry"), "no answer from the registry"),
+    (ConfigError(""), "ConfigError"),
+    (ConfigError("group 'g' is closed"), "group 'g' is closed"),
+])
+def test_a_failed_join_says_what_happened(
+        monkeypatch: pytest.MonkeyPatch, exc: Exception, said: str) -> None:
+    async def fail(*args: object, **kwargs: object) -> None:
+        raise exc
+
+    monkeypatch.setattr(Group, "join", fail)
+    monkeypatch.setattr(Group, "create", fail)
+
+    async def main() -> None:
+        async with _registry() as url, ChatNode(url) as chat:
+            page = _Page(chat)
+            await chat.request('{"type": "join", "group": "g"}', page.heard.append)
+            await chat.request('{"type": "create", "group": "h", "ordering": "fifo"}',
+                               page.heard.append)
+            await _until(lambda: len(page.errors()) == 2)
+            assert page.errors() == [f"could not join 'g': {said}",
+                                     f"could not create 'h': {said}"]
+            assert chat.rooms == {}
+
+    asyncio.run(main())
+
+
+def test_a_failed_request_says_what_happened(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main() -> None:
+        async with _registry() as url, ChatNode(url) as chat:
+            page = _Page(chat)
+
+            async def slow() -> None:
+                raise TimeoutError
+
+            monkeypatch.setattr(chat, "list_groups", slow)
+            await chat.request('{"type": "list"}', page.heard.append)
+            assert page.errors() == ["listgroups failed: timed out"]
 
     asyncio.run(main())

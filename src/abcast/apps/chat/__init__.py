@@ -18,6 +18,8 @@ import sys
 
 import click
 
+from abcast.cli_params import TRANSPORT, transport_help
+
 
 @click.command("chat")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
@@ -28,7 +30,8 @@ import click
               show_envvar=True,
               help="The registry (tcp://host:port); default: start one in this process.")
 @click.option("--transport", default="tcp://127.0.0.1:0", show_default=True,
-              help="Address this node's abcast transport listens on.")
+              type=TRANSPORT, help=transport_help("Address this node's abcast transport "
+                                                  "listens on"))
 def chat(port: int, host: str, registry_url: str | None, transport: str) -> None:
     """A chat participant in the browser: groups as tabs, a debug panel per group."""
     try:
@@ -61,7 +64,8 @@ async def _main(port: int, host: str, registry_url: str | None, transport: str) 
             try:
                 runner, url = await serve(node, host, port)
             except OSError as exc:  # the port is taken, the host is not ours, …
-                click.echo(f"abcast: error: cannot serve the page on {host}:{port}: "
+                where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                click.echo(f"abcast: error: cannot serve the page on {where}: "
                            f"{exc.strerror or exc}", err=True)
                 return 2
             try:

@@ -5,13 +5,17 @@ Rules: the node's transport is a `HoldingTransport` (the debug panel's hold/rele
 `request(text, reply)` takes one page frame: it is decoded (abcast.apps.chat.protocol)
 and carried out; whatever goes wrong — a malformed frame, an unknown ordering, a name
 taken, a group that does not answer — ends as one `Error` through `reply`, never as an
-exception out of here. Creating and joining run as tasks (a join waits to be admitted);
-everything that changes (views, deliveries, departures) goes to every subscriber in the
-order it happened. `Debug` snapshots (`Group.inspect()` and the hold rules) are pushed
-every DEBUG_EVERY_S for each open group whose snapshot changed. Groups are made with a
+exception out of here. A group's name follows the command line's rule
+(`cli_params.NAME`), so a group a page makes can be joined, listed and removed there too.
+Creating and joining run as tasks (a join waits to be admitted); everything that changes
+(views, deliveries, departures) goes to every subscriber in the order it happened.
+`Debug` snapshots (`Group.inspect()` and the hold rules) are pushed every DEBUG_EVERY_S
+for each open group whose snapshot changed. Groups are made with a
 failure-detector timeout of DEMO_SUSPECT_AFTER_US, so that a person can hold a member's
-packets for a few seconds before the group takes the member for crashed. A joiner gets
-the messages delivered so far (the group's state) and shows them first.
+packets for a few seconds before the group takes the member for crashed. A room keeps a
+bounded history (`History`: the latest HISTORY_LINES lines within HISTORY_BYTES of text,
+trimmed after each delivery, so every member keeps the same window); a joiner is handed
+that window (the group's state) with each line's delivery index and shows it first.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import click
 import msgspec
 
 from abcast.apps.chat.holding import HoldingTransport
@@ -48,9 +54,10 @@ from abcast.apps.chat.protocol import (
     ViewChanged,
     decode_client,
 )
+from abcast.cli_params import NAME
 from abcast.codec import NOT_A_MESSAGE
 from abcast.effects import Deliver, Stage
-from abcast.errors import AbcastError, ConfigError
+from abcast.errors import AbcastError, ConfigError, RemoteProtocolError
 from abcast.group.failure_detector import DetectorConfig
 from abcast.ids import View
 from abcast.ordering.registry import MULTICASTS, ORDERINGS, PARTITIONS, OrderingOptions
@@ -64,6 +71,10 @@ log: Final = logging.getLogger(__name__)
 DEBUG_EVERY_S: Final = 0.25
 DEMO_SUSPECT_AFTER_US: Final = 10_000_000
 JOIN_TIMEOUT_S: Final = 30.0
+#: the history a room keeps and a joiner is handed: the latest lines, at most this many
+#: and at most this many bytes of text and origin (UTF-8), whichever bound comes first
+HISTORY_LINES: Final = 1000
+HISTORY_BYTES: Final = 1024 * 1024
 
 Reply = Callable[[ServerMessage], None]
 
@@ -74,15 +85,75 @@ class _Line(msgspec.Struct, array_like=True, frozen=True):
     text: str
 
 
-_history_decoder = msgspec.msgpack.Decoder(list[_Line])
+class _State(msgspec.Struct, array_like=True, frozen=True):
+    """A room's history on the wire (a joiner's state): lines delivered so far, the last."""
+
+    delivered: int
+    lines: list[_Line]
+
+
+_state_decoder = msgspec.msgpack.Decoder(_State)
+
+
+def _size(line: _Line) -> int:
+    return len(line.text.encode(errors="replace")) + len(line.origin.encode(errors="replace"))
+
+
+@dataclass(slots=True)
+class History:
+    """The latest lines of one room: at most max_lines, at most max_bytes (`_size`).
+
+    The bound is applied after every line, in delivery order, so every member that saw the
+    same deliveries holds the same window; a line larger than max_bytes on its own is
+    delivered but not kept. `delivered` counts every line so far: the window's lines have
+    the delivery indices delivered - len(lines) + 1 … delivered."""
+
+    max_lines: int = HISTORY_LINES
+    max_bytes: int = HISTORY_BYTES
+    lines: deque[_Line] = field(default_factory=deque)
+    delivered: int = 0
+    size: int = 0
+
+    def add(self, line: _Line) -> int:
+        """Keep `line` (and trim to the bound); its delivery index."""
+        self.delivered += 1
+        self.lines.append(line)
+        self.size += _size(line)
+        self._trim()
+        return self.delivered
+
+    def indexed(self) -> list[tuple[int, _Line]]:
+        first = self.delivered - len(self.lines) + 1
+        return list(enumerate(self.lines, first))
+
+    def encode(self) -> bytes:
+        return msgspec.msgpack.encode(_State(self.delivered, list(self.lines)))
+
+    def load(self, state: bytes) -> None:
+        """Take a member's window (`encode`) in place of this one, trimmed to this bound."""
+        try:
+            decoded = _state_decoder.decode(state)
+        except NOT_A_MESSAGE as exc:
+            raise RemoteProtocolError(f"a chat history that does not decode: {exc}") from None
+        if decoded.delivered < len(decoded.lines):
+            raise RemoteProtocolError(
+                f"a history of {len(decoded.lines)} lines but {decoded.delivered} delivered")
+        self.lines = deque(decoded.lines)
+        self.delivered = decoded.delivered
+        self.size = sum(map(_size, self.lines))
+        self._trim()
+
+    def _trim(self) -> None:
+        while self.lines and (len(self.lines) > self.max_lines or self.size > self.max_bytes):
+            self.size -= _size(self.lines.popleft())
 
 
 @dataclass(slots=True)
 class _Room:
     """One group this node is in, as the pages see it."""
 
+    history: History
     group: Group | None = None
-    lines: list[_Line] = field(default_factory=list)
     view: View | None = None
     joined: Joined | None = None
     last_debug: bytes = b""
@@ -92,8 +163,11 @@ class _Room:
 class ChatNode:
     """`async with ChatNode(registry_url) as chat:` — then `subscribe`, `request`."""
 
-    def __init__(self, registry: str, transport: str = "tcp://127.0.0.1:0") -> None:
+    def __init__(self, registry: str, transport: str = "tcp://127.0.0.1:0", *,
+                 history_lines: int = HISTORY_LINES,
+                 history_bytes: int = HISTORY_BYTES) -> None:
         self.registry_url = registry
+        self.history_lines, self.history_bytes = history_lines, history_bytes
         self.holding = HoldingTransport(transport_from_url(transport))
         self.node = Node(self.holding, registry=registry)
         self.rooms: dict[str, _Room] = {}
@@ -133,7 +207,7 @@ class ChatNode:
                 reply(room.joined)
             if room.view is not None:
                 reply(_view_message(name, room.view))
-            for i, line in enumerate(room.lines, 1):
+            for i, line in room.history.indexed():
                 reply(Delivered(name, i, line.origin, line.seq, line.text))
         self._subscribers.append(reply)
 
@@ -146,7 +220,8 @@ class ChatNode:
             node=self.node.id, registry=self.registry_url, orderings=sorted(ORDERINGS),
             joinable=sorted(n for n, s in ORDERINGS.items() if "join" in s.tolerates),
             multicasts=list(MULTICASTS), partitions=list(PARTITIONS),
-            evs=sorted(n for n, s in ORDERINGS.items() if s.supports_evs))
+            evs=sorted(n for n, s in ORDERINGS.items() if s.supports_evs),
+            history_lines=self.history_lines)
 
     def _publish(self, message: ServerMessage) -> None:
         for reply in list(self._subscribers):
@@ -162,7 +237,7 @@ class ChatNode:
         try:
             await self._dispatch(message, reply)
         except (AbcastError, TimeoutError, msgspec.ValidationError) as exc:
-            reply(Error(f"{type(message).__name__.lower()} failed: {exc or 'timed out'}"))
+            reply(Error(f"{type(message).__name__.lower()} failed: {reason(exc)}"))
         except Exception as exc:  # a bug here must not take the node down
             log.exception("chat request %r failed", message)
             reply(Error(f"internal error: {exc!r}"))
@@ -211,9 +286,14 @@ class ChatNode:
     # ----------------------------------------------------------------- groups
 
     def _claim(self, name: str) -> None:
+        """Reserve a room for a group this node creates or joins (`NAME`'s rule, as the CLI's)."""
+        try:
+            NAME.convert(name, None, None)
+        except click.BadParameter as exc:
+            raise ConfigError(exc.message) from None
         if name in self.rooms:
             raise ConfigError(f"this node is already in {name!r} (or on its way)")
-        self.rooms[name] = _Room()
+        self.rooms[name] = _Room(History(self.history_lines, self.history_bytes))
 
     def _group(self, name: str) -> Group:
         room = self.rooms.get(name)
@@ -230,17 +310,15 @@ class ChatNode:
                      options: OrderingOptions | None = None) -> None:
         room = self.rooms[name]
 
-        def get_state() -> bytes:
-            return msgspec.msgpack.encode(room.lines)
-
         def set_state(state: bytes) -> None:
-            for line in _history_decoder.decode(state):
-                self._add_line(name, room, line)
+            room.history.load(state)
+            if room.joined is not None:  # before that, `_enter` sends the lines so far
+                self._publish_history(name, room)
 
         kwargs: dict[str, Any] = {
             "host": self.node, "on_deliver": lambda d: self._delivered(name, room, d),
             "on_view": lambda v: self._view(name, room, v),
-            "get_state": get_state, "set_state": set_state}
+            "get_state": room.history.encode, "set_state": set_state}
         try:
             if ordering is not None:
                 group = await Group.create(name, ordering=ordering, options=options, **kwargs)
@@ -249,7 +327,7 @@ class ChatNode:
         except (AbcastError, TimeoutError) as exc:
             del self.rooms[name]
             reply(Error(f"could not {'create' if ordering else 'join'} {name!r}: "
-                        f"{exc or 'timed out'}"))
+                        f"{reason(exc)}"))
             return
         except Exception as exc:
             del self.rooms[name]
@@ -262,8 +340,7 @@ class ChatNode:
         self._publish(room.joined)
         if room.view is not None:
             self._publish(_view_message(name, room.view))
-        for i, line in enumerate(room.lines, 1):
-            self._publish(Delivered(name, i, line.origin, line.seq, line.text))
+        self._publish_history(name, room)
         self._push_debug(name, force=True)
 
     async def _leave(self, name: str, group: Group) -> None:
@@ -278,15 +355,17 @@ class ChatNode:
                 self.holding.release(name, member)
             self._publish(Left(name, how))
 
-    def _add_line(self, name: str, room: _Room, line: _Line) -> None:
-        room.lines.append(line)
-        if room.joined is not None:  # before that, `_enter` sends the lines so far
-            self._publish(Delivered(name, len(room.lines), line.origin, line.seq, line.text))
+    def _publish_history(self, name: str, room: _Room) -> None:
+        for i, line in room.history.indexed():
+            self._publish(Delivered(name, i, line.origin, line.seq, line.text))
 
     def _delivered(self, name: str, room: _Room, delivery: Deliver) -> None:
         if delivery.stage is Stage.FINAL:
             text = delivery.payload.decode(errors="replace")
-            self._add_line(name, room, _Line(delivery.origin, delivery.seq, text))
+            line = _Line(delivery.origin, delivery.seq, text)
+            index = room.history.add(line)
+            if room.joined is not None:  # before that, `_enter` sends the lines so far
+                self._publish(Delivered(name, index, line.origin, line.seq, line.text))
 
     def _view(self, name: str, room: _Room, view: View) -> None:
         me = self.node.id
@@ -322,6 +401,13 @@ class ChatNode:
         if force or data != room.last_debug:
             room.last_debug = data
             self._publish(message)
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong, for a person: the message, else "timed out" or the exception's name."""
+    if str(exc):
+        return str(exc)
+    return "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
 
 
 def _view_message(name: str, view: View) -> ViewChanged:

@@ -3,7 +3,8 @@
 Rules: every frame is one JSON object whose "type" names its Struct. A page's frame is
 decoded into exactly one `ClientMessage` (unknown fields, wrong types, out-of-range
 values and unknown types are refused); a refused or failed request earns that page one
-`Error` frame and changes nothing. The server pushes `ServerMessage`s: `Hello` first,
+`Error` frame and changes nothing (a frame too big to read closes the socket instead:
+abcast.apps.chat.web). The server pushes `ServerMessage`s: `Hello` first,
 then the state so far (`Joined`, `ViewChanged`, `Delivered` for each open group), then
 every change as it happens, to every connected page.
 """
@@ -87,6 +88,8 @@ class Hello(_Server, tag="hello", frozen=True):
     partitions: list[str]
     #: orderings that offer partitions="evs"
     evs: list[str]
+    #: the lines a group's history keeps (the page shows no more than these either)
+    history_lines: int
 
 
 class GroupRow(msgspec.Struct, frozen=True):

@@ -12,7 +12,7 @@ const el = (tag, attrs = {}, ...children) => {
   return e;
 };
 
-const state = { node: null, groups: new Map(), active: null };
+const state = { node: null, history: 1000, groups: new Map(), active: null };
 let ws;
 
 function send(message) {
@@ -57,7 +57,7 @@ function panelOf(name) {
   $("#tabs").append(tab);
   $("#panels").append(panel);
   $("#no-groups").hidden = true;
-  g = { panel, tab, members: [] };
+  g = { panel, tab, members: [], last: 0 };
   state.groups.set(name, g);
   activate(name);
   return g;
@@ -89,6 +89,7 @@ function removeGroup(name) {
 const handlers = {
   hello(m) {
     state.node = m.node;
+    state.history = m.history_lines;
     $("#node").textContent = m.node;
     $("#registry").textContent = m.registry;
     fillSelect($("#new-ordering"), m.orderings);
@@ -139,10 +140,12 @@ const handlers = {
   deliver(m) {
     const g = panelOf(m.group);
     const list = $(".messages", g.panel);
-    if (list.children.length >= m.index) return; // already shown (a page reconnected)
+    if (m.index <= g.last) return; // already shown
+    g.last = m.index;
     list.append(el("li", { "data-origin": m.origin, "data-seq": m.seq },
       el("span", { class: "origin" }, m.origin), " ",
       el("span", { class: "seq" }, `#${m.seq}`), " ", el("span", { class: "text" }, m.text)));
+    while (list.children.length > state.history) list.firstChild.remove();
     list.scrollTop = list.scrollHeight;
   },
   left(m) {
@@ -188,7 +191,10 @@ const handlers = {
 function connect() {
   ws = new WebSocket(`ws://${location.host}/ws`);
   ws.addEventListener("open", () => { $("#status").textContent = "connected"; });
-  ws.addEventListener("close", () => { $("#status").textContent = "disconnected"; });
+  ws.addEventListener("close", (ev) => {
+    $("#status").textContent = ev.code === 1009 ? "disconnected: a frame too big (over 64 KiB)"
+      : ev.code === 1006 ? "disconnected (reload to reconnect)" : `disconnected (${ev.code})`;
+  });
   ws.addEventListener("message", (ev) => {
     const m = JSON.parse(ev.data);
     const handle = handlers[m.type];
