@@ -24,6 +24,7 @@ from abcast.codec import EMPTY
 from abcast.effects import (
     CancelTimer,
     Effect,
+    Forget,
     InstallState,
     InstallView,
     Send,
@@ -56,6 +57,7 @@ from abcast.membership.wire import (
     MPrepare,
     MRefuse,
     MWelcome,
+    MWithdraw,
 )
 
 
@@ -83,6 +85,34 @@ class JoinLeave:
             return []
         retry = SetTimer(JOIN_RETRY, now + self.s.config.join_retry_us)
         return [Send(asked.next(), MJoin()), retry]
+
+    def abandon(self, now: int) -> list[Effect]:
+        """The application gave the join up. Not yet welcomed: `MWithdraw` to every
+        contact (the one that took our ask may have admitted us in a view whose welcome
+        is still on its way: its members leave us out) and stop, taking nothing more.
+        Welcomed meanwhile: a graceful leave."""
+        if self.s.status == "joining":
+            asked = self.s.contacts
+            self.s.status = "stopped"
+            contacts = asked.nodes if asked is not None else ()
+            return [*(CancelTimer(k) for k in sorted(TIMERS)),
+                    *(Send(c, MWithdraw()) for c in contacts)]
+        return self.leave(now)
+
+    def on_withdraw(self, joiner: NodeId) -> list[Effect]:
+        """`joiner` gave its join up and stopped: its ask is dropped, the layers below
+        forget it (`Forget`: its next stack, joining again, starts afresh), and if our
+        view admitted it the group goes on without it, counting it as agreeing
+        (`withdrawn`, kept while a view of ours lists it)."""
+        view = self.s.view
+        assert view is not None
+        if joiner == self.s.node:
+            return []
+        self.s.join_requests.discard(joiner)
+        if joiner not in view.members:
+            return [Forget(joiner)]
+        self.s.withdrawn[joiner] = None
+        return [Forget(joiner), *self.member.go_on_without(joiner)]
 
     def while_joining(self, sender: NodeId, header: Any) -> list[Effect]:
         match header:

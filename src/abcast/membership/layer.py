@@ -78,6 +78,7 @@ from abcast.events import (
     BroadcastRequested,
     Event,
     Excluded,
+    JoinAbandoned,
     JoinRequested,
     LeaveRequested,
     Received,
@@ -127,6 +128,7 @@ from abcast.membership.wire import (
     MStable,
     MState,
     MWelcome,
+    MWithdraw,
 )
 from abcast.snapshot import LayerSnapshot
 
@@ -292,6 +294,8 @@ class Membership(Layer):
                 return self.joins.join(contacts, now)
             case LeaveRequested():
                 effects = self.joins.leave(now)
+            case JoinAbandoned():
+                effects = self.joins.abandon(now)
             case SnapshotTaken(token, state) if token in self.s.side_tokens:
                 effects = self.merger.side_snapshot(token, state)
             case SnapshotTaken(token, state):
@@ -369,6 +373,8 @@ class Membership(Layer):
                 return self.joins.on_join_ask(joiner)
             case MLeave():
                 return self.joins.on_leave_ask(sender) if sender in members else []
+            case MWithdraw():
+                return self.joins.on_withdraw(sender)
             case MStable(view_id, delivered, up):
                 if view_id != view.view_id or sender not in members:
                     return []  # about another view: the next report comes
@@ -511,7 +517,7 @@ class Membership(Layer):
         # departed ones are forgotten (a long-lived member keeps no entry per departure)
         self.s.suspects &= set(new.members) & set(view.members)
         effects += [Send(m, MFarewell(new.view_id)) for m in view.members
-                    if m not in new.members]
+                    if m not in new.members and m not in self.s.withdrawn]
         joiners, self.s.welcome_next = self.s.welcome_next, ()
         if joiners:
             effects.append(self.joins.take_snapshot(joiners, new))
@@ -555,6 +561,7 @@ class Membership(Layer):
         self.s.deferred = {n: e for n, e in self.s.deferred.items()
                           if n in view.members and e.header.target > view.view_id}
         effects = self.ordering.handle(ViewInstalled(view), self.s.now)
+        self.s.withdrawn = {m: None for m in self.s.withdrawn if m in view.members}
         early, self.s.early = self.s.early, {}
         for _, event in early.values():
             if event.sender in view.members:

@@ -237,6 +237,10 @@ class MembershipState:
         self.fresh_for = 0
         self.left_out_of = 0
         self.leave_after_join = False
+        #: members of our view that withdrew their join (`MWithdraw`): suspected, and
+        #: counted as agreeing to the view without them (they answer nothing); kept while
+        #: a view of ours lists them
+        self.withdrawn: dict[NodeId, None] = {}
         # leaving
         self.final_view: View | None = None
         self.awaiting_farewell: set[NodeId] = set()

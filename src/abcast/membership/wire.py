@@ -80,6 +80,11 @@ class MLeave(Header, frozen=True):
     """Member → leader: leave me out of the next view."""
 
 
+class MWithdraw(Header, frozen=True):
+    """Joiner → its contacts: I gave my join up and have stopped; drop my ask, and leave
+    me out of any view that admitted me (I will answer nothing: count me as agreeing)."""
+
+
 class MFarewell(Header, frozen=True):
     """Member → a node view `view_id` leaves out: you are not in it."""
 
@@ -260,11 +265,11 @@ MERGE_HEADERS: Final = (MMergeProbe, MMergePrepare, MMergeDecline, MMergeState, 
                         MMergeSideState, MMergeInstall, MMergeAbort)
 MembershipHeader = (
     MJoin | MJoinFwd | MLeave | MFarewell | MStable | MPrepare | MState | MBusy | MAbort
-    | MInstall | MNotYet | MRefuse | MWelcome | MMergeProbe | MMergePrepare | MMergeDecline
-    | MMergeState | MMergeOutcome | MMergeSideState | MMergeInstall | MMergeAbort
+    | MInstall | MNotYet | MRefuse | MWelcome | MWithdraw | MMergeProbe | MMergePrepare
+    | MMergeDecline | MMergeState | MMergeOutcome | MMergeSideState | MMergeInstall | MMergeAbort
 )
 MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MStable, MPrepare, MState,
                              MBusy, MAbort, MInstall, MNotYet, MRefuse, MWelcome,
-                             *MERGE_HEADERS)
+                             MWithdraw, *MERGE_HEADERS)
 #: the same, for a lookup by exact type (the layer's steady path)
 MEMBERSHIP_TYPES: Final[frozenset[type]] = frozenset(MEMBERSHIP_HEADERS)
