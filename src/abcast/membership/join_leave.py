@@ -75,8 +75,9 @@ class JoinLeave:
             raise LocalProtocolError(f"{self.s.node} cannot join now: it is in {view}")
         self.s.contacts = asked = JoinContacts(contacts, self.s.node)
         self.s.status = "joining"
+        self.s.ask = max(now, 1)
         retry = SetTimer(JOIN_RETRY, now + self.s.config.join_retry_us)
-        return [Send(asked.current(), MJoin()), retry]
+        return [Send(asked.current(), MJoin(self.s.ask)), retry]
 
     def retry_join(self, now: int) -> list[Effect]:
         """Unanswered for `join_retry_us`: ask the next contact."""
@@ -84,7 +85,7 @@ class JoinLeave:
         if self.s.status != "joining" or asked is None:
             return []
         retry = SetTimer(JOIN_RETRY, now + self.s.config.join_retry_us)
-        return [Send(asked.next(), MJoin()), retry]
+        return [Send(asked.next(), MJoin(self.s.ask)), retry]
 
     def abandon(self, now: int) -> list[Effect]:
         """The application gave the join up. Not yet welcomed: `MWithdraw` to every
@@ -96,10 +97,10 @@ class JoinLeave:
             self.s.status = "stopped"
             contacts = asked.nodes if asked is not None else ()
             return [*(CancelTimer(k) for k in sorted(TIMERS)),
-                    *(Send(c, MWithdraw()) for c in contacts)]
+                    *(Send(c, MWithdraw(self.s.ask)) for c in contacts)]
         return self.leave(now)
 
-    def on_withdraw(self, joiner: NodeId) -> list[Effect]:
+    def on_withdraw(self, joiner: NodeId, ask: int) -> list[Effect]:
         """`joiner` gave its join up and stopped: its ask is dropped, the layers below
         forget it (`Forget`: its next stack, joining again, starts afresh), and if our
         view admitted it the group goes on without it, counting it as agreeing
@@ -109,6 +110,11 @@ class JoinLeave:
         if joiner == self.s.node:
             return []
         self.s.join_requests.discard(joiner)
+        asks = self.s.withdrawn_asks
+        before = asks.pop(joiner, (0, 0))[0]
+        asks[joiner] = (max(ask, before), self.s.now)
+        if len(asks) > MAX_PENDING_JOINS:
+            del asks[next(iter(asks))]
         if joiner not in view.members:
             return [Forget(joiner)]
         self.s.withdrawn[joiner] = None
@@ -218,14 +224,14 @@ class JoinLeave:
         self.s.welcomes_sent += len(draft.joiners)
         return [Send(j, welcome) for j in draft.joiners]
 
-    def on_join_ask(self, joiner: NodeId) -> list[Effect]:
+    def on_join_ask(self, joiner: NodeId, ask: int = 0) -> list[Effect]:
         view = self.s.view
         assert view is not None
-        if joiner == self.s.node:
+        if joiner == self.s.node or self._withdrawn_ask(joiner, ask):
             return []
         leader = self.member.acting_leader(view)
         if leader != self.s.node:
-            return [Send(leader, MJoinFwd(joiner))]
+            return [Send(leader, MJoinFwd(joiner, ask))]
         if joiner in view.members:
             return []  # an old ask, overtaken by its welcome
         if joiner not in self.s.join_requests and len(self.s.join_requests) >= MAX_PENDING_JOINS:
@@ -234,6 +240,15 @@ class JoinLeave:
         self.s.join_requests.add(joiner)
         self.s.leave_requests.discard(joiner)
         return self.member.change_view()
+
+    def _withdrawn_ask(self, joiner: NodeId, ask: int) -> bool:
+        """An ask of a join its joiner withdrew (a retransmission of the stack that gave
+        up, heard after the withdrawal): not a new join."""
+        given_up = self.s.withdrawn_asks.get(joiner)
+        if given_up is None or not ask:
+            return False
+        withdrawn, heard = given_up
+        return ask <= withdrawn and self.s.now - heard < self.s.config.withdraw_memory_us
 
     def leave(self, now: int) -> list[Effect]:
         if self.s.status == "joining":

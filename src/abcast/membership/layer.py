@@ -364,17 +364,17 @@ class Membership(Layer):
         assert view is not None
         members = view.members
         match header:
-            case MJoin():
-                return self.joins.on_join_ask(sender)
-            case MJoinFwd(joiner):
+            case MJoin(ask):
+                return self.joins.on_join_ask(sender, ask)
+            case MJoinFwd(joiner, ask):
                 if sender not in members:
                     raise RemoteProtocolError(
                         f"{sender}, not a member of {view}, forwarded {joiner}'s join")
-                return self.joins.on_join_ask(joiner)
+                return self.joins.on_join_ask(joiner, ask)
             case MLeave():
                 return self.joins.on_leave_ask(sender) if sender in members else []
-            case MWithdraw():
-                return self.joins.on_withdraw(sender)
+            case MWithdraw(ask):
+                return self.joins.on_withdraw(sender, ask)
             case MStable(view_id, delivered, up):
                 if view_id != view.view_id or sender not in members:
                     return []  # about another view: the next report comes

@@ -67,13 +67,18 @@ class JoinCut(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 class MJoin(Header, frozen=True):
-    """Joiner → contact: admit me (the sender is the joiner)."""
+    """Joiner → contact: admit me (the sender is the joiner). `ask` names this join
+    (the joiner's clock when it asked: a later stack of the same node asks with a
+    larger one; 0: unnamed)."""
+
+    ask: Count = 0
 
 
 class MJoinFwd(Header, frozen=True):
     """Contact → its leader: `joiner` asks to be admitted."""
 
     joiner: NodeField
+    ask: Count = 0
 
 
 class MLeave(Header, frozen=True):
@@ -82,7 +87,10 @@ class MLeave(Header, frozen=True):
 
 class MWithdraw(Header, frozen=True):
     """Joiner → its contacts: I gave my join up and have stopped; drop my ask, and leave
-    me out of any view that admitted me (I will answer nothing: count me as agreeing)."""
+    me out of any view that admitted me (I will answer nothing: count me as agreeing).
+    `ask` names the join given up: its asks still on their way are stale."""
+
+    ask: Count = 0
 
 
 class MFarewell(Header, frozen=True):

@@ -400,10 +400,11 @@ class Group:
     async def _abandon_join(self, driver: GroupDriver, contacts: tuple[NodeId, ...]) -> None:
         """The join timed out (or was cancelled): leave nothing behind in the group. Not
         admitted yet: the stack withdraws its ask (`MWithdraw` to every contact: a member
-        whose view admitted us meanwhile leaves us out, counting us as agreeing) and the
-        frames leave before `open` detaches the group (that lets go of the contacts'
-        links). Admitted meanwhile: a graceful leave. Either way the registry's record
-        follows the view the leader installs without us."""
+        whose view admitted us meanwhile leaves us out, counting us as agreeing), and the
+        group stays attached until its channel has nothing unacked (the withdrawal
+        arrived; a lost frame is retransmitted) or LEAVE_TIMEOUT_S passed: `open` then
+        detaches it. Admitted meanwhile: a graceful leave. Either way the registry's
+        record follows the view the leader installs without us."""
         assert self._admitted is not None and self._departed is not None
         admitted = self._admitted.is_set()
         try:
@@ -412,13 +413,21 @@ class Group:
             log.warning("%s could not withdraw its join of %s: %s", self.node, self.name, exc)
             return
         transport = self._host.transport
+        unacked = [getattr(layer, "in_flight", None) for layer in driver.stack.layers]
+        counts = [count for count in unacked if callable(count)]
+
+        def delivered() -> bool:
+            if any(count() for count in counts):
+                return False
+            return not any(transport.buffered(c) for c in contacts)
+
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(GRACEFUL_LEAVE_TIMEOUT_S if admitted
                                        else LEAVE_TIMEOUT_S):
                 if admitted:
                     await self._departed.wait()
                 await asyncio.sleep(0)  # a transport may write once per loop turn
-                while any(transport.buffered(c) for c in contacts):
+                while not delivered():
                     await asyncio.sleep(0.01)
         log.info("%s gave its join of %s up (%s)", self.node, self.name,
                  "left" if admitted else "withdrawn")
