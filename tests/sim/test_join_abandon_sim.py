@@ -9,7 +9,8 @@ withdrawing, whose welcome never lands, stays in a lone member's view for ever (
 minority of its two-member view cannot remove it); members whose channel does not
 forget the withdrawn joiner never admit it again; members that take the withdrawn
 stack's retransmitted asks for new ones admit and remove it over and over while it
-waits to detach."""
+waits to detach; a lone member that suspects the withdrawn joiner but does not count it
+as agreeing is a minority of its two-member view and keeps it."""
 
 from __future__ import annotations
 
@@ -67,6 +68,22 @@ class TakesStaleAsks(JoinLeave):
         return False
 
 
+class NotAgreeing(dict[NodeId, None]):
+    """The withdrawn members as a planted member keeps them: never (suspected only)."""
+
+    def __setitem__(self, key: NodeId, value: None) -> None:
+        return None
+
+
+class NoConsent(JoinLeave):
+    """Planted: a member that suspects a withdrawn joiner but does not count it as
+    agreeing to the view without it."""
+
+    def on_withdraw(self, joiner: NodeId, ask: int) -> list[Effect]:
+        self.s.withdrawn = NotAgreeing()
+        return super().on_withdraw(joiner, ask)
+
+
 def _stack(node: NodeId, ordering: str, view: View, swap: dict[type, type]) -> Stack:
     stack = build_stack(node, "g", ordering, view)
     for layer in stack.layers:
@@ -79,7 +96,8 @@ def _stack(node: NodeId, ordering: str, view: View, swap: dict[type, type]) -> S
 def run(ordering: str, members: int, give_up_after: int, seed: int, *,
         retry_at: int | None = None, cut_welcome: bool = False,
         joiner_swap: dict[type, type] | None = None,
-        member_swap: dict[type, type] | None = None, stale_asks: bool = False) -> list[str]:
+        member_swap: dict[type, type] | None = None,
+        joins: type[JoinLeave] | None = None) -> list[str]:
     """One run; the problems found (empty: the joiner left no trace, and the retry, if
     any, was admitted by every member)."""
     scheduler = Scheduler()
@@ -89,8 +107,8 @@ def run(ordering: str, members: int, give_up_after: int, seed: int, *,
     ids = tuple(f"n{i}" for i in range(1, members + 1))
     for node in ids:
         member = cluster.add(_stack(node, ordering, View(1, ids), member_swap or {}))
-        if stale_asks:
-            member.stack.top.joins.__class__ = TakesStaleAsks  # type: ignore[attr-defined]
+        if joins is not None:
+            member.stack.top.joins.__class__ = joins  # type: ignore[attr-defined]
     alone = View(0, (JOINER,))
 
     def join() -> None:
@@ -161,8 +179,16 @@ def test_planted_a_joiner_that_goes_silent_stays_in_a_lone_members_view(seed: in
 def test_planted_members_that_take_stale_asks_admit_the_joiner_again_and_again(
     members: int,
 ) -> None:
-    problems = run("sequencer", members, 300_000, 1, cut_welcome=True, stale_asks=True)
+    problems = run("sequencer", members, 300_000, 1, cut_welcome=True, joins=TakesStaleAsks)
     assert any("admitted the joiner" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_planted_a_lone_member_that_does_not_count_the_withdrawn_joiner_keeps_it(
+    seed: int,
+) -> None:
+    problems = run("sequencer", 1, 300_000, seed, cut_welcome=True, joins=NoConsent)
+    assert any(p.startswith("n1 ends in") for p in problems), problems
 
 
 def test_planted_members_that_keep_the_withdrawn_joiner_never_admit_it_again() -> None:
