@@ -11,6 +11,10 @@ every `leave_retry_us`), is a member of the flush that leaves it out, and depart
 every new member said farewell (or after `farewell_wait_us`). A member that learns a
 later view left it out, by a farewell or the detector's `Excluded`, was cut off: it
 stops (`cut_off`), unless it was leaving and waits for the install it gave its state to.
+A joiner that gives up before its welcome withdraws (`MWithdraw` to every contact) and
+stops: a member drops its ask, forgets it below (`Forget`), takes its ask's
+retransmissions for stale for `withdraw_memory_us`, and if its view admitted it goes on
+without it, counting it as agreeing (it stopped: no other side can count on it).
 Under evs two sides may each admit one joiner: it takes the first welcome and refuses
 the second view (`MRefuse` to every member listed), whose members go on without it —
 in that view or any later one that still lists it (`admitted_in`).
@@ -203,8 +207,9 @@ class JoinLeave:
 
     def note_admitted(self, old: View | None, new: View) -> None:
         """Note, as `new` is installed, the members it admits to our views (`admitted_in`
-        holds members of `old` only)."""
+        holds members of `old` only); withdrawn joiners it left out are forgotten."""
         kept = {m: v for m, v in self.s.admitted_in.items() if m in new.members}
+        self.s.withdrawn = {m: None for m in self.s.withdrawn if m in new.members}
         old_members = old.members if old is not None else ()
         self.s.admitted_in = kept | {m: new.view_id for m in new.members
                                      if m not in old_members}

@@ -8,6 +8,8 @@ Phases (`status`, and `frozen` while a flush runs; `phase` says "flushing", or
     member     JoinRequested (alone in its view)      joining     MJoin to a contact
     joining    MWelcome into a current view           member      InstallState, InstallView
     joining    MPrepare naming it                     joining     MNotYet (welcome me later)
+    joining    JoinAbandoned (its join timed out)     stopped     MWithdraw to every contact
+    member*    MWithdraw from a member of the view    member*     suspect it (agreeing)
     member     LeaveRequested                         leaving     MLeave to the leader
     member*    MPrepare (or coordinating)             (frozen)    report; buffer, queue
     member*    MInstall of an attempt it answered     member*     outcome in the old view,
@@ -294,7 +296,7 @@ class Membership(Layer):
                 return self.joins.join(contacts, now)
             case LeaveRequested():
                 effects = self.joins.leave(now)
-            case JoinAbandoned():
+            case JoinAbandoned():  # a member (welcomed meanwhile) leaves instead
                 effects = self.joins.abandon(now)
             case SnapshotTaken(token, state) if token in self.s.side_tokens:
                 effects = self.merger.side_snapshot(token, state)
@@ -373,7 +375,7 @@ class Membership(Layer):
                 return self.joins.on_join_ask(joiner, ask)
             case MLeave():
                 return self.joins.on_leave_ask(sender) if sender in members else []
-            case MWithdraw(ask):
+            case MWithdraw(ask):  # a joiner gave up (our view may hold it)
                 return self.joins.on_withdraw(sender, ask)
             case MStable(view_id, delivered, up):
                 if view_id != view.view_id or sender not in members:
@@ -561,7 +563,6 @@ class Membership(Layer):
         self.s.deferred = {n: e for n, e in self.s.deferred.items()
                           if n in view.members and e.header.target > view.view_id}
         effects = self.ordering.handle(ViewInstalled(view), self.s.now)
-        self.s.withdrawn = {m: None for m in self.s.withdrawn if m in view.members}
         early, self.s.early = self.s.early, {}
         for _, event in early.values():
             if event.sender in view.members:

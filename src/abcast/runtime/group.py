@@ -413,13 +413,12 @@ class Group:
             log.warning("%s could not withdraw its join of %s: %s", self.node, self.name, exc)
             return
         transport = self._host.transport
-        unacked = [getattr(layer, "in_flight", None) for layer in driver.stack.layers]
-        counts = [count for count in unacked if callable(count)]
+        counts = [count for layer in driver.stack.layers
+                  if callable(count := getattr(layer, "in_flight", None))]
 
-        def delivered() -> bool:
-            if any(count() for count in counts):
-                return False
-            return not any(transport.buffered(c) for c in contacts)
+        def delivered() -> bool:  # nothing unacked in the channel, nothing unwritten
+            return not any(count() for count in counts) and not any(
+                transport.buffered(c) for c in contacts)
 
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(GRACEFUL_LEAVE_TIMEOUT_S if admitted
