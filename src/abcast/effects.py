@@ -4,9 +4,10 @@ Down (to the layer below): `Send`, `Multicast`. Up: `Up` (to the layer above), `
 (to the application; only the top layer emits it). Sideways: `SetTimer`/`CancelTimer`
 in the layer's own key space, `InstallView` (to every other layer and the application),
 `Suspect`/`Restore` (failure-detector verdicts for the layers above), `NotifyExcluded`
-(a peer says the group has removed this node). To the application: `TakeSnapshot`,
-`InstallState`, and `MergeStates` (extended virtual synchrony: fold the states two or
-more partitions reached into one).
+(a peer says the group has removed this node), `Forget` (to the layers below: a node
+stopped for good; what they hold of it goes, and it may come back afresh). To the
+application: `TakeSnapshot`, `InstallState`, and `MergeStates` (extended virtual
+synchrony: fold the states two or more partitions reached into one).
 
 At the bottom of a stack, `Send`/`Multicast` become `Transmit` (encoded bytes for the
 driver), and timer keys are namespaced by layer.
@@ -88,6 +89,14 @@ class NotifyExcluded(msgspec.Struct, frozen=True, gc=False):
     view_id: int
 
 
+class Forget(msgspec.Struct, frozen=True, gc=False):
+    """To the layers below: `node` stopped its stack for good (a joiner that withdrew);
+    forget its links and keep no memory of it, so that its next packets — a new stack
+    on the same node, joining again — start afresh."""
+
+    node: NodeId
+
+
 class TakeSnapshot(msgspec.Struct, frozen=True, gc=False):
     """Ask the application for its state now, between the deliveries before this effect
     and those after it; the driver answers at once with `SnapshotTaken(token, state)`."""
@@ -126,7 +135,7 @@ class Transmit(msgspec.Struct, frozen=True, gc=False):
 
 Effect = (
     Send | Multicast | Up | Deliver | SetTimer | CancelTimer | InstallView | Suspect | Restore
-    | NotifyExcluded | TakeSnapshot | InstallState | MergeStates
+    | NotifyExcluded | Forget | TakeSnapshot | InstallState | MergeStates
 )
 Output = (
     Transmit | Deliver | SetTimer | CancelTimer | InstallView | TakeSnapshot | InstallState

@@ -79,6 +79,12 @@ class Excluded(msgspec.Struct, frozen=True, gc=False):
     view_id: int
 
 
+class Forgotten(msgspec.Struct, frozen=True, gc=False):
+    """From a layer above (`Forget`): `node` stopped for good; drop what is held of it."""
+
+    node: NodeId
+
+
 class JoinRequested(msgspec.Struct, frozen=True, gc=False):
     """The application asks to join the group through any of `contacts` (members)."""
 
@@ -87,6 +93,11 @@ class JoinRequested(msgspec.Struct, frozen=True, gc=False):
 
 class LeaveRequested(msgspec.Struct, frozen=True, gc=False):
     """The application asks to leave the group gracefully."""
+
+
+class JoinAbandoned(msgspec.Struct, frozen=True, gc=False):
+    """The application gives its join up (it timed out): a joiner not yet admitted
+    withdraws and stops; one the group admitted meanwhile leaves gracefully."""
 
 
 class SnapshotTaken(msgspec.Struct, frozen=True, gc=False):
@@ -106,6 +117,6 @@ class StatesMerged(msgspec.Struct, frozen=True, gc=False):
 
 Event = (
     BroadcastRequested | SendRequested | MulticastRequested | Received | TimerFired
-    | ViewInstalled | Suspected | Restored | Excluded | JoinRequested | LeaveRequested
-    | SnapshotTaken | StatesMerged
+    | ViewInstalled | Suspected | Restored | Excluded | Forgotten | JoinRequested | LeaveRequested
+    | JoinAbandoned | SnapshotTaken | StatesMerged
 )

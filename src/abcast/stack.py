@@ -27,6 +27,7 @@ from abcast.effects import (
     CancelTimer,
     Deliver,
     Effect,
+    Forget,
     InstallState,
     InstallView,
     MergeStates,
@@ -46,6 +47,8 @@ from abcast.events import (
     BroadcastRequested,
     Event,
     Excluded,
+    Forgotten,
+    JoinAbandoned,
     JoinRequested,
     LeaveRequested,
     MulticastRequested,
@@ -140,6 +143,10 @@ class Stack:
 
     def leave(self, now: int) -> list[Output]:
         return self._run([(len(self.layers) - 1, LeaveRequested())], now)
+
+    def abandon_join(self, now: int) -> list[Output]:
+        """Give a join up (it timed out): withdrawn if not admitted yet, else a leave."""
+        return self._run([(len(self.layers) - 1, JoinAbandoned())], now)
 
     def snapshot_taken(self, token: int, state: bytes, now: int) -> list[Output]:
         """The application's answer to a `TakeSnapshot(token)` output."""
@@ -328,6 +335,8 @@ class Stack:
             case NotifyExcluded(by, view_id):
                 above = range(index + 1, len(self.layers))
                 queue.extend((j, Excluded(by, view_id)) for j in above)
+            case Forget(node):
+                queue.extend((j, Forgotten(node)) for j in range(index))
             case _:
                 raise LocalProtocolError(f"unknown effect {effect!r}")
 

@@ -66,6 +66,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     Event,
     Excluded,
+    Forgotten,
     MulticastRequested,
     Received,
     Restored,
@@ -254,7 +255,7 @@ class FailureDetectorLayer(Layer):
             case ViewInstalled(view):
                 self._s.view_id = view.view_id
                 return self._install(view.others(self.node), now)
-            case Suspected() | Restored() | Excluded():
+            case Suspected() | Restored() | Excluded() | Forgotten():
                 return []
             case _:
                 raise LocalProtocolError(f"{self.name} cannot handle {event!r}")

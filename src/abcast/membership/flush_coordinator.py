@@ -96,8 +96,10 @@ class FlushCoordinator:
         evs = self.s.config.evs
         if evs and (self.s.merge is not None or self.s.merging is not None):
             return []  # the merge settles this view; a flush may follow it
-        if len(alive) < view.majority and not evs:
-            # Primary partition: a minority never installs a view.
+        consenting = sum(1 for m in view.members if m in self.s.withdrawn)
+        if len(alive) + consenting < view.majority and not evs:
+            # Primary partition: a minority never installs a view. A joiner that withdrew
+            # counts as agreeing: it stopped, so no other side can count on it.
             return self._abandon()
         self.s.attempts = max(self.s.attempts, self.s.answered[1]) + 1
         target = max(target, self.s.flush.target if self.s.flush else 0)

@@ -11,6 +11,10 @@ every `leave_retry_us`), is a member of the flush that leaves it out, and depart
 every new member said farewell (or after `farewell_wait_us`). A member that learns a
 later view left it out, by a farewell or the detector's `Excluded`, was cut off: it
 stops (`cut_off`), unless it was leaving and waits for the install it gave its state to.
+A joiner that gives up before its welcome withdraws (`MWithdraw` to every contact) and
+stops: a member drops its ask, forgets it below (`Forget`), takes its ask's
+retransmissions for stale for `withdraw_memory_us`, and if its view admitted it goes on
+without it, counting it as agreeing (it stopped: no other side can count on it).
 Under evs two sides may each admit one joiner: it takes the first welcome and refuses
 the second view (`MRefuse` to every member listed), whose members go on without it —
 in that view or any later one that still lists it (`admitted_in`).
@@ -24,6 +28,7 @@ from abcast.codec import EMPTY
 from abcast.effects import (
     CancelTimer,
     Effect,
+    Forget,
     InstallState,
     InstallView,
     Send,
@@ -56,6 +61,7 @@ from abcast.membership.wire import (
     MPrepare,
     MRefuse,
     MWelcome,
+    MWithdraw,
 )
 
 
@@ -73,8 +79,9 @@ class JoinLeave:
             raise LocalProtocolError(f"{self.s.node} cannot join now: it is in {view}")
         self.s.contacts = asked = JoinContacts(contacts, self.s.node)
         self.s.status = "joining"
+        self.s.ask = max(now, 1)
         retry = SetTimer(JOIN_RETRY, now + self.s.config.join_retry_us)
-        return [Send(asked.current(), MJoin()), retry]
+        return [Send(asked.current(), MJoin(self.s.ask)), retry]
 
     def retry_join(self, now: int) -> list[Effect]:
         """Unanswered for `join_retry_us`: ask the next contact."""
@@ -82,7 +89,40 @@ class JoinLeave:
         if self.s.status != "joining" or asked is None:
             return []
         retry = SetTimer(JOIN_RETRY, now + self.s.config.join_retry_us)
-        return [Send(asked.next(), MJoin()), retry]
+        return [Send(asked.next(), MJoin(self.s.ask)), retry]
+
+    def abandon(self, now: int) -> list[Effect]:
+        """The application gave the join up. Not yet welcomed: `MWithdraw` to every
+        contact (the one that took our ask may have admitted us in a view whose welcome
+        is still on its way: its members leave us out) and stop, taking nothing more.
+        Welcomed meanwhile: a graceful leave."""
+        if self.s.status == "joining":
+            asked = self.s.contacts
+            self.s.status = "stopped"
+            contacts = asked.nodes if asked is not None else ()
+            return [*(CancelTimer(k) for k in sorted(TIMERS)),
+                    *(Send(c, MWithdraw(self.s.ask)) for c in contacts)]
+        return self.leave(now)
+
+    def on_withdraw(self, joiner: NodeId, ask: int) -> list[Effect]:
+        """`joiner` gave its join up and stopped: its ask is dropped, the layers below
+        forget it (`Forget`: its next stack, joining again, starts afresh), and if our
+        view admitted it the group goes on without it, counting it as agreeing
+        (`withdrawn`, kept while a view of ours lists it)."""
+        view = self.s.view
+        assert view is not None
+        if joiner == self.s.node:
+            return []
+        self.s.join_requests.discard(joiner)
+        asks = self.s.withdrawn_asks
+        before = asks.pop(joiner, (0, 0))[0]
+        asks[joiner] = (max(ask, before), self.s.now)
+        if len(asks) > MAX_PENDING_JOINS:
+            del asks[next(iter(asks))]
+        if joiner not in view.members:
+            return [Forget(joiner)]
+        self.s.withdrawn[joiner] = None
+        return [Forget(joiner), *self.member.go_on_without(joiner)]
 
     def while_joining(self, sender: NodeId, header: Any) -> list[Effect]:
         match header:
@@ -167,8 +207,9 @@ class JoinLeave:
 
     def note_admitted(self, old: View | None, new: View) -> None:
         """Note, as `new` is installed, the members it admits to our views (`admitted_in`
-        holds members of `old` only)."""
+        holds members of `old` only); withdrawn joiners it left out are forgotten."""
         kept = {m: v for m, v in self.s.admitted_in.items() if m in new.members}
+        self.s.withdrawn = {m: None for m in self.s.withdrawn if m in new.members}
         old_members = old.members if old is not None else ()
         self.s.admitted_in = kept | {m: new.view_id for m in new.members
                                      if m not in old_members}
@@ -188,14 +229,14 @@ class JoinLeave:
         self.s.welcomes_sent += len(draft.joiners)
         return [Send(j, welcome) for j in draft.joiners]
 
-    def on_join_ask(self, joiner: NodeId) -> list[Effect]:
+    def on_join_ask(self, joiner: NodeId, ask: int = 0) -> list[Effect]:
         view = self.s.view
         assert view is not None
-        if joiner == self.s.node:
+        if joiner == self.s.node or self._withdrawn_ask(joiner, ask):
             return []
         leader = self.member.acting_leader(view)
         if leader != self.s.node:
-            return [Send(leader, MJoinFwd(joiner))]
+            return [Send(leader, MJoinFwd(joiner, ask))]
         if joiner in view.members:
             return []  # an old ask, overtaken by its welcome
         if joiner not in self.s.join_requests and len(self.s.join_requests) >= MAX_PENDING_JOINS:
@@ -204,6 +245,15 @@ class JoinLeave:
         self.s.join_requests.add(joiner)
         self.s.leave_requests.discard(joiner)
         return self.member.change_view()
+
+    def _withdrawn_ask(self, joiner: NodeId, ask: int) -> bool:
+        """An ask of a join its joiner withdrew (a retransmission of the stack that gave
+        up, heard after the withdrawal): not a new join."""
+        given_up = self.s.withdrawn_asks.get(joiner)
+        if given_up is None or not ask:
+            return False
+        withdrawn, heard = given_up
+        return ask <= withdrawn and self.s.now - heard < self.s.config.withdraw_memory_us
 
     def leave(self, now: int) -> list[Effect]:
         if self.s.status == "joining":

@@ -8,6 +8,8 @@ Phases (`status`, and `frozen` while a flush runs; `phase` says "flushing", or
     member     JoinRequested (alone in its view)      joining     MJoin to a contact
     joining    MWelcome into a current view           member      InstallState, InstallView
     joining    MPrepare naming it                     joining     MNotYet (welcome me later)
+    joining    JoinAbandoned (its join timed out)     stopped     MWithdraw to every contact
+    member*    MWithdraw from a member of the view    member*     suspect it (agreeing)
     member     LeaveRequested                         leaving     MLeave to the leader
     member*    MPrepare (or coordinating)             (frozen)    report; buffer, queue
     member*    MInstall of an attempt it answered     member*     outcome in the old view,
@@ -78,6 +80,7 @@ from abcast.events import (
     BroadcastRequested,
     Event,
     Excluded,
+    JoinAbandoned,
     JoinRequested,
     LeaveRequested,
     Received,
@@ -127,6 +130,7 @@ from abcast.membership.wire import (
     MStable,
     MState,
     MWelcome,
+    MWithdraw,
 )
 from abcast.snapshot import LayerSnapshot
 
@@ -292,6 +296,8 @@ class Membership(Layer):
                 return self.joins.join(contacts, now)
             case LeaveRequested():
                 effects = self.joins.leave(now)
+            case JoinAbandoned():  # a member (welcomed meanwhile) leaves instead
+                effects = self.joins.abandon(now)
             case SnapshotTaken(token, state) if token in self.s.side_tokens:
                 effects = self.merger.side_snapshot(token, state)
             case SnapshotTaken(token, state):
@@ -360,15 +366,17 @@ class Membership(Layer):
         assert view is not None
         members = view.members
         match header:
-            case MJoin():
-                return self.joins.on_join_ask(sender)
-            case MJoinFwd(joiner):
+            case MJoin(ask):
+                return self.joins.on_join_ask(sender, ask)
+            case MJoinFwd(joiner, ask):
                 if sender not in members:
                     raise RemoteProtocolError(
                         f"{sender}, not a member of {view}, forwarded {joiner}'s join")
-                return self.joins.on_join_ask(joiner)
+                return self.joins.on_join_ask(joiner, ask)
             case MLeave():
                 return self.joins.on_leave_ask(sender) if sender in members else []
+            case MWithdraw(ask):  # a joiner gave up (our view may hold it)
+                return self.joins.on_withdraw(sender, ask)
             case MStable(view_id, delivered, up):
                 if view_id != view.view_id or sender not in members:
                     return []  # about another view: the next report comes
@@ -511,7 +519,7 @@ class Membership(Layer):
         # departed ones are forgotten (a long-lived member keeps no entry per departure)
         self.s.suspects &= set(new.members) & set(view.members)
         effects += [Send(m, MFarewell(new.view_id)) for m in view.members
-                    if m not in new.members]
+                    if m not in new.members and m not in self.s.withdrawn]
         joiners, self.s.welcome_next = self.s.welcome_next, ()
         if joiners:
             effects.append(self.joins.take_snapshot(joiners, new))

@@ -83,11 +83,15 @@ class MembershipConfig:
     #: evs: how long a member that answered a merge waits for its install or abort before
     #: it thaws; 0 derives it (`merge_wait`), and a set one must be at least that
     merge_wait_us: int = 0
+    #: how long a member takes a withdrawn join's asks for stale: the joiner's stack
+    #: retransmits them until it detaches (the runtime waits at most 2 s)
+    withdraw_memory_us: int = 10_000_000
 
     def __post_init__(self) -> None:
         if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us,
                self.stable_period_us, self.probe_us, self.probe_for_us,
-               self.merge_timeout_us, self.channel_max_rto_us) <= 0 or self.merge_wait_us < 0:
+               self.merge_timeout_us, self.channel_max_rto_us,
+               self.withdraw_memory_us) <= 0 or self.merge_wait_us < 0:
             raise LocalProtocolError(f"membership knobs must be positive: {self}")
         if self.partitions not in PARTITIONS:
             raise LocalProtocolError(
@@ -237,6 +241,15 @@ class MembershipState:
         self.fresh_for = 0
         self.left_out_of = 0
         self.leave_after_join = False
+        #: members of our view that withdrew their join (`MWithdraw`): suspected, and
+        #: counted as agreeing to the view without them (they answer nothing); kept while
+        #: a view of ours lists them
+        self.withdrawn: dict[NodeId, None] = {}
+        #: joins given up (`MWithdraw`): node -> (its ask, when heard); an ask no later
+        #: than that one, within `withdraw_memory_us`, is a retransmission of the old
+        #: stack's (at most MAX_PENDING_JOINS, the oldest forgotten first)
+        self.withdrawn_asks: dict[NodeId, tuple[int, int]] = {}
+        self.ask = 0  # this joiner's own ask (its clock when it asked)
         # leaving
         self.final_view: View | None = None
         self.awaiting_farewell: set[NodeId] = set()

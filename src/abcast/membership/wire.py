@@ -67,17 +67,30 @@ class JoinCut(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 
 class MJoin(Header, frozen=True):
-    """Joiner → contact: admit me (the sender is the joiner)."""
+    """Joiner → contact: admit me (the sender is the joiner). `ask` names this join
+    (the joiner's clock when it asked: a later stack of the same node asks with a
+    larger one; 0: unnamed)."""
+
+    ask: Count = 0
 
 
 class MJoinFwd(Header, frozen=True):
     """Contact → its leader: `joiner` asks to be admitted."""
 
     joiner: NodeField
+    ask: Count = 0
 
 
 class MLeave(Header, frozen=True):
     """Member → leader: leave me out of the next view."""
+
+
+class MWithdraw(Header, frozen=True):
+    """Joiner → its contacts: I gave my join up and have stopped; drop my ask, and leave
+    me out of any view that admitted me (I will answer nothing: count me as agreeing).
+    `ask` names the join given up: its asks still on their way are stale."""
+
+    ask: Count = 0
 
 
 class MFarewell(Header, frozen=True):
@@ -260,11 +273,11 @@ MERGE_HEADERS: Final = (MMergeProbe, MMergePrepare, MMergeDecline, MMergeState, 
                         MMergeSideState, MMergeInstall, MMergeAbort)
 MembershipHeader = (
     MJoin | MJoinFwd | MLeave | MFarewell | MStable | MPrepare | MState | MBusy | MAbort
-    | MInstall | MNotYet | MRefuse | MWelcome | MMergeProbe | MMergePrepare | MMergeDecline
-    | MMergeState | MMergeOutcome | MMergeSideState | MMergeInstall | MMergeAbort
+    | MInstall | MNotYet | MRefuse | MWelcome | MWithdraw | MMergeProbe | MMergePrepare
+    | MMergeDecline | MMergeState | MMergeOutcome | MMergeSideState | MMergeInstall | MMergeAbort
 )
 MEMBERSHIP_HEADERS: Final = (MJoin, MJoinFwd, MLeave, MFarewell, MStable, MPrepare, MState,
                              MBusy, MAbort, MInstall, MNotYet, MRefuse, MWelcome,
-                             *MERGE_HEADERS)
+                             MWithdraw, *MERGE_HEADERS)
 #: the same, for a lookup by exact type (the layer's steady path)
 MEMBERSHIP_TYPES: Final[frozenset[type]] = frozenset(MEMBERSHIP_HEADERS)

@@ -20,6 +20,9 @@ does not grow with every node that ever left; one that speaks again is a guest a
     guest       linger timer, silent for linger_us          forgotten  links, timers freed
     member      a view without it                           lingering  linger timer
     lingering   linger timer                                gone       links, timers freed
+    any         Forgotten (it withdrew: stopped for good)   stranger   links freed, no marks
+                                                                       (a member: once a view
+                                                                       leaves it out)
     forgotten   as a stranger, its link numbers resumed     guest      linger timer
 
 A guest is *heard* when it sends anything (data, fragment, ack) or the layer above sends
@@ -55,6 +58,7 @@ import msgspec
 from abcast.effects import Effect, SetTimer
 from abcast.events import (
     Event,
+    Forgotten,
     MulticastRequested,
     Received,
     SendRequested,
@@ -108,6 +112,9 @@ class OpenChannel(ReliableChannel):
         self._heard: dict[NodeId, int] = {}
         #: forgotten guests' link numbers (insertion order: the oldest first)
         self._resumable: dict[NodeId, _LinkMarks] = {}
+        #: members the layer above said stopped for good (`Forgotten`): a view without
+        #: them makes them strangers at once, not lingering nodes
+        self._withdrawn: set[NodeId] = set()
         self.guests_forgotten = 0
         #: the widened view last installed in the plain channel; between calls it always
         #: equals `_allowed()` (every change of the sets reinstalls), except before the
@@ -179,6 +186,8 @@ class OpenChannel(ReliableChannel):
                 return super().handle(event, now)
             case TimerFired(("linger", str(peer))):
                 return self._expire(peer, now)
+            case Forgotten(peer):
+                return self._withdraw(peer, now)
             case _:
                 return super().handle(event, now)
 
@@ -232,14 +241,31 @@ class OpenChannel(ReliableChannel):
         for peer in members:
             self._gone.pop(peer, None)
         effects: list[Effect] = []
+        withdrawn, self._withdrawn = self._withdrawn - members, self._withdrawn & members
         for peer in sorted(before - members):
             if peer == self.node:
                 continue
+            if peer in withdrawn:
+                continue  # stopped for good: a stranger (`_withdraw`), no linger
             self._lingering.add(peer)
             effects.append(SetTimer(("linger", peer), now + self.linger_us))
         effects += self._reinstall(now)
         self._reassembly.members = self._reassembly_members()  # if the widened set held
         return effects
+
+    def _withdraw(self, peer: NodeId, now: int) -> list[Effect]:
+        """`peer` stopped for good (a joiner that gave its join up): its links go with no
+        marks kept and it is not gone, so a new stack of the same node, joining again,
+        starts on fresh links. A member of the view goes so once a view leaves it out."""
+        if self._view is not None and peer in self._view.members:
+            self._withdrawn.add(peer)
+            return []
+        self._guests.discard(peer)
+        self._lingering.discard(peer)
+        self._heard.pop(peer, None)
+        self._gone.pop(peer, None)
+        self._resumable.pop(peer, None)
+        return self._reinstall(now)
 
     def _expire(self, peer: NodeId, now: int) -> list[Effect]:
         """A linger timer: a lingering node is forgotten; a guest only once silent for

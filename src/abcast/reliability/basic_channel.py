@@ -43,6 +43,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     Event,
     Excluded,
+    Forgotten,
     MulticastRequested,
     Received,
     Restored,
@@ -139,7 +140,7 @@ class BasicChannel(Layer):
                     self._reassembly.drop(left)
                 self._reassembly.members = self._members
                 return []
-            case Suspected() | Restored() | Excluded() | TimerFired():
+            case Suspected() | Restored() | Excluded() | Forgotten() | TimerFired():
                 return []
             case _:
                 raise LocalProtocolError(f"{self.name} cannot handle {event!r}")

@@ -61,6 +61,7 @@ from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     Event,
     Excluded,
+    Forgotten,
     MulticastRequested,
     Received,
     Restored,
@@ -350,7 +351,7 @@ class ReliableChannel(Layer):
                 return self._retransmit(peer, now)
             case ViewInstalled(view):
                 return self._install(view)
-            case Suspected() | Restored() | Excluded():
+            case Suspected() | Restored() | Excluded() | Forgotten():
                 return []
             case _:
                 raise LocalProtocolError(f"{self.name} cannot handle {event!r}")

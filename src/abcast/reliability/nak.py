@@ -72,6 +72,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     Event,
     Excluded,
+    Forgotten,
     MulticastRequested,
     Received,
     Restored,
@@ -233,7 +234,7 @@ class NakChannel(Layer):
                 return self._forget_departed(now)
             case ViewInstalled(view):
                 return self._on_view(view, now)
-            case Suspected() | Restored() | Excluded() | TimerFired():
+            case Suspected() | Restored() | Excluded() | Forgotten() | TimerFired():
                 return []
             case _:
                 raise LocalProtocolError(f"{self.name} cannot handle {event!r}")

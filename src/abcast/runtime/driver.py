@@ -262,6 +262,13 @@ class GroupDriver:
         self.flush()
         self._apply(self.stack.leave(self.host.clock.now_us()))
 
+    def abandon_join(self) -> None:
+        """Give a join up (Group.join timed out): the stack withdraws its ask, or leaves
+        if it was admitted meanwhile."""
+        self._require_running()
+        self.flush()
+        self._apply(self.stack.abandon_join(self.host.clock.now_us()))
+
     def _require_running(self) -> None:
         if self._loop is None or self.closed:
             raise LocalProtocolError(f"group {self.name!r} is not running on {self.host.id}")

@@ -389,9 +389,47 @@ class Group:
         driver.join(contacts)
         assert self._admitted is not None and self._departed is not None
         log.info("%s asks %s to join %s", host.id, ",".join(contacts), self.name)
-        async with asyncio.timeout(self._join_timeout_s or JOIN_TIMEOUT_S):
-            await self._admitted.wait()
+        try:
+            async with asyncio.timeout(self._join_timeout_s or JOIN_TIMEOUT_S):
+                await self._admitted.wait()
+        except BaseException:
+            await self._abandon_join(driver, contacts)
+            raise
         self._start_registrar(registry, info.options or encode_options(self.options))
+
+    async def _abandon_join(self, driver: GroupDriver, contacts: tuple[NodeId, ...]) -> None:
+        """The join timed out (or was cancelled): leave nothing behind in the group. Not
+        admitted yet: the stack withdraws its ask (`MWithdraw` to every contact: a member
+        whose view admitted us meanwhile leaves us out, counting us as agreeing), and the
+        group stays attached until its channel has nothing unacked (the withdrawal
+        arrived; a lost frame is retransmitted) or LEAVE_TIMEOUT_S passed: `open` then
+        detaches it. Admitted meanwhile: a graceful leave. Either way the registry's
+        record follows the view the leader installs without us."""
+        assert self._admitted is not None and self._departed is not None
+        admitted = self._admitted.is_set()
+        try:
+            driver.abandon_join()
+        except LocalProtocolError as exc:  # an ordering that joins by its own protocol
+            log.warning("%s could not withdraw its join of %s: %s", self.node, self.name, exc)
+            return
+        transport = self._host.transport
+        counts = [count for layer in driver.stack.layers
+                  if callable(count := getattr(layer, "in_flight", None))]
+
+        def delivered() -> bool:  # nothing unacked in the channel, nothing unwritten
+            return not any(count() for count in counts) and not any(
+                transport.buffered(c) for c in contacts)
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(GRACEFUL_LEAVE_TIMEOUT_S if admitted
+                                       else LEAVE_TIMEOUT_S):
+                if admitted:
+                    await self._departed.wait()
+                await asyncio.sleep(0)  # a transport may write once per loop turn
+                while not delivered():
+                    await asyncio.sleep(0.01)
+        log.info("%s gave its join of %s up (%s)", self.node, self.name,
+                 "left" if admitted else "withdrawn")
 
     def _contacts(self, host: Node, info: GroupInfo) -> tuple[NodeId, ...]:
         host.add_peers({m: url for m, url in info.members.items() if m != host.id})

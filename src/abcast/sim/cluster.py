@@ -127,10 +127,15 @@ class SimCluster:
         return self.scheduler.now * 1_000
 
     def add(self, stack: Stack) -> SimNode:
-        if stack.node in self.nodes:
+        """Start a node; a node that crashed (or gave its join up) may start again with
+        a new stack: a new incarnation (a `recover` row)."""
+        old = self.nodes.get(stack.node)
+        if old is not None and not old.crashed:
             raise LocalProtocolError(f"node {stack.node} already exists")
         sim_node = self.nodes[stack.node] = SimNode(stack.node, stack,
                                                     commutative=self.commutative_state)
+        if old is not None:
+            self.recorder.record(stack.node, "recover", self._t_ns(), group=stack.group)
         self._apply(sim_node, stack.start(self.scheduler.now))
         return sim_node
 
@@ -150,6 +155,33 @@ class SimCluster:
             return
         sim_node.leaving = True
         self._apply(sim_node, sim_node.stack.leave(self.scheduler.now))
+
+    def give_up_join(self, node: NodeId, detach_us: int = 2_000_000) -> None:
+        """The application gives `node`'s join up (`Group.join` timed out): its stack
+        withdraws the ask and, as the runtime does, the node detaches the group once
+        its channel has nothing unacked (the withdrawal arrived), or after `detach_us` —
+        silent from then on, which the trace writes as a crash. Admitted meanwhile (a
+        view the application saw), it leaves gracefully instead."""
+        sim_node = self.nodes[node]
+        if sim_node.stopped:
+            return
+        if sim_node.view_id:
+            self.leave(node)
+            return
+        self._apply(sim_node, sim_node.stack.abandon_join(self.scheduler.now))
+        counts = [count for layer in sim_node.stack.layers
+                  if callable(count := getattr(layer, "in_flight", None))]
+        deadline = self.scheduler.now + detach_us
+
+        def detach_when_acked() -> None:
+            if sim_node.crashed:
+                return
+            if self.scheduler.now >= deadline or not any(count() for count in counts):
+                self.crash(node)
+            else:
+                self.scheduler.after(10_000, detach_when_acked)
+
+        detach_when_acked()
 
     def broadcast(self, node: NodeId, payload: bytes) -> int:
         sim_node = self.nodes[node]

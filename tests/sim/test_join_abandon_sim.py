@@ -1,0 +1,197 @@
+"""A joiner that gives its join up, at any point, leaves nothing behind: seeded
+simulations under loss, duplication and delay, the joiner giving up (`give_up_join`: the
+runtime's `Group.join` timeout — withdraw, then the node detaches, silent) from the
+moment it asks to well after it was admitted. Every member ends in the same view without
+it, the view codes hold over every incarnation, and the same node joining again later
+with a new stack — inside the open channel's linger time or past it — is admitted by
+everyone. Planted variants must be caught: a joiner that goes silent without
+withdrawing, whose welcome never lands, stays in a lone member's view for ever (a
+minority of its two-member view cannot remove it); members whose channel does not
+forget the withdrawn joiner never admit it again; members that take the withdrawn
+stack's retransmitted asks for new ones admit and remove it over and over while it
+waits to detach; a lone member that suspects the withdrawn joiner but does not count it
+as agreeing is a minority of its two-member view and keeps it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from abcast.effects import CancelTimer, Effect
+from abcast.events import Event, JoinAbandoned
+from abcast.ids import NodeId, View
+from abcast.membership import Membership
+from abcast.membership.join_leave import JoinLeave
+from abcast.membership.state import TIMERS
+from abcast.ordering._open_channel import OpenChannel
+from abcast.ordering.registry import build_stack
+from abcast.sim.churn import view_problems
+from abcast.sim.cluster import SimCluster
+from abcast.sim.network import LinkModel, Network
+from abcast.sim.scheduler import Scheduler
+from abcast.stack import Stack
+from abcast.trace.recorder import TraceRecorder
+
+JOINER: NodeId = "n9"
+JOIN_AT = 10_000
+#: when the joiner gives up, after it asked: at once, before and after the member's
+#: install can reach it, and long after it was admitted
+GIVE_UP_AFTER = [0, 3_000, 12_000, 40_000, 300_000]
+END_US = 3_000_000
+
+
+class SilentGiveUp(Membership):
+    """Planted: a joiner that stops on giving up without telling anybody (the node only
+    detaches: what `Group` did before)."""
+
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        if type(event) is JoinAbandoned and self.s.status == "joining":
+            self.s.status = "stopped"
+            return [CancelTimer(k) for k in sorted(TIMERS)]
+        return super().handle(event, now)
+
+
+class KeepsWithdrawn(OpenChannel):
+    """Planted: a member's channel that treats a withdrawn joiner as any departed node
+    (lingering, then gone for good)."""
+
+    def _withdraw(self, peer: NodeId, now: int) -> list[Effect]:
+        return []
+
+
+class TakesStaleAsks(JoinLeave):
+    """Planted: a member that takes every ask for a new join, the withdrawn stack's
+    retransmissions too."""
+
+    def _withdrawn_ask(self, joiner: NodeId, ask: int) -> bool:
+        return False
+
+
+class NotAgreeing(dict[NodeId, None]):
+    """The withdrawn members as a planted member keeps them: never (suspected only)."""
+
+    def __setitem__(self, key: NodeId, value: None) -> None:
+        return None
+
+
+class NoConsent(JoinLeave):
+    """Planted: a member that suspects a withdrawn joiner but does not count it as
+    agreeing to the view without it."""
+
+    def on_withdraw(self, joiner: NodeId, ask: int) -> list[Effect]:
+        self.s.withdrawn = NotAgreeing()
+        return super().on_withdraw(joiner, ask)
+
+
+def _stack(node: NodeId, ordering: str, view: View, swap: dict[type, type]) -> Stack:
+    stack = build_stack(node, "g", ordering, view)
+    for layer in stack.layers:
+        planted = swap.get(type(layer))
+        if planted is not None:
+            layer.__class__ = planted
+    return stack
+
+
+def run(ordering: str, members: int, give_up_after: int, seed: int, *,
+        retry_at: int | None = None, cut_welcome: bool = False,
+        joiner_swap: dict[type, type] | None = None,
+        member_swap: dict[type, type] | None = None,
+        joins: type[JoinLeave] | None = None) -> list[str]:
+    """One run; the problems found (empty: the joiner left no trace, and the retry, if
+    any, was admitted by every member)."""
+    scheduler = Scheduler()
+    network = Network(random.Random(seed), LinkModel(1_000, 20_000), drop=0.03, dup=0.02)
+    recorder = TraceRecorder(f"abandon-{ordering}-{members}-{give_up_after}-{seed}")
+    cluster = SimCluster(scheduler, network, recorder)
+    ids = tuple(f"n{i}" for i in range(1, members + 1))
+    for node in ids:
+        member = cluster.add(_stack(node, ordering, View(1, ids), member_swap or {}))
+        if joins is not None:
+            member.stack.top.joins.__class__ = joins  # type: ignore[attr-defined]
+    alone = View(0, (JOINER,))
+
+    def join() -> None:
+        cluster.join(_stack(JOINER, ordering, alone, joiner_swap or {}), ids)
+
+    if cut_welcome:  # the members' packets to the joiner are lost: no welcome lands
+        network.partition(ids, (JOINER,), True)
+    scheduler.at(JOIN_AT, join)
+    scheduler.at(JOIN_AT + give_up_after, lambda: cluster.give_up_join(JOINER))
+    if retry_at is not None:
+        scheduler.at(retry_at, lambda: network.heal(ids, (JOINER,), True))
+        scheduler.at(retry_at, lambda: cluster.join(
+            _stack(JOINER, ordering, alone, {}), ids))
+    scheduler.run(max(END_US, (retry_at or 0) + 2_000_000))
+
+    expected = (*ids, JOINER) if retry_at is not None else ids
+    problems = [f"{p.code}: {p.detail}" for p in view_problems(recorder.rows())]
+    for node in ids:
+        view = cluster.nodes[node].stack.view
+        if set(view.members) != set(expected):
+            problems.append(f"{node} ends in {view}, not a view of {expected}")
+    if retry_at is not None:
+        view = cluster.nodes[JOINER].stack.view
+        if set(view.members) != set(expected):
+            problems.append(f"the joiner's retry ends in {view}")
+    for node in ids:  # admitted once per join, never again by a stale ask
+        seen = [JOINER in (r.members or ()) for r in recorder.rows_of(node)
+                if r.kind == "view"]
+        entries = sum(1 for was, now in zip([False, *seen], seen, strict=False)
+                      if now and not was)
+        if entries > 1 + (retry_at is not None):
+            problems.append(f"{node} admitted the joiner {entries} times")
+    views = {cluster.nodes[n].stack.view for n in expected}
+    if len(views) != 1:
+        problems.append(f"the members end in different views: {views}")
+    return problems
+
+
+@pytest.mark.parametrize("ordering", ["sequencer", "skeen"])
+@pytest.mark.parametrize("members", [1, 3])
+@pytest.mark.parametrize("give_up_after", GIVE_UP_AFTER)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_joiner_that_gives_up_anywhere_leaves_the_group_as_it_was(
+    ordering: str, members: int, give_up_after: int, seed: int
+) -> None:
+    assert run(ordering, members, give_up_after, seed) == []
+
+
+@pytest.mark.parametrize("members", [1, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_joiner_whose_welcome_never_lands_is_removed_and_admitted_again(
+    members: int, seed: int
+) -> None:
+    # Retried inside the open channel's linger time (10 s) after the removal, and past it.
+    for retry_at in (3_000_000, 12_000_000):
+        assert run("sequencer", members, 300_000, seed, retry_at=retry_at,
+                   cut_welcome=True) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_planted_a_joiner_that_goes_silent_stays_in_a_lone_members_view(seed: int) -> None:
+    problems = run("sequencer", 1, 300_000, seed, cut_welcome=True,
+                   joiner_swap={Membership: SilentGiveUp})
+    assert any(p.startswith("n1 ends in") for p in problems), problems
+
+
+@pytest.mark.parametrize("members", [1, 3])
+def test_planted_members_that_take_stale_asks_admit_the_joiner_again_and_again(
+    members: int,
+) -> None:
+    problems = run("sequencer", members, 300_000, 1, cut_welcome=True, joins=TakesStaleAsks)
+    assert any("admitted the joiner" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_planted_a_lone_member_that_does_not_count_the_withdrawn_joiner_keeps_it(
+    seed: int,
+) -> None:
+    problems = run("sequencer", 1, 300_000, seed, cut_welcome=True, joins=NoConsent)
+    assert any(p.startswith("n1 ends in") for p in problems), problems
+
+
+def test_planted_members_that_keep_the_withdrawn_joiner_never_admit_it_again() -> None:
+    problems = run("sequencer", 1, 300_000, 1, retry_at=12_000_000, cut_welcome=True,
+                   member_swap={OpenChannel: KeepsWithdrawn})
+    assert any("retry" in p or "ends in" in p for p in problems), problems
