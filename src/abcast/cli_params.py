@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
 import click
 
+from abcast.ordering.sequencer_wire import MAX_ORDER_IDS
+
 if TYPE_CHECKING:
     from abcast.ordering.registry import OrderingOptions
 
@@ -257,7 +259,7 @@ def ordering_options(*, suspect_after_default: int | None = None) -> Callable[[_
                        else "; a false suspicion on a loaded machine only costs time, so "
                             "the default is generous."))
     decorators = [
-        click.option("--batch", default=None, type=count(1, what="ids"),
+        click.option("--batch", default=None, type=count(1, MAX_ORDER_IDS, "ids"),
                      help="Message ids per order packet (sequencer family; default "
                           "adaptive)."),
         click.option("--safe", is_flag=True,
