@@ -109,3 +109,17 @@ def test_the_optimistic_flags_reach_the_run(tmp_path: Path, flags: list[str],
     assert json.loads(proc.stdout.strip().splitlines()[-1])["violations"] == {}
     runs = pq.read_table(tmp_path / "runs.parquet").to_pylist()
     assert [r["options"] for r in runs] == [label]
+
+
+@pytest.mark.parametrize("interval_ms", [6000.0, 10_000.0])  # 10 000: the most accepted
+def test_any_accepted_order_interval_gives_a_correct_run(interval_ms: float) -> None:
+    """The harness settles for the order interval too: a lone broadcast waits out one
+    interval before it is ordered, and that is no VALIDITY violation (settle was 5 s)."""
+    from abcast.ordering.registry import OrderingOptions
+    from abcast.sim.harness import SimConfig, run_simulation
+
+    result = run_simulation(SimConfig(
+        "sequencer", nodes=3, messages=1, seed=1,
+        options=OrderingOptions(order_interval_ms=interval_ms)))
+    assert result.violations == [] and result.delivered == 3
+    assert result.quiescent
