@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -160,7 +160,18 @@ def sim(
     _print_summary(console if as_json else Console(), summary, out)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=False))
-    sys.exit(EXIT_VIOLATIONS if result.violations else 0)
+    _exit_run(bool(result.violations),
+              None if result.quiescent else
+              f"not quiescent: stopped at {result.end_us / 1e6:g} virtual s, "
+              f"{result.delivered} deliveries (on all nodes), still pending or stalled")
+
+
+def _exit_run(violations: bool, unfinished: str | None) -> NoReturn:
+    """The one exit rule of a run (sim, cluster): 0 only when it finished and its trace
+    is clean; an unfinished run also says why, in one line on stderr."""
+    if unfinished is not None:
+        click.echo(f"abcast: run incomplete: {unfinished}", err=True)
+    sys.exit(EXIT_VIOLATIONS if violations or unfinished is not None else 0)
 
 
 class _Progress:
@@ -308,7 +319,9 @@ def cluster(
     _print_cluster_summary(console if as_json else Console(), summary, out)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=False))
-    sys.exit(0 if result.clean else EXIT_VIOLATIONS)
+    _exit_run(bool(result.violations),
+              None if result.complete else
+              "; ".join(result.errors) or "a node did not deliver every message")
 
 
 def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path) -> None:

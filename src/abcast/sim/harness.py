@@ -76,9 +76,11 @@ class SimConfig:
     def quiet_us(self) -> tuple[int, int]:
         """settle_us and stall_us as this run uses them: each longer by the sequencer's
         order interval, which an id may wait out before anything is delivered (so every
-        interval the options accept ends in a correct run, not a false VALIDITY)."""
+        interval the options accept ends in a correct run, not a false VALIDITY); the
+        stall also by the open loop's gap between two broadcasts (a slow rate is no stall)."""
         interval_us = math.ceil(self.options.order_interval_ms * 1000)
-        return self.settle_us + interval_us, self.stall_us + interval_us
+        gap_us = math.ceil(1e6 / self.rate) if self.rate else 0
+        return self.settle_us + interval_us, self.stall_us + interval_us + gap_us
 
     def node_ids(self) -> tuple[NodeId, ...]:
         return tuple(f"n{i}" for i in range(1, self.nodes + 1))
