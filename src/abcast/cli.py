@@ -26,7 +26,9 @@ from rich.table import Table
 
 from abcast.cli_params import (
     EXIT_USAGE,
+    GROUP_SIZE,
     NAME,
+    NAME_SIZE,
     OUT_DIR,
     PAYLOAD,
     RATE,
@@ -352,7 +354,7 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
 @click.option("--recovery-grace", default=1.0, show_default=True, type=SECONDS_OR_ZERO,
               help="Seconds new nodes wait after start, so that after a restart running "
                    "members re-claim their ids before any id is handed out again.")
-@click.option("--group", "groups", multiple=True, metavar="NAME=SIZE",
+@click.option("--group", "groups", multiple=True, type=NAME_SIZE,
               help="Declare a group's size up front (repeatable), so members may join "
                    "without naming it.")
 @click.option("--stop-on-eof", is_flag=True, hidden=True,
@@ -360,7 +362,7 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
 @secret_option("every group and node id here (only its holders may change anything)")
 @_VERBOSE
 def registry(
-    listen: str, as_json: bool, recovery_grace: float, groups: tuple[str, ...],
+    listen: str, as_json: bool, recovery_grace: float, groups: tuple[tuple[str, int], ...],
     stop_on_eof: bool, secret_file: Path | None, verbose: bool,
 ) -> None:
     """Run the registration server (node ids, group members, leaders) until interrupted."""
@@ -368,12 +370,7 @@ def registry(
 
     _logging(verbose)
     secret = group_secret(secret_file)
-    sizes: dict[str, int] = {}
-    for spec in groups:
-        name, _, size = spec.partition("=")
-        if not size.isdigit() or int(size) < 1:
-            fail(f"--group {spec!r} is not NAME=SIZE with SIZE >= 1")
-        sizes[NAME.convert(name, None, None)] = int(size)
+    sizes = dict(groups)
     try:
         host, port = parse_registry_url(listen)
     except AbcastError as exc:
@@ -411,7 +408,7 @@ def registry(
 @click.option("--transport", default="tcp://127.0.0.1:0", show_default=True, type=TRANSPORT,
               help=transport_help("Address to bind (advertised to the group through the "
                                   "registry)"))
-@click.option("--size", required=True, type=count(1, 65_536),
+@click.option("--size", required=True, type=GROUP_SIZE,
               help="Members the group has; the run starts once all have joined.")
 @click.option("--messages", required=True, type=count(0),
               help="Messages of the whole run (M): this node is done once it delivered M.")

@@ -22,11 +22,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast, get_args
 
 import click
 
 from abcast.ordering.sequencer_wire import MAX_ORDER_IDS
+from abcast.registry.messages import Size
 
 if TYPE_CHECKING:
     from abcast.ordering.registry import OrderingOptions
@@ -127,6 +128,34 @@ class Name(click.ParamType[str]):
 
 
 NAME: Final = Name()
+
+
+def _wire_most(annotated: object) -> int:
+    """The upper bound (`le`) a wire type's msgspec.Meta declares: the wire is its home."""
+    most = next(m.le for m in get_args(annotated)[1:] if getattr(m, "le", None) is not None)
+    return int(most)
+
+
+#: a group's declared size: at most what the registry's wire carries (registry.messages)
+GROUP_SIZE: Final = count(1, _wire_most(Size), "size")
+
+
+class NameSize(click.ParamType[tuple[str, int]]):
+    """NAME=SIZE: a NAME and a GROUP_SIZE, each checked by its own validator."""
+
+    name = "name=size"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return cast(tuple[str, int], value)
+        name, equals, size = str(value).partition("=")
+        if not equals:
+            self.fail(f"{str(value)!r} is not NAME=SIZE", param, ctx)
+        return NAME.convert(name, param, ctx), GROUP_SIZE.convert(size, param, ctx)
+
+
+NAME_SIZE: Final = NameSize()
 
 
 class OutDir(click.ParamType[Path]):
