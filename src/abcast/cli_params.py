@@ -104,6 +104,31 @@ SECONDS_OR_ZERO: Final = Number(float, low=0, what="seconds")
 MILLISECONDS: Final = Number(float, low=0, low_open=True, what="ms")
 #: broadcasts per second over the whole group (open loop): positive and finite
 RATE: Final = Number(float, low=0, low_open=True, what="rate")
+
+
+class Duration(Number):
+    """Positive, finite seconds, spelt `2`, `1.5s` or `500ms` (converts to seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__(float, low=0, low_open=True, what="duration")
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return super().convert(value, param, ctx)
+        text = str(value).strip().lower()
+        scale = 1e-3 if text.endswith("ms") else 1.0
+        number = text.removesuffix("ms") if scale != 1.0 else text.removesuffix("s")
+        if number != text and not number.strip():
+            self.fail(f"{value!r} is not a duration (e.g. 2, 1.5s, 500ms)", param, ctx)
+        seconds = super().convert(number, param, ctx) * scale
+        if not seconds > 0:  # 1e-400ms: positive as written, nothing once scaled
+            self.fail(f"{value!r} is not greater than 0", param, ctx)
+        return seconds
+
+
+#: positive, finite seconds with an optional unit: 2, 1.5s, 500ms
+DURATION: Final = Duration()
 #: a simulation or workload seed
 SEED: Final = count(0, MAX_SEED, "seed")
 #: a TCP port (0: any free one)

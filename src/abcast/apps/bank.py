@@ -29,10 +29,10 @@ from typing import Any, Final
 import click
 
 from abcast.cli_params import (
-    MILLISECONDS,
     SECONDS,
     SEED,
     TRANSPORT,
+    Number,
     count,
     fail,
     scheme_of,
@@ -256,7 +256,8 @@ def demo() -> None:
                                   "every node in this process"))
 @click.option("--seed", default=1, show_default=True, type=SEED,
               help="Seed of the random amounts.")
-@click.option("--heartbeat-ms", default=300.0, show_default=True, type=MILLISECONDS,
+@click.option("--heartbeat-ms", default=300.0, show_default=True,
+              type=Number(float, low=0.001, what="ms"),  # MatrixConfig: whole µs, >= 1
               help="matrix: the NOPE heartbeat period (adaptive: its idle start).")
 @click.option("--fixed-heartbeat", is_flag=True, help="matrix: the thesis's fixed period.")
 @click.option("--timeout", default=120.0, show_default=True, type=SECONDS,
