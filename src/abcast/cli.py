@@ -31,7 +31,9 @@ from abcast.cli_params import (
     NAME_SIZE,
     OUT_DIR,
     PAYLOAD,
+    PORT,
     RATE,
+    REGISTRY_URL,
     SECONDS,
     SECONDS_OR_ZERO,
     SEED,
@@ -222,23 +224,6 @@ def _print_summary(console: Console, summary: dict[str, Any], out: Path) -> None
 # ---------------------------------------------------------------- the real runtime
 
 
-class _RegistryUrl(click.ParamType[str]):
-    """tcp://host:port, checked before anything starts."""
-
-    name = "url"
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> str:
-        from abcast.registry import parse_registry_url
-
-        try:
-            parse_registry_url(str(value))
-        except AbcastError as exc:
-            self.fail(str(exc), param, ctx)
-        return str(value)
-
-
-_REGISTRY_URL: Final = _RegistryUrl()
 _WAN: Final = click.option(
     "--wan", default=None, type=click.Path(dir_okay=False, exists=True),
     help="Emulate WAN links (transport/wan.py) as this RTT-matrix file describes.")
@@ -281,7 +266,7 @@ def _logging(verbose: bool) -> None:
                    "write instead of sleeping (lower latency, more CPU); 0: off.")
 @_WAN
 @ordering_options(suspect_after_default=2000)
-@click.option("--registry", default=None, type=_REGISTRY_URL,
+@click.option("--registry", default=None, type=REGISTRY_URL,
               help="Use this running registry (tcp://host:port) instead of starting one.")
 @click.option("--timeout", default=600.0, show_default=True, type=SECONDS,
               help="Seconds before an unfinished run is stopped (and reported incomplete).")
@@ -400,7 +385,7 @@ def registry(
 
 
 @cli.command()
-@click.option("--registry", "registry_url", required=True, type=_REGISTRY_URL,
+@click.option("--registry", "registry_url", required=True, type=REGISTRY_URL,
               help="The registry to join through (tcp://host:port).")
 @click.option("--group", default="g", show_default=True, type=NAME,
               help="The group's name at the registry.")
@@ -431,7 +416,7 @@ def registry(
               type=click.Choice(["registry", "pipe"]),
               help="registry: start and stop through the registry (nodes started by hand); "
                    "pipe: go/stop lines on stdin (the cluster launcher).")
-@click.option("--metrics-port", default=None, type=click.IntRange(0, 65_535),
+@click.option("--metrics-port", default=None, type=PORT,
               help="Serve Prometheus /metrics on this port (0: any free one; default off).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address /metrics listens on (0.0.0.0: every interface).")

@@ -155,6 +155,26 @@ class Name(click.ParamType[str]):
 NAME: Final = Name()
 
 
+class RegistryUrl(click.ParamType[str]):
+    """A registry's address, tcp://host:port, checked before anything starts."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        from abcast.errors import AbcastError
+        from abcast.registry import parse_registry_url
+
+        try:
+            parse_registry_url(str(value))
+        except AbcastError as exc:
+            self.fail(str(exc), param, ctx)
+        return str(value)
+
+
+REGISTRY_URL: Final = RegistryUrl()
+
+
 def _wire_most(annotated: object) -> int:
     """The upper bound (`le`) a wire type's msgspec.Meta declares: the wire is its home."""
     most = next(m.le for m in get_args(annotated)[1:] if getattr(m, "le", None) is not None)

@@ -263,7 +263,7 @@ def demo() -> None:
 @click.option("--timeout", default=120.0, show_default=True, type=SECONDS,
               help="Seconds before the demo gives up on the nodes.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
-@click.option("--metrics-port", default=None, type=click.IntRange(0, 65_000),
+@click.option("--metrics-port", default=None, type=count(0, 65_000, "port"),  # + i <= 65_535
               help="Node i serves Prometheus /metrics on this port + i (0: free ports).")
 def bank(nodes: int, ordering: str, operations: int, transport: str, seed: int,
          heartbeat_ms: float, fixed_heartbeat: bool, timeout: float, as_json: bool,

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import click
 
-from abcast.cli_params import fail
+from abcast.cli_params import NAME, REGISTRY_URL, TRANSPORT, fail, transport_help
 from abcast.errors import AbcastError, ConfigError
 from abcast.ids import View
 from abcast.ordering.ticket import TICKET_NODE, server_layers
@@ -71,12 +71,12 @@ class TicketService:
 
 
 @click.command("ticket-server")
-@click.option("--registry", required=True,
+@click.option("--registry", required=True, type=REGISTRY_URL,
               help="The registry the groups' members use (their addresses are there).")
-@click.option("--group", "groups", multiple=True, required=True,
+@click.option("--group", "groups", multiple=True, required=True, type=NAME,
               help="A group to number (repeatable).")
-@click.option("--listen", default="tcp://127.0.0.1:0", show_default=True,
-              help="Address to serve on: the groups' ticket= option.")
+@click.option("--listen", default="tcp://127.0.0.1:0", show_default=True, type=TRANSPORT,
+              help=transport_help("Address to serve on: the groups' ticket= option"))
 @click.option("--wan", default=None, type=click.Path(dir_okay=False, exists=True),
               help="Emulate WAN links (transport/wan.py); the matrix places node 'ticket'.")
 @click.option("--json", "as_json", is_flag=True,
