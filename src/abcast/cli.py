@@ -332,7 +332,7 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
 
 
 @cli.command()
-@click.option("--listen", default="tcp://127.0.0.1:7400", show_default=True,
+@click.option("--listen", default="tcp://127.0.0.1:7400", show_default=True, type=REGISTRY_URL,
               help="Address to serve on (port 0: any free one).")
 @click.option("--json", "as_json", is_flag=True,
               help='First stdout line is {"url": ...}, the address actually bound.')

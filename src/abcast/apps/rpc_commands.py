@@ -106,13 +106,15 @@ async def _serve(group: str, registry_url: str, service: str, ordering: str,
 @click.option("--vote", default="majority", show_default=True,
               help="first | all | majority | quorum(k) | percent(p)")
 @click.option("--consistency", default="any", show_default=True,
-              type=click.Choice(CONSISTENCIES))
+              type=click.Choice(CONSISTENCIES),
+              help="What the counted replies must agree on (docs/rpc.md).")
 @click.option("--timeout", "call_timeout", default="1s", show_default=True, type=DURATION,
               help="How long the request may wait (1s, 500ms).")
 @click.option("--path", default="via-member", show_default=True, type=click.Choice(PATHS),
               help="direct: to every server (Case A); via-member: through one (Case B).")
 @click.option("--contact", default="round-robin", show_default=True,
-              type=click.Choice(CONTACTS))
+              type=click.Choice(CONTACTS),
+              help="via-member: which server the request goes through.")
 @click.option("--to", "to", default=None, help="Only these servers (comma-separated ids).")
 @click.option("--oneway", is_flag=True, help="Send without waiting for a reply.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON object.")
