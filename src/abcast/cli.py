@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -26,10 +26,14 @@ from rich.table import Table
 
 from abcast.cli_params import (
     EXIT_USAGE,
+    GROUP_SIZE,
     NAME,
+    NAME_SIZE,
     OUT_DIR,
     PAYLOAD,
+    PORT,
     RATE,
+    REGISTRY_URL,
     SECONDS,
     SECONDS_OR_ZERO,
     SEED,
@@ -160,7 +164,18 @@ def sim(
     _print_summary(console if as_json else Console(), summary, out)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=False))
-    sys.exit(EXIT_VIOLATIONS if result.violations else 0)
+    _exit_run(bool(result.violations),
+              None if result.quiescent else
+              f"not quiescent: stopped at {result.end_us / 1e6:g} virtual s, "
+              f"{result.delivered} deliveries (on all nodes), still pending or stalled")
+
+
+def _exit_run(violations: bool, unfinished: str | None) -> NoReturn:
+    """The one exit rule of a run (sim, cluster): 0 only when it finished and its trace
+    is clean; an unfinished run also says why, in one line on stderr."""
+    if unfinished is not None:
+        click.echo(f"abcast: run incomplete: {unfinished}", err=True)
+    sys.exit(EXIT_VIOLATIONS if violations or unfinished is not None else 0)
 
 
 class _Progress:
@@ -209,23 +224,6 @@ def _print_summary(console: Console, summary: dict[str, Any], out: Path) -> None
 # ---------------------------------------------------------------- the real runtime
 
 
-class _RegistryUrl(click.ParamType[str]):
-    """tcp://host:port, checked before anything starts."""
-
-    name = "url"
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> str:
-        from abcast.registry import parse_registry_url
-
-        try:
-            parse_registry_url(str(value))
-        except AbcastError as exc:
-            self.fail(str(exc), param, ctx)
-        return str(value)
-
-
-_REGISTRY_URL: Final = _RegistryUrl()
 _WAN: Final = click.option(
     "--wan", default=None, type=click.Path(dir_okay=False, exists=True),
     help="Emulate WAN links (transport/wan.py) as this RTT-matrix file describes.")
@@ -268,7 +266,7 @@ def _logging(verbose: bool) -> None:
                    "write instead of sleeping (lower latency, more CPU); 0: off.")
 @_WAN
 @ordering_options(suspect_after_default=2000)
-@click.option("--registry", default=None, type=_REGISTRY_URL,
+@click.option("--registry", default=None, type=REGISTRY_URL,
               help="Use this running registry (tcp://host:port) instead of starting one.")
 @click.option("--timeout", default=600.0, show_default=True, type=SECONDS,
               help="Seconds before an unfinished run is stopped (and reported incomplete).")
@@ -308,7 +306,9 @@ def cluster(
     _print_cluster_summary(console if as_json else Console(), summary, out)
     if as_json:
         click.echo(json.dumps(summary, sort_keys=False))
-    sys.exit(0 if result.clean else EXIT_VIOLATIONS)
+    _exit_run(bool(result.violations),
+              None if result.complete else
+              "; ".join(result.errors) or "a node did not deliver every message")
 
 
 def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path) -> None:
@@ -332,14 +332,14 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
 
 
 @cli.command()
-@click.option("--listen", default="tcp://127.0.0.1:7400", show_default=True,
+@click.option("--listen", default="tcp://127.0.0.1:7400", show_default=True, type=REGISTRY_URL,
               help="Address to serve on (port 0: any free one).")
 @click.option("--json", "as_json", is_flag=True,
               help='First stdout line is {"url": ...}, the address actually bound.')
 @click.option("--recovery-grace", default=1.0, show_default=True, type=SECONDS_OR_ZERO,
               help="Seconds new nodes wait after start, so that after a restart running "
                    "members re-claim their ids before any id is handed out again.")
-@click.option("--group", "groups", multiple=True, metavar="NAME=SIZE",
+@click.option("--group", "groups", multiple=True, type=NAME_SIZE,
               help="Declare a group's size up front (repeatable), so members may join "
                    "without naming it.")
 @click.option("--stop-on-eof", is_flag=True, hidden=True,
@@ -347,7 +347,7 @@ def _print_cluster_summary(console: Console, summary: dict[str, Any], out: Path)
 @secret_option("every group and node id here (only its holders may change anything)")
 @_VERBOSE
 def registry(
-    listen: str, as_json: bool, recovery_grace: float, groups: tuple[str, ...],
+    listen: str, as_json: bool, recovery_grace: float, groups: tuple[tuple[str, int], ...],
     stop_on_eof: bool, secret_file: Path | None, verbose: bool,
 ) -> None:
     """Run the registration server (node ids, group members, leaders) until interrupted."""
@@ -355,12 +355,7 @@ def registry(
 
     _logging(verbose)
     secret = group_secret(secret_file)
-    sizes: dict[str, int] = {}
-    for spec in groups:
-        name, _, size = spec.partition("=")
-        if not size.isdigit() or int(size) < 1:
-            fail(f"--group {spec!r} is not NAME=SIZE with SIZE >= 1")
-        sizes[NAME.convert(name, None, None)] = int(size)
+    sizes = dict(groups)
     try:
         host, port = parse_registry_url(listen)
     except AbcastError as exc:
@@ -390,7 +385,7 @@ def registry(
 
 
 @cli.command()
-@click.option("--registry", "registry_url", required=True, type=_REGISTRY_URL,
+@click.option("--registry", "registry_url", required=True, type=REGISTRY_URL,
               help="The registry to join through (tcp://host:port).")
 @click.option("--group", default="g", show_default=True, type=NAME,
               help="The group's name at the registry.")
@@ -398,7 +393,7 @@ def registry(
 @click.option("--transport", default="tcp://127.0.0.1:0", show_default=True, type=TRANSPORT,
               help=transport_help("Address to bind (advertised to the group through the "
                                   "registry)"))
-@click.option("--size", required=True, type=count(1, 65_536),
+@click.option("--size", required=True, type=GROUP_SIZE,
               help="Members the group has; the run starts once all have joined.")
 @click.option("--messages", required=True, type=count(0),
               help="Messages of the whole run (M): this node is done once it delivered M.")
@@ -421,7 +416,7 @@ def registry(
               type=click.Choice(["registry", "pipe"]),
               help="registry: start and stop through the registry (nodes started by hand); "
                    "pipe: go/stop lines on stdin (the cluster launcher).")
-@click.option("--metrics-port", default=None, type=click.IntRange(0, 65_535),
+@click.option("--metrics-port", default=None, type=PORT,
               help="Serve Prometheus /metrics on this port (0: any free one; default off).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address /metrics listens on (0.0.0.0: every interface).")

@@ -22,9 +22,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast, get_args
 
 import click
+
+from abcast.ordering.sequencer_wire import MAX_ORDER_IDS
+from abcast.registry.messages import Size
 
 if TYPE_CHECKING:
     from abcast.ordering.registry import OrderingOptions
@@ -101,6 +104,31 @@ SECONDS_OR_ZERO: Final = Number(float, low=0, what="seconds")
 MILLISECONDS: Final = Number(float, low=0, low_open=True, what="ms")
 #: broadcasts per second over the whole group (open loop): positive and finite
 RATE: Final = Number(float, low=0, low_open=True, what="rate")
+
+
+class Duration(Number):
+    """Positive, finite seconds, spelt `2`, `1.5s` or `500ms` (converts to seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__(float, low=0, low_open=True, what="duration")
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return super().convert(value, param, ctx)
+        text = str(value).strip().lower()
+        scale = 1e-3 if text.endswith("ms") else 1.0
+        number = text.removesuffix("ms") if scale != 1.0 else text.removesuffix("s")
+        if number != text and not number.strip():
+            self.fail(f"{value!r} is not a duration (e.g. 2, 1.5s, 500ms)", param, ctx)
+        seconds = super().convert(number, param, ctx) * scale
+        if not seconds > 0:  # 1e-400ms: positive as written, nothing once scaled
+            self.fail(f"{value!r} is not greater than 0", param, ctx)
+        return seconds
+
+
+#: positive, finite seconds with an optional unit: 2, 1.5s, 500ms
+DURATION: Final = Duration()
 #: a simulation or workload seed
 SEED: Final = count(0, MAX_SEED, "seed")
 #: a TCP port (0: any free one)
@@ -125,6 +153,54 @@ class Name(click.ParamType[str]):
 
 
 NAME: Final = Name()
+
+
+class RegistryUrl(click.ParamType[str]):
+    """A registry's address, tcp://host:port, checked before anything starts."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        from abcast.errors import AbcastError
+        from abcast.registry import parse_registry_url
+
+        try:
+            parse_registry_url(str(value))
+        except AbcastError as exc:
+            self.fail(str(exc), param, ctx)
+        return str(value)
+
+
+REGISTRY_URL: Final = RegistryUrl()
+
+
+def _wire_most(annotated: object) -> int:
+    """The upper bound (`le`) a wire type's msgspec.Meta declares: the wire is its home."""
+    most = next(m.le for m in get_args(annotated)[1:] if getattr(m, "le", None) is not None)
+    return int(most)
+
+
+#: a group's declared size: at most what the registry's wire carries (registry.messages)
+GROUP_SIZE: Final = count(1, _wire_most(Size), "size")
+
+
+class NameSize(click.ParamType[tuple[str, int]]):
+    """NAME=SIZE: a NAME and a GROUP_SIZE, each checked by its own validator."""
+
+    name = "name=size"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return cast(tuple[str, int], value)
+        name, equals, size = str(value).partition("=")
+        if not equals:
+            self.fail(f"{str(value)!r} is not NAME=SIZE", param, ctx)
+        return NAME.convert(name, param, ctx), GROUP_SIZE.convert(size, param, ctx)
+
+
+NAME_SIZE: Final = NameSize()
 
 
 class OutDir(click.ParamType[Path]):
@@ -257,7 +333,7 @@ def ordering_options(*, suspect_after_default: int | None = None) -> Callable[[_
                        else "; a false suspicion on a loaded machine only costs time, so "
                             "the default is generous."))
     decorators = [
-        click.option("--batch", default=None, type=count(1, what="ids"),
+        click.option("--batch", default=None, type=count(1, MAX_ORDER_IDS, "ids"),
                      help="Message ids per order packet (sequencer family; default "
                           "adaptive)."),
         click.option("--safe", is_flag=True,

@@ -109,3 +109,47 @@ def test_the_optimistic_flags_reach_the_run(tmp_path: Path, flags: list[str],
     assert json.loads(proc.stdout.strip().splitlines()[-1])["violations"] == {}
     runs = pq.read_table(tmp_path / "runs.parquet").to_pylist()
     assert [r["options"] for r in runs] == [label]
+
+
+@pytest.mark.parametrize("interval_ms", [6000.0, 10_000.0])  # 10 000: the most accepted
+def test_any_accepted_order_interval_gives_a_correct_run(interval_ms: float) -> None:
+    """The harness settles for the order interval too: a lone broadcast waits out one
+    interval before it is ordered, and that is no VALIDITY violation (settle was 5 s)."""
+    from abcast.ordering.registry import OrderingOptions
+    from abcast.sim.harness import SimConfig, run_simulation
+
+    result = run_simulation(SimConfig(
+        "sequencer", nodes=3, messages=1, seed=1,
+        options=OrderingOptions(order_interval_ms=interval_ms)))
+    assert result.violations == [] and result.delivered == 3
+    assert result.quiescent
+
+
+def test_a_slow_open_loop_is_no_stall(tmp_path: Path) -> None:
+    """One broadcast every 50 s is slow, not stuck: the stall covers the rate's gap."""
+    done = _run("sim", "--ordering", "fifo", "--nodes", "3", "--messages", "3", "--rate",
+                "0.02", "--out", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["quiescent"] and summary["delivered"] == 9
+
+
+def test_an_unfinished_sim_exits_1_saying_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted: the harness gives up after 1 s of silence, in a run with 50 s between
+    broadcasts. The run is clean so far but not quiescent: exit 1 and one line on stderr
+    (the same rule as `abcast cluster`)."""
+    from abcast.cli import main
+    from abcast.sim.harness import SimConfig
+
+    monkeypatch.setattr(SimConfig, "quiet_us", lambda self: (5_000_000, 1_000_000))
+    monkeypatch.setattr(sys, "argv", ["abcast", "sim", "--ordering", "fifo", "--nodes", "3",
+                                      "--messages", "3", "--rate", "0.02",
+                                      "--out", str(tmp_path), "--json"])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 1
+    assert json.loads(out.strip().splitlines()[-1])["quiescent"] is False
+    assert err.count("abcast: run incomplete: not quiescent") == 1

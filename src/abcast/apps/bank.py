@@ -29,10 +29,10 @@ from typing import Any, Final
 import click
 
 from abcast.cli_params import (
-    MILLISECONDS,
     SECONDS,
     SEED,
     TRANSPORT,
+    Number,
     count,
     fail,
     scheme_of,
@@ -256,13 +256,14 @@ def demo() -> None:
                                   "every node in this process"))
 @click.option("--seed", default=1, show_default=True, type=SEED,
               help="Seed of the random amounts.")
-@click.option("--heartbeat-ms", default=300.0, show_default=True, type=MILLISECONDS,
+@click.option("--heartbeat-ms", default=300.0, show_default=True,
+              type=Number(float, low=0.001, what="ms"),  # MatrixConfig: whole µs, >= 1
               help="matrix: the NOPE heartbeat period (adaptive: its idle start).")
 @click.option("--fixed-heartbeat", is_flag=True, help="matrix: the thesis's fixed period.")
 @click.option("--timeout", default=120.0, show_default=True, type=SECONDS,
               help="Seconds before the demo gives up on the nodes.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
-@click.option("--metrics-port", default=None, type=click.IntRange(0, 65_000),
+@click.option("--metrics-port", default=None, type=count(0, 65_000, "port"),  # + i <= 65_535
               help="Node i serves Prometheus /metrics on this port + i (0: free ports).")
 def bank(nodes: int, ordering: str, operations: int, transport: str, seed: int,
          heartbeat_ms: float, fixed_heartbeat: bool, timeout: float, as_json: bool,

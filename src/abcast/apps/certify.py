@@ -31,6 +31,7 @@ from typing import Final
 
 import click
 
+from abcast.cli_params import SEED, Number, count
 from abcast.ids import MsgId, NodeId
 from abcast.ordering.registry import OrderingOptions
 from abcast.ordering.sequencer_state import OptimisticConfig
@@ -178,10 +179,12 @@ def run_certify(transactions: int = 200, rate: float = 20.0, seed: int = 1,
 
 
 @click.command("certify")
-@click.option("--transactions", default=200, show_default=True, type=click.IntRange(1))
-@click.option("--rate", default=20.0, show_default=True, type=click.FloatRange(0.1),
+@click.option("--transactions", default=200, show_default=True, type=count(1),
+              help="Transactions over the whole run.")
+@click.option("--rate", default=20.0, show_default=True, type=Number(float, low=0.1, what="rate"),
               help="Transactions per node per second.")
-@click.option("--seed", default=1, show_default=True, type=int)
+@click.option("--seed", default=1, show_default=True, type=SEED,
+              help="The simulation's seed.")
 @click.option("--plain", is_flag=True, help="No delay compensation (receipt order).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line on stdout.")
 def certify(transactions: int, rate: float, seed: int, plain: bool, as_json: bool) -> None:

@@ -31,6 +31,7 @@ from abcast.cli_params import (
     EXIT_USAGE,
     NAME,
     PREFIX,
+    REGISTRY_URL,
     SECONDS,
     TRANSPORT,
     GroupFlags,
@@ -50,7 +51,7 @@ from abcast.registry.client import REGISTRY_TIMEOUT_S
 EXIT_REMOVED: Final = 1
 
 registry_option = click.option(
-    "--registry", "registry_url", required=True, envvar="ABCAST_REGISTRY",
+    "--registry", "registry_url", required=True, envvar="ABCAST_REGISTRY", type=REGISTRY_URL,
     show_envvar=True, help="The registry (tcp://host:port), e.g. from `abcast registry`.")
 timeout_option = click.option(
     "--timeout", default=REGISTRY_TIMEOUT_S, show_default=True, type=SECONDS,

@@ -21,31 +21,15 @@ from typing import Any
 import click
 
 from abcast.apps.groups import _run, _say, registry_option, timeout_option
+from abcast.cli_params import DURATION, NAME, TRANSPORT, transport_help
 from abcast.ids import View
 from abcast.ordering.registry import ORDERINGS
 from abcast.rpc.client import CONTACTS, PATHS
 from abcast.rpc.voting import CONSISTENCIES, Outcome
 
 
-def _duration(text: str) -> float:
-    """'1s', '500ms', '2' (seconds) → seconds."""
-    raw = text.strip().lower()
-    scale = 1.0
-    if raw.endswith("ms"):
-        raw, scale = raw[:-2], 1e-3
-    elif raw.endswith("s"):
-        raw = raw[:-1]
-    try:
-        value = float(raw) * scale
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a duration (e.g. 1s, 500ms)") from None
-    if not value > 0:
-        raise click.BadParameter(f"{text!r}: a timeout must be positive")
-    return value
-
-
 @click.command()
-@click.argument("group")
+@click.argument("group", type=NAME)
 @registry_option
 @click.option("--kv", "service", flag_value="kv", default=True,
               help="A key-value store replica (put/get/incr/del/digest).")
@@ -54,7 +38,9 @@ def _duration(text: str) -> float:
               type=click.Choice(sorted(n for n, s in ORDERINGS.items()
                                        if "total" in s.guarantees and "join" in s.tolerates)),
               help="The group's ordering, if this server creates it.")
-@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True)
+@click.option("--transport", default="tcp://127.0.0.1:0", show_default=True, type=TRANSPORT,
+              help=transport_help("Address to bind (advertised to the group through the "
+                                  "registry)"))
 @timeout_option
 def serve(group: str, registry_url: str, service: str, ordering: str, transport: str,
           timeout: float) -> None:
@@ -114,30 +100,31 @@ async def _serve(group: str, registry_url: str, service: str, ordering: str,
 
 
 @click.command()
-@click.argument("group")
+@click.argument("group", type=NAME)
 @click.argument("payload")
 @registry_option
 @click.option("--vote", default="majority", show_default=True,
               help="first | all | majority | quorum(k) | percent(p)")
 @click.option("--consistency", default="any", show_default=True,
-              type=click.Choice(CONSISTENCIES))
-@click.option("--timeout", "call_timeout", default="1s", show_default=True,
+              type=click.Choice(CONSISTENCIES),
+              help="What the counted replies must agree on (docs/rpc.md).")
+@click.option("--timeout", "call_timeout", default="1s", show_default=True, type=DURATION,
               help="How long the request may wait (1s, 500ms).")
 @click.option("--path", default="via-member", show_default=True, type=click.Choice(PATHS),
               help="direct: to every server (Case A); via-member: through one (Case B).")
 @click.option("--contact", default="round-robin", show_default=True,
-              type=click.Choice(CONTACTS))
+              type=click.Choice(CONTACTS),
+              help="via-member: which server the request goes through.")
 @click.option("--to", "to", default=None, help="Only these servers (comma-separated ids).")
 @click.option("--oneway", is_flag=True, help="Send without waiting for a reply.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as one JSON object.")
 def call(group: str, payload: str, registry_url: str, vote: str, consistency: str,
-         call_timeout: str, path: str, contact: str, to: str | None, oneway: bool,
+         call_timeout: float, path: str, contact: str, to: str | None, oneway: bool,
          as_json: bool) -> None:
     """Send PAYLOAD as a request to GROUP's servers and print the voted reply."""
-    seconds = _duration(call_timeout)
     targets = [t for t in (to or "").split(",") if t] or None
     sys.exit(_run(_call(group, payload.encode(), registry_url, vote=vote,
-                        consistency=consistency, timeout=seconds, path=path,
+                        consistency=consistency, timeout=call_timeout, path=path,
                         contact=contact, to=targets, oneway=oneway, as_json=as_json)))
 
 

@@ -66,6 +66,12 @@ PIPE_LIMIT: Final = 64 * 1024 * 1024  # a result line carries every stamped late
 GO_LEAD_NS: Final = 20_000_000
 
 
+def wind_down_s(config: ClusterConfig) -> float:
+    """How long the nodes get to stop and report after `stop`: WIND_DOWN_S, never more
+    than the run's own --timeout (a failed run ends within about twice what was asked)."""
+    return min(WIND_DOWN_S, config.timeout_s)
+
+
 def start_instant_ns() -> int:
     """The wall-clock instant every node of a run starts its workload at."""
     return time.time_ns() + GO_LEAD_NS
@@ -288,7 +294,7 @@ async def _run_processes(
         for proc in procs:
             _tell(proc, b"stop\n", close=True)
         if readers:
-            _, pending = await asyncio.wait(readers, timeout=WIND_DOWN_S)
+            _, pending = await asyncio.wait(readers, timeout=wind_down_s(config))
             if pending:
                 tally.errors.append(f"{len(pending)} nodes did not report after stop")
     finally:
@@ -376,7 +382,7 @@ async def _run_in_process(
             on_go,
         )
         barrier.stop.set()
-        _, pending = await asyncio.wait(tasks, timeout=WIND_DOWN_S)
+        _, pending = await asyncio.wait(tasks, timeout=wind_down_s(config))
         if pending:
             tally.errors.append(f"{len(pending)} nodes did not stop")
     finally:

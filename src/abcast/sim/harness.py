@@ -10,6 +10,7 @@ a ConfigError, never half-simulated.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +72,15 @@ class SimConfig:
     #: ...and it gives up once nothing at all was delivered for this long (a stuck run;
     #: the checks then say what is missing)
     stall_us: int = 30_000_000
+
+    def quiet_us(self) -> tuple[int, int]:
+        """settle_us and stall_us as this run uses them: each longer by the sequencer's
+        order interval, which an id may wait out before anything is delivered (so every
+        interval the options accept ends in a correct run, not a false VALIDITY); the
+        stall also by the open loop's gap between two broadcasts (a slow rate is no stall)."""
+        interval_us = math.ceil(self.options.order_interval_ms * 1000)
+        gap_us = math.ceil(1e6 / self.rate) if self.rate else 0
+        return self.settle_us + interval_us, self.stall_us + interval_us + gap_us
 
     def node_ids(self) -> tuple[NodeId, ...]:
         return tuple(f"n{i}" for i in range(1, self.nodes + 1))
@@ -281,21 +291,22 @@ def run_simulation(
             scheduler.at(hold.end_us, partial(cluster.release, src, dst))
 
     settled = stalled = False
+    settle_us, stall_us = config.quiet_us()
 
     def check_settled() -> None:
         nonlocal settled, stalled
         idle = scheduler.now - last_delivery_us
-        if workload.done_sending() and idle >= config.settle_us:
+        if workload.done_sending() and idle >= settle_us:
             settled = True
             scheduler.stop()
-        elif idle >= config.stall_us:
+        elif idle >= stall_us:
             stalled = True
             scheduler.stop()
         else:
-            scheduler.after(config.settle_us // 5, check_settled)
+            scheduler.after(settle_us // 5, check_settled)
 
     if spec.needs_detector or spec.periodic:
-        scheduler.at(config.settle_us, check_settled)
+        scheduler.at(settle_us, check_settled)
     tick = (lambda _t: on_progress(delivered, expected)) if on_progress else None
     quiescent = (scheduler.run(config.max_time_us, on_tick=tick) or settled) and not stalled
     if on_progress:
