@@ -209,7 +209,7 @@ class OpenChannel(ReliableChannel):
         self._installed = wanted
         view_id = self._view.view_id if self._view is not None else 0
         effects = super().handle(ViewInstalled(View(view_id, tuple(wanted))), now)
-        for peer in added & self._resumable.keys():
+        for peer in self._resumable.keys() & added:  # a set (keys view & frozenset)
             self._resume(peer, self._resumable.pop(peer))
         return effects
 
