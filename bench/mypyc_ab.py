@@ -58,6 +58,10 @@ at load average 9-19, so only CPU figures and side-by-side ratios mean anything)
       compiled vs 117-172 k pure: no difference visible through the noise (a saturated
       node sends one packet per ~127 broadcasts: the per-frame core code is not its cost).
 
+    .venv/bin/python bench/mypyc_ab.py --with-runtime --rounds 0 --serial-rounds 3
+      (2026-11-26, quiet machine; the 20 modules: the 14 above and the runtime's 6)
+      lone-message p50: floor 60 µs, pure 152 µs (2.51x), mypyc 139 µs (2.30x)
+
 Why it was not shipped (issue 23): the cores get 20-40 % cheaper, but the cores are about
 a quarter of a lone message's CPU (core burst=1 ~100 µs for the group against ~400-450
 µs for the whole lone path in one process): the runtime (driver, node, tcp, the loop's
