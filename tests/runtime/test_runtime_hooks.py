@@ -135,9 +135,9 @@ def _driver(app: _App, first_view: int = 1) -> tuple[GroupDriver, _Script, _Host
     return GroupDriver(host, stack, app.on_deliver, app.hooks()), layer, host
 
 
-def test_a_snapshot_holds_exactly_the_deliveries_before_it() -> None:
-    app = _App()
-    driver, layer, _ = _driver(app)
+def _broadcast_snap(driver: GroupDriver) -> None:
+    """Start `driver` and broadcast b"snap": the script delivers m1, asks for a snapshot
+    and delivers m2."""
 
     async def main() -> None:
         driver.start()
@@ -145,6 +145,13 @@ def test_a_snapshot_holds_exactly_the_deliveries_before_it() -> None:
         driver.flush()
 
     asyncio.run(main())
+
+
+def test_a_snapshot_holds_exactly_the_deliveries_before_it() -> None:
+    app = _App()
+    driver, layer, _ = _driver(app)
+
+    _broadcast_snap(driver)
     assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
     assert layer.snapshots == [(7, b"m1")]  # m2 came after the cut
     assert driver.snapshots == 1
@@ -492,12 +499,7 @@ def test_a_delivery_callback_that_raises_loses_nothing_after_it(
     app = _Raising("on_deliver")
     driver, layer, _ = _driver(app)
 
-    async def main() -> None:
-        driver.start()
-        driver.broadcast(b"snap")
-        driver.flush()  # would raise out of here (and lose the rest) unguarded
-
-    asyncio.run(main())
+    _broadcast_snap(driver)  # an escaping exception would lose the rest
     assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
     assert layer.snapshots == [(7, b"m1")]
     assert driver.app_errors == 2 and driver.delivered == 2 and not driver.closed
@@ -528,12 +530,7 @@ def test_a_failed_snapshot_is_not_answered_and_the_deliveries_go_on(
     app = _Raising(failing)
     driver, layer, _ = _driver(app)
 
-    async def main() -> None:
-        driver.start()
-        driver.broadcast(b"snap")
-        driver.flush()
-
-    asyncio.run(main())
+    _broadcast_snap(driver)
     assert layer.snapshots == []  # no state handed to the joiner: not a wrong one
     assert driver.snapshots == 0 and driver.app_errors == 1
     assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
