@@ -195,3 +195,46 @@ def test_planted_members_that_keep_the_withdrawn_joiner_never_admit_it_again() -
     problems = run("sequencer", 1, 300_000, 1, retry_at=12_000_000, cut_welcome=True,
                    member_swap={OpenChannel: KeepsWithdrawn})
     assert any("retry" in p or "ends in" in p for p in problems), problems
+
+
+# ------------------------------------------------- a withdrawal that names no joiner
+# A founder of the first view was never a joiner: MWithdraw from one (a forged frame, or
+# a stale one of an earlier stack of that node) changes nothing. Without the rule one such
+# frame let a member cut off from the others count itself a majority (the withdrawn
+# "joiner" agreeing) and install a second primary view.
+
+
+def _withdrawal_at_n1(sender: NodeId, ask: int) -> dict[NodeId, View]:
+    from abcast.codec import EMPTY
+    from abcast.events import Received
+    from abcast.membership.wire import MWithdraw
+
+    scheduler = Scheduler()
+    network = Network(random.Random(1), LinkModel(1_000, 5_000))
+    cluster = SimCluster(scheduler, network, TraceRecorder("withdraw"))
+    members = ("n1", "n2", "n3")
+    for node in members:
+        cluster.add(build_stack(node, "g", "sequencer", View(1, members)))
+
+    def withdraw() -> None:  # what n1's channel would hand up for such a frame
+        node = cluster.nodes["n1"]
+        stack = node.stack
+        index = next(i for i, layer in enumerate(stack.layers)
+                     if isinstance(layer, Membership))
+        for _ in range(2):  # and its duplicate
+            cluster._apply(node, stack._run(
+                [(index, Received(sender, MWithdraw(ask), EMPTY))], scheduler.now))
+
+    scheduler.at(100_000, lambda: network.partition(("n1",), ("n2", "n3")))
+    scheduler.at(100_500, withdraw)
+    scheduler.at(2_000_000, lambda: cluster.broadcast("n1", b"from n1's side"))
+    scheduler.at(2_000_000, lambda: cluster.broadcast("n2", b"from n2's side"))
+    scheduler.run(4_000_000)
+    return {n: cluster.nodes[n].stack.view for n in members}
+
+
+@pytest.mark.parametrize("ask", [1, 10**12])
+def test_a_withdrawal_from_a_founder_removes_nobody(ask: int) -> None:
+    views = _withdrawal_at_n1("n2", ask)
+    assert views["n1"] == View(1, ("n1", "n2", "n3"))  # the cut-off minority installs none
+    assert views["n2"] == views["n3"] == View(2, ("n2", "n3"))  # one primary view 2

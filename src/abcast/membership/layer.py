@@ -9,7 +9,7 @@ Phases (`status`, and `frozen` while a flush runs; `phase` says "flushing", or
     joining    MWelcome into a current view           member      InstallState, InstallView
     joining    MPrepare naming it                     joining     MNotYet (welcome me later)
     joining    JoinAbandoned (its join timed out)     stopped     MWithdraw to every contact
-    member*    MWithdraw from a member of the view    member*     suspect it (agreeing)
+    member*    MWithdraw from a joiner it admitted    member*     suspect it (agreeing)
     member     LeaveRequested                         leaving     MLeave to the leader
     member*    MPrepare (or coordinating)             (frozen)    report; buffer, queue
     member*    MInstall of an attempt it answered     member*     outcome in the old view,
@@ -244,12 +244,12 @@ class Membership(Layer):
             counters={"views_installed": self.s.views_installed,
                       "flushes_coordinated": self.s.flushes_coordinated,
                       "welcomes_sent": self.s.welcomes_sent,
-                      "joins_deferred": self.s.joins_deferred, "merges": self.s.merges,
+                      "joins_deferred": self.s.joins_deferred,
+                      "withdrawals_refused": self.s.withdrawals_refused, "merges": self.s.merges,
                       "merges_coordinated": self.s.merges_coordinated,
                       "merges_given_up": self.s.merges_given_up,
                       "merge_installs_late": self.s.merge_installs_late,
-                      "buffered": len(self.s.buffered),
-                      "queued": len(self.s.queued)})
+                      "buffered": len(self.s.buffered), "queued": len(self.s.queued)})
 
     def backpressured(self) -> bool:
         """The ordering's own flow control (the sequencer's `max_unstable`, causal's, skeen's
