@@ -12,6 +12,8 @@ it arrives identical everywhere; a planted variant that ignores NAKs is caught.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from abcast.events import Event, Received
@@ -19,7 +21,11 @@ from abcast.ids import NodeId, View
 from abcast.ordering.registry import ORDERINGS, OrderingOptions, build_stack
 from abcast.reliability.nak import NakChannel, NakConfig, NNak
 from abcast.sim import SimConfig, run_simulation
+from abcast.sim.cluster import SimCluster
+from abcast.sim.network import LinkModel, Network
+from abcast.sim.scheduler import Scheduler
 from abcast.stack import Stack
+from abcast.trace.recorder import TraceRecorder
 
 NAK = OrderingOptions(multicast="nak")
 LOSSY = "drop=0.05,dup=0.02,delay=1-30ms"
@@ -162,3 +168,32 @@ def test_a_channel_that_ignores_naks_is_caught() -> None:
     result = run_simulation(config, stack_factory=make)
     assert result.delivered < 100 * 4
     assert {v.code for v in result.violations} & {"VALIDITY", "AGREEMENT"}
+
+
+def test_fifo_over_the_nak_channel_keeps_what_it_hands_up_above_a_gap() -> None:
+    """The NAK channel hands a packet up once, as soon as it is whole, up to
+    `nak.max_holdback` above a gap: FIFO's holdback must reach as far, whatever `holdback`
+    says, or what it refused is lost for good (n1's first packet to n2 is lost, then a
+    burst of 1,500 follows it: with a holdback of 1,024, n2 delivered 1,024 of 1,501)."""
+    options = OrderingOptions(multicast="nak", holdback=1024)
+    scheduler = Scheduler()
+    network = Network(random.Random(1), LinkModel(1_000, 2_000))
+    recorder = TraceRecorder("fifo-nak")
+    cluster = SimCluster(scheduler, network, recorder)
+    members = ("n1", "n2", "n3")
+    for node in members:
+        cluster.add(build_stack(node, "g", "fifo", View(1, members), options))
+    scheduler.at(99_000, lambda: network.partition(("n1",), ("n2",), True))
+    scheduler.at(100_000, lambda: cluster.broadcast("n1", b"first"))
+    scheduler.at(100_100, lambda: network.heal(("n1",), ("n2",), True))
+
+    def burst() -> None:
+        for k in range(1500):
+            cluster.broadcast("n1", b"m%d" % k)
+
+    scheduler.at(100_200, burst)
+    scheduler.run(5_000_000)
+    delivered = {node: sum(1 for row in recorder.rows_of(node)
+                           if row.kind == "deliver" and row.origin == "n1")
+                 for node in members}
+    assert delivered == {"n1": 1501, "n2": 1501, "n3": 1501}

@@ -89,7 +89,8 @@ class OrderingOptions:
     #: broadcasts not yet delivered everywhere before it waits (abcast.ordering._credit)
     max_unstable: int = MAX_UNSTABLE
     #: messages of one origin a FIFO holdback keeps waiting for an earlier one; a message
-    #: further ahead is refused (one log line; abcast.ordering.fifo). At least the window.
+    #: further ahead is refused (one log line; abcast.ordering.fifo). At least the window;
+    #: over the NAK channel raised to what it may hand up above a gap (`_fifo_ahead`).
     holdback: int = MAX_AHEAD
 
     def __post_init__(self) -> None:
@@ -239,6 +240,15 @@ def _credit(opts: OrderingOptions) -> dict[str, int]:
             "max_held": hard_cap(opts.max_unstable, ahead)}
 
 
+def _fifo_ahead(opts: OrderingOptions) -> int:
+    """FIFO's holdback: `holdback`, and over the NAK channel at least what that channel may
+    hand up above a gap (`nak.max_holdback` past its lowest missing packet): a message
+    FIFO refused would never come up again."""
+    if opts.multicast == "nak":
+        return max(opts.holdback, opts.nak.max_holdback + 1)
+    return opts.holdback
+
+
 def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Layer:
     core = Sequencer(node, opts.batch, safe=opts.safe, evs=opts.evs,
                      relay=opts.relay, causal=causal, max_unstable=opts.max_unstable,
@@ -259,7 +269,7 @@ ORDERINGS: dict[str, OrderingSpec] = {
             **_MEMBERSHIP,
         ),
         OrderingSpec(
-            "fifo", lambda node, opts: [Membership(node, Fifo(node, opts.holdback))],
+            "fifo", lambda node, opts: [Membership(node, Fifo(node, _fifo_ahead(opts)))],
             (*BASIC, "fifo"), ALL_FAULTS, lambda n: n - 1,
             "per-origin order (holdback by origin sequence number); views by the"
             " membership layer's flush",
