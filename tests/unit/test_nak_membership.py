@@ -96,3 +96,21 @@ def test_a_member_a_view_holds_again_is_naked_again() -> None:
     assert _naks_to(b.handle(TimerFired("nak"), 6_000), "a") == 1
     assert b.handle(TimerFired("linger"), 20_000_000) == []
     assert b.inspect().clock["next"] == {"a/m": 1}
+
+
+def test_a_forgotten_joiners_next_stack_is_heard_from_its_first_packet() -> None:
+    """`Forgotten` (a joiner withdrew: membership's `Forget`) drops its streams at once:
+    the retry's stack numbers from 1 again and is not taken for duplicates."""
+    from abcast.codec import Packet
+    from abcast.effects import Up
+    from abcast.events import Forgotten, Received, ViewInstalled
+    from abcast.ids import View
+    from abcast.reliability.nak import UNICAST, NakChannel, NData
+
+    channel = NakChannel("n1", open_group=True)
+    channel.handle(ViewInstalled(View(1, ("n1", "n2"))), 0)
+    for seq in (1, 2, 3):  # the first stack's MJoin, MJoin again, MWithdraw
+        channel.handle(Received("n9", NData(UNICAST, seq), Packet((), b"A%d" % seq)), seq)
+    channel.handle(Forgotten("n9"), 20)
+    effects = channel.handle(Received("n9", NData(UNICAST, 1), Packet((), b"B1")), 30)
+    assert [e.packet.payload for e in effects if isinstance(e, Up)] == [b"B1"]

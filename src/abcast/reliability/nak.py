@@ -234,7 +234,11 @@ class NakChannel(Layer):
                 return self._forget_departed(now)
             case ViewInstalled(view):
                 return self._on_view(view, now)
-            case Suspected() | Restored() | Excluded() | Forgotten() | TimerFired():
+            case Forgotten(peer):  # a joiner that withdrew: its next stack starts afresh
+                self._u.pop(peer, None)  # (and ours to it: it numbers from 1 again)
+                self._forget(peer)
+                return []
+            case Suspected() | Restored() | Excluded() | TimerFired():
                 return []
             case _:
                 raise LocalProtocolError(f"{self.name} cannot handle {event!r}")
@@ -645,12 +649,16 @@ class NakChannel(Layer):
 
     def _forget_departed(self, now: int) -> list[Effect]:
         for peer in [p for p, at in self._departed.items() if at <= now]:
-            del self._departed[peer]
-            for key in [k for k in self._in if k[0] == peer]:
-                del self._in[key]
+            self._forget(peer)
         if not self._departed:
             return []
         return [SetTimer("linger", min(self._departed.values()))]
+
+    def _forget(self, peer: NodeId) -> None:
+        """Drop `peer`'s inbound streams: what it sends next starts a stream afresh."""
+        self._departed.pop(peer, None)
+        for key in [k for k in self._in if k[0] == peer]:
+            del self._in[key]
 
     # -- inspection ------------------------------------------------------------------------
     def backpressured(self) -> bool:
