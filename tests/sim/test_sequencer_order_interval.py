@@ -22,7 +22,7 @@ from abcast.ordering import sequencer_numbering
 from abcast.ordering.registry import OrderingOptions
 from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.sequencer_state import SequencerState
-from abcast.ordering.sequencer_wire import SData, SOrder
+from abcast.ordering.sequencer_wire import MAX_ORDER_IDS, SData, SOrder
 from abcast.sim import SimConfig, run_simulation
 from abcast.sim.churn import churn_faults
 
@@ -129,6 +129,14 @@ def test_an_interval_is_refused_without_a_sequencer() -> None:
                                  options=OrderingOptions(order_interval_ms=5)))
     with pytest.raises(ConfigError, match="order_interval_ms"):
         OrderingOptions(order_interval_ms=-1)
+
+
+@pytest.mark.parametrize("batch", [0, MAX_ORDER_IDS + 1])
+def test_a_batch_the_order_packet_cannot_carry_is_refused_at_the_options(batch: int) -> None:
+    """A library caller gets the CLI's bound too: at the options, not as a node's crash."""
+    with pytest.raises(ConfigError, match="batch must be between 1 and"):
+        OrderingOptions(batch=batch)
+    assert OrderingOptions(batch=MAX_ORDER_IDS).batch == MAX_ORDER_IDS
 
 
 _original_on_order_timer = sequencer_numbering.on_order_timer

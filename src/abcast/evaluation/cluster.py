@@ -25,7 +25,6 @@ from abcast.checks import Violation, count_by_code
 from abcast.errors import ConfigError
 from abcast.evaluation.worker import WorkerOutcome, workload_name
 from abcast.ordering.registry import OrderingOptions, get_ordering
-from abcast.ordering.sequencer_wire import check_batch
 from abcast.trace.rows import EventRow, RunInfo, options_label
 from abcast.transport import known_schemes, transport_from_url
 from abcast.transport.udp import pick_group
@@ -120,7 +119,6 @@ class ClusterConfig:
             raise ConfigError("the floor runs on tcp, untraced, without --wan, busy polling "
                               "or metrics")
         get_ordering(self.ordering).check_options(self.options)  # before any node starts
-        check_batch(self.options.batch)  # the order packet's bound, not the node's crash
         if self.transport not in known_schemes():
             raise ConfigError(f"unknown transport {self.transport!r}; choose one of: "
                               f"{', '.join(known_schemes())}")

@@ -26,6 +26,7 @@ from abcast.ordering.fifo import MAX_AHEAD, Fifo
 from abcast.ordering.matrix import Matrix, MatrixConfig
 from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.sequencer_state import OptimisticConfig
+from abcast.ordering.sequencer_wire import check_batch
 from abcast.ordering.skeen import Skeen
 from abcast.ordering.ticket import TICKET_NODE, Ticket, TicketConfig
 from abcast.ordering.unordered import Unordered
@@ -94,6 +95,7 @@ class OrderingOptions:
     holdback: int = MAX_AHEAD
 
     def __post_init__(self) -> None:
+        check_batch(self.batch)  # the order packet's bound: refused here, not in a node
         if not 0 <= self.order_interval_ms <= 10_000:
             raise ConfigError(f"order_interval_ms must be between 0 and 10000, "
                               f"not {self.order_interval_ms!r}")
