@@ -6,6 +6,7 @@ connections that hold a slot without finishing a message, or idle, are closed.""
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 
 import pytest
@@ -143,9 +144,11 @@ def test_half_sent_and_idle_connections_are_closed_but_waiting_ones_are_not() ->
     asyncio.run(main())
 
 
-def test_one_token_claiming_id_after_id_is_counted_for_each() -> None:
+def test_one_token_claiming_id_after_id_is_counted_for_each(
+        caplog: pytest.LogCaptureFixture) -> None:
     """A token that holds an id and claims another creates one more: it used to skip the
-    bounds (200 claims granted with max_nodes 10). Planted: counting by token only."""
+    bounds (200 claims granted with max_nodes 10). Planted: counting by token only. The
+    refusals are logged once for the connection, not once per request."""
 
     async def main() -> None:
         limits = RegistryLimits(max_nodes=10, max_entries_per_client=5)
@@ -162,6 +165,9 @@ def test_one_token_claiming_id_after_id_is_counted_for_each() -> None:
             assert all("max_entries_per_client 5" in getattr(r, "reason", "")
                        for r in replies[5:])
             writer.close()
+            warned = [r for r in caplog.records if r.levelno >= logging.WARNING
+                      and "registry refused a request" in r.getMessage()]
+            assert len(warned) == 1  # of the 15 refusals
 
     asyncio.run(main())
 

@@ -120,7 +120,7 @@ class _Client:
     peer: object
     writer: asyncio.StreamWriter
     entries: int = 0
-    refused_waits: int = 0
+    refusals: int = 0  # requests refused for a bound: logged once per connection
     signed_rid: int = -1  # the rid of the last request with a proof (they must rise)
 
 
@@ -280,11 +280,11 @@ class RegistryServer:
             and self._grace_over is not None and not self._grace_over.is_set()
         ):
             if len(waits) >= self.limits.max_waits_per_client:
-                client.refused_waits += 1  # one line per connection, not one per request
+                client.refusals += 1
                 self._send(client, self._refuse_full(
                     request.rid, client.peer, f"this connection has {len(waits)} requests "
                     f"waiting (max_waits_per_client {self.limits.max_waits_per_client})",
-                    quiet=client.refused_waits > 1))
+                    quiet=client.refusals > 1))
                 return
             wait = asyncio.create_task(self._answer_later(request, client, nonce))
             waits.add(wait)
@@ -399,7 +399,8 @@ class RegistryServer:
         if reason is None:
             client.entries += 1
             return None
-        return self._refuse_full(request.rid, client.peer, reason)
+        client.refusals += 1
+        return self._refuse_full(request.rid, client.peer, reason, client.refusals > 1)
 
     def _refuse_full(self, rid: int, peer: object, reason: str, quiet: bool = False) -> Refused:
         self.stats.refused_full += 1
@@ -669,9 +670,8 @@ class RegistryServer:
     def _too_big(self, group: str, g: _Group, members: dict[NodeId, str], options: bytes,
                  done: NodeId | None = None) -> str | None:
         """Why the record of `group` with these members (and `done` done too) could not
-        be read: its GroupInfo above the MAX_MESSAGE_BYTES a client reads (or this
-        registry's own smaller max_message_bytes, so a leader can re-announce it); None
-        if it fits."""
+        be read — its GroupInfo above the MAX_MESSAGE_BYTES a client reads (or this
+        registry's smaller max_message_bytes, so a leader can re-announce it) — or None."""
         finished = [*g.done, done] if done is not None else list(g.done)
         widest = GroupInfo(2**62, group, members, " " * 64, g.size, finished,
                            g.ordering or " " * 64, 2**62, options, True)
