@@ -540,17 +540,10 @@ class GroupDriver:
         if get_state is None:
             return b""
         try:
-            state = get_state()
+            return self._app_bytes("get_state", get_state())
         except Exception as exc:
             self._app_failed("get_state", exc)
             return None
-        if isinstance(state, bytes):
-            return state
-        if isinstance(state, bytearray | memoryview):
-            return bytes(state)
-        self._app_failed("get_state", TypeError(
-            f"get_state() must return bytes, not {type(state).__name__}"))
-        return None
 
     def _merged_state(self, states: tuple[bytes, ...]) -> bytes:
         """The application's merge of the sides' states (`merge_state`), or the first
@@ -559,15 +552,21 @@ class GroupDriver:
         if merge is None:
             return states[0]
         try:
-            merged = merge(list(states))
+            merged = self._app_bytes("merge_state", merge(list(states)))
         except Exception as exc:
             self._app_failed("merge_state", exc)
             return states[0]
-        if isinstance(merged, bytes | bytearray | memoryview):
-            return bytes(merged)
-        self._app_failed("merge_state", TypeError(
-            f"merge_state() must return bytes, not {type(merged).__name__}"))
-        return states[0]
+        return states[0] if merged is None else merged
+
+    def _app_bytes(self, hook: str, answer: object) -> bytes | None:
+        """`answer` as bytes, or None (counted and logged) when it is not bytes-like."""
+        if isinstance(answer, bytes):
+            return answer
+        if isinstance(answer, bytearray | memoryview):
+            return bytes(answer)
+        self._app_failed(hook, TypeError(
+            f"{hook}() must return bytes, not {type(answer).__name__}"))
+        return None
 
     def _app_failed(self, hook: str, exc: Exception) -> None:
         """An application callback raised. The stack has moved past the outputs being
