@@ -120,7 +120,7 @@ class _Client:
     peer: object
     writer: asyncio.StreamWriter
     entries: int = 0
-    refusals: int = 0  # requests refused for a bound: logged once per connection
+    refusals: int = 0  # requests refused for a bound: logged once (_refuse_client)
     signed_rid: int = -1  # the rid of the last request with a proof (they must rise)
 
 
@@ -280,11 +280,9 @@ class RegistryServer:
             and self._grace_over is not None and not self._grace_over.is_set()
         ):
             if len(waits) >= self.limits.max_waits_per_client:
-                client.refusals += 1
-                self._send(client, self._refuse_full(
-                    request.rid, client.peer, f"this connection has {len(waits)} requests "
-                    f"waiting (max_waits_per_client {self.limits.max_waits_per_client})",
-                    quiet=client.refusals > 1))
+                self._send(client, self._refuse_client(
+                    client, request.rid, f"this connection has {len(waits)} requests "
+                    f"waiting (max_waits_per_client {self.limits.max_waits_per_client})"))
                 return
             wait = asyncio.create_task(self._answer_later(request, client, nonce))
             waits.add(wait)
@@ -387,8 +385,7 @@ class RegistryServer:
 
     def _over_limits(self, request: Request, client: _Client) -> Refused | None:
         """Refused if `request` would create a node id or a group past a bound; else
-        counts what it creates against its connection (a token claiming one id after
-        another creates one each time)."""
+        counts it against its connection (each id a token claims counts)."""
         if self._creates(request) is None:
             return None
         per_client = self.limits.max_entries_per_client
@@ -399,8 +396,11 @@ class RegistryServer:
         if reason is None:
             client.entries += 1
             return None
+        return self._refuse_client(client, request.rid, reason)
+
+    def _refuse_client(self, client: _Client, rid: int, reason: str) -> Refused:
         client.refusals += 1
-        return self._refuse_full(request.rid, client.peer, reason, client.refusals > 1)
+        return self._refuse_full(rid, client.peer, reason, quiet=client.refusals > 1)
 
     def _refuse_full(self, rid: int, peer: object, reason: str, quiet: bool = False) -> Refused:
         self.stats.refused_full += 1

@@ -23,6 +23,7 @@ Rules:
 from __future__ import annotations
 
 import enum
+import heapq
 import secrets
 import time
 from typing import Final
@@ -126,8 +127,9 @@ class SourceTable:
         room = len(live) - len(out)
         if room >= self.max_sources:
             gone = {sender for sender, _ in out}
-            rest = sorted((s.heard, sender) for sender, s in live.items() if sender not in gone)
-            out += [(sender, "table full") for _, sender in rest[:room - self.max_sources + 1]]
+            oldest = heapq.nsmallest(room - self.max_sources + 1, (
+                (s.heard, sender) for sender, s in live.items() if sender not in gone))
+            out += [(sender, "table full") for _, sender in oldest]
         return out
 
     def forget(self, sender: NodeId) -> Source | None:
