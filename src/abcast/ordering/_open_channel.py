@@ -214,12 +214,13 @@ class OpenChannel(ReliableChannel):
         return effects
 
     def _admit(self, peers: tuple[NodeId, ...], now: int) -> list[Effect]:
-        heard = self._heard
-        for peer in peers:
+        heard, installed, gone = self._heard, self._installed, self._gone
+        fresh = []
+        for peer in peers:  # O(1) a peer: a guest's packets come this way
             if peer in heard:
-                heard[peer] = now
-        known = self._allowed()
-        fresh = [p for p in peers if p not in known and p not in self._gone and p != self.node]
+                heard[peer] = now  # a guest
+            elif peer not in installed and peer not in gone and peer != self.node:
+                fresh.append(peer)  # (installed: every member and lingering node)
         room = MAX_GUESTS - len(self._guests)
         if not fresh or room <= 0:
             return []
