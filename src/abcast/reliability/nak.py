@@ -369,8 +369,8 @@ class NakChannel(Layer):
         held[seq] = (header, inner)
         count = st.runs[first] = st.runs.get(first, 0) + 1
         effects = self._reassemble(sender, st, first, header.frags) if count >= header.frags else []
-        if nxt in held:
-            self._drain(st)
+        if seq == nxt or effects or count >= header.frags:  # else `next` cannot move: a
+            self._drain(st)  # drain per fragment made a packet cost its fragments squared
         return effects
 
     def _reassemble(self, sender: NodeId, st: _In, first: int, frags: int) -> list[Effect]:
