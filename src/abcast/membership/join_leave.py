@@ -113,10 +113,11 @@ class JoinLeave:
         assert view is not None
         if joiner == self.s.node:
             return []
-        if joiner in view.members and self.s.admitted_in.get(joiner) == self.s.first_view_id:
-            # A founder of our first view was never a joiner: a forged frame, or a stale one
-            # of an earlier stack of that node. (A joiner admitted since is taken at its
-            # word: nothing here tells a live one from one that never installed its view.)
+        if joiner in view.members and joiner not in self.s.admitted_in:
+            # A member of our first view (admitted_in holds those our views admitted since)
+            # was never a joiner here: a forged frame, or a stale one of an earlier stack of
+            # that node. (A joiner admitted since is taken at its word: nothing here tells a
+            # live one from one that never installed its view.)
             self.s.withdrawals_refused += 1
             return []
         self.s.join_requests.discard(joiner)
@@ -214,8 +215,6 @@ class JoinLeave:
     def note_admitted(self, old: View | None, new: View) -> None:
         """Note, as `new` is installed, the members it admits to our views (`admitted_in`
         holds members of `old` only); withdrawn joiners it left out are forgotten."""
-        if old is None:
-            self.s.first_view_id = new.view_id  # its members are founders, not joiners
         kept = {m: v for m, v in self.s.admitted_in.items() if m in new.members}
         self.s.withdrawn = {m: None for m in self.s.withdrawn if m in new.members}
         old_members = old.members if old is not None else ()

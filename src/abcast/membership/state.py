@@ -218,9 +218,7 @@ class MembershipState:
         self.early: dict[tuple[NodeId, str], tuple[tuple[int, int], Received]] = {}
         #: member of our view → the id of our view that admitted it (joined or merged in)
         self.admitted_in: dict[NodeId, int] = {}
-        #: the first view installed here (its members were not admitted as joiners)
-        self.first_view_id: int | None = None
-        self.withdrawals_refused = 0  # MWithdraw from a founder (see on_withdraw)
+        self.withdrawals_refused = 0  # MWithdraw from a first-view member (on_withdraw)
         #: prepares from a coordinator some member I trust precedes, by sender
         self.deferred: dict[NodeId, Received] = {}
         self.aborted: set[tuple[NodeId, int, int]] = set()  # aborts ahead of their prepare
