@@ -356,10 +356,7 @@ def registry(
     _logging(verbose)
     secret = group_secret(secret_file)
     sizes = dict(groups)
-    try:
-        host, port = parse_registry_url(listen)
-    except AbcastError as exc:
-        fail(str(exc))
+    host, port = parse_registry_url(listen)  # (REGISTRY_URL checked it)
 
     async def serve() -> None:
         server = RegistryServer(host, port, recovery_grace_s=recovery_grace, sizes=sizes,

@@ -51,6 +51,7 @@ from abcast.membership.state import (
     WelcomeDraft,
     arm_probe,
     keep_early,
+    note,
 )
 from abcast.membership.wire import (
     MFarewell,
@@ -122,10 +123,8 @@ class JoinLeave:
             return []
         self.s.join_requests.discard(joiner)
         asks = self.s.withdrawn_asks
-        before = asks.pop(joiner, (0, 0))[0]
-        asks[joiner] = (max(ask, before), self.s.now)
-        if len(asks) > MAX_PENDING_JOINS:
-            del asks[next(iter(asks))]
+        note(asks, joiner, (max(ask, asks.get(joiner, (0, 0))[0]), self.s.now),
+             MAX_PENDING_JOINS)
         if joiner not in view.members:
             return [Forget(joiner)]
         self.s.withdrawn[joiner] = None

@@ -94,12 +94,8 @@ class GroupApp(Generic[C]):
     def get_state(self) -> bytes:
         """The state, for a joiner (the group's snapshot hook). State made by writes is
         always plain data (Replica checks it after each); only a class's own get_state()
-        can fail here, and that is logged and raised to the group."""
-        try:
-            return self.core.state()
-        except Exception:
-            log.exception("%s: no state to hand a joiner", self._what)
-            raise
+        can fail here, raised to the group, which logs and counts it (`app_errors`)."""
+        return self.core.state()
 
     def set_state(self, state: bytes) -> None:
         """Replace the state with a member's snapshot (this node just joined)."""
