@@ -122,6 +122,12 @@ class Stack:
                 return True
         return False
 
+    def in_flight(self) -> int:
+        """Packets its layers sent and were not yet told arrived (the channels that count
+        them: `in_flight()`); 0 with none that does."""
+        return sum(count() for layer in self.layers
+                   if callable(count := getattr(layer, "in_flight", None)))
+
     def inspect(self) -> list[LayerSnapshot]:
         """Every layer's snapshot, bottom first."""
         return [snap for layer in self.layers for snap in layer.snapshots()]

@@ -412,13 +412,10 @@ class Group:
         except LocalProtocolError as exc:  # an ordering that joins by its own protocol
             log.warning("%s could not withdraw its join of %s: %s", self.node, self.name, exc)
             return
-        transport = self._host.transport
-        counts = [count for layer in driver.stack.layers
-                  if callable(count := getattr(layer, "in_flight", None))]
+        transport, stack = self._host.transport, driver.stack
 
         def delivered() -> bool:  # nothing unacked in the channel, nothing unwritten
-            return not any(count() for count in counts) and not any(
-                transport.buffered(c) for c in contacts)
+            return not stack.in_flight() and not any(transport.buffered(c) for c in contacts)
 
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(GRACEFUL_LEAVE_TIMEOUT_S if admitted

@@ -169,14 +169,12 @@ class SimCluster:
             self.leave(node)
             return
         self._apply(sim_node, sim_node.stack.abandon_join(self.scheduler.now))
-        counts = [count for layer in sim_node.stack.layers
-                  if callable(count := getattr(layer, "in_flight", None))]
         deadline = self.scheduler.now + detach_us
 
         def detach_when_acked() -> None:
             if sim_node.crashed:
                 return
-            if self.scheduler.now >= deadline or not any(count() for count in counts):
+            if self.scheduler.now >= deadline or not sim_node.stack.in_flight():
                 self.crash(node)
             else:
                 self.scheduler.after(10_000, detach_when_acked)
