@@ -67,6 +67,7 @@ from abcast.events import (
 )
 from abcast.ids import NodeId, View
 from abcast.reliability.channel import (
+    LINGER_US,
     ChannelConfig,
     RAck,
     RData,
@@ -76,8 +77,6 @@ from abcast.reliability.channel import (
 from abcast.reliability.fragments import RFrag
 from abcast.snapshot import LayerSnapshot
 
-#: how long a removed member's link is kept (µs): several maximum retransmission timeouts
-LINGER_US: Final = 10_000_000
 #: guests admitted at once; beyond it unknown senders are dropped (a bound, not a policy)
 MAX_GUESTS: Final = 1_024
 #: departed nodes remembered as gone, and forgotten guests' link numbers (oldest first)

@@ -168,6 +168,9 @@ class ChannelConfig:
         return self.rto_us if self.min_rto_us is None else self.min_rto_us
 
 
+#: how long a departed peer's link state is kept (µs): several maximum retransmission
+#: timeouts, so its late packets are still known duplicates (the open channel, the NAK one)
+LINGER_US: Final = 10_000_000
 #: a time before any other: a link whose cumulative ack has never advanced
 _NEVER: Final = -(2**62)
 _NO_SACKS: Final[list[int]] = []  # a piggybacked ack's (never mutated)

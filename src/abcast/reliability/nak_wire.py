@@ -10,6 +10,7 @@ import msgspec
 
 from abcast.codec import Count, Header, NodeField, Seq
 from abcast.errors import ConfigError
+from abcast.reliability.channel import LINGER_US
 
 MCAST: Final = 0  # the sender's multicast stream
 UNICAST: Final = 1  # the sender's stream to this node
@@ -78,8 +79,7 @@ class NakConfig:
     max_fragments: int = 1024  # a packet needing more fragments is refused
     max_holdback: int = 65_536  # seqs held above a gap, at most, per stream
     max_waiting: int = 1024  # packets waiting for window room before broadcasts wait
-    linger_us: int = 10_000_000  # a departed sender's streams are kept this long (the
-    # open channel's LINGER_US): late copies of its packets are still known duplicates
+    linger_us: int = LINGER_US  # a departed sender's streams are kept this long
 
     def __post_init__(self) -> None:
         values = (self.nak_delay_us, self.nak_retry_us, self.gather_us, self.stable_us,
