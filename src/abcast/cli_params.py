@@ -22,12 +22,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast, get_args
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
 import click
 
+from abcast.ids import MAX_GROUP_SIZE
 from abcast.ordering.sequencer_wire import MAX_ORDER_IDS
-from abcast.registry.messages import Size
 
 if TYPE_CHECKING:
     from abcast.ordering.registry import OrderingOptions
@@ -174,15 +174,8 @@ class RegistryUrl(click.ParamType[str]):
 
 REGISTRY_URL: Final = RegistryUrl()
 
-
-def _wire_most(annotated: object) -> int:
-    """The upper bound (`le`) a wire type's msgspec.Meta declares: the wire is its home."""
-    most = next(m.le for m in get_args(annotated)[1:] if getattr(m, "le", None) is not None)
-    return int(most)
-
-
-#: a group's declared size: at most what the registry's wire carries (registry.messages)
-GROUP_SIZE: Final = count(1, _wire_most(Size), "size")
+#: a group's declared size: at most what the registry's wire carries (abcast.ids)
+GROUP_SIZE: Final = count(1, MAX_GROUP_SIZE, "size")
 
 
 class NameSize(click.ParamType[tuple[str, int]]):

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
+
+#: the most members a group may declare: what the registry's wire carries
+MAX_GROUP_SIZE: Final = 65_536
 
 NodeId = str
 GroupName = str

@@ -20,13 +20,14 @@ import msgspec
 
 from abcast.codec import NOT_A_MESSAGE, GroupField, NodeField
 from abcast.errors import ConfigError, DecodeError
+from abcast.ids import MAX_GROUP_SIZE
 
 #: largest registry message either side accepts (a member table of thousands of nodes fits)
 MAX_MESSAGE_BYTES: Final = 1024 * 1024
 PREFIX: Final = struct.Struct(">I")
 
 Rid = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
-Size = Annotated[int, msgspec.Meta(ge=1, le=65_536)]
+Size = Annotated[int, msgspec.Meta(ge=1, le=MAX_GROUP_SIZE)]
 Address = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 Token = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 #: a secret group's verifier (abcast.security.signing), and a request's proof under it
