@@ -656,19 +656,22 @@ class Group:
             )
         waiting = self._waiting
         while True:
-            # One reader per stage: a second would take some of the deliveries and both
-            # would miss the rest. Counted while parked, so an iterator left by `break`
-            # (finalized later) does not count; of two readers one fails loudly.
-            if stage in waiting:
-                raise LocalProtocolError(
-                    f"group {self.name!r}: deliveries(stage={stage!r}) already has a "
-                    "reader; a second would take some of the deliveries and both would "
-                    "miss the rest: read them in one place and hand them on from there")
-            waiting.add(stage)
-            try:
-                item = await queue.get()
-            finally:
-                waiting.discard(stage)
+            if not queue.empty():
+                item = queue.get_nowait()
+            else:
+                # One reader per stage: a second would take some of the deliveries and
+                # both would miss the rest. Counted while parked, so an iterator left by
+                # `break` (finalized later) does not count; of two readers one fails.
+                if stage in waiting:
+                    raise LocalProtocolError(
+                        f"group {self.name!r}: deliveries(stage={stage!r}) already has a "
+                        "reader; a second would take some of the deliveries and both "
+                        "would miss the rest: read them in one place and hand them on")
+                waiting.add(stage)
+                try:
+                    item = await queue.get()
+                finally:
+                    waiting.discard(stage)
             if item is None:
                 queue.put_nowait(None)  # let an iterator started later end too
                 return
