@@ -220,7 +220,8 @@ async def _start_registry_process() -> tuple[asyncio.subprocess.Process, str]:
     )
     assert proc.stdout is not None
     try:
-        line = await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT_S)
+        async with asyncio.timeout(START_TIMEOUT_S):
+            line = await proc.stdout.readline()
         return proc, str(json.loads(line)["url"])
     except (TimeoutError, ValueError, KeyError) as exc:
         await _kill(proc)
@@ -322,7 +323,8 @@ async def _kill(proc: asyncio.subprocess.Process, grace_s: float = 0.0) -> None:
     """Wait up to `grace_s` for a clean exit, then kill; always reaps the process."""
     if proc.returncode is None and grace_s > 0:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), grace_s)
+            async with asyncio.timeout(grace_s):
+                await proc.wait()
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()

@@ -69,7 +69,8 @@ async def _rounds(pinger: Transport, echoes: _Echoes, rounds: int, size: int) ->
         echoes.waiting = loop.create_future()
         started = time.perf_counter_ns()
         pinger.send(ECHO, frame)
-        await asyncio.wait_for(echoes.waiting, PING_TIMEOUT_S)
+        async with asyncio.timeout(PING_TIMEOUT_S):
+            await echoes.waiting
         if i >= WARM_UP_ROUNDS:
             samples.append(time.perf_counter_ns() - started)
     return samples
@@ -112,14 +113,17 @@ async def ping(scheme: str, rounds: int, size: int = 100) -> PingMeasurement:
     assert proc.stdin is not None and proc.stdout is not None
     started = False
     try:
-        line = await asyncio.wait_for(proc.stdout.readline(), PING_TIMEOUT_S)
+        async with asyncio.timeout(PING_TIMEOUT_S):
+            line = await proc.stdout.readline()
         if not line:
             raise ConnectionError(f"the {scheme} echo process exited before it started")
         echoes = _Echoes()
         address = await pinger.start(PINGER, echoes)
         started = True
         proc.stdin.write(address.encode() + b"\n")
-        if (await asyncio.wait_for(proc.stdout.readline(), PING_TIMEOUT_S)).strip() != b"ok":
+        async with asyncio.timeout(PING_TIMEOUT_S):
+            took = await proc.stdout.readline()
+        if took.strip() != b"ok":
             raise ConnectionError(f"the {scheme} echo process did not take the address")
         pinger.add_peer(ECHO, line.decode().strip())
         samples = await _rounds(pinger, echoes, rounds, size)
@@ -134,7 +138,8 @@ async def ping(scheme: str, rounds: int, size: int = 100) -> PingMeasurement:
         with contextlib.suppress(ConnectionError, RuntimeError):
             proc.stdin.close()
         try:
-            await asyncio.wait_for(proc.wait(), 10)
+            async with asyncio.timeout(10):
+                await proc.wait()
         except TimeoutError:
             proc.kill()
             await proc.wait()

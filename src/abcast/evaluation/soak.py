@@ -238,7 +238,8 @@ class _Soak:
         member.tell("leave")
         left = await member.expect("left")
         member.tell("exit")
-        await asyncio.wait_for(member.proc.wait(), 30)
+        async with asyncio.timeout(30):
+            await member.proc.wait()
         self.members.remove(member)
         self.gone.append(member)
         self.note(f"{member.node} left ({'graceful' if left['graceful'] else 'removed'})")
@@ -268,7 +269,8 @@ class _Soak:
                 if not report["active"]:
                     self.note(f"{member.node} was removed")
                     member.tell("exit")
-                    await asyncio.wait_for(member.proc.wait(), 30)
+                    async with asyncio.timeout(30):
+                        await member.proc.wait()
                     self.members.remove(member)
                     self.gone.append(member)
                     await self.spawn()
@@ -297,7 +299,8 @@ class _Soak:
         for m in self.members:
             m.tell("exit")
         for m in self.members:
-            await asyncio.wait_for(m.proc.wait(), 60)
+            async with asyncio.timeout(60):
+                await m.proc.wait()
 
     async def close(self, registry: asyncio.subprocess.Process) -> None:
         """Nothing outlives the run: every member (and the registry) still there is

@@ -225,7 +225,9 @@ class _GrpcChannel:
 
     async def _run(self) -> None:
         owner, peer = self._owner, self._peer
-        while True:
+        # The loop also ends when this task is no longer the channel's (closed, or replaced
+        # by connect_now), not only by its cancellation: a cancellation can be lost.
+        while self._task is asyncio.current_task():
             established = False
             why = "call ended"
             address = peer.address
@@ -234,7 +236,11 @@ class _GrpcChannel:
             call.add_done_callback(lambda _call: self.wake())
             try:
                 hello = owner.next_hello(peer)
-                await asyncio.wait_for(call.write(encode_hello(hello)), owner.options.io_timeout_s)
+                # asyncio.timeout, not wait_for: on 3.11, wait_for returns (or raises) the
+                # write's outcome when a cancellation arrives as the write completes, and the
+                # cancellation is lost.
+                async with asyncio.timeout(owner.options.io_timeout_s):
+                    await call.write(encode_hello(hello))
                 established = True
                 owner.connected(peer)
                 await self._pump(call)
@@ -247,6 +253,8 @@ class _GrpcChannel:
                 call.cancel()
                 await channel.close()
                 owner.progressed()
+            if self._task is not asyncio.current_task():
+                return
             if established:
                 delay = owner.lost(peer, why)
             else:
@@ -260,7 +268,7 @@ class _GrpcChannel:
     async def _pump(self, call: grpc.aio.StreamUnaryCall) -> None:
         owner, peer = self._owner, self._peer
         limit = owner.options.batch_bytes
-        while True:
+        while self._task is asyncio.current_task():
             if call.done():
                 await call  # raises AioRpcError with the receiver's status
                 raise asyncio.InvalidStateError("the peer ended the stream")

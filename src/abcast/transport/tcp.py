@@ -241,17 +241,15 @@ class _Channel:
         attempt = self._attempt
         auth = owner.handshake(Initiator, peer.node, hello)
         try:
-            await asyncio.wait_for(
-                owner.loop.create_connection(
+            async with asyncio.timeout(owner.options.io_timeout_s):
+                await owner.loop.create_connection(
                     lambda: _Outbound(self, hello, attempt, auth), address.host, address.port,
                     ssl=owner.client_ssl,
                     server_hostname=address.host if owner.client_ssl is not None else None,
-                ),
-                owner.options.io_timeout_s,
-            )
+                )
         except (TimeoutError, OSError) as exc:
-            if self._closed:
-                return
+            if self._closed or attempt != self._attempt:
+                return  # closed, or a newer attempt replaced this one
             delay = peer.backoff.next()
             logger.debug(
                 "%s: cannot connect to %s at %s (%s); retrying in %.2fs",

@@ -1,0 +1,96 @@
+"""grpc://'s sender task ends when its peer is removed or the transport closes, even when
+the cancellation arrives in the same loop turn as the outcome of the call's hello write.
+
+On Python 3.11, `asyncio.wait_for` returns (or raises) the inner outcome in that case and
+the cancellation is lost; the sender then retried a removed peer forever, and `close()`
+waited on it forever (a CI hang). The race is made deterministic here with a stand-in for
+grpc's channel whose hello write the test completes itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from transport_harness import Inbox, Nodes, bind_url, run
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class _Call:
+    """A Push call whose writes wait for the test to complete them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.written: asyncio.Future[None] = loop.create_future()
+        self.waiting = asyncio.Event()
+
+    def add_done_callback(self, _callback: object) -> None:
+        pass
+
+    def done(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return True
+
+    async def write(self, _message: bytes) -> None:
+        self.waiting.set()
+        await self.written
+
+
+class _Calls(list[_Call]):
+    """The calls the sender opened, in order; `opened` is set at the first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = asyncio.Event()
+
+
+class _Channel:
+    def __init__(self, calls: _Calls) -> None:
+        self._calls = calls
+
+    def stream_unary(self, _path: str) -> object:
+        def start() -> _Call:
+            call = _Call(asyncio.get_running_loop())
+            self._calls.append(call)
+            self._calls.opened.set()
+            return call
+        return start
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("how", ["remove_peer", "close"])
+@pytest.mark.parametrize("outcome", ["fails", "succeeds"])
+def test_the_sender_stops_when_cancelled_as_its_hello_write_completes(
+    how: str, outcome: str,
+) -> None:
+    async def main() -> None:
+        async with Nodes() as nodes:
+            a = await nodes.start("grpc", "a", Inbox(), url=bind_url("grpc"))
+            calls = _Calls()
+            a.open_channel = lambda _target: _Channel(calls)  # type: ignore[attr-defined]
+            before = asyncio.all_tasks()
+            a.add_peer("b", "grpc://127.0.0.1:9")
+            (sender,) = asyncio.all_tasks() - before
+            await asyncio.wait_for(calls.opened.wait(), 10)
+            await asyncio.wait_for(calls[0].waiting.wait(), 10)
+            # the write's outcome and the cancellation in the same loop turn
+            if outcome == "fails":
+                calls[0].written.set_exception(ConnectionError("refused"))
+            else:
+                calls[0].written.set_result(None)
+            if how == "remove_peer":
+                a.remove_peer("b")
+                done, _ = await asyncio.wait([sender], timeout=10)
+            else:
+                closing = asyncio.ensure_future(a.close())
+                done, _ = await asyncio.wait([sender, closing], timeout=10)
+                assert closing in done, "close() waits on a sender that lost its cancellation"
+            assert sender in done, "the sender task outlived its cancellation"
+            assert len(calls) == 1, f"the sender opened {len(calls) - 1} more call(s) after"
+
+    run(main)
+
