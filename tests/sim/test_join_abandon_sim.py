@@ -10,7 +10,13 @@ minority of its two-member view cannot remove it); members whose channel does no
 forget the withdrawn joiner never admit it again; members that take the withdrawn
 stack's retransmitted asks for new ones admit and remove it over and over while it
 waits to detach; a lone member that suspects the withdrawn joiner but does not count it
-as agreeing is a minority of its two-member view and keeps it."""
+as agreeing is a minority of its two-member view and keeps it.
+
+Chandra-Toueg decides joins by consensus and took no `JoinAbandoned` (the stack raised;
+the runtime logged it and detached): a lone member's decision admits the joiner at once,
+and the view {member, joiner} then has no majority without the joiner, so the group was
+wedged for good. Its planted variants: the joiner that goes silent, and a member that
+does not count a withdrawn joiner in its majority."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import random
 
 import pytest
 
+from abcast.consensus.membership import MembershipBook
 from abcast.effects import CancelTimer, Effect
 from abcast.events import Event, JoinAbandoned
 from abcast.ids import NodeId, View
@@ -25,6 +32,7 @@ from abcast.membership import Membership
 from abcast.membership.join_leave import JoinLeave
 from abcast.membership.state import TIMERS
 from abcast.ordering._open_channel import OpenChannel
+from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.registry import build_stack
 from abcast.sim.churn import view_problems
 from abcast.sim.cluster import SimCluster
@@ -82,6 +90,25 @@ class NoConsent(JoinLeave):
     def on_withdraw(self, joiner: NodeId, ask: int) -> list[Effect]:
         self.s.withdrawn = NotAgreeing()
         return super().on_withdraw(joiner, ask)
+
+
+class CtSilentGiveUp(ChandraToueg):
+    """Planted: a Chandra-Toueg joiner that stops on giving up without telling anybody
+    (what main did: the stack refused the event, the runtime only detached)."""
+
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        if type(event) is JoinAbandoned and self.phase == "joining":
+            self.phase = "stopped"
+            return []
+        return super().handle(event, now)
+
+
+class CtNotAgreeing(ChandraToueg):
+    """Planted: a Chandra-Toueg member whose majority never counts a withdrawn joiner."""
+
+    @property
+    def majority(self) -> int:
+        return len(self.members) // 2 + 1
 
 
 def _stack(node: NodeId, ordering: str, view: View, swap: dict[type, type]) -> Stack:
@@ -147,7 +174,7 @@ def run(ordering: str, members: int, give_up_after: int, seed: int, *,
     return problems
 
 
-@pytest.mark.parametrize("ordering", ["sequencer", "skeen"])
+@pytest.mark.parametrize("ordering", ["sequencer", "skeen", "chandra-toueg"])
 @pytest.mark.parametrize("members", [1, 3])
 @pytest.mark.parametrize("give_up_after", GIVE_UP_AFTER)
 @pytest.mark.parametrize("seed", [1, 2])
@@ -157,15 +184,30 @@ def test_a_joiner_that_gives_up_anywhere_leaves_the_group_as_it_was(
     assert run(ordering, members, give_up_after, seed) == []
 
 
+@pytest.mark.parametrize("ordering", ["sequencer", "chandra-toueg"])
 @pytest.mark.parametrize("members", [1, 3])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_joiner_whose_welcome_never_lands_is_removed_and_admitted_again(
-    members: int, seed: int
+    ordering: str, members: int, seed: int
 ) -> None:
     # Retried inside the open channel's linger time (10 s) after the removal, and past it.
     for retry_at in (3_000_000, 12_000_000):
-        assert run("sequencer", members, 300_000, seed, retry_at=retry_at,
+        assert run(ordering, members, 300_000, seed, retry_at=retry_at,
                    cut_welcome=True) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_planted_a_ct_joiner_that_goes_silent_wedges_a_lone_member(seed: int) -> None:
+    problems = run("chandra-toueg", 1, 0, seed, joiner_swap={ChandraToueg: CtSilentGiveUp})
+    assert any(p.startswith("n1 ends in") for p in problems), problems
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_planted_a_lone_ct_member_that_does_not_count_the_withdrawn_joiner_keeps_it(
+    seed: int,
+) -> None:
+    problems = run("chandra-toueg", 1, 0, seed, member_swap={ChandraToueg: CtNotAgreeing})
+    assert any(p.startswith("n1 ends in") for p in problems), problems
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -204,7 +246,10 @@ def test_planted_members_that_keep_the_withdrawn_joiner_never_admit_it_again() -
 # "joiner" agreeing) and install a second primary view.
 
 
-def _withdrawal_at_n1(sender: NodeId, ask: int) -> dict[NodeId, View]:
+def _withdrawal_at_n1(
+    senders: tuple[NodeId, ...], ask: int, ordering: str = "sequencer",
+    book: type[MembershipBook] | None = None,
+) -> dict[NodeId, View]:
     from abcast.codec import EMPTY
     from abcast.events import Received
     from abcast.membership.wire import MWithdraw
@@ -214,16 +259,18 @@ def _withdrawal_at_n1(sender: NodeId, ask: int) -> dict[NodeId, View]:
     cluster = SimCluster(scheduler, network, TraceRecorder("withdraw"))
     members = ("n1", "n2", "n3")
     for node in members:
-        cluster.add(build_stack(node, "g", "sequencer", View(1, members)))
+        stack = cluster.add(build_stack(node, "g", ordering, View(1, members))).stack
+        if book is not None:
+            stack.top.book.__class__ = book  # type: ignore[attr-defined]
 
     def withdraw() -> None:  # what n1's channel would hand up for such a frame
         node = cluster.nodes["n1"]
         stack = node.stack
-        index = next(i for i, layer in enumerate(stack.layers)
-                     if isinstance(layer, Membership))
-        for _ in range(2):  # and its duplicate
-            cluster._apply(node, stack._run(
-                [(index, Received(sender, MWithdraw(ask), EMPTY))], scheduler.now))
+        index = len(stack.layers) - 1  # the membership layer, or chandra-toueg's core
+        for sender in senders:
+            for _ in range(2):  # and its duplicate
+                cluster._apply(node, stack._run(
+                    [(index, Received(sender, MWithdraw(ask), EMPTY))], scheduler.now))
 
     scheduler.at(100_000, lambda: network.partition(("n1",), ("n2", "n3")))
     scheduler.at(100_500, withdraw)
@@ -235,6 +282,32 @@ def _withdrawal_at_n1(sender: NodeId, ask: int) -> dict[NodeId, View]:
 
 @pytest.mark.parametrize("ask", [1, 10**12])
 def test_a_withdrawal_from_a_founder_removes_nobody(ask: int) -> None:
-    views = _withdrawal_at_n1("n2", ask)
+    views = _withdrawal_at_n1(("n2",), ask)
     assert views["n1"] == View(1, ("n1", "n2", "n3"))  # the cut-off minority installs none
     assert views["n2"] == views["n3"] == View(2, ("n2", "n3"))  # one primary view 2
+
+
+# Chandra-Toueg counts withdrawn joiners in its majority only when every other member
+# withdrew: forged withdrawals from both founders would let the cut-off n1 decide alone.
+
+
+class CountsFounders(MembershipBook):
+    """Planted: a Chandra-Toueg member that takes any member's withdrawal at its word."""
+
+    def withdraw(self, joiner: NodeId, ask: int, members: tuple[NodeId, ...],
+                 now: int) -> bool | None:
+        self.added.add(joiner)
+        self.asks[joiner] = 1
+        return super().withdraw(joiner, max(ask, 1), members, now)
+
+
+@pytest.mark.parametrize("ask", [1, 10**12])
+def test_a_ct_withdrawal_from_founders_removes_nobody(ask: int) -> None:
+    views = _withdrawal_at_n1(("n2", "n3"), ask, "chandra-toueg")
+    assert views["n1"] == View(1, ("n1", "n2", "n3"))
+    assert views["n2"] == views["n3"] == View(2, ("n2", "n3"))
+
+
+def test_planted_a_ct_member_taking_founders_withdrawals_installs_a_second_view() -> None:
+    views = _withdrawal_at_n1(("n2", "n3"), 1, "chandra-toueg", CountsFounders)
+    assert views["n1"] != View(1, ("n1", "n2", "n3")), views
