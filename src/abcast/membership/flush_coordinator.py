@@ -62,10 +62,15 @@ class FlushCoordinator:
             effects += self.member.unfreeze()
         return effects
 
-    def on_restored(self) -> list[Effect]:
+    def on_restored(self, node: NodeId) -> list[Effect]:
         """A wrong suspicion. A member that precedes us is back: it coordinates, not us.
         A flush given up for want of a majority, or waiting for a member suspected
-        meanwhile, may go on now."""
+        meanwhile, may go on now. Not a joiner that withdrew: it stopped (what is heard
+        is its stack's last retransmissions), and it counts as agreeing already — alive
+        too, a flush would prepare it and wait for a state that never comes."""
+        if node in self.s.withdrawn:
+            return []
+        self.s.suspects.discard(node)
         view = self.s.view
         if view is None or self.s.status not in ("member", "leaving"):
             return []
