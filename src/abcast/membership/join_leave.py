@@ -13,7 +13,8 @@ later view left it out, by a farewell or the detector's `Excluded`, was cut off:
 stops (`cut_off`), unless it was leaving and waits for the install it gave its state to.
 A joiner that gives up before its welcome withdraws (`MWithdraw` to every contact) and
 stops: a member drops its ask, forgets it below (`Forget`), takes its ask's
-retransmissions for stale for `withdraw_memory_us`, and if its view admitted it goes on
+retransmissions — and a member's forward of it that the withdrawal overtook: it carries
+the ask — for stale for `withdraw_memory_us`, and if its view admitted it goes on
 without it, counting it as agreeing (it stopped: no other side can count on it).
 Under evs two sides may each admit one joiner: it takes the first welcome and refuses
 the second view (`MRefuse` to every member listed), whose members go on without it —
