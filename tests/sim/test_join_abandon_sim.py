@@ -25,7 +25,7 @@ import random
 import pytest
 
 from abcast.consensus.membership import MembershipBook
-from abcast.effects import CancelTimer, Effect
+from abcast.effects import CancelTimer, Effect, Send
 from abcast.events import Event, JoinAbandoned
 from abcast.ids import NodeId, View
 from abcast.membership import Membership
@@ -35,6 +35,7 @@ from abcast.membership.state import TIMERS
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering.chandra_toueg import ChandraToueg
 from abcast.ordering.registry import build_stack
+from abcast.reliability.nak import NakChannel, NDigest
 from abcast.sim.churn import view_problems
 from abcast.sim.cluster import SimCluster
 from abcast.sim.network import LinkModel, Network
@@ -421,3 +422,62 @@ def test_a_forward_the_withdrawal_overtook_admits_nobody(ordering: str) -> None:
 
 def test_planted_a_leader_taking_stale_asks_admits_the_overtaken_forward() -> None:
     assert JOINER in _forward_after_withdrawal("sequencer", TakesStaleAsks).members
+
+
+# ------------------------------------------------ over udp:// (the NAK channel)
+# A joiner's view holds only itself, so its NAK channel sent no digest: a lost tail of
+# what it sent was never NAKed, and `in_flight()` was missing (0), so it detached at
+# once. A lost `MWithdraw` left a lone member holding the joiner for good.
+
+
+class NoGuestDigests(NakChannel):
+    """Planted: a NAK channel that digests only the members of its view (main's)."""
+
+    def handle(self, event: Event, now: int) -> list[Effect]:
+        return [e for e in super().handle(event, now)
+                if not (isinstance(e, Send) and isinstance(e.header, NDigest)
+                        and e.to not in self._members)]
+
+
+class NothingInFlight(NakChannel):
+    """Planted: a NAK channel without `in_flight` (main's): the joiner detaches at once."""
+
+    def in_flight(self) -> int:
+        return 0
+
+
+def _lost_withdrawal_over_nak(ordering: str, seed: int,
+                              channel: type[NakChannel] | None = None) -> View:
+    from abcast.ordering.registry import OrderingOptions
+
+    nak = OrderingOptions(multicast="nak")
+    scheduler = Scheduler()
+    network = Network(random.Random(seed), LinkModel(1_000, 5_000))
+    cluster = SimCluster(scheduler, network, TraceRecorder("nak-withdraw"))
+    cluster.add(build_stack("n1", "g", ordering, View(1, ("n1",)), nak))
+    joiner = build_stack(JOINER, "g", ordering, View(0, (JOINER,)), nak)
+    if channel is not None:
+        for layer in joiner.layers:
+            if type(layer) is NakChannel:
+                layer.__class__ = channel
+    network.partition(("n1",), (JOINER,), True)  # admitted, its welcome lost
+    scheduler.at(JOIN_AT, lambda: cluster.join(joiner, ("n1",)))
+    scheduler.at(309_000, lambda: network.heal(("n1",), (JOINER,), True))
+    scheduler.at(309_999, lambda: network.partition((JOINER,), ("n1",), True))
+    scheduler.at(310_000, lambda: cluster.give_up_join(JOINER))  # its MWithdraw is lost
+    scheduler.at(310_001, lambda: network.heal((JOINER,), ("n1",), True))
+    scheduler.run(4_000_000)
+    return cluster.nodes["n1"].stack.view
+
+
+@pytest.mark.parametrize("ordering", ["sequencer", "chandra-toueg"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_withdrawal_lost_over_the_nak_channel_is_repaired(ordering: str, seed: int) -> None:
+    assert _lost_withdrawal_over_nak(ordering, seed).members == ("n1",)
+
+
+@pytest.mark.parametrize("channel", [NoGuestDigests, NothingInFlight])
+def test_planted_a_nak_joiner_without_guest_repair_stays_with_a_lone_member(
+    channel: type[NakChannel],
+) -> None:
+    assert _lost_withdrawal_over_nak("sequencer", 1, channel).members == ("n1", JOINER)
