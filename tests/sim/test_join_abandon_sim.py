@@ -481,3 +481,68 @@ def test_planted_a_nak_joiner_without_guest_repair_stays_with_a_lone_member(
     channel: type[NakChannel],
 ) -> None:
     assert _lost_withdrawal_over_nak("sequencer", 1, channel).members == ("n1", JOINER)
+
+
+# ------------------------------- withdrawn joiners and a partition (primary partition)
+# Two members admit two joiners (never welcomed), are cut apart, and the joiners give up.
+# Counting the withdrawn as agreeing ("alive + withdrawn >= a majority of the view") let
+# each member alone install a view: two primary views 3, {n1} and {n2}. A majority of the
+# members that did not withdraw is what two sides cannot both have.
+
+
+class CountsWithdrawnAsAgreeing(FlushCoordinator):
+    """Planted: the old rule, alive + withdrawn against a majority of the view."""
+
+    def primary(self, members: tuple[NodeId, ...], alive: list[NodeId]) -> bool:
+        withdrawn = sum(1 for m in members if m in self.s.withdrawn)
+        return len(alive) + withdrawn >= len(members) // 2 + 1
+
+
+class CtCountsWithdrawnAsAgreeing(MembershipBook):
+    """Planted: chandra-toueg's old count, withdrawn members as acks."""
+
+    def majority(self, members: tuple[NodeId, ...]) -> int:
+        live = len(members) - sum(1 for m in members if self.withdrew(m))
+        return max(1, len(members) // 2 + 1 - (len(members) - live))
+
+
+def _split_with_withdrawn(ordering: str, seed: int, planted: type | None = None) -> list[str]:
+    scheduler = Scheduler()
+    network = Network(random.Random(seed), LinkModel(1_000, 5_000))
+    recorder = TraceRecorder("split")
+    cluster = SimCluster(scheduler, network, recorder)
+    ids, joiners = ("n1", "n2"), ("n8", "n9")
+    for node in ids:
+        stack = cluster.add(build_stack(node, "g", ordering, View(1, ids))).stack
+        if planted is CountsWithdrawnAsAgreeing:
+            stack.top.coordinator.__class__ = planted  # type: ignore[attr-defined]
+        elif planted is not None:
+            stack.top.book.__class__ = planted  # type: ignore[attr-defined]
+    network.partition(ids, joiners, True)  # admitted, never welcomed
+    for joiner in joiners:
+        scheduler.at(JOIN_AT, lambda j=joiner: cluster.join(
+            build_stack(j, "g", ordering, View(0, (j,))), ids))
+        scheduler.at(2_000_000, lambda j=joiner: cluster.give_up_join(j))
+    scheduler.at(200_000, lambda: network.partition(("n1",), ("n2",)))
+    scheduler.at(4_000_000, lambda: network.heal(("n1",), ("n2",)))
+    scheduler.run(8_000_000)
+    problems = [f"{p.code}: {p.detail}" for p in view_problems(recorder.rows())]
+    problems += [f"{n} ends in {cluster.nodes[n].stack.view}" for n in ids
+                 if cluster.nodes[n].stack.view.members != ids]
+    return problems
+
+
+@pytest.mark.parametrize("ordering", ["sequencer", "chandra-toueg"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_withdrawn_joiners_give_neither_side_of_a_partition_a_majority(
+    ordering: str, seed: int
+) -> None:
+    assert _split_with_withdrawn(ordering, seed) == []
+
+
+@pytest.mark.parametrize(("ordering", "planted"), [
+    ("sequencer", CountsWithdrawnAsAgreeing), ("chandra-toueg", CtCountsWithdrawnAsAgreeing)])
+def test_planted_counting_withdrawn_joiners_as_agreeing_splits_the_group(
+    ordering: str, planted: type,
+) -> None:
+    assert _split_with_withdrawn(ordering, 1, planted) != []

@@ -19,10 +19,11 @@ delivery sequence.
 - Give up (`JoinAbandoned`, before the welcome): `MWithdraw(ask)` to every contact, then
   stop. A member drops the ask, forgets the joiner below (`Forget`), takes that ask's
   retransmissions for stale for `withdraw_memory_us`, and if a decision added it (the
-  welcome still on its way) suspects it: a later batch removes it. A lone member would
-  have no majority of {itself, joiner}: when every other member withdrew, its majority
-  is 1 (abcast.consensus.membership's `majority`). A withdrawal naming a member no
-  decision here added (a founder; a stale ask) is refused.
+  welcome still on its way) suspects it: a later batch removes it. Quorums are
+  majorities of the members that did not withdraw (abcast.consensus.membership's
+  `majority`): a lone member that admitted a joiner decides alone, and two sides of a
+  partition never both do. A withdrawal naming a member no decision here added (a
+  founder; a stale ask) is refused.
 - Leave: once all of its own broadcasts are decided (it sends no more), `MLeave` to the
   members; the group removes the leaver in a later batch, so with its last broadcast
   delivered. A graceful leaver delivers through the batch that removes it, lingers

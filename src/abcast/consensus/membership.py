@@ -166,13 +166,13 @@ class MembershipBook:
         return joiner in members
 
     def majority(self, members: tuple[NodeId, ...]) -> int:
-        """A majority of `members`; 1 when every other member withdrew the ask that added
-        it. Counting those as agreeing is safe only then: they stopped without acting
-        in the view, and no other node is left to decide otherwise. (With one other live
-        member, two nodes could each count a withdrawn one and decide apart.)"""
-        if self.withdrawn and all(self.withdrew(m) for m in members if m != self.node):
-            return 1
-        return len(members) // 2 + 1
+        """A majority of the `members` that did not withdraw the ask that added them (as
+        far as this node knows): they stopped without acting in the view. Two such
+        quorums share a live member whatever withdrawals each node heard of, since every
+        withdrawal is real; counting the withdrawn as agreeing would not (two members
+        that each counted two withdrawn joiners of a view of four decided apart)."""
+        withdrawn = sum(1 for m in members if self.withdrew(m)) if self.withdrawn else 0
+        return (len(members) - withdrawn) // 2 + 1
 
     def withdrew(self, member: NodeId) -> bool:
         """Whether `member`, added by a decision here, withdrew the ask that added it
@@ -204,9 +204,8 @@ class MembershipBook:
         # they had all crashed, and if this proposal were decided after the partition
         # heals it would expel the majority. Leave removals alone — but those of joiners
         # that withdrew (they stopped: they are on no other side).
-        withdrew = [m for m in suspected if self.withdrew(m)]
-        if len(members) - len(suspected) + len(withdrew) < len(members) // 2 + 1:
-            suspected = withdrew
+        if len(members) - len(suspected) < self.majority(members):
+            suspected = [m for m in suspected if self.withdrew(m)]
         leaving = [m for m in members if m in self.leavers and m not in waiting
                    and next_after.get(m, 1) > self.leavers[m]]
         remove = [m for m in members if m in suspected or m in leaving]
