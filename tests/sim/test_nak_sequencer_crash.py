@@ -19,7 +19,8 @@ from abcast.codec import Packet
 from abcast.effects import Effect
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack
-from abcast.reliability.nak import NakChannel, NData, _In
+from abcast.reliability.nak import NakChannel, NData
+from abcast.reliability.nak_streams import InStream
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.stack import Stack
 
@@ -50,7 +51,7 @@ class _HoldsAboveGaps(NakChannel):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._aside: dict[tuple[NodeId, int], dict[int, tuple[NData, Packet]]] = {}
 
-    def _accept(self, sender: NodeId, st: _In, header: NData, inner: Packet) -> list[Effect]:
+    def _accept(self, sender: NodeId, st: InStream, header: NData, inner: Packet) -> list[Effect]:
         aside = self._aside.setdefault((sender, header.stream), {})
         if header.seq > st.next:
             st.known = max(st.known, header.seq)

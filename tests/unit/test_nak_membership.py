@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from abcast.codec import Packet
 from abcast.effects import Effect, Multicast, Send, SetTimer, Up
-from abcast.events import MulticastRequested, Received, TimerFired, ViewInstalled
+from abcast.events import (
+    MulticastRequested,
+    Received,
+    SendRequested,
+    TimerFired,
+    ViewInstalled,
+)
 from abcast.ids import View
 from abcast.reliability.nak import NakChannel, NakConfig
 
@@ -114,3 +120,35 @@ def test_a_forgotten_joiners_next_stack_is_heard_from_its_first_packet() -> None
     channel.handle(Forgotten("n9"), 20)
     effects = channel.handle(Received("n9", NData(UNICAST, 1), Packet((), b"B1")), 30)
     assert [e.packet.payload for e in effects if isinstance(e, Up)] == [b"B1"]
+
+
+def test_a_guests_unicast_is_acknowledged_and_its_lost_tail_naked() -> None:
+    """A joiner (its view holds only itself) digests the member it sent to; the member
+    NAKs the lost tail and answers what arrived, which frees it: `in_flight` 0."""
+    from abcast.reliability.nak import NDigest, NNak
+
+    member = NakChannel("a", open_group=True)
+    member.handle(ViewInstalled(View(1, ("a",))), 0)
+    joiner = NakChannel("j", open_group=True)
+    joiner.handle(ViewInstalled(View(0, ("j",))), 0)
+    (ask,) = [e for e in joiner.handle(SendRequested("a", Packet((), b"ask"), False), 1)
+              if isinstance(e, Send)]
+    (ack,) = [e for e in member.handle(Received("j", ask.header, ask.inner), 2)
+              if isinstance(e, Send)]
+    assert isinstance(ack.header, NDigest) and ack.to == "j"
+    joiner.handle(Received("a", ack.header, ack.inner), 3)
+    assert joiner.in_flight() == 0
+    joiner.handle(SendRequested("a", Packet((), b"withdraw"), False), 4)  # lost
+    assert joiner.in_flight() == 1
+    (digest,) = [e for e in joiner.handle(TimerFired("stable"), 30_000)
+                 if isinstance(e, Send)]
+    assert member.handle(Received("j", digest.header, digest.inner), 30_001)
+    (nak,) = [e for e in member.handle(TimerFired("nak"), 40_000) if isinstance(e, Send)]
+    assert isinstance(nak.header, NNak) and nak.header.seqs == [2]
+    (resent,) = [e for e in joiner.handle(Received("a", nak.header, nak.inner), 40_001)
+                 if isinstance(e, Send)]
+    out = member.handle(Received("j", resent.header, resent.inner), 40_002)
+    assert _payloads(out) == [b"withdraw"]
+    (ack,) = [e for e in out if isinstance(e, Send)]
+    joiner.handle(Received("a", ack.header, ack.inner), 40_003)
+    assert joiner.in_flight() == 0

@@ -15,7 +15,15 @@ delivery sequence.
   `join_retry_us`); until its `MWelcome` it keeps what members send it and answers
   nothing. The welcome — view, state, cut, and before it the `Bodies` above the cut —
   is refused when it admitted an earlier incarnation of this node (a retransmitted copy
-  that outlived a partition).
+  that outlived a partition). Every `MJoin` names its join (`ask`: the clock).
+- Give up (`JoinAbandoned`, before the welcome): `MWithdraw(ask)` to every contact, then
+  stop. A member drops the ask, forgets the joiner below (`Forget`), takes that ask's
+  retransmissions for stale for `withdraw_memory_us`, and if a decision added it (the
+  welcome still on its way) suspects it: a later batch removes it. Quorums are
+  majorities of the members that did not withdraw (abcast.consensus.membership's
+  `majority`): a lone member that admitted a joiner decides alone, and two sides of a
+  partition never both do. A withdrawal naming a member no decision here added (a
+  founder; a stale ask) is refused.
 - Leave: once all of its own broadcasts are decided (it sends no more), `MLeave` to the
   members; the group removes the leaver in a later batch, so with its last broadcast
   delivered. A graceful leaver delivers through the batch that removes it, lingers
@@ -51,6 +59,7 @@ from abcast.consensus.rounds import DecidedBatch, DecisionLog
 from abcast.effects import (
     CancelTimer,
     Effect,
+    Forget,
     InstallState,
     InstallView,
     Multicast,
@@ -62,7 +71,7 @@ from abcast.ids import NodeId, View, sorted_nodes
 from abcast.membership import MembershipConfig
 from abcast.membership.contacts import JoinContacts, left_out_by
 from abcast.membership.state import JOIN_RETRY  # the membership layer's timer, ours too
-from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
+from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome, MWithdraw
 
 DEPART: Final = "depart"
 NUDGE: Final = "nudge"
@@ -102,6 +111,7 @@ class CtNode(Protocol):
     later: dict[int, list[tuple[NodeId, object]]]
     to_deliver: deque[DecidedBatch]
     contacts: JoinContacts | None
+    ask: int  # this joiner's ask (its clock when it asked: names the join, MWithdraw too)
     queued: list[tuple[int, bytes]]  # broadcasts to send once admitted
     leave_after_join: bool
     leave_sent: bool  # this leaver's MLeave is out
@@ -132,6 +142,7 @@ def join(ct: CtNode, contacts: tuple[NodeId, ...]) -> list[Effect]:
         raise LocalProtocolError(f"{ct.node} cannot join now: it is in {ct.view}")
     ct.phase = JOINING
     ct.contacts = asked
+    ct.ask = max(ct.now, ct.ask + 1, 1)
     return ask_to_join(ct, asked.current())
 
 
@@ -143,7 +154,19 @@ def ask_again(ct: CtNode) -> list[Effect]:
 
 
 def ask_to_join(ct: CtNode, contact: NodeId) -> list[Effect]:
-    return [Send(contact, MJoin()), SetTimer(JOIN_RETRY, ct.now + ct.config.join_retry_us)]
+    return [Send(contact, MJoin(ct.ask)),
+            SetTimer(JOIN_RETRY, ct.now + ct.config.join_retry_us)]
+
+
+def abandon(ct: CtNode) -> list[Effect]:
+    """The application gave the join up. Not yet welcomed: `MWithdraw` to every
+    contact (a decision may have added us already, its welcome on its way: the group
+    goes on without us) and stop, taking nothing more. Welcomed meanwhile: a leave."""
+    if ct.phase != JOINING:
+        return leave(ct)
+    contacts = ct.contacts.nodes if ct.contacts is not None else ()
+    ct.phase = STOPPED
+    return [CancelTimer(JOIN_RETRY), *(Send(c, MWithdraw(ct.ask)) for c in contacts)]
 
 
 def receive_joining(ct: CtNode, sender: NodeId, header: object, inner: Packet) -> list[Effect]:
@@ -190,7 +213,7 @@ def welcomed(ct: CtNode, sender: NodeId, welcome: MWelcome) -> list[Effect]:
     return effects
 
 
-def on_join(ct: CtNode, sender: NodeId, joiner: NodeId) -> list[Effect]:
+def on_join(ct: CtNode, sender: NodeId, joiner: NodeId, ask: int) -> list[Effect]:
     """A join request, from the joiner itself or forwarded by a member."""
     if joiner in ct.members:
         kept = ct.book.welcomes.get(joiner)  # a retry: the first welcome got lost
@@ -199,11 +222,20 @@ def on_join(ct: CtNode, sender: NodeId, joiner: NodeId) -> list[Effect]:
         return [Send(joiner, header) for header in kept.packets()]
     if ct.phase != MEMBER or ct.removed:
         return []
-    if not ct.book.note_join(joiner, ct.members, direct=sender == joiner):
+    if not ct.book.note_join(joiner, ct.members, direct=sender == joiner, ask=ask,
+                             now=ct.now, memory_us=ct.config.withdraw_memory_us):
         return []
     # Whoever coordinates next must know of it to propose it.
     to = tuple(m for m in ct.members if m not in (ct.node, sender))
-    return [Multicast(to, MJoinFwd(joiner))] if to else []
+    return [Multicast(to, MJoinFwd(joiner, ask))] if to else []
+
+
+def on_withdraw(ct: CtNode, joiner: NodeId, ask: int) -> list[Effect]:
+    """`joiner` gave its join up and stopped: its request is dropped and the layers
+    below forget it (`Forget`: its next stack starts afresh); if a decision added it,
+    the core suspects it (abcast.consensus.membership's `withdraw` says which)."""
+    return [] if ct.book.withdraw(joiner, ask, ct.members, ct.now) is None \
+        else [Forget(joiner)]
 
 
 # -- leaving -----------------------------------------------------------------------------
@@ -341,6 +373,7 @@ def rejoin(ct: CtNode) -> list[Effect]:
     ct.restart_consensus()
     ct.phase = JOINING
     ct.contacts = JoinContacts(tuple(contacts), ct.node)
+    ct.ask = max(ct.now, ct.ask + 1)
     ct.rejoins += 1
     cancels: list[Effect] = [CancelTimer(key) for key in (GIVE_UP, DEPART, NUDGE, FETCH)]
     return cancels + ask_to_join(ct, ct.contacts.current())

@@ -40,6 +40,7 @@ from abcast.codec import Header
 from abcast.consensus.messages import Bodies
 from abcast.errors import LocalProtocolError
 from abcast.ids import MsgId, NodeId, View, sorted_nodes
+from abcast.membership.state import MAX_PENDING_JOINS, note
 from abcast.membership.wire import JoinCut, MWelcome
 
 
@@ -95,6 +96,14 @@ class MembershipBook:
     def __init__(self, node: NodeId) -> None:
         self.node = node
         self.joiners: dict[NodeId, None] = {}  # asked to join, not yet added (in order)
+        #: the newest ask heard of a joiner, pending or added (`MJoin.ask`: its clock when
+        #: it asked), at most MAX_PENDING_JOINS (one forgotten is not counted withdrawn)
+        self.asks: dict[NodeId, int] = {}
+        self.added: set[NodeId] = set()  # members a decision here added (not founders)
+        #: joins given up (`MWithdraw`): node -> (the ask withdrawn, when heard), at most
+        #: MAX_PENDING_JOINS, the oldest forgotten first
+        self.withdrawn: dict[NodeId, tuple[int, int]] = {}
+        self.refused = 0  # withdrawals naming a member no decision here added
         self.leavers: dict[NodeId, int] = {}  # asked to leave: their last broadcast seq
         self.gone: set[NodeId] = set()  # removed from the group here (re-added if it asks)
         self.welcomes: dict[NodeId, KeptWelcome] = {}
@@ -110,16 +119,26 @@ class MembershipBook:
         self.joiners.clear()
         self.leavers.clear()
         self.gone.clear()
+        self.asks.clear()
+        self.added.clear()
         self.welcomes.clear()
         self._cuts.clear()
         self._drafts.clear()
 
     # -- requests ------------------------------------------------------------------------
     def note_join(
-        self, joiner: NodeId, members: tuple[NodeId, ...], *, direct: bool = True
+        self, joiner: NodeId, members: tuple[NodeId, ...], *, direct: bool = True,
+        ask: int = 0, now: int = 0, memory_us: int = 0,
     ) -> bool:
         """Record a join request (`direct`: from the joiner itself, not forwarded);
-        True when it is new here (forward it then)."""
+        True when it is new here (forward it then). An ask its joiner withdrew (heard
+        within `memory_us`) is stale: a retransmission of the stack that gave up."""
+        given_up = self.withdrawn.get(joiner)
+        if given_up is not None and ask and ask <= given_up[0] \
+                and now - given_up[1] < memory_us:
+            return False
+        if ask > self.asks.get(joiner, 0):  # the newest ask of it heard, forwarded or not
+            note(self.asks, joiner, ask, MAX_PENDING_JOINS)
         if joiner in members or joiner in self.joiners:
             return False
         if joiner in self.gone:
@@ -128,6 +147,39 @@ class MembershipBook:
             self.gone.discard(joiner)
         self.joiners[joiner] = None
         return True
+
+    def withdraw(
+        self, joiner: NodeId, ask: int, members: tuple[NodeId, ...], now: int
+    ) -> bool | None:
+        """`joiner` gave its join `ask` up and stopped: its request is dropped. True when
+        the membership holds it (a decision here added it: the group goes on without
+        it); None when refused — a member this node never saw added (a founder, or one
+        added before this node joined: a forged or stale frame), or one added by a later
+        ask than the one withdrawn."""
+        if joiner in members and (joiner not in self.added
+                                  or ask < self.asks.get(joiner, 0)):
+            self.refused += 1
+            return None
+        self.joiners.pop(joiner, None)
+        held = self.withdrawn.get(joiner, (0, 0))[0]
+        note(self.withdrawn, joiner, (max(ask, held), now), MAX_PENDING_JOINS)
+        return joiner in members
+
+    def majority(self, members: tuple[NodeId, ...]) -> int:
+        """A majority of the `members` that did not withdraw the ask that added them (as
+        far as this node knows): they stopped without acting in the view. Two such
+        quorums share a live member whatever withdrawals each node heard of, since every
+        withdrawal is real; counting the withdrawn as agreeing would not (two members
+        that each counted two withdrawn joiners of a view of four decided apart)."""
+        withdrawn = sum(1 for m in members if self.withdrew(m)) if self.withdrawn else 0
+        return (len(members) - withdrawn) // 2 + 1
+
+    def withdrew(self, member: NodeId) -> bool:
+        """Whether `member`, added by a decision here, withdrew the ask that added it
+        (the newest ask of it heard here; none heard: not known to, so not counted)."""
+        given_up = self.withdrawn.get(member)
+        ask = self.asks.get(member, 0)
+        return given_up is not None and member in self.added and 0 < ask <= given_up[0]
 
     def note_leave(self, leaver: NodeId, last: int) -> None:
         self.leavers[leaver] = max(last, self.leavers.get(leaver, 0))
@@ -150,9 +202,10 @@ class MembershipBook:
         # A side that suspects a majority of the view is the minority of a partition (or
         # the group has lost its quorum): removing the others would only make sense if
         # they had all crashed, and if this proposal were decided after the partition
-        # heals it would expel the majority. Leave removals alone.
-        if len(members) - len(suspected) < len(members) // 2 + 1:
-            suspected = []
+        # heals it would expel the majority. Leave removals alone — but those of joiners
+        # that withdrew (they stopped: they are on no other side).
+        if len(members) - len(suspected) < self.majority(members):
+            suspected = [m for m in suspected if self.withdrew(m)]
         leaving = [m for m in members if m in self.leavers and m not in waiting
                    and next_after.get(m, 1) > self.leavers[m]]
         remove = [m for m in members if m in suspected or m in leaving]
@@ -170,9 +223,12 @@ class MembershipBook:
                 self.gone.add(m)
                 self.leavers.pop(m, None)
                 self.welcomes.pop(m, None)
+                self.added.discard(m)
+                self.asks.pop(m, None)
         added = [a for a in after if a not in before]
         for a in added:
             self.joiners.pop(a, None)
+            self.added.add(a)
         if added:
             self._cuts[k] = tuple(sorted(decided_next.items()))
 

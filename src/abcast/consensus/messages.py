@@ -5,9 +5,10 @@ Rules: plain msgspec Structs with the decoder's limits on them; no behaviour. A 
 deliver, in list order, then the members to remove from the view and the joiners to
 add to it. Membership traffic outside the instances is the membership layer's own
 records (abcast.membership.wire): a joiner's `MJoin` and a contact's `MJoinFwd`, a
-leaver's `MLeave`, and the `MWelcome` a member sends a joiner once admitted — `attempt`
-is the instance that admitted it, `cut` the `JoinCut` (per origin, how many of its
-messages the state holds), preceded by the `Bodies` held above the cut.
+leaver's `MLeave`, a joiner's `MWithdraw` (it gave its join up), and the `MWelcome` a
+member sends a joiner once admitted — `attempt` is the instance that admitted it, `cut`
+the `JoinCut` (per origin, how many of its messages the state holds), preceded by the
+`Bodies` held above the cut.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated
 import msgspec
 
 from abcast.codec import Count, Header, NodeField, Seq
-from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
+from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome, MWithdraw
 
 MsgRef = tuple[NodeField, Seq]
 IdList = Annotated[list[MsgRef], msgspec.Meta(max_length=1_000_000)]
@@ -83,5 +84,5 @@ class Bodies(Header, frozen=True):
 
 CtHeader = (
     CtData | Propose | Ack | Nack | Estimate | Decide | Fetch | Bodies | MJoin | MJoinFwd
-    | MLeave | MWelcome
+    | MLeave | MWelcome | MWithdraw
 )

@@ -4,8 +4,9 @@ install it concludes with.
 
 Rules (the numbered steps are abcast.membership.layer's): the coordinator is the lowest
 member of the view it does not suspect; only one that hears a majority of its view goes
-on (primary partition), else it gives its flush up (`MAbort`); under evs every side goes
-on, with view ids of its coordinator's (abcast.membership.merge). A state from a member
+on (primary partition: of the members that did not withdraw, `primary`), else it gives
+its flush up (`MAbort`); under evs every side goes on, with view ids of its
+coordinator's (abcast.membership.merge). A state from a member
 that answered another coordinator for this view id, or that is a view ahead, sends the
 flush to a higher view id; one from a member a view behind gets our last install. With
 every state in (joiners count as fresh), the ordering settles the reports
@@ -62,10 +63,15 @@ class FlushCoordinator:
             effects += self.member.unfreeze()
         return effects
 
-    def on_restored(self) -> list[Effect]:
+    def on_restored(self, node: NodeId) -> list[Effect]:
         """A wrong suspicion. A member that precedes us is back: it coordinates, not us.
         A flush given up for want of a majority, or waiting for a member suspected
-        meanwhile, may go on now."""
+        meanwhile, may go on now. Not a joiner that withdrew: it stopped (what is heard
+        is its stack's last retransmissions), and `primary` leaves it out already — alive
+        too, a flush would prepare it and wait for a state that never comes."""
+        if node in self.s.withdrawn:
+            return []
+        self.s.suspects.discard(node)
         view = self.s.view
         if view is None or self.s.status not in ("member", "leaving"):
             return []
@@ -96,10 +102,7 @@ class FlushCoordinator:
         evs = self.s.config.evs
         if evs and (self.s.merge is not None or self.s.merging is not None):
             return []  # the merge settles this view; a flush may follow it
-        consenting = sum(1 for m in view.members if m in self.s.withdrawn)
-        if len(alive) + consenting < view.majority and not evs:
-            # Primary partition: a minority never installs a view. A joiner that withdrew
-            # counts as agreeing: it stopped, so no other side can count on it.
+        if not evs and not self.primary(view.members, alive):
             return self._abandon()
         self.s.attempts = max(self.s.attempts, self.s.answered[1]) + 1
         target = max(target, self.s.flush.target if self.s.flush else 0)
@@ -115,6 +118,14 @@ class FlushCoordinator:
         self.s.answered_to = self.s.node
         state = self.member.state_for(target, flush.attempt, prior)
         return effects + self.on_state(self.s.node, state)
+
+    def primary(self, members: tuple[NodeId, ...], alive: list[NodeId]) -> bool:
+        """Primary partition: `alive` is a majority of the view's `members` that did not
+        withdraw (two such majorities share a member, whatever withdrawals each side
+        heard of: every one is real). Not "alive + withdrawn >= a majority of the view":
+        two members that each counted two withdrawn joiners went on apart."""
+        withdrawn = sum(1 for m in members if m in self.s.withdrawn)
+        return 2 * len(alive) > len(members) - withdrawn
 
     def on_busy(self, target: int, attempt: int) -> list[Effect]:
         flush = self.s.flush

@@ -13,8 +13,9 @@ later view left it out, by a farewell or the detector's `Excluded`, was cut off:
 stops (`cut_off`), unless it was leaving and waits for the install it gave its state to.
 A joiner that gives up before its welcome withdraws (`MWithdraw` to every contact) and
 stops: a member drops its ask, forgets it below (`Forget`), takes its ask's
-retransmissions for stale for `withdraw_memory_us`, and if its view admitted it goes on
-without it, counting it as agreeing (it stopped: no other side can count on it).
+retransmissions — and a member's forward of it that the withdrawal overtook: it carries
+the ask — for stale for `withdraw_memory_us`, and if its view admitted it goes on
+without it, leaving it out of the majority it needs (`primary`: it stopped).
 Under evs two sides may each admit one joiner: it takes the first welcome and refuses
 the second view (`MRefuse` to every member listed), whose members go on without it —
 in that view or any later one that still lists it (`admitted_in`).
@@ -108,7 +109,7 @@ class JoinLeave:
     def on_withdraw(self, joiner: NodeId, ask: int) -> list[Effect]:
         """`joiner` gave its join up and stopped: its ask is dropped, the layers below
         forget it (`Forget`: its next stack, joining again, starts afresh), and if our
-        view admitted it the group goes on without it, counting it as agreeing
+        view admitted it the group goes on without it, leaving it out of the majority
         (`withdrawn`, kept while a view of ours lists it)."""
         view = self.s.view
         assert view is not None

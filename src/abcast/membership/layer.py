@@ -322,8 +322,7 @@ class Membership(Layer):
                 effects = self.merger.on_suspect(node)
                 effects += self.coordinator.on_suspect(node) + self._retry_deferred()
             case Restored(node):
-                self.s.suspects.discard(node)
-                effects = self.coordinator.on_restored()
+                effects = self.coordinator.on_restored(node)
             case Excluded(by, view_id) if self._partitioned(by, view_id):
                 effects = self.go_on_without(by, view_id)
             case Excluded(by, view_id):

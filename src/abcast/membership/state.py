@@ -243,7 +243,7 @@ class MembershipState:
         self.left_out_of = 0
         self.leave_after_join = False
         #: members of our view that withdrew their join (`MWithdraw`): suspected, and
-        #: counted as agreeing to the view without them (they answer nothing); kept while
+        #: left out of the majority a flush needs (they answer nothing); kept while
         #: a view of ours lists them
         self.withdrawn: dict[NodeId, None] = {}
         #: joins given up (`MWithdraw`): node -> (its ask, when heard); an ask no later

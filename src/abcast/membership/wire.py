@@ -87,7 +87,7 @@ class MLeave(Header, frozen=True):
 
 class MWithdraw(Header, frozen=True):
     """Joiner → its contacts: I gave my join up and have stopped; drop my ask, and leave
-    me out of any view that admitted me (I will answer nothing: count me as agreeing).
+    me out of any view that admitted me (I will answer nothing: count on me nowhere).
     `ask` names the join given up: its asks still on their way are stale."""
 
     ask: Count = 0

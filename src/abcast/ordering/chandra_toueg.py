@@ -7,6 +7,7 @@ Phases (`phase`: this node's place in the group; the steps are abcast.consensus.
     member     JoinRequested (alone, fresh)             joining    MJoin to a contact
     joining    MWelcome of this incarnation             member     InstallState, InstallView,
                                                                    its queued broadcasts
+    joining    JoinAbandoned (its join timed out)       stopped    MWithdraw to every contact
     member     LeaveRequested                           leaving    MLeave to the members once
                                                                    its broadcasts are decided
     member*    a decision removes it                    member*    (removed) delivers up to it
@@ -128,6 +129,7 @@ from abcast.events import (
     BroadcastRequested,
     Event,
     Excluded,
+    JoinAbandoned,
     JoinRequested,
     LeaveRequested,
     Received,
@@ -142,7 +144,7 @@ from abcast.layer import Layer
 from abcast.membership import MembershipConfig
 from abcast.membership.contacts import JoinContacts
 from abcast.membership.state import JOIN_RETRY
-from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome
+from abcast.membership.wire import MJoin, MJoinFwd, MLeave, MWelcome, MWithdraw
 from abcast.snapshot import LayerSnapshot
 
 __all__ = ["EMPTY_BATCH", "Batch", "ChandraToueg"]
@@ -183,6 +185,7 @@ class ChandraToueg(Layer):
         self.rejoins = 0  # times this node asked to come back after a removal
         self.book = MembershipBook(node)
         self.contacts: JoinContacts | None = None
+        self.ask = 0
         self.queued: list[tuple[int, bytes]] = []
         self.leave_after_join = False
         self.leave_sent = False
@@ -236,7 +239,7 @@ class ChandraToueg(Layer):
 
     @property
     def majority(self) -> int:
-        return len(self.members) // 2 + 1
+        return self.book.majority(self.members)
 
     def inspect(self) -> LayerSnapshot:
         view = self.view
@@ -250,7 +253,8 @@ class ChandraToueg(Layer):
         return LayerSnapshot(
             layer=self.name, phase=phase, clock=clock,
             counters={"bodies_held": self.store.held(), "decided_waiting": len(self.to_deliver),
-                      "rejoins": self.rejoins})
+                      "rejoins": self.rejoins,
+                      "withdrawals_refused": self.book.refused})
 
     # -- events --------------------------------------------------------------------------
     def handle(self, event: Event, now: int) -> list[Effect]:
@@ -270,7 +274,8 @@ class ChandraToueg(Layer):
                 self._suspects.add(node)  # bodies asked of it are asked of everyone now
                 return self._fetch(self.store.sources_lost(node), ANYONE) + self.settle()
             case Restored(node):
-                self._suspects.discard(node)
+                if not self.book.withdrew(node):  # a joiner that withdrew stays suspected
+                    self._suspects.discard(node)
                 return []
             case Excluded(by, view_id) if lifecycle.excluded_by(self, by, view_id):
                 return lifecycle.on_excluded(self)  # removed in an instance this node missed
@@ -282,6 +287,8 @@ class ChandraToueg(Layer):
                 return lifecycle.give_up(self)
             case JoinRequested(contacts):
                 return lifecycle.join(self, contacts)
+            case JoinAbandoned():
+                return lifecycle.abandon(self) + self.settle()
             case LeaveRequested():
                 return lifecycle.leave(self) + self.settle()
             case SnapshotTaken(token, state):
@@ -341,12 +348,14 @@ class ChandraToueg(Layer):
     # -- receiving -----------------------------------------------------------------------
     def _receive_member(self, sender: NodeId, header: object, inner: Packet) -> list[Effect]:
         match header:
-            case MJoin():
-                return lifecycle.on_join(self, sender, sender)
-            case MJoinFwd(joiner):
+            case MJoin(ask):
+                return lifecycle.on_join(self, sender, sender, ask)
+            case MJoinFwd(joiner, ask):
                 if sender not in self.members:
                     return []  # only a member forwards
-                return lifecycle.on_join(self, sender, joiner)
+                return lifecycle.on_join(self, sender, joiner, ask)
+            case MWithdraw(ask):
+                return self._on_withdraw(sender, ask)
             case MLeave() if sender in self.members:
                 self.book.note_leave(sender, 0)  # its broadcasts are decided (lifecycle)
                 return []
@@ -403,6 +412,16 @@ class ChandraToueg(Layer):
                 return []  # a second welcome (we asked more than once)
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
+
+    def _on_withdraw(self, joiner: NodeId, ask: int) -> list[Effect]:
+        effects = lifecycle.on_withdraw(self, joiner, ask)
+        if not self.book.withdrew(joiner):
+            return effects
+        self._suspects.add(joiner)  # removed in a later batch; no coordinator of ours
+        coord = self._coord  # the majority may be 1 now: our own ack may be enough
+        if coord is not None and coord.proposal is not None and self.node in coord.acks:
+            effects += self._on_ack(self.node, self._round)
+        return effects
 
     # -- bodies --------------------------------------------------------------------------
     def _fetch(self, missing: list[MsgId], source: NodeId) -> list[Effect]:
@@ -617,6 +636,8 @@ class ChandraToueg(Layer):
                 # A member removed as suspected and back: the detector watches it afresh
                 # (and says nothing of the old suspicion), so must this view of it.
                 self._suspects.discard(joiner)
+                if self.book.withdrew(joiner):  # it gave up before this decision came
+                    self._suspects.add(joiner)
         self.to_deliver.append(DecidedBatch(k, batch, source, before, self.members))
         self.k += 1
         self._round = 1

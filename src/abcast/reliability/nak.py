@@ -57,14 +57,19 @@ Rules:
 - A member a view removes is NAKed no more (the view change settled what it sent); its
   inbound streams are kept linger_us (late copies stay duplicates), then forgotten; a
   view that holds it again makes it NAKable again.
+- Guests (an open group's nodes outside the view: a joiner, and the members to it) get
+  digests of their own, unicast, naming only the unicast stream (`sent_m` and `start_m`
+  0: no multicast stream to start): a unicast from a guest is answered at once with
+  what arrived of its stream, and a node digests every guest it holds unstable unicasts
+  for every stable_us, so a lost tail is NAKed. Without them a joiner's packets were
+  never repaired (its view holds only itself: no digest went out), and a withdrawal
+  (`MWithdraw`) lost on the way left a lone member holding a joiner that gave up.
+  `in_flight()`: the packets sent and not yet freed (the give-up's detach waits on it).
 - NAKs, digests, cancels and retransmissions are `control` traffic (not counted as
   protocol packets). No clock, no randomness: time is the `now` argument.
 """
 
 from __future__ import annotations
-
-from collections import deque
-from dataclasses import dataclass, field
 
 from abcast.codec import Packet
 from abcast.effects import Effect, Multicast, Send, SetTimer, Up
@@ -84,6 +89,7 @@ from abcast.events import (
 from abcast.ids import NodeId, View
 from abcast.layer import Layer
 from abcast.reliability.fragments import InnerCodec, SizeGate, encode_header
+from abcast.reliability.nak_streams import InStream, OutStream
 from abcast.reliability.nak_wire import (
     MAX_LIST,
     MCAST,
@@ -112,45 +118,6 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
-class _Out:
-    """One outbound stream: what is unstable (kept for retransmission) and what waits."""
-
-    last: int = 0  # the highest seq sent
-    buf: dict[int, tuple[NData, Packet]] = field(default_factory=dict)
-    buf_bytes: int = 0
-    stable: int = 0  # every seq up to it is freed
-    waiting: deque[tuple[Packet, bool]] = field(default_factory=deque)
-
-
-#: what `_In.held` keeps for a seq above `next`: True handed up, False lost (cancelled, or a
-#: fragment whose packet lost another fragment), or a fragment waiting for the rest of its packet
-_Held = tuple[NData, Packet] | bool
-
-
-@dataclass(slots=True)
-class _In:
-    """One inbound stream: the next seq not yet settled (below it every seq was handed up
-    or lost), what is settled or waiting above it, the sender's highest seq as far as
-    known, and the fragments each fragmented packet has here (by its first seq)."""
-
-    next: int = 0  # 0: not started (a joiner waits for the member's digest: `early`)
-    held: dict[int, _Held] = field(default_factory=dict)
-    known: int = 0
-    runs: dict[int, int] = field(default_factory=dict)
-    early: dict[int, tuple[NData, Packet]] = field(default_factory=dict)
-
-    def missing(self, limit: int) -> list[int]:
-        top = max(self.known, max(self.held, default=0))
-        out: list[int] = []
-        for seq in range(self.next, top + 1):
-            if seq not in self.held:
-                out.append(seq)
-                if len(out) >= limit:
-                    break
-        return out
-
-
 class NakChannel(Layer):
     name = "nak-channel"
     header_type = NakHeader
@@ -165,11 +132,11 @@ class NakChannel(Layer):
         self._members: frozenset[NodeId] = frozenset()
         #: a joiner's: the members it found (their streams started before it came)
         self._found: frozenset[NodeId] | None = None
-        self._m = _Out()
-        self._u: dict[NodeId, _Out] = {}
+        self._m = OutStream()
+        self._u: dict[NodeId, OutStream] = {}
         self._acked_m: dict[NodeId, int] = {}  # each member's contiguous mark of _m
         self._start_m: dict[NodeId, int] = {}  # the first seq of _m each member was sent
-        self._in: dict[tuple[NodeId, int], _In] = {}
+        self._in: dict[tuple[NodeId, int], InStream] = {}
         #: members a view removed: when their streams are forgotten (never NAKed again)
         self._departed: dict[NodeId, int] = {}
         self._xmit: dict[int, set[NodeId]] = {}  # gathered NAKs of the multicast stream
@@ -252,11 +219,11 @@ class NakChannel(Layer):
             return []
         out = self._u.get(to)
         if out is None:
-            out = self._u[to] = _Out()
+            out = self._u[to] = OutStream()
         return self._submit(out, to, packet, control, now)
 
     def _submit(
-        self, out: _Out, to: NodeId | None, packet: Packet, control: bool, now: int
+        self, out: OutStream, to: NodeId | None, packet: Packet, control: bool, now: int
     ) -> list[Effect]:
         if out.waiting or (out.buf and out.buf_bytes >= self.config.window_bytes):
             out.waiting.append((packet, control))
@@ -265,7 +232,7 @@ class NakChannel(Layer):
         return self._emit(out, to, packet, control, now)
 
     def _emit(
-        self, out: _Out, to: NodeId | None, packet: Packet, control: bool, now: int
+        self, out: OutStream, to: NodeId | None, packet: Packet, control: bool, now: int
     ) -> list[Effect]:
         cfg = self.config
         size = len(packet.payload)  # SizeGate.over, inlined (room: sys.maxsize when off)
@@ -308,11 +275,11 @@ class NakChannel(Layer):
         return self._m.buf_bytes + sum(o.buf_bytes for o in self._u.values())
 
     # -- receiving -------------------------------------------------------------------------
-    def _stream_in(self, sender: NodeId, stream: int) -> _In:
+    def _stream_in(self, sender: NodeId, stream: int) -> InStream:
         key = (sender, stream)
         st = self._in.get(key)
         if st is None:
-            st = self._in[key] = _In()
+            st = self._in[key] = InStream()
             # a multicast stream heard before this node's admission is provisional: the
             # view that admits it says whether it waits for the member's start_m
             if stream == UNICAST or (self._found is not None and sender not in self._found):
@@ -335,12 +302,14 @@ class NakChannel(Layer):
                 self.refused_far += 1
             return []
         effects = self._accept(sender, st, header, inner)
+        if header.stream == UNICAST and sender not in self._members:
+            effects.append(self._guest_digest(sender))  # a guest hears from no digest
         if st.held:
             effects += self._arm_nak(now)
         self._marks_moved = True
         return effects + self._arm_stable(now)
 
-    def _accept(self, sender: NodeId, st: _In, header: NData, inner: Packet) -> list[Effect]:
+    def _accept(self, sender: NodeId, st: InStream, header: NData, inner: Packet) -> list[Effect]:
         """Hand a packet up the moment it is whole, whatever the gaps below it (see the
         rules: what a crashed sender got through must reach the layer above)."""
         seq = header.seq
@@ -373,7 +342,7 @@ class NakChannel(Layer):
             self._drain(st)  # drain per fragment made a packet cost its fragments squared
         return effects
 
-    def _reassemble(self, sender: NodeId, st: _In, first: int, frags: int) -> list[Effect]:
+    def _reassemble(self, sender: NodeId, st: InStream, first: int, frags: int) -> list[Effect]:
         del st.runs[first]
         held = st.held
         seqs = range(first, first + frags)
@@ -397,7 +366,7 @@ class NakChannel(Layer):
                 return []
         return [Up(sender, whole)]
 
-    def _drain(self, st: _In) -> None:
+    def _drain(self, st: InStream) -> None:
         """Move `next` over what is settled; a fragment at `next` whose packet cannot be
         completed (a fragment before it or in it was lost) is lost too."""
         held = st.held
@@ -415,7 +384,7 @@ class NakChannel(Layer):
             del held[st.next]
             st.next += 1
 
-    def _start(self, sender: NodeId, st: _In, start: int) -> list[Effect]:
+    def _start(self, sender: NodeId, st: InStream, start: int) -> list[Effect]:
         """Begin a stream that waited for its start (a joiner's): replay what came early."""
         st.next = max(1, start)
         early, st.early = st.early, {}
@@ -523,12 +492,22 @@ class NakChannel(Layer):
         self._stable_armed = True
         return [SetTimer("stable", now + self.config.stable_us)]
 
+    def _guest_digest(self, peer: NodeId) -> Send:
+        """A digest for `peer` outside the view (see the rules): its unicast marks only."""
+        u = self._in.get((peer, UNICAST))
+        out = self._u.get(peer)
+        mark = Mark(peer, 0, max(0, u.next - 1) if u else 0, out.last if out else 0,
+                    out.stable if out else 0, 0)
+        return Send(peer, NDigest(0, 0, [mark]), control=True)
+
     def _stability_round(self, now: int) -> list[Effect]:
         self._stable_armed = False
+        guests: list[Effect] = [self._guest_digest(p) for p, o in self._u.items()
+                                if o.buf and p not in self._members]
         outs = [self._m, *self._u.values()]
         unstable = any(o.buf or o.waiting for o in outs)
         if not (unstable or self._marks_moved) or not self._others:
-            return []
+            return guests + self._arm_stable(now) if guests else []
         self._marks_moved = False
         marks = []
         for peer in self._others:
@@ -540,7 +519,7 @@ class NakChannel(Layer):
                               out.stable if out else 0, self._start_m.get(peer, 1)))
         self.digests += 1
         digest = NDigest(self._m.last, self._m.stable, marks)
-        effects: list[Effect] = [Multicast(self._others, digest, control=True)]
+        effects: list[Effect] = [Multicast(self._others, digest, control=True), *guests]
         return effects + self._arm_stable(now)
 
     def _on_digest(self, sender: NodeId, digest: NDigest, now: int) -> list[Effect]:
@@ -557,7 +536,7 @@ class NakChannel(Layer):
         for mark in digest.marks:
             if mark.peer != self.node:
                 continue
-            if m.next == 0:  # we joined: the member's stream starts where it says
+            if m.next == 0 and mark.start_m:  # we joined: the member's stream starts there
                 effects += self._start(sender, m, mark.start_m)
                 m.known = max(m.known, digest.sent_m)
                 gap = gap or m.known >= m.next
@@ -574,7 +553,9 @@ class NakChannel(Layer):
                     stale = stale or u.next - 1 > mark.stable_u
         if gap:
             effects += self._arm_nak(now)
-        if stale:
+        if stale and sender not in self._members:
+            effects.append(self._guest_digest(sender))  # a guest hears no other digest
+        elif stale:
             self._marks_moved = True
             effects += self._arm_stable(now)
         return effects
@@ -584,7 +565,7 @@ class NakChannel(Layer):
             return self._m.last
         return min(self._acked_m.get(p, 0) for p in self._others)
 
-    def _free(self, out: _Out, to: NodeId | None, upto: int, now: int) -> list[Effect]:
+    def _free(self, out: OutStream, to: NodeId | None, upto: int, now: int) -> list[Effect]:
         upto = min(upto, out.last)
         while out.stable < upto:
             out.stable += 1
@@ -661,6 +642,10 @@ class NakChannel(Layer):
             del self._in[key]
 
     # -- inspection ------------------------------------------------------------------------
+    def in_flight(self) -> int:
+        """Packets sent and not yet freed: some receiver may still lack them."""
+        return len(self._m.buf) + sum(len(o.buf) for o in self._u.values())
+
     def backpressured(self) -> bool:
         """A stream's queue waiting for window room is past `max_waiting`."""
         longest = max((len(o.waiting) for o in self._u.values()), default=0)
