@@ -11,7 +11,8 @@ re-asserts what this client already holds, its node id (by token, with its addre
 its group memberships, so a registry that restarted empty learns them again before
 anything else is asked. Requests wait while the registry is away and are re-sent on the
 next connection (every request is idempotent), so a running group never notices the
-registry dying: only calls that need an answer wait for it to come back. A registry
+registry dying: only calls that need an answer wait for it to come back (or for `close()`, which
+ends every waiting call with LocalProtocolError). A registry
 never reached is another matter (a wrong URL, none started): until the first connection,
 a call waits at most `connect_timeout_s` (REGISTRY_TIMEOUT_S, 10 s, the CLI's
 `--timeout` default too), then raises ConfigError naming the URL. A refusal from the
@@ -236,6 +237,8 @@ class RegistryClient:
         return await self._info(lambda rid: WaitDone(rid, group, count))
 
     async def close(self) -> None:
+        """Stop; every call still waiting (for a reply, or for the registry to come
+        back) raises LocalProtocolError."""
         self._closed = True
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
@@ -246,6 +249,8 @@ class RegistryClient:
             if not fut.done():
                 fut.set_exception(LocalProtocolError("registry client closed"))
         self._pending.clear()
+        if self._up is not None:
+            self._up.set()  # wakes the calls waiting for a connection: they see _closed
 
     async def __aenter__(self) -> RegistryClient:
         return self
@@ -272,6 +277,10 @@ class RegistryClient:
         up = self._ensure_keeper()
         while True:
             await self._wait_up(up)
+            # A close() while this call waited for a connection (or for a reply the lost
+            # connection took: _LostError) sets `up`: the call ends here, not waits for ever.
+            if self._closed:
+                raise LocalProtocolError("registry client closed")
             writer = self._writer
             if writer is None:
                 await asyncio.sleep(0)
