@@ -16,7 +16,10 @@ ordering, all frames on the node's one transport). Three ways in:
   transfers state) set before that.
 
 `leave()` is graceful: the group installs a view without this node, then it closes.
-In a dynamic group the leader keeps the registry's record right (abcast.runtime.registrar).
+`close()` is at once, in any phase (see docs/groups.md): while opening it ends the
+opening (open() raises LocalProtocolError), and it takes this node off the registry's
+record; its host node's `close()` closes it too. In a dynamic group the leader keeps the
+registry's record right (abcast.runtime.registrar).
 Addresses of members that join later are found through the registry
 (abcast.runtime.node), so nothing but node ids travels with a join.
 
@@ -259,6 +262,10 @@ class Group:
         self.removed_view: View | None = None  # the view without this node, if any
         self.refused: str | None = None  # why the registry stopped taking our record
         self._state = "new"
+        #: while opening: the task doing it (close() cancels it) and when it is over
+        self._opener: asyncio.Task[None] | None = None
+        self._open_over = asyncio.Event()
+        self._close_asked = False  # close() came while opening: open() raises
 
     # ----------------------------------------------------------------- dynamic groups
 
@@ -283,40 +290,63 @@ class Group:
     # ----------------------------------------------------------------- lifecycle
 
     async def open(self) -> Group:
+        """Open (or create, or join) the group. A `close()` meanwhile — the group's own, or
+        its host node's — ends the opening at once: it raises LocalProtocolError."""
         if self._state != "new":
             raise LocalProtocolError(f"group {self.name!r} already {self._state}")
         self._state = "opening"
         host = self._host
+        reserved = False
         try:
             if self._own_host:
                 await host.start()
-            if self._app is not None and self._mode != "join":
-                self._app.bind(self)  # a joiner binds once the registry named the ordering
-            if self._user_hook is None:
-                self._queue = asyncio.Queue()
-            if self._opt_hook is None:
-                self._opt_queue = asyncio.Queue()
-            if self._mode == "static":
-                await self._open_static(host)
-            elif self._mode == "create":
-                await self._open_created(host)
-            else:
-                await self._open_joined(host)
-        except BaseException:
-            host.unreserve(self.name)
+            host.reserve(self.name, self.close)  # held frames; Node.close() closes us too
+            reserved = True
+            # The steps run as a task of their own, so that close() can cancel them
+            # without cancelling the caller (cancelling the caller cancels them too).
+            self._opener = asyncio.get_running_loop().create_task(
+                self._open_steps(host), name=f"open-{self.name}")
+            await self._opener
+            if self._close_asked:  # the steps were done as close() came
+                raise LocalProtocolError(f"group {self.name!r} was closed while opening")
+        except BaseException as exc:
+            if reserved:
+                host.unreserve(self.name)
             await self._stop_registrar()
             if self._driver is not None:
                 host.detach(self.name)
+            self._end_queues()
             await self._leave_registry()
             if self._own_host:
                 await host.close()
             self._state = "closed"
+            current = asyncio.current_task()
+            if (self._close_asked and isinstance(exc, asyncio.CancelledError)
+                    and current is not None and not current.cancelling()):
+                raise LocalProtocolError(
+                    f"group {self.name!r} was closed while opening") from None
             raise
+        finally:
+            self._opener = None
+            self._open_over.set()
         self._state = "open"
         return self
 
+    async def _open_steps(self, host: Node) -> None:
+        if self._app is not None and self._mode != "join":
+            self._app.bind(self)  # a joiner binds once the registry named the ordering
+        if self._user_hook is None:
+            self._queue = asyncio.Queue()
+        if self._opt_hook is None:
+            self._opt_queue = asyncio.Queue()
+        if self._mode == "static":
+            await self._open_static(host)
+        elif self._mode == "create":
+            await self._open_created(host)
+        else:
+            await self._open_joined(host)
+
     async def _open_static(self, host: Node) -> None:
-        host.reserve(self.name)
         async with asyncio.timeout(self._join_timeout_s):
             members = await self._members(host)
         host.add_peers(members)
@@ -355,10 +385,10 @@ class Group:
     async def _open_created(self, host: Node) -> None:
         registry = self._dynamic_registry(host)
         options = encode_options(self.options)
-        host.reserve(self.name)
         self._attach(host, View(1, (host.id,)))
         await registry.announce(self.name, self.ordering, 1, {host.id: host.address},
                                 create=True, options=options)
+        self._registered = True  # listed: closing takes this node off (_leave_registry)
         self._start_registrar(registry, options)
 
     async def _open_joined(self, host: Node) -> None:
@@ -383,7 +413,6 @@ class Group:
             raise ConfigError(f"{host.id} is already a member of {self.name!r}")
         if self._app is not None:
             self._app.bind(self)
-        host.reserve(self.name)
         contacts = self._contacts(host, info)
         driver = self._attach(host, View(0, (host.id,)))
         driver.join(contacts)
@@ -395,6 +424,7 @@ class Group:
         except BaseException:
             await self._abandon_join(driver, contacts)
             raise
+        self._registered = True  # listed by the leader: closing takes this node off
         self._start_registrar(registry, info.options or encode_options(self.options))
 
     async def _abandon_join(self, driver: GroupDriver, contacts: tuple[NodeId, ...]) -> None:
@@ -474,6 +504,16 @@ class Group:
         await self.close()
 
     async def close(self) -> None:
+        """Close the group here (at once: see `leave()` for a graceful departure). Takes
+        this node off the registry's record of the group; while opening, ends the opening
+        (open() raises LocalProtocolError). Closing twice does nothing."""
+        if self._departed is not None:
+            self._departed.set()  # a leave() or abandoned join waiting on it: nothing comes
+        if self._state == "opening":
+            self._close_asked = True
+            if self._opener is not None:
+                self._opener.cancel()
+            await self._open_over.wait()
         if self._state in ("closed", "new"):
             self._state = "closed"
             return

@@ -47,7 +47,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -159,6 +159,8 @@ class Node:
         self._groups: dict[str, GroupDriver] = {}
         self._endpoints: dict[str, Callable[[Link, Envelope], None]] = {}
         self._joining: dict[str, list[tuple[Link, Envelope]]] = {}
+        #: group -> its Group's close(), awaited by close() (see reserve)
+        self._closers: dict[str, Callable[[], Awaitable[None]]] = {}
         self._closed_groups: set[str] = set()
         self._unknown_logged: set[tuple[NodeId, str]] = set()  # (sender, group) logged
         self._peer_urls: dict[NodeId, str] = {}
@@ -238,9 +240,18 @@ class Node:
         return self
 
     async def close(self) -> None:
+        """Close every group hosted here (each as its own `close()` would: a group still
+        opening fails, deliveries() end, the registry's record lets go of this node), then
+        the transport and the registry client."""
         if self._state in ("closing", "closed"):
             return
         self._state = "closing"
+        for group, closer in list(self._closers.items()):
+            try:
+                await closer()
+            except Exception:
+                log.exception("%s: closing group %r raised", self._id, group)
+        self._closers.clear()
         for task in self._resolvers.values():
             task.cancel()
         self._resolvers.clear()
@@ -316,18 +327,23 @@ class Node:
 
     # ----------------------------------------------------------------- groups (for Group)
 
-    def reserve(self, group: str) -> None:
+    def reserve(self, group: str, closer: Callable[[], Awaitable[None]] | None = None) -> None:
         """`group` is being joined: hold its frames until `attach` (a no-op if it already
-        is; reserving before a join starts keeps what peers send in the meantime)."""
+        is; reserving before a join starts keeps what peers send in the meantime).
+        `closer` (the Group's close) is awaited by `close()` until the group is detached
+        or unreserved."""
         self._require_open()
-        if group in self._groups:
+        if group in self._groups or group in self._closers:
             raise LocalProtocolError(f"node {self.id} already hosts group {group!r}")
         self._closed_groups.discard(group)
         self._joining.setdefault(group, [])
+        if closer is not None:
+            self._closers[group] = closer
 
     def unreserve(self, group: str) -> None:
         """A join that failed: forget the group and what was held for it."""
         self._joining.pop(group, None)
+        self._closers.pop(group, None)
 
     def attach(self, driver: GroupDriver) -> None:
         """Start `driver`'s stack and hand it the frames held while it was joining."""
@@ -349,6 +365,7 @@ class Node:
         """Stop hosting `group`; peers that no other group needs are let go."""
         driver = self._groups.pop(group, None)
         self._joining.pop(group, None)
+        self._closers.pop(group, None)
         if driver is None:
             return
         driver.close()
