@@ -135,6 +135,41 @@ def test_peer_traffic_counts_a_multicast_frame_once_for_each_of_its_peers() -> N
     assert off == {}
 
 
+def test_node_ids_a_remote_claims_do_not_become_peer_labels_one_by_one() -> None:
+    """Every node id a remote claims (a connection each, no secret needed) got its own
+    entry in the traffic table, so its own `peer` label on abcast_peer_frames_total and
+    abcast_peer_bytes_total: memory and series without bound. Peers the node has no
+    address of count together under OTHER_PEERS; a peer it knows keeps its own."""
+    from abcast.codec import encode_frame
+    from abcast.runtime.node import OTHER_PEERS
+    from abcast.runtime.status import peer_traffic
+    from abcast.stack import Packet
+    from abcast.transport import TransportOptions, transport_from_url
+
+    async def main() -> dict[str, tuple[int, int]]:
+        node = await Node("mem://", node="n1", metrics_port=0).start()
+        claimed = []
+        try:
+            for i in range(20):
+                fake = transport_from_url("mem://", TransportOptions())
+                await fake.start(f"fake{i}", lambda link, data: None)
+                fake.add_peer("n1", node.address)
+                fake.send("n1", encode_frame("nosuchgroup", f"fake{i}", Packet((), b"")))
+                claimed.append(fake)
+            await _until(lambda: node.stats.unknown_group_frames == 20)
+            node.add_peers({"fake0": claimed[0].address})  # now a peer it knows
+            claimed[0].send("n1", encode_frame("nosuchgroup", "fake0", Packet((), b"")))
+            await _until(lambda: node.stats.unknown_group_frames == 21)
+            return {peer: (t.frames_in, t.frames_out)
+                    for peer, t in peer_traffic(node).items()}
+        finally:
+            for fake in claimed:
+                await fake.close()
+            await node.close()
+
+    assert asyncio.run(main()) == {OTHER_PEERS: (20, 0), "fake0": (1, 0)}
+
+
 def test_a_leave_is_one_flush_in_the_flush_duration_histogram() -> None:
     """n3 leaves: n1 and n2 each count one flush, as long as the flush really took, in
     `abcast_flush_duration_seconds` (and nothing before it: the first view is no flush)."""

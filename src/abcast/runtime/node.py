@@ -75,6 +75,9 @@ RESOLVE_EVERY_S: Final = 0.1
 #: (sender, group) pairs whose frames for a group not hosted here were logged; beyond
 #: this many, such frames are only counted
 MAX_UNKNOWN_LOGGED: Final = 1024
+#: the traffic table's one entry for every peer this node has no address of (see
+#: `_new_peer`): the node ids a remote claims must not become metric labels one by one
+OTHER_PEERS: Final = "(other)"
 
 
 class Service(Protocol):
@@ -553,9 +556,18 @@ class Node:
                  self._id, env.sender, link.remote, env.group)
 
     def _new_peer(self, peer: NodeId) -> list[int]:
-        """A peer's first traffic counts (called only while metrics are on)."""
+        """Where a peer's traffic counts, the first time (called only while metrics are
+        on): its own entry once the node has its address (a member of a hosted group's
+        view, a pinned server), else the one OTHER_PEERS entry — so that a remote claiming
+        a new node id per connection, or per frame where a link carries none, adds no
+        entry and no `peer` label."""
         traffic = self.traffic
         assert traffic is not None
+        if peer not in self._peer_urls:
+            peer = OTHER_PEERS
+            counts = traffic.get(peer)
+            if counts is not None:
+                return counts
         counts = traffic[peer] = [0, 0, 0, 0]
         return counts
 
