@@ -170,6 +170,30 @@ def test_node_ids_a_remote_claims_do_not_become_peer_labels_one_by_one() -> None
     assert asyncio.run(main()) == {OTHER_PEERS: (20, 0), "fake0": (1, 0)}
 
 
+def test_the_naks_family_counts_the_nak_channels_naks_too() -> None:
+    """abcast_naks_total summed the ack channel's `gap_acks` only: over udp:// (the NAK
+    channel, whose counter is `naks_sent`) it stayed 0 while the channel NAKed (43-54
+    NAKs, 0 counted, in /tmp/runfix/h_naks_metric.py's runs at loss=0.3)."""
+    from abcast.runtime.metrics import families
+    from abcast.runtime.status import GroupStatus, NodeStatus
+    from abcast.snapshot import LayerSnapshot
+
+    def naks(*layers: LayerSnapshot) -> float:
+        counters = dict.fromkeys(("broadcasts", "delivered", "opt_delivered",
+                                  "protocol_packets", "control_packets", "retransmissions",
+                                  "bad_batches", "app_errors", "snapshots", "views"), 0)
+        group = GroupStatus(name="g", view_id=1, members=["n1"], leader="n1", closed=False,
+                            layers=list(layers), counters=counters)
+        status = NodeStatus(node="n1", address="udp://x", pid=1, groups=[group],
+                            counters={}, config={})
+        family = next(f for f in families(status, {}) if f.name == "abcast_naks")
+        return sum(sample.value for sample in family.samples)
+
+    assert naks(LayerSnapshot(layer="nak", counters={"naks_sent": 7})) == 7
+    assert naks(LayerSnapshot(layer="reliable", counters={"gap_acks": 3}),
+                LayerSnapshot(layer="fifo", counters={"naks_received": 5})) == 3
+
+
 def test_a_leave_is_one_flush_in_the_flush_duration_histogram() -> None:
     """n3 leaves: n1 and n2 each count one flush, as long as the flush really took, in
     `abcast_flush_duration_seconds` (and nothing before it: the first view is no flush)."""
