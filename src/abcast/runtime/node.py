@@ -17,7 +17,9 @@ a healthy sender for a frame that was never wrong, only not ours.
 Addresses: a node with a registry registers its transport URL there once it is up, and
 a frame for a peer whose address it does not know yet (a member that joined a group
 after this node opened it, or one a welcome named) is queued (up to a bound) while the
-peer's address is asked of the registry (`locate`), then sent. So a joiner needs to
+peer's address is asked of the registry (`locate`), then sent (or dropped, counted in
+`unresolved_frames`, when none comes within RESOLVE_FOR_S or the lookup fails; the
+peer's next frame asks again). So a joiner needs to
 announce itself to no one: whoever must reach it finds it. Without a registry every
 peer must be added by hand (`add_peers`), as before. `prune_peers` lets go of peers no
 hosted group's view holds (a removed or crashed member).
@@ -53,7 +55,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from abcast.codec import Envelope, decode_envelope
-from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
+from abcast.errors import AbcastError, ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.registry.client import RegistryClient
 from abcast.runtime.driver import GroupDriver
@@ -166,6 +168,7 @@ class Node:
         self._closers: dict[str, Callable[[], Awaitable[None]]] = {}
         self._closed_groups: set[str] = set()
         self._unknown_logged: set[tuple[NodeId, str]] = set()  # (sender, group) logged
+        self._unresolvable_logged: set[NodeId] = set()  # peers the registry would not find
         self._peer_urls: dict[NodeId, str] = {}
         self._pinned: set[NodeId] = set()  # peers outside every view (a ticket server)
         self._unresolved: dict[NodeId, list[bytes]] = {}
@@ -484,20 +487,32 @@ class Node:
                         break
                     await asyncio.sleep(RESOLVE_EVERY_S)
         except TimeoutError:
-            dropped = self._unresolved.pop(peer, [])
-            self._resolvers.pop(peer, None)
-            self.stats.unresolved_frames += len(dropped)
-            log.warning("%s: no address for %s after %.0f s; dropped %d frames",
-                        self._id, peer, RESOLVE_FOR_S, len(dropped))
+            self._unresolvable(peer, f"no address after {RESOLVE_FOR_S:.0f} s")
             return
         except LocalProtocolError:
             return  # the registry client was closed: the node is shutting down
+        except AbcastError as exc:  # the registry refused, or the client would not ask
+            # (at once: logged once per peer, or a frame a second would be a line a second)
+            self._unresolvable(peer, str(exc), quiet=peer in self._unresolvable_logged)
+            if len(self._unresolvable_logged) < MAX_UNKNOWN_LOGGED:
+                self._unresolvable_logged.add(peer)
+            return
         self._resolvers.pop(peer, None)
         if self._state == "open":
             self.stats.resolved_peers += 1
             log.info("%s found %s at %s through the registry", self._id, peer, address)
             with contextlib.suppress(LocalProtocolError):
                 self.add_peers({peer: address})
+
+    def _unresolvable(self, peer: NodeId, why: str, quiet: bool = False) -> None:
+        """`peer`'s address was not found: its queued frames are dropped (counted; the
+        reliable channel sends them again) and its next frame asks again."""
+        dropped = self._unresolved.pop(peer, [])
+        self._resolvers.pop(peer, None)
+        self.stats.unresolved_frames += len(dropped)
+        log.log(logging.DEBUG if quiet else logging.WARNING,
+                "%s: no address for %s (%s); dropped %d frames", self._id, peer, why,
+                len(dropped))
 
     # ----------------------------------------------------------------- inbound frames
 
