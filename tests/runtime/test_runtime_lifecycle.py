@@ -186,3 +186,22 @@ def test_the_registrar_of_a_view_without_members_stays_quiet_and_stops_cleanly(
     with caplog.at_level("ERROR", logger="abcast.runtime.registrar"):
         asyncio.run(main())
     assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [RuntimeError]
+
+
+def test_a_join_whose_registry_went_away_gives_up_within_its_timeout() -> None:
+    """join_timeout_s bounded only the wait to be admitted: the registry lookup before it
+    waited for as long as the registry was away."""
+
+    async def main() -> None:
+        server = RegistryServer()
+        await server.start()
+        node = await Node("mem://", registry=server.url).start()
+        await server.close()
+        joining = asyncio.create_task(Group.join("chat", host=node, join_timeout_s=0.2))
+        done, _ = await asyncio.wait({joining}, timeout=BOUND_S)
+        assert done, "Group.join still waiting past its join_timeout_s"
+        assert isinstance(joining.exception(), TimeoutError)
+        assert node.groups == ()
+        await node.close()
+
+    asyncio.run(main())

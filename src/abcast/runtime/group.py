@@ -81,7 +81,8 @@ DEFAULT_TRANSPORT: Final = "tcp://127.0.0.1:0"
 LEAVE_TIMEOUT_S: Final = 2.0
 #: how long a graceful leave may take before the group is closed anyway
 GRACEFUL_LEAVE_TIMEOUT_S: Final = 10.0
-#: how long `Group.join` waits to be admitted, unless join_timeout_s says otherwise
+#: how long `Group.join` waits to find the group and be admitted, unless join_timeout_s
+#: says otherwise
 JOIN_TIMEOUT_S: Final = 30.0
 #: a removed member's address is kept this long (its last frames may need resending)
 PRUNE_AFTER_S: Final = 15.0
@@ -393,7 +394,11 @@ class Group:
 
     async def _open_joined(self, host: Node) -> None:
         registry = self._dynamic_registry(host)
-        info = await registry.lookup(self.name)
+        # One deadline for finding the group and being admitted (a registry that went
+        # away held the lookup past join_timeout_s, for as long as it was away).
+        deadline = asyncio.get_running_loop().time() + (self._join_timeout_s or JOIN_TIMEOUT_S)
+        async with asyncio.timeout_at(deadline):
+            info = await registry.lookup(self.name)
         if info.secret and host.secret is None:
             raise ConfigError(f"group {self.name!r} is a secret group: its members admit only "
                               "holders of its secret (secret=, ABCAST_SECRET or --secret-file)")
@@ -419,7 +424,7 @@ class Group:
         assert self._admitted is not None and self._departed is not None
         log.info("%s asks %s to join %s", host.id, ",".join(contacts), self.name)
         try:
-            async with asyncio.timeout(self._join_timeout_s or JOIN_TIMEOUT_S):
+            async with asyncio.timeout_at(deadline):
                 await self._admitted.wait()
         except BaseException:
             await self._abandon_join(driver, contacts)
