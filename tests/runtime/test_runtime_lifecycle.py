@@ -5,6 +5,7 @@ the members are gone."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -203,5 +204,59 @@ def test_a_join_whose_registry_went_away_gives_up_within_its_timeout() -> None:
         assert isinstance(joining.exception(), TimeoutError)
         assert node.groups == ()
         await node.close()
+
+    asyncio.run(main())
+
+
+def test_a_close_cancelled_while_it_stops_a_background_task_is_cancelled() -> None:
+    """Registrar.stop() (in Group.close/leave) and RegistryClient.close() (in Node.close)
+    stopped their task with `suppress(CancelledError)` around `await task`, which also
+    swallowed a cancellation of the caller arriving meanwhile: the cancelled caller ran
+    on. Cleanup that runs after a cancellation still stops its tasks to the end."""
+    from abcast import View
+    from abcast.runtime.registrar import Registrar
+    from abcast.tasks import stop_task
+
+    async def cancelled_inside(stop: Callable[[], Awaitable[None]]) -> list[str]:
+        reached: list[str] = []
+
+        async def caller() -> None:
+            await stop()
+            reached.append("ran on past its cancellation")
+
+        task = asyncio.create_task(caller())
+        await asyncio.sleep(0)  # it waits inside stop(): cancel it there
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return reached
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            client = RegistryClient(server.url, **FAST)
+            await client.register(address="tcp://h:1")
+            assert client.node is not None
+            registrar = Registrar(client, "g", "fifo", b"", client.node, "tcp://h:1",
+                                  lambda: View(1, ("n1",)), lambda _: None)
+            registrar.start()
+            assert await cancelled_inside(registrar.stop) == []
+            assert await cancelled_inside(client.close) == []
+
+            # cleanup after the caller's cancellation: every stop_task runs to the end
+            sleepers = [asyncio.create_task(asyncio.sleep(60)) for _ in range(2)]
+
+            async def cleanup_after_cancel() -> None:
+                try:
+                    await asyncio.sleep(60)
+                finally:
+                    for sleeper in sleepers:
+                        await stop_task(sleeper)
+
+            task = asyncio.create_task(cleanup_after_cancel())
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert all(s.cancelled() for s in sleepers)
 
     asyncio.run(main())

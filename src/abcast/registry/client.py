@@ -32,7 +32,6 @@ It knows the registry protocol (messages.py) and nothing about transports or sta
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import random
@@ -78,6 +77,7 @@ from abcast.registry.messages import (
 )
 from abcast.security import load_secret
 from abcast.security.signing import Signer
+from abcast.tasks import stop_task
 
 log: Final = logging.getLogger(__name__)
 
@@ -242,9 +242,7 @@ class RegistryClient:
         self._closed = True
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await stop_task(keeper)
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(LocalProtocolError("registry client closed"))

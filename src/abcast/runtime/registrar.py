@@ -17,6 +17,7 @@ from typing import Final
 from abcast.errors import AbcastError, ConfigError
 from abcast.ids import NodeId, View
 from abcast.registry.client import RegistryClient
+from abcast.tasks import stop_task
 
 log: Final = logging.getLogger(__name__)
 
@@ -78,9 +79,7 @@ class Registrar:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
 
     async def _run(self) -> None:
         while True:
