@@ -64,6 +64,27 @@ def test_close_while_a_static_group_waits_for_its_members_ends_the_open() -> Non
     asyncio.run(main())
 
 
+def test_close_while_the_groups_own_node_starts_ends_the_open() -> None:
+    """A close() that came while open() started the group's own node (registering with
+    the registry) was seen by nothing: the open went on to wait for members for ever,
+    and close() waited for the open."""
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            group = Group("bank", ordering="fifo", registry=server.url, size=2)
+            opening = asyncio.create_task(group.open())
+            await asyncio.sleep(0)  # open() is inside its node's start
+            assert group.host._state == "starting"
+            closing = asyncio.create_task(group.close())
+            ended = await _settled(opening)
+            assert isinstance(ended, LocalProtocolError)
+            await asyncio.wait({closing}, timeout=BOUND_S)
+            assert closing.done() and not group.host.running
+            assert await _listed(server.url, "bank") == {}
+
+    asyncio.run(main())
+
+
 def test_closing_a_node_closes_its_groups_in_every_phase() -> None:
     """Node.close() closed the stacks only: a deliveries() reader stayed parked for ever,
     the groups said they were active, a dynamic group's registrar ran on (parked on the

@@ -303,12 +303,13 @@ class Group:
                 await host.start()
             host.reserve(self.name, self.close)  # held frames; Node.close() closes us too
             reserved = True
-            # The steps run as a task of their own, so that close() can cancel them
-            # without cancelling the caller (cancelling the caller cancels them too).
-            self._opener = asyncio.get_running_loop().create_task(
-                self._open_steps(host), name=f"open-{self.name}")
-            await self._opener
-            if self._close_asked:  # the steps were done as close() came
+            if not self._close_asked:  # (a close() that came while the own node started)
+                # The steps run as a task of their own, so that close() can cancel them
+                # without cancelling the caller (cancelling the caller cancels them too).
+                self._opener = asyncio.get_running_loop().create_task(
+                    self._open_steps(host), name=f"open-{self.name}")
+                await self._opener
+            if self._close_asked:  # before the steps, or as they were done
                 raise LocalProtocolError(f"group {self.name!r} was closed while opening")
         except BaseException as exc:
             if reserved:
