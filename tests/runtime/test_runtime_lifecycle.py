@@ -281,3 +281,34 @@ def test_a_close_cancelled_while_it_stops_a_background_task_is_cancelled() -> No
             assert all(s.cancelled() for s in sleepers)
 
     asyncio.run(main())
+
+
+def test_a_group_closed_while_the_registry_is_away_is_not_joined_again_on_its_return() -> None:
+    """Closing skips the registry's Leave while the registry is away (a dead registry must
+    not hold up a shutdown), but the client kept the membership and re-joined it on its
+    next connection: the restarted registry listed the closed member again, for as long
+    as its node ran."""
+
+    async def main() -> None:
+        first = RegistryServer()
+        url = await first.start()
+        port = int(url.rsplit(":", 1)[1])
+        node = await Node("mem://", registry=RegistryClient(url, **FAST)).start()
+        registry = node.registry
+        assert registry is not None
+        solo = await Group("solo", ordering="fifo", host=node, size=1).open()
+        kept = await Group("kept", ordering="fifo", host=node, size=1).open()
+        await first.close()
+        while registry.connected:
+            await asyncio.sleep(0.005)
+        await solo.close()
+        second = RegistryServer(port=port, recovery_grace_s=0.05)
+        await second.start()
+        await registry.lookup("kept")  # answered once the client has re-asserted itself
+        assert second.group_info("solo").members == {}
+        assert list(second.group_info("kept").members) == [node.id]
+        await kept.close()
+        await node.close()
+        await second.close()
+
+    asyncio.run(main())

@@ -195,6 +195,33 @@ def test_closing_the_client_ends_the_calls_it_has_waiting() -> None:
     asyncio.run(main())
 
 
+def test_a_group_forgotten_while_away_is_left_on_the_next_connection() -> None:
+    """`forget` (a group closed while the registry was away): the membership is not
+    re-asserted on the next connection, and its Leave goes out there, so a registry that
+    only lost the connection (state kept) forgets it too."""
+    from abcast.registry.limits import RegistryLimits
+
+    async def main() -> None:
+        # Connections idle for 0.2 s are closed by the registry: every client reconnects.
+        async with RegistryServer(limits=RegistryLimits(idle_timeout_s=0.2)) as server:
+            a, b = RegistryClient(server.url, **FAST), RegistryClient(server.url, **FAST)
+            assert [await a.register(), await b.register()] == ["n1", "n2"]
+            await a.join("g", "tcp://h:1", size=2)
+            await b.join("g", "tcp://h:2")
+            a.forget("g")
+            await until(lambda: list(server.group_info("g").members) == ["n2"], 5.0)
+            reconnects = a.reconnects
+            await until(lambda: a.reconnects > reconnects, 5.0)  # once more: no re-join
+            await a.lookup("g")
+            assert list(server.group_info("g").members) == ["n2"]
+            await a.join("g", "tcp://h:1")  # joining again takes it back
+            assert list(server.group_info("g").members) == ["n1", "n2"]
+            for client in (a, b):
+                await client.close()
+
+    asyncio.run(main())
+
+
 def test_a_registry_never_reached_fails_within_the_timeout_naming_its_url() -> None:
     """The Python API and the CLI give up on a dead registry alike: one default,
     REGISTRY_TIMEOUT_S (the CLI's --timeout default), and an error that names the URL."""

@@ -562,12 +562,17 @@ class Group:
 
     async def _leave_registry(self) -> None:
         registry = self._host.registry
-        if not self._registered or registry is None or not registry.connected:
-            return  # a dead registry must not hold up a shutdown
+        if not self._registered or registry is None:
+            return
         self._registered = False
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(LEAVE_TIMEOUT_S):
-                await registry.leave(self.name)
+        if registry.connected:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(LEAVE_TIMEOUT_S):
+                    await registry.leave(self.name)
+                return
+        # A registry away (or too slow) must not hold up a shutdown; but it must not get
+        # this membership back either: the client re-joined it on every reconnection.
+        registry.forget(self.name)
 
     # ----------------------------------------------------------------- membership events
 
