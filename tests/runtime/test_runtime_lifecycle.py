@@ -312,3 +312,28 @@ def test_a_group_closed_while_the_registry_is_away_is_not_joined_again_on_its_re
         await second.close()
 
     asyncio.run(main())
+
+
+def test_a_node_closed_while_it_starts_does_not_come_up() -> None:
+    """close() during start()'s last step (its metrics server starting) was undone by
+    start(), which marked the node running over its closed transport and left the
+    metrics server listening."""
+
+    async def main() -> None:
+        node = Node("tcp://127.0.0.1:0", node="n1", metrics_port=0)
+        starting = asyncio.create_task(node.start())
+        while node._address is None:  # the transport is up; the services start next
+            await asyncio.sleep(0)
+        await node.close()
+        done, _ = await asyncio.wait({starting}, timeout=BOUND_S)
+        assert done and isinstance(starting.exception(), LocalProtocolError)
+        assert not node.running
+        if node.metrics_url is not None:  # it had come up: it must be down again
+            host, port = node.metrics_url.split("/")[2].rsplit(":", 1)
+            with pytest.raises(OSError):
+                _, writer = await asyncio.open_connection(host, int(port))
+                writer.close()
+        with pytest.raises(LocalProtocolError, match="closed"):
+            node.add_peers({"n2": "tcp://127.0.0.1:9"})
+
+    asyncio.run(main())

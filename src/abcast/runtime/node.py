@@ -233,6 +233,8 @@ class Node:
             if self.registry is not None:
                 await self.registry.register(self._id, self._address)
             await self._start_services()
+            if self._state != "starting":  # close() came meanwhile: undo what started since
+                raise LocalProtocolError(f"node {self._id} was closed while starting")
         except BaseException:
             self._state = "closed"
             await self._stop_services()
@@ -282,8 +284,8 @@ class Node:
 
             self.traffic, self.multicast_traffic = {}, {}
             server = MetricsServer(self, *self._metrics_at)
-            self._services.append(server)
             self.metrics_url = await server.start()
+            self._services.append(server)  # once up (a close() meanwhile: start stops it)
         if self._probe_at:
             from abcast.runtime.probe import ProbeServer
 
