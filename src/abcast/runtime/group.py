@@ -53,7 +53,6 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from abcast.codec import NOT_A_MESSAGE
 from abcast.effects import Deliver
 from abcast.errors import Backpressure, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
@@ -66,10 +65,10 @@ from abcast.ordering.registry import (
 from abcast.ordering.ticket import TICKET_NODE
 from abcast.registry.client import RegistryClient
 from abcast.registry.messages import GroupInfo
-from abcast.reliability.channel import ChannelConfig
 from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.node import Node
 from abcast.runtime.registrar import RECHECK_S, Registrar
+from abcast.runtime.stack_options import decode_options, encode_options, for_streams
 from abcast.security import load_secret
 from abcast.snapshot import LayerSnapshot
 from abcast.trace.recorder import TraceRecorder
@@ -102,20 +101,6 @@ class GroupApp(Protocol):
     def bind(self, group: Any) -> None: ...
 
 
-#: Over real transports (TCP, ZeroMQ, gRPC, Pyro, in-memory) a frame is lost only with
-#: its connection, while a busy process can stall for tens of ms: the simulator's 60 ms
-#: retransmission floor would fire on queueing delay alone (measured: retransmission
-#: storms at ~2.5 k msgs/s). A group that keeps the default channel gets a 1 s floor,
-#: and acks that ride on the packets it sends anyway (a lone sequencer message then
-#: costs its nodes no standalone ack frame to write, wake up for and read). The delayed
-#: ack waits 20 ms, not 2: with a 1 s floor an ack only frees the retransmission buffer
-#: and opens the window, and every 2 ms each link's ack timer fired (a standalone ack
-#: when nothing rode back in time) or was moved on by the driver: measured, ~1.9 stack
-#: timer fires per lone message at 1 ms gaps, ~0.9 loop timer callbacks back to back.
-STREAM_CHANNEL: Final = ChannelConfig(ack_delay_us=20_000, rto_us=1_000_000,
-                                      max_rto_us=4_000_000, piggyback_acks=True)
-
-
 async def _await_credit(driver: GroupDriver) -> None:
     """Wait until no layer of the group's stack is backpressured. Polled, backing off
     from 1 ms to 50 ms: credit comes back with acks, through a transport handler that
@@ -124,40 +109,6 @@ async def _await_credit(driver: GroupDriver) -> None:
     while driver.stack.backpressured() and not driver.closed:
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.05)
-
-
-def for_streams(
-    options: OrderingOptions | None, scheme: str = "tcp", frame_bytes: int | None = None,
-    datagram_bytes: int | None = None, envelope: int | None = None,
-) -> OrderingOptions:
-    """The options a runtime stack is built with: the default channel becomes
-    STREAM_CHANNEL; a channel configured on purpose is kept. Over udp:// the default
-    channel (multicast=None) is the NAK channel: one multicast per packet, NAK repair; an
-    explicit "reliable" keeps the ack-based channel there. `frame_bytes` (the transport's
-    max_frame_bytes) caps the channel's: a larger packet leaves in fragments;
-    `datagram_bytes` (its datagram_frame_bytes) cuts the NAK channel's fragments to one
-    datagram each, for frames of `envelope` bytes of envelope (registry.envelope_bytes)."""
-    opts = options or OrderingOptions()
-    if scheme == "udp" and opts.multicast is None:
-        opts = dataclasses.replace(opts, multicast="nak")
-    elif opts.channel == ChannelConfig():
-        opts = dataclasses.replace(opts, channel=STREAM_CHANNEL)
-    if frame_bytes is None and datagram_bytes is None:
-        return opts
-    return opts.within_frames(frame_bytes, datagram_bytes, envelope)
-
-
-def encode_options(options: OrderingOptions | None) -> bytes:
-    return msgspec.msgpack.encode(options or OrderingOptions())
-
-
-def decode_options(data: bytes) -> OrderingOptions:
-    if not data:
-        return OrderingOptions()
-    try:
-        return msgspec.msgpack.decode(data, type=OrderingOptions)
-    except NOT_A_MESSAGE as exc:
-        raise ConfigError(f"the registry holds unreadable ordering options: {exc}") from None
 
 
 class Group:
@@ -263,8 +214,7 @@ class Group:
         self.removed_view: View | None = None  # the view without this node, if any
         self.refused: str | None = None  # why the registry stopped taking our record
         self._state = "new"
-        #: while opening: the task doing it (close() cancels it) and when it is over
-        self._opener: asyncio.Task[None] | None = None
+        self._opener: asyncio.Task[None] | None = None  # opening: what close() cancels
         self._open_over = asyncio.Event()
         self._close_asked = False  # close() came while opening: open() raises
 
@@ -291,8 +241,7 @@ class Group:
     # ----------------------------------------------------------------- lifecycle
 
     async def open(self) -> Group:
-        """Open (or create, or join) the group. A `close()` meanwhile — the group's own, or
-        its host node's — ends the opening at once: it raises LocalProtocolError."""
+        """Open (create, join) the group; a `close()` meanwhile makes it raise."""
         if self._state != "new":
             raise LocalProtocolError(f"group {self.name!r} already {self._state}")
         self._state = "opening"
@@ -395,8 +344,7 @@ class Group:
 
     async def _open_joined(self, host: Node) -> None:
         registry = self._dynamic_registry(host)
-        # One deadline for finding the group and being admitted (a registry that went
-        # away held the lookup past join_timeout_s, for as long as it was away).
+        # One deadline for finding the group and being admitted.
         deadline = asyncio.get_running_loop().time() + (self._join_timeout_s or JOIN_TIMEOUT_S)
         async with asyncio.timeout_at(deadline):
             info = await registry.lookup(self.name)
@@ -510,9 +458,7 @@ class Group:
         await self.close()
 
     async def close(self) -> None:
-        """Close the group here (at once: see `leave()` for a graceful departure). Takes
-        this node off the registry's record of the group; while opening, ends the opening
-        (open() raises LocalProtocolError). Closing twice does nothing."""
+        """Close the group here at once, in any phase (the module's rules)."""
         if self._departed is not None:
             self._departed.set()  # a leave() or abandoned join waiting on it: nothing comes
         if self._state == "opening":
