@@ -80,8 +80,7 @@ DEFAULT_TRANSPORT: Final = "tcp://127.0.0.1:0"
 LEAVE_TIMEOUT_S: Final = 2.0
 #: how long a graceful leave may take before the group is closed anyway
 GRACEFUL_LEAVE_TIMEOUT_S: Final = 10.0
-#: how long `Group.join` waits to find the group and be admitted, unless join_timeout_s
-#: says otherwise
+#: how long `Group.join` may take (finding the group, admission): join_timeout_s's default
 JOIN_TIMEOUT_S: Final = 30.0
 #: a removed member's address is kept this long (its last frames may need resending)
 PRUNE_AFTER_S: Final = 15.0
@@ -252,9 +251,15 @@ class Group:
                 await host.start()
             host.reserve(self.name, self.close)  # held frames; Node.close() closes us too
             reserved = True
-            if not self._close_asked:  # (a close() that came while the own node started)
-                # The steps run as a task of their own, so that close() can cancel them
-                # without cancelling the caller (cancelling the caller cancels them too).
+            if self._close_asked:  # (a close() that came while the own node started)
+                pass
+            elif self._peers is not None:
+                await self._open_steps(host)  # static, members given: never waits (below)
+            else:
+                # Steps that wait (registry, admission) run as a task close() can cancel
+                # without cancelling the caller (cancelling the caller cancels them too);
+                # not the others: its loop turn lets members opened before this one send
+                # to ones not reserved yet (frames dropped there, resent 1 s later).
                 self._opener = asyncio.get_running_loop().create_task(
                     self._open_steps(host), name=f"open-{self.name}")
                 await self._opener
@@ -460,7 +465,7 @@ class Group:
     async def close(self) -> None:
         """Close the group here at once, in any phase (the module's rules)."""
         if self._departed is not None:
-            self._departed.set()  # a leave() or abandoned join waiting on it: nothing comes
+            self._departed.set()  # a leave() or abandoned join waiting: nothing comes now
         if self._state == "opening":
             self._close_asked = True
             if self._opener is not None:
@@ -516,9 +521,7 @@ class Group:
                 async with asyncio.timeout(LEAVE_TIMEOUT_S):
                     await registry.leave(self.name)
                 return
-        # A registry away (or too slow) must not hold up a shutdown; but it must not get
-        # this membership back either: the client re-joined it on every reconnection.
-        registry.forget(self.name)
+        registry.forget(self.name)  # away or slow: told (not re-joined) when reached again
 
     # ----------------------------------------------------------------- membership events
 
