@@ -335,5 +335,7 @@ def test_a_node_closed_while_it_starts_does_not_come_up() -> None:
                 writer.close()
         with pytest.raises(LocalProtocolError, match="closed"):
             node.add_peers({"n2": "tcp://127.0.0.1:9"})
+        with pytest.raises(LocalProtocolError, match="closed"):  # was taken, and dead
+            node.open_endpoint("rpc", lambda link, env: None)
 
     asyncio.run(main())

@@ -382,6 +382,7 @@ class Node:
 
     def open_endpoint(self, name: str, handler: Callable[[Link, Envelope], None]) -> None:
         """Frames named `name` go to `handler` (see the module rules)."""
+        self._require_open()
         if name in self._groups or name in self._endpoints:
             raise LocalProtocolError(f"node already routes {name!r}")
         self._endpoints[name] = handler
