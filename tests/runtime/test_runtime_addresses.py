@@ -79,6 +79,32 @@ def test_frames_for_a_peer_nobody_knows_are_dropped_counted_and_logged_once(
     assert len(warnings) == 1 and "dropped 7 frames" in warnings[0]
 
 
+def test_a_lookup_the_registry_client_refuses_drops_the_frames_and_asks_again_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Locate that fails at once (ConfigError: an id the registry would not read, a
+    reply the client cannot read) killed the resolver task: its frames stayed queued for
+    good, every later frame for that peer joined them, no lookup was tried again and
+    nothing was counted. Now: dropped and counted, logged once per peer, and the next
+    frame asks again."""
+    bogus = "x" * 200  # the registry's ids are at most 64 characters: the client refuses
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            a = await Node("mem://", registry=server.url).start()
+            try:
+                for k in range(3):
+                    a.transmit(bogus, _frame(k))
+                    await _until(lambda k=k: a.stats.unresolved_frames == k + 1)
+                    assert bogus not in a._unresolved and bogus not in a._resolvers
+            finally:
+                await a.close()
+
+    with caplog.at_level(logging.WARNING, logger="abcast.runtime"):
+        asyncio.run(main())
+    assert len([r for r in caplog.records if "no address for xxx" in r.getMessage()]) == 1
+
+
 def test_without_a_registry_an_unknown_peer_is_a_local_error() -> None:
     async def main() -> None:
         a = await Node("mem://", node="n1").start()

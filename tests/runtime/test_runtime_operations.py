@@ -135,6 +135,65 @@ def test_peer_traffic_counts_a_multicast_frame_once_for_each_of_its_peers() -> N
     assert off == {}
 
 
+def test_node_ids_a_remote_claims_do_not_become_peer_labels_one_by_one() -> None:
+    """Every node id a remote claims (a connection each, no secret needed) got its own
+    entry in the traffic table, so its own `peer` label on abcast_peer_frames_total and
+    abcast_peer_bytes_total: memory and series without bound. Peers the node has no
+    address of count together under OTHER_PEERS; a peer it knows keeps its own."""
+    from abcast.codec import encode_frame
+    from abcast.runtime.node import OTHER_PEERS
+    from abcast.runtime.status import peer_traffic
+    from abcast.stack import Packet
+    from abcast.transport import TransportOptions, transport_from_url
+
+    async def main() -> dict[str, tuple[int, int]]:
+        node = await Node("mem://", node="n1", metrics_port=0).start()
+        claimed = []
+        try:
+            for i in range(20):
+                fake = transport_from_url("mem://", TransportOptions())
+                await fake.start(f"fake{i}", lambda link, data: None)
+                fake.add_peer("n1", node.address)
+                fake.send("n1", encode_frame("nosuchgroup", f"fake{i}", Packet((), b"")))
+                claimed.append(fake)
+            await _until(lambda: node.stats.unknown_group_frames == 20)
+            node.add_peers({"fake0": claimed[0].address})  # now a peer it knows
+            claimed[0].send("n1", encode_frame("nosuchgroup", "fake0", Packet((), b"")))
+            await _until(lambda: node.stats.unknown_group_frames == 21)
+            return {peer: (t.frames_in, t.frames_out)
+                    for peer, t in peer_traffic(node).items()}
+        finally:
+            for fake in claimed:
+                await fake.close()
+            await node.close()
+
+    assert asyncio.run(main()) == {OTHER_PEERS: (20, 0), "fake0": (1, 0)}
+
+
+def test_the_naks_family_counts_the_nak_channels_naks_too() -> None:
+    """abcast_naks_total summed the ack channel's `gap_acks` only: over udp:// (the NAK
+    channel, whose counter is `naks_sent`) it stayed 0 while the channel NAKed (43-54
+    NAKs, 0 counted, in /tmp/runfix/h_naks_metric.py's runs at loss=0.3)."""
+    from abcast.runtime.metrics import families
+    from abcast.runtime.status import GroupStatus, NodeStatus
+    from abcast.snapshot import LayerSnapshot
+
+    def naks(*layers: LayerSnapshot) -> float:
+        counters = dict.fromkeys(("broadcasts", "delivered", "opt_delivered",
+                                  "protocol_packets", "control_packets", "retransmissions",
+                                  "bad_batches", "app_errors", "snapshots", "views"), 0)
+        group = GroupStatus(name="g", view_id=1, members=["n1"], leader="n1", closed=False,
+                            layers=list(layers), counters=counters)
+        status = NodeStatus(node="n1", address="udp://x", pid=1, groups=[group],
+                            counters={}, config={})
+        family = next(f for f in families(status, {}) if f.name == "abcast_naks")
+        return sum(sample.value for sample in family.samples)
+
+    assert naks(LayerSnapshot(layer="nak", counters={"naks_sent": 7})) == 7
+    assert naks(LayerSnapshot(layer="reliable", counters={"gap_acks": 3}),
+                LayerSnapshot(layer="fifo", counters={"naks_received": 5})) == 3
+
+
 def test_a_leave_is_one_flush_in_the_flush_duration_histogram() -> None:
     """n3 leaves: n1 and n2 each count one flush, as long as the flush really took, in
     `abcast_flush_duration_seconds` (and nothing before it: the first view is no flush)."""

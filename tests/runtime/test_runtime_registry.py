@@ -8,9 +8,10 @@ import struct
 import msgspec
 import pytest
 
-from abcast.errors import ConfigError
+from abcast.errors import ConfigError, LocalProtocolError
 from abcast.registry import RegistryClient, RegistryServer
 from abcast.registry.messages import Lookup, encode
+from abcast.testing.polling import until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -156,6 +157,67 @@ def test_a_restarted_registry_learns_members_again_and_waiting_calls_resume() ->
         for client in (a, b, late):
             await client.close()
         await second.close()
+
+    asyncio.run(main())
+
+
+def test_closing_the_client_ends_the_calls_it_has_waiting() -> None:
+    """A call waiting for a reply the registry holds (a wait for members), or for a
+    registry that went away to come back, raises LocalProtocolError when the client is
+    closed (both waited for ever: the lost connection's _LostError sent them back to
+    wait for a connection that a closed client never makes)."""
+
+    async def main() -> None:
+        server = RegistryServer()
+        await server.start()
+        client = RegistryClient(server.url, **FAST)
+        await client.register()
+        held = asyncio.create_task(client.wait_members("g", 5))  # the registry holds it
+        await until(lambda: server.stats.requests >= 2, 5.0)  # register, then the wait
+        await client.close()
+        with pytest.raises(LocalProtocolError, match="closed"):
+            async with asyncio.timeout(5):  # a bound on the failure only
+                await held
+
+        client = RegistryClient(server.url, **FAST)
+        await client.register()
+        await server.close()
+        await until(lambda: not client.connected, 5.0)
+        away = asyncio.create_task(client.lookup("g"))  # waits for the registry
+        await asyncio.sleep(0)
+        await client.close()
+        with pytest.raises(LocalProtocolError, match="closed"):
+            async with asyncio.timeout(5):
+                await away
+        with pytest.raises(LocalProtocolError, match="closed"):
+            await client.lookup("g")
+
+    asyncio.run(main())
+
+
+def test_a_group_forgotten_while_away_is_left_on_the_next_connection() -> None:
+    """`forget` (a group closed while the registry was away): the membership is not
+    re-asserted on the next connection, and its Leave goes out there, so a registry that
+    only lost the connection (state kept) forgets it too."""
+    from abcast.registry.limits import RegistryLimits
+
+    async def main() -> None:
+        # Connections idle for 0.2 s are closed by the registry: every client reconnects.
+        async with RegistryServer(limits=RegistryLimits(idle_timeout_s=0.2)) as server:
+            a, b = RegistryClient(server.url, **FAST), RegistryClient(server.url, **FAST)
+            assert [await a.register(), await b.register()] == ["n1", "n2"]
+            await a.join("g", "tcp://h:1", size=2)
+            await b.join("g", "tcp://h:2")
+            a.forget("g")
+            await until(lambda: list(server.group_info("g").members) == ["n2"], 5.0)
+            reconnects = a.reconnects
+            await until(lambda: a.reconnects > reconnects, 5.0)  # once more: no re-join
+            await a.lookup("g")
+            assert list(server.group_info("g").members) == ["n2"]
+            await a.join("g", "tcp://h:1")  # joining again takes it back
+            assert list(server.group_info("g").members) == ["n1", "n2"]
+            for client in (a, b):
+                await client.close()
 
     asyncio.run(main())
 

@@ -27,7 +27,7 @@ from abcast.effects import Deliver, Output, Stage
 from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.runtime.driver import GroupDriver
-from abcast.runtime.group import for_streams
+from abcast.runtime.stack_options import for_streams
 from abcast.testing.virtual_loop import NetHost, VirtualLoop
 
 NODES = ("n1", "n2", "n3")

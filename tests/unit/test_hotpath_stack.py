@@ -29,7 +29,7 @@ from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer_wire import SData
 from abcast.reliability.channel import RData
-from abcast.runtime.group import STREAM_CHANNEL, for_streams
+from abcast.runtime.stack_options import STREAM_CHANNEL, for_streams
 from abcast.stack import Stack
 
 NODES = ("n1", "n2", "n3")

@@ -33,8 +33,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # composition: the stack, and the registry of orderings that builds stacks
     ("stack", ("abcast.stack", "abcast.ordering.registry")),
     ("trace/checks", ("abcast.trace", "abcast.checks")),
+    # (abcast.tasks: stopping a background task without losing the caller's cancellation)
     ("sim/runtime/transport/registry", ("abcast.sim", "abcast.runtime", "abcast.transport",
-                                        "abcast.registry")),
+                                        "abcast.registry", "abcast.tasks")),
     # (abcast.rpc: where DESIGN places client/server requests, being built on branch `rpc`)
     # (abcast.cli_params: the command-line parameter types and the one error line, used by
     # the commands that live in pipeline/ and evaluation/ as well as by cli and apps)

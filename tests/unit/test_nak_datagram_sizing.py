@@ -11,7 +11,7 @@ from __future__ import annotations
 from abcast.effects import Transmit
 from abcast.ids import View
 from abcast.ordering.registry import OrderingOptions, build_stack, envelope_bytes
-from abcast.runtime.group import for_streams
+from abcast.runtime.stack_options import for_streams
 from abcast.transport.udp import UdpTransport
 from abcast.transport.wan import LatencyMatrix, WanTransport
 

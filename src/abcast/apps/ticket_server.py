@@ -37,8 +37,8 @@ from abcast.ids import View
 from abcast.ordering.ticket import TICKET_NODE, server_layers
 from abcast.registry.client import RegistryClient
 from abcast.runtime.driver import GroupDriver
-from abcast.runtime.group import for_streams
 from abcast.runtime.node import Node
+from abcast.runtime.stack_options import for_streams
 from abcast.stack import Stack
 
 

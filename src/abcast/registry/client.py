@@ -9,12 +9,15 @@ decoder before it is sent, so an invalid one (a bad node id or group name) raise
 ConfigError at once instead of being re-sent for ever. On every (re)connection it first
 re-asserts what this client already holds, its node id (by token, with its address) and
 its group memberships, so a registry that restarted empty learns them again before
-anything else is asked. Requests wait while the registry is away and are re-sent on the
-next connection (every request is idempotent), so a running group never notices the
-registry dying: only calls that need an answer wait for it to come back. A registry
-never reached is another matter (a wrong URL, none started): until the first connection,
-a call waits at most `connect_timeout_s` (REGISTRY_TIMEOUT_S, 10 s, the CLI's
-`--timeout` default too), then raises ConfigError naming the URL. A refusal from the
+anything else is asked, and sends the Leaves of groups left while it was away
+(`forget`), so a registry that only lost the connection forgets them too. Requests wait
+while the registry is away and are re-sent on the next connection (every request is
+idempotent), so a running group never notices the registry dying: only calls that need
+an answer wait for it to come back (or for `close()`, which ends every waiting call with
+LocalProtocolError). A registry never reached is another matter (a wrong URL, none
+started): until the first connection, a call waits at most `connect_timeout_s`
+(REGISTRY_TIMEOUT_S, 10 s, the CLI's `--timeout` default too), then raises ConfigError
+naming the URL. A refusal from the
 registry raises ConfigError with the registry's reason.
 
 With a group secret (`secret=`), each connection starts by asking the registry for its
@@ -31,7 +34,6 @@ It knows the registry protocol (messages.py) and nothing about transports or sta
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import random
@@ -77,6 +79,7 @@ from abcast.registry.messages import (
 )
 from abcast.security import load_secret
 from abcast.security.signing import Signer
+from abcast.tasks import stop_task
 
 log: Final = logging.getLogger(__name__)
 
@@ -124,6 +127,8 @@ class RegistryClient:
         self.node: NodeId | None = None
         self.address: str | None = None
         self._joined: dict[str, tuple[str, int | None]] = {}
+        #: groups left while the registry was away (`forget`): told on the next connection
+        self._left: set[str] = set()
         self._pending: dict[int, asyncio.Future[Reply]] = {}
         self._rids = itertools.count(1)
         self._writer: asyncio.StreamWriter | None = None
@@ -212,6 +217,7 @@ class RegistryClient:
 
     async def join(self, group: str, address: str, size: int | None = None) -> GroupInfo:
         node = self._registered()
+        self._left.discard(group)
         info = await self._info(lambda rid: Join(rid, node, self.token, group, address, size))
         self._joined[group] = (address, size)
         return info
@@ -219,7 +225,15 @@ class RegistryClient:
     async def leave(self, group: str) -> None:
         node = self._registered()
         self._joined.pop(group, None)
+        self._left.discard(group)
         await self._info(lambda rid: Leave(rid, node, self.token, group))
+
+    def forget(self, group: str) -> None:
+        """Leave `group` without waiting for the registry: it is no longer re-joined on a
+        new connection, and the Leave goes out first thing on the next one (for a caller
+        that must not wait for a registry that is away: a group closing)."""
+        self._joined.pop(group, None)
+        self._left.add(group)
 
     async def lookup(self, group: str) -> GroupInfo:
         return await self._info(lambda rid: Lookup(rid, group))
@@ -236,16 +250,18 @@ class RegistryClient:
         return await self._info(lambda rid: WaitDone(rid, group, count))
 
     async def close(self) -> None:
+        """Stop; every call still waiting (for a reply, or for the registry to come
+        back) raises LocalProtocolError."""
         self._closed = True
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await stop_task(keeper)
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(LocalProtocolError("registry client closed"))
         self._pending.clear()
+        if self._up is not None:
+            self._up.set()  # wakes the calls waiting for a connection: they see _closed
 
     async def __aenter__(self) -> RegistryClient:
         return self
@@ -272,6 +288,10 @@ class RegistryClient:
         up = self._ensure_keeper()
         while True:
             await self._wait_up(up)
+            # A close() while this call waited for a connection (or for a reply the lost
+            # connection took: _LostError) sets `up`: the call ends here, not waits for ever.
+            if self._closed:
+                raise LocalProtocolError("registry client closed")
             writer = self._writer
             if writer is None:
                 await asyncio.sleep(0)
@@ -350,7 +370,7 @@ class RegistryClient:
 
     async def _replay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Fetch the connection's nonce (with a secret), then re-assert this client's id
-        and memberships on it."""
+        and memberships on it, and leave the groups it left while the registry was away."""
         if self._signer is not None:
             writer.write(encode(Challenge(0)))
             reply = decode_reply(await read_body(reader))
@@ -366,6 +386,8 @@ class RegistryClient:
             Join(next(self._rids), self.node, self.token, group, address, size)
             for group, (address, size) in self._joined.items()
         ]
+        left = set(self._left)
+        requests += [Leave(next(self._rids), self.node, self.token, group) for group in left]
         for request in requests:
             writer.write(encode(self._prove(request)))
             reply = decode_reply(await read_body(reader))
@@ -373,6 +395,7 @@ class RegistryClient:
                 # Someone else took our id while the registry was away: report, carry on.
                 log.error("registry %s refused to restore %s: %s", self.url, self.node,
                           reply.reason)
+        self._left -= left
 
     async def _back_off(self, delay: float) -> float:
         """Sleep `delay`, jittered; the next delay (doubled, capped)."""

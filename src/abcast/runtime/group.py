@@ -16,7 +16,10 @@ ordering, all frames on the node's one transport). Three ways in:
   transfers state) set before that.
 
 `leave()` is graceful: the group installs a view without this node, then it closes.
-In a dynamic group the leader keeps the registry's record right (abcast.runtime.registrar).
+`close()` is at once, in any phase (see docs/groups.md): while opening it ends the
+opening (open() raises LocalProtocolError), and it takes this node off the registry's
+record; its host node's `close()` closes it too. In a dynamic group the leader keeps the
+registry's record right (abcast.runtime.registrar).
 Addresses of members that join later are found through the registry
 (abcast.runtime.node), so nothing but node ids travels with a join.
 
@@ -50,7 +53,6 @@ from typing import Any, Final, Protocol
 
 import msgspec
 
-from abcast.codec import NOT_A_MESSAGE
 from abcast.effects import Deliver
 from abcast.errors import Backpressure, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
@@ -63,10 +65,10 @@ from abcast.ordering.registry import (
 from abcast.ordering.ticket import TICKET_NODE
 from abcast.registry.client import RegistryClient
 from abcast.registry.messages import GroupInfo
-from abcast.reliability.channel import ChannelConfig
 from abcast.runtime.driver import AppHooks, GroupDriver
 from abcast.runtime.node import Node
 from abcast.runtime.registrar import RECHECK_S, Registrar
+from abcast.runtime.stack_options import decode_options, encode_options, for_streams
 from abcast.security import load_secret
 from abcast.snapshot import LayerSnapshot
 from abcast.trace.recorder import TraceRecorder
@@ -78,7 +80,7 @@ DEFAULT_TRANSPORT: Final = "tcp://127.0.0.1:0"
 LEAVE_TIMEOUT_S: Final = 2.0
 #: how long a graceful leave may take before the group is closed anyway
 GRACEFUL_LEAVE_TIMEOUT_S: Final = 10.0
-#: how long `Group.join` waits to be admitted, unless join_timeout_s says otherwise
+#: how long `Group.join` may take (finding the group, admission): join_timeout_s's default
 JOIN_TIMEOUT_S: Final = 30.0
 #: a removed member's address is kept this long (its last frames may need resending)
 PRUNE_AFTER_S: Final = 15.0
@@ -98,20 +100,6 @@ class GroupApp(Protocol):
     def bind(self, group: Any) -> None: ...
 
 
-#: Over real transports (TCP, ZeroMQ, gRPC, Pyro, in-memory) a frame is lost only with
-#: its connection, while a busy process can stall for tens of ms: the simulator's 60 ms
-#: retransmission floor would fire on queueing delay alone (measured: retransmission
-#: storms at ~2.5 k msgs/s). A group that keeps the default channel gets a 1 s floor,
-#: and acks that ride on the packets it sends anyway (a lone sequencer message then
-#: costs its nodes no standalone ack frame to write, wake up for and read). The delayed
-#: ack waits 20 ms, not 2: with a 1 s floor an ack only frees the retransmission buffer
-#: and opens the window, and every 2 ms each link's ack timer fired (a standalone ack
-#: when nothing rode back in time) or was moved on by the driver: measured, ~1.9 stack
-#: timer fires per lone message at 1 ms gaps, ~0.9 loop timer callbacks back to back.
-STREAM_CHANNEL: Final = ChannelConfig(ack_delay_us=20_000, rto_us=1_000_000,
-                                      max_rto_us=4_000_000, piggyback_acks=True)
-
-
 async def _await_credit(driver: GroupDriver) -> None:
     """Wait until no layer of the group's stack is backpressured. Polled, backing off
     from 1 ms to 50 ms: credit comes back with acks, through a transport handler that
@@ -120,40 +108,6 @@ async def _await_credit(driver: GroupDriver) -> None:
     while driver.stack.backpressured() and not driver.closed:
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.05)
-
-
-def for_streams(
-    options: OrderingOptions | None, scheme: str = "tcp", frame_bytes: int | None = None,
-    datagram_bytes: int | None = None, envelope: int | None = None,
-) -> OrderingOptions:
-    """The options a runtime stack is built with: the default channel becomes
-    STREAM_CHANNEL; a channel configured on purpose is kept. Over udp:// the default
-    channel (multicast=None) is the NAK channel: one multicast per packet, NAK repair; an
-    explicit "reliable" keeps the ack-based channel there. `frame_bytes` (the transport's
-    max_frame_bytes) caps the channel's: a larger packet leaves in fragments;
-    `datagram_bytes` (its datagram_frame_bytes) cuts the NAK channel's fragments to one
-    datagram each, for frames of `envelope` bytes of envelope (registry.envelope_bytes)."""
-    opts = options or OrderingOptions()
-    if scheme == "udp" and opts.multicast is None:
-        opts = dataclasses.replace(opts, multicast="nak")
-    elif opts.channel == ChannelConfig():
-        opts = dataclasses.replace(opts, channel=STREAM_CHANNEL)
-    if frame_bytes is None and datagram_bytes is None:
-        return opts
-    return opts.within_frames(frame_bytes, datagram_bytes, envelope)
-
-
-def encode_options(options: OrderingOptions | None) -> bytes:
-    return msgspec.msgpack.encode(options or OrderingOptions())
-
-
-def decode_options(data: bytes) -> OrderingOptions:
-    if not data:
-        return OrderingOptions()
-    try:
-        return msgspec.msgpack.decode(data, type=OrderingOptions)
-    except NOT_A_MESSAGE as exc:
-        raise ConfigError(f"the registry holds unreadable ordering options: {exc}") from None
 
 
 class Group:
@@ -259,6 +213,9 @@ class Group:
         self.removed_view: View | None = None  # the view without this node, if any
         self.refused: str | None = None  # why the registry stopped taking our record
         self._state = "new"
+        self._opener: asyncio.Task[None] | None = None  # opening: what close() cancels
+        self._open_over = asyncio.Event()
+        self._close_asked = False  # close() came while opening: open() raises
 
     # ----------------------------------------------------------------- dynamic groups
 
@@ -283,40 +240,69 @@ class Group:
     # ----------------------------------------------------------------- lifecycle
 
     async def open(self) -> Group:
+        """Open (create, join) the group; a `close()` meanwhile makes it raise."""
         if self._state != "new":
             raise LocalProtocolError(f"group {self.name!r} already {self._state}")
         self._state = "opening"
         host = self._host
+        reserved = False
         try:
             if self._own_host:
                 await host.start()
-            if self._app is not None and self._mode != "join":
-                self._app.bind(self)  # a joiner binds once the registry named the ordering
-            if self._user_hook is None:
-                self._queue = asyncio.Queue()
-            if self._opt_hook is None:
-                self._opt_queue = asyncio.Queue()
-            if self._mode == "static":
-                await self._open_static(host)
-            elif self._mode == "create":
-                await self._open_created(host)
+            host.reserve(self.name, self.close)  # held frames; Node.close() closes us too
+            reserved = True
+            if self._close_asked:  # (a close() that came while the own node started)
+                pass
+            elif self._peers is not None:
+                await self._open_steps(host)  # static, members given: never waits (below)
             else:
-                await self._open_joined(host)
-        except BaseException:
-            host.unreserve(self.name)
+                # Steps that wait (registry, admission) run as a task close() can cancel
+                # without cancelling the caller (cancelling the caller cancels them too);
+                # not the others: its loop turn lets members opened before this one send
+                # to ones not reserved yet (frames dropped there, resent 1 s later).
+                self._opener = asyncio.get_running_loop().create_task(
+                    self._open_steps(host), name=f"open-{self.name}")
+                await self._opener
+            if self._close_asked:  # before the steps, or as they were done
+                raise LocalProtocolError(f"group {self.name!r} was closed while opening")
+        except BaseException as exc:
+            if reserved:
+                host.unreserve(self.name)
             await self._stop_registrar()
             if self._driver is not None:
                 host.detach(self.name)
+            self._end_queues()
             await self._leave_registry()
             if self._own_host:
                 await host.close()
             self._state = "closed"
+            current = asyncio.current_task()
+            if (self._close_asked and isinstance(exc, asyncio.CancelledError)
+                    and current is not None and not current.cancelling()):
+                raise LocalProtocolError(
+                    f"group {self.name!r} was closed while opening") from None
             raise
+        finally:
+            self._opener = None
+            self._open_over.set()
         self._state = "open"
         return self
 
+    async def _open_steps(self, host: Node) -> None:
+        if self._app is not None and self._mode != "join":
+            self._app.bind(self)  # a joiner binds once the registry named the ordering
+        if self._user_hook is None:
+            self._queue = asyncio.Queue()
+        if self._opt_hook is None:
+            self._opt_queue = asyncio.Queue()
+        if self._mode == "static":
+            await self._open_static(host)
+        elif self._mode == "create":
+            await self._open_created(host)
+        else:
+            await self._open_joined(host)
+
     async def _open_static(self, host: Node) -> None:
-        host.reserve(self.name)
         async with asyncio.timeout(self._join_timeout_s):
             members = await self._members(host)
         host.add_peers(members)
@@ -355,15 +341,18 @@ class Group:
     async def _open_created(self, host: Node) -> None:
         registry = self._dynamic_registry(host)
         options = encode_options(self.options)
-        host.reserve(self.name)
         self._attach(host, View(1, (host.id,)))
         await registry.announce(self.name, self.ordering, 1, {host.id: host.address},
                                 create=True, options=options)
+        self._registered = True  # listed: closing takes this node off (_leave_registry)
         self._start_registrar(registry, options)
 
     async def _open_joined(self, host: Node) -> None:
         registry = self._dynamic_registry(host)
-        info = await registry.lookup(self.name)
+        # One deadline for finding the group and being admitted.
+        deadline = asyncio.get_running_loop().time() + (self._join_timeout_s or JOIN_TIMEOUT_S)
+        async with asyncio.timeout_at(deadline):
+            info = await registry.lookup(self.name)
         if info.secret and host.secret is None:
             raise ConfigError(f"group {self.name!r} is a secret group: its members admit only "
                               "holders of its secret (secret=, ABCAST_SECRET or --secret-file)")
@@ -383,18 +372,18 @@ class Group:
             raise ConfigError(f"{host.id} is already a member of {self.name!r}")
         if self._app is not None:
             self._app.bind(self)
-        host.reserve(self.name)
         contacts = self._contacts(host, info)
         driver = self._attach(host, View(0, (host.id,)))
         driver.join(contacts)
         assert self._admitted is not None and self._departed is not None
         log.info("%s asks %s to join %s", host.id, ",".join(contacts), self.name)
         try:
-            async with asyncio.timeout(self._join_timeout_s or JOIN_TIMEOUT_S):
+            async with asyncio.timeout_at(deadline):
                 await self._admitted.wait()
         except BaseException:
             await self._abandon_join(driver, contacts)
             raise
+        self._registered = True  # listed by the leader: closing takes this node off
         self._start_registrar(registry, info.options or encode_options(self.options))
 
     async def _abandon_join(self, driver: GroupDriver, contacts: tuple[NodeId, ...]) -> None:
@@ -474,6 +463,14 @@ class Group:
         await self.close()
 
     async def close(self) -> None:
+        """Close the group here at once, in any phase (the module's rules)."""
+        if self._departed is not None:
+            self._departed.set()  # a leave() or abandoned join waiting: nothing comes now
+        if self._state == "opening":
+            self._close_asked = True
+            if self._opener is not None:
+                self._opener.cancel()
+            await self._open_over.wait()
         if self._state in ("closed", "new"):
             self._state = "closed"
             return
@@ -516,12 +513,15 @@ class Group:
 
     async def _leave_registry(self) -> None:
         registry = self._host.registry
-        if not self._registered or registry is None or not registry.connected:
-            return  # a dead registry must not hold up a shutdown
+        if not self._registered or registry is None:
+            return
         self._registered = False
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(LEAVE_TIMEOUT_S):
-                await registry.leave(self.name)
+        if registry.connected:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(LEAVE_TIMEOUT_S):
+                    await registry.leave(self.name)
+                return
+        registry.forget(self.name)  # away or slow: told (not re-joined) when reached again
 
     # ----------------------------------------------------------------- membership events
 

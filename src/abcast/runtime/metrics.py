@@ -185,12 +185,18 @@ _GROUP_COUNTERS: Final = {
     "snapshots": ("abcast_state_transfers", "States handed to joiners."),
     "views": ("abcast_view_changes", "Views installed on this node."),
 }
-#: layer counters also summed into a family of their own, across layers
+#: families summed across layers from the layers' own counters: family -> (metric, help,
+#: the counters it sums); NAKs are the ack channel's gap acks or the NAK channel's NAKs
 _LAYER_SUMS: Final = {
-    "suspicions": ("abcast_suspicions", "Peers suspected by the failure detector."),
-    "gap_acks": ("abcast_naks",
-                 "Acks naming packets above a gap (the reliable channel's NAKs)."),
+    "suspicions": ("abcast_suspicions", "Peers suspected by the failure detector.",
+                   ("suspicions",)),
+    "naks": ("abcast_naks", "NAKs sent by the channel: the reliable channel's acks naming "
+             "packets above a gap, or the NAK channel's NAKs (udp://).",
+             ("gap_acks", "naks_sent")),
 }
+#: layer counter -> the _LAYER_SUMS family it counts in
+_SUMMED: Final = {counter: family for family, (_, _, counters) in _LAYER_SUMS.items()
+                  for counter in counters}
 
 
 def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]:
@@ -207,7 +213,7 @@ def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]
     named = {key: CounterMetricFamily(name, doc, labels=["node", "group"])
              for key, (name, doc) in _GROUP_COUNTERS.items()}
     sums = {key: CounterMetricFamily(name, doc, labels=["node", "group"])
-            for key, (name, doc) in _LAYER_SUMS.items()}
+            for key, (name, doc, _) in _LAYER_SUMS.items()}
     layer_counts = CounterMetricFamily("abcast_layer_events", "Every layer's own counters.",
                                        labels=["node", "group", "layer", "counter"])
     holdback = GaugeMetricFamily("abcast_holdback_messages",
@@ -241,8 +247,9 @@ def families(status: NodeStatus, meters: dict[str, GroupMeter]) -> Iterator[Any]
             holdback.add_metric([*labels, layer.layer], len(layer.holdback))
             for counter, value in layer.counters.items():
                 layer_counts.add_metric([*labels, layer.layer, counter], value)
-                if counter in totals:
-                    totals[counter] += value
+                summed = _SUMMED.get(counter)
+                if summed is not None:
+                    totals[summed] += value
         for key, family in sums.items():
             family.add_metric(labels, totals[key])
         view_id.add_metric(labels, g.view_id)

@@ -17,7 +17,9 @@ a healthy sender for a frame that was never wrong, only not ours.
 Addresses: a node with a registry registers its transport URL there once it is up, and
 a frame for a peer whose address it does not know yet (a member that joined a group
 after this node opened it, or one a welcome named) is queued (up to a bound) while the
-peer's address is asked of the registry (`locate`), then sent. So a joiner needs to
+peer's address is asked of the registry (`locate`), then sent (or dropped, counted in
+`unresolved_frames`, when none comes within RESOLVE_FOR_S or the lookup fails; the
+peer's next frame asks again). So a joiner needs to
 announce itself to no one: whoever must reach it finds it. Without a registry every
 peer must be added by hand (`add_peers`), as before. `prune_peers` lets go of peers no
 hosted group's view holds (a removed or crashed member).
@@ -47,13 +49,13 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
 from abcast.codec import Envelope, decode_envelope
-from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
+from abcast.errors import AbcastError, ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.registry.client import RegistryClient
 from abcast.runtime.driver import GroupDriver
@@ -75,6 +77,9 @@ RESOLVE_EVERY_S: Final = 0.1
 #: (sender, group) pairs whose frames for a group not hosted here were logged; beyond
 #: this many, such frames are only counted
 MAX_UNKNOWN_LOGGED: Final = 1024
+#: the traffic table's one entry for every peer this node has no address of (see
+#: `_new_peer`): the node ids a remote claims must not become metric labels one by one
+OTHER_PEERS: Final = "(other)"
 
 
 class Service(Protocol):
@@ -159,8 +164,11 @@ class Node:
         self._groups: dict[str, GroupDriver] = {}
         self._endpoints: dict[str, Callable[[Link, Envelope], None]] = {}
         self._joining: dict[str, list[tuple[Link, Envelope]]] = {}
+        #: group -> its Group's close(), awaited by close() (see reserve)
+        self._closers: dict[str, Callable[[], Awaitable[None]]] = {}
         self._closed_groups: set[str] = set()
         self._unknown_logged: set[tuple[NodeId, str]] = set()  # (sender, group) logged
+        self._unresolvable_logged: set[NodeId] = set()  # peers the registry would not find
         self._peer_urls: dict[NodeId, str] = {}
         self._pinned: set[NodeId] = set()  # peers outside every view (a ticket server)
         self._unresolved: dict[NodeId, list[bytes]] = {}
@@ -225,6 +233,8 @@ class Node:
             if self.registry is not None:
                 await self.registry.register(self._id, self._address)
             await self._start_services()
+            if self._state != "starting":  # close() came meanwhile: undo what started since
+                raise LocalProtocolError(f"node {self._id} was closed while starting")
         except BaseException:
             self._state = "closed"
             await self._stop_services()
@@ -238,9 +248,18 @@ class Node:
         return self
 
     async def close(self) -> None:
+        """Close every group hosted here (each as its own `close()` would: a group still
+        opening fails, deliveries() end, the registry's record lets go of this node), then
+        the transport and the registry client."""
         if self._state in ("closing", "closed"):
             return
         self._state = "closing"
+        for group, closer in list(self._closers.items()):
+            try:
+                await closer()
+            except Exception:
+                log.exception("%s: closing group %r raised", self._id, group)
+        self._closers.clear()
         for task in self._resolvers.values():
             task.cancel()
         self._resolvers.clear()
@@ -265,8 +284,8 @@ class Node:
 
             self.traffic, self.multicast_traffic = {}, {}
             server = MetricsServer(self, *self._metrics_at)
-            self._services.append(server)
             self.metrics_url = await server.start()
+            self._services.append(server)  # once up (a close() meanwhile: start stops it)
         if self._probe_at:
             from abcast.runtime.probe import ProbeServer
 
@@ -316,18 +335,23 @@ class Node:
 
     # ----------------------------------------------------------------- groups (for Group)
 
-    def reserve(self, group: str) -> None:
+    def reserve(self, group: str, closer: Callable[[], Awaitable[None]] | None = None) -> None:
         """`group` is being joined: hold its frames until `attach` (a no-op if it already
-        is; reserving before a join starts keeps what peers send in the meantime)."""
+        is; reserving before a join starts keeps what peers send in the meantime).
+        `closer` (the Group's close) is awaited by `close()` until the group is detached
+        or unreserved."""
         self._require_open()
-        if group in self._groups:
+        if group in self._groups or group in self._closers:
             raise LocalProtocolError(f"node {self.id} already hosts group {group!r}")
         self._closed_groups.discard(group)
         self._joining.setdefault(group, [])
+        if closer is not None:
+            self._closers[group] = closer
 
     def unreserve(self, group: str) -> None:
         """A join that failed: forget the group and what was held for it."""
         self._joining.pop(group, None)
+        self._closers.pop(group, None)
 
     def attach(self, driver: GroupDriver) -> None:
         """Start `driver`'s stack and hand it the frames held while it was joining."""
@@ -349,6 +373,7 @@ class Node:
         """Stop hosting `group`; peers that no other group needs are let go."""
         driver = self._groups.pop(group, None)
         self._joining.pop(group, None)
+        self._closers.pop(group, None)
         if driver is None:
             return
         driver.close()
@@ -357,6 +382,7 @@ class Node:
 
     def open_endpoint(self, name: str, handler: Callable[[Link, Envelope], None]) -> None:
         """Frames named `name` go to `handler` (see the module rules)."""
+        self._require_open()
         if name in self._groups or name in self._endpoints:
             raise LocalProtocolError(f"node already routes {name!r}")
         self._endpoints[name] = handler
@@ -464,20 +490,32 @@ class Node:
                         break
                     await asyncio.sleep(RESOLVE_EVERY_S)
         except TimeoutError:
-            dropped = self._unresolved.pop(peer, [])
-            self._resolvers.pop(peer, None)
-            self.stats.unresolved_frames += len(dropped)
-            log.warning("%s: no address for %s after %.0f s; dropped %d frames",
-                        self._id, peer, RESOLVE_FOR_S, len(dropped))
+            self._unresolvable(peer, f"no address after {RESOLVE_FOR_S:.0f} s")
             return
         except LocalProtocolError:
             return  # the registry client was closed: the node is shutting down
+        except AbcastError as exc:  # the registry refused, or the client would not ask
+            # (at once: logged once per peer, or a frame a second would be a line a second)
+            self._unresolvable(peer, str(exc), quiet=peer in self._unresolvable_logged)
+            if len(self._unresolvable_logged) < MAX_UNKNOWN_LOGGED:
+                self._unresolvable_logged.add(peer)
+            return
         self._resolvers.pop(peer, None)
         if self._state == "open":
             self.stats.resolved_peers += 1
             log.info("%s found %s at %s through the registry", self._id, peer, address)
             with contextlib.suppress(LocalProtocolError):
                 self.add_peers({peer: address})
+
+    def _unresolvable(self, peer: NodeId, why: str, quiet: bool = False) -> None:
+        """`peer`'s address was not found: its queued frames are dropped (counted; the
+        reliable channel sends them again) and its next frame asks again."""
+        dropped = self._unresolved.pop(peer, [])
+        self._resolvers.pop(peer, None)
+        self.stats.unresolved_frames += len(dropped)
+        log.log(logging.DEBUG if quiet else logging.WARNING,
+                "%s: no address for %s (%s); dropped %d frames", self._id, peer, why,
+                len(dropped))
 
     # ----------------------------------------------------------------- inbound frames
 
@@ -536,9 +574,18 @@ class Node:
                  self._id, env.sender, link.remote, env.group)
 
     def _new_peer(self, peer: NodeId) -> list[int]:
-        """A peer's first traffic counts (called only while metrics are on)."""
+        """Where a peer's traffic counts, the first time (called only while metrics are
+        on): its own entry once the node has its address (a member of a hosted group's
+        view, a pinned server), else the one OTHER_PEERS entry — so that a remote claiming
+        a new node id per connection, or per frame where a link carries none, adds no
+        entry and no `peer` label."""
         traffic = self.traffic
         assert traffic is not None
+        if peer not in self._peer_urls:
+            peer = OTHER_PEERS
+            counts = traffic.get(peer)
+            if counts is not None:
+                return counts
         counts = traffic[peer] = [0, 0, 0, 0]
         return counts
 

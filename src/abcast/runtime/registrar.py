@@ -17,6 +17,7 @@ from typing import Final
 from abcast.errors import AbcastError, ConfigError
 from abcast.ids import NodeId, View
 from abcast.registry.client import RegistryClient
+from abcast.tasks import stop_task
 
 log: Final = logging.getLogger(__name__)
 
@@ -78,9 +79,7 @@ class Registrar:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
 
     async def _run(self) -> None:
         while True:
@@ -100,11 +99,17 @@ class Registrar:
                 log.warning("%s could not register %s: %s", self.me, self.group, exc)
             except AbcastError as exc:
                 log.warning("%s could not register %s: %s", self.me, self.group, exc)
+            except Exception:
+                # A bug, not the registry: one line with its traceback, and the task ends
+                # here rather than dying unseen and raising later from stop() (in the
+                # middle of a Group.close).
+                log.exception("%s stops registering %s", self.me, self.group)
+                return
 
     async def _ensure(self, *, force: bool) -> None:
         view = self.current_view()
-        if view.leader != self.me or self.me not in view.members:
-            return
+        if self.me not in view.members or view.leader != self.me:
+            return  # (membership first: the view a last member leaves into is empty)
         if not force:
             info = await self.registry.lookup(self.group)
             if (info.view_id, info.ordering, sorted(info.members)) == (
