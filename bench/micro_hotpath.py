@@ -58,7 +58,7 @@ from abcast.ids import NodeId, View
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer_wire import SData, SOrder
 from abcast.reliability.channel import RAck, RData, ReliableChannel
-from abcast.runtime.group import for_streams
+from abcast.runtime.stack_options import for_streams
 from abcast.stack import Stack
 from abcast.transport import Link, Transport, transport_from_url
 

@@ -298,7 +298,7 @@ def test_the_flags_a_launcher_passes_give_the_options_back(
 ])
 def test_the_channel_over_udp_is_nak_unless_one_was_given(
         given: str | None, udp: str | None, tcp: str | None) -> None:
-    from abcast.runtime.group import for_streams
+    from abcast.runtime.stack_options import for_streams
 
     options = OrderingOptions(multicast=given)
     assert for_streams(options, "udp").multicast == udp
