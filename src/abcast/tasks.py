@@ -1,7 +1,8 @@
 """Stopping an asyncio task without losing the caller's own cancellation.
 
 Rules: `await stop_task(task)` cancels `task` and waits for it to end, and is the one way
-the runtime and the registry client stop a background task of theirs. The usual
+the package stops a background task of its own (the runtime, the registry client,
+replicated objects, the chat's web server, the evaluation worker). The usual
 `task.cancel(); with suppress(CancelledError): await task` swallows a cancellation of the
 *caller* that arrives while it waits — the caller's cancel is passed on to the awaited
 task, whose CancelledError is then suppressed as if it were only the task's — and the

@@ -22,7 +22,6 @@ node suspected.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
 import time
@@ -43,6 +42,7 @@ from abcast.registry.client import RegistryClient
 from abcast.runtime.group import Group
 from abcast.runtime.loop import GcMeter, freeze_gc
 from abcast.runtime.node import Node
+from abcast.tasks import stop_task
 from abcast.trace.recorder import TraceRecorder
 from abcast.trace.rows import RunInfo, options_label
 from abcast.transport import parse_url
@@ -633,9 +633,7 @@ async def run_pipe_node(config: WorkerConfig, run: PipeWorker | None = None) -> 
     try:
         await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if not worker.done() and not control.started:
-            worker.cancel()  # still joining when told to stop: nothing to report
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker
+            await stop_task(worker)  # still joining when told to stop: nothing to report
             raise StoppedError("stopped before the run started")
         return await worker
     finally:

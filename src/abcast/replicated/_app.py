@@ -24,7 +24,6 @@ LocalProtocolError saying why, and so does every later call, at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import weakref
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.replicated._group import GroupLike, require_total_order
 from abcast.replicated.replica import Outcome
+from abcast.tasks import stop_task
 
 log: Final = logging.getLogger(__name__)
 
@@ -128,9 +128,7 @@ class GroupApp(Generic[C]):
     async def close(self) -> None:
         """Stop applying deliveries; pending and later calls fail with LocalProtocolError."""
         if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+            await stop_task(self._reader)
             self._reader = None
         self._end(f"{self._what} closed")
 

@@ -35,6 +35,7 @@ from yarl import URL
 
 from abcast.apps.chat.node import ChatNode
 from abcast.apps.chat.protocol import Debug, Error, ServerMessage, encode_server
+from abcast.tasks import stop_task
 
 STATIC: Final = Path(__file__).with_name("static")
 #: the largest frame a page may send; a larger one closes its socket (code 1009)
@@ -121,9 +122,7 @@ async def _websocket(request: web.Request) -> web.StreamResponse:
                 break
     finally:
         chat.unsubscribe(outbox.put)
-        writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await writer
+        await stop_task(writer)
     return ws
 
 
