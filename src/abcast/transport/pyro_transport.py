@@ -9,7 +9,10 @@ handshake itself (the dialler's connect fails and backs off, its batch kept). Wo
 never touch transport state: they hand (callback, args) pairs to a thread-safe queue
 that the loop drains, one `call_soon_threadsafe` per burst, preserving the order of
 each connection's calls; the frames of a burst that follow one another on one
-connection are handed over in one pass (`deliver_all`).
+connection are handed over in one pass (`deliver_all`). A worker whose `append` leaves
+more than high_water_bytes of frames waiting for the loop waits before it returns (until
+close), so its sender's call does too: a sender faster than the receiver's loop is held
+back, as TCP holds back a tcp:// sender, instead of growing the receiver's memory.
 Outbound: one sender thread per peer owns its Pyro proxy (Pyro5 proxies belong to one
 thread) and performs calls one batch at a time, in order: the loop hands it up to
 batch_bytes of queued frames, the thread makes one `append` call per frame (grouped in
@@ -102,8 +105,13 @@ class PyroTransport(QueuedTransport):
         super().__init__(url, options)
         self._daemon: _Daemon | None = None
         self._daemon_thread: threading.Thread | None = None
-        self._lock = threading.Lock()  # guards _posted, _drain_scheduled and _conn_links
+        # guards _posted, _posted_bytes, _drain_scheduled and _conn_links
+        self._lock = threading.Lock()
         self._posted: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        #: bytes of the frames posted by workers and not yet handed over by the loop
+        self._posted_bytes = 0
+        #: workers wait on it while _posted_bytes is above high_water_bytes
+        self._room = threading.Condition(self._lock)
         self._drain_scheduled = False
         self._conn_links: dict[Any, Link] = {}
         self._senders: dict[NodeId, _PyroSender] = {}
@@ -127,21 +135,41 @@ class PyroTransport(QueuedTransport):
 
     # ------------------------------------------------------- thread → loop bridge
 
-    def post(self, callback: Callable[..., None], *args: Any) -> None:
-        """From any thread: run callback(*args) on the loop, in posting order."""
+    def post(self, callback: Callable[..., None], *args: Any, size: int = 0) -> None:
+        """From any thread: run callback(*args) on the loop, in posting order (`size`:
+        the bytes of a frame, counted in _posted_bytes until it is handed over)."""
         with self._lock:
             self._posted.append((callback, args))
+            self._posted_bytes += size
             if self._drain_scheduled:
                 return
             self._drain_scheduled = True
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
             self.loop.call_soon_threadsafe(self._run_posted)
 
+    def _wait_for_room(self) -> None:
+        """From a worker: wait while the loop has more than high_water_bytes of posted
+        frames to hand over (backpressure: this connection's sender waits for its call),
+        or until the transport closes."""
+        high = self.options.high_water_bytes
+        with self._room:
+            while self._posted_bytes > high and self.is_open:
+                self._room.wait()
+
     def _run_posted(self) -> None:
         with self._lock:
             items = list(self._posted)
             self._posted.clear()
             self._drain_scheduled = False
+            taken = self._posted_bytes
+        try:
+            self._hand_over(items)
+        finally:
+            with self._room:
+                self._posted_bytes -= taken
+                self._room.notify_all()
+
+    def _hand_over(self, items: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
         deliver_posted = self._deliver_posted
         run_link: Link | None = None
         run: list[bytes] = []
@@ -191,7 +219,8 @@ class PyroTransport(QueuedTransport):
             limit = self.options.max_frame_bytes
             self.post(link.drop, f"frame of {len(frame)} bytes exceeds max_frame_bytes {limit}")
             raise Pyro5.errors.ProtocolError("frame too large")
-        self.post(self._deliver_posted, link, frame)
+        self.post(self._deliver_posted, link, frame, size=len(frame))
+        self._wait_for_room()
 
     def on_disconnect(self, conn: Any) -> None:
         with self._lock:
@@ -247,6 +276,8 @@ class PyroTransport(QueuedTransport):
         self._senders[peer.node].schedule_handoff()
 
     async def _shutdown(self) -> None:
+        with self._room:  # workers waiting for room: the transport is closing
+            self._room.notify_all()
         senders = list(self._senders.values())
         self._senders.clear()
         for sender in senders:
