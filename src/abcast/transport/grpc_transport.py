@@ -10,7 +10,8 @@ ends. Backpressure is HTTP/2 flow control: `call.write` waits, and the batch bei
 written counts as in flight. A failed call (peer gone, dropped) is replaced by a new
 channel and call after a backoff; the batch that was being written is lost (it may have
 been half delivered, and resending could duplicate). To drop a link the receiver aborts
-the call; a superseded call is cancelled.
+the call; a superseded call is cancelled; a call whose hello does not come within
+io_timeout_s is dropped (logged, counted), as tcp:// drops such a connection.
 
 TLS (`grpc://…?tls=1` with tls_cert/tls_key, and tls_ca to check the other side) is
 grpc's own: the listener's port is a secure port (demanding a client certificate signed
@@ -126,32 +127,10 @@ class GrpcTransport(QueuedTransport):
         assert task is not None
         self._handlers[link] = task
         reason: str | None = None
+        messages = aiter(requests)
         try:
-            greeted = False
-            async for message in requests:
-                if not link.alive or not self.is_open:
-                    break
-                if not greeted:
-                    greeted = True
-                    try:
-                        hello = decode_hello(message)
-                    except DecodeError as exc:
-                        link.drop(str(exc))
-                        break
-                    accepted, superseded = self.admit(hello, link)
-                    if superseded is not None:
-                        self._cancel_handler(superseded)
-                    if not accepted:
-                        link.retire()
-                        break
-                    continue
-                try:
-                    frames = split_frames(message, self.options.max_frame_bytes)
-                except DecodeError as exc:
-                    link.drop(str(exc))
-                    break
-                if frames and not self.deliver_all(link, frames):
-                    break  # dropped or closing: end the call now, not at the next message
+            if await self._greet(messages, link):
+                await self._receive(messages, link)
         finally:
             reason = self._drop_reasons.pop(link, None)
             self._handlers.pop(link, None)
@@ -160,6 +139,43 @@ class GrpcTransport(QueuedTransport):
         if reason is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason)
         return b""
+
+    async def _greet(self, requests: AsyncIterator[bytes], link: Link) -> bool:
+        """Read the call's hello (within io_timeout_s) and admit it; False: the call ends
+        here (dropped, refused, or a late call superseded by a newer one)."""
+        timeout = self.options.io_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                message = await anext(requests, None)
+        except TimeoutError:
+            link.drop(f"no hello within {timeout:g}s")
+            return False
+        if message is None or not link.alive or not self.is_open:
+            return False
+        try:
+            hello = decode_hello(message)
+        except DecodeError as exc:
+            link.drop(str(exc))
+            return False
+        accepted, superseded = self.admit(hello, link)
+        if superseded is not None:
+            self._cancel_handler(superseded)
+        if not accepted:
+            link.retire()
+        return accepted
+
+    async def _receive(self, messages: AsyncIterator[bytes], link: Link) -> None:
+        """Deliver the frames of each batch until the call ends or the link is dropped."""
+        async for message in messages:
+            if not link.alive or not self.is_open:
+                return
+            try:
+                frames = split_frames(message, self.options.max_frame_bytes)
+            except DecodeError as exc:
+                link.drop(str(exc))
+                return
+            if frames and not self.deliver_all(link, frames):
+                return  # dropped or closing: end the call now, not at the next message
 
     def _dropped(self, link: Link, reason: str) -> None:
         self.report_drop(link, reason)
