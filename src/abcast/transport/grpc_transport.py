@@ -206,9 +206,9 @@ class GrpcTransport(QueuedTransport):
         self._channels[peer.node].wake()
 
     async def _shutdown(self) -> None:
-        senders = [channel.close() for channel in self._channels.values()]
+        senders = [task for channel in self._channels.values() for task in channel.close()]
         self._channels.clear()
-        await asyncio.gather(*(t for t in senders if t is not None), return_exceptions=True)
+        await asyncio.gather(*senders, return_exceptions=True)
         for link in list(self._handlers):
             link.retire()
         if self._server is not None:
@@ -222,17 +222,22 @@ class GrpcTransport(QueuedTransport):
 class _GrpcChannel:
     """One peer's sender task: channel + Push call, rebuilt after failures."""
 
-    __slots__ = ("_owner", "_peer", "_task", "_wake")
+    __slots__ = ("_owner", "_peer", "_replaced", "_task", "_wake")
 
     def __init__(self, owner: GrpcTransport, peer: PeerState) -> None:
         self._owner = owner
         self._peer = peer
         self._task: asyncio.Task[None] | None = None
+        #: replaced sender tasks still closing their grpc channel (close awaits them)
+        self._replaced: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Future[None] | None = None
 
     def connect_now(self) -> None:
-        if self._task is not None:
-            self._task.cancel()  # its finally closes the old channel
+        old = self._task
+        if old is not None:
+            old.cancel()  # its finally closes the old channel
+            self._replaced.add(old)
+            old.add_done_callback(self._replaced.discard)
         self._task = self._owner.loop.create_task(self._run())
 
     def wake(self) -> None:
@@ -300,9 +305,10 @@ class _GrpcChannel:
             peer.inflight_bytes = 0
             owner.progressed()
 
-    def close(self) -> asyncio.Task[None] | None:
-        """Stop sending; returns the task to await for the channel to be closed."""
+    def close(self) -> list[asyncio.Task[None]]:
+        """Stop sending; returns the tasks to await for every channel to be closed (the
+        current one's and those of the tasks connect_now replaced)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-        return task
+        return [t for t in (task, *self._replaced) if t is not None]
