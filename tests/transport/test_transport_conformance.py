@@ -31,6 +31,7 @@ from transport_harness import (
 
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.transport import Link, Transport, TransportOptions, transport_from_url
+from abcast.transport._common import QueuedTransport
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("scheme", SCHEMES + SECURED)]
 
@@ -363,3 +364,34 @@ async def _probe(sender: Transport, inbox: Inbox, first: int) -> None:
         sender.send("b", numbered(seq))
         await asyncio.sleep(0.01)
     raise AssertionError(f"no probe arrived; last frames: {inbox.got('a')[-5:]}")
+
+
+def test_close_waits_for_a_start_or_a_close_under_way(scheme: str) -> None:
+    """close() while start() or another close() is under way returns only once that is
+    over, and the transport ends closed: nothing still listening, nothing left running."""
+
+    async def main() -> None:
+        async with Nodes() as nodes:
+            a = transport_from_url(bind_url(scheme), options_for(scheme))
+            nodes.started.append(a)
+            starting = asyncio.ensure_future(a.start("a", Inbox()))
+            await asyncio.sleep(0)  # start() is under way (done already, where it never waits)
+            await a.close()
+            assert starting.done(), "close() returned while start() was still binding"
+            if starting.exception() is not None:
+                assert isinstance(starting.exception(), LocalProtocolError)
+            assert isinstance(a, QueuedTransport)
+            assert not a.is_open, "start() opened the transport after close() returned"
+            with pytest.raises(LocalProtocolError):
+                a.add_peer("b", bind_url(scheme))
+
+            b = await nodes.start(scheme, "b", Inbox())
+            c = await nodes.start(scheme, "c", Inbox())
+            b.add_peer("c", c.address)
+            b.send("c", numbered(0))
+            first = asyncio.ensure_future(b.close())
+            await asyncio.sleep(0)  # the first close() is under way
+            await b.close()
+            assert first.done(), "a second close() returned before the first was over"
+
+    run(main)

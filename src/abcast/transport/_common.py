@@ -328,7 +328,9 @@ class QueuedTransport(Transport):
         self.incarnation = secrets.randbits(61)
         self.sessions = Sessions()
         self.refusals = Refusals()
-        self._state = "new"  # new → open → closing → closed
+        self._state = "new"  # new → starting → open → closing → closed
+        #: set once closed: a close() (or start()) racing the one under way waits for it
+        self._done_closing = asyncio.Event()
         self._node: NodeId | None = None
         self._address: str | None = None
         self._on_frame: FrameHandler | None = None
@@ -385,12 +387,23 @@ class QueuedTransport(Transport):
         try:
             self._address = await self._bind()
         except BaseException:
-            self._state = "closing"
-            await self._shutdown()
-            self._state = "closed"
+            await self._close_after_start()
             raise
+        if self._state != "starting":  # close() came while binding, and waits for us
+            await self._close_after_start()
+            raise LocalProtocolError(f"{self.scheme} transport closed while starting")
         self._state = "open"
         return self._address
+
+    async def _close_after_start(self) -> None:
+        """Shut down what a failed or overtaken `start` bound (close() leaves it to us:
+        shutting down what is still binding is not safe, grpc's server crashes)."""
+        self._state = "closing"
+        try:
+            await self._shutdown()
+        finally:
+            self._state = "closed"
+            self._done_closing.set()
 
     def add_peer(self, node: NodeId, address: str) -> None:
         self._check_open("add_peer")
@@ -449,10 +462,13 @@ class QueuedTransport(Transport):
             await self._progress.wait()
 
     async def close(self) -> None:
-        if self._state in ("closing", "closed"):
-            return
         if self._state == "new":
             self._state = "closed"
+            self._done_closing.set()
+        if self._state == "starting":
+            self._state = "closing"  # start() shuts down what it bound, then sets _done_closing
+        if self._state in ("closing", "closed"):
+            await self._done_closing.wait()  # the close under way (or start) is over
             return
         self._state = "closing"
         if self._busy is not None:
@@ -464,6 +480,7 @@ class QueuedTransport(Transport):
         finally:
             self._peers.clear()
             self._state = "closed"
+            self._done_closing.set()
             self._progress.notify()
 
     # ----------------------------------------------------------- helpers for subclasses
