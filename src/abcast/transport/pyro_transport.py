@@ -5,7 +5,9 @@ Rules: Pyro5 is threaded and blocking, asyncio is not, so this module is a bridg
 Inbound: a Pyro daemon runs its request loop in a thread and one worker thread per
 client connection; the hello travels in Pyro's connection handshake (`_pyroHandshake`),
 so `append` is the only remote method, and a hello with another frame bound fails the
-handshake itself (the dialler's connect fails and backs off, its batch kept). Workers
+handshake itself (the dialler's connect fails and backs off, its batch kept). A
+connection gets io_timeout_s to complete that handshake (a silent one would hold a Pyro
+worker, and once none is free the daemon's accept loop, for ever). Workers
 never touch transport state: they hand (callback, args) pairs to a thread-safe queue
 that the loop drains, one `call_soon_threadsafe` per burst, preserving the order of
 each connection's calls; the frames of a burst that follow one another on one
@@ -76,6 +78,18 @@ class _Daemon(Pyro5.server.Daemon):  # type: ignore[misc]
     def __init__(self, transport: PyroTransport, host: str, port: int) -> None:
         self._transport = transport
         super().__init__(host=host, port=port)
+
+    def _handshake(self, conn: Any, denied_reason: str | None = None) -> bool:
+        """Pyro's handshake, given io_timeout_s: it runs on a worker thread (or, once all
+        are busy, on the accept loop, to deny the connection), and Pyro would wait for a
+        silent connection's first message for ever."""
+        before = conn.gettimeout()
+        conn.settimeout(self._transport.options.io_timeout_s)
+        try:
+            return bool(super()._handshake(conn, denied_reason))
+        finally:
+            with contextlib.suppress(OSError):
+                conn.settimeout(before)
 
     def validateHandshake(self, conn: Any, data: Any) -> Any:  # noqa: N802 (Pyro's name)
         return self._transport.on_handshake(conn, data)
