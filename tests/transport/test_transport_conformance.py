@@ -395,3 +395,27 @@ def test_close_waits_for_a_start_or_a_close_under_way(scheme: str) -> None:
             assert first.done(), "a second close() returned before the first was over"
 
     run(main)
+
+
+def test_a_peer_removed_and_added_again_is_heard_again(scheme: str) -> None:
+    """remove_peer then add_peer of the same node (it left the view and came back) opens
+    a connection that the receiver takes as newer than every earlier one from this
+    sender, even one it has not yet seen close: a connection number restarting at 1
+    read as a late old connection there, and everything sent on it was discarded."""
+
+    async def main() -> None:
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            a = await nodes.start(scheme, "a", Inbox())
+            b = await nodes.start(scheme, "b", inbox)
+            a.add_peer("b", b.address)
+            await _probe(a, inbox, 0)
+            a.add_peer("b", b.address)  # a second connection
+            await _probe(a, inbox, 1000)
+            a.remove_peer("b")
+            a.add_peer("b", b.address)
+            await _probe(a, inbox, 5000)
+            got = inbox.got("a")
+            assert strictly_increasing(got), "frames were reordered or duplicated"
+
+    run(main)

@@ -15,9 +15,11 @@ off a task that has work, which on a machine with fewer cores than busy processe
 cost more than the sleep it saves.
 
 The supersede rule: every outbound connection starts with a hello naming (node,
-incarnation, conn_seq). One node has at most one live inbound connection at a receiver:
-a newer hello from the same node retires the older connection, and frames still arriving
-on it are discarded, so a reconnect can lose frames at the break but never reorder them.
+incarnation, conn_seq; conn_seq counts the transport's connections to all its peers, so a
+later one always has a higher number, across remove_peer and add_peer). One node has at
+most one live inbound connection at a receiver: a newer hello from the same node retires
+the older connection, and frames still arriving on it are discarded, so a reconnect can
+lose frames at the break but never reorder them.
 
 The frame bound: the hello also says the sender's `max_frame_bytes`, and a receiver whose
 own differs refuses the connection (`admit`; `Link.refuse`): the group's channels split
@@ -34,6 +36,7 @@ so the value compared is authenticated.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import random
@@ -68,9 +71,10 @@ MAX_REFUSALS: Final = 1024
 
 class Hello(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """First message of every outbound connection: who is talking, which incarnation of
-    that node's transport, which of its connections to this peer (1, 2, ...), and the
-    sender's frame bound (its `TransportOptions.max_frame_bytes`; 0, or absent on the
-    wire: not said, admitted unchecked)."""
+    that node's transport, which of its connections (1, 2, ... over all its peers: a
+    later connection has a higher number), and the sender's frame bound (its
+    `TransportOptions.max_frame_bytes`; 0, or absent on the wire: not said, admitted
+    unchecked)."""
 
     node: NodeField
     incarnation: _Counter
@@ -232,7 +236,6 @@ class PeerState:
     __slots__ = (
         "address",
         "backoff",
-        "conn_seq",
         "connected_before",
         "inflight_bytes",
         "node",
@@ -247,12 +250,7 @@ class PeerState:
         self.queue: deque[bytes] = deque()
         self.queued_bytes = 0
         self.inflight_bytes = 0  # taken from the queue, not yet accepted by the wire
-        self.conn_seq = 0
         self.connected_before = False
-
-    def next_hello(self, node: NodeId, incarnation: int, max_frame_bytes: int) -> Hello:
-        self.conn_seq += 1
-        return Hello(node, incarnation, self.conn_seq, max_frame_bytes)
 
     def take(self, limit: int) -> tuple[list[bytes], int]:
         """Pop frames up to `limit` bytes (always at least one if any is queued)."""
@@ -328,6 +326,9 @@ class QueuedTransport(Transport):
         self.incarnation = secrets.randbits(61)
         self.sessions = Sessions()
         self.refusals = Refusals()
+        #: conn_seq of the hellos of this transport's outbound connections (next_hello);
+        #: next() on it is atomic, so sender threads may take numbers too
+        self._conn_seqs = itertools.count(1)
         self._state = "new"  # new → starting → open → closing → closed
         #: set once closed: a close() (or start()) racing the one under way waits for it
         self._done_closing = asyncio.Event()
@@ -557,8 +558,12 @@ class QueuedTransport(Transport):
         )
 
     def next_hello(self, peer: PeerState) -> Hello:
-        """The hello of a new outbound connection to `peer`."""
-        return peer.next_hello(self.node, self.incarnation, self.options.max_frame_bytes)
+        """The hello of a new outbound connection to `peer` (any thread). Its conn_seq
+        comes from one counter of this transport, not of the peer: a peer removed and
+        added again must not start again at 1, which its receiver, still holding the
+        earlier connections' hellos, would take for a late old connection."""
+        return Hello(self.node, self.incarnation, next(self._conn_seqs),
+                     self.options.max_frame_bytes)
 
     def admit(self, hello: Hello, link: Link) -> tuple[bool, Link | None]:
         """Check the frame bound, then apply the supersede rule to a fresh inbound
