@@ -78,6 +78,16 @@ class _Daemon(Pyro5.server.Daemon):  # type: ignore[misc]
     def __init__(self, transport: PyroTransport, host: str, port: int) -> None:
         self._transport = transport
         super().__init__(host=host, port=port)
+        self._socket_server = self.transportServer  # close() forgets it
+
+    def release(self) -> None:
+        """Close what Pyro's shutdown leaves open once the request loop has ended: the
+        thread-pool server's selector (an epoll fd the garbage collector would close
+        some time later)."""
+        selector = getattr(self._socket_server, "_selector", None)
+        if selector is not None:
+            with contextlib.suppress(Exception):
+                selector.close()
 
     def _handshake(self, conn: Any, denied_reason: str | None = None) -> bool:
         """Pyro's handshake, given io_timeout_s: it runs on a worker thread (or, once all
@@ -311,6 +321,9 @@ class PyroTransport(QueuedTransport):
         for thread in [s.thread for s in senders] + [self._daemon_thread]:
             if thread is not None:
                 await _wait_thread(thread, self.options.io_timeout_s)
+        if self._daemon is not None and not (self._daemon_thread is not None
+                                             and self._daemon_thread.is_alive()):
+            self._daemon.release()
 
 
 class _PyroSender:
