@@ -120,6 +120,9 @@ class TcpTransport(QueuedTransport):
             self._server = await self.loop.create_server(
                 lambda: _Inbound(self), host=url.host, port=url.port, reuse_address=True,
                 ssl=self._server_ssl,
+                # the TLS handshake gets what the hello gets (asyncio's default: 60 s)
+                ssl_handshake_timeout=(self.options.io_timeout_s if self._server_ssl
+                                       is not None else None),
             )
         except OSError as exc:
             raise ConfigError(f"{self.scheme}: cannot listen on {url}: {exc}") from exc
