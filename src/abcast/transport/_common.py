@@ -51,6 +51,7 @@ import msgspec
 from abcast.codec import NOT_A_MESSAGE, NodeField
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
+from abcast.transport._framing import split_frames
 from abcast.transport.base import (
     FrameHandler,
     Link,
@@ -504,6 +505,17 @@ class QueuedTransport(Transport):
                 link.peer,
             )
         return link.alive and self._state == "open"
+
+    def deliver_batch(self, link: Link, batch: bytes) -> bool:
+        """`deliver_all` for the frames of one batch message (the tcp framing, as grpc://
+        and zmq:// carry them); a batch that is not whole frames drops the link. False
+        once that link can take no more."""
+        try:
+            frames = split_frames(batch, self.options.max_frame_bytes)
+        except DecodeError as exc:
+            link.drop(str(exc))
+            return False
+        return not frames or self.deliver_all(link, frames)
 
     def deliver_all(self, link: Link, frames: list[bytes]) -> bool:
         """`deliver` for every frame of one read, in order; False (and the rest of them

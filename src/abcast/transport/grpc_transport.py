@@ -31,7 +31,7 @@ import grpc.aio
 from abcast.errors import ConfigError, DecodeError
 from abcast.ids import NodeId
 from abcast.transport._common import PeerState, QueuedTransport, decode_hello, encode_hello
-from abcast.transport._framing import encode_frames, split_frames
+from abcast.transport._framing import encode_frames
 from abcast.transport._tls import read_pems
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
@@ -167,14 +167,7 @@ class GrpcTransport(QueuedTransport):
     async def _receive(self, messages: AsyncIterator[bytes], link: Link) -> None:
         """Deliver the frames of each batch until the call ends or the link is dropped."""
         async for message in messages:
-            if not link.alive or not self.is_open:
-                return
-            try:
-                frames = split_frames(message, self.options.max_frame_bytes)
-            except DecodeError as exc:
-                link.drop(str(exc))
-                return
-            if frames and not self.deliver_all(link, frames):
+            if not link.alive or not self.is_open or not self.deliver_batch(link, message):
                 return  # dropped or closing: end the call now, not at the next message
 
     def _dropped(self, link: Link, reason: str) -> None:

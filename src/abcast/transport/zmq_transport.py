@@ -52,7 +52,7 @@ from abcast.transport._common import (
     decode_hello,
     encode_hello,
 )
-from abcast.transport._framing import encode_frames, split_frames
+from abcast.transport._framing import encode_frames
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)
@@ -132,12 +132,7 @@ class ZmqTransport(QueuedTransport):
                     if not link.alive:
                         break
                     continue
-                try:
-                    frames = split_frames(batch, self.options.max_frame_bytes)
-                except DecodeError as exc:
-                    link.drop(str(exc))
-                    break
-                if frames and not self.deliver_all(link, frames):
+                if not self.deliver_batch(link, batch):
                     break
 
     def _open_link(self, identity: bytes) -> Link:
