@@ -44,9 +44,7 @@ def test_frames_on_one_link_arrive_in_order(scheme: str) -> None:
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            a = await nodes.start(scheme, "a", Inbox())
-            b = await nodes.start(scheme, "b", inbox)
-            a.add_peer("b", b.address)
+            a, b = await _pair(nodes, scheme, inbox)
             sizes = [8 + (seq * 37) % 3000 for seq in range(count)]
             for seq in range(count):
                 a.send("b", numbered(seq, sizes[seq]))
@@ -69,9 +67,7 @@ def test_large_frames_arrive_intact(scheme: str) -> None:
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            a = await nodes.start(scheme, "a", Inbox())
-            b = await nodes.start(scheme, "b", inbox)
-            a.add_peer("b", b.address)
+            a, _b = await _pair(nodes, scheme, inbox)
             plan = [(0, 4 * MiB), (1, 10), (2, 4 * MiB), (3, 4 * MiB - 1), (4, 100)]
             for seq, size in plan:
                 a.send("b", numbered(seq, size))
@@ -156,9 +152,7 @@ def test_reconnecting_to_a_live_peer_never_reorders(scheme: str) -> None:
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            a = await nodes.start(scheme, "a", Inbox())
-            b = await nodes.start(scheme, "b", inbox)
-            a.add_peer("b", b.address)
+            a, b = await _pair(nodes, scheme, inbox)
             seq = 0
             for round_ in range(5):
                 for _ in range(400):
@@ -249,9 +243,7 @@ def test_dropped_link_is_counted_and_the_sender_comes_back(scheme: str) -> None:
 
         inbox.hook = drop_poison
         async with Nodes() as nodes:
-            a = await nodes.start(scheme, "a", Inbox())
-            b = await nodes.start(scheme, "b", inbox)
-            a.add_peer("b", b.address)
+            a, b = await _pair(nodes, scheme, inbox)
             for seq in range(100):
                 a.send("b", numbered(seq))
             await inbox.wait_until(lambda: poison in inbox.got("a"), "the poison frame")
@@ -352,6 +344,14 @@ def test_drain_holds_the_sender_at_the_high_water_mark_and_loses_nothing(scheme:
     run(main)
 
 
+async def _pair(nodes: Nodes, scheme: str, inbox: Inbox) -> tuple[Transport, Transport]:
+    """Nodes a and b started, b a peer of a; b's frames go to `inbox`."""
+    a = await nodes.start(scheme, "a", Inbox())
+    b = await nodes.start(scheme, "b", inbox)
+    a.add_peer("b", b.address)
+    return a, b
+
+
 def _has_all(inbox: Inbox, senders: list[str], count: int) -> Callable[[], bool]:
     return lambda: all(len(inbox.got(s)) >= count for s in senders)
 
@@ -406,9 +406,7 @@ def test_a_peer_removed_and_added_again_is_heard_again(scheme: str) -> None:
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            a = await nodes.start(scheme, "a", Inbox())
-            b = await nodes.start(scheme, "b", inbox)
-            a.add_peer("b", b.address)
+            a, b = await _pair(nodes, scheme, inbox)
             await _probe(a, inbox, 0)
             a.add_peer("b", b.address)  # a second connection
             await _probe(a, inbox, 1000)
