@@ -11,7 +11,8 @@ written counts as in flight. A failed call (peer gone, dropped) is replaced by a
 channel and call after a backoff; the batch that was being written is lost (it may have
 been half delivered, and resending could duplicate). To drop a link the receiver aborts
 the call; a superseded call is cancelled; a call whose hello does not come within
-io_timeout_s is dropped (logged, counted), as tcp:// drops such a connection.
+io_timeout_s is dropped (logged, counted), and one that carries nothing for
+idle_timeout_s is ended quietly (INFO, idle_closed), as tcp:// does with its connections.
 
 TLS (`grpc://…?tls=1` with tls_cert/tls_key, and tls_ca to check the other side) is
 grpc's own: the listener's port is a secure port (demanding a client certificate signed
@@ -165,10 +166,21 @@ class GrpcTransport(QueuedTransport):
         return accepted
 
     async def _receive(self, messages: AsyncIterator[bytes], link: Link) -> None:
-        """Deliver the frames of each batch until the call ends or the link is dropped."""
-        async for message in messages:
-            if not link.alive or not self.is_open or not self.deliver_batch(link, message):
-                return  # dropped or closing: end the call now, not at the next message
+        """Deliver the frames of each batch until the call ends or the link is dropped;
+        end a call that carries nothing for idle_timeout_s (quietly: not an error)."""
+        idle = self.options.idle_timeout_s
+        loop = self.loop
+        try:
+            async with asyncio.timeout(idle) as quiet:
+                async for message in messages:
+                    quiet.reschedule(loop.time() + idle)
+                    if (not link.alive or not self.is_open
+                            or not self.deliver_batch(link, message)):
+                        return  # dropped or closing: end the call now, not at the next one
+        except TimeoutError:
+            self.stats.idle_closed += 1
+            logger.info("%s: closed the call from %s (%s), idle for %gs",
+                        self.label, link.peer, link.remote, idle)
 
     def _dropped(self, link: Link, reason: str) -> None:
         self.report_drop(link, reason)
