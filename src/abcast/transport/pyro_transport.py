@@ -223,10 +223,13 @@ class PyroTransport(QueuedTransport):
         except msgspec.ValidationError as exc:
             self.post(link.drop, f"bad hello in the Pyro handshake: {exc}")
             raise Pyro5.errors.SecurityError("not an abcast hello") from None
-        with self._lock:
-            self._conn_links[conn] = link
-        self.post(self._admit, hello, link, conn)  # a refusal is logged and counted there
         refusal = frame_bound_refusal(self.node, self.options.max_frame_bytes, hello)
+        if refusal is None:
+            # Pyro reports the disconnection (on_disconnect) only of a connection whose
+            # handshake succeeded: a refused one must not enter the table
+            with self._lock:
+                self._conn_links[conn] = link
+        self.post(self._admit, hello, link, conn)  # a refusal is logged and counted there
         if refusal is not None:  # fail the dialler's bind: it backs off, keeping its batch
             raise Pyro5.errors.SecurityError(refusal)
         return "ok"

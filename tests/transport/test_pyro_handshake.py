@@ -1,5 +1,6 @@
-"""pyro://'s receiver gives a connection io_timeout_s to complete Pyro's handshake (our
-hello travels in it). Pyro runs each connection's handshake on one of its worker threads
+"""pyro://'s receiver and Pyro's connection handshake (our hello travels in it): a
+connection that is refused there leaves nothing behind, and one gets io_timeout_s to
+complete it. Pyro runs each connection's handshake on one of its worker threads
 (at most THREADPOOL_SIZE), and once none is free the daemon's own accept loop answers
 the next connection, reading its handshake too: without a bound, a few connections that
 say nothing held every worker and then the accept loop, and no member got in again.
@@ -14,6 +15,7 @@ import pytest
 from transport_harness import Inbox, Nodes, numbered, run
 
 from abcast.transport import TransportOptions
+from abcast.transport.pyro_transport import PyroTransport
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,5 +42,27 @@ def test_silent_connections_do_not_lock_members_out(monkeypatch: pytest.MonkeyPa
         finally:
             for sock in silent:
                 sock.close()
+
+    run(main)
+
+
+def test_a_refused_connection_leaves_nothing_behind() -> None:
+    """A connection whose hello is refused (another frame bound) fails Pyro's handshake,
+    after which Pyro never reports its disconnection: the receiver must not keep it in
+    its table of connections (one entry per refused attempt, for ever)."""
+
+    async def main() -> None:
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            b = await nodes.start("pyro", "b", inbox)
+            assert isinstance(b, PyroTransport)
+            a = await nodes.start("pyro", "a", Inbox(), TransportOptions(
+                max_frame_bytes=1 << 20, reconnect_initial_s=0.01, reconnect_max_s=0.01))
+            a.add_peer("b", b.address)
+            a.send("b", numbered(0))
+            await inbox.wait_until(lambda: b.stats.refused_links >= 3, "three refusals")
+            with b._lock:
+                held = len(b._conn_links)
+            assert held == 0, f"{held} refused connections still in the table"
 
     run(main)
