@@ -11,11 +11,12 @@ from __future__ import annotations
 import socket
 
 import Pyro5
+import Pyro5.client
 import pytest
 from transport_harness import Inbox, Nodes, numbered, run
 
 from abcast.transport import TransportOptions
-from abcast.transport.pyro_transport import PyroTransport
+from abcast.transport.pyro_transport import OBJECT_ID, SERIALIZER, PyroTransport
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,5 +65,65 @@ def test_a_refused_connection_leaves_nothing_behind() -> None:
             with b._lock:
                 held = len(b._conn_links)
             assert held == 0, f"{held} refused connections still in the table"
+
+    run(main)
+
+
+def _stranger(address: str, name: str) -> Pyro5.client.Proxy:
+    """A Pyro connection that completes the handshake with a valid hello, then idles."""
+    host, port = address.removeprefix("pyro://").rsplit(":", 1)
+    proxy = Pyro5.client.Proxy(f"PYRO:{OBJECT_ID}@{host}:{port}")
+    proxy._pyroSerializer = SERIALIZER
+    proxy._pyroHandshake = [name, 1, 1, TransportOptions().max_frame_bytes]
+    proxy._pyroBind()
+    return proxy
+
+
+def test_idle_connections_are_closed_and_do_not_lock_members_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connection that carries nothing for idle_timeout_s after its handshake is
+    closed (INFO, idle_closed), as tcp:// closes one: idle ones no longer hold Pyro's
+    workers, and so the door, for ever."""
+    monkeypatch.setattr(Pyro5.config, "THREADPOOL_SIZE", WORKERS)
+    monkeypatch.setattr(Pyro5.config, "THREADPOOL_SIZE_MIN", WORKERS)
+
+    async def main() -> None:
+        inbox = Inbox()
+        strangers: list[Pyro5.client.Proxy] = []
+        try:
+            async with Nodes() as nodes:
+                b = await nodes.start("pyro", "b", inbox, TransportOptions(idle_timeout_s=0.3))
+                strangers += [_stranger(b.address, f"s{i}") for i in range(WORKERS)]
+                a = await nodes.start("pyro", "a", Inbox())
+                a.add_peer("b", b.address)
+                a.send("b", numbered(0))
+                await inbox.wait_until(lambda: inbox.got("a") == [0], "a member's frame")
+                assert b.stats.idle_closed >= WORKERS
+        finally:
+            for proxy in strangers:
+                proxy._pyroRelease()
+
+    run(main)
+
+
+def test_an_idle_sender_reconnects_before_its_connection_is_closed_as_idle() -> None:
+    """A sender that was idle for half of idle_timeout_s opens a fresh connection for its
+    next batch: the receiver may have closed the old one as idle, and a call on it would
+    lose that batch."""
+    options = TransportOptions(idle_timeout_s=0.3)
+
+    async def main() -> None:
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            b = await nodes.start("pyro", "b", inbox, options)
+            a = await nodes.start("pyro", "a", Inbox(), options)
+            a.add_peer("b", b.address)
+            a.send("b", numbered(0))
+            await inbox.wait_until(lambda: inbox.got("a") == [0], "a's first frame")
+            await inbox.wait_until(lambda: b.stats.idle_closed == 1, "the idle connection closed")
+            a.send("b", numbered(1))
+            await inbox.wait_until(lambda: inbox.got("a") == [0, 1], "a's frame after it")
+            assert a.stats.lost_connections == 0
 
     run(main)

@@ -7,7 +7,10 @@ client connection; the hello travels in Pyro's connection handshake (`_pyroHands
 so `append` is the only remote method, and a hello with another frame bound fails the
 handshake itself (the dialler's connect fails and backs off, its batch kept). A
 connection gets io_timeout_s to complete that handshake (a silent one would hold a Pyro
-worker, and once none is free the daemon's accept loop, for ever). Workers
+worker, and once none is free the daemon's accept loop, for ever), and one that then
+sends nothing for idle_timeout_s is closed (INFO, idle_closed), as tcp:// closes one; a
+sender idle for half that opens a fresh connection for its next batch (a call on one the
+receiver closed would lose the batch). Workers
 never touch transport state: they hand (callback, args) pairs to a thread-safe queue
 that the loop drains, one `call_soon_threadsafe` per burst, preserving the order of
 each connection's calls; the frames of a burst that follow one another on one
@@ -92,14 +95,23 @@ class _Daemon(Pyro5.server.Daemon):  # type: ignore[misc]
     def _handshake(self, conn: Any, denied_reason: str | None = None) -> bool:
         """Pyro's handshake, given io_timeout_s: it runs on a worker thread (or, once all
         are busy, on the accept loop, to deny the connection), and Pyro would wait for a
-        silent connection's first message for ever."""
-        before = conn.gettimeout()
-        conn.settimeout(self._transport.options.io_timeout_s)
+        silent connection's first message for ever. After it, a connection may be silent
+        for idle_timeout_s (see handleRequest)."""
+        options = self._transport.options
+        conn.settimeout(options.io_timeout_s)
+        admitted = bool(super()._handshake(conn, denied_reason))
+        with contextlib.suppress(OSError):
+            conn.settimeout(options.idle_timeout_s)
+        return admitted
+
+    def handleRequest(self, conn: Any) -> None:  # noqa: N802 (Pyro's name)
+        """Pyro's, except that a connection silent for idle_timeout_s is closed quietly
+        (INFO, idle_closed; Pyro would log a warning) rather than holding its worker."""
         try:
-            return bool(super()._handshake(conn, denied_reason))
-        finally:
-            with contextlib.suppress(OSError):
-                conn.settimeout(before)
+            super().handleRequest(conn)
+        except Pyro5.errors.TimeoutError:
+            self._transport.post(self._transport.idle, conn)
+            raise Pyro5.errors.ConnectionClosedError("idle") from None
 
     def validateHandshake(self, conn: Any, data: Any) -> Any:  # noqa: N802 (Pyro's name)
         return self._transport.on_handshake(conn, data)
@@ -270,6 +282,15 @@ class PyroTransport(QueuedTransport):
     def _deliver(self, link: Link, frame: bytes) -> None:
         self.deliver(link, frame)
 
+    def idle(self, conn: Any) -> None:
+        """A connection was closed after idle_timeout_s without a request."""
+        with self._lock:
+            link = self._conn_links.get(conn)
+        self.stats.idle_closed += 1
+        logger.info("%s: closed the connection from %s (%s), idle for %gs", self.label,
+                    link.peer if link is not None else "?", _remote(conn),
+                    self.options.idle_timeout_s)
+
     def _forget(self, link: Link) -> None:
         self.sessions.forget(link)
         link.retire()
@@ -431,8 +452,12 @@ class _PyroSender:
 
     def _run(self) -> None:
         timeout = self._owner.options.io_timeout_s
+        # a connection idle this long may be closed by the receiver (its idle_timeout_s):
+        # reconnect rather than lose the batch in a call on it
+        stale_after = self._owner.options.idle_timeout_s / 2
         proxy: Pyro5.client.Proxy | None = None
         proxy_generation = -1
+        used = 0.0  # when the proxy last made a call (time.monotonic)
         try:
             while True:
                 with self._cond:
@@ -445,7 +470,8 @@ class _PyroSender:
                         self._finish(self._batch_unsent, batch, "stopped")
                     return
                 assert batch is not None
-                if proxy is None or proxy_generation != generation:
+                if (proxy is None or proxy_generation != generation
+                        or time.monotonic() - used >= stale_after):
                     _release(proxy)
                     proxy = None
                     try:
@@ -458,6 +484,7 @@ class _PyroSender:
                 error: str | None = None
                 try:
                     _call_append(proxy, batch)
+                    used = time.monotonic()
                 except Exception as exc:
                     _release(proxy)
                     proxy = None
