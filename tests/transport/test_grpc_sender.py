@@ -47,8 +47,9 @@ class _Calls(list[_Call]):
 
 
 class _Channel:
-    def __init__(self, calls: _Calls) -> None:
+    def __init__(self, calls: _Calls, closing_turns: int = 0) -> None:
         self._calls = calls
+        self._closing_turns = closing_turns  # loop turns its close() takes
 
     def stream_unary(self, _path: str) -> object:
         def start() -> _Call:
@@ -59,7 +60,8 @@ class _Channel:
         return start
 
     async def close(self) -> None:
-        pass
+        for _ in range(self._closing_turns):
+            await asyncio.sleep(0)
 
 
 @pytest.mark.parametrize("how", ["remove_peer", "close"])
@@ -94,3 +96,25 @@ def test_the_sender_stops_when_cancelled_as_its_hello_write_completes(
 
     run(main)
 
+
+
+def test_close_waits_for_a_replaced_sender_to_close_its_channel() -> None:
+    """add_peer again replaces the sender task; the old one still closes its grpc
+    channel (which takes a few loop turns) when close() begins: close waits for it
+    too, so no sender task outlives close."""
+
+    async def main() -> None:
+        async with Nodes() as nodes:
+            a = await nodes.start("grpc", "a", Inbox(), url=bind_url("grpc"))
+            calls = _Calls()
+            channels = iter([_Channel(calls, closing_turns=20)])
+            a.open_channel = lambda _target: next(channels, _Channel(calls))  # type: ignore[attr-defined]
+            before = asyncio.all_tasks()
+            a.add_peer("b", "grpc://127.0.0.1:9")
+            (first,) = asyncio.all_tasks() - before
+            await asyncio.wait_for(calls.opened.wait(), 10)
+            a.add_peer("b", "grpc://127.0.0.1:9")  # the first sender closes its channel
+            await a.close()
+            assert first.done(), "close() returned while a replaced sender was still closing"
+
+    run(main)

@@ -105,3 +105,24 @@ def test_the_listener_demands_a_client_certificate_from_its_own_ca(tmp_path: Pat
             assert inbox.got("x") == []
 
     run(main)
+
+
+def test_a_connection_that_never_starts_tls_is_dropped_after_io_timeout_s() -> None:
+    """tcps://'s listener gives the TLS handshake io_timeout_s, as it gives the hello
+    (asyncio's own default was 60 s: a silent connection held a socket six times as long)."""
+
+    async def main() -> None:
+        async with Nodes() as nodes:
+            options = dataclasses.replace(_options("tcps"), io_timeout_s=0.2)
+            b = await nodes.start("as-given", "b", Inbox(), options, url="tcps://127.0.0.1:0")
+            port = int(b.address.rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                async with asyncio.timeout(10):
+                    assert await reader.read() == b""  # closed by b
+            except ConnectionResetError:
+                pass  # aborted by b
+            finally:
+                writer.close()
+
+    run(main)

@@ -31,6 +31,7 @@ from transport_harness import (
 
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.transport import Link, Transport, TransportOptions, transport_from_url
+from abcast.transport._common import QueuedTransport
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("scheme", SCHEMES + SECURED)]
 
@@ -43,9 +44,7 @@ def test_frames_on_one_link_arrive_in_order(scheme: str) -> None:
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            a = await nodes.start(scheme, "a", Inbox())
-            b = await nodes.start(scheme, "b", inbox)
-            a.add_peer("b", b.address)
+            a, b = await _pair(nodes, scheme, inbox)
             sizes = [8 + (seq * 37) % 3000 for seq in range(count)]
             for seq in range(count):
                 a.send("b", numbered(seq, sizes[seq]))
@@ -68,9 +67,7 @@ def test_large_frames_arrive_intact(scheme: str) -> None:
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            a = await nodes.start(scheme, "a", Inbox())
-            b = await nodes.start(scheme, "b", inbox)
-            a.add_peer("b", b.address)
+            a, _b = await _pair(nodes, scheme, inbox)
             plan = [(0, 4 * MiB), (1, 10), (2, 4 * MiB), (3, 4 * MiB - 1), (4, 100)]
             for seq, size in plan:
                 a.send("b", numbered(seq, size))
@@ -155,9 +152,7 @@ def test_reconnecting_to_a_live_peer_never_reorders(scheme: str) -> None:
     async def main() -> None:
         inbox = Inbox()
         async with Nodes() as nodes:
-            a = await nodes.start(scheme, "a", Inbox())
-            b = await nodes.start(scheme, "b", inbox)
-            a.add_peer("b", b.address)
+            a, b = await _pair(nodes, scheme, inbox)
             seq = 0
             for round_ in range(5):
                 for _ in range(400):
@@ -248,9 +243,7 @@ def test_dropped_link_is_counted_and_the_sender_comes_back(scheme: str) -> None:
 
         inbox.hook = drop_poison
         async with Nodes() as nodes:
-            a = await nodes.start(scheme, "a", Inbox())
-            b = await nodes.start(scheme, "b", inbox)
-            a.add_peer("b", b.address)
+            a, b = await _pair(nodes, scheme, inbox)
             for seq in range(100):
                 a.send("b", numbered(seq))
             await inbox.wait_until(lambda: poison in inbox.got("a"), "the poison frame")
@@ -351,6 +344,14 @@ def test_drain_holds_the_sender_at_the_high_water_mark_and_loses_nothing(scheme:
     run(main)
 
 
+async def _pair(nodes: Nodes, scheme: str, inbox: Inbox) -> tuple[Transport, Transport]:
+    """Nodes a and b started, b a peer of a; b's frames go to `inbox`."""
+    a = await nodes.start(scheme, "a", Inbox())
+    b = await nodes.start(scheme, "b", inbox)
+    a.add_peer("b", b.address)
+    return a, b
+
+
 def _has_all(inbox: Inbox, senders: list[str], count: int) -> Callable[[], bool]:
     return lambda: all(len(inbox.got(s)) >= count for s in senders)
 
@@ -363,3 +364,56 @@ async def _probe(sender: Transport, inbox: Inbox, first: int) -> None:
         sender.send("b", numbered(seq))
         await asyncio.sleep(0.01)
     raise AssertionError(f"no probe arrived; last frames: {inbox.got('a')[-5:]}")
+
+
+def test_close_waits_for_a_start_or_a_close_under_way(scheme: str) -> None:
+    """close() while start() or another close() is under way returns only once that is
+    over, and the transport ends closed: nothing still listening, nothing left running."""
+
+    async def main() -> None:
+        async with Nodes() as nodes:
+            a = transport_from_url(bind_url(scheme), options_for(scheme))
+            nodes.started.append(a)
+            starting = asyncio.ensure_future(a.start("a", Inbox()))
+            await asyncio.sleep(0)  # start() is under way (done already, where it never waits)
+            await a.close()
+            assert starting.done(), "close() returned while start() was still binding"
+            if starting.exception() is not None:
+                assert isinstance(starting.exception(), LocalProtocolError)
+            assert isinstance(a, QueuedTransport)
+            assert not a.is_open, "start() opened the transport after close() returned"
+            with pytest.raises(LocalProtocolError):
+                a.add_peer("b", bind_url(scheme))
+
+            b = await nodes.start(scheme, "b", Inbox())
+            c = await nodes.start(scheme, "c", Inbox())
+            b.add_peer("c", c.address)
+            b.send("c", numbered(0))
+            first = asyncio.ensure_future(b.close())
+            await asyncio.sleep(0)  # the first close() is under way
+            await b.close()
+            assert first.done(), "a second close() returned before the first was over"
+
+    run(main)
+
+
+def test_a_peer_removed_and_added_again_is_heard_again(scheme: str) -> None:
+    """remove_peer then add_peer of the same node (it left the view and came back) opens
+    a connection that the receiver takes as newer than every earlier one from this
+    sender, even one it has not yet seen close: a connection number restarting at 1
+    read as a late old connection there, and everything sent on it was discarded."""
+
+    async def main() -> None:
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            a, b = await _pair(nodes, scheme, inbox)
+            await _probe(a, inbox, 0)
+            a.add_peer("b", b.address)  # a second connection
+            await _probe(a, inbox, 1000)
+            a.remove_peer("b")
+            a.add_peer("b", b.address)
+            await _probe(a, inbox, 5000)
+            got = inbox.got("a")
+            assert strictly_increasing(got), "frames were reordered or duplicated"
+
+    run(main)

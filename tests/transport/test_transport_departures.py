@@ -6,6 +6,7 @@ first one — independent of k (the soak's anchors see dozens of departures an h
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from functools import partial
 from typing import Any
@@ -17,6 +18,9 @@ from abcast.transport.tcp import TcpTransport
 
 
 def held(node: Any) -> dict[str, int]:
+    # What earlier tests left to the garbage collector (grpc's objects hold fds) must not
+    # be freed between two counts.
+    gc.collect()
     return {"fds": len(os.listdir("/proc/self/fd")), "tasks": len(asyncio.all_tasks()),
             "peers": len(node.peers), "channels": len(node._channels),
             "inbound": len(node._inbound), "sessions": len(node.sessions.links())}
@@ -26,12 +30,18 @@ def heard_from(inbox: Inbox, name: str) -> bool:
     return len(inbox.got(name)) == 1
 
 
+def within(now: dict[str, int], want: dict[str, int]) -> bool:
+    """`now` holds what `want` does; fewer fds is fine (the count is the process's: a
+    thread of an earlier test may still be closing one)."""
+    return all(now[k] <= want[k] if k == "fds" else now[k] == want[k] for k in want)
+
+
 async def settled(node: Any, want: dict[str, int]) -> dict[str, int]:
-    """`held(node)` once it equals `want`, or after a bounded wait (then the test fails
-    showing what is still held)."""
+    """`held(node)` once it is `within` `want`, or after a bounded wait (then the test
+    fails showing what is still held)."""
     for _ in range(400):
         now = held(node)
-        if now == want:
+        if within(now, want):
             return now
         await asyncio.sleep(0.01)
     return held(node)
@@ -62,6 +72,7 @@ def test_a_node_holds_nothing_for_k_departed_peers(departure: str) -> None:
                         channel.close()
                 await peer.close()
                 anchor.remove_peer(name)
-                assert await settled(anchor, before) == before, f"after {k + 1} departures"
+                now = await settled(anchor, before)
+                assert within(now, before), f"after {k + 1} departures: {now}, was {before}"
 
     run(main)

@@ -196,3 +196,17 @@ def test_the_wrapper_reports_its_inner_transports_frame_bound() -> None:
     matrix = LatencyMatrix(("east",), ((0.2,),), nodes=(("a", "east"),))
     inner = transport_from_url("mem://?max_frame_bytes=16384")
     assert WanTransport(inner, matrix).max_frame_bytes == inner.max_frame_bytes == 16384
+
+
+def test_a_second_close_of_the_wrapper_waits_for_the_first() -> None:
+    matrix = LatencyMatrix(("east",), ((0.2,),), nodes=(("a", "east"),))
+
+    async def main() -> None:
+        a = WanTransport(transport_from_url("tcp://127.0.0.1:0"), matrix)
+        await a.start("a", Inbox())
+        first = asyncio.ensure_future(a.close())
+        await asyncio.sleep(0)  # the first close() is under way
+        await a.close()
+        assert first.done(), "a second close() returned before the first was over"
+
+    run(main)

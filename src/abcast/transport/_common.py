@@ -15,9 +15,11 @@ off a task that has work, which on a machine with fewer cores than busy processe
 cost more than the sleep it saves.
 
 The supersede rule: every outbound connection starts with a hello naming (node,
-incarnation, conn_seq). One node has at most one live inbound connection at a receiver:
-a newer hello from the same node retires the older connection, and frames still arriving
-on it are discarded, so a reconnect can lose frames at the break but never reorder them.
+incarnation, conn_seq; conn_seq counts the transport's connections to all its peers, so a
+later one always has a higher number, across remove_peer and add_peer). One node has at
+most one live inbound connection at a receiver: a newer hello from the same node retires
+the older connection, and frames still arriving on it are discarded, so a reconnect can
+lose frames at the break but never reorder them.
 
 The frame bound: the hello also says the sender's `max_frame_bytes`, and a receiver whose
 own differs refuses the connection (`admit`; `Link.refuse`): the group's channels split
@@ -34,6 +36,7 @@ so the value compared is authenticated.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import random
@@ -48,6 +51,7 @@ import msgspec
 from abcast.codec import NOT_A_MESSAGE, NodeField
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
+from abcast.transport._framing import split_frames
 from abcast.transport.base import (
     FrameHandler,
     Link,
@@ -68,9 +72,10 @@ MAX_REFUSALS: Final = 1024
 
 class Hello(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """First message of every outbound connection: who is talking, which incarnation of
-    that node's transport, which of its connections to this peer (1, 2, ...), and the
-    sender's frame bound (its `TransportOptions.max_frame_bytes`; 0, or absent on the
-    wire: not said, admitted unchecked)."""
+    that node's transport, which of its connections (1, 2, ... over all its peers: a
+    later connection has a higher number), and the sender's frame bound (its
+    `TransportOptions.max_frame_bytes`; 0, or absent on the wire: not said, admitted
+    unchecked)."""
 
     node: NodeField
     incarnation: _Counter
@@ -232,7 +237,6 @@ class PeerState:
     __slots__ = (
         "address",
         "backoff",
-        "conn_seq",
         "connected_before",
         "inflight_bytes",
         "node",
@@ -247,12 +251,7 @@ class PeerState:
         self.queue: deque[bytes] = deque()
         self.queued_bytes = 0
         self.inflight_bytes = 0  # taken from the queue, not yet accepted by the wire
-        self.conn_seq = 0
         self.connected_before = False
-
-    def next_hello(self, node: NodeId, incarnation: int, max_frame_bytes: int) -> Hello:
-        self.conn_seq += 1
-        return Hello(node, incarnation, self.conn_seq, max_frame_bytes)
 
     def take(self, limit: int) -> tuple[list[bytes], int]:
         """Pop frames up to `limit` bytes (always at least one if any is queued)."""
@@ -328,7 +327,12 @@ class QueuedTransport(Transport):
         self.incarnation = secrets.randbits(61)
         self.sessions = Sessions()
         self.refusals = Refusals()
-        self._state = "new"  # new → open → closing → closed
+        #: conn_seq of the hellos of this transport's outbound connections (next_hello);
+        #: next() on it is atomic, so sender threads may take numbers too
+        self._conn_seqs = itertools.count(1)
+        self._state = "new"  # new → starting → open → closing → closed
+        #: set once closed: a close() (or start()) racing the one under way waits for it
+        self._done_closing = asyncio.Event()
         self._node: NodeId | None = None
         self._address: str | None = None
         self._on_frame: FrameHandler | None = None
@@ -385,12 +389,23 @@ class QueuedTransport(Transport):
         try:
             self._address = await self._bind()
         except BaseException:
-            self._state = "closing"
-            await self._shutdown()
-            self._state = "closed"
+            await self._close_after_start()
             raise
+        if self._state != "starting":  # close() came while binding, and waits for us
+            await self._close_after_start()
+            raise LocalProtocolError(f"{self.scheme} transport closed while starting")
         self._state = "open"
         return self._address
+
+    async def _close_after_start(self) -> None:
+        """Shut down what a failed or overtaken `start` bound (close() leaves it to us:
+        shutting down what is still binding is not safe, grpc's server crashes)."""
+        self._state = "closing"
+        try:
+            await self._shutdown()
+        finally:
+            self._state = "closed"
+            self._done_closing.set()
 
     def add_peer(self, node: NodeId, address: str) -> None:
         self._check_open("add_peer")
@@ -449,10 +464,13 @@ class QueuedTransport(Transport):
             await self._progress.wait()
 
     async def close(self) -> None:
-        if self._state in ("closing", "closed"):
-            return
         if self._state == "new":
             self._state = "closed"
+            self._done_closing.set()
+        if self._state == "starting":
+            self._state = "closing"  # start() shuts down what it bound, then sets _done_closing
+        if self._state in ("closing", "closed"):
+            await self._done_closing.wait()  # the close under way (or start) is over
             return
         self._state = "closing"
         if self._busy is not None:
@@ -464,6 +482,7 @@ class QueuedTransport(Transport):
         finally:
             self._peers.clear()
             self._state = "closed"
+            self._done_closing.set()
             self._progress.notify()
 
     # ----------------------------------------------------------- helpers for subclasses
@@ -486,6 +505,17 @@ class QueuedTransport(Transport):
                 link.peer,
             )
         return link.alive and self._state == "open"
+
+    def deliver_batch(self, link: Link, batch: bytes) -> bool:
+        """`deliver_all` for the frames of one batch message (the tcp framing, as grpc://
+        and zmq:// carry them); a batch that is not whole frames drops the link. False
+        once that link can take no more."""
+        try:
+            frames = split_frames(batch, self.options.max_frame_bytes)
+        except DecodeError as exc:
+            link.drop(str(exc))
+            return False
+        return not frames or self.deliver_all(link, frames)
 
     def deliver_all(self, link: Link, frames: list[bytes]) -> bool:
         """`deliver` for every frame of one read, in order; False (and the rest of them
@@ -540,8 +570,12 @@ class QueuedTransport(Transport):
         )
 
     def next_hello(self, peer: PeerState) -> Hello:
-        """The hello of a new outbound connection to `peer`."""
-        return peer.next_hello(self.node, self.incarnation, self.options.max_frame_bytes)
+        """The hello of a new outbound connection to `peer` (any thread). Its conn_seq
+        comes from one counter of this transport, not of the peer: a peer removed and
+        added again must not start again at 1, which its receiver, still holding the
+        earlier connections' hellos, would take for a late old connection."""
+        return Hello(self.node, self.incarnation, next(self._conn_seqs),
+                     self.options.max_frame_bytes)
 
     def admit(self, hello: Hello, link: Link) -> tuple[bool, Link | None]:
         """Check the frame bound, then apply the supersede rule to a fresh inbound

@@ -13,7 +13,9 @@ Rules (the contract the runtime codes against):
   transport (possibly on the same URL). `send`/`add_peer` before `start` or after
   `close` raise `LocalProtocolError` (so does `send` to a node never added);
   `remove_peer` of an unknown node is a no-op;
-  `drain` after `close` returns at once.
+  `drain` after `close` returns at once. `close` may be called again, at any time: a
+  `close` while `start` or another `close` is under way returns once that is over (a
+  `start` overtaken by `close` shuts down what it bound and raises LocalProtocolError).
 - Everything runs on the event loop that called `start`. `on_frame(link, frame)` is
   called on that loop, never from inside `send`, and never after `close` has begun.
 - Delivery is per link (sender → receiver): frames arrive in the order they were sent,

@@ -10,7 +10,9 @@ ends. Backpressure is HTTP/2 flow control: `call.write` waits, and the batch bei
 written counts as in flight. A failed call (peer gone, dropped) is replaced by a new
 channel and call after a backoff; the batch that was being written is lost (it may have
 been half delivered, and resending could duplicate). To drop a link the receiver aborts
-the call; a superseded call is cancelled.
+the call; a superseded call is cancelled; a call whose hello does not come within
+io_timeout_s is dropped (logged, counted), and one that carries nothing for
+idle_timeout_s is ended quietly (INFO, idle_closed), as tcp:// does with its connections.
 
 TLS (`grpc://…?tls=1` with tls_cert/tls_key, and tls_ca to check the other side) is
 grpc's own: the listener's port is a secure port (demanding a client certificate signed
@@ -30,7 +32,7 @@ import grpc.aio
 from abcast.errors import ConfigError, DecodeError
 from abcast.ids import NodeId
 from abcast.transport._common import PeerState, QueuedTransport, decode_hello, encode_hello
-from abcast.transport._framing import encode_frames, split_frames
+from abcast.transport._framing import encode_frames
 from abcast.transport._tls import read_pems
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
@@ -126,32 +128,10 @@ class GrpcTransport(QueuedTransport):
         assert task is not None
         self._handlers[link] = task
         reason: str | None = None
+        messages = aiter(requests)
         try:
-            greeted = False
-            async for message in requests:
-                if not link.alive or not self.is_open:
-                    break
-                if not greeted:
-                    greeted = True
-                    try:
-                        hello = decode_hello(message)
-                    except DecodeError as exc:
-                        link.drop(str(exc))
-                        break
-                    accepted, superseded = self.admit(hello, link)
-                    if superseded is not None:
-                        self._cancel_handler(superseded)
-                    if not accepted:
-                        link.retire()
-                        break
-                    continue
-                try:
-                    frames = split_frames(message, self.options.max_frame_bytes)
-                except DecodeError as exc:
-                    link.drop(str(exc))
-                    break
-                if frames and not self.deliver_all(link, frames):
-                    break  # dropped or closing: end the call now, not at the next message
+            if await self._greet(messages, link):
+                await self._receive(messages, link)
         finally:
             reason = self._drop_reasons.pop(link, None)
             self._handlers.pop(link, None)
@@ -160,6 +140,47 @@ class GrpcTransport(QueuedTransport):
         if reason is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason)
         return b""
+
+    async def _greet(self, requests: AsyncIterator[bytes], link: Link) -> bool:
+        """Read the call's hello (within io_timeout_s) and admit it; False: the call ends
+        here (dropped, refused, or a late call superseded by a newer one)."""
+        timeout = self.options.io_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                message = await anext(requests, None)
+        except TimeoutError:
+            link.drop(f"no hello within {timeout:g}s")
+            return False
+        if message is None or not link.alive or not self.is_open:
+            return False
+        try:
+            hello = decode_hello(message)
+        except DecodeError as exc:
+            link.drop(str(exc))
+            return False
+        accepted, superseded = self.admit(hello, link)
+        if superseded is not None:
+            self._cancel_handler(superseded)
+        if not accepted:
+            link.retire()
+        return accepted
+
+    async def _receive(self, messages: AsyncIterator[bytes], link: Link) -> None:
+        """Deliver the frames of each batch until the call ends or the link is dropped;
+        end a call that carries nothing for idle_timeout_s (quietly: not an error)."""
+        idle = self.options.idle_timeout_s
+        loop = self.loop
+        try:
+            async with asyncio.timeout(idle) as quiet:
+                async for message in messages:
+                    quiet.reschedule(loop.time() + idle)
+                    if (not link.alive or not self.is_open
+                            or not self.deliver_batch(link, message)):
+                        return  # dropped or closing: end the call now, not at the next one
+        except TimeoutError:
+            self.stats.idle_closed += 1
+            logger.info("%s: closed the call from %s (%s), idle for %gs",
+                        self.label, link.peer, link.remote, idle)
 
     def _dropped(self, link: Link, reason: str) -> None:
         self.report_drop(link, reason)
@@ -190,9 +211,9 @@ class GrpcTransport(QueuedTransport):
         self._channels[peer.node].wake()
 
     async def _shutdown(self) -> None:
-        senders = [channel.close() for channel in self._channels.values()]
+        senders = [task for channel in self._channels.values() for task in channel.close()]
         self._channels.clear()
-        await asyncio.gather(*(t for t in senders if t is not None), return_exceptions=True)
+        await asyncio.gather(*senders, return_exceptions=True)
         for link in list(self._handlers):
             link.retire()
         if self._server is not None:
@@ -206,17 +227,22 @@ class GrpcTransport(QueuedTransport):
 class _GrpcChannel:
     """One peer's sender task: channel + Push call, rebuilt after failures."""
 
-    __slots__ = ("_owner", "_peer", "_task", "_wake")
+    __slots__ = ("_owner", "_peer", "_replaced", "_task", "_wake")
 
     def __init__(self, owner: GrpcTransport, peer: PeerState) -> None:
         self._owner = owner
         self._peer = peer
         self._task: asyncio.Task[None] | None = None
+        #: replaced sender tasks still closing their grpc channel (close awaits them)
+        self._replaced: set[asyncio.Task[None]] = set()
         self._wake: asyncio.Future[None] | None = None
 
     def connect_now(self) -> None:
-        if self._task is not None:
-            self._task.cancel()  # its finally closes the old channel
+        old = self._task
+        if old is not None:
+            old.cancel()  # its finally closes the old channel
+            self._replaced.add(old)
+            old.add_done_callback(self._replaced.discard)
         self._task = self._owner.loop.create_task(self._run())
 
     def wake(self) -> None:
@@ -284,9 +310,10 @@ class _GrpcChannel:
             peer.inflight_bytes = 0
             owner.progressed()
 
-    def close(self) -> asyncio.Task[None] | None:
-        """Stop sending; returns the task to await for the channel to be closed."""
+    def close(self) -> list[asyncio.Task[None]]:
+        """Stop sending; returns the tasks to await for every channel to be closed (the
+        current one's and those of the tasks connect_now replaced)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-        return task
+        return [t for t in (task, *self._replaced) if t is not None]

@@ -5,11 +5,19 @@ Rules: Pyro5 is threaded and blocking, asyncio is not, so this module is a bridg
 Inbound: a Pyro daemon runs its request loop in a thread and one worker thread per
 client connection; the hello travels in Pyro's connection handshake (`_pyroHandshake`),
 so `append` is the only remote method, and a hello with another frame bound fails the
-handshake itself (the dialler's connect fails and backs off, its batch kept). Workers
+handshake itself (the dialler's connect fails and backs off, its batch kept). A
+connection gets io_timeout_s to complete that handshake (a silent one would hold a Pyro
+worker, and once none is free the daemon's accept loop, for ever), and one that then
+sends nothing for idle_timeout_s is closed (INFO, idle_closed), as tcp:// closes one; a
+sender idle for half that opens a fresh connection for its next batch (a call on one the
+receiver closed would lose the batch). Workers
 never touch transport state: they hand (callback, args) pairs to a thread-safe queue
 that the loop drains, one `call_soon_threadsafe` per burst, preserving the order of
 each connection's calls; the frames of a burst that follow one another on one
-connection are handed over in one pass (`deliver_all`).
+connection are handed over in one pass (`deliver_all`). A worker whose `append` leaves
+more than high_water_bytes of frames waiting for the loop waits before it returns (until
+close), so its sender's call does too: a sender faster than the receiver's loop is held
+back, as TCP holds back a tcp:// sender, instead of growing the receiver's memory.
 Outbound: one sender thread per peer owns its Pyro proxy (Pyro5 proxies belong to one
 thread) and performs calls one batch at a time, in order: the loop hands it up to
 batch_bytes of queued frames, the thread makes one `append` call per frame (grouped in
@@ -73,6 +81,37 @@ class _Daemon(Pyro5.server.Daemon):  # type: ignore[misc]
     def __init__(self, transport: PyroTransport, host: str, port: int) -> None:
         self._transport = transport
         super().__init__(host=host, port=port)
+        self._socket_server = self.transportServer  # close() forgets it
+
+    def release(self) -> None:
+        """Close what Pyro's shutdown leaves open once the request loop has ended: the
+        thread-pool server's selector (an epoll fd the garbage collector would close
+        some time later)."""
+        selector = getattr(self._socket_server, "_selector", None)
+        if selector is not None:
+            with contextlib.suppress(Exception):
+                selector.close()
+
+    def _handshake(self, conn: Any, denied_reason: str | None = None) -> bool:
+        """Pyro's handshake, given io_timeout_s: it runs on a worker thread (or, once all
+        are busy, on the accept loop, to deny the connection), and Pyro would wait for a
+        silent connection's first message for ever. After it, a connection may be silent
+        for idle_timeout_s (see handleRequest)."""
+        options = self._transport.options
+        conn.settimeout(options.io_timeout_s)
+        admitted = bool(super()._handshake(conn, denied_reason))
+        with contextlib.suppress(OSError):
+            conn.settimeout(options.idle_timeout_s)
+        return admitted
+
+    def handleRequest(self, conn: Any) -> None:  # noqa: N802 (Pyro's name)
+        """Pyro's, except that a connection silent for idle_timeout_s is closed quietly
+        (INFO, idle_closed; Pyro would log a warning) rather than holding its worker."""
+        try:
+            super().handleRequest(conn)
+        except Pyro5.errors.TimeoutError:
+            self._transport.post(self._transport.idle, conn)
+            raise Pyro5.errors.ConnectionClosedError("idle") from None
 
     def validateHandshake(self, conn: Any, data: Any) -> Any:  # noqa: N802 (Pyro's name)
         return self._transport.on_handshake(conn, data)
@@ -102,8 +141,13 @@ class PyroTransport(QueuedTransport):
         super().__init__(url, options)
         self._daemon: _Daemon | None = None
         self._daemon_thread: threading.Thread | None = None
-        self._lock = threading.Lock()  # guards _posted, _drain_scheduled and _conn_links
+        # guards _posted, _posted_bytes, _drain_scheduled and _conn_links
+        self._lock = threading.Lock()
         self._posted: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        #: bytes of the frames posted by workers and not yet handed over by the loop
+        self._posted_bytes = 0
+        #: workers wait on it while _posted_bytes is above high_water_bytes
+        self._room = threading.Condition(self._lock)
         self._drain_scheduled = False
         self._conn_links: dict[Any, Link] = {}
         self._senders: dict[NodeId, _PyroSender] = {}
@@ -127,21 +171,41 @@ class PyroTransport(QueuedTransport):
 
     # ------------------------------------------------------- thread → loop bridge
 
-    def post(self, callback: Callable[..., None], *args: Any) -> None:
-        """From any thread: run callback(*args) on the loop, in posting order."""
+    def post(self, callback: Callable[..., None], *args: Any, size: int = 0) -> None:
+        """From any thread: run callback(*args) on the loop, in posting order (`size`:
+        the bytes of a frame, counted in _posted_bytes until it is handed over)."""
         with self._lock:
             self._posted.append((callback, args))
+            self._posted_bytes += size
             if self._drain_scheduled:
                 return
             self._drain_scheduled = True
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
             self.loop.call_soon_threadsafe(self._run_posted)
 
+    def _wait_for_room(self) -> None:
+        """From a worker: wait while the loop has more than high_water_bytes of posted
+        frames to hand over (backpressure: this connection's sender waits for its call),
+        or until the transport closes."""
+        high = self.options.high_water_bytes
+        with self._room:
+            while self._posted_bytes > high and self.is_open:
+                self._room.wait()
+
     def _run_posted(self) -> None:
         with self._lock:
             items = list(self._posted)
             self._posted.clear()
             self._drain_scheduled = False
+            taken = self._posted_bytes
+        try:
+            self._hand_over(items)
+        finally:
+            with self._room:
+                self._posted_bytes -= taken
+                self._room.notify_all()
+
+    def _hand_over(self, items: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
         deliver_posted = self._deliver_posted
         run_link: Link | None = None
         run: list[bytes] = []
@@ -171,10 +235,13 @@ class PyroTransport(QueuedTransport):
         except msgspec.ValidationError as exc:
             self.post(link.drop, f"bad hello in the Pyro handshake: {exc}")
             raise Pyro5.errors.SecurityError("not an abcast hello") from None
-        with self._lock:
-            self._conn_links[conn] = link
-        self.post(self._admit, hello, link, conn)  # a refusal is logged and counted there
         refusal = frame_bound_refusal(self.node, self.options.max_frame_bytes, hello)
+        if refusal is None:
+            # Pyro reports the disconnection (on_disconnect) only of a connection whose
+            # handshake succeeded: a refused one must not enter the table
+            with self._lock:
+                self._conn_links[conn] = link
+        self.post(self._admit, hello, link, conn)  # a refusal is logged and counted there
         if refusal is not None:  # fail the dialler's bind: it backs off, keeping its batch
             raise Pyro5.errors.SecurityError(refusal)
         return "ok"
@@ -191,7 +258,8 @@ class PyroTransport(QueuedTransport):
             limit = self.options.max_frame_bytes
             self.post(link.drop, f"frame of {len(frame)} bytes exceeds max_frame_bytes {limit}")
             raise Pyro5.errors.ProtocolError("frame too large")
-        self.post(self._deliver_posted, link, frame)
+        self.post(self._deliver_posted, link, frame, size=len(frame))
+        self._wait_for_room()
 
     def on_disconnect(self, conn: Any) -> None:
         with self._lock:
@@ -213,6 +281,15 @@ class PyroTransport(QueuedTransport):
 
     def _deliver(self, link: Link, frame: bytes) -> None:
         self.deliver(link, frame)
+
+    def idle(self, conn: Any) -> None:
+        """A connection was closed after idle_timeout_s without a request."""
+        with self._lock:
+            link = self._conn_links.get(conn)
+        self.stats.idle_closed += 1
+        logger.info("%s: closed the connection from %s (%s), idle for %gs", self.label,
+                    link.peer if link is not None else "?", _remote(conn),
+                    self.options.idle_timeout_s)
 
     def _forget(self, link: Link) -> None:
         self.sessions.forget(link)
@@ -247,6 +324,8 @@ class PyroTransport(QueuedTransport):
         self._senders[peer.node].schedule_handoff()
 
     async def _shutdown(self) -> None:
+        with self._room:  # workers waiting for room: the transport is closing
+            self._room.notify_all()
         senders = list(self._senders.values())
         self._senders.clear()
         for sender in senders:
@@ -266,6 +345,9 @@ class PyroTransport(QueuedTransport):
         for thread in [s.thread for s in senders] + [self._daemon_thread]:
             if thread is not None:
                 await _wait_thread(thread, self.options.io_timeout_s)
+        if self._daemon is not None and not (self._daemon_thread is not None
+                                             and self._daemon_thread.is_alive()):
+            self._daemon.release()
 
 
 class _PyroSender:
@@ -370,8 +452,12 @@ class _PyroSender:
 
     def _run(self) -> None:
         timeout = self._owner.options.io_timeout_s
+        # a connection idle this long may be closed by the receiver (its idle_timeout_s):
+        # reconnect rather than lose the batch in a call on it
+        stale_after = self._owner.options.idle_timeout_s / 2
         proxy: Pyro5.client.Proxy | None = None
         proxy_generation = -1
+        used = 0.0  # when the proxy last made a call (time.monotonic)
         try:
             while True:
                 with self._cond:
@@ -384,7 +470,8 @@ class _PyroSender:
                         self._finish(self._batch_unsent, batch, "stopped")
                     return
                 assert batch is not None
-                if proxy is None or proxy_generation != generation:
+                if (proxy is None or proxy_generation != generation
+                        or time.monotonic() - used >= stale_after):
                     _release(proxy)
                     proxy = None
                     try:
@@ -397,6 +484,7 @@ class _PyroSender:
                 error: str | None = None
                 try:
                     _call_append(proxy, batch)
+                    used = time.monotonic()
                 except Exception as exc:
                     _release(proxy)
                     proxy = None

@@ -28,12 +28,14 @@ With a group secret (options.secret, abcast.security) the hello is followed by t
 link handshake on the same connection: the dialler sends a Challenge, the listener
 writes back its Response (the one time it writes on a connection), the dialler
 verifies it and sends its Confirm; only then is the connection admitted (the supersede
-rule) and does the dialler's channel start writing frames, sealed (MAC or AEAD, and a
-counter) a batch at a time: each write's frames, up to batch_bytes per sealed record,
-so the cost of a MAC is paid per batch, not per frame. A failed handshake is one log
-line with the remote address and a closed connection; a record that fails its MAC or
-counter is one log line and is dropped with its frames, the link goes on. TLS
-(tcps://, or ?tls=1) wraps the connection below all this (abcast.transport._tls).
+rule) and does the dialler's channel start writing frames (until then the connection is
+the channel's all the same: remove_peer, close and add_peer again close it at once),
+sealed (MAC or AEAD, and a counter) a batch at a time: each write's frames, up to
+batch_bytes per sealed record, so the cost of a MAC is paid per batch, not per frame. A
+failed handshake is one log line with the remote address and a closed connection; a
+record that fails its MAC or counter is one log line and is dropped with its frames, the
+link goes on. TLS (tcps://, or ?tls=1) wraps the connection below all this
+(abcast.transport._tls).
 """
 
 from __future__ import annotations
@@ -118,6 +120,9 @@ class TcpTransport(QueuedTransport):
             self._server = await self.loop.create_server(
                 lambda: _Inbound(self), host=url.host, port=url.port, reuse_address=True,
                 ssl=self._server_ssl,
+                # the TLS handshake gets what the hello gets (asyncio's default: 60 s)
+                ssl_handshake_timeout=(self.options.io_timeout_s if self._server_ssl
+                                       is not None else None),
             )
         except OSError as exc:
             raise ConfigError(f"{self.scheme}: cannot listen on {url}: {exc}") from exc
@@ -204,6 +209,7 @@ class _Channel:
         "_conn",
         "_connecting",
         "_flush_scheduled",
+        "_handshaking",
         "_in_turn",
         "_owner",
         "_peer",
@@ -215,6 +221,8 @@ class _Channel:
         self._owner = owner
         self._peer = peer
         self._conn: _Outbound | None = None
+        #: the current attempt's connection while it runs the link handshake (a secret)
+        self._handshaking: _Outbound | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._retry: asyncio.TimerHandle | None = None
         self._flush_scheduled = False
@@ -229,9 +237,7 @@ class _Channel:
             return
         self._cancel_pending()
         self._attempt += 1
-        if self._conn is not None:
-            self._conn.abort()
-            self._conn = None
+        self._hang_up()
         self._connecting = self._owner.loop.create_task(self._connect())
 
     async def _connect(self) -> None:
@@ -260,7 +266,17 @@ class _Channel:
             if self._connecting is asyncio.current_task():
                 self._connecting = None
 
+    def handshake_started(self, conn: _Outbound) -> None:
+        """A connection is up and runs the link handshake: it is this channel's to close
+        (by connect_now, close) until `connection_made`."""
+        if self._closed or not self._owner.is_open or conn.attempt != self._attempt:
+            conn.abort()
+            return
+        self._handshaking = conn
+
     def connection_made(self, conn: _Outbound) -> None:
+        if conn is self._handshaking:
+            self._handshaking = None
         if self._closed or not self._owner.is_open or conn.attempt != self._attempt:
             conn.abort()
             return
@@ -269,6 +285,8 @@ class _Channel:
         self._flush()
 
     def connection_lost(self, conn: _Outbound, why: str) -> None:
+        if conn is self._handshaking:
+            self._handshaking = None
         if conn is not self._conn:
             if (conn.attempt == self._attempt and not conn.established and not self._closed
                     and self._owner.is_open and self._retry is None):
@@ -330,9 +348,14 @@ class _Channel:
     def close(self) -> None:
         self._closed = True
         self._cancel_pending()
-        if self._conn is not None:
-            self._conn.abort()
-            self._conn = None
+        self._hang_up()
+
+    def _hang_up(self) -> None:
+        """Abort the current connection, established or still in its handshake."""
+        for conn in (self._conn, self._handshaking):
+            if conn is not None:
+                conn.abort()
+        self._conn = self._handshaking = None
 
     def _cancel_pending(self) -> None:
         if self._retry is not None:
@@ -391,6 +414,7 @@ class _Outbound(asyncio.Protocol):
         timeout = owner.options.io_timeout_s
         self._timer = owner.loop.call_later(
             timeout, self._refused, f"no handshake response within {timeout:g}s")
+        self._channel.handshake_started(self)
 
     def _refused(self, why: str, parting: bytes | None = None) -> None:
         self._timer = None

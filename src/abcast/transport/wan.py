@@ -291,6 +291,7 @@ class WanTransport(WrappingTransport):
 
     async def close(self) -> None:
         if self._closed:
+            await self.inner.close()  # returns once the close under way is over
             return
         self._closed = True
         for timer in self._timers.values():

@@ -9,10 +9,14 @@ length-prefixed framing of tcp (one part per frame would cost a Python object pe
 on both sides), so coalescing happens here, not in libzmq. Each peer has a pump task
 (queue → `send`, awaiting when the DEALER's small SNDHWM is reached, which is how
 backpressure reaches `drain`) and a control task (reads monitor events to count
-connects/disconnects, and DROP notices). To drop a link the ROUTER sends
-[id, b"DROP", reason] back; the DEALER then closes and reconnects under a new routing
-id after a backoff. libzmq reconnects a DEALER by itself after a peer restart
-(RECONNECT_IVL..RECONNECT_IVL_MAX = our backoff); `add_peer` again makes a fresh DEALER.
+connects/disconnects, and DROP notices). A pump cancelled (add_peer again, a DROP,
+remove_peer, close) while a send waits puts that batch back at the head of the queue
+(counts it discarded when closing), unless the send completed in that loop turn: then
+the batch went and counts in frames_out (queued again, it went twice). To drop a
+link the ROUTER sends [id, b"DROP", reason] back; the DEALER then closes and
+reconnects under a new routing id after a backoff. libzmq reconnects a DEALER by
+itself after a peer restart (RECONNECT_IVL..RECONNECT_IVL_MAX = our backoff); `add_peer`
+again makes a fresh DEALER.
 A batch that does not split into whole frames is a bad frame (drop, counted); a message
 larger than any valid batch makes libzmq (MAXMSGSIZE) cut the connection itself, which
 we cannot count.
@@ -30,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from typing import ClassVar, Final
 
 import zmq
@@ -47,7 +52,7 @@ from abcast.transport._common import (
     decode_hello,
     encode_hello,
 )
-from abcast.transport._framing import encode_frames, split_frames
+from abcast.transport._framing import encode_frames
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)
@@ -127,12 +132,7 @@ class ZmqTransport(QueuedTransport):
                     if not link.alive:
                         break
                     continue
-                try:
-                    frames = split_frames(batch, self.options.max_frame_bytes)
-                except DecodeError as exc:
-                    link.drop(str(exc))
-                    break
-                if frames and not self.deliver_all(link, frames):
+                if not self.deliver_batch(link, batch):
                     break
 
     def _open_link(self, identity: bytes) -> Link:
@@ -213,10 +213,11 @@ class ZmqTransport(QueuedTransport):
         self._channels[peer.node].wake()
 
     async def _shutdown(self) -> None:
-        for channel in self._channels.values():
-            channel.close()
+        # the channels' tasks too: a pump settles its in-flight batch (sent or discarded)
+        # before close returns
+        stopped = [task for channel in self._channels.values() for task in channel.close()]
         self._channels.clear()
-        tasks = [t for t in (self._recv_task, *self._notices) if t is not None]
+        tasks = [t for t in (self._recv_task, *self._notices, *stopped) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -227,6 +228,12 @@ class ZmqTransport(QueuedTransport):
             self._router.close(linger=0)
         if self._ctx is not None:
             self._ctx.term()
+
+
+def _went(sending: Awaitable[object]) -> bool:
+    """Whether a zmq send future completed without error (the message is libzmq's)."""
+    return (isinstance(sending, asyncio.Future) and sending.done() and not sending.cancelled()
+            and sending.exception() is None)
 
 
 class _ZmqChannel:
@@ -288,11 +295,16 @@ class _ZmqChannel:
             data = encode_frames(frames)
             if self._sealer is not None:
                 data = self._sealer.seal(data)
+            sending = sock.send(data, copy=size < _COPY_THRESHOLD)
             try:
-                await sock.send(data, copy=size < _COPY_THRESHOLD)
+                await sending
             except asyncio.CancelledError:
-                # A cancelled zmq send never happened (a message goes whole or not).
-                if self._closed:
+                # A cancelled zmq send never happened (a message goes whole or not); but
+                # the cancellation may come in the loop turn the send completed in: then
+                # the batch went, and queueing it again would send it twice.
+                if _went(sending):
+                    owner.sent(len(frames), size)
+                elif self._closed:
                     owner.stats.discarded_frames += len(frames)
                 else:
                     peer.queue.extendleft(reversed(frames))
@@ -328,18 +340,19 @@ class _ZmqChannel:
                     peer.node,
                 )
 
-    def close(self) -> None:
+    def close(self) -> list[asyncio.Task[None]]:
+        """Stop for good; returns the cancelled tasks (to await for them to settle)."""
         self._closed = True
-        self._hang_up()
+        return self._hang_up()
 
-    def _hang_up(self) -> None:
+    def _hang_up(self) -> list[asyncio.Task[None]]:
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
         current = asyncio.current_task()
-        for task in self._tasks:
-            if task is not current:
-                task.cancel()
+        stopped = [task for task in self._tasks if task is not current]
+        for task in stopped:
+            task.cancel()
         self._tasks = []
         if self._sock is not None:
             with contextlib.suppress(zmq.ZMQError):
@@ -351,3 +364,4 @@ class _ZmqChannel:
             self._monitor = None
         self._peer.inflight_bytes = 0
         self._owner.progressed()
+        return stopped

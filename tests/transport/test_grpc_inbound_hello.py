@@ -1,0 +1,74 @@
+"""grpc://'s receiver bounds what a silent Push call holds (a handler task and its link,
+as many calls as a stranger cares to open), as tcp:// does with its connections: a
+call that sends no hello within io_timeout_s is dropped (one log line, counted), and
+one that carries nothing for idle_timeout_s after it is ended quietly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+import grpc.aio
+import pytest
+from transport_harness import Inbox, Nodes, numbered, run
+
+from abcast.transport import TransportOptions
+from abcast.transport.grpc_transport import METHOD_PATH
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_a_call_that_never_says_hello_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "abcast.transport.grpc_transport")
+
+    async def main() -> None:
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            b = await nodes.start("grpc", "b", inbox, TransportOptions(io_timeout_s=0.3))
+            target = b.address.removeprefix("grpc://")
+            async with grpc.aio.insecure_channel(target) as channel:
+                call = channel.stream_unary(METHOD_PATH)()
+                with pytest.raises(grpc.aio.AioRpcError) as ended:
+                    async with asyncio.timeout(10):
+                        await call
+                assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "no hello" in (ended.value.details() or "")
+            assert (b.stats.bad_frames, b.stats.dropped_connections) == (1, 1)
+            dropped = [r for r in caplog.records if "no hello within" in r.getMessage()]
+            assert len(dropped) == 1, dropped
+            # and the node keeps serving everyone else
+            a = await nodes.start("grpc", "a", Inbox())
+            a.add_peer("b", b.address)
+            a.send("b", numbered(0))
+            await inbox.wait_until(lambda: inbox.got("a") == [0], "a's frame")
+
+    run(main)
+
+
+def test_a_call_silent_after_its_hello_is_closed_and_its_sender_comes_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Push call that carries nothing for idle_timeout_s is ended quietly (INFO,
+    idle_closed), as tcp:// closes an idle connection; a sender opens a new call when
+    it has something to say."""
+    caplog.set_level(logging.INFO, "abcast.transport.grpc_transport")
+
+    async def main() -> None:
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            b = await nodes.start("grpc", "b", inbox, TransportOptions(idle_timeout_s=0.3))
+            a = await nodes.start("grpc", "a", Inbox(), TransportOptions(
+                reconnect_initial_s=0.01, reconnect_max_s=0.05))
+            a.add_peer("b", b.address)
+            a.send("b", numbered(0))
+            await inbox.wait_until(lambda: inbox.got("a") == [0], "a's first frame")
+            await inbox.wait_until(lambda: b.stats.idle_closed == 1, "the idle call closed")
+            await inbox.wait_until(lambda: a.stats.lost_connections >= 1, "a to notice")
+            a.send("b", numbered(1))
+            await inbox.wait_until(lambda: inbox.got("a") == [0, 1], "a's frame after it")
+            assert b.stats.bad_frames == 0
+        assert any("idle for" in r.getMessage() for r in caplog.records)
+
+    run(main)
