@@ -127,7 +127,11 @@ def encode_hello(hello: Hello) -> bytes:
 
 
 def decode_hello(data: bytes) -> Hello:
-    """DecodeError for anything that is not a hello."""
+    """DecodeError for anything that is not a hello (also one longer than any Hello
+    encodes to: msgspec would take extra trailing fields, of any size)."""
+    if len(data) > HELLO_MAX_BYTES:
+        raise DecodeError(f"a hello of {len(data)} bytes exceeds the hello bound "
+                          f"{HELLO_MAX_BYTES}")
     if not data.startswith(HELLO_MAGIC):
         raise DecodeError(f"expected a hello, got {bytes(data[:16])!r}...")
     try:
