@@ -185,3 +185,41 @@ def test_the_hello_bound_holds_every_valid_hello_and_the_handshake() -> None:
     confirm = initiator.receive(response)
     # what an inbound connection reads before it is admitted
     assert max(len(challenge), len(confirm)) <= HELLO_MAX_BYTES
+
+
+def test_a_confirm_and_a_large_sealed_record_in_one_read_both_count() -> None:
+    """With a secret, the connection is admitted at the Confirm: a sealed record
+    (larger than a hello) in the same write is read under the raised limit."""
+    from abcast.security import Initiator
+    from abcast.security.handshake import NONCE_BYTES
+
+    async def main() -> None:
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            options = _options("tcp-secret")
+            receiver = await nodes.start("as-given", "r", inbox, options,
+                                         url="tcp://127.0.0.1:0")
+            port = int(receiver.address.rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            hello = Hello("raw", 1, 1, options.max_frame_bytes)
+            auth = Initiator(TEST_SECRET, me="raw", peer="r", mode=options.link_mode,
+                             nonce=b"n" * NONCE_BYTES, frame_bytes=options.max_frame_bytes)
+            writer.write(encode_frames([encode_hello(hello), auth.challenge()]))
+            responses = FrameReader(512)
+            got: list[bytes] = []
+            while not got:
+                data = await asyncio.wait_for(reader.read(512), WAIT_S)
+                assert data, "the listener hung up"
+                got, error = responses.feed(data)
+                assert error is None
+            confirm = auth.receive(got[0])
+            frames = [numbered(seq, size=40_000) for seq in range(3)]
+            record = auth.sealer().seal(encode_frames(frames))
+            assert len(record) > HELLO_MAX_BYTES
+            writer.write(encode_frames([confirm, record]))
+            await inbox.wait_until(lambda: len(inbox.got("raw")) == 3, "the sealed frames")
+            assert inbox.got("raw") == [0, 1, 2]
+            assert receiver.stats.bad_frames == 0
+            writer.close()
+
+    run(main)
