@@ -15,11 +15,29 @@ import msgspec
 import pytest
 from transport_harness import Inbox, Nodes, numbered, run
 
-from abcast.transport import TransportOptions
+from abcast.transport import Transport, TransportOptions
 from abcast.transport._common import HELLO_MAGIC, Hello
 from abcast.transport.grpc_transport import METHOD_PATH
 
 pytestmark = pytest.mark.timeout(60)
+
+
+async def refused_call(b: Transport, first: bytes | None, reason: str,
+                       caplog: pytest.LogCaptureFixture) -> None:
+    """A raw Push call to `b` that writes `first` (None: nothing) is ended by `b` with
+    INVALID_ARGUMENT for `reason`: one log line, counted as a bad frame and a drop."""
+    async with grpc.aio.insecure_channel(b.address.removeprefix("grpc://")) as channel:
+        call = channel.stream_unary(METHOD_PATH)()
+        if first is not None:
+            await call.write(first)
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            async with asyncio.timeout(10):
+                await call
+        assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert reason in (ended.value.details() or "")
+    assert (b.stats.bad_frames, b.stats.dropped_connections) == (1, 1)
+    dropped = [r for r in caplog.records if reason in r.getMessage()]
+    assert len(dropped) == 1, dropped
 
 
 def test_a_call_that_never_says_hello_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
@@ -29,17 +47,7 @@ def test_a_call_that_never_says_hello_is_dropped(caplog: pytest.LogCaptureFixtur
         inbox = Inbox()
         async with Nodes() as nodes:
             b = await nodes.start("grpc", "b", inbox, TransportOptions(io_timeout_s=0.3))
-            target = b.address.removeprefix("grpc://")
-            async with grpc.aio.insecure_channel(target) as channel:
-                call = channel.stream_unary(METHOD_PATH)()
-                with pytest.raises(grpc.aio.AioRpcError) as ended:
-                    async with asyncio.timeout(10):
-                        await call
-                assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-                assert "no hello" in (ended.value.details() or "")
-            assert (b.stats.bad_frames, b.stats.dropped_connections) == (1, 1)
-            dropped = [r for r in caplog.records if "no hello within" in r.getMessage()]
-            assert len(dropped) == 1, dropped
+            await refused_call(b, None, "no hello within", caplog)
             # and the node keeps serving everyone else
             a = await nodes.start("grpc", "a", Inbox())
             a.add_peer("b", b.address)
@@ -89,22 +97,11 @@ def test_a_first_message_larger_than_any_hello_is_refused(
         inbox = Inbox()
         async with Nodes() as nodes:
             b = await nodes.start("grpc", "b", inbox)
-            target = b.address.removeprefix("grpc://")
             padded = HELLO_MAGIC + msgspec.msgpack.encode(
                 ["stranger", 1, 1, b.options.max_frame_bytes, bytes(1 << 20)])
             # msgspec alone takes it for a hello: only the bound refuses it
             assert msgspec.msgpack.decode(padded[len(HELLO_MAGIC):], type=Hello).node == (
                 "stranger")
-            async with grpc.aio.insecure_channel(target) as channel:
-                call = channel.stream_unary(METHOD_PATH)()
-                await call.write(padded)
-                with pytest.raises(grpc.aio.AioRpcError) as ended:
-                    async with asyncio.timeout(10):
-                        await call
-                assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-                assert "exceeds the hello bound" in (ended.value.details() or "")
-            assert (b.stats.bad_frames, b.stats.dropped_connections) == (1, 1)
-            dropped = [r for r in caplog.records if "exceeds the hello bound" in r.getMessage()]
-            assert len(dropped) == 1, dropped
+            await refused_call(b, padded, "exceeds the hello bound", caplog)
 
     run(main)
