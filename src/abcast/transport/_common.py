@@ -47,6 +47,7 @@ from collections import deque
 from typing import Annotated, ClassVar, Final
 
 import msgspec
+import msgspec.inspect
 
 from abcast.codec import NOT_A_MESSAGE, NodeField
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError, RemoteProtocolError
@@ -94,6 +95,29 @@ def frame_bound_refusal(me: NodeId, own: int, hello: Hello) -> str | None:
             "TransportOptions.max_frame_bytes, ?max_frame_bytes= on its URL)")
 
 
+def _max_msgpack_bytes(struct: type[msgspec.Struct]) -> int:
+    """The most bytes an array_like `struct` of bounded strs and ints can take in
+    msgpack, in its widest legal encoding (array32 and str32 headers, every int as 9
+    bytes, 4 bytes a character): what a reader must accept to read any valid one."""
+    info = msgspec.inspect.type_info(struct)
+    assert isinstance(info, msgspec.inspect.StructType)
+    size = 5
+    for field in info.fields:
+        kind = field.type
+        if isinstance(kind, msgspec.inspect.StrType) and kind.max_length is not None:
+            size += 5 + 4 * kind.max_length
+        elif isinstance(kind, msgspec.inspect.IntType):
+            size += 9
+        else:  # a new field must be bounded for the bound below to mean anything
+            raise TypeError(f"{struct.__name__}.{field.name}: no byte bound for {kind}")
+    return size
+
+
+#: the largest hello (frame body) a receiver must read, derived from Hello's field
+#: bounds; a stream transport reads no larger frame before a connection is admitted
+#: (a stranger who knows only the address makes a node buffer at most this much)
+HELLO_MAX_BYTES: Final = len(HELLO_MAGIC) + _max_msgpack_bytes(Hello)
+
 _hello_decoder: Final = msgspec.msgpack.Decoder(Hello)
 _hello_encoder: Final = msgspec.msgpack.Encoder()
 
@@ -103,7 +127,11 @@ def encode_hello(hello: Hello) -> bytes:
 
 
 def decode_hello(data: bytes) -> Hello:
-    """DecodeError for anything that is not a hello."""
+    """DecodeError for anything that is not a hello (also one longer than any Hello
+    encodes to: msgspec would take extra trailing fields, of any size)."""
+    if len(data) > HELLO_MAX_BYTES:
+        raise DecodeError(f"a hello of {len(data)} bytes exceeds the hello bound "
+                          f"{HELLO_MAX_BYTES}")
     if not data.startswith(HELLO_MAGIC):
         raise DecodeError(f"expected a hello, got {bytes(data[:16])!r}...")
     try:

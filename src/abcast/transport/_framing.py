@@ -2,8 +2,10 @@
 
 Rules: used on byte streams (tcp) and inside batch messages (grpc). The reader is
 incremental and refuses, with a reason string, any length above `max_frame_bytes`
-*before* buffering the body, so a hostile length prefix cannot make us allocate. It knows
-nothing about hellos, links or sockets.
+*before* buffering the body, so a hostile length prefix cannot make us allocate. The
+limit can be raised once the connection is trusted with more (`raise_limit`: tcp reads
+no more than a hello before it admits the connection). It knows nothing about hellos,
+links or sockets.
 """
 
 from __future__ import annotations
@@ -42,12 +44,28 @@ def split_frames(data: bytes, max_frame_bytes: int) -> list[bytes]:
 class FrameReader:
     """Incremental decoder: feed bytes as they come, get whole frames back."""
 
-    __slots__ = ("_buf", "_max", "_need")
+    __slots__ = ("_buf", "_limit_name", "_max", "_need")
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, limit_name: str = "max_frame_bytes") -> None:
         self._buf = bytearray()
         self._max = max_frame_bytes
+        self._limit_name = limit_name  # what the limit is, for the error
         self._need = PREFIX_BYTES  # bytes the buffer must hold before parsing is worth it
+
+    @property
+    def limit(self) -> int:
+        return self._max
+
+    def raise_limit(self, max_frame_bytes: int, limit_name: str = "max_frame_bytes",
+                    ) -> tuple[list[bytes], str | None]:
+        """Accept frames up to `max_frame_bytes` from now on, and parse again what is
+        held: also the bytes from a length prefix the old limit refused (a feed that
+        returned an error may be resumed this way), as `feed` would."""
+        self._max = max_frame_bytes
+        self._limit_name = limit_name
+        held = bytes(self._buf)
+        self._buf.clear()
+        return self.feed(held) if held else ([], None)
 
     @property
     def pending(self) -> int:
@@ -84,8 +102,10 @@ class FrameReader:
         while end_of_data - pos >= PREFIX_BYTES:
             (size,) = unpack(src, pos)
             if size > limit:
-                buf += memoryview(src)[pos:]
-                return frames, f"frame length prefix {size} exceeds max_frame_bytes {limit}"
+                buf += memoryview(src)[pos:]  # from the prefix on: see raise_limit
+                self._need = PREFIX_BYTES
+                return frames, (f"frame length prefix {size} exceeds {self._limit_name} "
+                                f"{limit}")
             end = pos + PREFIX_BYTES + size
             if end > end_of_data:
                 need = end - pos

@@ -17,7 +17,9 @@ set so that `pause/resume_writing` wake `drain`. A lost outbound connection is r
 exponential backoff; its queue waits. The inbound side refuses, with one log line and a
 dropped connection, a bad hello or none within io_timeout_s, a hello with another
 max_frame_bytes (after the handshake, with a secret; see _common), a length prefix above
-max_frame_bytes, a frame truncated at EOF, and any bytes on an
+max_frame_bytes, or, until the connection is admitted, above the largest hello
+(HELLO_MAX_BYTES: a stranger who knows only the address makes the node hold no more
+than that for a connection), a frame truncated at EOF, and any bytes on an
 outbound connection (we never expect the peer to write back). Once admitted (after
 the hello, and the handshake with a secret) a watchdog looks at each inbound
 connection every io_timeout_s: one still inside the same unfinished frame at two
@@ -53,14 +55,24 @@ from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.security import OVERHEAD, Initiator, Opener, Responder, Sealer
 from abcast.security.handshake import NONCE_BYTES
-from abcast.transport._common import Hello, PeerState, QueuedTransport, decode_hello, encode_hello
+from abcast.transport._common import (
+    HELLO_MAX_BYTES,
+    Hello,
+    PeerState,
+    QueuedTransport,
+    decode_hello,
+    encode_hello,
+)
 from abcast.transport._framing import PREFIX, FrameReader, encode_frames, split_frames
 from abcast.transport._tls import client_context, server_context
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)
 
-_HELLO_ROOM = 512  # the reader must accept a hello even if max_frame_bytes is tiny
+_RESPONSE_ROOM = 512  # what a dialler reads of the listener: its handshake Response
+#: what an inbound connection may send before it is admitted: a hello, and the
+#: handshake's Challenge and Confirm with a secret (each well below a hello's bound)
+_BEFORE_ADMISSION = "the hello bound (before the connection is admitted)"
 _H = TypeVar("_H", Initiator, Responder)
 
 
@@ -410,7 +422,7 @@ class _Outbound(asyncio.Protocol):
             self._channel.connection_made(self)
             return
         writer.write(encode_frames([encode_hello(self._hello), self._auth.challenge()]))
-        self._reader = FrameReader(_HELLO_ROOM)
+        self._reader = FrameReader(_RESPONSE_ROOM)
         timeout = owner.options.io_timeout_s
         self._timer = owner.loop.call_later(
             timeout, self._refused, f"no handshake response within {timeout:g}s")
@@ -489,7 +501,10 @@ class _Inbound(asyncio.Protocol):
         limit = owner.options.max_frame_bytes
         if owner.options.secret is not None:  # a sealed record: a batch of frames
             limit += owner.options.batch_bytes + PREFIX.size + OVERHEAD
-        self._reader = FrameReader(max(limit, _HELLO_ROOM))
+        self._frame_limit = limit  # the reader's, once the connection is admitted
+        # A stranger who knows only our address can open connections: until one is
+        # admitted it is read a hello's size at a time, not max_frame_bytes.
+        self._reader = FrameReader(HELLO_MAX_BYTES, _BEFORE_ADMISSION)
         self._hello: Hello | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
         self._auth: Responder | None = None
@@ -533,8 +548,10 @@ class _Inbound(asyncio.Protocol):
             self._hello = hello
             del frames[0]
             self._auth = owner.handshake(Responder, hello.node, hello)
-            if self._auth is None and not self._admit(hello):
-                return
+            if self._auth is None:
+                if not self._admit(hello):
+                    return
+                frames, error = self._read_more(frames)
             link.peer = hello.node  # claimed, for the log lines of a failed handshake
         auth = self._auth
         while auth is not None and frames and auth.phase != "established":
@@ -550,6 +567,7 @@ class _Inbound(asyncio.Protocol):
                 assert self._hello is not None
                 if not self._admit(self._hello):
                     return
+                frames, error = self._read_more(frames)
         opener = self._opener
         if opener is not None and frames:
             opened: list[bytes] = []
@@ -582,6 +600,12 @@ class _Inbound(asyncio.Protocol):
             link.retire()
             owner.close_inbound(link)
         return accepted
+
+    def _read_more(self, frames: list[bytes]) -> tuple[list[bytes], str | None]:
+        """Admitted: the reader takes whole frames from now on, also from what it
+        holds (bytes after the hello in the same read, a prefix it refused)."""
+        more, error = self._reader.raise_limit(self._frame_limit)
+        return frames + more, error
 
     def eof_received(self) -> bool | None:
         pending = self._reader.pending
