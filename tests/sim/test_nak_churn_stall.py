@@ -1,19 +1,18 @@
 """The NAK channel (IP multicast) under churn: a partition that heals plus a crash.
 
-Found by a sweep of combinations the bench sweeps do not run (/tmp/cores/sweep_mix.py,
-"skeen nak churn" and "sequencer nak churn"; the same schedules over the reliable
-channel are clean). Seed 26 below: n2 is cut off 692 ms–3271 ms and removed, n3
-crashes at 1280 ms; after the heal n4 never receives n5's multicasts 51..53 — n5 keeps
-them unstable (its stable point stays at 50) and n4's next expected from n5 stays 51,
-yet nobody repairs the gap — so n4 waits for ever on n5#26's final timestamp, and the
-members that got it deliver what n4 never does (AGREEMENT, VALIDITY, the run stalls).
-The fault is below the ordering (reliability/nak.py: neither a NAK nor a retransmission
-closes a gap both ends know about); it is pinned here, strict, until that is fixed.
+Found by a sweep of combinations the bench sweeps do not run ("skeen nak churn" and
+"sequencer nak churn"; the same schedules over the reliable channel are clean). Seed 26
+below: n2 is cut off 692 ms-3271 ms and removed, n3 crashes at 1280 ms. After the heal
+n2 multicasts a stale flush message; at n4 the NAK channel takes the frame and arms its
+"nak" timer, then the membership layer refuses the flush message (RemoteProtocolError)
+and the stack drops the frame's outputs — the SetTimer with them. The channel's flag
+said armed, so n4 never NAKed again: it missed n5's multicast 51 for good, waited for
+ever on n5#26's final timestamp, and the others delivered what it never did
+(AGREEMENT, VALIDITY, the run stalled). The channel now keeps each timer's due time and
+sets an overdue one again (abcast.reliability.nak, its rules).
 """
 
 from __future__ import annotations
-
-import pytest
 
 from abcast.ordering.registry import OrderingOptions
 from abcast.sim import SimConfig, run_simulation
@@ -35,7 +34,5 @@ def test_the_same_schedule_is_clean_over_the_reliable_channel() -> None:
     assert _run("reliable", False) == ([], True)
 
 
-@pytest.mark.xfail(strict=True, reason="NAK channel: a gap after a heal and a crash is "
-                   "never repaired (n4 misses n5's multicasts 51..53); see the docstring")
 def test_a_heal_and_a_crash_over_the_nak_channel_stay_clean() -> None:
     assert _run("nak", True) == ([], True)
