@@ -25,6 +25,7 @@ never compares times against a limit.
     .venv/bin/python bench/sweep_churn.py --seeds 60 --messages 400 --flapping --safe
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total --evs
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total --relay
+    .venv/bin/python bench/sweep_churn.py --seeds 120 --orderings skeen,matrix,sequencer --nak
 
 With --spark-sample K the first K seeds of each ordering also write their traces, and
 the Spark checker (`abcast check --json`, abcast.pipeline) checks them after the sweep:
@@ -97,18 +98,20 @@ class Task:
     relay: bool = False  # sequencer family: the origin sends to the sequencer only
     #: write this run's trace here too, for the Spark checker ("": not sampled)
     trace_dir: str = ""
+    nak: bool = False  # the NAK channel over IP multicast (multicast="nak")
 
     def options(self) -> OrderingOptions:
         return OrderingOptions(safe=self.safe, partitions="evs" if self.evs else "primary",
-                               relay=self.relay)
+                               relay=self.relay, multicast="nak" if self.nak else None)
 
     def config(self) -> SimConfig:
         if not self.evs:
             return SimConfig(self.ordering, nodes=self.nodes, messages=self.messages,
-                             seed=self.seed, faults=self.faults(), options=self.options())
+                             seed=self.seed, faults=self.faults(), options=self.options(),
+                             ip_multicast=self.nak)
         return SimConfig(self.ordering, nodes=self.nodes, messages=self.messages,
                          seed=self.seed, faults=self.faults(), options=self.options(),
-                         rate=self.rate, stall_us=self.stall_us)
+                         rate=self.rate, stall_us=self.stall_us, ip_multicast=self.nak)
 
     def faults(self) -> str:
         if self.flapping:
@@ -119,8 +122,10 @@ class Task:
 
     def command(self) -> str:
         extra = ""
-        if self.safe or self.evs or self.relay:
+        if self.safe or self.evs or self.relay or self.nak:
             extra = f", options={self.options()!r}"
+        if self.nak:
+            extra += ", ip_multicast=True"
         if self.evs:
             extra += f", rate={self.rate}, stall_us={self.stall_us}"
         return (f"SimConfig({self.ordering!r}, nodes={self.nodes}, messages={self.messages}, "
@@ -264,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--relay", action="store_true",
                    help="the sequencer family in relay mode (the origin sends to the "
                         "sequencer only); chandra-toueg runs as usual")
+    p.add_argument("--nak", action="store_true",
+                   help="the NAK channel over IP multicast (multicast='nak'), every ordering")
     p.add_argument("--stall-s", type=float, default=8.0,
                    help="with --evs: a run ends once nothing was delivered for this long")
     p.add_argument("--spark-sample", type=int, default=0, metavar="K",
@@ -279,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
              args.safe and get_ordering(o).supports_safe, partition_ms, args.cut_sequencer,
              args.clean_split, args.flapping, args.evs, args.rate,
              round(args.stall_s * 1_000_000), args.relay and get_ordering(o).supports_relay,
-             spark_dir if seed < args.first_seed + args.spark_sample else "")
+             spark_dir if seed < args.first_seed + args.spark_sample else "", args.nak)
         for seed in range(args.first_seed, args.first_seed + args.seeds) for o in orderings
     ]
     console = Console(stderr=True)

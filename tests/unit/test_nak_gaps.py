@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from abcast.codec import Packet
-from abcast.effects import Effect, Send, Up
+from abcast.effects import Effect, Send, SetTimer, Up
 from abcast.errors import RemoteProtocolError
 from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
 from abcast.ids import View
@@ -124,3 +124,26 @@ def test_a_packet_above_a_gap_is_handed_up_at_once_and_the_gap_naked() -> None:
     assert _payloads(b.handle(Received("a", out[2].header, out[2].inner), 10)) == [b"p3"]
     (nak,) = _sends(b.handle(TimerFired("nak"), 3_000))
     assert nak.header == NNak(UNICAST, [1, 2])
+
+
+def _timers(effects: list[Effect], key: str) -> list[SetTimer]:
+    return [e for e in effects if isinstance(e, SetTimer) and e.key == key]
+
+
+@pytest.mark.parametrize("key", ["nak", "stable"])
+def test_a_timer_whose_set_timer_was_lost_is_set_again_once_overdue(key: str) -> None:
+    """The stack drops a frame's outputs when a layer above refuses the packet, the
+    channel's SetTimer among them: the next event past the timer's due time sets it
+    again, due at once (tests/sim/test_nak_churn_stall.py is the run that showed it)."""
+    a, b = _pair()
+    out = [s for k in range(4)
+           for s in _sends(a.handle(SendRequested("b", Packet((), b"p%d" % k)), 0))]
+    (lost,) = _timers(b.handle(Received("a", out[1].header, out[1].inner), 10), key)
+    # ... that output was dropped; before it is due, another packet does not set it again
+    assert _timers(b.handle(Received("a", out[2].header, out[2].inner), 11), key) == []
+    late = lost.at + 1
+    (again,) = _timers(b.handle(Received("a", out[3].header, out[3].inner), late), key)
+    assert again.at == late
+    if key == "nak":  # and it NAKs the gap, which it never did again before
+        (nak,) = _sends(b.handle(TimerFired("nak"), late))
+        assert nak.header == NNak(UNICAST, [1])

@@ -7,8 +7,10 @@ member of the view it does not suspect; only one that hears a majority of its vi
 on (primary partition: of the members that did not withdraw, `primary`), else it gives
 its flush up (`MAbort`); under evs every side goes on, with view ids of its
 coordinator's (abcast.membership.merge). A state from a member
-that answered another coordinator for this view id, or that is a view ahead, sends the
-flush to a higher view id; one from a member a view behind gets our last install. With
+that answered another coordinator for this view id, or that is ahead of the flush's
+target, sends the flush to a higher view id; one from a member a view behind gets our
+last install; one from a member a view ahead of ours (below the target) stops the flush
+and asks that member for the install we missed. With
 every state in (joiners count as fresh), the ordering settles the reports
 (`Membership.settled`) and `MInstall` carries the outcome and the next members: the
 proposed ones, less leavers, plus joiners.
@@ -154,6 +156,17 @@ class FlushCoordinator:
             # installs it and answers again.
             last = self.s.last_install
             return [Send(sender, last)] if last is not None else []
+        if state.view_id > view.view_id:
+            # It is a view ahead of us: the coordinator of that view died after its
+            # install reached others only. Concluding would settle reports of two views
+            # (and leave out members of the later one). Give this flush up, staying
+            # frozen, and ask it for that install (a prepare for a view it is in is
+            # answered with its last install, `_on_prepare`); once in that view, the
+            # suspicion of its dead coordinator starts a flush from there.
+            self.s.flush = None
+            others = tuple(m for m in flush.members if m != self.s.node)
+            probe = MPrepare(state.view_id, 0, [self.s.node, sender])
+            return [Multicast(others, MAbort(flush.target, flush.attempt)), Send(sender, probe)]
         flush.states[sender] = state
         return self._conclude(flush) if flush.complete() else []
 

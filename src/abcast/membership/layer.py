@@ -531,6 +531,12 @@ class Membership(Layer):
             self.s.answered = (new.view_id, 0)
             self.s.answered_for = {}
             still_frozen = self.s.frozen = False
+        if still_frozen and self.s.answered_to == self.node:
+            # Our own flush was for a later view, from the one we were in: `adopt` gave
+            # it up (its coordinator handed us this install, FlushCoordinator.on_state).
+            # Unfrozen here, `recheck` starts the flush this view calls for.
+            self.s.answered_for.pop(self.s.answered[0], None)
+            still_frozen = self.s.frozen = False
         if still_frozen:
             if self.s.answered_to != self.node:  # what we told it came from an older view
                 effects.append(Send(self.s.answered_to, self.state_for(*self.s.answered)))

@@ -65,6 +65,12 @@ Rules:
   never repaired (its view holds only itself: no digest went out), and a withdrawal
   (`MWithdraw`) lost on the way left a lone member holding a joiner that gave up.
   `in_flight()`: the packets sent and not yet freed (the give-up's detach waits on it).
+- A timer's SetTimer can be lost after this layer armed it: when a layer above refuses
+  the packet this one just took (a RemoteProtocolError: a removed member's stale flush
+  message), the stack drops the frame's outputs, ours included. So the "nak" and
+  "stable" timers are kept as their due time, not a flag: an event past it finds the
+  timer overdue and sets it again, due now (before, the flag stayed set, and the node
+  never NAKed again: tests/sim/test_nak_churn_stall.py).
 - NAKs, digests, cancels and retransmissions are `control` traffic (not counted as
   protocol packets). No clock, no randomness: time is the `now` argument.
 """
@@ -140,8 +146,9 @@ class NakChannel(Layer):
         #: members a view removed: when their streams are forgotten (never NAKed again)
         self._departed: dict[NodeId, int] = {}
         self._xmit: dict[int, set[NodeId]] = {}  # gathered NAKs of the multicast stream
-        self._nak_armed = False
-        self._stable_armed = False
+        #: when the armed "nak" / "stable" timer is due (None: not armed); see the rules
+        self._nak_at: int | None = None
+        self._stable_at: int | None = None
         self._marks_moved = False
         # counters
         self.naks_sent = 0
@@ -410,13 +417,15 @@ class NakChannel(Layer):
 
     # -- NAKs and retransmission -----------------------------------------------------------
     def _arm_nak(self, now: int) -> list[Effect]:
-        if self._nak_armed:
+        due = self._nak_at
+        if due is not None and now <= due:
             return []
-        self._nak_armed = True
-        return [SetTimer("nak", now + self.config.nak_delay_us)]
+        # not armed, or armed and overdue: that SetTimer was lost (see the rules): now
+        self._nak_at = at = now + self.config.nak_delay_us if due is None else now
+        return [SetTimer("nak", at)]
 
     def _nak_round(self, now: int) -> list[Effect]:
-        self._nak_armed = False
+        self._nak_at = None
         effects: list[Effect] = []
         departed = self._departed
         for (sender, stream), st in self._in.items():
@@ -427,8 +436,8 @@ class NakChannel(Layer):
                 self.naks_sent += 1
                 effects.append(Send(sender, NNak(stream, missing), control=True))
         if effects:
-            self._nak_armed = True
-            effects.append(SetTimer("nak", now + self.config.nak_retry_us))
+            self._nak_at = now + self.config.nak_retry_us
+            effects.append(SetTimer("nak", self._nak_at))
         return effects
 
     def _on_nak(self, asker: NodeId, stream: int, seqs: list[int], now: int) -> list[Effect]:
@@ -487,10 +496,11 @@ class NakChannel(Layer):
 
     # -- stability -------------------------------------------------------------------------
     def _arm_stable(self, now: int) -> list[Effect]:
-        if self._stable_armed:
+        due = self._stable_at
+        if due is not None and now <= due:
             return []
-        self._stable_armed = True
-        return [SetTimer("stable", now + self.config.stable_us)]
+        self._stable_at = at = now + self.config.stable_us if due is None else now
+        return [SetTimer("stable", at)]
 
     def _guest_digest(self, peer: NodeId) -> Send:
         """A digest for `peer` outside the view (see the rules): its unicast marks only."""
@@ -501,7 +511,7 @@ class NakChannel(Layer):
         return Send(peer, NDigest(0, 0, [mark]), control=True)
 
     def _stability_round(self, now: int) -> list[Effect]:
-        self._stable_armed = False
+        self._stable_at = None
         guests: list[Effect] = [self._guest_digest(p) for p, o in self._u.items()
                                 if o.buf and p not in self._members]
         outs = [self._m, *self._u.values()]
