@@ -127,7 +127,23 @@ def validate_local(root: Path, shown_root: str) -> int:
                                 f"or {STREAM_SUFFIX} for a killed node's stream)")
         rows += _check_local_schema(file, shown, EVENT_SCHEMA)
     _check_local_schema(runs_file, join_path(shown_root, RUNS_FILE), RUN_SCHEMA)
+    _check_run_dirs(runs_file, events_dir, shown_root)
     return rows
+
+
+def _check_run_dirs(runs_file: Path, events_dir: Path, shown_root: str) -> None:
+    """Refuse a runs row without its event directory, as abcast.trace.read_events does:
+    read on, the run would have no rows, and a run with none breaks no check."""
+    try:
+        run_ids = pq.read_table(runs_file, columns=["run_id"]).column("run_id").to_pylist()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceDirError(f"{join_path(shown_root, RUNS_FILE)}: not a Parquet file "
+                            f"({exc})") from None
+    for run_id in run_ids:
+        if not isinstance(run_id, str) or not (events_dir / run_id).is_dir():
+            raise TraceDirError(f"{join_path(shown_root, EVENTS_DIR, str(run_id))}/ is "
+                                f"missing: run {run_id!r} has a runs row but no event "
+                                "directory")
 
 
 def _spark_type(arrow_type: pa.DataType) -> DataType:
