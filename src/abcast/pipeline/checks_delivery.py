@@ -183,16 +183,17 @@ def _governing_snapshot(frame: DataFrame, snapshots: DataFrame, origin: str) -> 
 def _reach(first: DataFrame, snapshots: DataFrame | None) -> DataFrame:
     """Per first delivery of (node, group, origin o', seq j) above `base`, for each
     snapshot the node held of o' (`since`: null for none, base = the lowest seq of o' the
-    node delivers, minus one; else base raised to that snapshot's top): `base`,
+    node delivers, minus one, and at least 0; else base raised to that snapshot's top): `base`,
     `first_missing` (lowest seq above base it never delivers) and `latest`:
     struct<index, seq> of the latest-delivered seq among base+1..j (only meaningful while
     j < first_missing)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    lowest = F.min("seq").over(Window.partitionBy(*STREAM)) - 1
+    # base is never below 0 (docs/checks.md): a seq 0 or below is no causal predecessor
+    lowest = F.greatest(F.min("seq").over(Window.partitionBy(*STREAM)) - 1, F.lit(0))
     plain = first.select(*STREAM, "seq", "index", F.lit(None).cast("bigint").alias("since"),
-                         lowest.alias("base"))
+                         lowest.alias("base")).where(F.col("seq") > F.col("base"))
     source = plain
     if snapshots is not None:  # seqs up to a snapshot's top are not looked at under it
         tops = F.broadcast(snapshots.select(*STREAM, "since", "snap"))
@@ -272,15 +273,15 @@ def total_order(t: TraceTables) -> DataFrame:
 
     if t.nonconforming_count == 0:  # every node agrees with the reference order
         return empty_violations(t.events.sparkSession)
-    first = t.first.select(*MESSAGE_KEY, "node", "rank", "index")
+    first = t.first.select(*MESSAGE_KEY, "node", "rank", "index", "t_ns")
     bad = F.broadcast(t.nonconforming)
     group_pairs = [("run_id", "run_id"), ("group", "group")]
     x = join_on(first, bad, [*group_pairs, ("node", "node")], "left_semi").select(
         *MESSAGE_KEY, F.col("node").alias("x_node"), F.col("rank").alias("x_rank"),
-        F.col("index").alias("x_index"))
+        F.col("index").alias("x_index"), F.col("t_ns").alias("x_t"))
     others = join_on(first, bad, group_pairs, "left_semi").select(
         *MESSAGE_KEY, F.col("node").alias("o_node"), F.col("rank").alias("o_rank"),
-        F.col("index").alias("o_index"))
+        F.col("index").alias("o_index"), F.col("t_ns").alias("o_t"))
     common = join_on(x, others, [(k, k) for k in MESSAGE_KEY]).where(
         F.col("x_node") != F.col("o_node"))
     flagged = join_on(common, bad.withColumn("o_bad", F.lit(True)),
@@ -293,8 +294,10 @@ def total_order(t: TraceTables) -> DataFrame:
         F.when(x_first, F.col("x_node")).otherwise(F.col("o_node")).alias("p"),
         F.when(x_first, F.col("o_node")).otherwise(F.col("x_node")).alias("q"),
         F.when(x_first, F.col("x_index")).otherwise(F.col("o_index")).alias("p_index"),
+        F.when(x_first, F.col("x_t")).otherwise(F.col("o_t")).alias("p_t"),
         F.when(x_first, F.col("o_index")).otherwise(F.col("x_index")).alias("q_index"))
-    along_p = Window.partitionBy("run_id", "group", "p", "q").orderBy("p_index")
+    # p's position order; a repeated index at p is ordered by t_ns, as abcast.checks does
+    along_p = Window.partitionBy("run_id", "group", "p", "q").orderBy("p_index", "p_t")
     prev = F.lag(F.struct("origin", "seq", "p_index", "q_index")).over(along_p)
     descents = (pairs.select("*", prev.alias("prev"))
                 .where(F.col("prev")["q_index"] > F.col("q_index")))

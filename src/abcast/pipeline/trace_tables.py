@@ -425,10 +425,12 @@ def nonconforming_nodes(first: DataFrame) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    by_position = Window.partitionBy("lane").orderBy("index")
+    by_position = Window.partitionBy("lane").orderBy("index", "t_ns")
     steps = first.select("run_id", "group", "node", "ref_index",
                          F.lag("ref_index").over(by_position).alias("prev_ref"))
-    return (steps.where(F.col("ref_index").isNull() | (F.col("prev_ref") > F.col("ref_index")))
+    # Two messages at one reference position (a writer that repeated an index) have no
+    # reference order between them: a node with both adjacent is walked too.
+    return (steps.where(F.col("ref_index").isNull() | (F.col("prev_ref") >= F.col("ref_index")))
             .select("run_id", "group", "node").distinct())
 
 
