@@ -171,3 +171,24 @@ def test_total_order_orders_a_repeated_index_by_time(spark: object, tmp_path: Pa
     assert count_by_code(check_traces(runs, events)["repeated-index"]) == {"TOTAL_ORDER": 1}
     outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
     assert dict(outcome.verdict.counts) == {("repeated-index", "TOTAL_ORDER"): 1}
+
+
+def test_a_witness_index_beyond_40_bits_keeps_its_unit(spark: object, tmp_path: Path) -> None:
+    """The agreement and view checks pack a witness as (rank << 40) + index. n1 delivers
+    its m at index 2**41 and n2 never delivers it: one AGREEMENT unit in memory; Spark
+    decoded the witness as rank 2, a node that does not exist, dropped the unit and
+    judged the run clean (/tmp/checks/witness40.py)."""
+    run = "wide-index"
+    rows = [EventRow(run, "n1", "send", "n1", 1, "g", 1, None, 0),
+            EventRow(run, "n1", "deliver", "n1", 1, "g", 2, 2**41, 0),
+            EventRow(run, "n2", "send", "n2", 1, "g", 3, None, 0),
+            EventRow(run, "n2", "deliver", "n2", 1, "g", 4, 1, 0),
+            EventRow(run, "n1", "deliver", "n2", 1, "g", 5, 2**41 + 1, 0)]
+    info = RunInfo(run, "test", "mem://", 2, 0, "handwritten", None, None,
+                   ("agreement", "virtual_synchrony"), 0, 1)
+    write_run(tmp_path, rows, info)
+    runs, events = read_traces(tmp_path)
+    assert count_by_code(check_traces(runs, events)[run]) == {"AGREEMENT": 1}
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    assert dict(outcome.verdict.counts) == {(run, "AGREEMENT"): 1}
+    assert [e.nodes for e in outcome.verdict.examples] == [("n2", "n1")]
