@@ -90,6 +90,28 @@ def test_a_run_without_its_event_directory_exits_2_naming_it(tmp_path: Path) -> 
         read_traces(tmp_path)
 
 
+@pytest.mark.parametrize(("edit", "said"), [
+    ("unknown", "claims unknown guarantees ['totl']"), ("twice", "appears twice")])
+def test_runs_rows_the_in_memory_reader_refuses_are_refused(tmp_path: Path, edit: str,
+                                                            said: str) -> None:
+    """abcast.trace.read_runs refuses a guarantee it does not know and a run_id listed
+    twice; Spark ignored the unknown name (a run claiming "totl" was checked for nothing
+    and judged clean) and took the duplicate as one more claim."""
+    _clean_dir(tmp_path)
+    runs_path = tmp_path / "runs.parquet"
+    table = pq.read_table(runs_path)
+    if edit == "unknown":
+        column = table.schema.get_field_index("guarantees")
+        table = table.set_column(column, "guarantees",
+                                 pa.array([["totl"]], table.schema.field(column).type))
+    else:
+        table = pa.concat_tables([table, table])
+    pq.write_table(table, runs_path)
+    with pytest.raises(TraceFormatError, match=re.escape(said)):
+        read_traces(tmp_path)
+    assert said in _refusal([str(tmp_path)])
+
+
 def test_report_refuses_like_check(tmp_path: Path) -> None:
     result = CliRunner().invoke(report, [str(tmp_path / "nowhere"), "--out",
                                          str(tmp_path / "r")])
