@@ -192,3 +192,26 @@ def test_a_witness_index_beyond_40_bits_keeps_its_unit(spark: object, tmp_path: 
     outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
     assert dict(outcome.verdict.counts) == {(run, "AGREEMENT"): 1}
     assert [e.nodes for e in outcome.verdict.examples] == [("n2", "n1")]
+
+
+def test_seqs_at_or_below_zero_are_judged_as_in_memory(spark: object, tmp_path: Path) -> None:
+    """A trace may hold seqs a writer never gives (0, -1). docs/checks.md floors at 0
+    what has no snapshot: a FIFO hole is a missing seq above 0, and a crashed origin's
+    send top is 0 when it sent nothing above it. n2 delivers n1#-1 then n1#4: holes 1..3
+    (Spark counted 0 too); n3, crashed, sent only n3#-1 and n2 delivers n3#0: unknown
+    (Spark took the top as -1 and excused it)."""
+    run = "low-seqs"
+    rows = [EventRow(run, "n1", "send", "n1", seq, "g", seq + 10, None, 0) for seq in (-1, 4)]
+    rows += [EventRow(run, "n3", "send", "n3", -1, "g", 20, None, 0),
+             EventRow(run, "n3", "crash", None, None, "g", 21, None),
+             EventRow(run, "n2", "deliver", "n1", -1, "g", 30, 1, 0),
+             EventRow(run, "n2", "deliver", "n1", 4, "g", 31, 2, 0),
+             EventRow(run, "n2", "deliver", "n3", 0, "g", 32, 3, 0)]
+    info = RunInfo(run, "test", "mem://", 3, 0, "handwritten", None, None,
+                   ("integrity", "fifo"), 0, 1)
+    write_run(tmp_path, rows, info)
+    runs, events = read_traces(tmp_path)
+    memory = count_by_code(check_traces(runs, events)[run])
+    assert memory == {"INTEGRITY_UNKNOWN": 1, "FIFO_ORDER": 3}
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    assert outcome.verdict.of_run(run) == memory

@@ -87,8 +87,9 @@ def lost_sends_excused(t: TraceTables, unsent: DataFrame) -> DataFrame:
                      "left")
     marked = join_on(marked, tops, [("run_id", "run_id"), ("group", "group"),
                                     ("origin", "origin")], "left")
+    # the top is never below 0, as in memory (0 when the origin sent nothing above it)
     lost = (F.coalesce(F.col("_crashed"), F.lit(False))
-            & (F.col("seq") > F.coalesce(F.col("_sent_top"), F.lit(0))))
+            & (F.col("seq") > F.greatest(F.coalesce(F.col("_sent_top"), F.lit(0)), F.lit(0))))
     return marked.where(~lost).drop("_crashed", "_sent_top")
 
 
@@ -139,7 +140,9 @@ def fifo_order(t: TraceTables) -> DataFrame:
         F.explode(F.sequence(F.col("below") + 1, F.col("seq") - 1)).alias("missing"))
     if t.snapshots is not None:  # that incarnation's snapshot fills the holes up to its top
         holes = _governing_snapshot(holes, t.snapshots, "origin").where(
-            F.col("snap").isNull() | (F.col("missing") > F.col("snap")))
+            F.col("missing") > F.coalesce(F.col("snap"), F.lit(0)))
+    else:  # a hole is above the snapshot's top, which is 0 without one (docs/checks.md)
+        holes = holes.where(F.col("missing") > 0)
     hole_rows = violations(
         holes, FIFO_ORDER, F.array("node"), F.array(msg("origin", "missing")), no_positions(),
         F.format_string("%s delivered seqs of %s around %d but never %s", F.col("node"),
