@@ -7,7 +7,9 @@ clean total-order run (dropped, duplicated, swapped and foreign deliveries, cras
 causal deps) and of a run through three views (lost and late deliveries, odd member
 lists, repeated or falling views, crashes, later send views) and of a run with a joiner
 and a rejoined node (snapshots: lost, swapped, repeated deliveries after the join), and
-small simulated runs (a crash, a joiner, causal order, churn with a rejoin).
+small simulated runs (a crash, a joiner, causal order, churn with a rejoin), and rows
+drawn at random that no driver writes (`_adversarial`: the harness that found the
+node-order, repeated-index, wide-index and seq-0 disagreements).
 """
 
 from __future__ import annotations
@@ -150,6 +152,46 @@ def _joiners_mutated(seed: int) -> tuple[list[EventRow], RunInfo]:
     return b.rows(), b.run_info(ALL)
 
 
+_LONG_IDS = ("n" + "9" * 39, "n1" + "0" * 39)  # digit runs past any Spark decimal
+
+
+def _adversarial(seed: int) -> tuple[list[EventRow], RunInfo]:
+    """Rows no driver writes but a trace may hold, drawn by seed: any kind at any node in
+    any order (a delivery before its send, after a crash or a leave), ids with digit runs
+    past 38 digits, seqs -1..5, repeated, negative and past-40-bit indices, null groups
+    and view ids, odd member lists, deps of any origin."""
+    rng = random.Random(3000 + seed)
+    run = f"adversarial-{seed}"
+    nodes = rng.sample(["n1", "n2", "n10", "n02", "a", "z9", *_LONG_IDS], rng.randint(1, 5))
+    groups = ["g", "h", None] if rng.random() < 0.3 else ["g"]
+    kinds = ["send", "deliver", "deliver", "deliver", "opt_deliver", "view", "crash",
+             "recover"]
+    rows: list[EventRow] = []
+    counters: dict[tuple[str, str], int] = {}
+    for t_ns in range(1, rng.randint(1, 40) + 1):
+        node, kind, group = rng.choice(nodes), rng.choice(kinds), rng.choice(groups)
+        seq, view = rng.randint(-1, 5), rng.choice([None, 1, 1, 2, 2, 3])
+        if kind == "send":
+            deps = ({o: rng.randint(0, 4) for o in rng.sample(nodes, rng.randint(0, len(nodes)))}
+                    if rng.random() < 0.5 else None)
+            origin = node if rng.random() < 0.9 else rng.choice(nodes)
+            rows.append(EventRow(run, node, kind, origin, seq, group, t_ns, None, 0, view, deps))
+        elif kind in ("deliver", "opt_deliver"):
+            n = counters[(node, kind)] = counters.get((node, kind), 0) + 1
+            index = n if rng.random() < 0.9 else rng.choice([None, n - 1, 1, 2**41 + n, -n])
+            rows.append(EventRow(run, node, kind, rng.choice(nodes), seq, group, t_ns, index,
+                                 0, view))
+        elif kind == "view":
+            members = tuple(rng.sample(nodes, rng.randint(1, len(nodes))))
+            members = (node,) if rng.random() < 0.2 else members
+            rows.append(EventRow(run, node, kind, None, None, group, t_ns, None, None, view,
+                                 None, None, None if rng.random() < 0.1 else members))
+        else:
+            rows.append(EventRow(run, node, kind, None, None, group, t_ns, None))
+    return rows, RunInfo(run, "test", "mem://", len(nodes), 0, "adversarial", seed, None,
+                         ALL, 0, 1)
+
+
 def _simulated() -> list[tuple[list[EventRow], RunInfo]]:
     configs = [
         SimConfig("sequencer", 3, 12, seed=1, faults="crash=n3@4ms"),
@@ -182,6 +224,10 @@ def trace_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_run(out, *_mutated(seed))
         write_run(out, *_views_mutated(seed))
         write_run(out, *_joiners_mutated(seed))
+    for seed in range(60):
+        rows, info = _adversarial(seed)
+        if rows:
+            write_run(out, rows, info)
     for rows, info in _simulated():
         write_run(out, rows, info)
     return out

@@ -15,10 +15,14 @@ from spark_traces import Scenario, build_scenarios, write_scenarios
 
 from abcast.ids import node_sort_key
 from abcast.pipeline.checks import VIOLATION_COLUMNS, node_order_key
+from abcast.pipeline.commands import run_check
 from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import CHECKS, RunClaim, find_violations, runs_by_code, summarize
 from abcast.pipeline.trace_tables import TraceTables, materialize_tables
+from abcast.testing import TraceBuilder, check_traces, count_by_code
+from abcast.trace.rows import EventRow, RunInfo
 from abcast.trace.schema import CODES
+from abcast.trace.writer import read_traces, write_run
 
 pytestmark = pytest.mark.spark
 
@@ -88,7 +92,10 @@ def test_runs_are_checked_only_for_what_they_claim(
 
 
 def test_node_order_key_sorts_like_node_sort_key(spark: object) -> None:
-    names = ["n10", "n2", "n1", "a", "n1x", "b20c", "b3c", "n02", "z", "10"]
+    # Digit runs longer than 38 digits (beyond any Spark decimal) still compare as
+    # numbers: n + 39 nines after n5, and before n1 + 39 zeros.
+    names = ["n10", "n2", "n1", "a", "n1x", "b20c", "b3c", "n02", "z", "10",
+             "n" + "9" * 39, "n1" + "0" * 39, "n0" + "1" * 39, "n5", "m" + "7" * 60 + "x"]
     frame = spark.createDataFrame([(n,) for n in names], "node string")  # type: ignore[attr-defined]
     ordered = [r["node"] for r in frame.orderBy(node_order_key(frame["node"])).collect()]
     # Ties of node_sort_key (n02 and n2) break on the raw string, as abcast.testing does.
@@ -103,3 +110,108 @@ def test_trace_dir_reads_back_every_row(spark: object, tmp_path: Path,
     assert sorted(r["run_id"] for r in trace.runs.collect()) == sorted(
         s.run_id for s in scenarios[:2])
 
+
+
+def test_total_order_pairs_long_node_ids_in_node_order(spark: object, tmp_path: Path) -> None:
+    """TOTAL_ORDER walks each pair along its lower node's order, and the count depends
+    on which node that is (q delivers p's 3rd, 1st, 4th, 2nd: along p, q's positions
+    read 2 4 1 3, one descent; along q, p's read 3 1 4 2, two). A node id with a digit
+    run longer than 38 digits must be placed as abcast.ids.node_sort_key places it:
+    Spark's key once cast such runs to a null number, put n + 39 nines before n1 and n5
+    and counted 4 where the in-memory checker counts 2."""
+    long_id = "n" + "9" * 39
+    b = TraceBuilder("long-ids")
+    ms = [b.send("n1") for _ in range(4)]
+    b.deliver_all(["n1", "n5"], ms)
+    for seq in (3, 1, 4, 2):
+        b.deliver(long_id, "n1", seq)
+    write_run(tmp_path, b.rows(), b.run_info(("total",)))
+    runs, events = read_traces(tmp_path)
+    memory = count_by_code(check_traces(runs, events)["long-ids"])
+    assert memory == {"TOTAL_ORDER": 2}  # one descent each for n1 and n5 against it
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    assert dict(outcome.verdict.counts) == {("long-ids", "TOTAL_ORDER"): 2}
+
+
+def test_causal_base_is_never_below_zero(spark: object, tmp_path: Path) -> None:
+    """docs/checks.md: a causal unit's base is at least 0, so a seq 0 (no message id a
+    writer gives, but one a trace can hold) is never a causal predecessor. n2 delivers
+    n1#1, then n1#2 (whose predecessors are n1#1..1), then n1#0: in memory clean; Spark
+    took base = lowest seq - 1 = -1, counted n1#0 among n1#2's predecessors, and
+    reported it delivered late."""
+    b = TraceBuilder("seq-zero")
+    for seq in (1, 2, 0):
+        b.send("n1", seq)
+    for seq in (1, 2, 0):
+        b.deliver("n2", "n1", seq)
+    write_run(tmp_path, b.rows(), b.run_info(("causal",)))
+    runs, events = read_traces(tmp_path)
+    assert check_traces(runs, events) == {"seq-zero": []}
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    assert dict(outcome.verdict.counts) == {}
+
+
+def test_total_order_orders_a_repeated_index_by_time(spark: object, tmp_path: Path) -> None:
+    """A node whose writer repeated an index (two deliveries at position 1) has its
+    deliveries in (index, t_ns) order, as abcast.checks orders them. n1, the reference
+    node, delivers m1 and m2 both at index 1 (m1 first in time), then m3; n2 delivers
+    m2, m1, m3: one descent in memory. Spark compared each node with the reference
+    positions (1, 1, 2), in which n2's order showed no descent; both nodes "conformed",
+    no pair was walked, and the run was clean."""
+    rows = [EventRow("repeated-index", "n1", "send", "n1", seq, "g", seq, None, 0)
+            for seq in (1, 2, 3)]
+    for t_ns, (node, seq, index) in enumerate(
+            [("n1", 1, 1), ("n1", 2, 1), ("n1", 3, 2),
+             ("n2", 2, 1), ("n2", 1, 2), ("n2", 3, 3)], start=10):
+        rows.append(EventRow("repeated-index", node, "deliver", "n1", seq, "g", t_ns, index, 0))
+    info = RunInfo("repeated-index", "test", "mem://", 2, 0, "handwritten", None, None,
+                   ("total",), 0, 1)
+    write_run(tmp_path, rows, info)
+    runs, events = read_traces(tmp_path)
+    assert count_by_code(check_traces(runs, events)["repeated-index"]) == {"TOTAL_ORDER": 1}
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    assert dict(outcome.verdict.counts) == {("repeated-index", "TOTAL_ORDER"): 1}
+
+
+def test_a_witness_index_beyond_40_bits_keeps_its_unit(spark: object, tmp_path: Path) -> None:
+    """The agreement and view checks pack a witness as (rank << 40) + index. n1 delivers
+    its m at index 2**41 and n2 never delivers it: one AGREEMENT unit in memory; Spark
+    decoded the witness as rank 2, a node that does not exist, dropped the unit and
+    judged the run clean (/tmp/checks/witness40.py)."""
+    run = "wide-index"
+    rows = [EventRow(run, "n1", "send", "n1", 1, "g", 1, None, 0),
+            EventRow(run, "n1", "deliver", "n1", 1, "g", 2, 2**41, 0),
+            EventRow(run, "n2", "send", "n2", 1, "g", 3, None, 0),
+            EventRow(run, "n2", "deliver", "n2", 1, "g", 4, 1, 0),
+            EventRow(run, "n1", "deliver", "n2", 1, "g", 5, 2**41 + 1, 0)]
+    info = RunInfo(run, "test", "mem://", 2, 0, "handwritten", None, None,
+                   ("agreement", "virtual_synchrony"), 0, 1)
+    write_run(tmp_path, rows, info)
+    runs, events = read_traces(tmp_path)
+    assert count_by_code(check_traces(runs, events)[run]) == {"AGREEMENT": 1}
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    assert dict(outcome.verdict.counts) == {(run, "AGREEMENT"): 1}
+    assert [e.nodes for e in outcome.verdict.examples] == [("n2", "n1")]
+
+
+def test_seqs_at_or_below_zero_are_judged_as_in_memory(spark: object, tmp_path: Path) -> None:
+    """A trace may hold seqs a writer never gives (0, -1). docs/checks.md floors at 0
+    what has no snapshot: a FIFO hole is a missing seq above 0, and a crashed origin's
+    send top is 0 when it sent nothing above it. n2 delivers n1#-1 then n1#4: holes 1..3
+    (Spark counted 0 too); n3, crashed, sent only n3#-1 and n2 delivers n3#0: unknown
+    (Spark took the top as -1 and excused it)."""
+    run = "low-seqs"
+    rows = [EventRow(run, "n1", "send", "n1", seq, "g", seq + 10, None, 0) for seq in (-1, 4)]
+    rows += [EventRow(run, "n3", "send", "n3", -1, "g", 20, None, 0),
+             EventRow(run, "n3", "crash", None, None, "g", 21, None),
+             EventRow(run, "n2", "deliver", "n1", -1, "g", 30, 1, 0),
+             EventRow(run, "n2", "deliver", "n1", 4, "g", 31, 2, 0),
+             EventRow(run, "n2", "deliver", "n3", 0, "g", 32, 3, 0)]
+    info = RunInfo(run, "test", "mem://", 3, 0, "handwritten", None, None,
+                   ("integrity", "fifo"), 0, 1)
+    write_run(tmp_path, rows, info)
+    runs, events = read_traces(tmp_path)
+    memory = count_by_code(check_traces(runs, events)[run])
+    assert memory == {"INTEGRITY_UNKNOWN": 1, "FIFO_ORDER": 3}
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    assert outcome.verdict.of_run(run) == memory

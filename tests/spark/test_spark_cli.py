@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +19,8 @@ from abcast.pipeline.commands import check, report
 from abcast.pipeline.io import join_path, local_path, preflight
 from abcast.sim import SimConfig, run_simulation
 from abcast.testing import TraceBuilder
-from abcast.trace.writer import write_run
+from abcast.trace.rows import TraceFormatError
+from abcast.trace.writer import read_traces, write_run
 
 pytestmark = pytest.mark.spark
 
@@ -72,6 +74,42 @@ def test_missing_column_exits_2_naming_it(tmp_path: Path) -> None:
     pq.write_table(pq.read_table(path).drop_columns(["view_id"]), path)
     line = _refusal([str(tmp_path), "--json"])
     assert "n2.parquet" in line and "'view_id'" in line
+
+
+def test_a_run_without_its_event_directory_exits_2_naming_it(tmp_path: Path) -> None:
+    """A runs row whose events/<run_id>/ is gone: the in-memory reader refuses it
+    (read_events); Spark read no row of it and judged the run clean."""
+    _clean_dir(tmp_path)
+    kept = TraceBuilder("kept")  # another run's files keep events/ non-empty
+    kept.deliver_all(["n1"], [kept.send("n1")])
+    write_run(tmp_path, kept.rows(), kept.run_info(["validity"]))
+    shutil.rmtree(tmp_path / "events" / "clean-run")
+    line = _refusal([str(tmp_path)])
+    assert "clean-run" in line and "no event directory" in line
+    with pytest.raises(TraceFormatError, match="no event directory"):
+        read_traces(tmp_path)
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    ("unknown", "claims unknown guarantees ['totl']"), ("twice", "appears twice")])
+def test_runs_rows_the_in_memory_reader_refuses_are_refused(tmp_path: Path, edit: str,
+                                                            said: str) -> None:
+    """abcast.trace.read_runs refuses a guarantee it does not know and a run_id listed
+    twice; Spark ignored the unknown name (a run claiming "totl" was checked for nothing
+    and judged clean) and took the duplicate as one more claim."""
+    _clean_dir(tmp_path)
+    runs_path = tmp_path / "runs.parquet"
+    table = pq.read_table(runs_path)
+    if edit == "unknown":
+        column = table.schema.get_field_index("guarantees")
+        table = table.set_column(column, "guarantees",
+                                 pa.array([["totl"]], table.schema.field(column).type))
+    else:
+        table = pa.concat_tables([table, table])
+    pq.write_table(table, runs_path)
+    with pytest.raises(TraceFormatError, match=re.escape(said)):
+        read_traces(tmp_path)
+    assert said in _refusal([str(tmp_path)])
 
 
 def test_report_refuses_like_check(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from abcast.trace import (
     NodeTraceWriter,
     RunInfo,
     StreamingSink,
+    TraceFormatError,
     TraceRecorder,
     add_run,
     read_events,
@@ -73,6 +74,21 @@ def test_a_stream_killed_before_its_schema_holds_no_rows(tmp_path: Path) -> None
     w = NodeTraceWriter(tmp_path, "live", "n1")
     w.path.write_bytes(w.path.read_bytes()[:3])
     assert read_stream(w.path).num_rows == 0
+
+
+@pytest.mark.parametrize("foreign", [b"PAR1", b"not a stream at all", b"\xff\xff\x00"])
+def test_a_file_that_is_no_stream_is_refused_not_read_as_empty(tmp_path: Path,
+                                                               foreign: bytes) -> None:
+    """Only a file that begins as a stream begins (the continuation token, or a piece of
+    it) was torn before its schema. Anything else was read as a node without rows: a
+    Parquet file under a stream's name dropped its node's violations and the run was
+    judged clean (/tmp/checks/garbage_stream.py)."""
+    w = NodeTraceWriter(tmp_path, "live", "n1")
+    w.path.write_bytes(foreign + w.path.read_bytes())
+    with pytest.raises(TraceFormatError, match=r"n1\.arrows: not an Arrow stream"):
+        read_stream(w.path)
+    with pytest.raises(TraceFormatError, match="not an Arrow stream"):
+        read_events(tmp_path, "live")
 
 
 def test_a_closed_stream_not_yet_sealed_is_finished_and_a_leftover_beside_its_seal_is_skipped(

@@ -68,18 +68,21 @@ def msg(origin: Column | str, seq: Column | str, group: Column | str = "group") 
 def node_order_key(node: Column) -> Column:
     """A sortable key giving abcast.ids node order (n2 before n10), ties by the raw string.
 
-    Mirrors `node_sort_key`: digit runs compare as numbers and rank after text runs.
+    Mirrors `node_sort_key` part for part: a text run is (0, 0, text), a digit run (1, its
+    length without leading zeros, those digits), so digit runs rank after text runs and
+    compare as numbers of any length (a cast to a number would stop at 38 digits).
     """
     from pyspark.sql import functions as F
 
-    parts = F.regexp_extract_all(node, F.lit(r"(\d+|\D+)"), 1)
-    natural = F.transform(parts, lambda part: F.when(
-        part.rlike(r"^\d+$"),
-        F.struct(F.lit(1).alias("k"), part.try_cast("decimal(38,0)").alias("n"),
-                 F.lit("").alias("s")),
-    ).otherwise(F.struct(F.lit(0).alias("k"), F.lit(0).cast("decimal(38,0)").alias("n"),
-                         part.alias("s"))))
-    return F.struct(natural.alias("natural"), node.alias("raw"))
+    parts = F.regexp_extract_all(node, F.lit(r"([0-9]+|[^0-9]+)"), 1)
+
+    def run_key(part: Column) -> Column:
+        digits = F.regexp_replace(part, r"^0+", "")
+        return F.when(part.rlike(r"^[0-9]+$"), F.struct(
+            F.lit(1).alias("k"), F.length(digits).alias("n"), digits.alias("s"),
+        )).otherwise(F.struct(F.lit(0).alias("k"), F.lit(0).alias("n"), part.alias("s")))
+
+    return F.struct(F.transform(parts, run_key).alias("natural"), node.alias("raw"))
 
 
 # ---------------------------------------------------------------- frames

@@ -87,8 +87,9 @@ def lost_sends_excused(t: TraceTables, unsent: DataFrame) -> DataFrame:
                      "left")
     marked = join_on(marked, tops, [("run_id", "run_id"), ("group", "group"),
                                     ("origin", "origin")], "left")
+    # the top is never below 0, as in memory (0 when the origin sent nothing above it)
     lost = (F.coalesce(F.col("_crashed"), F.lit(False))
-            & (F.col("seq") > F.coalesce(F.col("_sent_top"), F.lit(0))))
+            & (F.col("seq") > F.greatest(F.coalesce(F.col("_sent_top"), F.lit(0)), F.lit(0))))
     return marked.where(~lost).drop("_crashed", "_sent_top")
 
 
@@ -139,7 +140,9 @@ def fifo_order(t: TraceTables) -> DataFrame:
         F.explode(F.sequence(F.col("below") + 1, F.col("seq") - 1)).alias("missing"))
     if t.snapshots is not None:  # that incarnation's snapshot fills the holes up to its top
         holes = _governing_snapshot(holes, t.snapshots, "origin").where(
-            F.col("snap").isNull() | (F.col("missing") > F.col("snap")))
+            F.col("missing") > F.coalesce(F.col("snap"), F.lit(0)))
+    else:  # a hole is above the snapshot's top, which is 0 without one (docs/checks.md)
+        holes = holes.where(F.col("missing") > 0)
     hole_rows = violations(
         holes, FIFO_ORDER, F.array("node"), F.array(msg("origin", "missing")), no_positions(),
         F.format_string("%s delivered seqs of %s around %d but never %s", F.col("node"),
@@ -183,16 +186,17 @@ def _governing_snapshot(frame: DataFrame, snapshots: DataFrame, origin: str) -> 
 def _reach(first: DataFrame, snapshots: DataFrame | None) -> DataFrame:
     """Per first delivery of (node, group, origin o', seq j) above `base`, for each
     snapshot the node held of o' (`since`: null for none, base = the lowest seq of o' the
-    node delivers, minus one; else base raised to that snapshot's top): `base`,
+    node delivers, minus one, and at least 0; else base raised to that snapshot's top): `base`,
     `first_missing` (lowest seq above base it never delivers) and `latest`:
     struct<index, seq> of the latest-delivered seq among base+1..j (only meaningful while
     j < first_missing)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    lowest = F.min("seq").over(Window.partitionBy(*STREAM)) - 1
+    # base is never below 0 (docs/checks.md): a seq 0 or below is no causal predecessor
+    lowest = F.greatest(F.min("seq").over(Window.partitionBy(*STREAM)) - 1, F.lit(0))
     plain = first.select(*STREAM, "seq", "index", F.lit(None).cast("bigint").alias("since"),
-                         lowest.alias("base"))
+                         lowest.alias("base")).where(F.col("seq") > F.col("base"))
     source = plain
     if snapshots is not None:  # seqs up to a snapshot's top are not looked at under it
         tops = F.broadcast(snapshots.select(*STREAM, "since", "snap"))
@@ -272,15 +276,15 @@ def total_order(t: TraceTables) -> DataFrame:
 
     if t.nonconforming_count == 0:  # every node agrees with the reference order
         return empty_violations(t.events.sparkSession)
-    first = t.first.select(*MESSAGE_KEY, "node", "rank", "index")
+    first = t.first.select(*MESSAGE_KEY, "node", "rank", "index", "t_ns")
     bad = F.broadcast(t.nonconforming)
     group_pairs = [("run_id", "run_id"), ("group", "group")]
     x = join_on(first, bad, [*group_pairs, ("node", "node")], "left_semi").select(
         *MESSAGE_KEY, F.col("node").alias("x_node"), F.col("rank").alias("x_rank"),
-        F.col("index").alias("x_index"))
+        F.col("index").alias("x_index"), F.col("t_ns").alias("x_t"))
     others = join_on(first, bad, group_pairs, "left_semi").select(
         *MESSAGE_KEY, F.col("node").alias("o_node"), F.col("rank").alias("o_rank"),
-        F.col("index").alias("o_index"))
+        F.col("index").alias("o_index"), F.col("t_ns").alias("o_t"))
     common = join_on(x, others, [(k, k) for k in MESSAGE_KEY]).where(
         F.col("x_node") != F.col("o_node"))
     flagged = join_on(common, bad.withColumn("o_bad", F.lit(True)),
@@ -293,8 +297,10 @@ def total_order(t: TraceTables) -> DataFrame:
         F.when(x_first, F.col("x_node")).otherwise(F.col("o_node")).alias("p"),
         F.when(x_first, F.col("o_node")).otherwise(F.col("x_node")).alias("q"),
         F.when(x_first, F.col("x_index")).otherwise(F.col("o_index")).alias("p_index"),
+        F.when(x_first, F.col("x_t")).otherwise(F.col("o_t")).alias("p_t"),
         F.when(x_first, F.col("o_index")).otherwise(F.col("x_index")).alias("q_index"))
-    along_p = Window.partitionBy("run_id", "group", "p", "q").orderBy("p_index")
+    # p's position order; a repeated index at p is ordered by t_ns, as abcast.checks does
+    along_p = Window.partitionBy("run_id", "group", "p", "q").orderBy("p_index", "p_t")
     prev = F.lag(F.struct("origin", "seq", "p_index", "q_index")).over(along_p)
     descents = (pairs.select("*", prev.alias("prev"))
                 .where(F.col("prev")["q_index"] > F.col("q_index")))

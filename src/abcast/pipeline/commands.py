@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Final, NoReturn
 import click
 
 from abcast.cli_params import OUT_DIR, SPARK_MASTER, fail, make_out_dir
-from abcast.pipeline.io import TraceDirError, local_path, preflight, read_trace
+from abcast.pipeline.io import (
+    TraceDirError,
+    check_claims,
+    local_path,
+    preflight,
+    read_trace,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -139,6 +145,7 @@ def read_claims(runs: DataFrame) -> tuple[RunClaim, ...]:
     from abcast.pipeline.suite import RunClaim
 
     rows = runs.select("run_id", "ordering", "nodes", "guarantees").collect()
+    check_claims([(r["run_id"], r["guarantees"]) for r in rows], "runs.parquet")
     return tuple(sorted(
         (RunClaim(r["run_id"], r["ordering"], int(r["nodes"]), tuple(r["guarantees"] or ()))
          for r in rows), key=lambda c: c.run_id))

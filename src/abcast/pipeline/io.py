@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from abcast.errors import AbcastError
 from abcast.trace.rows import TraceFormatError
-from abcast.trace.schema import EVENT_SCHEMA, OPTIONAL_RUN_COLUMNS, RUN_SCHEMA
+from abcast.trace.schema import EVENT_SCHEMA, GUARANTEES, OPTIONAL_RUN_COLUMNS, RUN_SCHEMA
 from abcast.trace.stream import STREAM_SUFFIX, read_stream
 
 if TYPE_CHECKING:
@@ -127,7 +127,41 @@ def validate_local(root: Path, shown_root: str) -> int:
                                 f"or {STREAM_SUFFIX} for a killed node's stream)")
         rows += _check_local_schema(file, shown, EVENT_SCHEMA)
     _check_local_schema(runs_file, join_path(shown_root, RUNS_FILE), RUN_SCHEMA)
+    _check_run_dirs(runs_file, events_dir, shown_root)
     return rows
+
+
+def check_claims(runs: list[tuple[str, list[str] | None]], shown: str) -> None:
+    """Refuse runs rows (run_id, guarantees) that abcast.trace.read_runs refuses: a run_id
+    twice, or a guarantee that is not one of GUARANTEES (a run claiming "totl" would be
+    checked for nothing and judged clean)."""
+    seen: set[str] = set()
+    for run_id, guarantees in runs:
+        if run_id in seen:
+            raise TraceDirError(f"{shown}: run_id {run_id!r} appears twice")
+        seen.add(run_id)
+        unknown = [g for g in guarantees or () if g not in GUARANTEES]
+        if unknown:
+            raise TraceDirError(f"{shown}: run {run_id!r} claims unknown guarantees {unknown}")
+
+
+def _check_run_dirs(runs_file: Path, events_dir: Path, shown_root: str) -> None:
+    """Refuse runs rows that abcast.trace.read_traces refuses (`check_claims`), and a runs
+    row without its event directory, as abcast.trace.read_events does: read on, the run
+    would have no rows, and a run with none breaks no check."""
+    shown = join_path(shown_root, RUNS_FILE)
+    try:
+        table = pq.read_table(runs_file, columns=["run_id", "guarantees"])
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise TraceDirError(f"{shown}: not a Parquet file ({exc})") from None
+    run_ids = table.column("run_id").to_pylist()
+    check_claims(list(zip(run_ids, table.column("guarantees").to_pylist(), strict=True)),
+                 shown)
+    for run_id in run_ids:
+        if not isinstance(run_id, str) or not (events_dir / run_id).is_dir():
+            raise TraceDirError(f"{join_path(shown_root, EVENTS_DIR, str(run_id))}/ is "
+                                f"missing: run {run_id!r} has a runs row but no event "
+                                "directory")
 
 
 def _spark_type(arrow_type: pa.DataType) -> DataType:

@@ -214,10 +214,15 @@ _POSITION_BITS: Final = 40
 
 def witness_code(rank: Column, index: Column) -> Column:
     """(rank, index) packed in one bigint so `min` picks node order, then position (a
-    fixed-width value: the aggregation stays a hash aggregation)."""
+    fixed-width value: the aggregation stays a hash aggregation). An index outside
+    [0, 2**40) — no writer reaches it, a trace may hold it — is clamped into it: it must
+    not carry into the rank (a unit whose witness decodes to a node that does not exist
+    is lost); only such a counterexample's position shows the clamped value."""
     from pyspark.sql import functions as F
 
-    return F.shiftleft(rank.cast("bigint"), _POSITION_BITS) + index
+    top = F.lit((1 << _POSITION_BITS) - 1).cast("bigint")
+    clamped = F.least(F.greatest(index, F.lit(0).cast("bigint")), top)
+    return F.shiftleft(rank.cast("bigint"), _POSITION_BITS) + clamped
 
 
 def _witness_code() -> Column:
@@ -425,10 +430,12 @@ def nonconforming_nodes(first: DataFrame) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    by_position = Window.partitionBy("lane").orderBy("index")
+    by_position = Window.partitionBy("lane").orderBy("index", "t_ns")
     steps = first.select("run_id", "group", "node", "ref_index",
                          F.lag("ref_index").over(by_position).alias("prev_ref"))
-    return (steps.where(F.col("ref_index").isNull() | (F.col("prev_ref") > F.col("ref_index")))
+    # Two messages at one reference position (a writer that repeated an index) have no
+    # reference order between them: a node with both adjacent is walked too.
+    return (steps.where(F.col("ref_index").isNull() | (F.col("prev_ref") >= F.col("ref_index")))
             .select("run_id", "group", "node").distinct())
 
 

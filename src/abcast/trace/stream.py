@@ -64,8 +64,11 @@ DEFAULT_FLUSH_INTERVAL_S: Final = 0.5
 DEFAULT_FLUSH_EVERY: Final = 65_536
 #: rows per row group of a sealed Parquet file
 SEAL_ROW_GROUP: Final = 131_072
+#: the Arrow IPC continuation token, which begins every message of a stream (its schema
+#: first): a file that does not begin with it (or a piece of it) is not a torn stream
+_CONTINUATION: Final = b"\xff\xff\xff\xff"
 #: the Arrow IPC end-of-stream marker (continuation token, zero length)
-_EOS: Final = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_EOS: Final = _CONTINUATION + b"\x00\x00\x00\x00"
 _STREAM_OPTIONS: Final = pa.ipc.IpcWriteOptions(compression="lz4")
 #: how an operator names Arrow's memory pool (read by Arrow when it is first imported)
 POOL_ENV: Final = "ARROW_DEFAULT_MEMORY_POOL"
@@ -286,7 +289,11 @@ def _read_batches(source: BinaryIO) -> tuple[list[pa.RecordBatch], pa.Schema | N
     batches: list[pa.RecordBatch] = []
     try:
         reader = pa.ipc.open_stream(source)
-    except (pa.ArrowException, OSError, ValueError):
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        source.seek(0)
+        start = source.read(len(_CONTINUATION))
+        if not _CONTINUATION.startswith(start):  # not even a torn stream's first bytes
+            raise TraceFormatError(f"not an Arrow stream ({exc})") from exc
         return [], None, False  # killed before its schema reached the disk
     while True:
         try:
@@ -319,8 +326,12 @@ def read_stream(path: str | os.PathLike[str]) -> pa.Table:
 def stream_table(source: BinaryIO, shown: str) -> pa.Table:
     """A stream's readable prefix as a table of EVENT_SCHEMA, plus the crash row of
     `crash_row_after` when it ends without its end-of-stream marker and its last row is
-    not a crash already. TraceFormatError (naming `shown`) for what is not a trace."""
-    batches, schema, closed = _read_batches(source)
+    not a crash already. TraceFormatError (naming `shown`) for what is not a trace: a
+    file that does not begin as an Arrow stream begins is refused, not read as empty."""
+    try:
+        batches, schema, closed = _read_batches(source)
+    except TraceFormatError as exc:
+        raise TraceFormatError(f"{shown}: {exc}") from exc
     if schema is None:
         return EVENT_SCHEMA.empty_table()
     try:
