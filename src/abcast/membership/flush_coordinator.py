@@ -9,8 +9,8 @@ its flush up (`MAbort`); under evs every side goes on, with view ids of its
 coordinator's (abcast.membership.merge). A state from a member
 that answered another coordinator for this view id, or that is ahead of the flush's
 target, sends the flush to a higher view id; one from a member a view behind gets our
-last install; one from a member a view ahead of ours (below the target) stops the flush
-and asks that member for the install we missed. With
+last install; under primary partition one from a member a view ahead of ours (below the
+target) stops the flush and asks that member for the install we missed. With
 every state in (joiners count as fresh), the ordering settles the reports
 (`Membership.settled`) and `MInstall` carries the outcome and the next members: the
 proposed ones, less leavers, plus joiners.
@@ -156,7 +156,9 @@ class FlushCoordinator:
             # installs it and answers again.
             last = self.s.last_install
             return [Send(sender, last)] if last is not None else []
-        if state.view_id > view.view_id:
+        if state.view_id > view.view_id and not self.s.config.evs:
+            # (Primary partition only: under evs a member's view id can be another
+            # side's, which the merge settles, abcast.membership.merge.)
             # It is a view ahead of us: the coordinator of that view died after its
             # install reached others only. Concluding would settle reports of two views
             # (and leave out members of the later one). Give this flush up, staying

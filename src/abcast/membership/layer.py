@@ -531,7 +531,7 @@ class Membership(Layer):
             self.s.answered = (new.view_id, 0)
             self.s.answered_for = {}
             still_frozen = self.s.frozen = False
-        if still_frozen and self.s.answered_to == self.node:
+        if still_frozen and self.s.answered_to == self.node and not self.s.config.evs:
             # Our own flush was for a later view, from the one we were in: `adopt` gave
             # it up (its coordinator handed us this install, FlushCoordinator.on_state).
             # Unfrozen here, `recheck` starts the flush this view calls for.
