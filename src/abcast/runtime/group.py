@@ -251,20 +251,18 @@ class Group:
                 await host.start()
             host.reserve(self.name, self.close)  # held frames; Node.close() closes us too
             reserved = True
-            if self._close_asked:  # (a close() that came while the own node started)
-                pass
-            elif self._peers is not None:
+            if self._close_asked:  # came while the own node started
+                raise self._closed_while_opening()
+            if self._peers is not None:
                 await self._open_steps(host)  # static, members given: never waits (below)
             else:
-                # Steps that wait (registry, admission) run as a task close() can cancel
-                # without cancelling the caller (cancelling the caller cancels them too);
-                # not the others: its loop turn lets members opened before this one send
-                # to ones not reserved yet (frames dropped there, resent 1 s later).
+                # Steps that wait (registry, admission): a task close() can cancel, not the
+                # caller (a task's loop turn would drop early frames of the static ones).
                 self._opener = asyncio.get_running_loop().create_task(
                     self._open_steps(host), name=f"open-{self.name}")
                 await self._opener
-            if self._close_asked:  # before the steps, or as they were done
-                raise LocalProtocolError(f"group {self.name!r} was closed while opening")
+            if self._close_asked:  # as the steps were done
+                raise self._closed_while_opening()
         except BaseException as exc:
             if reserved:
                 host.unreserve(self.name)
@@ -279,14 +277,16 @@ class Group:
             current = asyncio.current_task()
             if (self._close_asked and isinstance(exc, asyncio.CancelledError)
                     and current is not None and not current.cancelling()):
-                raise LocalProtocolError(
-                    f"group {self.name!r} was closed while opening") from None
+                raise self._closed_while_opening() from None
             raise
         finally:
             self._opener = None
             self._open_over.set()
         self._state = "open"
         return self
+
+    def _closed_while_opening(self) -> LocalProtocolError:
+        return LocalProtocolError(f"group {self.name!r} was closed while opening")
 
     async def _open_steps(self, host: Node) -> None:
         if self._app is not None and self._mode != "join":
