@@ -21,6 +21,10 @@ FLOOR_CAPACITY = 70000.0  # ten times abcast's: every saturation ratio is 0.1
 FLOOR_RATES = (*RATES, 32000.0, 64000.0, 128000.0)
 #: the floor's lone message per event loop: (p50, p99) µs
 FLOOR_LONE = {"asyncio": (100.0, 200.0), "uvloop": (80.0, 150.0)}
+#: the node processes' CPU over the 1,000 lone messages: 100 µs a message for the floor,
+#: 250 for abcast (the relay run with busy polling reports none)
+FLOOR_LONE_CPU_S = 0.1
+LONE_CPU_S = 0.25
 
 
 def table_run(ordering: str, transport: str, n: int, mean_us: float,
@@ -61,7 +65,8 @@ def fake_result() -> BenchResult:
              for size in (10, 1024, 65536)]
     runs += [RunMeasurement(Experiment(Phase.LONE, "sequencer", "tcp", 3, 64, 1000, trace=False,
                                        serial=True, event_loop=loop),
-                            f"lone-{loop}", Figures(5000.0, 210.0, p50, 600.0), True)
+                            f"lone-{loop}", Figures(5000.0, 210.0, p50, 600.0), True,
+                            cpu_s=LONE_CPU_S)
              for loop, p50 in (("asyncio", 190.0), ("uvloop", 160.0))]
     runs.append(RunMeasurement(
         Experiment(Phase.LONE, "sequencer", "tcp", 3, 64, 1000, trace=False, serial=True,
@@ -70,7 +75,8 @@ def fake_result() -> BenchResult:
     runs += [RunMeasurement(Experiment(Phase.FLOOR, "sequencer", "tcp", 3, 64, 1000,
                                        trace=False, serial=True, event_loop=loop,
                                        floor=True),
-                            f"floor-lone-{loop}", Figures(10000.0, p50, p50, p99), True)
+                            f"floor-lone-{loop}", Figures(10000.0, p50, p50, p99), True,
+                            cpu_s=FLOOR_LONE_CPU_S)
              for loop, (p50, p99) in FLOOR_LONE.items()]
     runs += [RunMeasurement(Experiment(Phase.FLOOR, "sequencer", "tcp", 3, 64, 1000, rate=rate,
                                        trace=False, floor=True),

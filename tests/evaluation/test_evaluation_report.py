@@ -68,7 +68,8 @@ def test_every_saturation_and_lone_figure_has_its_ratio_to_the_floor() -> None:
     floor = _section(page, "## The floor")
     assert "does nothing else" in floor and "no failure detector" in floor
     assert "| 3 | 68,600 |" in floor  # its saturation: 70,000 · 0.98
-    assert "| 3 | uvloop | 80 | 150 | ok |" in floor
+    # CPU per message: 0.1 s over 1,000 messages; cores busy: that at 10,000 msg/s
+    assert "| 3 | uvloop | 80 | 150 | 100 | 1.00 | ok |" in floor
     load = _section(page, "## Throughput vs offered load")
     # abcast's saturation 6,860 beside the floor's 68,600: 0.1 of it
     assert "| sequencer | tcp | 3 | 4,000 | 6,860 | yes | 68,600 | 0.100 |" in load
@@ -76,16 +77,19 @@ def test_every_saturation_and_lone_figure_has_its_ratio_to_the_floor() -> None:
     # p50 and p99 over the floor's on the same loop (busy polling or not)
     assert "| sequencer | 3 | 64 | asyncio | 0 | 190 | 600 | 210 | 5,000 | 100 | 1.90× | 3.00× |" \
         in lone
-    assert "| sequencer | 3 | 64 | uvloop | 0 | 160 | 600 | 210 | 5,000 | 80 | 2.00× | 4.00× |" \
-        in lone
+    # ...and the CPU per message (250 µs at 5,000 msg/s: 1.25 cores) over the floor's
+    assert "| sequencer | 3 | 64 | uvloop | 0 | 160 | 600 | 210 | 5,000 | 80 | 2.00× | 4.00× " \
+        "| 250 | 1.25 | 2.50× |" in lone
     assert "| sequencer relay | 3 | 64 | uvloop | 200 | 95 | 400 | 150 | 5,000 | 80 | 1.19× | " \
-        "2.67× |" in lone
+        "2.67× | — | — | — |" in lone
     summary = "\n".join(summary_lines(fake_result()))
     assert "floor n=3 tcp: saturation 68,600 msg/s" in summary
     assert "sequencer n=3 tcp: saturation 6,860 msg/s, knee at 4,000 offered; 0.100 of the " \
         "floor" in summary
     assert ("sequencer n=3: lone message p50 160 µs on uvloop (one in flight); p50 2.00×, "
-            "p99 4.00× the floor's") in summary
+            "p99 4.00× the floor's, CPU per message 2.50×") in summary
+    assert "floor n=3: lone message p50 80 µs, p99 150 µs on uvloop, 100 µs CPU per " \
+        "message" in summary
 
 
 def test_a_report_without_the_floor_leaves_its_columns_empty() -> None:

@@ -230,6 +230,10 @@ class Floor:
         return (ratio(run.figures.p50_us, floor.figures.p50_us),
                 ratio(run.figures.p99_us, floor.figures.p99_us))
 
+    def lone_cpu_ratio(self, run: RunMeasurement) -> float | None:
+        """A lone-message run's CPU per message over the floor's on the same loop."""
+        return ratio(cpu_us_per_message(run), cpu_us_per_message(self.lone_of(run)))
+
 
 def floor_of(result: BenchResult) -> Floor:
     """The floor's saturation per (transport, n) and its clean lone runs per event loop."""
@@ -266,6 +270,23 @@ class PeerRatio:
 def ratio(a: float | None, b: float | None) -> float | None:
     """a / b, None when either is unknown or b is not positive."""
     return None if a is None or b is None or b <= 0 else a / b
+
+
+def cpu_us_per_message(run: RunMeasurement | None) -> float | None:
+    """Every node process's CPU time from go to its report, summed, over the run's
+    messages (µs); None for an incomplete run or one that reported no CPU."""
+    if run is None or not run.complete or not run.cpu_s or not run.experiment.messages:
+        return None
+    return run.cpu_s / run.experiment.messages * 1e6
+
+
+def cores_busy(run: RunMeasurement | None) -> float | None:
+    """The node processes' CPU time over the run's span (go → last delivery): how many
+    of the machine's cores the run kept busy on average."""
+    cpu = cpu_us_per_message(run)
+    if cpu is None or run is None or not run.figures.throughput:
+        return None
+    return cpu * run.figures.throughput / 1e6
 
 
 def _peer_figures(peers: Sequence[PeerMeasurement], name: str

@@ -31,7 +31,7 @@ from rich.progress import (
 )
 
 from abcast.cli_params import OUT_DIR, SPARK_MASTER, make_out_dir
-from abcast.evaluation.analysis import floor_of, load_curves, peer_ratios
+from abcast.evaluation.analysis import cpu_us_per_message, floor_of, load_curves, peer_ratios
 from abcast.evaluation.grid import (
     Grid,
     GridSpec,
@@ -123,7 +123,8 @@ def summary_lines(result: BenchResult) -> list[str]:
     for loop, run in floor.lone.items():
         lines.append(f"{'floor':>15} n={run.experiment.nodes}: lone message p50 "
                      f"{_us(run.figures.p50_us)}, p99 {_us(run.figures.p99_us)} on "
-                     f"{loop or 'the default loop'}")
+                     f"{loop or 'the default loop'}, {_us(cpu_us_per_message(run))} CPU "
+                     "per message")
     for curve in load_curves(result.runs):
         _, of_floor = floor.saturation_ratio(curve)
         lines.append(f"{curve.ordering:>15} n={curve.nodes} {curve.transport}: saturation "
@@ -139,8 +140,10 @@ def summary_lines(result: BenchResult) -> list[str]:
         e = lone.experiment
         poll = f", busy-poll {e.busy_poll_us} µs" if e.busy_poll_us else ""
         p50_ratio, p99_ratio = floor.lone_ratios(lone)
+        cpu_ratio = floor.lone_cpu_ratio(lone)
         ratios = "" if p50_ratio is None else (
-            f"; p50 {_times(p50_ratio)}, p99 {_times(p99_ratio)} the floor's")
+            f"; p50 {_times(p50_ratio)}, p99 {_times(p99_ratio)} the floor's"
+            + ("" if cpu_ratio is None else f", CPU per message {_times(cpu_ratio)}"))
         lines.append(f"{e.variant:>15} n={e.nodes}: lone message p50 "
                      f"{_us(lone.figures.p50_us)} on "
                      f"{e.event_loop or 'the default loop'}{poll} (one in flight){ratios}")

@@ -24,6 +24,8 @@ from abcast.evaluation.analysis import (
     Floor,
     LoadCurve,
     ModelCell,
+    cores_busy,
+    cpu_us_per_message,
     floor_of,
     load_curves,
     model_cells,
@@ -192,9 +194,11 @@ def _floor_section(result: BenchResult) -> list[str]:
     lone = [r for r in runs if r.experiment.serial]
     if lone:
         lines += _table(
-            ["n", "event loop", "lone p50 µs", "lone p99 µs", "status"],
+            ["n", "event loop", "lone p50 µs", "lone p99 µs", "CPU µs/msg", "cores busy",
+             "status"],
             [[str(r.experiment.nodes), r.experiment.event_loop or "default",
               _num(r.figures.p50_us, 0), _num(r.figures.p99_us, 0),
+              _num(cpu_us_per_message(r), 0), _num(cores_busy(r), 2),
               "ok" if r.complete else "INCOMPLETE " + "; ".join(r.errors)[:200]]
              for r in lone])
     return lines
@@ -250,7 +254,14 @@ def _lone_section(result: BenchResult, floor: Floor) -> list[str]:
              "of sleeping (`--busy-poll`), so a frame is not kept waiting for an idle CPU "
              "to wake up; it costs CPU while the group is idle. The floor's p50 and the "
              "ratios beside each row are the floor's lone message on the same event loop "
-             "(it never busy-polls).", ""]
+             "(it never busy-polls).", "",
+             "CPU µs/msg: every node process's CPU time from go to its report, summed, "
+             "over the messages; cores busy: that CPU over the run's span. One message in "
+             "flight does not leave the machine idle: each message's hops, acks and "
+             "timers on three processes keep a good part of the cores busy, so a "
+             "process woken by a frame often waits for a core another node holds, and "
+             "the latency follows the CPU each message costs the group as a whole (CPU "
+             "÷ floor), not only the work on the critical path.", ""]
     rows = []
     for r in runs:
         floor_run = floor.lone_of(r)
@@ -261,10 +272,13 @@ def _lone_section(result: BenchResult, floor: Floor) -> list[str]:
                      _num(r.figures.mean_us, 0), _num(r.figures.throughput, 0),
                      _num(floor_run.figures.p50_us if floor_run else None, 0),
                      _ratio(p50_ratio), _ratio(p99_ratio),
+                     _num(cpu_us_per_message(r), 0), _num(cores_busy(r), 2),
+                     _ratio(floor.lone_cpu_ratio(r)),
                      "ok" if r.complete else "INCOMPLETE " + "; ".join(r.errors)[:200]])
     lines += _table(
         ["ordering", "n", "payload B", "event loop", "busy poll µs", "p50 µs", "p99 µs",
-         "mean µs", "messages/s", "floor p50 µs", "p50 ÷ floor", "p99 ÷ floor", "status"],
+         "mean µs", "messages/s", "floor p50 µs", "p50 ÷ floor", "p99 ÷ floor",
+         "CPU µs/msg", "cores busy", "CPU ÷ floor", "status"],
         rows)
     return lines
 

@@ -30,7 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import fmean
 
-from abcast.evaluation.analysis import model_factor, network_time_us, ratio
+from abcast.evaluation.analysis import (
+    cores_busy,
+    cpu_us_per_message,
+    model_factor,
+    network_time_us,
+    ratio,
+)
 from abcast.evaluation.grid import Phase
 from abcast.evaluation.results import BenchResult, RunMeasurement, is_clean
 
@@ -67,10 +73,7 @@ class ScalePoint:
 
     @property
     def cpu_us_per_message(self) -> float | None:
-        run = self.saturation_run
-        if run is None or not run.complete or run.cpu_s is None:
-            return None
-        return run.cpu_s / run.experiment.messages * 1e6
+        return cpu_us_per_message(self.saturation_run)
 
     @property
     def free_cores_saturation(self) -> float | None:
@@ -84,10 +87,7 @@ class ScalePoint:
 
     @property
     def cores_busy(self) -> float | None:
-        run = self.saturation_run
-        if run is None or not run.complete or run.cpu_s is None or not run.figures.throughput:
-            return None
-        return run.cpu_s / (run.experiment.messages / run.figures.throughput)
+        return cores_busy(self.saturation_run)
 
     @property
     def rss_mib(self) -> tuple[float, float] | None:
