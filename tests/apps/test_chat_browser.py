@@ -9,6 +9,7 @@ failure (the path is printed). ABCAST_CHAT_SCREENSHOT=path saves the held state 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -225,3 +226,47 @@ def _scenario(a: Participant, b: Participant, c: Participant,
         _members(page, "room", 2)
         expect(page.locator(f'section.panel[data-group="room"] '
                             f'.member[data-member="{b.node}"]')).to_have_count(0)
+
+
+@contextlib.contextmanager
+def _pages(*people: Participant) -> Iterator[list[Page]]:
+    """One browser context and page per participant, each showing its node; screenshots
+    of every page on failure."""
+    shots = Path(tempfile.mkdtemp(prefix="abcast-chat-shots-"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        pages = []
+        try:
+            for p in people:
+                page = browser.new_context(viewport={"width": 1200, "height": 640}).new_page()
+                page.set_default_timeout(WAIT_MS)
+                page.goto(p.url)
+                expect(page.locator("#node")).to_have_text(p.node, timeout=WAIT_MS)
+                pages.append(page)
+            yield pages
+        except BaseException:
+            for i, page in enumerate(pages):
+                page.screenshot(path=str(shots / f"{i}.png"), full_page=True)
+            print(f"screenshots of the pages: {shots}")
+            raise
+        finally:
+            browser.close()
+    shutil.rmtree(shots, ignore_errors=True)
+
+
+def test_a_reloaded_page_shows_the_debug_panel_of_an_idle_group() -> None:
+    """A page opened on a node already in a group gets that group's debug snapshot with
+    its state, not only once the snapshot next changes (an idle group's never does)."""
+    solo = Participant()
+    try:
+        with _pages(solo) as (page,):
+            _create(page, "solo", "sequencer")
+            panel = 'section.panel[data-group="solo"]'
+            layers = page.locator(f"{panel} .layers .layer")
+            expect(layers).not_to_have_count(0, timeout=WAIT_MS)
+            page.reload()
+            expect(page.locator('#tabs button[data-group="solo"]')).to_be_visible(
+                timeout=WAIT_MS)
+            expect(layers).not_to_have_count(0, timeout=WAIT_MS)
+    finally:
+        solo.stop()

@@ -209,6 +209,9 @@ class ChatNode:
                 reply(_view_message(name, room.view))
             for i, line in room.history.indexed():
                 reply(Delivered(name, i, line.origin, line.seq, line.text))
+            snapshot = self.debug(name)
+            if snapshot is not None:  # an idle group's would not come again on its own
+                reply(snapshot)
         self._subscribers.append(reply)
 
     def unsubscribe(self, reply: Reply) -> None:

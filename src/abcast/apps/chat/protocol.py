@@ -4,9 +4,9 @@ Rules: every frame is one JSON object whose "type" names its Struct. A page's fr
 decoded into exactly one `ClientMessage` (unknown fields, wrong types, out-of-range
 values and unknown types are refused); a refused or failed request earns that page one
 `Error` frame and changes nothing (a frame too big to read closes the socket instead:
-abcast.apps.chat.web). The server pushes `ServerMessage`s: `Hello` first,
-then the state so far (`Joined`, `ViewChanged`, `Delivered` for each open group), then
-every change as it happens, to every connected page.
+abcast.apps.chat.web). The server pushes `ServerMessage`s: `Hello` first, then the state
+so far (`Joined`, `ViewChanged`, `Delivered`, `Debug` for each open group), then every
+change as it happens, to every connected page.
 """
 
 from __future__ import annotations
