@@ -283,11 +283,15 @@ def _hold(page: Page, group: str, member: str, *, release: bool = False) -> None
 
 
 @pytest.mark.slow  # ~40 s: the demo's failure detector waits 10 s before the split
-def test_a_held_member_the_view_dropped_is_released_from_the_page() -> None:
+def test_a_held_member_the_view_dropped_is_released_and_the_pages_show_the_merge() -> None:
     """An evs group split by holding each side's packets (longer than the demo's failure
-    detector waits) goes on as two partitions; the held member is out of the view then,
-    but its rule is not: the page still offers it to release, and on release the
-    partitions merge."""
+    detector waits) goes on as two partitions, each with its own lines; when they merge,
+    one side's history becomes the group's (the chat has no merge of its own) and every
+    member installs it. The page of the member whose lines were dropped shows the merged
+    history, and every line delivered after the merge — not the lines only its partition
+    saw, nor a gap where the merged window's indices are ones it had used already. The
+    held member is out of the view while split, but its rule is not: the page still offers
+    it to release."""
     a = Participant()
     c = Participant(a.registry)
     try:
@@ -312,6 +316,13 @@ def test_a_held_member_the_view_dropped_is_released_from_the_page() -> None:
             _hold(pc, "split", a.node, release=True)
             for page in (pa, pc):
                 _members(page, "split", 2)
+            _send(pa, "split", "after the merge")
+            expect(pa.locator('section.panel[data-group="split"] .messages li').last
+                   ).to_contain_text("after the merge", timeout=WAIT_MS)
+            expect(pc.locator('section.panel[data-group="split"] .messages li').last
+                   ).to_contain_text("after the merge", timeout=WAIT_MS)
+            shown = [_messages(page, "split") for page in (pa, pc)]
+            assert shown[0] == shown[1], shown
     finally:
         c.stop()
         a.stop()

@@ -15,7 +15,10 @@ failure-detector timeout of DEMO_SUSPECT_AFTER_US, so that a person can hold a m
 packets for a few seconds before the group takes the member for crashed. A room keeps a
 bounded history (`History`: the latest HISTORY_LINES lines within HISTORY_BYTES of text,
 trimmed after each delivery, so every member keeps the same window); a joiner is handed
-that window (the group's state) with each line's delivery index and shows it first.
+that window (the group's state) with each line's delivery index and shows it first. When
+the group replaces a member's window later (partitions merging, a member cut off
+rejoining), its pages get `Joined` again and the new window: `Joined` starts a room's
+lines afresh.
 """
 
 from __future__ import annotations
@@ -316,6 +319,8 @@ class ChatNode:
         def set_state(state: bytes) -> None:
             room.history.load(state)
             if room.joined is not None:  # before that, `_enter` sends the lines so far
+                # a merge or a rejoin: the window replaces the lines pages show
+                self._publish(room.joined)
                 self._publish_history(name, room)
 
         kwargs: dict[str, Any] = {

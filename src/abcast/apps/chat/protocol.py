@@ -105,6 +105,9 @@ class Groups(_Server, tag="groups", frozen=True):
 
 
 class Joined(_Server, tag="joined", frozen=True):
+    """This node is in `group`; the `Delivered` lines that follow are its whole window
+    (sent again when the group replaced the window: a page drops the lines it showed)."""
+
     group: str
     ordering: str
     multicast: str

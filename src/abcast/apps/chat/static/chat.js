@@ -127,6 +127,9 @@ const handlers = {
   },
   joined(m) {
     const g = panelOf(m.group);
+    // the room's whole window follows (again, after a merge or a rejoin replaced it)
+    $(".messages", g.panel).replaceChildren();
+    g.last = 0;
     $(".title", g.panel).textContent =
       `${m.group} (${m.ordering}, ${m.multicast}, ${m.partitions})`;
     send({ type: "list" });
