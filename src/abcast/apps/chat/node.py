@@ -273,7 +273,7 @@ class ChatNode:
             case Send(name, text):
                 await self._group(name).broadcast(text.encode())
             case Hold(name, member, delay_ms):
-                self._group(name)
+                self._holdable(name, member)
                 self.holding.hold(name, member, delay_ms)
                 self._push_debug(name, force=True)
             case Release(name, member):
@@ -306,6 +306,18 @@ class ChatNode:
         if room is None or room.group is None or not room.group.active:
             raise ConfigError(f"this node is not in group {name!r}")
         return room.group
+
+    def _holdable(self, name: str, member: str) -> None:
+        """A rule names another member of the group's view, or one that has a rule already
+        (a held member the view dropped); anything else would be a rule for no one, and
+        a page could make them without end."""
+        self._group(name)
+        view = self.rooms[name].view
+        if member in self.holding.rules(name):
+            return
+        if member == self.node.id or view is None or member not in view.members:
+            raise ConfigError(f"{member!r} is not another member of {name!r} (view "
+                              f"{view.view_id if view else '-'}): nothing of it to hold")
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -50,7 +50,8 @@ class Send(_Client, tag="send", frozen=True):
 
 
 class Hold(_Client, tag="hold", frozen=True):
-    """Hold `member`'s packets for `group` (delay_ms=0) or delay each by delay_ms."""
+    """Hold `member`'s packets for `group` (delay_ms=0) or delay each by delay_ms; `member`
+    is another member of the group's view, or one with a rule already."""
 
     group: GroupName
     member: Member
