@@ -136,30 +136,37 @@ def _members(page: Page, group: str, count: int) -> None:
         count, timeout=WAIT_MS)
 
 
-def test_three_participants_chat_hold_release_and_leave(
-        participants: list[Participant]) -> None:
-    a, b, c = participants
+@contextlib.contextmanager
+def _pages(*people: Participant) -> Iterator[list[Page]]:
+    """One browser context and page per participant, each showing its node; screenshots
+    of every page on failure."""
     shots = Path(tempfile.mkdtemp(prefix="abcast-chat-shots-"))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         pages = []
-        for p in participants:
-            page = browser.new_context(viewport={"width": 1200, "height": 640}).new_page()
-            page.set_default_timeout(WAIT_MS)
-            page.goto(p.url)
-            expect(page.locator("#node")).to_have_text(p.node, timeout=WAIT_MS)
-            pages.append(page)
-        pa, pb, pc = pages
         try:
-            _scenario(a, b, c, pa, pb, pc)
+            for p in people:
+                page = browser.new_context(viewport={"width": 1200, "height": 640}).new_page()
+                page.set_default_timeout(WAIT_MS)
+                page.goto(p.url)
+                expect(page.locator("#node")).to_have_text(p.node, timeout=WAIT_MS)
+                pages.append(page)
+            yield pages
         except BaseException:
-            for name, page in zip("abc", pages, strict=True):
-                page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+            for person, page in zip(people, pages, strict=False):  # the pages made so far
+                page.screenshot(path=str(shots / f"{person.node}.png"), full_page=True)
             print(f"screenshots of the pages: {shots}")
             raise
         finally:
             browser.close()
     shutil.rmtree(shots, ignore_errors=True)
+
+
+def test_three_participants_chat_hold_release_and_leave(
+        participants: list[Participant]) -> None:
+    a, b, c = participants
+    with _pages(a, b, c) as (pa, pb, pc):
+        _scenario(a, b, c, pa, pb, pc)
 
 
 def _scenario(a: Participant, b: Participant, c: Participant,
@@ -227,32 +234,6 @@ def _scenario(a: Participant, b: Participant, c: Participant,
         _members(page, "room", 2)
         expect(page.locator(f'section.panel[data-group="room"] '
                             f'.member[data-member="{b.node}"]')).to_have_count(0)
-
-
-@contextlib.contextmanager
-def _pages(*people: Participant) -> Iterator[list[Page]]:
-    """One browser context and page per participant, each showing its node; screenshots
-    of every page on failure."""
-    shots = Path(tempfile.mkdtemp(prefix="abcast-chat-shots-"))
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        pages = []
-        try:
-            for p in people:
-                page = browser.new_context(viewport={"width": 1200, "height": 640}).new_page()
-                page.set_default_timeout(WAIT_MS)
-                page.goto(p.url)
-                expect(page.locator("#node")).to_have_text(p.node, timeout=WAIT_MS)
-                pages.append(page)
-            yield pages
-        except BaseException:
-            for i, page in enumerate(pages):
-                page.screenshot(path=str(shots / f"{i}.png"), full_page=True)
-            print(f"screenshots of the pages: {shots}")
-            raise
-        finally:
-            browser.close()
-    shutil.rmtree(shots, ignore_errors=True)
 
 
 def test_a_reloaded_page_shows_the_debug_panel_of_an_idle_group() -> None:
