@@ -106,3 +106,33 @@ def test_a_negative_delay_is_refused() -> None:
 
     with pytest.raises(LocalProtocolError):
         HoldingTransport(_Inner()).hold("g", "n1", delay_ms=-1)
+
+
+def test_frames_held_then_put_on_a_delay_go_through_once_it_has_passed() -> None:
+    """Turning a hold into a delay applies the delay to what the hold kept: each frame goes
+    through `delay_ms` after it arrived (here: at once, or soon), not only after a release."""
+
+    async def main() -> None:
+        inner = _Inner()
+        holding = HoldingTransport(inner)
+        got: list[bytes] = []
+        await holding.start("n0", lambda _link, data: got.append(data))
+        assert inner.handler is not None
+        holding.hold("g", "n1")
+        frames = [_frame("g", "n1", n) for n in (1, 2)]
+        for data in frames:
+            inner.handler(LINK, data)
+        assert got == [] and holding.held("g") == {"n1": 2}
+        holding.hold("g", "n1", delay_ms=20)
+        async with asyncio.timeout(30):
+            while got != frames:
+                await asyncio.sleep(0.01)
+        assert holding.held("g") == {}
+        later = _frame("g", "n1", 3)  # still delayed: waits, then goes through
+        inner.handler(LINK, later)
+        assert got == frames
+        async with asyncio.timeout(30):
+            while got != [*frames, later]:
+                await asyncio.sleep(0.01)
+
+    asyncio.run(main())

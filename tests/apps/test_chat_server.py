@@ -178,6 +178,28 @@ def test_a_delay_lets_packets_through_late_but_in_order() -> None:
     asyncio.run(main())
 
 
+def test_a_hold_names_another_member_of_the_view() -> None:
+    """A hold for no member (a name not in the view, this node itself) is refused with an
+    error and makes no rule: a page cannot grow the rules (and every debug snapshot) without
+    end, nor show a hold that holds nothing."""
+
+    async def main() -> None:
+        async with _registry() as url, ChatNode(url) as chat:
+            page = _Page(chat)
+            await chat.request('{"type": "create", "group": "g", "ordering": "fifo"}',
+                               page.heard.append)
+            await _until(lambda: chat.rooms.get("g") is not None
+                         and chat.rooms["g"].view is not None)
+            for member in ("nobody", "n99", chat.node.id):
+                await chat.request(json.dumps({"type": "hold", "group": "g",
+                                               "member": member}), page.heard.append)
+            assert len(page.errors()) == 3
+            assert "'nobody' is not another member of 'g'" in page.errors()[0]
+            assert chat.holding.rules("g") == {}
+
+    asyncio.run(main())
+
+
 BAD_NAMES = ["my chat", "\x1b[2J\x1b[31mFAKE\x1b[0m", "line1\nn9  ordering=x", "-g", ".g",
              "g/h", "é", "g\n"]
 

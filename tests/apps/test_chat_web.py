@@ -18,7 +18,7 @@ import pytest
 
 from abcast.apps.chat import web
 from abcast.apps.chat.node import ChatNode
-from abcast.apps.chat.protocol import Debug, Delivered, ServerMessage
+from abcast.apps.chat.protocol import Debug, Delivered, Joined, Left, ServerMessage
 from abcast.apps.chat.web import Outbox, serve
 from abcast.registry.server import RegistryServer
 
@@ -114,6 +114,28 @@ def test_an_outbox_keeps_the_order_and_only_the_latest_snapshot_of_a_group() -> 
         frames = [json.loads(await outbox.get()) for _ in range(5)]
         assert [(f["type"], f.get("index") or f["layers"][0]["marker"]) for f in frames] == [
             ("deliver", 1), ("debug", 499), ("deliver", 2), ("debug", 1), ("deliver", 3)]
+        assert outbox.behind == 0
+
+    asyncio.run(main())
+
+
+def test_a_snapshot_waiting_when_its_group_is_left_is_not_written_before_the_left() -> None:
+    """A page behind when this node leaves a group and enters it again: the snapshot of the
+    new room comes after `left` and `joined` (which makes the panel), not in the place of
+    the old room's snapshot before them, where the page drops it with the old panel."""
+
+    async def main() -> None:
+        outbox = Outbox(lambda: pytest.fail("overflowed"), max_behind=10**6)
+        outbox.put(_debug("g", 1))
+        outbox.put(Left("g", "left"))
+        outbox.put(Joined("g", "fifo", "reliable", "primary"))
+        outbox.put(_debug("g", 2))
+        outbox.put(_debug("g", 3))
+        frames = []
+        while len(outbox):
+            frames.append(json.loads(await outbox.get()))
+        assert [(f["type"], f.get("layers", [{}])[0].get("marker")) for f in frames] == [
+            ("left", None), ("joined", None), ("debug", 3)]
         assert outbox.behind == 0
 
     asyncio.run(main())

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from abcast.errors import ConfigError, RemoteProtocolError
+from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.security import Initiator, Opener, Responder, Sealer, load_secret
 from abcast.security.handshake import Confirm, encode
 from abcast.security.sealing import MODES, Mode
@@ -41,6 +41,19 @@ def _link(mode: Mode) -> tuple[Sealer, Opener]:
 def test_a_handshake_between_holders_of_the_secret_gives_both_the_same_key(mode: Mode) -> None:
     sealer, opener = _link(mode)
     assert opener.open(sealer.seal(b"hello")) == b"hello"
+
+
+def test_a_second_challenge_is_api_misuse() -> None:
+    """One handshake, one challenge (its nonce is used once): asking again is the caller's
+    error, a LocalProtocolError, in any phase after the first."""
+    i, r = _pair()
+    response = r.receive(i.challenge())
+    with pytest.raises(LocalProtocolError, match="cannot send Challenge in phase challenged"):
+        i.challenge()
+    assert response is not None
+    r.receive(i.receive(response))
+    with pytest.raises(LocalProtocolError, match="in phase established"):
+        i.challenge()
 
 
 def test_a_stranger_fails_the_handshake_on_either_side() -> None:

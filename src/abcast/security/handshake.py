@@ -127,7 +127,11 @@ class _Side:
         self._key: bytes | None = None
 
     def _go(self, event: str) -> None:
-        self.phase = TRANSITIONS[(self.role, self.phase, event)]
+        """Local steps only (a remote message's phase is checked before it gets here)."""
+        after = TRANSITIONS.get((self.role, self.phase, event))
+        if after is None:
+            raise LocalProtocolError(f"the {self.role} cannot {event} in phase {self.phase}")
+        self.phase = after
 
     def _fail(self, why: str) -> RemoteProtocolError:
         self.phase = "failed"

@@ -5,7 +5,9 @@ rule set every frame passes straight through (one dict lookup). A rule names a g
 a member: `hold(group, member)` keeps every frame that member sends for that group, in
 arrival order, until `release(group, member)` hands them all to the node at once, in that
 order; `hold(group, member, delay_ms=N)` lets each such frame through N ms after it
-arrived (still in order; releasing the rule lets what waits through at once). The frames
+arrived (still in order; releasing the rule lets what waits through at once). A new rule
+for the pair applies to what already waits: a hold keeps it, a delay lets each frame
+through N ms after it arrived (frames a hold kept that long ago go at once). The frames
 are whatever the member's stack sent — data, acks, retransmissions, heartbeats — so a
 hold is a one-way cut of that link for that group, and a crash-tolerant ordering's failure
 detector on this node suspects the member once a hold outlasts its timeout. Frames this
@@ -39,6 +41,7 @@ class HoldingTransport(WrappingTransport):
         self._loop: asyncio.AbstractEventLoop | None = None
         #: (group, member) → delay in ms (0: hold until released)
         self._rules: dict[Key, int] = {}
+        #: (group, member) → (arrival time, link, frame), in arrival order
         self._queues: dict[Key, deque[tuple[float, Link, bytes]]] = {}
         self._timers: dict[Key, asyncio.TimerHandle] = {}
 
@@ -48,7 +51,12 @@ class HoldingTransport(WrappingTransport):
         """Hold `member`'s frames for `group` (delay_ms=0) or delay each by `delay_ms`."""
         if delay_ms < 0:
             raise LocalProtocolError(f"delay_ms must be >= 0, got {delay_ms}")
-        self._rules[(group, member)] = delay_ms
+        key = (group, member)
+        self._rules[key] = delay_ms
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self._schedule(key)  # what already waits, under the new rule
 
     def release(self, group: str, member: str) -> int:
         """Drop the rule and hand over what it kept, in arrival order; returns how many."""
@@ -89,23 +97,27 @@ class HoldingTransport(WrappingTransport):
             return
         loop = self._loop
         assert loop is not None
-        due = loop.time() + (delay_ms or 0) / 1000
-        self._queues.setdefault(key, deque()).append((due, link, data))
-        if delay_ms and key not in self._timers:
-            self._timers[key] = loop.call_at(due, self._due, key)
+        self._queues.setdefault(key, deque()).append((loop.time(), link, data))
+        if key not in self._timers:
+            self._schedule(key)
+
+    def _schedule(self, key: Key) -> None:
+        """Wake `_due` when the oldest waiting frame of a delayed pair is due."""
+        queue, delay_ms, loop = self._queues.get(key), self._rules.get(key), self._loop
+        if queue and delay_ms and loop is not None:
+            self._timers[key] = loop.call_at(queue[0][0] + delay_ms / 1000, self._due, key)
 
     def _due(self, key: Key) -> None:
         self._timers.pop(key, None)
-        queue = self._queues.get(key)
-        loop = self._loop
-        if not queue or loop is None or self._rules.get(key) == 0:
+        queue, delay_ms, loop = self._queues.get(key), self._rules.get(key), self._loop
+        if not queue or not delay_ms or loop is None:
             return  # now held: `release` hands them over
         now = loop.time()
-        while queue and queue[0][0] <= now:
+        while queue and queue[0][0] + delay_ms / 1000 <= now:
             _, link, data = queue.popleft()
             self._pass(link, data)
         if queue:
-            self._timers[key] = loop.call_at(queue[0][0], self._due, key)
+            self._schedule(key)
         else:
             del self._queues[key]
 

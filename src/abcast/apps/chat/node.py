@@ -15,7 +15,10 @@ failure-detector timeout of DEMO_SUSPECT_AFTER_US, so that a person can hold a m
 packets for a few seconds before the group takes the member for crashed. A room keeps a
 bounded history (`History`: the latest HISTORY_LINES lines within HISTORY_BYTES of text,
 trimmed after each delivery, so every member keeps the same window); a joiner is handed
-that window (the group's state) with each line's delivery index and shows it first.
+that window (the group's state) with each line's delivery index and shows it first. When
+the group replaces a member's window later (partitions merging, a member cut off
+rejoining), its pages get `Joined` again and the new window: `Joined` starts a room's
+lines afresh.
 """
 
 from __future__ import annotations
@@ -209,6 +212,9 @@ class ChatNode:
                 reply(_view_message(name, room.view))
             for i, line in room.history.indexed():
                 reply(Delivered(name, i, line.origin, line.seq, line.text))
+            snapshot = self.debug(name)
+            if snapshot is not None:  # an idle group's would not come again on its own
+                reply(snapshot)
         self._subscribers.append(reply)
 
     def unsubscribe(self, reply: Reply) -> None:
@@ -267,7 +273,7 @@ class ChatNode:
             case Send(name, text):
                 await self._group(name).broadcast(text.encode())
             case Hold(name, member, delay_ms):
-                self._group(name)
+                self._holdable(name, member)
                 self.holding.hold(name, member, delay_ms)
                 self._push_debug(name, force=True)
             case Release(name, member):
@@ -301,6 +307,18 @@ class ChatNode:
             raise ConfigError(f"this node is not in group {name!r}")
         return room.group
 
+    def _holdable(self, name: str, member: str) -> None:
+        """A rule names another member of the group's view, or one that has a rule already
+        (a held member the view dropped); anything else would be a rule for no one, and
+        a page could make them without end."""
+        self._group(name)
+        view = self.rooms[name].view
+        if member in self.holding.rules(name):
+            return
+        if member == self.node.id or view is None or member not in view.members:
+            raise ConfigError(f"{member!r} is not another member of {name!r} (view "
+                              f"{view.view_id if view else '-'}): nothing of it to hold")
+
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -313,6 +331,8 @@ class ChatNode:
         def set_state(state: bytes) -> None:
             room.history.load(state)
             if room.joined is not None:  # before that, `_enter` sends the lines so far
+                # a merge or a rejoin: the window replaces the lines pages show
+                self._publish(room.joined)
                 self._publish_history(name, room)
 
         kwargs: dict[str, Any] = {

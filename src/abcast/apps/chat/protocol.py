@@ -4,9 +4,9 @@ Rules: every frame is one JSON object whose "type" names its Struct. A page's fr
 decoded into exactly one `ClientMessage` (unknown fields, wrong types, out-of-range
 values and unknown types are refused); a refused or failed request earns that page one
 `Error` frame and changes nothing (a frame too big to read closes the socket instead:
-abcast.apps.chat.web). The server pushes `ServerMessage`s: `Hello` first,
-then the state so far (`Joined`, `ViewChanged`, `Delivered` for each open group), then
-every change as it happens, to every connected page.
+abcast.apps.chat.web). The server pushes `ServerMessage`s: `Hello` first, then the state
+so far (`Joined`, `ViewChanged`, `Delivered`, `Debug` for each open group), then every
+change as it happens, to every connected page.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class Send(_Client, tag="send", frozen=True):
 
 
 class Hold(_Client, tag="hold", frozen=True):
-    """Hold `member`'s packets for `group` (delay_ms=0) or delay each by delay_ms."""
+    """Hold `member`'s packets for `group` (delay_ms=0) or delay each by delay_ms; `member`
+    is another member of the group's view, or one with a rule already."""
 
     group: GroupName
     member: Member
@@ -105,6 +106,9 @@ class Groups(_Server, tag="groups", frozen=True):
 
 
 class Joined(_Server, tag="joined", frozen=True):
+    """This node is in `group`; the `Delivered` lines that follow are its whole window
+    (sent again when the group replaced the window: a page drops the lines it showed)."""
+
     group: str
     ordering: str
     multicast: str

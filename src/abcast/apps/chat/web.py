@@ -12,11 +12,12 @@ MAX_FRAME_BYTES (the page sends at most 4096 characters of text, ~25 kB escaped)
 that socket with code 1009, message too big, and no `Error` (aiohttp refuses it before it
 is read; the page shows the close); everything the node publishes is queued per page
 (`Outbox`) and written in order, a group's `Debug` snapshots coalesced (a page that is
-behind gets the latest one only); a page that falls more than MAX_BEHIND characters of
-frames behind (a stalled or dead tab) is dropped — its socket aborted, one log line — and
-a websocket heartbeat every HEARTBEAT_S notices a page that went away silently. A page
-that goes away is unsubscribed; the node goes on. The server binds 127.0.0.1 unless told
-otherwise: it hands whoever reaches it this node's groups.
+behind gets the latest one only, never one from before the group's `Left`); a page that
+falls more than MAX_BEHIND characters of frames behind (a stalled or dead tab) is
+dropped — its socket aborted, one log line — and a websocket heartbeat every HEARTBEAT_S
+notices a page that went away silently. A page that goes away is unsubscribed; the node
+goes on. The server binds 127.0.0.1 unless told otherwise: it hands whoever reaches it
+this node's groups.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -34,7 +36,7 @@ from aiohttp import WSMsgType, hdrs, web
 from yarl import URL
 
 from abcast.apps.chat.node import ChatNode
-from abcast.apps.chat.protocol import Debug, Error, ServerMessage, encode_server
+from abcast.apps.chat.protocol import Debug, Error, Left, ServerMessage, encode_server
 from abcast.tasks import stop_task
 
 STATIC: Final = Path(__file__).with_name("static")
@@ -130,14 +132,19 @@ class Outbox:
     """One page's frames not yet written, in order, at most `max_behind` characters.
 
     A `Debug` takes the place of its group's snapshot still waiting (the page shows only
-    the latest); the first frame past the bound empties the outbox, calls `on_overflow`
-    once, and every later frame is dropped."""
+    the latest), unless the group's `Left` came after that one: then the waiting one is
+    dropped (the page drops it with the panel) and the new one waits after the `Left`.
+    The first frame past the bound empties the outbox, calls `on_overflow` once, and every
+    later frame is dropped."""
 
     def __init__(self, on_overflow: Callable[[], None], max_behind: int = MAX_BEHIND) -> None:
         self.on_overflow, self.max_behind = on_overflow, max_behind
-        #: a frame, or the name of a group whose latest snapshot is in `_debug`
-        self._queue: deque[tuple[str, str | None]] = deque()
-        self._debug: dict[str, str] = {}
+        #: a frame, or (None) the slot of a snapshot in `_snapshots` (gone there: dropped)
+        self._queue: deque[tuple[int, str | None]] = deque()
+        self._slots = itertools.count()
+        #: group → the slot of its snapshot still waiting; slot → (group, snapshot)
+        self._waiting: dict[str, int] = {}
+        self._snapshots: dict[int, tuple[str, str]] = {}
         self._ready = asyncio.Event()
         self.behind = 0
         self.overflowed = False
@@ -147,36 +154,48 @@ class Outbox:
             return
         data = encode_server(message)
         if isinstance(message, Debug):
-            waiting = self._debug.get(message.group)
-            if waiting is None:
-                self._queue.append((message.group, None))
+            slot = self._waiting.get(message.group)
+            if slot is None:
+                slot = self._waiting[message.group] = next(self._slots)
+                self._queue.append((slot, None))
             else:
-                self.behind -= len(waiting)
-            self._debug[message.group] = data
+                self.behind -= len(self._snapshots[slot][1])
+            self._snapshots[slot] = (message.group, data)
         else:
-            self._queue.append(("", data))
+            if isinstance(message, Left) and message.group in self._waiting:
+                dropped = self._waiting.pop(message.group)
+                self.behind -= len(self._snapshots.pop(dropped)[1])
+            self._queue.append((0, data))
         self.behind += len(data)
         if self.behind > self.max_behind:
             self.overflowed = True
             self._queue.clear()
-            self._debug.clear()
+            self._waiting.clear()
+            self._snapshots.clear()
             self.behind = 0
             self.on_overflow()
             return
         self._ready.set()
 
     def __len__(self) -> int:
+        """Frames waiting (a dropped snapshot's slot too, until `get` passes it)."""
         return len(self._queue)
 
     async def get(self) -> str:
-        while not self._queue:
-            self._ready.clear()
-            await self._ready.wait()
-        group, data = self._queue.popleft()
-        if data is None:
-            data = self._debug.pop(group)
-        self.behind -= len(data)
-        return data
+        while True:
+            while not self._queue:
+                self._ready.clear()
+                await self._ready.wait()
+            slot, data = self._queue.popleft()
+            if data is None:
+                snapshot = self._snapshots.pop(slot, None)
+                if snapshot is None:
+                    continue  # dropped by its group's Left
+                group, data = snapshot
+                if self._waiting.get(group) == slot:
+                    del self._waiting[group]
+            self.behind -= len(data)
+            return data
 
 
 async def _write(ws: web.WebSocketResponse, outbox: Outbox) -> None:

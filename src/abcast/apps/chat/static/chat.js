@@ -57,10 +57,21 @@ function panelOf(name) {
   $("#tabs").append(tab);
   $("#panels").append(panel);
   $("#no-groups").hidden = true;
-  g = { panel, tab, members: [], last: 0 };
+  g = { panel, tab, members: [], ruled: [], last: 0 };
   state.groups.set(name, g);
   activate(name);
   return g;
+}
+
+// The members whose packets can be held or released: the view's others, and whoever
+// still has a rule (a held member the view dropped must stay releasable).
+function fillHoldMembers(g) {
+  const members = [...new Set([...g.members, ...g.ruled])].filter((id) => id !== state.node);
+  const select = $(".hold-member", g.panel);
+  if (members.join("\n") === [...select.options].map((o) => o.value).join("\n")) return;
+  const chosen = select.value;
+  fillSelect(select, members);
+  if (members.includes(chosen)) select.value = chosen;
 }
 
 function activate(name) {
@@ -116,6 +127,9 @@ const handlers = {
   },
   joined(m) {
     const g = panelOf(m.group);
+    // the room's whole window follows (again, after a merge or a rejoin replaced it)
+    $(".messages", g.panel).replaceChildren();
+    g.last = 0;
     $(".title", g.panel).textContent =
       `${m.group} (${m.ordering}, ${m.multicast}, ${m.partitions})`;
     send({ type: "list" });
@@ -132,10 +146,7 @@ const handlers = {
                           title: id === m.leader ? "leader / sequencer" : "" },
                 id === m.leader ? `${id} ★` : id);
     }));
-    const select = $(".hold-member", g.panel);
-    const chosen = select.value;
-    fillSelect(select, m.members.filter((id) => id !== state.node));
-    if (m.members.includes(chosen) && chosen !== state.node) select.value = chosen;
+    fillHoldMembers(g);
   },
   deliver(m) {
     const g = panelOf(m.group);
@@ -162,6 +173,8 @@ const handlers = {
                          : `${member}: delayed ${delay} ms (${waiting} in flight)`;
     });
     $(".rules", g.panel).textContent = rules.join("; ");
+    g.ruled = Object.keys(m.rules);
+    fillHoldMembers(g);
     const t = m.transport;
     $(".transport", g.panel).textContent = t.frames_out === undefined ? "" :
       `this node's transport (all groups): ${t.frames_out} frames sent, ` +
