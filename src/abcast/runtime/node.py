@@ -250,15 +250,21 @@ class Node:
     async def close(self) -> None:
         """Close every group hosted here (each as its own `close()` would: a group still
         opening fails, deliveries() end, the registry's record lets go of this node), then
-        the transport and the registry client."""
+        the transport and the registry client. The groups close together: each may wait
+        for the registry (its Leave, up to LEAVE_TIMEOUT_S), and a node of k groups
+        waited k times that one after another under a silent registry."""
         if self._state in ("closing", "closed"):
             return
         self._state = "closing"
-        for group, closer in list(self._closers.items()):
-            try:
-                await closer()
-            except Exception:
-                log.exception("%s: closing group %r raised", self._id, group)
+        closers = list(self._closers.items())
+        outcomes = await asyncio.gather(*(closer() for _, closer in closers),
+                                        return_exceptions=True)
+        for (group, _), outcome in zip(closers, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                log.error("%s: closing group %r raised", self._id, group,
+                          exc_info=outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome  # as before: only an Exception is logged and passed over
         self._closers.clear()
         for task in self._resolvers.values():
             task.cancel()
