@@ -12,6 +12,7 @@ import contextlib
 import pytest
 
 from abcast import Group, Node, RegistryClient, RegistryServer
+from abcast.errors import ConfigError
 from abcast.runtime import group as group_module
 
 pytestmark = pytest.mark.timeout(60)
@@ -166,3 +167,27 @@ def test_create_gives_up_within_its_timeout_under_a_silent_registry_and_is_not_l
             await proxy.close()
 
     asyncio.run(main())
+
+
+def test_a_refused_create_sends_the_registry_no_leave(caplog: pytest.LogCaptureFixture) -> None:
+    """A create the registry refused stored nothing there: the failed open takes nothing
+    off the record (a create that timed out does: its Announce may have arrived). A
+    Leave after a refusal would be refused in its turn for a secret group of another
+    secret, a warning in the registry's log for the creator's mistake."""
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            owner = await Group.create("bank", ordering="sequencer", registry=server.url,
+                                       secret=b"the-bank-secret-a")
+            other = await Node("tcp://127.0.0.1:0", registry=server.url,
+                               secret=b"the-bank-secret-b").start()
+            with pytest.raises(ConfigError, match="bound to another secret"):
+                await Group.create("bank", ordering="sequencer", host=other)
+            assert other.groups == ()
+            await other.close()
+            await owner.close()
+
+    with caplog.at_level("WARNING", logger="abcast.registry.server"):
+        asyncio.run(main())
+    refused = [r.getMessage() for r in caplog.records if r.name == "abcast.registry.server"]
+    assert [m for m in refused if "Leave" in m] == [], refused

@@ -349,11 +349,16 @@ class Group:
         registry = self._dynamic_registry(host)
         options = encode_options(self.options)
         self._attach(host, View(1, (host.id,)))
-        # Maybe listed once the Announce is sent: closing (a failed open too) leaves.
+        # Maybe listed once the Announce is sent: closing (a failed open too) leaves,
+        # unless the registry refused it (nothing stored).
         self._registered = True
-        async with within(*self._deadline(), f"the registry {registry.url} did not answer"):
-            await registry.announce(self.name, self.ordering, 1, {host.id: host.address},
-                                    create=True, options=options)
+        try:
+            async with within(*self._deadline(), f"the registry {registry.url} did not answer"):
+                await registry.announce(self.name, self.ordering, 1, {host.id: host.address},
+                                        create=True, options=options)
+        except ConfigError:
+            self._registered = False
+            raise
         self._start_registrar(registry, options)
 
     async def _open_joined(self, host: Node) -> None:
