@@ -1,75 +1,26 @@
 """A registry that goes silent (connected, not answering) or away must not make a node's
 shutdown or a group's creation wait for it: a node closes all its groups at once (their
 Leaves go out together), and `Group.create` gives up within its deadline, leaving the
-registry's record as it was. The registry sits behind a proxy that can hold its replies
-(and release them), so "silent" is a state the test sets, not a timing."""
+registry's record as it was. The registry sits behind a relay (abcast.testing.relay)
+that can hold its replies (and release them), so "silent" is a state the test sets, not
+a timing."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import pytest
 
 from abcast import Group, Node, RegistryClient, RegistryServer
 from abcast.errors import ConfigError
 from abcast.runtime import group as group_module
+from abcast.testing.relay import Relay
 
 pytestmark = pytest.mark.timeout(60)
 
 FAST = {"initial_backoff_s": 0.01, "max_backoff_s": 0.05}
 #: a bound on a failure only: every wait below ends at once when the code is right
 BOUND_S = 5.0
-
-
-class HoldingProxy:
-    """A TCP proxy in front of a registry; while `holding`, the registry's replies are
-    kept (the requests still reach it), `release()` sends them on."""
-
-    def __init__(self, target: str) -> None:
-        self._host, port = target.removeprefix("tcp://").rsplit(":", 1)
-        self._port = int(port)
-        self.holding = False
-        self._held: list[tuple[asyncio.StreamWriter, bytes]] = []
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"tcp://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    def release(self) -> None:
-        self.holding = False
-        held, self._held = self._held, []
-        for writer, data in held:
-            writer.write(data)
-
-    async def close(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
-        for pipe in (self._pipe(reader, up_writer, hold=False),
-                     self._pipe(up_reader, writer, hold=True)):
-            task = asyncio.create_task(pipe)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    hold: bool) -> None:
-        try:
-            while data := await reader.read(65536):
-                if hold and self.holding:
-                    self._held.append((writer, data))
-                else:
-                    writer.write(data)
-        finally:
-            writer.close()
 
 
 async def _listed(url: str, group: str) -> dict[str, str]:
@@ -91,8 +42,8 @@ def test_a_node_closes_its_groups_together_under_a_silent_registry(
 
     async def main() -> None:
         async with RegistryServer() as server:
-            proxy = HoldingProxy(server.url)
-            url = await proxy.start()
+            proxy = Relay(server.url)
+            url = f"tcp://{await proxy.start()}"
             node = await Node("mem://", registry=RegistryClient(url, **FAST)).start()
             groups = [await Group(name, ordering="fifo", host=node, size=1).open()
                       for name in names]
@@ -151,8 +102,8 @@ def test_create_gives_up_within_its_timeout_under_a_silent_registry_and_is_not_l
 
     async def main() -> None:
         async with RegistryServer() as server:
-            proxy = HoldingProxy(server.url)
-            url = await proxy.start()
+            proxy = Relay(server.url)
+            url = f"tcp://{await proxy.start()}"
             node = await Node("mem://", registry=RegistryClient(url, **FAST)).start()
             proxy.holding = True
             creating = asyncio.create_task(

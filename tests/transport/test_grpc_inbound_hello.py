@@ -17,6 +17,7 @@ import msgspec
 import pytest
 from transport_harness import Inbox, Nodes, numbered, run
 
+from abcast.testing.relay import Relay
 from abcast.transport import Transport, TransportOptions
 from abcast.transport._common import HELLO_MAGIC, Hello
 from abcast.transport.grpc_transport import HELLO_KEY, METHOD_PATH
@@ -96,51 +97,6 @@ def test_a_call_silent_after_its_hello_is_closed_and_its_sender_comes_back(
     run(main)
 
 
-class CountingProxy:
-    """A TCP relay that counts the bytes the far side took in from the near side (each
-    chunk counted once written and drained: what the far side's grpc read off its
-    socket, within its HTTP/2 flow control)."""
-
-    def __init__(self, target: str) -> None:
-        host, port = target.rsplit(":", 1)
-        self._target = (host, int(port))
-        self.forwarded = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def close(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        far_reader, far_writer = await asyncio.open_connection(*self._target)
-        for pipe in (self._pipe(reader, far_writer, count=True),
-                     self._pipe(far_reader, writer, count=False)):
-            task = asyncio.create_task(pipe)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    count: bool) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-                if count:
-                    self.forwarded += len(data)
-        except OSError:
-            pass
-        finally:
-            writer.close()
-
-
 def test_a_strangers_first_message_is_refused_unread(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -157,7 +113,7 @@ def test_a_strangers_first_message_is_refused_unread(
         inbox = Inbox()
         async with Nodes() as nodes:
             b = await nodes.start("grpc", "b", inbox)
-            proxy = CountingProxy(b.address.removeprefix("grpc://"))
+            proxy = Relay(b.address.removeprefix("grpc://"))
             via = await proxy.start()
             message = HELLO_MAGIC + bytes(16 << 20)
             await refused_call(b, None, "no hello", caplog, first=message, via=via)
