@@ -15,6 +15,7 @@ import zmq
 import zmq.asyncio
 from transport_harness import WAIT_S, Inbox, Nodes, numbered, run
 
+from abcast.security import Sealer
 from abcast.testing.polling import until
 from abcast.transport import zmq_transport
 from abcast.transport._common import Hello, encode_hello
@@ -95,5 +96,57 @@ def test_dead_routing_ids_go_before_a_live_ones_state(monkeypatch: pytest.Monkey
             assert member.alive and member in b._links.values()
             a.send("b", numbered(1))
             await inbox.wait_until(lambda: inbox.got("a") == [0, 1], "a's next frame")
+
+    run(main)
+
+
+def test_a_departed_secret_peers_batches_stay_replays_after_its_state_went(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a secret, a routing id's opener refuses a batch whose counter is not above
+    the last one accepted (a replay). Once the id's state goes (the bound), the counter
+    it reached is kept apart: its recorded batch, sent again under its id after it left,
+    is still a replay. Planted: the counter forgotten with the state (the batch is
+    delivered twice)."""
+    monkeypatch.setattr(zmq_transport, "MAX_IDENTITIES", 4)
+
+    async def main() -> None:
+        inbox = Inbox()
+        async with Nodes() as nodes:
+            b = await nodes.start("zmq-secret", "b", inbox)
+            ctx = zmq.asyncio.Context()
+            endpoint = b.address.replace("zmq://", "tcp://")
+
+            async def speak(node: str, batch: bytes | None = None, seq: int = 0) -> bytes:
+                """Connect as `node` (its one routing id), send `batch` or a sealed
+                frame `seq`; return what was sent."""
+                identity = encode_hello(Hello(node, 1, 1, b.options.max_frame_bytes))
+                dealer = ctx.socket(zmq.DEALER)
+                dealer.setsockopt(zmq.LINGER, 1000)
+                dealer.setsockopt(zmq.ROUTING_ID, identity)
+                dealer.connect(endpoint)
+                if batch is None:
+                    key = b.session_key(identity)
+                    assert key is not None
+                    batch = Sealer(key, "aead").seal(encode_frames([numbered(seq)]))
+                await dealer.send(batch)
+                await until(lambda: b.stats.frames_in + b.stats.rejected_frames
+                            + b.stats.dropped_connections > spoken[0], WAIT_S)
+                spoken[0] = b.stats.frames_in + b.stats.rejected_frames + (
+                    b.stats.dropped_connections)
+                dealer.close()
+                return batch
+
+            spoken = [0]
+            try:
+                recorded = await speak("gone", seq=7)
+                assert inbox.got("gone") == [7]
+                for k in range(8):  # live peers heard from since: "gone"'s state goes
+                    await speak(f"live{k}", seq=k)
+                assert not any(link.peer == "gone" for link in b._links.values())
+                await speak("gone", batch=recorded)  # the replay, under its own id
+            finally:
+                ctx.term()
+            assert inbox.got("gone") == [7]
 
     run(main)

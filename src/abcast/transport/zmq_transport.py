@@ -34,7 +34,8 @@ reconnects comes under a new routing id (its conn_seq rises) and supersedes its 
 link, which is dead from then on; so a live peer's state goes only when over 2048
 other live routing ids were heard from since (strangers, without a secret: with one,
 a stranger's link is dead at its first batch), and it is admitted afresh on its next
-batch, as on a new connection.
+batch, as on a new connection; with a secret, the counter its opener had reached stays
+behind (up to 4 x MAX_IDENTITIES of them), so its recorded batches stay replays.
 
 With a group secret every batch is encrypted (AES-256-GCM, abcast.security.sealing)
 under a key derived from the secret and the DEALER's routing id (unique per connection),
@@ -99,6 +100,10 @@ class ZmqTransport(QueuedTransport):
         self._notices: set[asyncio.Task[None]] = set()
         #: with a secret: each link's opener, and the hello of links not yet admitted
         self._openers: dict[Link, Opener] = {}
+        #: with a secret: the last counter accepted on each routing id whose state went
+        #: (_forget), so that its recorded batches stay replays (4 x MAX_IDENTITIES of them,
+        #: the oldest go first, as udp:// keeps its tombstones)
+        self._spent: dict[bytes, int] = {}
         self._unproven: dict[Link, Hello] = {}
 
     def session_key(self, routing_id: bytes) -> bytes | None:
@@ -172,7 +177,11 @@ class ZmqTransport(QueuedTransport):
         link = self._links.pop(identity)
         link.retire()
         self.sessions.forget(link)
-        self._openers.pop(link, None)
+        opener = self._openers.pop(link, None)
+        if opener is not None and opener.last:
+            self._spent[identity] = opener.last
+            if len(self._spent) > 4 * MAX_IDENTITIES:
+                del self._spent[next(iter(self._spent))]
         self._unproven.pop(link, None)
 
     def _open_link(self, identity: bytes) -> Link:
@@ -190,7 +199,8 @@ class ZmqTransport(QueuedTransport):
         link_key = self.session_key(identity)
         if link_key is not None:  # admitted once its first batch authenticates (_open)
             link.peer = hello.node  # claimed, for the log lines
-            self._openers[link] = Opener(link_key, "aead")
+            opener = self._openers[link] = Opener(link_key, "aead")
+            opener.last = self._spent.pop(identity, 0)  # its state went: no replays
             self._unproven[link] = hello
             return link
         accepted, _superseded = self.admit(hello, link)
