@@ -7,22 +7,24 @@ per connection, its hello (see _common) in the call's metadata (HELLO_KEY); ever
 message is a batch of up to batch_bytes of length-prefixed frames (the tcp framing). The
 receiver admits or refuses a call on its metadata, before asking for any of its
 messages, then delivers the frames of each message in order and returns b"" only when
-the stream ends. Backpressure is HTTP/2 flow control: `call.write` waits, and the batch being
-written counts as in flight. A failed call (peer gone, dropped) is replaced by a new
+the stream ends. Backpressure is HTTP/2 flow control: `call.write` waits, and the batch
+being written counts as in flight. A failed call (peer gone, dropped) is replaced by a new
 channel and call after a backoff; the batch that was being written is lost (it may have
 been half delivered, and resending could duplicate). To drop a link the receiver aborts
 the call; a superseded call is cancelled; a call without a valid hello is dropped at
 once (logged, counted), and one that carries nothing for idle_timeout_s is ended
 quietly (INFO, idle_closed), as tcp:// does with its connections.
 
-What a stranger's call costs before it is refused: its metadata (grpc bounds it,
-grpc.max_metadata_size) and what grpc read of its messages ahead of the refusal, dropped
-with the call — grpc reads a stream ahead of the application, within a flow-control
-window its BDP probe grows (measured: 1-2 MB of a 16 MiB message refused at once; 8 MiB
-into a call its server left stalled for 2 s). grpcio has no per-call receive bound
-(max_receive_message_length is the server's, for every call), so a hello read as the
-call's first message, as before, was read whole, up to that bound (17 MiB by default),
-for up to io_timeout_s.
+What a stranger's call costs before it is refused: its metadata (grpc refuses more than
+8 KiB, grpc.max_metadata_size, 16 KiB hard, RESOURCE_EXHAUSTED before the handler runs)
+and what grpc read of its messages ahead of the refusal, dropped with the call: grpc
+reads a stream ahead of the application, within a flow-control window its BDP probe
+grows (measured: 1-2 MB of a 16 MiB message refused at once; 8 MiB into a call its
+server left stalled for 2 s; `grpc.http2.bdp_probe` 0 would hold that to 64 KiB, at
+the cost of a window that no longer grows with a slow link's bandwidth-delay product).
+grpcio has no per-call receive bound (max_receive_message_length is the server's, for
+every call), so a hello read as the call's first message, as before, was read whole, up
+to that bound (17 MiB by default), for up to io_timeout_s.
 
 TLS (`grpc://…?tls=1` with tls_cert/tls_key, and tls_ca to check the other side) is
 grpc's own: the listener's port is a secure port (demanding a client certificate signed
