@@ -231,6 +231,35 @@ def test_tombstones_and_addresses_are_bounded() -> None:
     asyncio.run(main())
 
 
+def test_the_secrets_of_groups_gone_are_let_go() -> None:
+    """A secret group's verifier was kept after the group went (its last member left,
+    or it was removed) until a request named the group again: a client making and
+    leaving secret groups under new names grew the registry without bound (200 groups
+    made and left, at most 3 at a time, left 200 verifiers). Now it goes with the
+    group, and the name is free for anyone, as before."""
+
+    async def main() -> None:
+        limits = RegistryLimits(max_groups=3)
+        async with RegistryServer(limits=limits) as server:
+            client = RegistryClient(server.url, secret=b"a-group-secret", **FAST)
+            me = await client.register(address="tcp://10.0.0.1:1")
+            for i in range(100):
+                await client.join(f"s{i}", "tcp://10.0.0.1:1", 1)
+                await client.leave(f"s{i}")
+                await client.announce(f"d{i}", "sequencer", 1, {me: "tcp://10.0.0.1:1"},
+                                      create=True)
+                await client.remove(f"d{i}")
+            assert server._groups == {}
+            assert len(server._group_keys) <= limits.max_groups, len(server._group_keys)
+            stranger = RegistryClient(server.url, **FAST)  # no secret: the names are free
+            await stranger.register(address="tcp://10.0.0.2:1")
+            assert (await stranger.join("s0", "tcp://10.0.0.2:1", 1)).secret is False
+            for c in (client, stranger):
+                await c.close()
+
+    asyncio.run(main())
+
+
 def test_a_request_above_the_message_bound_fails_at_once() -> None:
     """A view too large for one registry message was sent, dropped by the registry as
     oversize, and re-sent after every reconnect for ever; now the client refuses it."""

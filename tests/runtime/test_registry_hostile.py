@@ -20,6 +20,7 @@ from abcast.registry.messages import (
     Announce,
     GroupInfo,
     Lookup,
+    Nonce,
     Refused,
     Register,
     Registered,
@@ -152,7 +153,9 @@ def test_a_reply_the_client_cannot_read_fails_that_call_once() -> None:
                     return
                 rid = msgspec.msgpack.decode(body)[1]
                 tag = msgspec.msgpack.decode(body)[0]
-                if tag == "Register":  # a node id longer than NodeField
+                if tag == "Challenge":  # what a client asks a registry it never reached
+                    out = encode(Nonce(rid, b"n" * 32))[PREFIX.size:]
+                elif tag == "Register":  # a node id longer than NodeField
                     out = msgspec.msgpack.encode(["Registered", rid, "n" + "1" * 64])
                 else:  # a reply above the 1 MiB bound
                     out = b"\x00" * (MAX_MESSAGE_BYTES + 1)
@@ -320,5 +323,35 @@ def test_a_group_record_never_grows_past_what_a_reply_carries() -> None:
                 refused.reason) and "wide" not in server.group_names()
             for c in clients:
                 await c.close()
+
+    asyncio.run(main())
+
+
+def test_a_registry_url_where_nothing_answers_fails_within_the_connect_timeout() -> None:
+    """A registry URL where something accepts connections but never answers (another
+    service, a hung registry): the connection counted as reaching the registry, so the
+    first call waited for its reply for ever (Node.start hung), connect_timeout_s
+    notwithstanding. Now a connection's first message, before the registry was first
+    reached, is a Challenge it answers at once: the call fails within the timeout,
+    naming the URL, and a real registry is reached as before."""
+
+    async def main() -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # takes everything, answers nothing
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = RegistryClient(f"tcp://127.0.0.1:{port}", connect_timeout_s=0.3, **FAST)
+        with pytest.raises(ConfigError, match=f"registry tcp://127.0.0.1:{port} did not answer"):
+            async with asyncio.timeout(10):  # the client gives up first, by itself
+                await client.register()
+        await client.close()
+        server.close()
+        async with RegistryServer() as registry:
+            client = RegistryClient(registry.url, connect_timeout_s=0.3, **FAST)
+            assert await client.register() == "n1"
+            assert registry.stats.bad_messages == 0
+            await client.close()
 
     asyncio.run(main())

@@ -339,3 +339,26 @@ def test_a_node_closed_while_it_starts_does_not_come_up() -> None:
             node.open_endpoint("rpc", lambda link, env: None)
 
     asyncio.run(main())
+
+
+def test_the_groups_a_node_closed_are_remembered_up_to_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node remembered every group ever closed on it (to take their late frames
+    quietly), for as long as it ran: a node making and closing groups under new names
+    (a chat server's rooms) grew without bound. It keeps the most recently closed ones
+    (late frames for those stay quiet)."""
+    from abcast.runtime import node as node_module
+
+    monkeypatch.setattr(node_module, "MAX_CLOSED_GROUPS", 8, raising=False)
+
+    async def main() -> None:
+        node = await Node("mem://", node="n1").start()
+        for i in range(50):
+            group = await Group(f"room{i}", ordering="fifo", host=node, peers={}).open()
+            await group.close()
+        assert len(node._closed_groups) <= 8, len(node._closed_groups)
+        assert "room49" in node._closed_groups
+        await node.close()
+
+    asyncio.run(main())

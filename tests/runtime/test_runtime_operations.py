@@ -291,3 +291,28 @@ def test_json_logs_are_one_object_per_line_with_node_group_view_and_event() -> N
     assert sorted(e["node"] for e in views) == list(IDS)
     assert all(e["group"] == "g" and e["view"] == 1 for e in views)
     assert {e["logger"] for e in views} == {"abcast.runtime.driver"}
+
+
+def test_a_probe_request_line_past_the_readers_limit_gets_an_answer_not_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request line longer than the stream reader's limit (64 KiB) made readline raise
+    ValueError, which the probe server did not catch: asyncio logged an unhandled
+    exception with its traceback and the client got no answer. Now it is an unknown
+    request like any other."""
+
+    async def main() -> bytes:
+        path = tmp_path / "n1.sock"
+        async with Node("mem://", node="n1", probe=str(path)) as node:
+            assert node.running
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            writer.write(b"s" * (100 * 1024) + b"\n")
+            async with asyncio.timeout(10):
+                answer = await reader.read()
+            writer.close()
+            return answer
+
+    with caplog.at_level("ERROR"):
+        answer = asyncio.run(main())
+    assert json.loads(answer) == {"error": "unknown request"}
+    assert [r for r in caplog.records if r.levelname == "ERROR"] == []

@@ -1,10 +1,11 @@
 """grpc://'s sender task ends when its peer is removed or the transport closes, even when
-the cancellation arrives in the same loop turn as the outcome of the call's hello write.
+the cancellation arrives in the same loop turn as the outcome of the call's hello (sent
+as its metadata: the sender waits for it to go out, `wait_for_connection`).
 
 On Python 3.11, `asyncio.wait_for` returns (or raises) the inner outcome in that case and
 the cancellation is lost; the sender then retried a removed peer forever, and `close()`
 waited on it forever (a CI hang). The race is made deterministic here with a stand-in for
-grpc's channel whose hello write the test completes itself.
+grpc's channel whose hello the test sends itself.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 class _Call:
-    """A Push call whose writes wait for the test to complete them."""
+    """A Push call whose hello (and writes) wait for the test to complete them."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.written: asyncio.Future[None] = loop.create_future()
@@ -32,6 +33,10 @@ class _Call:
 
     def cancel(self) -> bool:
         return True
+
+    async def wait_for_connection(self) -> None:
+        self.waiting.set()
+        await self.written
 
     async def write(self, _message: bytes) -> None:
         self.waiting.set()
@@ -52,7 +57,7 @@ class _Channel:
         self._closing_turns = closing_turns  # loop turns its close() takes
 
     def stream_unary(self, _path: str) -> object:
-        def start() -> _Call:
+        def start(metadata: object = None) -> _Call:
             call = _Call(asyncio.get_running_loop())
             self._calls.append(call)
             self._calls.opened.set()
@@ -66,7 +71,7 @@ class _Channel:
 
 @pytest.mark.parametrize("how", ["remove_peer", "close"])
 @pytest.mark.parametrize("outcome", ["fails", "succeeds"])
-def test_the_sender_stops_when_cancelled_as_its_hello_write_completes(
+def test_the_sender_stops_when_cancelled_as_its_hello_goes_out(
     how: str, outcome: str,
 ) -> None:
     async def main() -> None:
@@ -79,7 +84,7 @@ def test_the_sender_stops_when_cancelled_as_its_hello_write_completes(
             (sender,) = asyncio.all_tasks() - before
             await asyncio.wait_for(calls.opened.wait(), 10)
             await asyncio.wait_for(calls[0].waiting.wait(), 10)
-            # the write's outcome and the cancellation in the same loop turn
+            # the hello's outcome and the cancellation in the same loop turn
             if outcome == "fails":
                 calls[0].written.set_exception(ConnectionError("refused"))
             else:

@@ -17,9 +17,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 import ssl
 import struct
 
+import msgspec
 import pytest
 from transport_harness import TEST_SECRET, WAIT_S, Inbox, Nodes, numbered, run
 
@@ -185,6 +187,47 @@ def test_the_hello_bound_holds_every_valid_hello_and_the_handshake() -> None:
     confirm = initiator.receive(response)
     # what an inbound connection reads before it is admitted
     assert max(len(challenge), len(confirm)) <= HELLO_MAX_BYTES
+
+
+@pytest.mark.parametrize(("fields", "bound"), [
+    ([1, b"n" * 32, "m" * 17], "`str` of length <= 16"),  # the mode: main took any
+    ([1, b"n" * 32, "m" * 200], "`str` of length <= 16"),
+    ([1, b"n" * 33, "aead"], "`bytes` of length <= 32"),  # the nonce
+    ([2, b"n" * 32, b"m" * 31], "`bytes` of length >= 32"),  # the MAC
+    ([2, b"n" * 1000, b"m" * 32], "`bytes` of length <= 32"),
+    ([3, b"m" * 64], "`bytes` of length <= 32"),
+])
+def test_the_handshake_decoder_refuses_a_field_beyond_its_bound(fields: list[object],
+                                                                 bound: str) -> None:
+    """Challenge.mode was an unbounded str, and the nonces and MACs unbounded bytes: the
+    decoder took them (a stranger's mode then went into a log line whole); each field
+    has a bound now, so the widest message is known (next test)."""
+    from abcast.errors import DecodeError
+    from abcast.security import handshake
+
+    with pytest.raises(DecodeError, match=re.escape(bound)):
+        handshake.decode(handshake.MAGIC + msgspec.msgpack.encode(fields))
+
+
+class Unbounded(msgspec.Struct, array_like=True):
+    mode: str
+
+
+def test_the_widest_handshake_message_fits_before_admission() -> None:
+    """What an inbound connection may send before it is admitted is derived from the
+    Hello's and the handshake messages' field bounds, as HELLO_MAX_BYTES is from the
+    Hello's: the widest message the handshake decoder takes fits it."""
+    from abcast.security import handshake
+    from abcast.transport._common import max_msgpack_bytes
+
+    widest = handshake.encode(
+        handshake.Challenge(b"n" * handshake.NONCE_BYTES, "\U0001f600" * handshake.MODE_MAX_CHARS))
+    assert handshake.decode(widest) is not None
+    assert len(widest) <= tcp.AUTH_MAX_BYTES
+    assert max(HELLO_MAX_BYTES, tcp.AUTH_MAX_BYTES) <= tcp.BEFORE_ADMISSION_BYTES
+    # a field without a bound has no widest encoding: the derivation refuses it
+    with pytest.raises(TypeError, match="no byte bound"):
+        max_msgpack_bytes(Unbounded)
 
 
 def test_a_confirm_and_a_large_sealed_record_in_one_read_both_count() -> None:

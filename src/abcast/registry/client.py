@@ -15,9 +15,10 @@ while the registry is away and are re-sent on the next connection (every request
 idempotent), so a running group never notices the registry dying: only calls that need
 an answer wait for it to come back (or for `close()`, which ends every waiting call with
 LocalProtocolError). A registry never reached is another matter (a wrong URL, none
-started): until the first connection, a call waits at most `connect_timeout_s`
-(REGISTRY_TIMEOUT_S, 10 s, the CLI's `--timeout` default too), then raises ConfigError
-naming the URL. A refusal from the
+started, a port where something else listens and never answers): until the registry
+first answered (a connection's first message is a Challenge it answers at once, a
+Nonce), a call waits at most `connect_timeout_s` (REGISTRY_TIMEOUT_S, 10 s, the CLI's
+`--timeout` default too), then raises ConfigError naming the URL. A refusal from the
 registry raises ConfigError with the registry's reason.
 
 With a group secret (`secret=`), each connection starts by asking the registry for its
@@ -369,11 +370,18 @@ class RegistryClient:
             delay = await self._back_off(self._initial if answered else delay)
 
     async def _replay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Fetch the connection's nonce (with a secret), then re-assert this client's id
-        and memberships on it, and leave the groups it left while the registry was away."""
-        if self._signer is not None:
+        """Fetch the connection's nonce (with a secret; and before the registry was first
+        reached, which proves that a registry answers there, within connect_timeout_s),
+        then re-assert this client's id and memberships on it, and leave the groups it
+        left while the registry was away."""
+        if self._signer is not None or not self._reached:
             writer.write(encode(Challenge(0)))
-            reply = decode_reply(await read_body(reader))
+            try:
+                async with asyncio.timeout(self.connect_timeout_s):
+                    reply = decode_reply(await read_body(reader))
+            except TimeoutError:  # (an OSError: _keep tries again after its back-off)
+                raise TimeoutError(f"no answer to a Challenge within "
+                                   f"{self.connect_timeout_s:g} s") from None
             if not isinstance(reply, Nonce):
                 raise DecodeError(f"registry answered {type(reply).__name__} to a Challenge")
             self._nonce = reply.nonce

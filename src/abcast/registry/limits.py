@@ -11,7 +11,8 @@ bound the request is refused with a reason that names it (`stats.refused_full`).
 connection that leaves more than `max_unread_bytes` of replies unread is dropped
 (`stats.slow_readers`). `ListGroups` answers a page of at most `list_page` groups.
 Tombstones of removed groups are kept for groups the registry held, the newest
-`max_groups`; addresses for registered ids only (`max_nodes` bounds them).
+`max_groups`; addresses for registered ids only (`max_nodes` bounds them); a secret
+group's verifier goes with the group (`max_groups` bounds them).
 """
 
 from __future__ import annotations

@@ -499,10 +499,7 @@ class RegistryServer:
             return self._required
         if isinstance(request, Register):
             return self._node_keys.get(request.claim) if request.claim is not None else None
-        if request.group not in self._groups:
-            self._group_keys.pop(request.group, None)  # gone (left, removed): unbound
-            return None
-        return self._group_keys.get(request.group)
+        return self._group_keys.get(request.group)  # a group gone is unbound (_handle)
 
     def _authenticate(self, request: Signed, nonce: bytes) -> str | None:
         """None if `request` may go ahead; else why not."""
@@ -546,6 +543,7 @@ class RegistryServer:
                 return self._list_page(rid, after, limit)
             case Remove(rid, group):
                 if self._groups.pop(group, None) is not None:
+                    self._group_keys.pop(group, None)  # its secret goes with it
                     log.info("removed group %s", group)
                     self._bump(group)
                     self._removed[group] = None  # a name never held leaves no tombstone
@@ -562,6 +560,7 @@ class RegistryServer:
                     # Its Done stays: members still waiting for everyone to finish count it.
                     if not g.members:
                         del self._groups[group]
+                        self._group_keys.pop(group, None)
                     self._bump(group)
                 return self.group_info(group, rid)
             case Done(rid, node, group):

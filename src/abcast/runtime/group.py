@@ -15,6 +15,9 @@ ordering, all frames on the node's one transport). Three ways in:
   it and returns once a view holding it is installed, its state (if the group
   transfers state) set before that.
 
+Both dynamic ways have one deadline, `join_timeout_s` (abcast.runtime.joining), over
+every step that waits for the registry or the members: past it they raise TimeoutError.
+
 `leave()` is graceful: the group installs a view without this node, then it closes.
 `close()` is at once, in any phase (see docs/groups.md): while opening it ends the
 opening (open() raises LocalProtocolError), and it takes this node off the registry's
@@ -56,16 +59,19 @@ import msgspec
 from abcast.effects import Deliver
 from abcast.errors import Backpressure, ConfigError, LocalProtocolError
 from abcast.ids import MsgId, NodeId, View
-from abcast.ordering.registry import (
-    OrderingOptions,
-    build_stack,
-    envelope_bytes,
-    get_ordering,
-)
+from abcast.ordering.registry import OrderingOptions, build_stack, envelope_bytes, get_ordering
 from abcast.ordering.ticket import TICKET_NODE
 from abcast.registry.client import RegistryClient
 from abcast.registry.messages import GroupInfo
 from abcast.runtime.driver import AppHooks, GroupDriver
+from abcast.runtime.joining import (
+    GRACEFUL_LEAVE_TIMEOUT_S,
+    JOIN_TIMEOUT_S,
+    LEAVE_TIMEOUT_S,
+    check_joinable,
+    withdraw,
+    within,
+)
 from abcast.runtime.node import Node
 from abcast.runtime.registrar import RECHECK_S, Registrar
 from abcast.runtime.stack_options import decode_options, encode_options, for_streams
@@ -77,11 +83,6 @@ from abcast.transport import Transport
 log: Final = logging.getLogger(__name__)
 
 DEFAULT_TRANSPORT: Final = "tcp://127.0.0.1:0"
-LEAVE_TIMEOUT_S: Final = 2.0
-#: how long a graceful leave may take before the group is closed anyway
-GRACEFUL_LEAVE_TIMEOUT_S: Final = 10.0
-#: how long `Group.join` may take (finding the group, admission): join_timeout_s's default
-JOIN_TIMEOUT_S: Final = 30.0
 #: a removed member's address is kept this long (its last frames may need resending)
 PRUNE_AFTER_S: Final = 15.0
 
@@ -222,7 +223,8 @@ class Group:
     @classmethod
     async def create(cls, name: str, *, ordering: str, **kwargs: Any) -> Group:
         """A new dynamic group of one (this node, its leader), registered under `name`;
-        ConfigError if the registry already has a group of that name."""
+        ConfigError if the registry already has a group of that name, TimeoutError if
+        the registry has not answered within `join_timeout_s` (JOIN_TIMEOUT_S)."""
         group = cls(name, ordering=ordering, **kwargs)
         group._mode = "create"
         return await group.open()
@@ -338,38 +340,37 @@ class Group:
             raise ConfigError("peers= and size= are for static groups, not create/join")
         return host.registry
 
+    def _deadline(self) -> tuple[float, float]:
+        """A dynamic open's one deadline (joining.within) and the timeout it is made of."""
+        timeout_s = self._join_timeout_s or JOIN_TIMEOUT_S
+        return asyncio.get_running_loop().time() + timeout_s, timeout_s
+
     async def _open_created(self, host: Node) -> None:
         registry = self._dynamic_registry(host)
         options = encode_options(self.options)
         self._attach(host, View(1, (host.id,)))
-        await registry.announce(self.name, self.ordering, 1, {host.id: host.address},
-                                create=True, options=options)
-        self._registered = True  # listed: closing takes this node off (_leave_registry)
+        # Maybe listed once the Announce is sent: closing (a failed open too) leaves,
+        # unless the registry refused it (nothing stored).
+        self._registered = True
+        try:
+            async with within(*self._deadline(), f"the registry {registry.url} did not answer"):
+                await registry.announce(self.name, self.ordering, 1, {host.id: host.address},
+                                        create=True, options=options)
+        except ConfigError:
+            self._registered = False
+            raise
         self._start_registrar(registry, options)
 
     async def _open_joined(self, host: Node) -> None:
         registry = self._dynamic_registry(host)
-        # One deadline for finding the group and being admitted.
-        deadline = asyncio.get_running_loop().time() + (self._join_timeout_s or JOIN_TIMEOUT_S)
-        async with asyncio.timeout_at(deadline):
+        deadline = self._deadline()  # one for finding the group and being admitted
+        async with within(*deadline, f"the registry {registry.url} did not answer"):
             info = await registry.lookup(self.name)
-        if info.secret and host.secret is None:
-            raise ConfigError(f"group {self.name!r} is a secret group: its members admit only "
-                              "holders of its secret (secret=, ABCAST_SECRET or --secret-file)")
-        if not info.ordering or not info.members:
-            raise ConfigError(f"the registry has no group {self.name!r} (create it first)")
-        given = self._ordering_given
-        if given is not None and given != info.ordering:
-            raise ConfigError(f"group {self.name!r} uses ordering {info.ordering!r}, "
-                              f"not {given!r}")
-        spec = get_ordering(info.ordering)
-        if "join" not in spec.tolerates:
-            raise ConfigError(f"ordering {info.ordering!r} cannot admit members at run time")
+        check_joinable(self.name, info, host.id, host.secret is not None,
+                       self._ordering_given)
         self.ordering = info.ordering
         if self.options is None:
             self.options = decode_options(info.options)
-        if host.id in info.members:
-            raise ConfigError(f"{host.id} is already a member of {self.name!r}")
         if self._app is not None:
             self._app.bind(self)
         contacts = self._contacts(host, info)
@@ -378,7 +379,8 @@ class Group:
         assert self._admitted is not None and self._departed is not None
         log.info("%s asks %s to join %s", host.id, ",".join(contacts), self.name)
         try:
-            async with asyncio.timeout_at(deadline):
+            async with within(*deadline, f"the members of {self.name!r} asked "
+                              f"({','.join(contacts)}) did not admit {host.id}"):
                 await self._admitted.wait()
         except BaseException:
             await self._abandon_join(driver, contacts)
@@ -387,35 +389,10 @@ class Group:
         self._start_registrar(registry, info.options or encode_options(self.options))
 
     async def _abandon_join(self, driver: GroupDriver, contacts: tuple[NodeId, ...]) -> None:
-        """The join timed out (or was cancelled): leave nothing behind in the group. Not
-        admitted yet: the stack withdraws its ask (`MWithdraw` to every contact: a member
-        whose view admitted us meanwhile leaves us out, counting us as agreeing), and the
-        group stays attached until its channel has nothing unacked (the withdrawal
-        arrived; a lost frame is retransmitted) or LEAVE_TIMEOUT_S passed: `open` then
-        detaches it. Admitted meanwhile: a graceful leave. Either way the registry's
-        record follows the view the leader installs without us."""
+        """The join was given up: leave nothing behind in the group (joining.withdraw)."""
         assert self._admitted is not None and self._departed is not None
-        admitted = self._admitted.is_set()
-        try:
-            driver.abandon_join()
-        except LocalProtocolError as exc:  # an ordering that joins by its own protocol
-            log.warning("%s could not withdraw its join of %s: %s", self.node, self.name, exc)
-            return
-        transport, stack = self._host.transport, driver.stack
-
-        def delivered() -> bool:  # nothing unacked in the channel, nothing unwritten
-            return not stack.in_flight() and not any(transport.buffered(c) for c in contacts)
-
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(GRACEFUL_LEAVE_TIMEOUT_S if admitted
-                                       else LEAVE_TIMEOUT_S):
-                if admitted:
-                    await self._departed.wait()
-                await asyncio.sleep(0)  # a transport may write once per loop turn
-                while not delivered():
-                    await asyncio.sleep(0.01)
-        log.info("%s gave its join of %s up (%s)", self.node, self.name,
-                 "left" if admitted else "withdrawn")
+        await withdraw(driver, self._host.transport, contacts, self._admitted.is_set(),
+                       self._departed)
 
     def _contacts(self, host: Node, info: GroupInfo) -> tuple[NodeId, ...]:
         host.add_peers({m: url for m, url in info.members.items() if m != host.id})

@@ -7,12 +7,13 @@ garbage bytes, a frame whose claimed sender is not the connection's, and anythin
 group's stack refuses each make one `Link.drop` (the transport writes the one log line
 and closes that connection), count in `stats`, and leave every group's state as it was.
 Frames for a group that is still joining are held (up to a bound) and handed over once
-it starts; frames for a group closed here are ignored quietly (peers still retransmit
-and ack while a run winds down). A well-formed frame for a group this node does not
-host is dropped as a frame — counted, one log line per (sender, group) — and the link
-kept: a link carries every group two nodes share, and on IP multicast every node bound
-to the group address hears every group's traffic on it, so dropping the link would reset
-a healthy sender for a frame that was never wrong, only not ours.
+it starts; frames for a group closed here (one of the last MAX_CLOSED_GROUPS) are
+ignored quietly (peers still retransmit and ack while a run winds down). A well-formed
+frame for a group this node does not host is dropped as a frame — counted, one log line
+per (sender, group) — and the link kept: a link carries every group two nodes share,
+and on IP multicast every node bound to the group address hears every group's traffic
+on it, so dropping the link would reset a healthy sender for a frame that was never
+wrong, only not ours.
 
 Addresses: a node with a registry registers its transport URL there once it is up, and
 a frame for a peer whose address it does not know yet (a member that joined a group
@@ -77,6 +78,9 @@ RESOLVE_EVERY_S: Final = 0.1
 #: (sender, group) pairs whose frames for a group not hosted here were logged; beyond
 #: this many, such frames are only counted
 MAX_UNKNOWN_LOGGED: Final = 1024
+#: groups closed here whose late frames are ignored quietly (the most recently closed);
+#: a frame for one closed before them counts as for a group not hosted
+MAX_CLOSED_GROUPS: Final = 1024
 #: the traffic table's one entry for every peer this node has no address of (see
 #: `_new_peer`): the node ids a remote claims must not become metric labels one by one
 OTHER_PEERS: Final = "(other)"
@@ -166,7 +170,7 @@ class Node:
         self._joining: dict[str, list[tuple[Link, Envelope]]] = {}
         #: group -> its Group's close(), awaited by close() (see reserve)
         self._closers: dict[str, Callable[[], Awaitable[None]]] = {}
-        self._closed_groups: set[str] = set()
+        self._closed_groups: dict[str, None] = {}  # oldest first (MAX_CLOSED_GROUPS)
         self._unknown_logged: set[tuple[NodeId, str]] = set()  # (sender, group) logged
         self._unresolvable_logged: set[NodeId] = set()  # peers the registry would not find
         self._peer_urls: dict[NodeId, str] = {}
@@ -250,15 +254,21 @@ class Node:
     async def close(self) -> None:
         """Close every group hosted here (each as its own `close()` would: a group still
         opening fails, deliveries() end, the registry's record lets go of this node), then
-        the transport and the registry client."""
+        the transport and the registry client. The groups close together: each may wait
+        for the registry (its Leave, up to LEAVE_TIMEOUT_S), and a node of k groups
+        waited k times that one after another under a silent registry."""
         if self._state in ("closing", "closed"):
             return
         self._state = "closing"
-        for group, closer in list(self._closers.items()):
-            try:
-                await closer()
-            except Exception:
-                log.exception("%s: closing group %r raised", self._id, group)
+        closers = list(self._closers.items())
+        outcomes = await asyncio.gather(*(closer() for _, closer in closers),
+                                        return_exceptions=True)
+        for (group, _), outcome in zip(closers, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                log.error("%s: closing group %r raised", self._id, group,
+                          exc_info=outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome  # as before: only an Exception is logged and passed over
         self._closers.clear()
         for task in self._resolvers.values():
             task.cancel()
@@ -266,7 +276,7 @@ class Node:
         self._unresolved.clear()
         for driver in self._groups.values():
             driver.close()
-        self._closed_groups.update(self._groups)
+        self._closed_groups.update(dict.fromkeys(self._groups))
         self._groups.clear()
         self._joining.clear()
         await self._stop_services()
@@ -343,7 +353,7 @@ class Node:
         self._require_open()
         if group in self._groups or group in self._closers:
             raise LocalProtocolError(f"node {self.id} already hosts group {group!r}")
-        self._closed_groups.discard(group)
+        self._closed_groups.pop(group, None)
         self._joining.setdefault(group, [])
         if closer is not None:
             self._closers[group] = closer
@@ -377,7 +387,11 @@ class Node:
         if driver is None:
             return
         driver.close()
-        self._closed_groups.add(group)
+        closed = self._closed_groups
+        closed.pop(group, None)
+        closed[group] = None
+        if len(closed) > MAX_CLOSED_GROUPS:
+            del closed[next(iter(closed))]
         self.prune_peers()
 
     def open_endpoint(self, name: str, handler: Callable[[Link, Envelope], None]) -> None:

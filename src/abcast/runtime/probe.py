@@ -84,8 +84,11 @@ class ProbeServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            async with asyncio.timeout(5.0):
-                request = await reader.readline()
+            try:
+                async with asyncio.timeout(5.0):
+                    request = await reader.readline()
+            except ValueError:  # a line past the reader's limit (64 KiB): no request
+                request = b""
             if request.strip() == REQUEST.strip() and self._node.running:
                 writer.write(_encoder.encode(node_status(self._node)) + b"\n")
             else:

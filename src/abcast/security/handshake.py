@@ -37,7 +37,7 @@ Phases (one table each; any other message, or a message in another phase, fails)
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -60,22 +60,27 @@ TRANSITIONS: Final[dict[tuple[str, Phase, str], Phase]] = {
 
 MAGIC: Final = b"ABCAST-AUTH/1:"
 NONCE_BYTES: Final = 32
-_Nonce = msgspec.Meta(min_length=NONCE_BYTES, max_length=NONCE_BYTES)
-_Mac = msgspec.Meta(min_length=32, max_length=32)
+#: the longest mode name a Challenge may carry (the known ones, MODES, are shorter): every
+#: field of a handshake message is bounded, so the widest one is known (abcast.transport
+#: derives from it what a connection may send before it is admitted)
+MODE_MAX_CHARS: Final = 16
+_Nonce = Annotated[bytes, msgspec.Meta(min_length=NONCE_BYTES, max_length=NONCE_BYTES)]
+_Mac = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
+_ModeName = Annotated[str, msgspec.Meta(max_length=MODE_MAX_CHARS)]
 
 
 class Challenge(msgspec.Struct, frozen=True, array_like=True, tag=1, gc=False):
-    nonce: bytes
-    mode: str
+    nonce: _Nonce
+    mode: _ModeName
 
 
 class Response(msgspec.Struct, frozen=True, array_like=True, tag=2, gc=False):
-    nonce: bytes
-    mac: bytes
+    nonce: _Nonce
+    mac: _Mac
 
 
 class Confirm(msgspec.Struct, frozen=True, array_like=True, tag=3, gc=False):
-    mac: bytes
+    mac: _Mac
 
 
 class Refusal(msgspec.Struct, frozen=True, array_like=True, tag=4, gc=False):

@@ -95,17 +95,24 @@ def frame_bound_refusal(me: NodeId, own: int, hello: Hello) -> str | None:
             "TransportOptions.max_frame_bytes, ?max_frame_bytes= on its URL)")
 
 
-def _max_msgpack_bytes(struct: type[msgspec.Struct]) -> int:
-    """The most bytes an array_like `struct` of bounded strs and ints can take in
-    msgpack, in its widest legal encoding (array32 and str32 headers, every int as 9
-    bytes, 4 bytes a character): what a reader must accept to read any valid one."""
+def max_msgpack_bytes(struct: type[msgspec.Struct]) -> int:
+    """The most bytes an array_like `struct` of bounded strs, bytes and ints (and its
+    tag, if tagged) can take in msgpack, in its widest legal encoding (array32, str32
+    and bin32 headers, every int as 9 bytes, 4 bytes a character): what a reader must
+    accept to read any valid one."""
     info = msgspec.inspect.type_info(struct)
-    assert isinstance(info, msgspec.inspect.StructType)
+    assert isinstance(info, msgspec.inspect.StructType) and info.array_like
     size = 5
+    if isinstance(info.tag, int):
+        size += 9
+    elif isinstance(info.tag, str):
+        size += 5 + 4 * len(info.tag)
     for field in info.fields:
         kind = field.type
         if isinstance(kind, msgspec.inspect.StrType) and kind.max_length is not None:
             size += 5 + 4 * kind.max_length
+        elif isinstance(kind, msgspec.inspect.BytesType) and kind.max_length is not None:
+            size += 5 + kind.max_length
         elif isinstance(kind, msgspec.inspect.IntType):
             size += 9
         else:  # a new field must be bounded for the bound below to mean anything
@@ -116,7 +123,7 @@ def _max_msgpack_bytes(struct: type[msgspec.Struct]) -> int:
 #: the largest hello (frame body) a receiver must read, derived from Hello's field
 #: bounds; a stream transport reads no larger frame before a connection is admitted
 #: (a stranger who knows only the address makes a node buffer at most this much)
-HELLO_MAX_BYTES: Final = len(HELLO_MAGIC) + _max_msgpack_bytes(Hello)
+HELLO_MAX_BYTES: Final = len(HELLO_MAGIC) + max_msgpack_bytes(Hello)
 
 _hello_decoder: Final = msgspec.msgpack.Decoder(Hello)
 _hello_encoder: Final = msgspec.msgpack.Encoder()

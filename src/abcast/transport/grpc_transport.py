@@ -3,16 +3,28 @@
 Rules: the service is declared with grpc's generic handlers (method
 /abcast.transport.Transport/Push, stream → unary, bytes in and out with no
 serializers), so there is no .proto and no compile step. A sender opens one Push call
-per connection; its first message is the hello (see _common), every later message is a
-batch of up to batch_bytes of length-prefixed frames (the tcp framing). The receiver
-delivers the frames of each message in order and returns b"" only when the stream
-ends. Backpressure is HTTP/2 flow control: `call.write` waits, and the batch being
-written counts as in flight. A failed call (peer gone, dropped) is replaced by a new
+per connection, its hello (see _common) in the call's metadata (HELLO_KEY); every
+message is a batch of up to batch_bytes of length-prefixed frames (the tcp framing). The
+receiver admits or refuses a call on its metadata, before asking for any of its
+messages, then delivers the frames of each message in order and returns b"" only when
+the stream ends. Backpressure is HTTP/2 flow control: `call.write` waits, and the batch
+being written counts as in flight. A failed call (peer gone, dropped) is replaced by a new
 channel and call after a backoff; the batch that was being written is lost (it may have
 been half delivered, and resending could duplicate). To drop a link the receiver aborts
-the call; a superseded call is cancelled; a call whose hello does not come within
-io_timeout_s is dropped (logged, counted), and one that carries nothing for
-idle_timeout_s is ended quietly (INFO, idle_closed), as tcp:// does with its connections.
+the call; a superseded call is cancelled; a call without a valid hello is dropped at
+once (logged, counted), and one that carries nothing for idle_timeout_s is ended
+quietly (INFO, idle_closed), as tcp:// does with its connections.
+
+What a stranger's call costs before it is refused: its metadata (grpc refuses more than
+8 KiB, grpc.max_metadata_size, 16 KiB hard, RESOURCE_EXHAUSTED before the handler runs)
+and what grpc read of its messages ahead of the refusal, dropped with the call: grpc
+reads a stream ahead of the application, within a flow-control window its BDP probe
+grows (measured: 1-2 MB of a 16 MiB message refused at once; 8 MiB into a call its
+server left stalled for 2 s; `grpc.http2.bdp_probe` 0 would hold that to 64 KiB, at
+the cost of a window that no longer grows with a slow link's bandwidth-delay product).
+grpcio has no per-call receive bound (max_receive_message_length is the server's, for
+every call), so a hello read as the call's first message, as before, was read whole, up
+to that bound (17 MiB by default), for up to io_timeout_s.
 
 TLS (`grpc://…?tls=1` with tls_cert/tls_key, and tls_ca to check the other side) is
 grpc's own: the listener's port is a secure port (demanding a client certificate signed
@@ -41,6 +53,8 @@ logger = logging.getLogger(__name__)
 SERVICE: Final = "abcast.transport.Transport"
 METHOD: Final = "Push"
 METHOD_PATH: Final = f"/{SERVICE}/{METHOD}"
+#: the call's metadata entry carrying its hello (binary: "-bin")
+HELLO_KEY: Final = "abcast-hello-bin"
 
 
 def _target(url: TransportUrl) -> str:
@@ -128,10 +142,9 @@ class GrpcTransport(QueuedTransport):
         assert task is not None
         self._handlers[link] = task
         reason: str | None = None
-        messages = aiter(requests)
         try:
-            if await self._greet(messages, link):
-                await self._receive(messages, link)
+            if self._greet(context, link):
+                await self._receive(aiter(requests), link)
         finally:
             reason = self._drop_reasons.pop(link, None)
             self._handlers.pop(link, None)
@@ -141,20 +154,19 @@ class GrpcTransport(QueuedTransport):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, reason)
         return b""
 
-    async def _greet(self, requests: AsyncIterator[bytes], link: Link) -> bool:
-        """Read the call's hello (within io_timeout_s) and admit it; False: the call ends
-        here (dropped, refused, or a late call superseded by a newer one)."""
-        timeout = self.options.io_timeout_s
-        try:
-            async with asyncio.timeout(timeout):
-                message = await anext(requests, None)
-        except TimeoutError:
-            link.drop(f"no hello within {timeout:g}s")
+    def _greet(self, context: grpc.aio.ServicerContext, link: Link) -> bool:
+        """Admit the call by the hello in its metadata, before any of its messages is
+        read; False: the call ends here (dropped, refused, or a late call superseded
+        by a newer one)."""
+        hellos = [value for key, value in context.invocation_metadata() or ()
+                  if key == HELLO_KEY]
+        if len(hellos) != 1 or not isinstance(hellos[0], bytes):
+            link.drop(f"no hello (one {HELLO_KEY} metadata entry) in the call")
             return False
-        if message is None or not link.alive or not self.is_open:
+        if not self.is_open:
             return False
         try:
-            hello = decode_hello(message)
+            hello = decode_hello(hellos[0])
         except DecodeError as exc:
             link.drop(str(exc))
             return False
@@ -258,15 +270,16 @@ class _GrpcChannel:
             why = "call ended"
             address = peer.address
             channel = owner.open_channel(_target(address))
-            call: grpc.aio.StreamUnaryCall = channel.stream_unary(METHOD_PATH)()
+            hello = encode_hello(owner.next_hello(peer))
+            call: grpc.aio.StreamUnaryCall = channel.stream_unary(METHOD_PATH)(
+                metadata=((HELLO_KEY, hello),))
             call.add_done_callback(lambda _call: self.wake())
             try:
-                hello = owner.next_hello(peer)
                 # asyncio.timeout, not wait_for: on 3.11, wait_for returns (or raises) the
-                # write's outcome when a cancellation arrives as the write completes, and the
+                # outcome when a cancellation arrives as the wait completes, and the
                 # cancellation is lost.
                 async with asyncio.timeout(owner.options.io_timeout_s):
-                    await call.write(encode_hello(hello))
+                    await call.wait_for_connection()  # the hello (metadata) is sent
                 established = True
                 owner.connected(peer)
                 await self._pump(call)

@@ -49,12 +49,12 @@ import secrets
 import socket
 import ssl
 from collections.abc import Iterable, Iterator
-from typing import ClassVar, TypeVar, cast
+from typing import ClassVar, Final, TypeVar, cast
 
 from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.security import OVERHEAD, Initiator, Opener, Responder, Sealer
-from abcast.security.handshake import NONCE_BYTES
+from abcast.security.handshake import MAGIC, NONCE_BYTES, Challenge, Confirm, Refusal, Response
 from abcast.transport._common import (
     HELLO_MAX_BYTES,
     Hello,
@@ -62,6 +62,7 @@ from abcast.transport._common import (
     QueuedTransport,
     decode_hello,
     encode_hello,
+    max_msgpack_bytes,
 )
 from abcast.transport._framing import PREFIX, FrameReader, encode_frames, split_frames
 from abcast.transport._tls import client_context, server_context
@@ -70,8 +71,13 @@ from abcast.transport.base import Link, TransportOptions, TransportUrl
 logger = logging.getLogger(__name__)
 
 _RESPONSE_ROOM = 512  # what a dialler reads of the listener: its handshake Response
-#: what an inbound connection may send before it is admitted: a hello, and the
-#: handshake's Challenge and Confirm with a secret (each well below a hello's bound)
+#: the widest link handshake message (every field of each is bounded)
+AUTH_MAX_BYTES: Final = len(MAGIC) + max(
+    max_msgpack_bytes(message) for message in (Challenge, Response, Confirm, Refusal))
+#: the longest frame an inbound connection may send before it is admitted: a hello, and
+#: with a secret the handshake's Challenge and Confirm (HELLO_MAX_BYTES: the hello's is
+#: the wider bound)
+BEFORE_ADMISSION_BYTES: Final = max(HELLO_MAX_BYTES, AUTH_MAX_BYTES)
 _BEFORE_ADMISSION = "the hello bound (before the connection is admitted)"
 _H = TypeVar("_H", Initiator, Responder)
 
@@ -504,7 +510,7 @@ class _Inbound(asyncio.Protocol):
         self._frame_limit = limit  # the reader's, once the connection is admitted
         # A stranger who knows only our address can open connections: until one is
         # admitted it is read a hello's size at a time, not max_frame_bytes.
-        self._reader = FrameReader(HELLO_MAX_BYTES, _BEFORE_ADMISSION)
+        self._reader = FrameReader(BEFORE_ADMISSION_BYTES, _BEFORE_ADMISSION)
         self._hello: Hello | None = None
         self._hello_timer: asyncio.TimerHandle | None = None
         self._auth: Responder | None = None

@@ -21,6 +21,22 @@ A batch that does not split into whole frames is a bad frame (drop, counted); a 
 larger than any valid batch makes libzmq (MAXMSGSIZE) cut the connection itself, which
 we cannot count.
 
+Departed peers: the ROUTER is never told that a DEALER went away. libzmq would say so
+with ROUTER_NOTIFY, a draft option: pyzmq 27.3 defines the constant, but the libzmq
+4.3.5 it ships is built without the draft API (zmq.has("draft") is False, setting it
+raises EINVAL). libzmq frees a departed peer's pipe itself (a send to its routing id
+then fails EHOSTUNREACH); what this side keeps per routing id (its link, its session
+under the supersede rule, with a secret its opener: ~720 B with a 64-char node id) is
+bounded by count instead: at most MAX_IDENTITIES (4096, ~3 MB). At the bound the dead
+ones go (dropped, refused, superseded: kept so that what they still send is ignored
+quietly), then the least recently heard from, down to half the bound. A peer that
+reconnects comes under a new routing id (its conn_seq rises) and supersedes its old
+link, which is dead from then on; so a live peer's state goes only when over 2048
+other live routing ids were heard from since (strangers, without a secret: with one,
+a stranger's link is dead at its first batch), and it is admitted afresh on its next
+batch, as on a new connection; with a secret, the counter its opener had reached stays
+behind (up to 4 x MAX_IDENTITIES of them), so its recorded batches stay replays.
+
 With a group secret every batch is encrypted (AES-256-GCM, abcast.security.sealing)
 under a key derived from the secret and the DEALER's routing id (unique per connection),
 its counter as nonce; there is no handshake. The ROUTER admits a routing id (the
@@ -60,7 +76,9 @@ logger = logging.getLogger(__name__)
 DROP: Final = b"DROP"
 _SNDHWM: Final = 4  # messages (batches) queued inside libzmq per peer; the rest waits in ours
 _COPY_THRESHOLD: Final = 64 * 1024  # zero-copy sends only pay off for large buffers
-_MAX_DEAD_IDS: Final = 4096
+#: routing ids whose state (a link, its session, with a secret its opener) the ROUTER
+#: side keeps; past it the one heard from least recently goes (see the module rules)
+MAX_IDENTITIES: Final = 4096
 
 
 def _endpoint(url: TransportUrl) -> str:
@@ -82,6 +100,10 @@ class ZmqTransport(QueuedTransport):
         self._notices: set[asyncio.Task[None]] = set()
         #: with a secret: each link's opener, and the hello of links not yet admitted
         self._openers: dict[Link, Opener] = {}
+        #: with a secret: the last counter accepted on each routing id whose state went
+        #: (_forget), so that its recorded batches stay replays (4 x MAX_IDENTITIES of them,
+        #: the oldest go first, as udp:// keeps its tombstones)
+        self._spent: dict[bytes, int] = {}
         self._unproven: dict[Link, Hello] = {}
 
     def session_key(self, routing_id: bytes) -> bytes | None:
@@ -117,12 +139,15 @@ class ZmqTransport(QueuedTransport):
     # ------------------------------------------------------------------ inbound
 
     async def _receive_loop(self, router: zmq.asyncio.Socket) -> None:
+        links = self._links
         while True:
             parts = await router.recv_multipart()
             identity = parts[0]
-            link = self._links.get(identity)
+            link = links.pop(identity, None)  # put back last: the most recently heard
             if link is None:
                 link = self._open_link(identity)
+            else:
+                links[identity] = link
             if not link.alive:
                 continue
             opener = self._openers.get(link)
@@ -135,14 +160,36 @@ class ZmqTransport(QueuedTransport):
                 if not self.deliver_batch(link, batch):
                     break
 
+    def _make_room(self) -> None:
+        """At MAX_IDENTITIES routing ids, let go of the state of every dead one (dropped,
+        refused, superseded: kept till now so that what they send is ignored quietly),
+        then of the least recently heard from, down to half the bound: each scan frees
+        half of it. The ROUTER cannot tell a departed peer from a quiet one."""
+        links = self._links
+        if len(links) < MAX_IDENTITIES:
+            return
+        for identity in [k for k, link in links.items() if not link.alive]:
+            self._forget(identity)
+        while len(links) > MAX_IDENTITIES // 2:
+            self._forget(next(iter(links)))
+
+    def _forget(self, identity: bytes) -> None:
+        link = self._links.pop(identity)
+        link.retire()
+        self.sessions.forget(link)
+        opener = self._openers.pop(link, None)
+        if opener is not None and opener.last:
+            self._spent[identity] = opener.last
+            if len(self._spent) > 4 * MAX_IDENTITIES:
+                del self._spent[next(iter(self._spent))]
+        self._unproven.pop(link, None)
+
     def _open_link(self, identity: bytes) -> Link:
+        """The link of a routing id heard from for the first time (or again, after its
+        state went: see _make_room)."""
+        self._make_room()
         link = Link(None, f"zmq id {identity[:24]!r}", self._dropped)
-        self._links[identity] = link
-        if len(self._links) > _MAX_DEAD_IDS:
-            for key in [k for k, v in self._links.items() if not v.alive][: _MAX_DEAD_IDS // 2]:
-                dead = self._links.pop(key)
-                self._openers.pop(dead, None)
-                self._unproven.pop(dead, None)
+        self._links[identity] = link  # before a drop below: its DROP notice needs the id
         try:
             hello = decode_hello(identity)
         except DecodeError as exc:
@@ -152,7 +199,8 @@ class ZmqTransport(QueuedTransport):
         link_key = self.session_key(identity)
         if link_key is not None:  # admitted once its first batch authenticates (_open)
             link.peer = hello.node  # claimed, for the log lines
-            self._openers[link] = Opener(link_key, "aead")
+            opener = self._openers[link] = Opener(link_key, "aead")
+            opener.last = self._spent.pop(identity, 0)  # its state went: no replays
             self._unproven[link] = hello
             return link
         accepted, _superseded = self.admit(hello, link)
