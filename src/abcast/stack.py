@@ -15,20 +15,16 @@ state exactly as `handle` would, and the outputs and their order stay the same (
 frame it lets down is queued like the event it replaces and emitted in its turn).
 A layer class that overrides `handle` below the class defining the shortcuts gets none.
 
-Refusals: a layer that refuses a peer's packet raises RemoteProtocolError (DecodeError
-included) while handling it. `receive` then stops only that event: what the layers
-below it already did with the frame stands (a channel numbered the packet and armed its
-ack timer; a packet it released along with it goes up), so every other event of the
-frame is still handled and `receive` returns the outputs together with the refusal —
-`(outputs, refusal or None)` — and never raises for what a peer sent. Drivers carry the
-outputs out, then drop the link that sent the frame. A returned pair, not an exception
-carrying the outputs: an `except RemoteProtocolError` written for the old contract
-would drop them unseen, where the pair makes every caller unpack it (strict mypy); it
-is the shape of `broadcast`'s `(seq, outputs)`, and the only cost is one tuple per
-frame, with the `try` around the whole drain, not per effect. A packet passed `Up` with
-no header left for the layer above is that layer's refusal, in its turn. The first
-refusal of a frame is returned; later ones are stopped alike and noted on it. The other
-entry points get no peer's packet to refuse, and raise as before.
+Refusals: a layer refuses a peer's packet by raising RemoteProtocolError (DecodeError
+included). `receive` stops only that event — the layers below already took the packet
+(a channel numbered it and armed its ack) — handles the rest of the frame's events and
+returns `(outputs, refusal or None)`, never raising for what a peer sent; drivers carry
+the outputs out, then drop the link. A pair, not an exception carrying the outputs:
+strict mypy makes every caller unpack it, where an `except RemoteProtocolError` kept
+from the old contract would drop them unseen; it costs one tuple per frame and one
+`try` around the drain, none per effect. An `Up` with no header left for the layer
+above is that layer's refusal, in its turn; the first refusal is returned, later ones
+noted on it. `fire`, `broadcast` and the rest take no frame and raise as before.
 """
 
 from __future__ import annotations
