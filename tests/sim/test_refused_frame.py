@@ -1,83 +1,34 @@
 """A frame a layer refuses does not stall the group (docs/design.md §5, "Refusals").
 
-Every node's stack has a `Chaff` layer between the reliable channel and the ordering: it
-passes packets through, and ahead of every `EVERY`-th multicast it sends a junk packet
-the receiving `Chaff` refuses (RemoteProtocolError) — a peer sending what a layer above
-its channel refuses. The channel below has taken the packet by then: numbered it as
-received and armed its delayed ack. When the stack dropped the frame's outputs with the
-refusal (main before this test), that `SetTimer` was lost while the channel's flag said
-armed, so the receiver never acked that sender again: the sender's window (16 here)
-filled, its broadcasts waited for credit for ever and the run stalled (AGREEMENT and
-VALIDITY: 172 of 600 deliveries at seed 1, 49 and 74 under faults at seeds 2 and 3). Now
-only the refused event stops and the ack is sent: every run delivers everything,
-quiescent, no violation. A planted stack that drops a refused frame's outputs, as the
-stack did, must stall the same runs.
+Every node's stack has a `Chaff` layer (abcast.testing.refusals) between the reliable
+channel and the ordering: it passes packets through, and ahead of every `EVERY`-th
+multicast it sends a junk packet the receiving `Chaff` refuses (RemoteProtocolError) — a
+peer sending what a layer above its channel refuses. The channel below has taken the
+packet by then: numbered it as received and armed its delayed ack. When the stack
+dropped the frame's outputs with the refusal (main before this test), that `SetTimer`
+was lost while the channel's flag said armed, so the receiver never acked that sender
+again: the sender's window (16 here) filled, its broadcasts waited for credit for ever
+and the run stalled (AGREEMENT and VALIDITY: 172 of 600 deliveries at seed 1, 49 and 74
+under faults at seeds 2 and 3). Now only the refused event stops and the ack is sent:
+every run delivers everything, quiescent, no violation. A planted stack that drops a
+refused frame's outputs, as the stack did, must stall the same runs.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from abcast.codec import Envelope, Header, Packet
-from abcast.effects import Effect, Multicast, Output, Send, Up
-from abcast.errors import RemoteProtocolError
-from abcast.events import Event, MulticastRequested, Received, SendRequested
 from abcast.ids import NodeId, View
-from abcast.layer import Layer
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.reliability.channel import ChannelConfig, ReliableChannel
 from abcast.sim import SimConfig, run_simulation
 from abcast.stack import Stack
+from abcast.testing.refusals import Chaff, DroppingStack
 
 EVERY = 10
 NODES = 3
 MESSAGES = 200
 OPTIONS = OrderingOptions(channel=ChannelConfig(window=16))
-
-
-class ChaffHeader(Header, frozen=True):
-    junk: bool
-
-
-class Chaff(Layer):
-    """Passes packets through; ahead of every `every`-th multicast sends junk, which a
-    receiving `Chaff` refuses."""
-
-    name = "chaff"
-    header_type = ChaffHeader
-
-    def __init__(self, node: NodeId, every: int = EVERY) -> None:
-        super().__init__(node)
-        self.every = every
-        self.multicasts = 0
-        self.refused = 0
-
-    def handle(self, event: Event, now: int) -> list[Effect]:
-        match event:
-            case SendRequested(to, packet, control):
-                return [Send(to, ChaffHeader(False), packet, control)]
-            case MulticastRequested(to, packet, control):
-                self.multicasts += 1
-                real = Multicast(to, ChaffHeader(False), packet, control)
-                if self.multicasts % self.every:
-                    return [real]
-                return [Multicast(to, ChaffHeader(True), Packet((), b"junk")), real]
-            case Received(sender, ChaffHeader(junk=True), _):
-                self.refused += 1
-                raise RemoteProtocolError(f"{sender} sent chaff")
-            case Received(sender, ChaffHeader(), inner):
-                return [Up(sender, inner)]
-        return []
-
-
-class DroppingStack(Stack):
-    """Planted: drops all of a refused frame's outputs (what `receive` did before)."""
-
-    def receive(
-        self, env: Envelope, now: int
-    ) -> tuple[list[Output], RemoteProtocolError | None]:
-        outputs, refused = super().receive(env, now)
-        return ([] if refused is not None else outputs), refused
 
 
 def _run(
@@ -90,7 +41,7 @@ def _run(
     def make(node: NodeId, view: View) -> Stack:
         layers = build_stack(node, config.group, config.ordering, view, OPTIONS).layers
         at = next(i for i, layer in enumerate(layers) if isinstance(layer, ReliableChannel))
-        chaff.append(Chaff(node))
+        chaff.append(Chaff(node, EVERY))
         layers.insert(at + 1, chaff[-1])
         channel = layers[at]
         assert isinstance(channel, ReliableChannel)

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from abcast.codec import Envelope, Header, Packet, decode_envelope
+from abcast.codec import Header, Packet, decode_envelope
 from abcast.effects import CancelTimer, Deliver, Effect, Output, Send, SetTimer, Transmit, Up
 from abcast.errors import DecodeError, RemoteProtocolError
 from abcast.events import BroadcastRequested, Event, Received, SendRequested
@@ -31,6 +31,7 @@ from abcast.ids import NodeId, View
 from abcast.reliability.channel import ReliableChannel
 from abcast.runtime.driver import GroupDriver
 from abcast.stack import Layer, Stack
+from abcast.testing.refusals import DroppingStack
 from abcast.testing.virtual_loop import NetHost, VirtualLoop
 
 VIEW = View(1, ("a", "b"))
@@ -95,16 +96,6 @@ class Picky(Lenient):
 
     def refuse(self, sender: NodeId) -> list[Effect]:
         raise RemoteProtocolError(f"{sender} sent a refused part")
-
-
-class DroppingStack(Stack):
-    """Planted: drops all of a refused frame's outputs (what `receive` did before)."""
-
-    def receive(
-        self, env: Envelope, now: int
-    ) -> tuple[list[Output], RemoteProtocolError | None]:
-        outputs, refused = super().receive(env, now)
-        return ([] if refused is not None else outputs), refused
 
 
 def _stack(node: NodeId, top: type[Lenient], stack: type[Stack] = Stack) -> Stack:
