@@ -147,7 +147,10 @@ class Pump:
         while wire:
             dst, data = wire.popleft()
             self.frames += 1
-            self._apply(dst, stacks[dst].receive(decode_envelope(data), self.now))
+            outputs, refused = stacks[dst].receive(decode_envelope(data), self.now)
+            if refused is not None:
+                raise refused
+            self._apply(dst, outputs)
 
     def tick(self, step_us: int) -> None:
         self.now += step_us

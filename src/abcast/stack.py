@@ -14,6 +14,17 @@ header) is asked that directly, and no event is built for it; its answer changes
 state exactly as `handle` would, and the outputs and their order stay the same (a
 frame it lets down is queued like the event it replaces and emitted in its turn).
 A layer class that overrides `handle` below the class defining the shortcuts gets none.
+
+Refusals: a layer refuses a peer's packet by raising RemoteProtocolError (DecodeError
+included). `receive` stops only that event — the layers below already took the packet
+(a channel numbered it and armed its ack) — handles the rest of the frame's events and
+returns `(outputs, refusal or None)`, never raising for what a peer sent; drivers carry
+the outputs out, then drop the link. A pair, not an exception carrying the outputs:
+strict mypy makes every caller unpack it, where an `except RemoteProtocolError` kept
+from the old contract would drop them unseen; it costs one tuple per frame and one
+`try` around the drain, none per effect. An `Up` with no header left for the layer
+above is that layer's refusal, in its turn; the first refusal is returned, later ones
+noted on it. `fire`, `broadcast` and the rest take no frame and raise as before.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from abcast.codec import Envelope, Frame, HeaderCodec, Packet, encode_frame
+from abcast.codec import Envelope, HeaderCodec, Packet, encode_frame
 from abcast.effects import (
     CancelTimer,
     Deliver,
@@ -45,7 +56,6 @@ from abcast.effects import (
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     BroadcastRequested,
-    Event,
     Excluded,
     Forgotten,
     JoinAbandoned,
@@ -162,31 +172,45 @@ class Stack:
         """The application's answer to a `MergeStates(token, states)` output."""
         return self._run([(len(self.layers) - 1, StatesMerged(token, state))], now)
 
-    def receive(self, env: Envelope, now: int) -> list[Output]:
-        """An envelope addressed to this group; raises DecodeError for bad headers."""
-        headers = self.codec.headers(env)
-        if not headers:
-            raise RemoteProtocolError(f"frame from {env.sender} carries no header")
-        # Straight to the bottom layer's event (no Frame, no whole-packet Packet), or past
-        # it when it lets the packet through (see the rules).
-        pass_up = self._pass_up
-        if pass_up is not None and len(headers) > 1 and pass_up(env.sender, headers[0], now):
-            event = Received(env.sender, headers[1], Packet(headers[2:], env.payload))
-            return self._run([(1, event)], now)
-        event = Received(env.sender, headers[0], Packet(headers[1:], env.payload))
-        return self._run([(0, event)], now)
+    def receive(
+        self, env: Envelope, now: int
+    ) -> tuple[list[Output], RemoteProtocolError | None]:
+        """An envelope addressed to this group: the outputs to carry out, and the refusal
+        if a layer refused the packet (bad headers included; see the rules)."""
+        out: list[Output] = []
+        queue: deque[tuple[int, Any]] = deque()
+        try:
+            headers = self.codec.headers(env)
+            if not headers:
+                raise RemoteProtocolError(f"frame from {env.sender} carries no header")
+            # Straight to the bottom layer's event (no Frame, no whole-packet Packet), or
+            # past it when it lets the packet through (see the rules).
+            pass_up = self._pass_up
+            if (pass_up is not None and len(headers) > 1
+                    and pass_up(env.sender, headers[0], now)):
+                event = Received(env.sender, headers[1], Packet(headers[2:], env.payload))
+                queue.append((1, event))
+            else:
+                event = Received(env.sender, headers[0], Packet(headers[1:], env.payload))
+                queue.append((0, event))
+            self._drain(queue, now, out)
+        except RemoteProtocolError as refusal:
+            return out, self._refused(refusal, queue, now, out)
+        return out, None
 
-    def receive_frame(self, frame: Frame, now: int) -> list[Output]:
-        packet = frame.packet
-        headers = packet.headers
-        if not headers:
-            raise RemoteProtocolError(f"frame from {frame.sender} carries no header")
-        pass_up = self._pass_up
-        if pass_up is not None and len(headers) > 1 and pass_up(frame.sender, headers[0], now):
-            event = Received(frame.sender, headers[1], Packet(headers[2:], packet.payload))
-            return self._run([(1, event)], now)
-        event = Received(frame.sender, headers[0], Packet(headers[1:], packet.payload))
-        return self._run([(0, event)], now)
+    def _refused(
+        self, refusal: RemoteProtocolError, queue: deque[tuple[int, Any]], now: int,
+        out: list[Output],
+    ) -> RemoteProtocolError:
+        """A layer refused an event of a frame (its raise took the event off the queue):
+        the rest of the queue is handled as if it had not, each further refusal stopping
+        only its own event too."""
+        while queue:
+            try:
+                self._drain(queue, now, out)
+            except RemoteProtocolError as also:
+                refusal.add_note(f"also refused: {also}")
+        return refusal
 
     def fire(self, key: Hashable, now: int) -> list[Output]:
         """A timer this stack set (its key as output in `SetTimer`) is due."""
@@ -211,7 +235,9 @@ class Stack:
         call per effect); anything else, subclasses of these included, goes through
         `_route_other`. The annotated rebindings only inform mypy of the type tested.
         A queued index of -1 holds a `Transmit` the bottom layer let down (`pass_down`):
-        it is emitted in its turn. (Queue items are (layer index, Event) otherwise.)
+        it is emitted in its turn; -2 holds a refusal, raised in its turn. (Queue items
+        are (layer index, Event) otherwise.) A layer's RemoteProtocolError leaves the
+        loop with the queue as it stands; `receive` catches it outside (see the rules).
         """
         layers = self.layers
         top = len(layers) - 1
@@ -221,8 +247,10 @@ class Stack:
         while queue:
             index, event = pop()
             if index < 0:
-                emit(event)
-                continue
+                if index == -1:
+                    emit(event)
+                    continue
+                raise event  # -2: a refusal queued in its turn (an Up with no header)
             for effect in layers[index].handle(event, now):
                 kind = type(effect)
                 if kind is Send:
@@ -249,13 +277,11 @@ class Stack:
                     if index == top:
                         raise LocalProtocolError(f"top layer {layers[index].name} sent Up")
                     headers = up.packet.headers
-                    if not headers:
-                        raise RemoteProtocolError(
-                            f"packet from {up.sender} has no header for "
-                            f"layer {layers[index + 1].name}"
-                        )
-                    rest = Packet(headers[1:], up.packet.payload)
-                    push((index + 1, Received(up.sender, headers[0], rest)))
+                    if headers:
+                        rest = Packet(headers[1:], up.packet.payload)
+                        push((index + 1, Received(up.sender, headers[0], rest)))
+                    else:
+                        push((-2, _headless(up.sender, layers[index + 1])))
                 elif kind is Multicast:
                     multicast: Multicast = effect  # type: ignore[assignment]
                     dests, inner = multicast.to, multicast.inner
@@ -290,7 +316,7 @@ class Stack:
                     self._route_other(index, effect, queue, out)
 
     def _route_other(
-        self, index: int, effect: Effect, queue: deque[tuple[int, Event]], out: list[Output]
+        self, index: int, effect: Effect, queue: deque[tuple[int, Any]], out: list[Output]
     ) -> None:
         match effect:
             case Send(to, header, inner, control):
@@ -317,10 +343,8 @@ class Stack:
                 if index == len(self.layers) - 1:
                     raise LocalProtocolError(f"top layer {self.layers[index].name} sent Up")
                 if not packet.headers:
-                    raise RemoteProtocolError(
-                        f"packet from {sender} has no header for "
-                        f"layer {self.layers[index + 1].name}"
-                    )
+                    queue.append((-2, _headless(sender, self.layers[index + 1])))
+                    return
                 rest = Packet(packet.headers[1:], packet.payload)
                 queue.append((index + 1, Received(sender, packet.headers[0], rest)))
             case Deliver() | TakeSnapshot() | InstallState() | MergeStates():
@@ -345,6 +369,11 @@ class Stack:
                 queue.extend((j, Forgotten(node)) for j in range(index))
             case _:
                 raise LocalProtocolError(f"unknown effect {effect!r}")
+
+
+def _headless(sender: NodeId, above: Layer) -> RemoteProtocolError:
+    """The refusal of a packet passed up with no header left for the layer above."""
+    return RemoteProtocolError(f"packet from {sender} has no header for layer {above.name}")
 
 
 def _shortcut(layer: Layer, name: str) -> bool:

@@ -327,7 +327,14 @@ def test_a_member_whose_side_left_the_merge_it_answered_goes_on(seed: int, nodes
     assert judge(run_simulation(config)) == ([], [])
 
 
-@pytest.mark.parametrize(("seed", "nodes"), [(6, 8), (94, 8)])
+# Seed 6 since a refused frame's outputs are carried out (docs/design.md §5): the acks the
+# stack used to drop change the run, and its last merge concludes at 11.7 s, after n1's
+# channel forgot n2 (removed at 1.7 s; linger 10 s, docs/orderings.md "Not handled"):
+# n1's outcome to n2 is dropped and the sides stay apart. Clean with a 20 s linger.
+LINGER_PAST = pytest.mark.xfail(strict=True, reason="merge after the channel's linger")
+
+
+@pytest.mark.parametrize(("seed", "nodes"), [pytest.param(6, 8, marks=LINGER_PAST), (94, 8)])
 def test_probes_and_prepares_retransmitted_late_start_no_merge_for_views_gone(
         seed: int, nodes: int) -> None:
     """Flapping partitions (bench/sweep_churn.py --evs --flapping, these seeds): after a

@@ -91,7 +91,7 @@ def test_a_frame_goes_up_the_stack_with_headers_popped_and_timers_namespaced() -
     _, outputs = sender.broadcast(b"hello", 3)
     frame = next(o for o in outputs if isinstance(o, Transmit))
     got = receiver.receive(decode_envelope(frame.data), 9)
-    assert got == [SetTimer((0, "idle"), 14), Deliver("a", 1, b"hello")]
+    assert got == ([SetTimer((0, "idle"), 14), Deliver("a", 1, b"hello")], None)
 
 
 def test_frame_layout_is_the_documented_array() -> None:

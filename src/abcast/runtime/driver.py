@@ -11,8 +11,9 @@ node's delivered prefixes, a `deliver`/`opt_deliver` row per delivery, a `view` 
 installed view, all with t_ns = time.time_ns(). The rows of a batch's messages are
 recorded as one run (TraceRecorder.record_run; t_ns counted up from the batch's), a
 delivered batch's rows up to each callback before anything that callback does.
-`receive` raises RemoteProtocolError (DecodeError included) before carrying out
-anything, so the caller can drop the link that sent the frame.
+`receive` carries out a frame's outputs even when a layer refused the packet (what the
+layers below it did with the frame stands: `Stack.receive`), then raises the refusal
+(RemoteProtocolError, DecodeError included), so the caller drops the link that sent it.
 
 State transfer and membership go to the application through `AppHooks`, each at its
 exact place among the stack's outputs (outputs are carried out one at a time, in order,
@@ -274,12 +275,16 @@ class GroupDriver:
             raise LocalProtocolError(f"group {self.name!r} is not running on {self.host.id}")
 
     def receive(self, env: Envelope) -> None:
-        """One frame of this group; RemoteProtocolError if the stack refuses it."""
+        """One frame of this group; its outputs are carried out, then RemoteProtocolError
+        is raised if a layer refused it."""
         now = self.host.clock.now_us()
-        self._apply(self.stack.receive(env, now))
+        outputs, refused = self.stack.receive(env, now)
+        self._apply(outputs)
         meter = self.meter  # metrics on: a flush begins after a frame or a timer
         if meter is not None and now >= meter.look_at:
             meter.watch(self.stack.top, now)
+        if refused is not None:
+            raise refused
 
     def close(self) -> None:
         if not self.closed and self.removed is None:

@@ -6,7 +6,8 @@ Rules: this is the simulator's driver, the twin of the asyncio runtime. It turns
 the application's effects (`TakeSnapshot`, `InstallState`, `MergeStates`) for the
 simulated application (a digest chained over deliveries; merging states digests them in
 the order given). Bad frames
-are logged and counted, never raised: a peer cannot crash a node. Crashed nodes stop:
+are logged and counted, never raised: a peer cannot crash a node; the outputs of a frame
+a layer refused are carried out first (`Stack.receive`). Crashed nodes stop:
 their timers die and packets to them are lost.
 """
 
@@ -342,9 +343,14 @@ class SimCluster:
                 self.recorder.record(
                     dst, "net_recv", self._t_ns(), group=stack.group, size=len(data), peer=src,
                 )
-            outputs = stack.receive(env, self.scheduler.now)
         except RemoteProtocolError as exc:
-            sim_node.bad_frames += 1
-            log.warning("%s dropped a frame from %s: %s", dst, src, exc)
+            self._bad_frame(sim_node, src, exc)
             return
-        self._apply(sim_node, outputs)
+        outputs, refused = stack.receive(env, self.scheduler.now)
+        self._apply(sim_node, outputs)  # what the layers below a refusal did stands
+        if refused is not None:
+            self._bad_frame(sim_node, src, refused)
+
+    def _bad_frame(self, sim_node: SimNode, src: NodeId, exc: RemoteProtocolError) -> None:
+        sim_node.bad_frames += 1
+        log.warning("%s dropped a frame from %s: %s", sim_node.node, src, exc)

@@ -116,10 +116,14 @@ class PacketPool:
         return mid
 
     def deliver(self, index: int) -> None:
-        """The in-flight packet at `index` arrives at its destination."""
+        """The in-flight packet at `index` arrives at its destination; a refusal (every
+        node here is correct, so a core's bug) is raised once its outputs are applied."""
         packet = self.in_flight.pop(index)
         stack = self.stacks[packet.dst]
-        self._apply(packet.dst, stack.receive(decode_envelope(packet.data), self.now))
+        outputs, refused = stack.receive(decode_envelope(packet.data), self.now)
+        self._apply(packet.dst, outputs)
+        if refused is not None:
+            raise refused
 
     def drop(self, index: int) -> None:
         del self.in_flight[index]
