@@ -33,6 +33,9 @@ Rules:
   get no reply. Replies go straight to the client (the address in the request) and carry
   the server's view; on a view change every client heard from in the last
   `NOTIFY_FOR_S` is told the new view, so a waiting vote can re-count.
+- The server ends with its group: when the group closes here, is left, or removes this
+  member (`group_ended`), or on `close()`, the request endpoint is closed on the node
+  and `requests()` ends.
 - A client is never a member: a request frame whose client id is in the server's view
   is refused (`stats.refused`, the link dropped), and no reply or notice goes to a
   member's id, so a request's `reply_to` never re-points a group peer's address (an
@@ -179,7 +182,13 @@ class Server:
         self._endpoint = endpoint_name(group.name)
         group.host.open_endpoint(self._endpoint, self._on_frame)
 
+    def group_ended(self, why: str) -> None:
+        """The group (this server is its `app=`) ended on this node: serve no more."""
+        self.close()
+
     def close(self) -> None:
+        """Close the request endpoint and end `requests()` (also done when the group
+        ends here: `group_ended`)."""
         group = self._group
         if group is not None:
             group.host.close_endpoint(self._endpoint)
