@@ -23,8 +23,10 @@ from abcast.replicated import (
     Lock,
     ReplicatedDict,
     ReplicatedHandle,
+    acquire,
     attach,
     locked,
+    release,
     replicated,
     write,
 )
@@ -430,3 +432,27 @@ async def test_an_app_handles_pending_call_fails_when_its_group_closes_here() ->
                 second.add(1)
         finally:
             await g1.close()
+
+
+@pytest.mark.parametrize("when", ["queued", "requesting"])
+@run_async
+async def test_an_acquire_given_up_leaves_the_locks_queue(when: str) -> None:
+    """A waiter whose `acquire` is cancelled (a timeout around it, say) leaves the queue,
+    so the lock never passes to an owner that stopped waiting: the next one gets it.
+    `queued`: cancelled while waiting behind the holder; `requesting`: cancelled before
+    its request was even executed here (the request was broadcast all the same)."""
+    bus = Bus()
+    a, b, c = (_hooked(bus, f"n{i}", Lock()) for i in (1, 2, 3))
+    await acquire(a, "A")
+    waiter = asyncio.create_task(acquire(b, "B"))
+    if when == "queued":
+        await b.wait_until(lambda copy: "B" in copy.queue)
+    else:
+        await asyncio.sleep(0)  # the request is broadcast, not yet executed
+        assert "B" not in b.local.queue
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await release(a, "A")
+    await asyncio.wait_for(acquire(c, "C"), 5)  # on main: B holds it, forever
+    assert c.local.queue == ["C"]

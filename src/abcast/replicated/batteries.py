@@ -4,7 +4,8 @@ Rules: each is an ordinary `@replicated` class (plain local objects when constru
 directly; replicated through abcast.replicated.attach / ReplicatedHandle), every @write
 deterministic, every @read side-effect free. The lock's blocking `acquire` is a helper
 over the handle (`acquire`, `release`, `locked`): the queue of requesters is replicated
-state, so every replica agrees on who holds the lock.
+state, so every replica agrees on who holds the lock; an `acquire` given up (cancelled,
+a timeout around it) takes its owner out of the queue again.
 
 The dictionary checks the key each write stores (the state's own rules:
 abcast.replicated._args) and hands its state over itself, so that no write needs the
@@ -14,15 +15,19 @@ check of the whole state a replica makes after each write of a class without hoo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import pickle
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
-from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.errors import AbcastError, LocalProtocolError, RemoteProtocolError
 from abcast.replicated._args import check_plain, loads_plain
 from abcast.replicated._declare import read, replicated, write
 from abcast.replicated.handle import ReplicatedHandle
+
+log: Final = logging.getLogger(__name__)
 
 
 @replicated
@@ -128,9 +133,29 @@ class Lock:
 
 
 async def acquire(lock: ReplicatedHandle[Lock], owner: str) -> None:
-    """Block until `owner` holds the replicated lock."""
-    if not await lock.call_write("request", owner):
-        await lock.wait_until(lambda copy: bool(copy.queue) and copy.queue[0] == owner)
+    """Block until `owner` holds the replicated lock. Given up — cancelled (a timeout
+    around it), or failed — once its request is broadcast, it broadcasts `owner`'s
+    release too, so the lock never passes to an owner that stopped waiting."""
+    requested = lock.call_write("request", owner)
+    try:
+        if not await requested:
+            await lock.wait_until(lambda copy: bool(copy.queue) and copy.queue[0] == owner)
+    except BaseException:
+        _give_up(lock, owner)
+        raise
+
+
+def _give_up(lock: ReplicatedHandle[Lock], owner: str) -> None:
+    """Take `owner` out of the queue without waiting (a cancelled caller cannot wait)."""
+    try:
+        lock.call_write("release", owner).add_done_callback(_retrieved)
+    except AbcastError as exc:  # the object is gone (nothing more runs), or backpressure
+        log.warning("lock: %s's release not sent: %s", owner, exc)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # the object went away meanwhile: nothing left to release
 
 
 async def release(lock: ReplicatedHandle[Lock], owner: str) -> None:
