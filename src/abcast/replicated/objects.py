@@ -3,8 +3,10 @@
 
 Rules: a group's named objects live in one `Objects` (the asyncio facade of
 `Directory`): the group's application when given as `app=` (then every object's state
-moves to a joiner in the group's snapshot), or, for a group made without one, made by
-the first `attach(..., name=…)` and fed from a task reading `group.deliveries()`.
+moves to a joiner in the group's snapshot), or, for a static group made without one,
+made by the first `attach(..., name=…)` and fed from a task reading
+`group.deliveries()` (a dynamic group without it is refused: its joiners would get no
+objects).
 `attach` broadcasts a create and returns the object's handle once the create has
 executed here — or raises `ObjectExistsError`, as every member decides at that point of the
 order. `lookup` is local and immediate: the handle of an object whose create has
@@ -23,7 +25,7 @@ from typing import Any
 from abcast.errors import LocalProtocolError
 from abcast.replicated._app import GroupApp, bound_to
 from abcast.replicated._declare import READ, spec_of
-from abcast.replicated._group import GroupLike
+from abcast.replicated._group import GroupLike, refuse_dynamic
 from abcast.replicated.directory import (
     Directory,
     encode_call,
@@ -110,6 +112,7 @@ def objects_of(group: GroupLike) -> Objects:
     objects = bound_to(group)
     if isinstance(objects, Objects):
         return objects
+    refuse_dynamic(group, "its replicated objects")
     made = Objects()
     made.bind(group)  # LocalProtocolError if an unnamed object reads the group
     made.start_reading()
