@@ -20,7 +20,8 @@ own nodes, clients beside them): the API's promises and bad input.
 - misuse (to= naming a server twice, retry_s <= 0, a vote lost before sending) sends
   nothing; a proposal refused by Backpressure is proposed again at the retry;
 - a request to be answered at no address of the transport is refused at the edge, and
-  one ordered all the same answers nobody without breaking replies or view notices.
+  one ordered all the same answers nobody without breaking replies or view notices;
+  a vote lost before sending reads the registry again (a server joined since counts).
 """
 
 from __future__ import annotations
@@ -563,6 +564,38 @@ def test_a_reply_address_that_is_no_address_costs_its_request_only() -> None:
                 await asyncio.sleep(0.01)
         assert len(client.members) == 4
         await rogue.close()
+        await _close(servers, client)
+
+    run(scenario)
+
+
+def test_a_vote_lost_before_sending_still_reads_the_registry_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that is told no view change (notices go only to clients heard from
+    lately) and whose `quorum(3)` is lost before sending (a server left) reads the
+    registry again, as after any MEMBERS_LOST: once a new server has joined, the next
+    quorum(3) runs. Before, the request ended MEMBERS_LOST with no frame and no refresh,
+    so no reply and no lookup ever told the client of the new server: every quorum(3)
+    was lost, forever."""
+    from abcast.rpc import server as server_module
+
+    monkeypatch.setattr(server_module, "NOTIFY_FOR_S", -1.0)  # nobody is notified
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [lambda r: b"ok"] * 3)
+        client = await _client(url, 3)
+        server, group = servers.pop()
+        server.close()
+        await group.close()
+        async with asyncio.timeout(5):
+            while len(client.members) > 2:  # the view without it, from a reply
+                await client.request(b"", vote="first", timeout=1.0)
+        servers.append(await Server.join("svc", registry=url, server=Server(lambda r: b"ok")))
+        async with asyncio.timeout(10):
+            while (await client.request(b"q", vote="quorum(3)", timeout=1.0)).status \
+                    is Status.MEMBERS_LOST:
+                await asyncio.sleep(0.05)
+        assert len(client.members) == 3
         await _close(servers, client)
 
     run(scenario)
