@@ -456,3 +456,43 @@ async def test_an_acquire_given_up_leaves_the_locks_queue(when: str) -> None:
     await release(a, "A")
     await asyncio.wait_for(acquire(c, "C"), 5)  # on main: B holds it, forever
     assert c.local.queue == ["C"]
+
+
+@replicated
+class Tab:
+    """An account-like class whose writes are named like the facades' own calls."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    @write
+    def close(self) -> None:
+        self.open = False
+
+    @write
+    def drop(self) -> None:
+        self.open = False
+
+
+@run_async
+async def test_a_method_named_like_the_handles_own_is_refused() -> None:
+    """`close` (or `drop`, on a named object) called through a handle was the handle's
+    own: `await tab.close()` closed the handle — this copy applied nothing from then on —
+    and the write ran nowhere; `drop()` would have removed the object from the group.
+    Such a class is refused with LocalProtocolError naming the method, before anything
+    is broadcast."""
+    from abcast.replicated import Objects
+
+    with pytest.raises(LocalProtocolError, match=r"Tab: close cannot be called through "
+                                                 r"ReplicatedHandle"):
+        ReplicatedHandle(Tab())
+    bus = Bus()
+    group = FakeGroup(bus, "n1")
+    objects = Objects()
+    group.hook = objects.on_deliver
+    objects.bind(group)
+    with pytest.raises(LocalProtocolError, match=r"Tab: drop cannot be called through "
+                                                 r"ObjectHandle"):
+        await objects.create("tab", Tab)
+    await asyncio.sleep(0)
+    assert bus.log == []

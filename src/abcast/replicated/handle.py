@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from abcast.replicated._app import GroupApp
-from abcast.replicated._declare import READ, spec_of
+from abcast.replicated._declare import READ, refuse_shadowed, spec_of
 from abcast.replicated._group import (
     GroupLike,
     refuse_dynamic,
@@ -53,6 +53,7 @@ class ReplicatedHandle(GroupApp[Replica[T]]):
     """`acc = await attach(group, Account)`; `await acc.deposit(300)`; `await acc.get()`."""
 
     def __init__(self, obj: T) -> None:
+        refuse_shadowed(spec_of(obj), type(self))
         super().__init__(Replica(obj), "replicated object")
 
     @property

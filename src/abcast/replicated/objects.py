@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from abcast.errors import LocalProtocolError
 from abcast.replicated._app import GroupApp, bound_to
-from abcast.replicated._declare import READ, spec_of
+from abcast.replicated._declare import READ, refuse_shadowed, spec_of
 from abcast.replicated._group import GroupLike, refuse_dynamic
 from abcast.replicated.directory import (
     Directory,
@@ -45,12 +45,14 @@ class Objects(GroupApp[Directory]):
         return self.core
 
     async def create(self, name: str, cls: type, *args: Any, **kwargs: Any) -> ObjectHandle:
+        refuse_shadowed(spec_of(cls), ObjectHandle, *ObjectHandle.OWN)
         _seq, future = self.submit(encode_create(name, cls, args, kwargs))
         await future
         return ObjectHandle(self, name)
 
     def lookup(self, name: str) -> ObjectHandle:
-        self.core.replica(name)  # NoSuchObjectError unless it is here
+        replica = self.core.replica(name)  # NoSuchObjectError unless it is here
+        refuse_shadowed(replica.spec, ObjectHandle, *ObjectHandle.OWN)
         return ObjectHandle(self, name)
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
@@ -65,6 +67,9 @@ class Objects(GroupApp[Directory]):
 
 class ObjectHandle:
     """One named object: `await acc.deposit(5)`, `await acc.get()`, `await acc.drop()`."""
+
+    #: instance attributes a method of the object must not be named after
+    OWN: ClassVar[tuple[str, ...]] = ("name",)
 
     def __init__(self, objects: Objects, name: str) -> None:
         self._objects = objects
