@@ -214,3 +214,24 @@ async def test_attach_refuses_a_dynamic_group_it_is_not_the_application_of(
             await joined.close()
         finally:
             await created.close()
+
+
+@run_async
+async def test_a_named_attach_beside_an_app_handle_on_a_dynamic_group_says_why() -> None:
+    """Beside the group's app= handle, a named attach is refused for being a second
+    reader (not for the group being dynamic: it has its application)."""
+    from abcast.registry.server import RegistryServer
+    from abcast.replicated import ReplicatedHandle
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        handle = ReplicatedHandle(Counter())
+        group = await Group.create("e", ordering="sequencer", transport="mem://",
+                                   registry=server.url, app=handle)
+        try:
+            with pytest.raises(LocalProtocolError, match="already has its replicated object"):
+                await attach(group, Counter, name="hits")
+            with pytest.raises(LocalProtocolError, match="already has its replicated object"):
+                await attach(group, Counter)
+        finally:
+            await group.close()

@@ -31,7 +31,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from abcast.replicated._app import GroupApp
+from abcast.replicated._app import GroupApp, bound_to
 from abcast.replicated._declare import READ, refuse_shadowed, spec_of
 from abcast.replicated._group import (
     GroupLike,
@@ -128,7 +128,8 @@ async def attach(group: GroupLike, cls: type[T], *args: Any, name: str | None = 
         from abcast.replicated.objects import attach_named
 
         return await attach_named(group, cls, name, *args, **kwargs)
-    refuse_dynamic(group, "a replicated object")
+    if bound_to(group) is None:  # (beside another, bind says why it cannot be)
+        refuse_dynamic(group, "a replicated object")
     handle = ReplicatedHandle(cls(*args, **kwargs))
     handle.bind(group)
     handle.start_reading()

@@ -117,7 +117,8 @@ def objects_of(group: GroupLike) -> Objects:
     objects = bound_to(group)
     if isinstance(objects, Objects):
         return objects
-    refuse_dynamic(group, "its replicated objects")
+    if objects is None:  # (beside another, bind says why it cannot be)
+        refuse_dynamic(group, "its replicated objects")
     made = Objects()
     made.bind(group)  # LocalProtocolError if an unnamed object reads the group
     made.start_reading()
