@@ -1,4 +1,5 @@
-"""A `Server` ends with its group: when the group it serves closes, is left, or removes
+"""A `Server` ends with its group, and a `Client` that cannot connect leaves nothing
+open. A server ends with its group: when the group it serves closes, is left, or removes
 this member, the server's `requests()` iterator ends and its request endpoint is closed
 on the node — without the application having to call `server.close()` as well. (Before,
 a server made without a handler left every `async for req in server.requests()` waiting
@@ -45,5 +46,40 @@ def test_a_server_ends_with_its_group(how: str) -> None:
                 await group2.close()
             finally:
                 await host.close()
+
+    asyncio.run(main())
+
+
+def test_a_client_that_cannot_reach_the_servers_closes_its_node(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry names servers on another transport (mem:// here, the client on
+    tcp://): connect is a ConfigError saying so, and the node it started is closed. Before,
+    that node stayed open — its listening socket and tasks — with nothing to close it."""
+    from abcast.errors import ConfigError, LocalProtocolError
+    from abcast.rpc import Client
+    from abcast.rpc import client as client_module
+
+    made: list[Node] = []
+
+    class Recorded(Node):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(client_module, "Node", Recorded)
+
+    async def main() -> None:
+        async with RegistryServer() as registry:
+            _, group = await Server.create("svc", ordering="sequencer",
+                                           registry=registry.url, transport="mem://",
+                                           on_request=lambda r: b"")
+            try:
+                with pytest.raises(ConfigError, match="scheme 'mem'"):
+                    await Client.connect("svc", registry=registry.url)
+                assert len(made) == 1
+                with pytest.raises(LocalProtocolError):  # a closed node opens nothing
+                    made[0].open_endpoint("probe", lambda link, env: None)
+            finally:
+                await group.close()
 
     asyncio.run(main())

@@ -140,8 +140,12 @@ class Client:
             await node.close()
             raise ConfigError(f"the registry has no members for group {group!r}")
         client = cls(group, node, retry_s=retry_s)
-        node.open_endpoint(client.endpoint, client._on_frame)
-        client._adopt(info.view_id, info.members)
+        try:
+            node.open_endpoint(client.endpoint, client._on_frame)
+            client._adopt(info.view_id, info.members)  # ConfigError: servers out of reach
+        except BaseException:
+            await node.close()
+            raise
         return client
 
     async def refresh(self) -> None:
