@@ -496,3 +496,41 @@ async def test_a_method_named_like_the_handles_own_is_refused() -> None:
         await objects.create("tab", Tab)
     await asyncio.sleep(0)
     assert bus.log == []
+
+
+class LateRequests(FakeGroup):
+    """A total order without FIFO per sender (ordering skeen claims none): this member's
+    lock requests are ordered after the operations it broadcasts right after them."""
+
+    def broadcast_nowait(self, payload: bytes) -> MsgId:
+        if b"request" not in payload:
+            return super().broadcast_nowait(payload)
+        self._seq += 1
+        delivery = Deliver(self._node, self._seq, payload)
+        asyncio.get_running_loop().call_later(0.05, self.bus.publish, delivery)
+        return MsgId(self._node, self._seq)
+
+
+@run_async
+async def test_a_given_up_acquire_releases_after_its_request_whatever_the_order() -> None:
+    """The release of a given-up acquire goes out once its request has executed here, so
+    even an order that puts a member's later broadcast first (no FIFO) cannot run the
+    release before the request and leave the owner queued for ever."""
+    bus = Bus()
+    a, c = _hooked(bus, "n1", Lock()), _hooked(bus, "n3", Lock())
+    late = LateRequests(bus, "n2")
+    b = ReplicatedHandle(Lock())
+    late.hook = b.on_deliver
+    b.bind(late)
+    await acquire(a, "A")
+    waiter = asyncio.create_task(acquire(b, "B"))
+    await asyncio.sleep(0)  # B's request is broadcast, ordered late
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    async with asyncio.timeout(5):  # until B's request is ordered (after its release?)
+        while not any(d.origin == "n2" and b"request" in d.payload for d in bus.log):
+            await asyncio.sleep(0.01)
+    await release(a, "A")
+    await asyncio.wait_for(acquire(c, "C"), 5)  # sent at once, B stayed queued for ever
+    assert c.local.queue == ["C"]

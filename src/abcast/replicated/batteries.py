@@ -135,22 +135,32 @@ class Lock:
 async def acquire(lock: ReplicatedHandle[Lock], owner: str) -> None:
     """Block until `owner` holds the replicated lock. Given up — cancelled (a timeout
     around it), or failed — once its request is broadcast, it broadcasts `owner`'s
-    release too, so the lock never passes to an owner that stopped waiting."""
+    release too, once the request has executed here (an ordering without FIFO, skeen,
+    could otherwise run the release first), so the lock never passes to an owner that
+    stopped waiting."""
     requested = lock.call_write("request", owner)
     try:
-        if not await requested:
+        # shielded: a cancelled caller leaves the request's outcome to `_give_up`
+        if not await asyncio.shield(requested):
             await lock.wait_until(lambda copy: bool(copy.queue) and copy.queue[0] == owner)
     except BaseException:
-        _give_up(lock, owner)
+        _give_up(lock, owner, requested)
         raise
 
 
-def _give_up(lock: ReplicatedHandle[Lock], owner: str) -> None:
-    """Take `owner` out of the queue without waiting (a cancelled caller cannot wait)."""
-    try:
-        lock.call_write("release", owner).add_done_callback(_retrieved)
-    except AbcastError as exc:  # the object is gone (nothing more runs), or backpressure
-        log.warning("lock: %s's release not sent: %s", owner, exc)
+def _give_up(lock: ReplicatedHandle[Lock], owner: str, requested: asyncio.Future[Any]) -> None:
+    """Take `owner` out of the queue once its request has executed here, without
+    waiting for it (a cancelled caller cannot wait)."""
+
+    def release_now(done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return  # the object went away: the request never ran here, nothing to undo
+        try:
+            lock.call_write("release", owner).add_done_callback(_retrieved)
+        except AbcastError as exc:  # the object is gone (nothing more runs), or backpressure
+            log.warning("lock: %s's release not sent: %s", owner, exc)
+
+    requested.add_done_callback(release_now)
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
