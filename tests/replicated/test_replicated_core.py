@@ -461,3 +461,29 @@ def test_sharing_does_not_hide_nesting_deeper_than_the_bound() -> None:
     loop.append([loop])
     with pytest.raises(LocalProtocolError, match="nested deeper"):
         check_plain({"a": [loop, loop]}, "v")
+
+
+@pytest.mark.parametrize(("cls", "method", "args", "refused"), [
+    (ReplicatedDict, "put", ([1], 1), "the new entry has a key of type list"),
+    (ReplicatedDict, "put_if_absent", ([1], 1), "the new entry has a key of type list"),
+    (ReplicatedDict, "delete", ([1],), r"delete\(key\) has a key of type list"),
+    (ReplicatedDict, "delete", ((1, 2),), r"delete\(key\) has a key of type tuple"),
+    (Lock, "request", ((1, 2),), "a lock's owner is a str, not a tuple"),
+    (Lock, "release", ([1],), "a lock's owner is a str, not a list"),
+])
+def test_a_key_or_owner_is_judged_by_its_type_before_anything_hashes_it(
+        cls: type, method: str, args: tuple[Any, ...], refused: str) -> None:
+    """The batteries hashed (dict keys) or compared (lock owners) a peer's argument before
+    judging it: a key (x, x) nested 40 deep, ~200 bytes, hashes path by path — every
+    replica stuck in C for good (a list key showed it as a TypeError from the hash); a
+    lock queued any owner, and compared the next one with it. The type of the key (the
+    owner) is judged first, alike everywhere."""
+    issuer, peer = Replica(cls(), "n1"), Replica(cls(), "n2")
+    payload = issuer.invocation(method, args)
+    for replica in (issuer, peer):
+        replica.apply("n2", 1, payload)  # a peer's write: runs (and fails) alike
+    outcome = issuer.apply("n1", 1, payload)
+    assert outcome is not None
+    with pytest.raises(LocalProtocolError, match=refused):
+        outcome.result()
+    assert vars(issuer.obj) == vars(peer.obj)

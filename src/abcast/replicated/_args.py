@@ -48,6 +48,15 @@ def check_plain(value: object, where: str, depth: int = 0) -> None:
     _height(value, where, depth, {})
 
 
+def check_key(key: object, where: str) -> None:
+    """LocalProtocolError unless `key` may be a dict key of plain data: judged by its type
+    alone, so a caller can check a peer's key before anything hashes it (hashing a
+    nested tuple walks every path, as == does)."""
+    if type(key) not in _KEYS:
+        raise LocalProtocolError(f"{where} has a key of type {type(key).__name__}; dict "
+                                 "keys must be None, bool, int, str or bytes")
+
+
 def _deeper(where: str) -> LocalProtocolError:
     return LocalProtocolError(f"{where} is nested deeper than {MAX_DEPTH} levels "
                               "(or refers to itself)")
@@ -88,10 +97,7 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> i
             return known
         height = 0
         for key, item in value.items():
-            if type(key) not in _KEYS:
-                raise LocalProtocolError(
-                    f"{where} has a key of type {type(key).__name__}; dict keys must be "
-                    "None, bool, int, str or bytes")
+            check_key(key, where)
             if not _flat(item, depth):
                 below = 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights)
                 height = max(height, below)

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from abcast.errors import AbcastError, LocalProtocolError, RemoteProtocolError
-from abcast.replicated._args import check_plain, loads_plain
+from abcast.replicated._args import check_key, check_plain, loads_plain
 from abcast.replicated._declare import read, replicated, write
 from abcast.replicated.handle import ReplicatedHandle
 
@@ -51,7 +51,7 @@ class Counter:
 
 @replicated
 class ReplicatedDict:
-    """Keys are None, bool, int, str or bytes (a write storing any other fails, with
+    """Keys are None, bool, int, str or bytes (a write naming any other fails, with
     LocalProtocolError, on every replica alike); values are plain data."""
 
     def __init__(self) -> None:
@@ -60,6 +60,7 @@ class ReplicatedDict:
     @write
     def put(self, key: Any, value: Any) -> Any:
         """Set key to value; returns the previous value (None if there was none)."""
+        check_key(key, "the new entry")  # by type, before anything hashes a peer's key
         check_plain({key: value}, "the new entry")
         previous = self.data.get(key)
         self.data[key] = value
@@ -67,6 +68,7 @@ class ReplicatedDict:
 
     @write
     def put_if_absent(self, key: Any, value: Any) -> bool:
+        check_key(key, "the new entry")
         check_plain({key: value}, "the new entry")
         if key in self.data:
             return False
@@ -75,6 +77,7 @@ class ReplicatedDict:
 
     @write
     def delete(self, key: Any) -> bool:
+        check_key(key, "delete(key)")
         return self.data.pop(key, _MISSING) is not _MISSING
 
     @read
@@ -116,6 +119,7 @@ class Lock:
     @write
     def request(self, owner: str) -> bool:
         """Queue `owner` (once); True when it holds the lock now."""
+        _check_owner(owner)  # a str: comparing a peer's nested tuple walks every path
         if owner not in self.queue:
             self.queue.append(owner)
         return self.queue[0] == owner
@@ -123,6 +127,7 @@ class Lock:
     @write
     def release(self, owner: str) -> str | None:
         """`owner` gives the lock up (or leaves the queue); returns the new holder."""
+        _check_owner(owner)
         if owner in self.queue:
             self.queue.remove(owner)
         return self.queue[0] if self.queue else None
@@ -130,6 +135,11 @@ class Lock:
     @read
     def holder(self) -> str | None:
         return self.queue[0] if self.queue else None
+
+
+def _check_owner(owner: object) -> None:
+    if type(owner) is not str:
+        raise LocalProtocolError(f"a lock's owner is a str, not a {type(owner).__name__}")
 
 
 async def acquire(lock: ReplicatedHandle[Lock], owner: str) -> None:
