@@ -101,6 +101,17 @@ async def _next_request(server: Server, payload: bytes) -> IncomingRequest:
     raise AssertionError("the server closed")
 
 
+def _recording() -> tuple[list[bytes], Handler]:
+    """A handler answering b"ok", and the payloads it ran, in order."""
+    ran: list[bytes] = []
+
+    def handle(req: IncomingRequest) -> bytes:
+        ran.append(req.payload)
+        return b"ok"
+
+    return ran, handle
+
+
 def run(scenario: Callable[[str], object]) -> None:
     async def main() -> None:
         async with RegistryServer() as registry:
@@ -459,11 +470,7 @@ def test_misuse_is_refused_before_anything_is_sent() -> None:
     """`to=` naming a server twice and `retry_s <= 0` are ConfigErrors; a vote already
     lost when the request is made (quorum(3) once a server has left) ends MEMBERS_LOST
     without a frame sent, so no server runs it."""
-    ran: list[bytes] = []
-
-    def handle(req: IncomingRequest) -> bytes:
-        ran.append(req.payload)
-        return b"ok"
+    ran, handle = _recording()
 
     async def scenario(url: str) -> None:
         servers = await _servers(url, [handle] * 3)
@@ -533,11 +540,7 @@ def test_a_reply_address_that_is_no_address_costs_its_request_only() -> None:
     client. Before, the server tried to route the reply there: a ConfigError came out of
     the reply path (counted as the handler's), out of the endpoint on a retry, and out
     of on_view at every view change, which skipped the notices of the clients after it."""
-    ran: list[bytes] = []
-
-    def handle(req: IncomingRequest) -> bytes:
-        ran.append(req.payload)
-        return b"ok"
+    ran, handle = _recording()
 
     async def scenario(url: str) -> None:
         servers = await _servers(url, [handle] * 3)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -73,46 +73,41 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> i
         return 0
     # Fast paths (a replica checks its object's whole state after every write): items
     # that are scalars, or lists and tuples of scalars, are passed at C speed.
-    if isinstance(value, list | tuple) and (kind is list or kind is tuple):
+    items: Iterable[tuple[Any, Any]]
+    if kind is list or kind is tuple:
+        assert isinstance(value, list | tuple)
         if _SCALAR_TYPES.issuperset(map(type, value)):
             return 0
-        known = _known(value, where, depth, heights)
-        if known is not None:
-            return known
-        height = 0
-        for i, item in enumerate(value):
-            if not _flat(item, depth):
-                below = 1 + _height(item, f"{where}[{i}]", depth + 1, heights)
-                height = max(height, below)
-            elif not height and type(item) not in _SCALAR_TYPES:
-                height = 1  # a list or tuple of scalars
-        heights[id(value)] = height
-        return height
-    if isinstance(value, dict) and kind is dict:
-        if _KEY_TYPES.issuperset(map(type, value)) and \
-                _SCALAR_TYPES.issuperset(map(type, value.values())):
+        items = enumerate(value)
+    elif kind is dict:
+        assert isinstance(value, dict)
+        if not _KEY_TYPES.issuperset(map(type, value)):
+            for key in value:
+                check_key(key, where)  # refuses the first that is no key
+        if _SCALAR_TYPES.issuperset(map(type, value.values())):
             return 0
-        known = _known(value, where, depth, heights)
-        if known is not None:
-            return known
-        height = 0
-        for key, item in value.items():
-            check_key(key, where)
-            if not _flat(item, depth):
-                below = 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights)
-                height = max(height, below)
-            elif not height and type(item) not in _SCALAR_TYPES:
-                height = 1  # a list or tuple of scalars
-        heights[id(value)] = height
-        return height
-    if kind is set or kind is frozenset:
+        items = value.items()
+    elif kind is set or kind is frozenset:
         raise LocalProtocolError(
             f"{where} is a {kind.__name__}: its iteration order differs between processes, "
             "so replicas could diverge; pass a sorted list instead")
-    raise LocalProtocolError(
-        f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent to the "
-        "replicas: only plain data (None, bool, int, float, str, bytes, and lists, tuples "
-        "and dicts of them) means the same in every process")
+    else:
+        raise LocalProtocolError(
+            f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent to "
+            "the replicas: only plain data (None, bool, int, float, str, bytes, and lists, "
+            "tuples and dicts of them) means the same in every process")
+    known = _known(value, where, depth, heights)
+    if known is not None:
+        return known
+    height = 0
+    for key, item in items:
+        if not _flat(item, depth):
+            below = 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights)
+            height = max(height, below)
+        elif not height and type(item) not in _SCALAR_TYPES:
+            height = 1  # a list or tuple of scalars
+    heights[id(value)] = height
+    return height
 
 
 def _known(value: object, where: str, depth: int, heights: dict[int, int]) -> int | None:
