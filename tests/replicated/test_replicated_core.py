@@ -421,3 +421,69 @@ def test_a_dict_state_from_a_peer_that_is_not_plain_is_refused(state: object) ->
     with pytest.raises(RemoteProtocolError, match="dictionary state"):
         joiner.load(b"H" + pickle.dumps(state, protocol=5))
     assert joiner.obj.data == {}
+
+
+def _shared_pairs(levels: int) -> tuple[Any, ...]:
+    """(x, x) nested `levels` deep: 2**levels paths to the bottom, `levels` tuples."""
+    value: tuple[Any, ...] = ()
+    for _ in range(levels):
+        value = (value, value)
+    return value
+
+
+@pytest.mark.timeout(20)
+def test_shared_containers_are_checked_once_not_once_per_path() -> None:
+    """An operation of ~200 bytes holding (x, x) nested 40 deep (legal: plain data 40
+    levels deep) made the plain-data check walk 2**40 paths: the peer's put(k, v) to a
+    ReplicatedDict hung every replica's loop (22 levels took 13 s). Each shared container
+    is now checked once: the write runs, on a peer's copy as on the issuer's."""
+    value = _shared_pairs(40)
+    issuer, peer = Replica(ReplicatedDict(), "n1"), Replica(ReplicatedDict(), "n2")
+    payload = issuer.invocation("put", ("k", value))
+    assert len(payload) < 300
+    for replica in (issuer, peer):
+        replica.apply("n1", 1, payload)
+    # (== would compare the two copies path by path: pickle them, sharing kept)
+    assert pickle.dumps(peer.obj.data["k"]) == pickle.dumps(value)
+    check_plain({"state": [value, value]}, "v")
+
+
+def test_sharing_does_not_hide_nesting_deeper_than_the_bound() -> None:
+    """A container checked first where it sits shallow, then reached where it sits deep,
+    is still judged by its full depth there: a chain of 100 lists, each also listed at
+    the top first (so each is first met at depth 1), is refused; so is a cycle."""
+    chain: list[Any] = [[]]
+    for _ in range(100):
+        chain.append([chain[-1]])
+    with pytest.raises(LocalProtocolError, match="nested deeper"):
+        check_plain(chain, "v")
+    loop: list[Any] = [1]
+    loop.append([loop])
+    with pytest.raises(LocalProtocolError, match="nested deeper"):
+        check_plain({"a": [loop, loop]}, "v")
+
+
+@pytest.mark.parametrize(("cls", "method", "args", "refused"), [
+    (ReplicatedDict, "put", ([1], 1), "the new entry has a key of type list"),
+    (ReplicatedDict, "put_if_absent", ([1], 1), "the new entry has a key of type list"),
+    (ReplicatedDict, "delete", ([1],), r"delete\(key\) has a key of type list"),
+    (ReplicatedDict, "delete", ((1, 2),), r"delete\(key\) has a key of type tuple"),
+    (Lock, "request", ((1, 2),), "a lock's owner is a str, not a tuple"),
+    (Lock, "release", ([1],), "a lock's owner is a str, not a list"),
+])
+def test_a_key_or_owner_is_judged_by_its_type_before_anything_hashes_it(
+        cls: type, method: str, args: tuple[Any, ...], refused: str) -> None:
+    """The batteries hashed (dict keys) or compared (lock owners) a peer's argument before
+    judging it: a key (x, x) nested 40 deep, ~200 bytes, hashes path by path — every
+    replica stuck in C for good (a list key showed it as a TypeError from the hash); a
+    lock queued any owner, and compared the next one with it. The type of the key (the
+    owner) is judged first, alike everywhere."""
+    issuer, peer = Replica(cls(), "n1"), Replica(cls(), "n2")
+    payload = issuer.invocation(method, args)
+    for replica in (issuer, peer):
+        replica.apply("n2", 1, payload)  # a peer's write: runs (and fails) alike
+    outcome = issuer.apply("n1", 1, payload)
+    assert outcome is not None
+    with pytest.raises(LocalProtocolError, match=refused):
+        outcome.result()
+    assert vars(issuer.obj) == vars(peer.obj)

@@ -23,8 +23,10 @@ from abcast.replicated import (
     Lock,
     ReplicatedDict,
     ReplicatedHandle,
+    acquire,
     attach,
     locked,
+    release,
     replicated,
     write,
 )
@@ -430,3 +432,105 @@ async def test_an_app_handles_pending_call_fails_when_its_group_closes_here() ->
                 second.add(1)
         finally:
             await g1.close()
+
+
+@pytest.mark.parametrize("when", ["queued", "requesting"])
+@run_async
+async def test_an_acquire_given_up_leaves_the_locks_queue(when: str) -> None:
+    """A waiter whose `acquire` is cancelled (a timeout around it, say) leaves the queue,
+    so the lock never passes to an owner that stopped waiting: the next one gets it.
+    `queued`: cancelled while waiting behind the holder; `requesting`: cancelled before
+    its request was even executed here (the request was broadcast all the same)."""
+    bus = Bus()
+    a, b, c = (_hooked(bus, f"n{i}", Lock()) for i in (1, 2, 3))
+    await acquire(a, "A")
+    waiter = asyncio.create_task(acquire(b, "B"))
+    if when == "queued":
+        await b.wait_until(lambda copy: "B" in copy.queue)
+    else:
+        await asyncio.sleep(0)  # the request is broadcast, not yet executed
+        assert "B" not in b.local.queue
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await release(a, "A")
+    await asyncio.wait_for(acquire(c, "C"), 5)  # on main: B holds it, forever
+    assert c.local.queue == ["C"]
+
+
+@replicated
+class Tab:
+    """An account-like class whose writes are named like the facades' own calls."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    @write
+    def close(self) -> None:
+        self.open = False
+
+    @write
+    def drop(self) -> None:
+        self.open = False
+
+
+@run_async
+async def test_a_method_named_like_the_handles_own_is_refused() -> None:
+    """`close` (or `drop`, on a named object) called through a handle was the handle's
+    own: `await tab.close()` closed the handle — this copy applied nothing from then on —
+    and the write ran nowhere; `drop()` would have removed the object from the group.
+    Such a class is refused with LocalProtocolError naming the method, before anything
+    is broadcast."""
+    from abcast.replicated import Objects
+
+    with pytest.raises(LocalProtocolError, match=r"Tab: close cannot be called through "
+                                                 r"ReplicatedHandle"):
+        ReplicatedHandle(Tab())
+    bus = Bus()
+    group = FakeGroup(bus, "n1")
+    objects = Objects()
+    group.hook = objects.on_deliver
+    objects.bind(group)
+    with pytest.raises(LocalProtocolError, match=r"Tab: drop cannot be called through "
+                                                 r"ObjectHandle"):
+        await objects.create("tab", Tab)
+    await asyncio.sleep(0)
+    assert bus.log == []
+
+
+class LateRequests(FakeGroup):
+    """A total order without FIFO per sender (ordering skeen claims none): this member's
+    lock requests are ordered after the operations it broadcasts right after them."""
+
+    def broadcast_nowait(self, payload: bytes) -> MsgId:
+        if b"request" not in payload:
+            return super().broadcast_nowait(payload)
+        self._seq += 1
+        delivery = Deliver(self._node, self._seq, payload)
+        asyncio.get_running_loop().call_later(0.05, self.bus.publish, delivery)
+        return MsgId(self._node, self._seq)
+
+
+@run_async
+async def test_a_given_up_acquire_releases_after_its_request_whatever_the_order() -> None:
+    """The release of a given-up acquire goes out once its request has executed here, so
+    even an order that puts a member's later broadcast first (no FIFO) cannot run the
+    release before the request and leave the owner queued for ever."""
+    bus = Bus()
+    a, c = _hooked(bus, "n1", Lock()), _hooked(bus, "n3", Lock())
+    late = LateRequests(bus, "n2")
+    b = ReplicatedHandle(Lock())
+    late.hook = b.on_deliver
+    b.bind(late)
+    await acquire(a, "A")
+    waiter = asyncio.create_task(acquire(b, "B"))
+    await asyncio.sleep(0)  # B's request is broadcast, ordered late
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    async with asyncio.timeout(5):  # until B's request is ordered (after its release?)
+        while not any(d.origin == "n2" and b"request" in d.payload for d in bus.log):
+            await asyncio.sleep(0.01)
+    await release(a, "A")
+    await asyncio.wait_for(acquire(c, "C"), 5)  # sent at once, B stayed queued for ever
+    assert c.local.queue == ["C"]

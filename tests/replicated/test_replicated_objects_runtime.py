@@ -175,3 +175,63 @@ async def test_a_read_waits_only_for_the_callers_writes_to_that_object() -> None
     assert not reading.done()  # alice's read waits for it
     group.release(objects, 3)
     assert await pending == 5 and await reading == 5
+
+
+@pytest.mark.parametrize("name", [None, "hits"])
+@run_async
+async def test_attach_refuses_a_dynamic_group_it_is_not_the_application_of(
+        name: str | None) -> None:
+    """A dynamic group made without app= hands a joiner no object state: an attached
+    copy on the joiner started afresh (the creator had 5, the joiner 0, and after one more
+    write 6 against 1). attach now refuses such a group, on the creator and on a joiner,
+    and names the fix; with app= the joiner gets the state."""
+    from abcast.registry.server import RegistryServer
+    from abcast.replicated import ReplicatedHandle
+    from abcast.replicated._app import bound_to
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        opts: dict[str, Any] = {"transport": "mem://", "registry": server.url}
+        created = await Group.create("c", ordering="sequencer", **opts)
+        joined = await Group.join("c", **opts)
+        try:
+            for group in (created, joined):
+                with pytest.raises(LocalProtocolError, match="must be the group's application"):
+                    await attach(group, Counter, name=name)
+                assert bound_to(group) is None  # nothing left bound to the group
+        finally:
+            await joined.close()
+            await created.close()
+        first = ReplicatedHandle(Counter())
+        created = await Group.create("d", ordering="sequencer", app=first, **opts)
+        try:
+            await first.add(5)
+            second = ReplicatedHandle(Counter())
+            joined = await Group.join("d", app=second, **opts)
+            await asyncio.wait_for(second.add(1), 10)
+            await asyncio.wait_for(first.wait_until(lambda c: c.value == 6), 10)
+            assert second.local.value == 6
+            await joined.close()
+        finally:
+            await created.close()
+
+
+@run_async
+async def test_a_named_attach_beside_an_app_handle_on_a_dynamic_group_says_why() -> None:
+    """Beside the group's app= handle, a named attach is refused for being a second
+    reader (not for the group being dynamic: it has its application)."""
+    from abcast.registry.server import RegistryServer
+    from abcast.replicated import ReplicatedHandle
+    from abcast.runtime.group import Group
+
+    async with RegistryServer() as server:
+        handle = ReplicatedHandle(Counter())
+        group = await Group.create("e", ordering="sequencer", transport="mem://",
+                                   registry=server.url, app=handle)
+        try:
+            with pytest.raises(LocalProtocolError, match="already has its replicated object"):
+                await attach(group, Counter, name="hits")
+            with pytest.raises(LocalProtocolError, match="already has its replicated object"):
+                await attach(group, Counter)
+        finally:
+            await group.close()

@@ -18,7 +18,10 @@ own nodes, clients beside them): the API's promises and bad input.
 - view news from a node that is no server of the client's is ignored; a group removed
   and created again under its name is found through the registry;
 - misuse (to= naming a server twice, retry_s <= 0, a vote lost before sending) sends
-  nothing; a proposal refused by Backpressure is proposed again at the retry.
+  nothing; a proposal refused by Backpressure is proposed again at the retry;
+- a request to be answered at no address of the transport is refused at the edge, and
+  one ordered all the same answers nobody without breaking replies or view notices;
+  a vote lost before sending reads the registry again (a server joined since counts).
 """
 
 from __future__ import annotations
@@ -96,6 +99,17 @@ async def _next_request(server: Server, payload: bytes) -> IncomingRequest:
         if req.payload == payload:
             return req
     raise AssertionError("the server closed")
+
+
+def _recording() -> tuple[list[bytes], Handler]:
+    """A handler answering b"ok", and the payloads it ran, in order."""
+    ran: list[bytes] = []
+
+    def handle(req: IncomingRequest) -> bytes:
+        ran.append(req.payload)
+        return b"ok"
+
+    return ran, handle
 
 
 def run(scenario: Callable[[str], object]) -> None:
@@ -456,11 +470,7 @@ def test_misuse_is_refused_before_anything_is_sent() -> None:
     """`to=` naming a server twice and `retry_s <= 0` are ConfigErrors; a vote already
     lost when the request is made (quorum(3) once a server has left) ends MEMBERS_LOST
     without a frame sent, so no server runs it."""
-    ran: list[bytes] = []
-
-    def handle(req: IncomingRequest) -> bytes:
-        ran.append(req.payload)
-        return b"ok"
+    ran, handle = _recording()
 
     async def scenario(url: str) -> None:
         servers = await _servers(url, [handle] * 3)
@@ -517,6 +527,78 @@ def test_a_proposal_refused_by_backpressure_is_proposed_at_the_retry(
             assert outcome.status is Status.TIMEOUT and client.stats.retries >= 1
         else:
             assert (outcome.status, outcome.value) == (Status.OK, b"ran")
+        await _close(servers, client)
+
+    run(scenario)
+
+
+def test_a_reply_address_that_is_no_address_costs_its_request_only() -> None:
+    """A request frame whose reply_to is no address of the servers' transport is the
+    sender's fault: refused (`bad_frames`, the link dropped), never proposed. An ordered
+    request with one (a member's own broadcast) still runs everywhere alike, answers
+    nobody and counts no handler error; and the view changes after it still reach every
+    client. Before, the server tried to route the reply there: a ConfigError came out of
+    the reply path (counted as the handler's), out of the endpoint on a retry, and out
+    of on_view at every view change, which skipped the notices of the clients after it."""
+    ran, handle = _recording()
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [handle] * 3)
+        (s1, g1), _, _ = servers
+        rogue = await Node("tcp://127.0.0.1:0", registry=url).start()
+        rogue.add_peers({g1.host.id: g1.host.address})
+        bad = Request(rogue.id, 7, b"nowhere", "no address")
+        rogue.transmit(g1.host.id, encode_rpc(endpoint_name("svc"), rogue.id, bad))
+        async with asyncio.timeout(5):
+            while s1.stats.bad_frames == 0:
+                await asyncio.sleep(0.01)
+        g1.broadcast_nowait(ordered_request(Request(rogue.id, 8, b"ordered", "udp://x:1")))
+        async with asyncio.timeout(5):
+            while ran.count(b"ordered") < 3:
+                await asyncio.sleep(0.01)
+        assert b"nowhere" not in ran
+        assert [s.stats.errors for s, _ in servers] == [0, 0, 0]
+        client = await _client(url, 3)
+        assert (await client.request(b"hello", vote="all", timeout=2.0)).ok  # heard from
+        view_id = client.view_id
+        servers.append(await Server.join("svc", registry=url, server=Server(handle)))
+        async with asyncio.timeout(5):
+            while client.view_id == view_id:  # told by the servers' notices
+                await asyncio.sleep(0.01)
+        assert len(client.members) == 4
+        await rogue.close()
+        await _close(servers, client)
+
+    run(scenario)
+
+
+def test_a_vote_lost_before_sending_still_reads_the_registry_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that is told no view change (notices go only to clients heard from
+    lately) and whose `quorum(3)` is lost before sending (a server left) reads the
+    registry again, as after any MEMBERS_LOST: once a new server has joined, the next
+    quorum(3) runs. Before, the request ended MEMBERS_LOST with no frame and no refresh,
+    so no reply and no lookup ever told the client of the new server: every quorum(3)
+    was lost, forever."""
+    from abcast.rpc import server as server_module
+
+    monkeypatch.setattr(server_module, "NOTIFY_FOR_S", -1.0)  # nobody is notified
+
+    async def scenario(url: str) -> None:
+        servers = await _servers(url, [lambda r: b"ok"] * 3)
+        client = await _client(url, 3)
+        server, group = servers.pop()
+        server.close()
+        await group.close()
+        async with asyncio.timeout(5):
+            while len(client.members) > 2:  # the view without it, from a reply
+                await client.request(b"", vote="first", timeout=1.0)
+        servers.append(await Server.join("svc", registry=url, server=Server(lambda r: b"ok")))
+        async with asyncio.timeout(10):
+            while (await client.request(b"q", vote="quorum(3)", timeout=1.0)).status \
+                    is Status.MEMBERS_LOST:
+                await asyncio.sleep(0.05)
+        assert len(client.members) == 3
         await _close(servers, client)
 
     run(scenario)

@@ -39,6 +39,7 @@ def test_needed(text: str, needed: list[int]) -> None:
     ("quorum(0)", "whole k >= 1"), ("quorum(1.5)", "whole k >= 1"),
     ("percent(0)", "0 < p <= 100"), ("percent(101)", "0 < p <= 100"),
     ("quorum(x)", "choose one of"),
+    ("quorum(" + "9" * 400 + ")", "whole k >= 1"),  # a float of inf: was OverflowError
 ])
 def test_bad_votes_name_the_allowed_values(text: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
@@ -47,7 +48,8 @@ def test_bad_votes_name_the_allowed_values(text: str, says: str) -> None:
 
 @pytest.mark.parametrize(("kind", "param", "says"), [
     ("quorum", 0, "whole k >= 1"), ("quorum", 1.5, "whole k >= 1"),
-    ("quorum", float("nan"), "whole k >= 1"), ("percent", 0, "0 < p <= 100"),
+    ("quorum", float("nan"), "whole k >= 1"), ("quorum", float("inf"), "whole k >= 1"),
+    ("percent", 0, "0 < p <= 100"),
     ("percent", 101, "0 < p <= 100"), ("most", 0, "choose one of"),
     ("first", 2, "takes no parameter"),
 ])

@@ -5,8 +5,11 @@ that means the same in every process: None, bool, int, float, str, bytes, and li
 tuples and dicts of those (dicts keep insertion order). Sets are refused (their
 iteration order depends on each process's hash seed: a method looping over one would
 diverge), and so is anything else (functions, open files, locks, arbitrary objects: they
-cannot be sent, or would not mean the same thing at the other end). Each refusal is a
-LocalProtocolError that names the argument and the path inside it.
+cannot be sent, or would not mean the same thing at the other end), and so is nesting
+deeper than MAX_DEPTH (a reference cycle too). Each refusal is a LocalProtocolError that
+names the argument and the path inside it. The check is linear in the distinct
+containers: one that is shared ((x, x): pickle keeps the sharing, so a peer's 200 bytes
+can hold 2**40 paths) is walked once, and judged again only for its depth.
 
 The bytes are a pickle of exact builtin types only, read back by an unpickler that
 refuses every global: a peer cannot make a replica import or call anything. Bytes that
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -39,42 +42,85 @@ _PROTOCOL: Final = 5
 
 
 def check_plain(value: object, where: str, depth: int = 0) -> None:
-    """Raise LocalProtocolError unless `value` is plain data (see the module rules)."""
+    """Raise LocalProtocolError unless `value` is plain data (see the module rules).
+    Linear in the distinct containers: one reached again (shared: (x, x)) is not walked
+    again, only its nesting judged where it sits now."""
+    _height(value, where, depth, {})
+
+
+def check_key(key: object, where: str) -> None:
+    """LocalProtocolError unless `key` may be a dict key of plain data: judged by its type
+    alone, so a caller can check a peer's key before anything hashes it (hashing a
+    nested tuple walks every path, as == does)."""
+    if type(key) not in _KEYS:
+        raise LocalProtocolError(f"{where} has a key of type {type(key).__name__}; dict "
+                                 "keys must be None, bool, int, str or bytes")
+
+
+def _deeper(where: str) -> LocalProtocolError:
+    return LocalProtocolError(f"{where} is nested deeper than {MAX_DEPTH} levels "
+                              "(or refers to itself)")
+
+
+def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> int:
+    """How many levels of containers `value` holds below itself (checking it): 0 for a
+    scalar or a container of scalars. `heights`: the containers checked so far (by id;
+    a container still being checked counts as too deep, so a cycle is refused)."""
     kind = type(value)
     if depth > MAX_DEPTH:
-        raise LocalProtocolError(f"{where} is nested deeper than {MAX_DEPTH} levels "
-                                 "(or refers to itself)")
+        raise _deeper(where)
     if kind in _SCALARS:
-        return
+        return 0
     # Fast paths (a replica checks its object's whole state after every write): items
     # that are scalars, or lists and tuples of scalars, are passed at C speed.
-    if isinstance(value, list | tuple) and (kind is list or kind is tuple):
+    items: Iterable[tuple[Any, Any]]
+    if kind is list or kind is tuple:
+        assert isinstance(value, list | tuple)
         if _SCALAR_TYPES.issuperset(map(type, value)):
-            return
-        for i, item in enumerate(value):
-            if not _flat(item, depth):
-                check_plain(item, f"{where}[{i}]", depth + 1)
-        return
-    if isinstance(value, dict) and kind is dict:
-        if _KEY_TYPES.issuperset(map(type, value)) and \
-                _SCALAR_TYPES.issuperset(map(type, value.values())):
-            return
-        for key, item in value.items():
-            if type(key) not in _KEYS:
-                raise LocalProtocolError(
-                    f"{where} has a key of type {type(key).__name__}; dict keys must be "
-                    "None, bool, int, str or bytes")
-            if not _flat(item, depth):
-                check_plain(item, f"{where}[{key!r}]", depth + 1)
-        return
-    if kind is set or kind is frozenset:
+            return 0
+        items = enumerate(value)
+    elif kind is dict:
+        assert isinstance(value, dict)
+        if not _KEY_TYPES.issuperset(map(type, value)):
+            for key in value:
+                check_key(key, where)  # refuses the first that is no key
+        if _SCALAR_TYPES.issuperset(map(type, value.values())):
+            return 0
+        items = value.items()
+    elif kind is set or kind is frozenset:
         raise LocalProtocolError(
             f"{where} is a {kind.__name__}: its iteration order differs between processes, "
             "so replicas could diverge; pass a sorted list instead")
-    raise LocalProtocolError(
-        f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent to the "
-        "replicas: only plain data (None, bool, int, float, str, bytes, and lists, tuples "
-        "and dicts of them) means the same in every process")
+    else:
+        raise LocalProtocolError(
+            f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent to "
+            "the replicas: only plain data (None, bool, int, float, str, bytes, and lists, "
+            "tuples and dicts of them) means the same in every process")
+    known = _known(value, where, depth, heights)
+    if known is not None:
+        return known
+    height = 0
+    for key, item in items:
+        if not _flat(item, depth):
+            below = 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights)
+            height = max(height, below)
+        elif not height and type(item) not in _SCALAR_TYPES:
+            height = 1  # a list or tuple of scalars
+    heights[id(value)] = height
+    return height
+
+
+def _known(value: object, where: str, depth: int, heights: dict[int, int]) -> int | None:
+    """The height of a container met before (None: first time; it is marked as being
+    checked). Too deep where it sits now, or still being checked (a cycle): refused."""
+    key = id(value)
+    known = heights.get(key)
+    if known is None:
+        heights[key] = MAX_DEPTH + 1  # being checked: met again, it refers to itself
+        return None
+    if depth + known > MAX_DEPTH:
+        raise _deeper(where)
+    return known
 
 
 def _flat(item: Any, depth: int) -> bool:

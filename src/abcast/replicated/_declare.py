@@ -113,6 +113,19 @@ def replicated(cls: C) -> C:
     return cls
 
 
+def refuse_shadowed(spec: ClassSpec, facade: type, *own: str) -> None:
+    """LocalProtocolError if a @write or @read of `spec` has the name of one of the
+    facade's own public attributes (or of `own`): called on the facade, that name is the
+    facade's — a `close` write would close the handle and run nowhere."""
+    names = {n for n in dir(facade) if not n.startswith("_")} | set(own)
+    clash = sorted(names & set(spec.methods))
+    if clash:
+        raise LocalProtocolError(
+            f"{spec.cls.__name__}: {', '.join(clash)} cannot be called through "
+            f"{facade.__name__}, which has its own attribute of that name; rename the "
+            f"method (the facade's names: {', '.join(sorted(names))})")
+
+
 def class_named(name: str) -> type | None:
     """The @replicated class of this process whose wire name is `name`, if any."""
     return _CLASSES.get(name)

@@ -4,7 +4,8 @@ Rules: each is an ordinary `@replicated` class (plain local objects when constru
 directly; replicated through abcast.replicated.attach / ReplicatedHandle), every @write
 deterministic, every @read side-effect free. The lock's blocking `acquire` is a helper
 over the handle (`acquire`, `release`, `locked`): the queue of requesters is replicated
-state, so every replica agrees on who holds the lock.
+state, so every replica agrees on who holds the lock; an `acquire` given up (cancelled,
+a timeout around it) takes its owner out of the queue again.
 
 The dictionary checks the key each write stores (the state's own rules:
 abcast.replicated._args) and hands its state over itself, so that no write needs the
@@ -14,15 +15,19 @@ check of the whole state a replica makes after each write of a class without hoo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import pickle
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
-from abcast.errors import LocalProtocolError, RemoteProtocolError
-from abcast.replicated._args import check_plain, loads_plain
+from abcast.errors import AbcastError, LocalProtocolError, RemoteProtocolError
+from abcast.replicated._args import check_key, check_plain, loads_plain
 from abcast.replicated._declare import read, replicated, write
 from abcast.replicated.handle import ReplicatedHandle
+
+log: Final = logging.getLogger(__name__)
 
 
 @replicated
@@ -46,7 +51,7 @@ class Counter:
 
 @replicated
 class ReplicatedDict:
-    """Keys are None, bool, int, str or bytes (a write storing any other fails, with
+    """Keys are None, bool, int, str or bytes (a write naming any other fails, with
     LocalProtocolError, on every replica alike); values are plain data."""
 
     def __init__(self) -> None:
@@ -55,6 +60,7 @@ class ReplicatedDict:
     @write
     def put(self, key: Any, value: Any) -> Any:
         """Set key to value; returns the previous value (None if there was none)."""
+        check_key(key, "the new entry")  # by type, before anything hashes a peer's key
         check_plain({key: value}, "the new entry")
         previous = self.data.get(key)
         self.data[key] = value
@@ -62,6 +68,7 @@ class ReplicatedDict:
 
     @write
     def put_if_absent(self, key: Any, value: Any) -> bool:
+        check_key(key, "the new entry")
         check_plain({key: value}, "the new entry")
         if key in self.data:
             return False
@@ -70,6 +77,7 @@ class ReplicatedDict:
 
     @write
     def delete(self, key: Any) -> bool:
+        check_key(key, "delete(key)")
         return self.data.pop(key, _MISSING) is not _MISSING
 
     @read
@@ -111,6 +119,7 @@ class Lock:
     @write
     def request(self, owner: str) -> bool:
         """Queue `owner` (once); True when it holds the lock now."""
+        _check_owner(owner)  # a str: comparing a peer's nested tuple walks every path
         if owner not in self.queue:
             self.queue.append(owner)
         return self.queue[0] == owner
@@ -118,6 +127,7 @@ class Lock:
     @write
     def release(self, owner: str) -> str | None:
         """`owner` gives the lock up (or leaves the queue); returns the new holder."""
+        _check_owner(owner)
         if owner in self.queue:
             self.queue.remove(owner)
         return self.queue[0] if self.queue else None
@@ -127,10 +137,45 @@ class Lock:
         return self.queue[0] if self.queue else None
 
 
+def _check_owner(owner: object) -> None:
+    if type(owner) is not str:
+        raise LocalProtocolError(f"a lock's owner is a str, not a {type(owner).__name__}")
+
+
 async def acquire(lock: ReplicatedHandle[Lock], owner: str) -> None:
-    """Block until `owner` holds the replicated lock."""
-    if not await lock.call_write("request", owner):
-        await lock.wait_until(lambda copy: bool(copy.queue) and copy.queue[0] == owner)
+    """Block until `owner` holds the replicated lock. Given up — cancelled (a timeout
+    around it), or failed — once its request is broadcast, it broadcasts `owner`'s
+    release too, once the request has executed here (an ordering without FIFO, skeen,
+    could otherwise run the release first), so the lock never passes to an owner that
+    stopped waiting."""
+    requested = lock.call_write("request", owner)
+    try:
+        # shielded: a cancelled caller leaves the request's outcome to `_give_up`
+        if not await asyncio.shield(requested):
+            await lock.wait_until(lambda copy: bool(copy.queue) and copy.queue[0] == owner)
+    except BaseException:
+        _give_up(lock, owner, requested)
+        raise
+
+
+def _give_up(lock: ReplicatedHandle[Lock], owner: str, requested: asyncio.Future[Any]) -> None:
+    """Take `owner` out of the queue once its request has executed here, without
+    waiting for it (a cancelled caller cannot wait)."""
+
+    def release_now(done: asyncio.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return  # the object went away: the request never ran here, nothing to undo
+        try:
+            lock.call_write("release", owner).add_done_callback(_retrieved)
+        except AbcastError as exc:  # the object is gone (nothing more runs), or backpressure
+            log.warning("lock: %s's release not sent: %s", owner, exc)
+
+    requested.add_done_callback(release_now)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # the object went away meanwhile: nothing left to release
 
 
 async def release(lock: ReplicatedHandle[Lock], owner: str) -> None:

@@ -31,9 +31,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from abcast.replicated._app import GroupApp
-from abcast.replicated._declare import READ, spec_of
-from abcast.replicated._group import GroupLike, require_total_order, total_orderings
+from abcast.replicated._app import GroupApp, bound_to
+from abcast.replicated._declare import READ, refuse_shadowed, spec_of
+from abcast.replicated._group import (
+    GroupLike,
+    refuse_dynamic,
+    require_total_order,
+    total_orderings,
+)
 from abcast.replicated.replica import Replica
 
 if TYPE_CHECKING:
@@ -48,6 +53,7 @@ class ReplicatedHandle(GroupApp[Replica[T]]):
     """`acc = await attach(group, Account)`; `await acc.deposit(300)`; `await acc.get()`."""
 
     def __init__(self, obj: T) -> None:
+        refuse_shadowed(spec_of(obj), type(self))
         super().__init__(Replica(obj), "replicated object")
 
     @property
@@ -111,15 +117,19 @@ async def attach(group: GroupLike, cls: type[T], *args: Any, name: str,
 
 async def attach(group: GroupLike, cls: type[T], *args: Any, name: str | None = None,
                  **kwargs: Any) -> ReplicatedHandle[T] | ObjectHandle:
-    """A replica of `cls(*args, **kwargs)` on an open group made without on_deliver; it
-    applies the group's deliveries from a task until `close()`. With `name=`, a named
-    object among the group's others (abcast.replicated.objects): created in the group's
-    order, found by the other members with `lookup(group, name)`."""
+    """A replica of `cls(*args, **kwargs)` on an open static group made without
+    on_deliver; it applies the group's deliveries from a task until `close()`. With
+    `name=`, a named object among the group's others (abcast.replicated.objects): created
+    in the group's order, found by the other members with `lookup(group, name)`. A
+    dynamic group (Group.create/join) is refused with LocalProtocolError unless its
+    `app=` holds the objects: its joiners would get no state."""
     spec_of(cls)  # refuse undecorated classes before building anything
     if name is not None:
         from abcast.replicated.objects import attach_named
 
         return await attach_named(group, cls, name, *args, **kwargs)
+    if bound_to(group) is None:  # (beside another, bind says why it cannot be)
+        refuse_dynamic(group, "a replicated object")
     handle = ReplicatedHandle(cls(*args, **kwargs))
     handle.bind(group)
     handle.start_reading()

@@ -3,8 +3,10 @@
 
 Rules: a group's named objects live in one `Objects` (the asyncio facade of
 `Directory`): the group's application when given as `app=` (then every object's state
-moves to a joiner in the group's snapshot), or, for a group made without one, made by
-the first `attach(..., name=…)` and fed from a task reading `group.deliveries()`.
+moves to a joiner in the group's snapshot), or, for a static group made without one,
+made by the first `attach(..., name=…)` and fed from a task reading
+`group.deliveries()` (a dynamic group without it is refused: its joiners would get no
+objects).
 `attach` broadcasts a create and returns the object's handle once the create has
 executed here — or raises `ObjectExistsError`, as every member decides at that point of the
 order. `lookup` is local and immediate: the handle of an object whose create has
@@ -18,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from abcast.errors import LocalProtocolError
 from abcast.replicated._app import GroupApp, bound_to
-from abcast.replicated._declare import READ, spec_of
-from abcast.replicated._group import GroupLike
+from abcast.replicated._declare import READ, refuse_shadowed, spec_of
+from abcast.replicated._group import GroupLike, refuse_dynamic
 from abcast.replicated.directory import (
     Directory,
     encode_call,
@@ -43,12 +45,14 @@ class Objects(GroupApp[Directory]):
         return self.core
 
     async def create(self, name: str, cls: type, *args: Any, **kwargs: Any) -> ObjectHandle:
+        refuse_shadowed(spec_of(cls), ObjectHandle, *ObjectHandle.OWN)
         _seq, future = self.submit(encode_create(name, cls, args, kwargs))
         await future
         return ObjectHandle(self, name)
 
     def lookup(self, name: str) -> ObjectHandle:
-        self.core.replica(name)  # NoSuchObjectError unless it is here
+        replica = self.core.replica(name)  # NoSuchObjectError unless it is here
+        refuse_shadowed(replica.spec, ObjectHandle, *ObjectHandle.OWN)
         return ObjectHandle(self, name)
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
@@ -63,6 +67,9 @@ class Objects(GroupApp[Directory]):
 
 class ObjectHandle:
     """One named object: `await acc.deposit(5)`, `await acc.get()`, `await acc.drop()`."""
+
+    #: instance attributes a method of the object must not be named after
+    OWN: ClassVar[tuple[str, ...]] = ("name",)
 
     def __init__(self, objects: Objects, name: str) -> None:
         self._objects = objects
@@ -110,6 +117,8 @@ def objects_of(group: GroupLike) -> Objects:
     objects = bound_to(group)
     if isinstance(objects, Objects):
         return objects
+    if objects is None:  # (beside another, bind says why it cannot be)
+        refuse_dynamic(group, "its replicated objects")
     made = Objects()
     made.bind(group)  # LocalProtocolError if an unnamed object reads the group
     made.start_reading()

@@ -140,8 +140,12 @@ class Client:
             await node.close()
             raise ConfigError(f"the registry has no members for group {group!r}")
         client = cls(group, node, retry_s=retry_s)
-        node.open_endpoint(client.endpoint, client._on_frame)
-        client._adopt(info.view_id, info.members)
+        try:
+            node.open_endpoint(client.endpoint, client._on_frame)
+            client._adopt(info.view_id, info.members)  # ConfigError: servers out of reach
+        except BaseException:
+            await node.close()
+            raise
         return client
 
     async def refresh(self) -> None:
@@ -194,10 +198,12 @@ class Client:
         targets = self._targets(to)
         ballot_vote.check_targets(len(to) if to else self.largest)
         if not targets:  # every server the client knew has left the group
+            self._refresh_soon()
             return Outcome(Status.MEMBERS_LOST, None, ())
         ballot = Ballot(ballot_vote, consistency, targets)
         if ballot.on_view(self.members) is not Status.WAITING:
-            return ballot.outcome()  # decided before a word was sent: send none
+            self._refresh_soon()  # lost before a word was sent: send none, look again
+            return ballot.outcome()
         request = Request(self.id, next(self._rids), bytes(payload), self.node.address,
                           tuple(to or ()), False, path)
         pending = _Pending(ballot, request, asyncio.Event(), None)

@@ -33,6 +33,12 @@ Rules:
   get no reply. Replies go straight to the client (the address in the request) and carry
   the server's view; on a view change every client heard from in the last
   `NOTIFY_FOR_S` is told the new view, so a waiting vote can re-count.
+- The server ends with its group: when the group closes here, is left, or removes this
+  member (`group_ended`), or on `close()`, the request endpoint is closed on the node
+  and `requests()` ends.
+- A request frame whose `reply_to` is no address of this node's transport is refused
+  (`stats.bad_frames`, the link dropped) before anything is proposed; an ordered request
+  with one (a member's own broadcast) runs and answers nobody (one log line).
 - A client is never a member: a request frame whose client id is in the server's view
   is refused (`stats.refused`, the link dropped), and no reply or notice goes to a
   member's id, so a request's `reply_to` never re-points a group peer's address (an
@@ -53,7 +59,7 @@ import msgspec
 
 from abcast.codec import NOT_A_MESSAGE, Envelope
 from abcast.effects import Deliver, Stage
-from abcast.errors import Backpressure, LocalProtocolError, RemoteProtocolError
+from abcast.errors import Backpressure, ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId, View
 from abcast.rpc.executor import DEFAULT_CAPACITY, Action, Executor
 from abcast.rpc.wire import (
@@ -69,6 +75,7 @@ from abcast.rpc.wire import (
 )
 from abcast.runtime.group import Group
 from abcast.transport import Link
+from abcast.transport.base import parse_url
 
 log: Final = logging.getLogger(__name__)
 
@@ -179,7 +186,13 @@ class Server:
         self._endpoint = endpoint_name(group.name)
         group.host.open_endpoint(self._endpoint, self._on_frame)
 
+    def group_ended(self, why: str) -> None:
+        """The group (this server is its `app=`) ended on this node: serve no more."""
+        self.close()
+
     def close(self) -> None:
+        """Close the request endpoint and end `requests()` (also done when the group
+        ends here: `group_ended`)."""
         group = self._group
         if group is not None:
             group.host.close_endpoint(self._endpoint)
@@ -289,6 +302,13 @@ class Server:
             self.stats.refused += 1
             raise RemoteProtocolError(f"{env.sender} sent a request in the name of "
                                       f"{frame.client}, a member of {group.name!r}")
+        if group.host.peer_url(frame.client) != frame.reply_to:
+            try:
+                parse_url(frame.reply_to, expect_scheme=group.host.transport.scheme)
+            except ConfigError as exc:
+                self.stats.bad_frames += 1
+                raise RemoteProtocolError(f"{env.sender} sent a request to be answered at "
+                                          f"no address of this transport: {exc}") from None
         self._remember(frame)
         action, cached = self.executor.on_frame(frame, leader=group.view.leader == group.node)
         if action is Action.PROPOSE:
@@ -341,7 +361,11 @@ class Server:
             return  # a group peer's address is the group's to set, never a request's
         host = group.host
         if host.peer_url(client) != url:
-            host.add_peers({client: url})
+            try:
+                host.add_peers({client: url})
+            except ConfigError as exc:  # an ordered request a member sent itself
+                log.warning("no frame to client %s: %s", client, exc)
+                return
         host.transmit(client, encode_rpc(self._endpoint, host.id, frame))
 
     def _require_group(self) -> Group:

@@ -71,7 +71,8 @@ class Vote:
             if self.param != 0:
                 raise ConfigError(f"vote {self.kind!r} takes no parameter, got {self.param!r}")
         elif self.kind == "quorum":
-            if not (self.param >= 1 and self.param == int(self.param)):
+            if not (math.isfinite(self.param) and self.param >= 1
+                    and self.param == int(self.param)):
                 raise ConfigError(f"vote quorum({self.param:g}): quorum(k) needs a whole k >= 1")
         elif self.kind == "percent":
             if not 0 < self.param <= 100:
