@@ -51,6 +51,7 @@ from abcast.pipeline.checks import (
     one_hot,
     restrict,
     shuffle_partitions,
+    skips,
     zero_mask,
 )
 from abcast.pipeline.membership_tables import (
@@ -374,7 +375,7 @@ def notable_deliveries(deliveries: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     seq, prev = F.col("seq"), F.col("prev_seq")
-    return deliveries.where((prev > seq) | (seq - prev > 1) | (seq <= F.col("max_before"))
+    return deliveries.where((prev > seq) | skips(prev, seq) | (seq <= F.col("max_before"))
                             | ~F.coalesce(F.col("sent"), F.lit(False)))
 
 
