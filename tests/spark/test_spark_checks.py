@@ -197,8 +197,8 @@ def test_a_witness_index_beyond_40_bits_keeps_its_unit(spark: object, tmp_path: 
 def test_seqs_at_or_below_zero_are_judged_as_in_memory(spark: object, tmp_path: Path) -> None:
     """A trace may hold seqs a writer never gives (0, -1). docs/checks.md floors at 0
     what has no snapshot: a FIFO hole is a missing seq above 0, and a crashed origin's
-    send top is 0 when it sent nothing above it. n2 delivers n1#-1 then n1#4: holes 1..3
-    (Spark counted 0 too); n3, crashed, sent only n3#-1 and n2 delivers n3#0: unknown
+    send top is 0 when it sent nothing above it. n2 delivers n1#-1 then n1#4: one hole,
+    n1#1..3 (Spark took in 0 too); n3, crashed, sent only n3#-1 and n2 delivers n3#0: unknown
     (Spark took the top as -1 and excused it)."""
     run = "low-seqs"
     rows = [EventRow(run, "n1", "send", "n1", seq, "g", seq + 10, None, 0) for seq in (-1, 4)]
@@ -212,6 +212,10 @@ def test_seqs_at_or_below_zero_are_judged_as_in_memory(spark: object, tmp_path: 
     write_run(tmp_path, rows, info)
     runs, events = read_traces(tmp_path)
     memory = count_by_code(check_traces(runs, events)[run])
-    assert memory == {"INTEGRITY_UNKNOWN": 1, "FIFO_ORDER": 3}
+    assert memory == {"INTEGRITY_UNKNOWN": 1, "FIFO_ORDER": 1}
+    hole = [v.messages for v in check_traces(runs, events)[run] if v.code == "FIFO_ORDER"]
+    assert hole == [(("g", "n1", 1), ("g", "n1", 3))]
     outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
     assert outcome.verdict.of_run(run) == memory
+    assert [e.messages for e in outcome.verdict.examples if e.code == "FIFO_ORDER"] == [
+        ("g/n1:1", "g/n1:3")]
