@@ -5,7 +5,8 @@ its `run_id` column names: a row of run B inside `events/A/` (or in the director
 run with no runs row) was checked as B's, and a file below a run's directory was read,
 where the in-memory reader refuses the first and the last and never reads the second.
 Now a row of another run in a committed run's directory, a file deeper down, or a null
-in a required column refuses the trace in both, with the reader's words; what the
+in a required column (of the events or of runs.parquet, where a null `guarantees` made
+Spark check nothing) refuses the trace in both, with the reader's words; what the
 reader leaves alone (an uncommitted run's directory, a file directly in `events/`),
 Spark leaves alone too, and both count the same.
 """
@@ -16,6 +17,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from spark_traces import ALL
@@ -52,6 +54,19 @@ def _put(out: Path, relative: str, rows: list[EventRow]) -> None:
     pq.write_table(table, path)
 
 
+def _unclaimed(out: Path) -> None:
+    """runs.parquet with A's guarantees null (Spark took it as claiming nothing), and the
+    stray delivery in A that its checks would have found."""
+    _put(out, "A/n9.parquet", _stray("A"))
+    table = pq.read_table(out / "runs.parquet")
+    index = table.schema.get_field_index("guarantees")
+    field = table.schema.field(index).with_nullable(True)
+    nulls = pa.array([None if r == "A" else g for r, g in zip(
+        table.column("run_id").to_pylist(), table.column("guarantees").to_pylist(),
+        strict=True)], type=field.type)
+    pq.write_table(table.set_column(index, field, nulls), out / "runs.parquet")
+
+
 Refused = tuple[str, Callable[[Path], None], str]
 REFUSED: list[Refused] = [
     ("foreign-row", lambda out: _put(out, "A/n9.parquet", _stray("B")),
@@ -60,6 +75,8 @@ REFUSED: list[Refused] = [
      "unexpected entry in an event directory"),
     ("null-node", lambda out: _put(out, "A/n9.parquet", _stray("A", None)),
      "column 'node' holds nulls"),
+    ("null-guarantees", _unclaimed,
+     "runs.parquet: column 'guarantees' holds nulls"),
 ]
 
 

@@ -111,6 +111,8 @@ def _check_local_schema(path: Path, shown: str, expected: pa.Schema) -> int:
 
 #: the event columns no row may leave null (EVENT_SCHEMA's non-nullable fields)
 REQUIRED_COLUMNS: Final = tuple(f.name for f in EVENT_SCHEMA if not f.nullable)
+#: the same of RUN_SCHEMA
+REQUIRED_RUN_COLUMNS: Final = tuple(f.name for f in RUN_SCHEMA if not f.nullable)
 
 
 def run_dir_of(relative: PurePosixPath) -> str | None:
@@ -242,9 +244,13 @@ def _check_run_dirs(runs_file: Path, events_dir: Path, shown_root: str) -> list[
     would have no rows, and a run with none breaks no check."""
     shown = join_path(shown_root, RUNS_FILE)
     try:
-        table = pq.read_table(runs_file, columns=["run_id", "guarantees"])
+        # (_check_local_schema saw these columns: the required ones are never optional)
+        table = pq.read_table(runs_file, columns=list(REQUIRED_RUN_COLUMNS))
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise TraceDirError(f"{shown}: not a Parquet file ({exc})") from None
+    for name in REQUIRED_RUN_COLUMNS:
+        if table.column(name).null_count:
+            raise TraceDirError(f"{shown}: column {name!r} holds nulls")
     run_ids = table.column("run_id").to_pylist()
     check_claims(list(zip(run_ids, table.column("guarantees").to_pylist(), strict=True)),
                  shown)
@@ -340,6 +346,20 @@ def check_remote_rows(events: DataFrame, events_uri: str) -> None:
                 raise foreign_row(shown, run_dir, run_id)
 
 
+def _committed_runs(runs: DataFrame, shown: str) -> list[str]:
+    """The run ids of the runs table (a few rows, collected), refusing a null where
+    RUN_SCHEMA allows none, as abcast.trace.read_runs does (a null `guarantees` would
+    otherwise claim nothing, and its run be judged clean unchecked)."""
+    from pyspark.sql import functions as F
+
+    rows = runs.select("run_id", *[F.col(c).isNull().alias(f"_null_{c}")
+                                   for c in REQUIRED_RUN_COLUMNS]).collect()
+    for name in REQUIRED_RUN_COLUMNS:
+        if any(r[f"_null_{name}"] for r in rows):
+            raise TraceDirError(f"{shown}: column {name!r} holds nulls")
+    return sorted(str(r["run_id"]) for r in rows)
+
+
 def read_trace(spark: SparkSession, uri: str) -> TraceFrames:
     """Both tables of the trace dir at `uri`, columns checked and typed: the events of the
     runs with a runs row, read from their directories (as abcast.trace.read_traces reads
@@ -354,7 +374,7 @@ def read_trace(spark: SparkSession, uri: str) -> TraceFrames:
         runs = conform(spark.read.parquet(runs_uri), RUN_SCHEMA, runs_uri)
     except PySparkException as exc:
         raise _spark_refusal(exc, runs_uri) from None
-    run_ids = sorted(str(r[0]) for r in runs.select("run_id").collect())
+    run_ids = _committed_runs(runs, runs_uri)
     local = local_path(events_uri)
     local_dir = local if local is not None and local.is_dir() else None
     streams: list[Path] = []
