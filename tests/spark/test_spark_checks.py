@@ -219,3 +219,24 @@ def test_seqs_at_or_below_zero_are_judged_as_in_memory(spark: object, tmp_path: 
     assert outcome.verdict.of_run(run) == memory
     assert [e.messages for e in outcome.verdict.examples if e.code == "FIFO_ORDER"] == [
         ("g/n1:1", "g/n1:3")]
+
+
+def test_a_row_written_twice_is_counted_as_in_memory(spark: object, tmp_path: Path) -> None:
+    """A trace may hold one deliver row twice, verbatim (a file copied twice, a writer's
+    retry). Spark matched first-copy flags back to deliveries by (node, index, t_ns), so
+    both copies of n2's n1#3 took both flags and its causal unit (n1#3 before n1#2) was
+    counted twice; now it comes once, as in memory."""
+    run = "repeated-row"
+    rows = [EventRow(run, "n1", "send", "n1", s, "g", s, None) for s in (1, 2, 3)]
+    rows += [EventRow(run, "n1", "deliver", "n1", s, "g", 10 + s, s) for s in (1, 2, 3)]
+    twice = EventRow(run, "n2", "deliver", "n1", 3, "g", 22, 2)
+    rows += [EventRow(run, "n2", "deliver", "n1", 1, "g", 21, 1), twice, twice,
+             EventRow(run, "n2", "deliver", "n1", 2, "g", 23, 3)]
+    info = RunInfo(run, "test", "mem://", 2, 0, "handwritten", None, None,
+                   ("integrity", "causal"), 0, 1)
+    write_run(tmp_path, rows, info)
+    runs, events = read_traces(tmp_path)
+    memory = count_by_code(check_traces(runs, events)[run])
+    assert memory == {"INTEGRITY_DUPLICATE": 1, "CAUSAL_ORDER": 1}
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    assert outcome.verdict.of_run(run) == memory
