@@ -124,6 +124,7 @@ def test_what_the_reader_leaves_alone_spark_leaves_alone(
     runs, events = read_traces(tmp_path)
     memory = {run: count_by_code(v) for run, v in check_traces(runs, events).items()}
     assert memory == {"A": {}, "B": {}}
-    preflight(str(tmp_path))
+    counted = preflight(str(tmp_path))
     outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
     assert {r: outcome.verdict.of_run(r) for r in ("A", "B")} == memory
+    assert counted == outcome.events == len(events)  # the rows both read, and no more

@@ -185,7 +185,8 @@ def check_file_rows(file: Path, relative: PurePosixPath, shown: str,
 
 def validate_local(root: Path, shown_root: str) -> int:
     """Refuse a local trace dir that is missing, empty, or has a foreign or incomplete
-    file; return the number of event rows (from the Parquet footers)."""
+    file; return the number of event rows read_trace reads (the committed runs', from
+    the Parquet footers)."""
     if not root.exists():
         raise TraceDirError(f"trace directory not found: {shown_root}")
     if not root.is_dir():
@@ -213,14 +214,15 @@ def validate_local(root: Path, shown_root: str) -> int:
                 table = _stream_table(file, shown)
                 if judged:
                     check_file_rows(file, relative, shown, table)
-                rows += table.num_rows
+                    rows += table.num_rows
             continue
         if file.suffix != ".parquet":
             raise TraceDirError(f"{shown}: not a Parquet file (event files end in .parquet, "
                                 f"or {STREAM_SUFFIX} for a killed node's stream)")
-        rows += _check_local_schema(file, shown, EVENT_SCHEMA)
+        count = _check_local_schema(file, shown, EVENT_SCHEMA)
         if judged:
             check_file_rows(file, relative, shown)
+            rows += count
     return rows
 
 
