@@ -9,7 +9,8 @@ lists, repeated or falling views, crashes, later send views) and of a run with a
 and a rejoined node (snapshots: lost, swapped, repeated deliveries after the join), and
 small simulated runs (a crash, a joiner, causal order, churn with a rejoin), and rows
 drawn at random that no driver writes (`_adversarial`: the harness that found the
-node-order, repeated-index, wide-index and seq-0 disagreements).
+node-order, repeated-index, wide-index and seq-0 disagreements; with `wide`, seq jumps
+past 2**62 and bigint extremes, which found the overflows and the repeated-row count).
 """
 
 from __future__ import annotations
@@ -153,32 +154,49 @@ def _joiners_mutated(seed: int) -> tuple[list[EventRow], RunInfo]:
 
 
 _LONG_IDS = ("n" + "9" * 39, "n1" + "0" * 39)  # digit runs past any Spark decimal
+#: values no writer gives but a trace may hold: seq jumps past any range a checker could
+#: list, the bigint extremes (no arithmetic on them may overflow)
+_WIDE = (2**62, -(2**63), 2**63 - 1, 2**63 - 2, 2**31, -(2**31))
 
 
-def _adversarial(seed: int) -> tuple[list[EventRow], RunInfo]:
+def _adversarial(seed: int, *, wide: bool = False) -> tuple[list[EventRow], RunInfo]:
     """Rows no driver writes but a trace may hold, drawn by seed: any kind at any node in
     any order (a delivery before its send, after a crash or a leave), ids with digit runs
     past 38 digits, seqs -1..5, repeated, negative and past-40-bit indices, null groups
-    and view ids, odd member lists, deps of any origin."""
-    rng = random.Random(3000 + seed)
-    run = f"adversarial-{seed}"
+    and view ids, odd member lists, deps of any origin. `wide`: a quarter of the seqs,
+    indices, view ids, deps bounds and times drawn from `_WIDE` instead, and a row now and
+    then written twice, verbatim."""
+    rng = random.Random((9000 if wide else 3000) + seed)
+    run = f"{'wide' if wide else 'adversarial'}-{seed}"
     nodes = rng.sample(["n1", "n2", "n10", "n02", "a", "z9", *_LONG_IDS], rng.randint(1, 5))
     groups = ["g", "h", None] if rng.random() < 0.3 else ["g"]
     kinds = ["send", "deliver", "deliver", "deliver", "opt_deliver", "view", "crash",
              "recover"]
+
+    def num(low: int, high: int) -> int:
+        return rng.choice(_WIDE) if wide and rng.random() < 0.25 else rng.randint(low, high)
+
+    def wide_only(low: int, high: int) -> list[int]:
+        return [num(low, high)] if wide else []
+
+    times = range(1, rng.randint(1, 40) + 1)
+    if wide:  # distinct per run: a node's rows tied in t_ns have no order to agree on
+        times = sorted({num(1, 99) for _ in times})  # type: ignore[assignment]
     rows: list[EventRow] = []
     counters: dict[tuple[str, str], int] = {}
-    for t_ns in range(1, rng.randint(1, 40) + 1):
+    for t_ns in times:
         node, kind, group = rng.choice(nodes), rng.choice(kinds), rng.choice(groups)
-        seq, view = rng.randint(-1, 5), rng.choice([None, 1, 1, 2, 2, 3])
+        # (the wide-only choices are drawn only then: the other seeds keep their rows)
+        seq, view = num(-1, 5), rng.choice([None, 1, 1, 2, 2, 3, *wide_only(1, 3)])
         if kind == "send":
-            deps = ({o: rng.randint(0, 4) for o in rng.sample(nodes, rng.randint(0, len(nodes)))}
+            deps = ({o: num(0, 4) for o in rng.sample(nodes, rng.randint(0, len(nodes)))}
                     if rng.random() < 0.5 else None)
             origin = node if rng.random() < 0.9 else rng.choice(nodes)
             rows.append(EventRow(run, node, kind, origin, seq, group, t_ns, None, 0, view, deps))
         elif kind in ("deliver", "opt_deliver"):
             n = counters[(node, kind)] = counters.get((node, kind), 0) + 1
-            index = n if rng.random() < 0.9 else rng.choice([None, n - 1, 1, 2**41 + n, -n])
+            index = n if rng.random() < 0.9 else rng.choice([None, n - 1, 1, 2**41 + n, -n,
+                                                              *wide_only(1, 3)])
             rows.append(EventRow(run, node, kind, rng.choice(nodes), seq, group, t_ns, index,
                                  0, view))
         elif kind == "view":
@@ -188,6 +206,8 @@ def _adversarial(seed: int) -> tuple[list[EventRow], RunInfo]:
                                  None, None, None if rng.random() < 0.1 else members))
         else:
             rows.append(EventRow(run, node, kind, None, None, group, t_ns, None))
+        if wide and rng.random() < 0.1:
+            rows.append(rows[-1])
     return rows, RunInfo(run, "test", "mem://", len(nodes), 0, "adversarial", seed, None,
                          ALL, 0, 1)
 
@@ -226,6 +246,10 @@ def trace_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_run(out, *_joiners_mutated(seed))
     for seed in range(60):
         rows, info = _adversarial(seed)
+        if rows:
+            write_run(out, rows, info)
+    for seed in range(40):
+        rows, info = _adversarial(seed, wide=True)
         if rows:
             write_run(out, rows, info)
     for rows, info in _simulated():

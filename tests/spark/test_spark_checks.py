@@ -15,11 +15,11 @@ from spark_traces import Scenario, build_scenarios, write_scenarios
 
 from abcast.ids import node_sort_key
 from abcast.pipeline.checks import VIOLATION_COLUMNS, node_order_key
-from abcast.pipeline.commands import run_check
+from abcast.pipeline.commands import CheckOutcome, run_check
 from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import CHECKS, RunClaim, find_violations, runs_by_code, summarize
 from abcast.pipeline.trace_tables import TraceTables, materialize_tables
-from abcast.testing import TraceBuilder, check_traces, count_by_code
+from abcast.testing import TraceBuilder, Violation, check_traces, count_by_code
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.trace.schema import CODES
 from abcast.trace.writer import read_traces, write_run
@@ -197,8 +197,8 @@ def test_a_witness_index_beyond_40_bits_keeps_its_unit(spark: object, tmp_path: 
 def test_seqs_at_or_below_zero_are_judged_as_in_memory(spark: object, tmp_path: Path) -> None:
     """A trace may hold seqs a writer never gives (0, -1). docs/checks.md floors at 0
     what has no snapshot: a FIFO hole is a missing seq above 0, and a crashed origin's
-    send top is 0 when it sent nothing above it. n2 delivers n1#-1 then n1#4: holes 1..3
-    (Spark counted 0 too); n3, crashed, sent only n3#-1 and n2 delivers n3#0: unknown
+    send top is 0 when it sent nothing above it. n2 delivers n1#-1 then n1#4: one hole,
+    n1#1..3 (Spark took in 0 too); n3, crashed, sent only n3#-1 and n2 delivers n3#0: unknown
     (Spark took the top as -1 and excused it)."""
     run = "low-seqs"
     rows = [EventRow(run, "n1", "send", "n1", seq, "g", seq + 10, None, 0) for seq in (-1, 4)]
@@ -207,11 +207,37 @@ def test_seqs_at_or_below_zero_are_judged_as_in_memory(spark: object, tmp_path: 
              EventRow(run, "n2", "deliver", "n1", -1, "g", 30, 1, 0),
              EventRow(run, "n2", "deliver", "n1", 4, "g", 31, 2, 0),
              EventRow(run, "n2", "deliver", "n3", 0, "g", 32, 3, 0)]
-    info = RunInfo(run, "test", "mem://", 3, 0, "handwritten", None, None,
-                   ("integrity", "fifo"), 0, 1)
-    write_run(tmp_path, rows, info)
-    runs, events = read_traces(tmp_path)
-    memory = count_by_code(check_traces(runs, events)[run])
-    assert memory == {"INTEGRITY_UNKNOWN": 1, "FIFO_ORDER": 3}
-    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
-    assert outcome.verdict.of_run(run) == memory
+    found, outcome = _both_checkers(spark, tmp_path, rows, ("integrity", "fifo"))
+    assert count_by_code(found) == {"INTEGRITY_UNKNOWN": 1, "FIFO_ORDER": 1}
+    assert outcome.verdict.of_run(run) == count_by_code(found)
+    assert [v.messages for v in found if v.code == "FIFO_ORDER"] == [
+        (("g", "n1", 1), ("g", "n1", 3))]
+    assert [e.messages for e in outcome.verdict.examples if e.code == "FIFO_ORDER"] == [
+        ("g/n1:1", "g/n1:3")]
+
+
+def _both_checkers(spark: object, out: Path, rows: list[EventRow], claims: tuple[str, ...]
+                   ) -> tuple[list[Violation], CheckOutcome]:
+    """One run's rows written to `out`, claiming `claims`: the in-memory violations and
+    the Spark check's outcome."""
+    run = rows[0].run_id
+    write_run(out, rows, RunInfo(run, "test", "mem://", 3, 0, "handwritten", None, None,
+                                 claims, 0, 1))
+    runs, events = read_traces(out)
+    return check_traces(runs, events)[run], run_check(spark, str(out), None)  # type: ignore[arg-type]
+
+
+def test_a_row_written_twice_is_counted_as_in_memory(spark: object, tmp_path: Path) -> None:
+    """A trace may hold one deliver row twice, verbatim (a file copied twice, a writer's
+    retry). Spark matched first-copy flags back to deliveries by (node, index, t_ns), so
+    both copies of n2's n1#3 took both flags and its causal unit (n1#3 before n1#2) was
+    counted twice; now it comes once, as in memory."""
+    run = "repeated-row"
+    rows = [EventRow(run, "n1", "send", "n1", s, "g", s, None) for s in (1, 2, 3)]
+    rows += [EventRow(run, "n1", "deliver", "n1", s, "g", 10 + s, s) for s in (1, 2, 3)]
+    twice = EventRow(run, "n2", "deliver", "n1", 3, "g", 22, 2)
+    rows += [EventRow(run, "n2", "deliver", "n1", 1, "g", 21, 1), twice, twice,
+             EventRow(run, "n2", "deliver", "n1", 2, "g", 23, 3)]
+    found, outcome = _both_checkers(spark, tmp_path, rows, ("integrity", "causal"))
+    assert count_by_code(found) == {"INTEGRITY_DUPLICATE": 1, "CAUSAL_ORDER": 1}
+    assert outcome.verdict.of_run(run) == count_by_code(found)

@@ -42,10 +42,12 @@ def test_fifo_one_descent_with_its_counterexample() -> None:
         (FIFO_ORDER, ("n2",), (("g", "n1", 3), ("g", "n1", 2)), (2, 3))]
 
 
-def test_fifo_each_hole_is_one_unit() -> None:
+def test_fifo_each_hole_is_one_unit_named_by_its_ends() -> None:
     found = check_fifo(fifo_of(1, 4).rows())
-    assert len(found) == 2
-    assert sorted(v.messages for v in found) == [(("g", "n1", 2),), (("g", "n1", 3),)]
+    assert [v.messages for v in found] == [(("g", "n1", 2), ("g", "n1", 3))]
+    found = check_fifo(fifo_of(1, 3, 4, 7).rows())  # two holes: n1#2, n1#5..6
+    assert [v.messages for v in found] == [(("g", "n1", 2),),
+                                           (("g", "n1", 5), ("g", "n1", 6))]
 
 
 def test_fifo_descents_and_holes_add_up() -> None:

@@ -126,14 +126,18 @@ def reference_counts(rows: list[EventRow]) -> dict[str, int]:
                 present = set(seqs)
                 stream = [r for r in mine if r.group == g and r.origin == o]
 
+                def above(s: int, stream: list[EventRow] = stream) -> int:
+                    """The lowest seq above s that q delivered: it closes s's gap."""
+                    return min(msg(r)[2] for r in stream if msg(r)[2] > s)
+
                 def judged_at(s: int, stream: list[EventRow] = stream) -> int:
                     """t_ns of q's first delivery of the seq just above the hole s."""
-                    above = min(msg(r)[2] for r in stream if msg(r)[2] > s)
-                    return next(r.t_ns for r in stream if msg(r)[2] == above)
+                    return next(r.t_ns for r in stream if msg(r)[2] == above(s))
 
-                counts[FIFO_ORDER] += sum(
-                    1 for s in range(min(present) + 1, max(present))
-                    if s not in present and s > snapshot_top(q, g, o, judged_at(s)))
+                # one unit per gap with a missing seq above the snapshot top
+                counts[FIFO_ORDER] += len({
+                    above(s) for s in range(min(present) + 1, max(present))
+                    if s not in present and s > snapshot_top(q, g, o, judged_at(s))})
 
     causal_units: set[tuple[str, Msg, str]] = set()
     for d in dels:

@@ -24,7 +24,7 @@ choices docs/checks.md leaves open are made here, once:
   (abcast.checks.facts says which).
 - a joiner's snapshot (docs/checks.md, "Joiners and rejoined nodes") is a prefix
   o#1..top per origin (`RunFacts.snapshot_top`), one per incarnation (a node's
-  `recover` rows begin new ones): FIFO_ORDER skips the holes of a gap up to the top of
+  `recover` rows begin new ones): FIFO_ORDER skips the seqs of a gap up to the top of
   the incarnation of its first delivery of the seq above the gap, CAUSAL_ORDER raises
   `base` to the top of the incarnation of q's first delivery of m. Positions and
   descents still run over the node's whole sequence.
@@ -40,7 +40,7 @@ Counterexample layout (`nodes`, `messages`, `positions`) per code:
 | VALIDITY | (origin,) | (m,) | () |
 | AGREEMENT, UNIFORM_AGREEMENT | (q, p) p: a deliverer owing q | (m,) | (p's position,) |
 | FIFO_ORDER descent | (q,) | (m, then m' with a lower seq) | (m's, m''s position) |
-| FIFO_ORDER hole | (q,) | (the missing m,) | () |
+| FIFO_ORDER hole | (q,) | (its lowest missing m, its highest if another) | () |
 | CAUSAL_ORDER | (q,) | (m, first missing predecessor) | (m's, predecessor's if ever) |
 | TOTAL_ORDER | (p, q) | (m1, m2) adjacent in p | (p's of m1, m2, q's of m1, m2) |
 | LOCAL_ORDER | (node,) | (m,) | (deliver index, opt_deliver index) |
@@ -190,9 +190,11 @@ def _descents(f: RunFacts, node: str, stream: list[Delivery]) -> list[Violation]
 
 def _holes(f: RunFacts, node: str, stream_key: StreamKey,
            stream: list[Delivery]) -> list[Violation]:
-    """Each seq missing between two the node delivered, judged in the incarnation of its
-    first delivery of the seq just above the gap: up to that incarnation's snapshot top
-    it came as state, not as a delivery."""
+    """Each gap between two seqs the node delivered (no seq between them delivered) is
+    one hole, judged in the incarnation of its first delivery of the seq just above it:
+    up to that incarnation's snapshot top it came as state, not as a delivery. A hole is
+    the gap's seqs above that top, named by its lowest and highest missing message
+    (docs/checks.md): however wide, it costs one record, never one per missing seq."""
     group, origin = stream_key
     first: dict[int, Delivery] = {}
     for d in stream:  # position order: the first copy of each seq stays
@@ -203,13 +205,18 @@ def _holes(f: RunFacts, node: str, stream_key: StreamKey,
         if above - below < 2:
             continue
         upper = first[above]
-        top = f.snapshot_top(node, stream_key, upper.t_ns)
-        for seq in range(max(below, top) + 1, above):
-            m = (group, origin, seq)
-            out.append(Violation(
-                f.run_id, FIFO_ORDER, (node,), (m,), (),
-                f"{node} delivered {origin}'s seqs {below} and {above} (at {upper.position}) "
-                f"but never {_show(m)}"))
+        low = max(below, f.snapshot_top(node, stream_key, upper.t_ns)) + 1
+        high = above - 1
+        if low > high:
+            continue
+        lowest, highest = (group, origin, low), (group, origin, high)
+        missing = (lowest,) if low == high else (lowest, highest)
+        never = (_show(lowest) if low == high
+                 else f"{_show(lowest)}..{_show(highest)} ({high - low + 1} seqs)")
+        out.append(Violation(
+            f.run_id, FIFO_ORDER, (node,), missing, (),
+            f"{node} delivered {origin}'s seqs {below} and {above} (at {upper.position}) "
+            f"but never {never}"))
     return out
 
 

@@ -136,6 +136,16 @@ def is_delivery() -> Column:
     return (F.col("kind") == "deliver") & F.col("index").isNotNull()
 
 
+def skips(lower: Column, upper: Column) -> Column:
+    """Whether `upper` is more than one above `lower` (a seq skipped between them),
+    without the subtraction that overflows a bigint for seqs a trace may hold (ANSI mode
+    would fail the job): a difference past the bigint range is a skip when upper is the
+    higher."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.try_subtract(upper, lower) > 1, upper > lower)
+
+
 def restrict(frame: DataFrame, run_ids: Sequence[str] | None) -> DataFrame:
     """The rows of the named runs (all rows when `run_ids` is None)."""
     from pyspark.sql import functions as F

@@ -33,6 +33,7 @@ from abcast.pipeline.checks import (
     join_on,
     msg,
     no_positions,
+    skips,
     violations,
 )
 from abcast.pipeline.trace_tables import STREAM
@@ -112,8 +113,9 @@ def integrity_unknown(t: TraceTables) -> DataFrame:
 
 def fifo_order(t: TraceTables) -> DataFrame:
     """FIFO_ORDER: per (node, group, origin), each adjacent descent of seq in position
-    order (every deliver row counts) and each hole between the lowest and the highest
-    seq the node delivered from that origin."""
+    order (every deliver row counts) and each hole: a gap between two seqs the node
+    delivered from that origin, its seqs above the snapshot top, one row however wide
+    (named by its lowest and highest missing message, as abcast.checks does)."""
     from pyspark.sql import functions as F
 
     d = t.notable
@@ -130,23 +132,28 @@ def fifo_order(t: TraceTables) -> DataFrame:
                       "left_anti")
     # Each gap ends at the node's first delivery of the seq above it (its t_ns places it
     # in an incarnation).
-    regular_gaps = regular.where(F.col("seq") - F.col("prev_seq") > 1).select(
+    regular_gaps = regular.where(skips(F.col("prev_seq"), F.col("seq"))).select(
         *STREAM_KEY, "lane", F.col("prev_seq").alias("below"), "seq", "t_ns")
     irregular_gaps = (t.irregular_deliveries
-                      .where(F.col("first") & (F.col("seq") - F.col("below") > 1))
+                      .where(F.col("first") & skips(F.col("below"), F.col("seq")))
                       .select(*STREAM_KEY, "lane", "below", "seq", "t_ns"))
-    holes = regular_gaps.unionByName(irregular_gaps).select(
-        *STREAM_KEY, "lane", "t_ns",
-        F.explode(F.sequence(F.col("below") + 1, F.col("seq") - 1)).alias("missing"))
-    if t.snapshots is not None:  # that incarnation's snapshot fills the holes up to its top
-        holes = _governing_snapshot(holes, t.snapshots, "origin").where(
-            F.col("missing") > F.coalesce(F.col("snap"), F.lit(0)))
-    else:  # a hole is above the snapshot's top, which is 0 without one (docs/checks.md)
-        holes = holes.where(F.col("missing") > 0)
+    gaps = regular_gaps.unionByName(irregular_gaps)
+    # The hole is the gap above the snapshot's top, which is 0 without one (docs/checks.md).
+    # below < seq, so below + 1 and seq - 1 stay within a bigint.
+    top: Column = F.lit(0)
+    if t.snapshots is not None:  # that incarnation's snapshot fills the gap up to its top
+        gaps = _governing_snapshot(gaps, t.snapshots, "origin")
+        top = F.coalesce(F.col("snap"), F.lit(0))
+    holes = gaps.select(*STREAM_KEY, (F.greatest(F.col("below"), top) + 1).alias("low"),
+                        (F.col("seq") - 1).alias("high")).where(F.col("low") <= F.col("high"))
+    single = F.col("low") == F.col("high")
+    named = F.when(single, F.array(msg("origin", "low"))).otherwise(
+        F.array(msg("origin", "low"), msg("origin", "high")))
     hole_rows = violations(
-        holes, FIFO_ORDER, F.array("node"), F.array(msg("origin", "missing")), no_positions(),
-        F.format_string("%s delivered seqs of %s around %d but never %s", F.col("node"),
-                        F.col("origin"), F.col("missing"), msg("origin", "missing")))
+        holes, FIFO_ORDER, F.array("node"), named, no_positions(),
+        F.format_string("%s delivered seqs of %s around %s but never %s", F.col("node"),
+                        F.col("origin"), F.when(single, F.col("low").cast("string")).otherwise(
+                            F.concat_ws("..", "low", "high")), F.array_join(named, "..")))
     return descent_rows.unionByName(hole_rows)
 
 
@@ -159,7 +166,9 @@ def _bounds(deps: Column, origin: Column, seq: Column) -> Column:
     from pyspark.sql import functions as F
 
     entries = F.map_entries(F.coalesce(deps, F.create_map().cast("map<string,bigint>")))
-    own = F.greatest(seq - 1, F.coalesce(F.try_element_at(deps, origin), F.lit(0)))
+    # try_subtract: seq - 1 is null for the lowest bigint, whose own bound is then 0
+    own = F.greatest(F.try_subtract(seq, F.lit(1)),
+                     F.coalesce(F.try_element_at(deps, origin), F.lit(0)))
     others = F.filter(entries, lambda e: e["key"] != origin)
     both = F.concat(others, F.array(F.struct(origin.alias("key"), own.alias("value"))))
     return F.transform(both, lambda e: F.struct(e["key"].alias("pred"),
@@ -187,14 +196,17 @@ def _reach(first: DataFrame, snapshots: DataFrame | None) -> DataFrame:
     """Per first delivery of (node, group, origin o', seq j) above `base`, for each
     snapshot the node held of o' (`since`: null for none, base = the lowest seq of o' the
     node delivers, minus one, and at least 0; else base raised to that snapshot's top): `base`,
-    `first_missing` (lowest seq above base it never delivers) and `latest`:
-    struct<index, seq> of the latest-delivered seq among base+1..j (only meaningful while
-    j < first_missing)."""
+    `reach_top` (the highest seq j such that it delivers all of base+1..j; base when it
+    misses base+1) and `latest`: struct<index, seq> of the latest-delivered seq among
+    base+1..j (only meaningful while j <= reach_top). Nothing here adds past the seqs a
+    trace holds: a bigint never overflows, whatever the seqs."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     # base is never below 0 (docs/checks.md): a seq 0 or below is no causal predecessor
-    lowest = F.greatest(F.min("seq").over(Window.partitionBy(*STREAM)) - 1, F.lit(0))
+    # (try_subtract: null, which greatest skips, for the lowest bigint)
+    lowest = F.greatest(F.try_subtract(F.min("seq").over(Window.partitionBy(*STREAM)),
+                                       F.lit(1)), F.lit(0))
     plain = first.select(*STREAM, "seq", "index", F.lit(None).cast("bigint").alias("since"),
                          lowest.alias("base")).where(F.col("seq") > F.col("base"))
     source = plain
@@ -212,7 +224,7 @@ def _reach(first: DataFrame, snapshots: DataFrame | None) -> DataFrame:
                            F.max(F.struct("index", "seq")).over(upto).alias("latest"))
     contiguous = (F.col("seq") - F.col("base")) == F.col("rank_in_stream")
     return ranked.withColumn(
-        "first_missing", F.col("base") + F.count_if(contiguous).over(stream) + 1)
+        "reach_top", F.col("base") + F.count_if(contiguous).over(stream))
 
 
 def causal_order(t: TraceTables) -> DataFrame:
@@ -238,19 +250,22 @@ def causal_order(t: TraceTables) -> DataFrame:
         floor = F.coalesce(F.col("floor"), F.lit(0))
         pred_stream.append(("since", "since"))
     keys = [b for _, b in pred_stream]
-    summary = reach.select(*keys, "base", "first_missing").dropDuplicates(keys)
+    summary = reach.select(*keys, "base", "reach_top").dropDuplicates(keys)
     with_summary = join_on(units, summary, pred_stream, "left", null_safe=_NULL_SAFE).select(
         *units.columns, F.coalesce(F.col("base"), floor).alias("base"),
-        F.coalesce(F.col("first_missing"), floor + 1).alias("first_missing"))
+        F.coalesce(F.col("reach_top"), floor).alias("reach_top"))
     relevant = with_summary.where(F.col("k") > F.col("base")).withColumn(
-        "probe", F.least(F.col("k"), F.col("first_missing") - 1))
+        "probe", F.least(F.col("k"), F.col("reach_top")))
     probes = reach.select(*keys, F.col("seq").alias("probe_seq"), "latest")
     looked_up = join_on(relevant, probes, [*pred_stream, ("probe", "probe_seq")], "left",
                         null_safe=_NULL_SAFE)
     late = F.coalesce(F.col("latest")["index"] >= F.col("index"), F.lit(False))
-    found = looked_up.where((F.col("k") >= F.col("first_missing")) | late)
+    never = F.col("k") > F.col("reach_top")
+    found = looked_up.where(never | late)
     # The counterexample predecessor: one q delivered too late, else the first it never did.
-    pred_seq = F.when(late, F.col("latest")["seq"]).otherwise(F.col("first_missing"))
+    # (when it never did, reach_top < k: reach_top + 1 is a bigint)
+    pred_seq = F.when(late, F.col("latest")["seq"]).otherwise(
+        F.try_add(F.col("reach_top"), F.lit(1)))
     pred_positions = F.when(late, F.array(F.col("index"), F.col("latest")["index"])
                             ).otherwise(F.array(F.col("index")))
     where = F.when(late, F.format_string("only at position %d", F.col("latest")["index"])

@@ -51,6 +51,7 @@ from abcast.pipeline.checks import (
     one_hot,
     restrict,
     shuffle_partitions,
+    skips,
     zero_mask,
 )
 from abcast.pipeline.membership_tables import (
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 _MESSAGE_KINDS: Final = ("send", "deliver", "opt_deliver")
-_DELIVERY_ID: Final = ("lane", "index", "t_ns")
 #: up to this many messages, their facts (~100 bytes each) are broadcast to the delivery
 #: rows instead of both being shuffled by message
 BROADCAST_MESSAGES: Final = 2_000_000
@@ -374,7 +374,7 @@ def notable_deliveries(deliveries: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     seq, prev = F.col("seq"), F.col("prev_seq")
-    return deliveries.where((prev > seq) | (seq - prev > 1) | (seq <= F.col("max_before"))
+    return deliveries.where((prev > seq) | skips(prev, seq) | (seq <= F.col("max_before"))
                             | ~F.coalesce(F.col("sent"), F.lit(False)))
 
 
@@ -412,15 +412,16 @@ def irregular_rows(deliveries: DataFrame, irregular: DataFrame) -> DataFrame:
 
 def first_copies(deliveries: DataFrame, irregular: DataFrame) -> DataFrame:
     """The node's first delivery of each message (docs/checks.md positions for total and
-    causal order): every row of a regular stream, the flagged ones of irregular streams."""
+    causal order): every row of a regular stream, the flagged ones of irregular streams.
+    Taken from the flagged rows themselves, not by matching flags back to deliveries: a
+    trace may repeat a row, or two rows may share a node, index and t_ns, and a match on
+    those would count such a row twice."""
     from pyspark.sql import functions as F
 
-    flags = irregular_rows(deliveries, irregular).select(
-        *_DELIVERY_ID, F.col("first").alias("_first"))
-    # Both sides are partitioned by lane: a hash join without a shuffle.
-    joined = join_on(deliveries, flags.hint("shuffle_hash"), [(k, k) for k in _DELIVERY_ID],
-                     "left")
-    return joined.where(F.coalesce(F.col("_first"), F.lit(True))).drop("_first")
+    regular = join_on(deliveries, F.broadcast(irregular.select(*STREAM)),
+                      [(k, k) for k in STREAM], "left_anti")
+    firsts = irregular_rows(deliveries, irregular).where(F.col("first"))
+    return regular.unionByName(firsts.select(*[F.col(f"`{c}`") for c in deliveries.columns]))
 
 
 def nonconforming_nodes(first: DataFrame) -> DataFrame:
