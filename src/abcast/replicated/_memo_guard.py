@@ -87,21 +87,23 @@ _PLAIN_RUN: Final = (_PLAIN,) * _RUN_SLICE
 def check_memo(data: bytes) -> None:
     """Raise RemoteProtocolError if unpickling `data` would store into the memo above its
     length or hash a key that is not plain data (see the rules)."""
-    if ((any(map(data.__contains__, _HASHES)) and any(map(data.__contains__, _MAKES_KEYLESS)))
-            or b"r" in data or b"p" in data):
+    if (b"r" in data or b"p" in data or (any(map(data.__contains__, _HASHES))
+                                         and any(map(data.__contains__, _MAKES_KEYLESS)))):
         _walk(data)
 
 
 _HASHES: Final = (b"u", b"s", b"d", b"\x90", b"\x91")
 #: opcodes making what must not be hashed: tuples (a frozenset), ints of unbounded size
 _MAKES_KEYLESS: Final = (b"\x85", b"\x86", b"\x87", b"t", b")", b"\x91", b"\x8b", b"L", b"I")
-_SETITEMS, _DICT, _TUPLE_OP, _TUPLE1 = b"u"[0], b"d"[0], b"t"[0], 0x85
+_SETITEMS, _DICT, _TUPLE_OP, _TUPLE1, _BINGET = b"u"[0], b"d"[0], b"t"[0], 0x85, b"h"[0]
 _PUSHES_AFTER_MARK: Final = frozenset(b"tld")
 
 
 def _walk(data: bytes) -> None:
     """Follow the opcodes as the unpickler reads them, with the kind of each object on its
-    stack (a list per MARK in `marks`) and in its memo."""
+    stack and in its memo. Where it lacks an operand (an IndexError or KeyError here: a
+    truncated argument, an empty stack, no MARK, an empty memo slot) the unpickler refuses
+    the pickle too: so does the walk."""
     end = len(data)
     step, effect = _STEP, _EFFECT
     stack: list[int] = []  # the kind of each object on the unpickler's stack
@@ -112,24 +114,66 @@ def _walk(data: bytes) -> None:
         while pos < end:
             code = data[pos]
             size = step[code]
+            if size == _LEN1:  # a short str, bytes or int: plain
+                pos += 2 + data[pos + 1]
+                stack.append(_PLAIN)
+                if data[pos] == _MEMOIZE:  # protocol 4+ memoizes every string it writes
+                    memo[len(memo)] = _PLAIN
+                    pos += 1
+                continue
             act = effect[code]
-            if act in (_SCALAR, _BIG):
-                if size > 0:
-                    if pos + size < end and data[pos + size] == code:
-                        # A run of one fixed-size opcode (a list of small ints, of floats): its
-                        # length by one C-speed strip over every size-th byte, a slice at a time.
-                        run = data[pos:pos + _RUN_SLICE * size:size]
-                        count = len(run) - len(run.lstrip(run[:1]))
-                        stack.extend(_PLAIN_RUN[:count])
-                        pos += size * count
-                        continue
+            if act == _SCALAR and size > 0:
+                if data[pos + size] == code:
+                    # A run of one fixed-size opcode (a list of small ints, of floats): its
+                    # length by one C-speed strip over every size-th byte, a slice at a time.
+                    run = data[pos:pos + _RUN_SLICE * size:size]
+                    count = len(run) - len(run.lstrip(run[:1]))
+                    stack += _PLAIN_RUN[:count]
+                    pos += size * count
+                else:
+                    stack.append(_PLAIN)
                     pos += size
-                elif size == _LEN1:
-                    pos += 2 + data[pos + 1] if pos + 1 < end else 1
-                    if pos < end and data[pos] == _MEMOIZE:  # protocol 4+ memoizes every
-                        memo[len(memo)] = _PLAIN             # short string it writes
-                        pos += 1
-                elif size == _LINE:
+            elif act == _PUT:
+                if code == _MEMOIZE:
+                    memo[len(memo)] = _SHARED_KIND[stack[-1]]
+                    pos += 1
+                else:
+                    index, pos = _memo_index(data, pos, size)
+                    memo[index] = _SHARED_KIND[stack[-1]]
+            elif act == _GET:
+                if code == _BINGET:
+                    stack.append(memo[data[pos + 1]])
+                    pos += 2
+                else:
+                    index, pos = _memo_index(data, pos, size)
+                    stack.append(memo[index])
+            elif act == _MARK:
+                marks.append(len(stack))
+                pos += 1
+            elif act == _TO_MARK:
+                mark = marks.pop()
+                if code in (_SETITEMS, _DICT):
+                    _check_keys(stack[mark::2])
+                del stack[mark:]
+                if code in _PUSHES_AFTER_MARK:
+                    stack.append(_KEYLESS if code == _TUPLE_OP else _PLAIN)
+                pos += 1
+            elif act == _TUPLE_N:
+                count = code - _TUPLE1 + 1
+                if len(stack) < count:
+                    raise IndexError
+                del stack[len(stack) - count:]
+                stack.append(_KEYLESS)
+                pos += 1
+            elif act == _SETITEM:
+                _check_keys(stack[-2:-1])
+                del stack[-2:]
+                pos += 1
+            elif act == _POP1:
+                stack.pop()
+                pos += 1
+            elif act in (_SCALAR, _BIG):  # an argument of variable length
+                if size == _LINE:
                     newline = data.find(b"\n", pos + 1)
                     if newline < 0:
                         return  # a truncated line: the unpickler refuses it
@@ -142,58 +186,30 @@ def _walk(data: bytes) -> None:
                         return  # a negative length: the unpickler refuses it
                     pos += 1 + prefix + length
                 stack.append(_PLAIN if act == _SCALAR else _HUGE)
-                continue
-            if act in (_PUT, _GET):
-                index, pos = _memo_index(data, pos, size, memo)
-                if act == _PUT:
-                    memo[index] = _SHARED_KIND[stack[-1]]
-                else:
-                    stack.append(memo[index])
-                continue
-            pos += size
-            if act == _MARK:
-                marks.append(len(stack))
-            elif act == _TO_MARK:
-                mark = marks.pop()
-                if code in (_SETITEMS, _DICT):
-                    _check_keys(stack[mark::2])
-                del stack[mark:]
-                if code in _PUSHES_AFTER_MARK:
-                    stack.append(_KEYLESS if code == _TUPLE_OP else _PLAIN)
-            elif act == _TUPLE_N:
-                count = code - _TUPLE1 + 1
-                if len(stack) < count:
-                    raise IndexError
-                del stack[len(stack) - count:]
-                stack.append(_KEYLESS)
-            elif act == _SETITEM:
-                _check_keys(stack[-2:-1])
-                del stack[-2:]
             elif act == _TUPLE:
                 stack.append(_KEYLESS)
-            elif act == _POP1:
-                stack.pop()
+                pos += 1
+            elif act == _NOTHING:
+                pos += size
             elif act == _POP:
                 if marks and marks[-1] == len(stack):
                     marks.pop()
                 else:
                     stack.pop()
+                pos += 1
             elif act == _STOP:
                 return  # STOP, a global, or a byte the unpickler refuses: it stops here
-            elif act == _REFUSE:
-                name = _NAMES[code]
-                raise RemoteProtocolError(f"pickle opcode {name} at {pos - size}: not plain data")
+            else:
+                raise RemoteProtocolError(f"pickle opcode {_NAMES[code]} at {pos}: "
+                                          "not plain data")
     except (IndexError, KeyError):
-        # the stack or the memo lacks what the opcode takes: the unpickler refuses it too
-        raise RemoteProtocolError(f"pickle opcode at {pos} has no operand") from None
+        raise RemoteProtocolError(f"pickle opcode at {pos} lacks an operand") from None
 
 
-def _memo_index(data: bytes, pos: int, size: int, memo: dict[int, int]) -> tuple[int, int]:
-    """The memo index the PUT or GET at `pos` names (MEMOIZE: the next free one, as the
-    unpickler counts), checked against the pickle's length; where the next opcode starts."""
+def _memo_index(data: bytes, pos: int, size: int) -> tuple[int, int]:
+    """The memo index the PUT or GET at `pos` names, checked against the pickle's length;
+    where the next opcode starts."""
     end = len(data)
-    if size == 1:
-        return len(memo), pos + 1
     if size == 2:
         return data[pos + 1], pos + 2  # BINPUT, BINGET
     if size == 5:
