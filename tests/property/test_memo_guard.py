@@ -1,9 +1,13 @@
-"""The memo guard (abcast.replicated._memo_guard) is sound: whenever it lets a pickle
-through, unpickling it never stores into the memo at an index above the pickle's length.
-Judged by the pure-Python unpickler with a memo that records every index, over valid
-pickles of plain data mutated by inserting memo puts (big and small), other opcodes,
-length prefixes and random bytes at random places; and a planted guard that skips the
-opcode walk must fail the same property."""
+"""The pickle guard (abcast.replicated._memo_guard) is sound: whenever it lets a pickle
+through, unpickling it never stores into the memo at an index above the pickle's length,
+and never hashes a tuple or a frozenset (a dict key or set member: hashing one the memo
+shares walks 2**depth paths). Judged by the pure-Python unpickler with a memo that records
+every index and dict/set building that stops at such a key instead of hashing it, over
+valid pickles of plain data mutated by inserting memo puts (big and small), other opcodes,
+length prefixes and random bytes at random places, and over generated shared DAGs
+(t1 = (t0, t0), …, shared by the memo or DUP) put in every place a pickle can hash them;
+and planted guards (one that skips the opcode walk, one without the key rule) must fail
+the same property."""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from abcast.errors import RemoteProtocolError
+from abcast.replicated import _memo_guard as memo_guard
+from abcast.replicated._args import decode_invocation
 from abcast.replicated._memo_guard import check_memo
 
 PLAIN = st.recursive(
@@ -47,20 +53,82 @@ class _Recorded(dict[Any, Any]):
         super().__setitem__(key, value)
 
 
-class _Watching(pickle._Unpickler):  # type: ignore[name-defined,misc]  # the pure-Python one
+class _HashesAContainerError(Exception):
+    pass
+
+
+def _judged(load: Any, keys: Any) -> Any:
+    def judge_then_load(self: _Watching) -> None:
+        if any(type(key) in (tuple, frozenset) for key in keys(self)):
+            self.hashed_container = True
+            raise _HashesAContainerError  # instead of hashing it (which may never end)
+        load(self)
+    return judge_then_load
+
+
+_PY = pickle._Unpickler  # type: ignore[attr-defined]  # the pure-Python one
+
+
+class _Watching(_PY):  # type: ignore[misc]
+    dispatch = dict(_PY.dispatch)
+    # what each hashing opcode would hash (the items since the MARK are self.stack)
+    for _code, _load, _keys in [
+            (b"s", _PY.load_setitem, lambda self: self.stack[-2:-1]),
+            (b"u", _PY.load_setitems, lambda self: self.stack[0::2]),
+            (b"d", _PY.load_dict, lambda self: self.stack[0::2]),
+            (b"\x90", _PY.load_additems, lambda self: self.stack),
+            (b"\x91", _PY.load_frozenset, lambda self: self.stack)]:
+        dispatch[_code[0]] = _judged(_load, _keys)
+
     def __init__(self, data: bytes) -> None:
         super().__init__(io.BytesIO(data))
         self.memo = _Recorded()
+        self.hashed_container = False
 
     def find_class(self, module: str, name: str) -> Any:
         raise RemoteProtocolError("global")
 
 
-def _highest_memo_index(data: bytes) -> int:
+def _watched(data: bytes) -> _Watching:
     reader = _Watching(data)
-    with contextlib.suppress(Exception):  # malformed: what it stored before failing counts
+    with contextlib.suppress(Exception):  # malformed: what it did before failing counts
         reader.load()
-    return int(reader.memo.top)
+    return reader
+
+
+def _highest_memo_index(data: bytes) -> int:
+    return int(_watched(data).memo.top)
+
+
+def _dag(depth: int, share: str) -> bytes:
+    """Opcodes pushing t_depth, where t0 = () and t_k+1 = (t_k, t_k): the memo (or DUP)
+    shares t_k, so ~3 bytes a level make 2**depth paths."""
+    out = b")"
+    for level in range(depth):
+        if share == "dup":
+            out += b"2\x86"
+        elif share == "memoize":  # protocol 4+: MEMOIZE, BINGET
+            out += b"\x94h" + bytes([level]) + b"\x86"
+        else:  # protocol 1-3: BINPUT / LONG_BINPUT, LONG_BINGET
+            out += b"r" + struct.pack("<I", level) + b"j" + struct.pack("<I", level) + b"\x86"
+    return out
+
+
+# Where a pickle can hash the DAG (the ones before the value "legal" hash nothing).
+PLACES = {
+    "setitem": lambda dag: b"}" + dag + b"K\x01s",
+    "setitems": lambda dag: b"}(K\x00N" + dag + b"K\x01u",
+    "dict": lambda dag: b"(" + dag + b"K\x01d",
+    "additems": lambda dag: b"\x8f(" + dag + b"\x90",
+    "frozenset": lambda dag: b"(" + dag + b"\x91",
+    "inside a key": lambda dag: b"}K\x07" + dag + b"\x86K\x01s",
+    "as a value": lambda dag: b"}K\x01" + dag + b"s",
+    "in a list": lambda dag: b"](" + dag + b"e",
+}
+DAGS = st.builds(lambda depth, share, place, protocol: (
+    (b"\x80\x05" if protocol == 5 else b"\x80\x02") + PLACES[place](_dag(depth, share)) + b"."),
+    st.integers(0, 40), st.sampled_from(["dup", "memoize", "binput"]),
+    st.sampled_from(sorted(PLACES)), st.sampled_from([2, 5]))
 
 
 def _mutated(value: object, protocol: int, inserts: list[tuple[int, bytes]]) -> bytes:
@@ -79,14 +147,56 @@ def _guard_allows(guard: Any, data: bytes) -> bool:
     return True
 
 
+def _sound(guard: Any, data: bytes) -> None:
+    if _guard_allows(guard, data):
+        reader = _watched(data)
+        assert reader.memo.top <= max(len(data), 255)
+        assert not reader.hashed_container
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(PLAIN, st.sampled_from([2, 5]),  # 5 frames its opcodes, 2 does not
        st.lists(st.tuples(st.integers(0, 10**6), INSERTS), max_size=3))
 def test_a_pickle_the_guard_allows_never_stores_above_its_length(
         value: object, protocol: int, inserts: list[tuple[int, bytes]]) -> None:
-    data = _mutated(value, protocol, inserts)
-    if _guard_allows(check_memo, data):
-        assert _highest_memo_index(data) <= max(len(data), 255)
+    _sound(check_memo, _mutated(value, protocol, inserts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(DAGS, PLAIN, st.lists(st.tuples(st.integers(0, 10**6), INSERTS), max_size=2))
+def test_a_pickle_the_guard_allows_never_hashes_a_tuple(
+        dag: bytes, value: object, inserts: list[tuple[int, bytes]]) -> None:
+    _sound(check_memo, dag)
+    # the DAG inside an operation's plain data, and that mutated
+    body = pickle.dumps(("Cls", "m", (value,), {}), protocol=5)
+    at = body.index(b"\x85")  # the args tuple: (value,) -> (value, dag)
+    with_dag = body[:at] + dag[2:-1] + b"\x86" + body[at + 1:]
+    _sound(check_memo, with_dag)
+    for where, chunk in inserts:
+        at = where % (len(with_dag) + 1)
+        _sound(check_memo, with_dag[:at] + chunk + with_dag[at:])
+
+
+@pytest.mark.parametrize("place", ["as a value", "in a list"])
+def test_a_shared_dag_the_unpickler_does_not_hash_is_allowed(place: str) -> None:
+    data = b"\x80\x05" + PLACES[place](_dag(40, "memoize")) + b"."
+    check_memo(data)
+    loaded = pickle.loads(data)
+    top = loaded[1] if place == "as a value" else loaded[0]
+    for _ in range(40):  # (t, t), the one t shared (== would walk 2**40 paths)
+        assert type(top) is tuple and top[0] is top[1]
+        top = top[0]
+    assert top == ()
+
+
+def test_the_planted_guard_without_the_key_rule_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = b"\x80\x05" + PLACES["setitem"](_dag(30, "memoize")) + b"."
+    with pytest.raises(RemoteProtocolError, match="key is a tuple"):
+        check_memo(data)
+    monkeypatch.setattr(memo_guard, "_check_keys", lambda kinds: None)
+    with pytest.raises(AssertionError):  # what the property test would report
+        _sound(check_memo, data)
 
 
 @given(PLAIN)
@@ -106,3 +216,40 @@ def test_the_planted_guard_that_stops_at_the_first_string_is_caught() -> None:
     assert _highest_memo_index(data) > len(data)  # what the property test would report
     with pytest.raises(RemoteProtocolError, match="memo index 1000000000"):
         check_memo(data)
+
+
+def _operation(arg: bytes) -> bytes:
+    """An operation's bytes, ("m.C", "put", (arg,), {}), around the opcodes of its argument."""
+    return b"\x80\x05(\x8c\x03m.C\x8c\x03put" + arg + b"\x85}t."
+
+
+@pytest.mark.parametrize("place", ["setitem", "setitems", "dict", "inside a key", "additems",
+                                   "frozenset"])
+@pytest.mark.parametrize("share", ["memoize", "dup"])
+def test_an_operation_keyed_by_a_shared_tuple_is_refused_before_it_is_hashed(
+        place: str, share: str) -> None:
+    # ~100 bytes the C unpickler hashed path by path inside decode_invocation, before any
+    # check: 26 levels ~1 s, the cost doubling per level (40: hours, signals ignored).
+    # The guard refuses them, so nothing is hashed.
+    data = _operation(PLACES[place](_dag(26, share)))
+    with pytest.raises(RemoteProtocolError):
+        check_memo(data)  # on main: allowed, then hashed
+    with pytest.raises(RemoteProtocolError):
+        decode_invocation(data)
+
+
+def test_a_deep_tuple_key_is_refused_before_it_is_hashed() -> None:
+    # a key (((…),),) nested 10**6 deep (1 MB) overflowed the C stack as it was hashed
+    # (SIGSEGV); 1000 deep here, refused the same way
+    with pytest.raises(RemoteProtocolError, match="key is a tuple"):
+        check_memo(b"\x80\x05}" + b")" + b"\x85" * 1000 + b"K\x01s.")
+
+
+def test_a_big_int_key_from_the_memo_is_refused() -> None:
+    # hashing an int costs its size, each time: one 1 KB int set as a key 400 times
+    # through the memo (BINGET, 2 bytes) is quadratic; pickle.dumps never memoizes an int
+    big = pickle.dumps(2**8000, protocol=5)[2:-1]
+    data = b"\x80\x05}(" + big + b"\x94K\x01" + b"h\x00K\x01" * 400 + b"u."
+    with pytest.raises(RemoteProtocolError, match="key"):
+        check_memo(data)
+    check_memo(pickle.dumps({2**8000: 1, 2: 2**8000}, protocol=5))  # plain data: allowed

@@ -169,6 +169,9 @@ class _PlainUnpickler(pickle.Unpickler):
 def loads_plain(data: bytes, what: str) -> Any:
     try:
         check_memo(data)
+    except RemoteProtocolError as exc:
+        raise RemoteProtocolError(f"{what} is not valid: {exc}") from None
+    try:
         return _PlainUnpickler(io.BytesIO(data)).load()
     except RemoteProtocolError:
         raise
