@@ -292,11 +292,17 @@ def run_simulation(
 
     settled = stalled = False
     settle_us, stall_us = config.quiet_us()
+    # the last scheduled fault: a run is not settled while its schedule still plays out
+    # (a node cut off after the last delivery has yet to be excluded, a joiner welcomed)
+    faults_end = max([c.at_us for c in plan.crashes] + [lv.at_us for lv in plan.leaves]
+                     + [j.at_us for j in plan.joins] + [p.end_us for p in plan.partitions]
+                     + [h.end_us for h in plan.holds], default=0)
 
     def check_settled() -> None:
         nonlocal settled, stalled
         idle = scheduler.now - last_delivery_us
-        if workload.done_sending() and idle >= settle_us:
+        quiet = scheduler.now - max(last_delivery_us, faults_end)
+        if workload.done_sending() and quiet >= settle_us:
             settled = True
             scheduler.stop()
         elif idle >= stall_us:
