@@ -67,7 +67,8 @@ class SimConfig:
     await_credit: bool = False
     max_time_us: int = HOUR_US
     #: with periodic timers (failure detectors) a run never goes quiet: it ends once every
-    #: broadcast went out and nothing was delivered for this long
+    #: broadcast went out and nothing was delivered for this long, counted from the last
+    #: delivery or the last scheduled fault, whichever is later
     settle_us: int = 5_000_000
     #: ...and it gives up once nothing at all was delivered for this long (a stuck run;
     #: the checks then say what is missing)
