@@ -168,10 +168,12 @@ def test_a_suspected_member_is_not_naked_until_it_speaks_again() -> None:
         b.handle(Received("a", m.header, m.inner), 10)
     assert _naks_to(b.handle(TimerFired("nak"), 3_000), "a") == 1
     assert b.handle(Suspected("a"), 4_000) == []
+    assert b.inspect().clock["suspects"] == ["a"]
     rounds = range(23_000, 500_000, 20_000)
     assert sum(_naks_to(b.handle(TimerFired("nak"), t), "a") for t in rounds) == 0
     armed = b.handle(Restored("a"), 500_000)  # a slow member: repaired once it speaks
     assert [e.key for e in armed if isinstance(e, SetTimer)] == ["nak", "stable"]
+    assert b.inspect().clock["suspects"] == []
     (nak,) = [e for e in b.handle(TimerFired("nak"), 502_000) if isinstance(e, Send)]
     assert nak.to == "a" and nak.header.seqs == [2]
 

@@ -678,7 +678,8 @@ class NakChannel(Layer):
             layer=self.name,
             clock={"multicast_last": self._m.last, "multicast_stable": self._m.stable,
                    "next": {f"{s}/{'m' if k == MCAST else 'u'}": st.next
-                            for (s, k), st in self._in.items()}},
+                            for (s, k), st in self._in.items()},
+                   "suspects": sorted(self._suspects)},  # not NAKed (see the rules)
             counters={
                 "naks_sent": self.naks_sent, "naks_received": self.naks_received,
                 "retransmissions": self.retransmissions,
