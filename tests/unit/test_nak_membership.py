@@ -3,7 +3,8 @@ before its admission (udp://: the whole IP group hears it) starts that member's 
 where the member's digest says (`start_m`), not at 1 — it NAKs none of the member's
 history; a stream heard before the first view of a founding member starts at 1. A sender a
 view removes is NAKed no more, and its streams are forgotten after linger_us; one that a
-view holds again is NAKed again."""
+view holds again is NAKed again. A member the detector suspects is neither NAKed nor a
+reason for a digest until it speaks again (`Restored`), and what it lacks stays buffered."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from abcast.effects import Effect, Multicast, Send, SetTimer, Up
 from abcast.events import (
     MulticastRequested,
     Received,
+    Restored,
     SendRequested,
+    Suspected,
     TimerFired,
     ViewInstalled,
 )
@@ -152,3 +155,44 @@ def test_a_guests_unicast_is_acknowledged_and_its_lost_tail_naked() -> None:
     (ack,) = [e for e in out if isinstance(e, Send)]
     joiner.handle(Received("a", ack.header, ack.inner), 40_003)
     assert joiner.in_flight() == 0
+
+
+def test_a_suspected_member_is_not_naked_until_it_speaks_again() -> None:
+    """A crashed member was NAKed every nak_retry_us until the view without it."""
+    a, b = NakChannel("a"), NakChannel("b")
+    for layer in (a, b):
+        layer.handle(ViewInstalled(V1), 0)
+    sent = [m for _ in range(3)
+            for m in _multicasts(a.handle(MulticastRequested(("b", "c"), Packet((), b"x")), 0))]
+    for m in (sent[0], sent[2]):  # b misses 2
+        b.handle(Received("a", m.header, m.inner), 10)
+    assert _naks_to(b.handle(TimerFired("nak"), 3_000), "a") == 1
+    assert b.handle(Suspected("a"), 4_000) == []
+    assert b.inspect().clock["suspects"] == ["a"]
+    rounds = range(23_000, 500_000, 20_000)
+    assert sum(_naks_to(b.handle(TimerFired("nak"), t), "a") for t in rounds) == 0
+    armed = b.handle(Restored("a"), 500_000)  # a slow member: repaired once it speaks
+    assert [e.key for e in armed if isinstance(e, SetTimer)] == ["nak", "stable"]
+    assert b.inspect().clock["suspects"] == []
+    (nak,) = [e for e in b.handle(TimerFired("nak"), 502_000) if isinstance(e, Send)]
+    assert nak.to == "a" and nak.header.seqs == [2]
+
+
+def test_a_suspected_member_is_no_reason_for_a_digest_but_its_packets_stay() -> None:
+    """Only the suspected a has not acked b's multicast: b's digests stop (they went out
+    every stable_us until the view change), the packet stays buffered for a, and once a
+    speaks again a digest tells it what b sent."""
+    b, c = NakChannel("b"), NakChannel("c")
+    for layer in (b, c):
+        layer.handle(ViewInstalled(V1), 0)
+    (m,) = _multicasts(b.handle(MulticastRequested(("a", "c"), Packet((), b"x")), 0))
+    c.handle(Received("b", m.header, m.inner), 5)
+    (ack,) = _multicasts(c.handle(TimerFired("stable"), 20_000))
+    b.handle(Received("c", ack.header, ack.inner), 20_005)
+    assert len(_multicasts(b.handle(TimerFired("stable"), 20_000))) == 1  # a has not acked
+    b.handle(Suspected("a"), 30_000)
+    assert _multicasts(b.handle(TimerFired("stable"), 40_000)) == []
+    assert b.in_flight() == 1  # kept: a slow member may still NAK it
+    b.handle(Restored("a"), 50_000)
+    (digest,) = _multicasts(b.handle(TimerFired("stable"), 50_000))
+    assert digest.header.sent_m == 1

@@ -542,6 +542,9 @@ class Membership(Layer):
                 effects.append(Send(self.s.answered_to, self.state_for(*self.s.answered)))
             return effects
         effects += self.resume()
+        # a prepare deferred for a member that preceded its sender: this view may have
+        # left that member out (the sender leads now): answer it before any own flush
+        effects += self._retry_deferred()
         return effects + self.recheck()
 
     def recheck(self) -> list[Effect]:

@@ -57,6 +57,11 @@ Rules:
 - A member a view removes is NAKed no more (the view change settled what it sent); its
   inbound streams are kept linger_us (late copies stay duplicates), then forgotten; a
   view that holds it again makes it NAKable again.
+- A member the detector suspects (`Suspected`, until `Restored` or a view without it)
+  is not NAKed and is no reason for a digest (a crashed one was both until the view
+  change); what it has not acked stays buffered, and once it speaks (`Restored`) its
+  gaps are NAKed and a digest goes out: a slow member is repaired. `Excluded` is the
+  layer above's: it stops the node, or (evs) suspects that member and flushes it out.
 - Guests (an open group's nodes outside the view: a joiner, and the members to it) get
   digests of their own, unicast, naming only the unicast stream (`sent_m` and `start_m`
   0: no multicast stream to start): a unicast from a guest is answered at once with
@@ -66,11 +71,10 @@ Rules:
   (`MWithdraw`) lost on the way left a lone member holding a joiner that gave up.
   `in_flight()`: the packets sent and not yet freed (the give-up's detach waits on it).
 - A timer's SetTimer can be lost after this layer armed it: when a layer above refuses
-  the packet this one just took (a RemoteProtocolError: a removed member's stale flush
-  message), the stack drops the frame's outputs, ours included. So the "nak" and
-  "stable" timers are kept as their due time, not a flag: an event past it finds the
-  timer overdue and sets it again, due now (before, the flag stayed set, and the node
-  never NAKed again: tests/sim/test_nak_churn_stall.py).
+  the packet this one just took (a removed member's stale flush message), the stack
+  drops the frame's outputs, ours included. So the "nak" and "stable" timers are kept
+  as their due time, not a flag: an event past it finds the timer overdue and sets it
+  again, due now (a flag stayed set for ever: tests/sim/test_nak_churn_stall.py).
 - NAKs, digests, cancels and retransmissions are `control` traffic (not counted as
   protocol packets). No clock, no randomness: time is the `now` argument.
 """
@@ -110,18 +114,8 @@ from abcast.reliability.nak_wire import (
 )
 from abcast.snapshot import LayerSnapshot
 
-__all__ = [
-    "MCAST",
-    "UNICAST",
-    "Mark",
-    "NCancel",
-    "NData",
-    "NDigest",
-    "NNak",
-    "NakChannel",
-    "NakConfig",
-    "NakHeader",
-]
+__all__ = ["MCAST", "UNICAST", "Mark", "NCancel", "NData", "NDigest", "NNak", "NakChannel",
+           "NakConfig", "NakHeader"]
 
 
 class NakChannel(Layer):
@@ -145,6 +139,7 @@ class NakChannel(Layer):
         self._in: dict[tuple[NodeId, int], InStream] = {}
         #: members a view removed: when their streams are forgotten (never NAKed again)
         self._departed: dict[NodeId, int] = {}
+        self._suspects: set[NodeId] = set()  # members the detector suspects (see the rules)
         self._xmit: dict[int, set[NodeId]] = {}  # gathered NAKs of the multicast stream
         #: when the armed "nak" / "stable" timer is due (None: not armed); see the rules
         self._nak_at: int | None = None
@@ -212,7 +207,14 @@ class NakChannel(Layer):
                 self._u.pop(peer, None)  # (and ours to it: it numbers from 1 again)
                 self._forget(peer)
                 return []
-            case Suspected() | Restored() | Excluded() | TimerFired():
+            case Suspected(peer):
+                self._suspects.add(peer)
+                return []
+            case Restored(peer) if peer in self._suspects:
+                self._suspects.discard(peer)
+                self._marks_moved = True  # it may lack a tail no digest of ours named
+                return self._arm_nak(now) + self._arm_stable(now)
+            case Restored() | Excluded() | TimerFired():
                 return []
             case _:
                 raise LocalProtocolError(f"{self.name} cannot handle {event!r}")
@@ -427,9 +429,9 @@ class NakChannel(Layer):
     def _nak_round(self, now: int) -> list[Effect]:
         self._nak_at = None
         effects: list[Effect] = []
-        departed = self._departed
+        departed, suspects = self._departed, self._suspects
         for (sender, stream), st in self._in.items():
-            if st.next == 0 or sender in departed:
+            if st.next == 0 or sender in departed or sender in suspects:
                 continue
             missing = st.missing(self._nak_list)
             if missing:
@@ -514,8 +516,7 @@ class NakChannel(Layer):
         self._stable_at = None
         guests: list[Effect] = [self._guest_digest(p) for p, o in self._u.items()
                                 if o.buf and p not in self._members]
-        outs = [self._m, *self._u.values()]
-        unstable = any(o.buf or o.waiting for o in outs)
+        unstable = self._unstable_for_a_live_member()
         if not (unstable or self._marks_moved) or not self._others:
             return guests + self._arm_stable(now) if guests else []
         self._marks_moved = False
@@ -531,6 +532,14 @@ class NakChannel(Layer):
         digest = NDigest(self._m.last, self._m.stable, marks)
         effects: list[Effect] = [Multicast(self._others, digest, control=True), *guests]
         return effects + self._arm_stable(now)
+
+    def _unstable_for_a_live_member(self) -> bool:
+        """A packet an unsuspected member has not acked, or one waiting for window room."""
+        m, suspects = self._m, self._suspects
+        return bool(m.waiting or any(o.waiting or (o.buf and p not in suspects)
+                                     for p, o in self._u.items())
+                    or (m.buf and any(self._acked_m.get(p, 0) < m.last
+                                      for p in self._others if p not in suspects)))
 
     def _on_digest(self, sender: NodeId, digest: NDigest, now: int) -> list[Effect]:
         if not self._allowed(sender):
@@ -603,6 +612,7 @@ class NakChannel(Layer):
                 self._start_m[peer] = 1 if view.view_id <= 1 else self._m.last + 1
         left = self._members - set(members)
         self._members = frozenset(members)
+        self._suspects &= self._members  # as the detector forgets who a view left out
         self._others = tuple(m for m in members if m != self.node)
         if not self.open_group:
             for key in [k for k in self._in if k[0] not in self._members]:
@@ -648,6 +658,7 @@ class NakChannel(Layer):
     def _forget(self, peer: NodeId) -> None:
         """Drop `peer`'s inbound streams: what it sends next starts a stream afresh."""
         self._departed.pop(peer, None)
+        self._suspects.discard(peer)
         for key in [k for k in self._in if k[0] == peer]:
             del self._in[key]
 
@@ -667,7 +678,8 @@ class NakChannel(Layer):
             layer=self.name,
             clock={"multicast_last": self._m.last, "multicast_stable": self._m.stable,
                    "next": {f"{s}/{'m' if k == MCAST else 'u'}": st.next
-                            for (s, k), st in self._in.items()}},
+                            for (s, k), st in self._in.items()},
+                   "suspects": sorted(self._suspects)},  # not NAKed (see the rules)
             counters={
                 "naks_sent": self.naks_sent, "naks_received": self.naks_received,
                 "retransmissions": self.retransmissions,

@@ -67,7 +67,8 @@ class SimConfig:
     await_credit: bool = False
     max_time_us: int = HOUR_US
     #: with periodic timers (failure detectors) a run never goes quiet: it ends once every
-    #: broadcast went out and nothing was delivered for this long
+    #: broadcast went out and nothing was delivered for this long, counted from the last
+    #: delivery or the last scheduled fault, whichever is later
     settle_us: int = 5_000_000
     #: ...and it gives up once nothing at all was delivered for this long (a stuck run;
     #: the checks then say what is missing)
@@ -292,11 +293,17 @@ def run_simulation(
 
     settled = stalled = False
     settle_us, stall_us = config.quiet_us()
+    # the last scheduled fault: a run is not settled while its schedule still plays out
+    # (a node cut off after the last delivery has yet to be excluded, a joiner welcomed)
+    faults_end = max([c.at_us for c in plan.crashes] + [lv.at_us for lv in plan.leaves]
+                     + [j.at_us for j in plan.joins] + [p.end_us for p in plan.partitions]
+                     + [h.end_us for h in plan.holds], default=0)
 
     def check_settled() -> None:
         nonlocal settled, stalled
         idle = scheduler.now - last_delivery_us
-        if workload.done_sending() and idle >= settle_us:
+        quiet = scheduler.now - max(last_delivery_us, faults_end)
+        if workload.done_sending() and quiet >= settle_us:
             settled = True
             scheduler.stop()
         elif idle >= stall_us:
