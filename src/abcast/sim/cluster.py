@@ -142,6 +142,10 @@ class SimCluster:
     def alive(self) -> list[NodeId]:
         return [n for n, s in self.nodes.items() if not s.stopped]
 
+    def joining(self) -> list[NodeId]:
+        """Running nodes not admitted yet (still in the private view 0 they start in)."""
+        return [n for n, s in self.nodes.items() if not s.stopped and s.view_id == 0]
+
     def join(self, stack: Stack, contacts: tuple[NodeId, ...]) -> SimNode:
         """Start a node outside the group (its stack's view holds only itself) and ask
         to join through `contacts`."""

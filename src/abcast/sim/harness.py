@@ -296,7 +296,9 @@ def run_simulation(
     def check_settled() -> None:
         nonlocal settled, stalled
         idle = scheduler.now - last_delivery_us
-        if workload.done_sending() and idle >= settle_us:
+        # A joiner still asking is unfinished business: the run settles once it is in
+        # (or stalls, and the checks say what it lacks).
+        if workload.done_sending() and idle >= settle_us and not cluster.joining():
             settled = True
             scheduler.stop()
         elif idle >= stall_us:
