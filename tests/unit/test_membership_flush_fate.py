@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from abcast.codec import EMPTY
 from abcast.effects import InstallView, Multicast, Send
-from abcast.events import BroadcastRequested, Received, Suspected, ViewInstalled
+from abcast.events import BroadcastRequested, Received, Suspected, TimerFired, ViewInstalled
 from abcast.ids import View
 from abcast.membership import Membership
+from abcast.membership.state import STABLE
 from abcast.membership.wire import MAbort, MInstall, MPrepare, MState
 from abcast.ordering.unordered import Unordered
 
@@ -89,3 +90,38 @@ def test_a_coordinator_tells_the_members_of_every_attempt_it_drops() -> None:
     assert Multicast(others, MAbort(5, 3)) in installed
     # n1 is still suspected: the flush view 4 calls for starts, from view 4
     assert Multicast(others, MPrepare(5, 4, list(FIVE[1:]))) in installed
+
+
+def test_a_prepare_held_back_for_a_member_the_install_leaves_out_is_answered() -> None:
+    """n2's prepare for view 5 reaches n5 while n5 still trusts n1, which precedes n2:
+    n5 holds it back. n1's install of view 4 leaves n1 out (it left): n2 leads now, and
+    n5 answers the held prepare (before, it kept it and n2 waited for ever)."""
+    n5 = _member("n5")
+    n5.handle(Received("n1", MPrepare(4, 6, list(FIVE)), EMPTY), 1)
+    rest = ["n2", "n3", "n5"]
+    assert n5.handle(Received("n2", MPrepare(5, 7, rest), EMPTY), 2) == []  # held back
+    effects = n5.handle(Received("n1", MInstall(4, 6, rest, []), EMPTY), 3)
+    assert InstallView(View(4, tuple(rest))) in effects
+    assert _states(effects) == [("n2", 5, 7)] and n5.frozen
+
+
+def test_a_member_frozen_for_a_lost_coordinator_asks_the_others_for_its_install() -> None:
+    """n3 answered n1's flush for view 4 and suspects n1; short of a majority it can
+    start no flush of its own. Every stability period it sends a state for no flush
+    (attempt 0); n5, which installed view 4, answers with that install, and n3 moves on."""
+    n3 = _member("n3")
+    n3.handle(Received("n1", MPrepare(4, 1, list(FIVE)), EMPTY), 1)
+    for node in ("n1", "n2", "n4"):
+        n3.handle(Suspected(node), 2)
+    assert n3.frozen
+    probes = [e for e in n3.handle(TimerFired(STABLE), 3)
+              if isinstance(e, Send) and isinstance(e.header, MState)]
+    assert [(p.to, p.header.target, p.header.attempt) for p in probes] == [("n5", 4, 0)]
+    n5 = _member("n5")
+    n5.handle(Received("n1", MPrepare(4, 1, list(FIVE)), EMPTY), 1)
+    install = MInstall(4, 1, ["n3", "n5"], [])
+    n5.handle(Received("n1", install, EMPTY), 2)
+    answer = n5.handle(Received("n3", probes[0].header, EMPTY), 4)
+    assert answer == [Send("n3", install)]
+    moved = n3.handle(Received("n5", install, EMPTY), 5)
+    assert InstallView(View(4, ("n3", "n5"))) in moved

@@ -135,6 +135,7 @@ from abcast.membership.wire import (
     MState,
     MWelcome,
     MWithdraw,
+    ViewReport,
 )
 from abcast.snapshot import LayerSnapshot
 
@@ -584,6 +585,9 @@ class Membership(Layer):
                 effects.append(Send(self.s.answered_to, self.state_for(*self.s.answered)))
             return effects
         effects += self.resume()
+        # A prepare held back while a member lower than its sender was trusted, which
+        # this view leaves out, is answered now (else its coordinator waits on us).
+        effects += self._retry_deferred()
         return effects + self.recheck()
 
     def recheck(self) -> list[Effect]:
@@ -686,7 +690,7 @@ class Membership(Layer):
         again = SetTimer(STABLE, now + self.config.stable_period_us)
         view = self.s.view
         if self.s.status not in ("member", "leaving") or self.s.frozen or view is None:
-            return [again]
+            return [*self._ask_for_install(), again]
         point = self.ordering.stable_point()
         if point == self.s.stable_said:
             return [again]
@@ -695,6 +699,24 @@ class Membership(Layer):
         if leader == self.node:
             return [*self._on_stable(self.node, point, True), again]
         return [Send(leader, MStable(view.view_id, point, True), control=True), again]
+
+    def _ask_for_install(self) -> list[Effect]:
+        """Frozen for a flush we answered whose coordinator we suspect since, with no
+        flush of our own running: if it installed a view, its install may have reached
+        others only (a partition cut it off), and a view behind we cannot form a majority
+        to ask for it by a prepare. Every period, a state for no flush (attempt 0) to each
+        member we trust: one that installed a later view hands us its last install
+        (FlushCoordinator.on_state); the others ignore it."""
+        view, s = self.s.view, self.s
+        if (view is None or not s.frozen or s.flush is not None
+                or s.status not in ("member", "leaving")):
+            return []
+        lost = [t for c, t, _ in s.pledged if c in s.suspects and c != self.node]
+        if not lost:
+            return []
+        probe = MState(max(lost), 0, view.view_id, ViewReport({}, []))
+        return [Send(m, probe, control=True) for m in view.members
+                if m != self.node and m not in s.suspects]
 
     def _on_stable(self, sender: NodeId, delivered: dict[NodeId, int], up: bool) -> list[Effect]:
         view = self.s.view
