@@ -1,7 +1,6 @@
 """The fate of a flush a member answered, driven by hand: which abort unfreezes it, and
 who tells it a flush is off (abcast.membership.layer's `pledged`; the churn seeds that
-found each rule are in tests/sim/test_membership_pledged_flush.py,
-test_membership_dropped_flush.py and test_membership_restarted_flush.py)."""
+found each rule are in tests/sim/test_flapping_seeds.py)."""
 
 from __future__ import annotations
 
