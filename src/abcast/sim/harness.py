@@ -296,9 +296,11 @@ def run_simulation(
     def check_settled() -> None:
         nonlocal settled, stalled
         idle = scheduler.now - last_delivery_us
-        # A joiner still asking is unfinished business: the run settles once it is in
-        # (or stalls, and the checks say what it lacks).
-        if workload.done_sending() and idle >= settle_us and not cluster.joining():
+        # A joiner still asking, or (primary partition) a member of the latest view that
+        # has yet to install it, is unfinished business: the run settles once they are
+        # in (or stalls, and the checks say what they lack).
+        pending = cluster.joining() or (not config.options.evs and cluster.behind())
+        if workload.done_sending() and idle >= settle_us and not pending:
             settled = True
             scheduler.stop()
         elif idle >= stall_us:
