@@ -62,6 +62,7 @@ class FlushCoordinator:
         effects: list[Effect] = [Multicast(others, MAbort(flush.target, flush.attempt))] \
             if others else []
         if (self.s.answered_to, self.s.answered) == (self.s.node, (flush.target, flush.attempt)):
+            self.member.release(self.s.node, flush.target, flush.attempt)
             effects += self.member.unfreeze()
         return effects
 
@@ -107,7 +108,8 @@ class FlushCoordinator:
         if not evs and not self.primary(view.members, alive):
             return self._abandon()
         self.s.attempts = max(self.s.attempts, self.s.answered[1]) + 1
-        target = max(target, self.s.flush.target if self.s.flush else 0)
+        old = self.s.flush
+        target = max(target, old.target if old else 0)
         if evs:  # two sides never install the same id (abcast.membership.merge)
             target = evs_view_id(target, self.s.node)
         flush = CoordinatedFlush(target, self.s.attempts, tuple(alive))
@@ -115,7 +117,14 @@ class FlushCoordinator:
         self.s.flushes_coordinated += 1
         others = tuple(m for m in flush.members if m != self.s.node)
         prepare = MPrepare(flush.target, flush.attempt, list(flush.members))
-        effects: list[Effect] = [Multicast(others, prepare)] if others else []
+        effects: list[Effect] = []
+        old_others = tuple(m for m in old.members if m != self.s.node) if old else ()
+        if old is not None and old_others and not evs:
+            # The attempt this one replaces installed nothing: its members would stay
+            # frozen for it (abcast.membership.layer, `pledged`)
+            effects.append(Multicast(old_others, MAbort(old.target, old.attempt)))
+        if others:
+            effects.append(Multicast(others, prepare))
         prior = self.member.prior_for(self.s.node)
         self.s.answered_to = self.s.node
         state = self.member.state_for(target, flush.attempt, prior)

@@ -157,6 +157,7 @@ class JoinLeave:
         self.s.flush = None
         self.s.answered = (welcome.view_id, welcome.attempt)
         self.s.answered_for = {}
+        self.s.pledged = set()
         self.s.attempts = max(self.s.attempts, welcome.attempt)
         self.s.join_requests.clear()
         self.s.leave_requests.clear()

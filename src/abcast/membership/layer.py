@@ -36,7 +36,10 @@ policy: "primary" (only a coordinator that hears a majority of its view goes on)
 1. `MPrepare(target, attempt, members)` to the proposed members (the view less the
    suspects). Each *freezes* — the ordering is fed nothing more: its packets are
    buffered, its broadcasts queued — and answers `MState` with the ordering's report
-   (abcast.membership.api): what it delivered and holds of the view.
+   (abcast.membership.api): what it delivered and holds of the view. It resumes that
+   view only once every flush it answered is given up (`MAbort`; primary partition:
+   one whose coordinator it suspected may have installed a view with its report,
+   `pledged`); a coordinator sends the abort of every attempt it drops.
 2. With every report, the coordinator asks the ordering to `settle` them: the messages
    of the closing view every survivor delivers, in order — everything any survivor
    delivered among them. `MInstall` carries them and the next members (the proposed
@@ -72,6 +75,7 @@ from abcast.codec import EMPTY
 from abcast.effects import (
     Effect,
     InstallView,
+    Multicast,
     Send,
     SetTimer,
 )
@@ -131,6 +135,7 @@ from abcast.membership.wire import (
     MState,
     MWelcome,
     MWithdraw,
+    ViewReport,
 )
 from abcast.snapshot import LayerSnapshot
 
@@ -420,9 +425,14 @@ class Membership(Layer):
                     return []
                 return self._on_prepare(sender, target, attempt, tuple(proposed))
             case MAbort(target, attempt):
+                self.release(sender, target, attempt)
                 if (sender, (target, attempt)) != (self.s.answered_to, self.s.answered):
                     self.s.aborted.add((sender, target, attempt))  # its prepare is late
-                    return []
+                    # (or, under primary partition, the flush we answered before the
+                    # one we froze for: the last open one given up, we are back in our
+                    # view)
+                    last = not self.config.evs and self.s.flush is None
+                    return self.unfreeze() if last else []
                 return self.unfreeze()
             case MState():
                 return self.coordinator.on_state(sender, header)
@@ -466,6 +476,7 @@ class Membership(Layer):
         self.s.frozen = True
         self.s.answered = (target, attempt)
         self.s.answered_for.setdefault(target, set()).add(attempt)
+        self.pledge(self.s.answered_to, target, attempt)
         return MState(target, attempt, view.view_id, self.ordering.report(), prior)
 
     def _on_prepare(
@@ -486,13 +497,33 @@ class Membership(Layer):
             # Frozen for another coordinator's view: under evs two sides may be forming
             # at once, and a member must end up in one of them only.
             return [Send(sender, MBusy(*self.s.answered))]
-        if (target, attempt) <= self.s.answered:
-            if sender == self.s.answered_to:
-                return []
+        if sender == self.s.answered_to and attempt <= self.s.answered[1]:
+            return []  # sent twice, or overtaken by its newer attempt
+        if (target, attempt) <= self.s.answered and sender != self.s.answered_to:
             return [Send(sender, MBusy(*self.s.answered))]
+        # (A newer attempt of the coordinator we answered is answered, even for a lower
+        # view id: it gave that flush up and starts again from its view.)
         prior = self.prior_for(sender)
         self.s.answered_to = sender
         return [Send(sender, self.state_for(target, attempt, prior))]
+
+    def pledge(self, coordinator: NodeId, target: int, attempt: int) -> None:
+        """Our state goes to `coordinator`'s flush (target, attempt). Its earlier ones for
+        this target or a later one installed nothing (a coordinator that installed a view
+        prepares only later ones); our own earlier ones none at all. Primary partition
+        only: under evs sides go on apart and the merge settles what each installed."""
+        if self.config.evs:
+            return
+        self.s.pledged = {(c, t, a) for c, t, a in self.s.pledged
+                          if c != coordinator or (c != self.node and (t < target
+                                                                      or a > attempt))}
+        self.s.pledged.add((coordinator, target, attempt))
+
+    def release(self, coordinator: NodeId, target: int, attempt: int) -> None:
+        """`coordinator` gave its flush (target, attempt) up: that one and its earlier
+        ones for this target or a later one installed nothing."""
+        self.s.pledged = {(c, t, a) for c, t, a in self.s.pledged
+                          if c != coordinator or t < target or a > attempt}
 
     def on_install(self, install: MInstall) -> list[Effect]:
         view = self.s.view
@@ -501,9 +532,13 @@ class Membership(Layer):
             return []
         if install.attempt not in self.s.answered_for.get(install.view_id, ()):
             return []  # a flush this member left for a newer one
-        still_frozen = self.s.answered[0] > install.view_id
+        # still frozen for the flush we answered since, unless it was given up
+        open_ = self.config.evs or (self.s.answered_to, *self.s.answered) in self.s.pledged
+        still_frozen = self.s.answered[0] > install.view_id and open_
         self.s.answered_for = {t: a for t, a in self.s.answered_for.items()
                               if t > install.view_id}
+        # a view is settled: only the flush we answered for a later one stays open
+        self.s.pledged = {(self.s.answered_to, *self.s.answered)} if still_frozen else set()
         # the old view's, in the old view
         effects = (self.merger.ordering.conclude_side(install.outcome, install.spent)
                    if self.config.evs else self.ordering.conclude(install.outcome))
@@ -524,26 +559,34 @@ class Membership(Layer):
             effects.append(self.joins.take_snapshot(joiners, new))
         if self.config.evs:
             effects += self.merger.view_installed(view, new)
+        ours = self.s.flush  # our own flush for a later view, if we were running one
         effects += self.adopt(new)
         if still_frozen and self.s.answered_to not in new.members:
             # The flush we answered since is led by a node this view left out: it cannot
             # install a view after this one (it needs our state for this one). Drop it.
             self.s.answered = (new.view_id, 0)
             self.s.answered_for = {}
+            self.s.pledged = set()
             still_frozen = self.s.frozen = False
         if still_frozen and self.s.answered_to == self.node and not self.s.config.evs:
             # Our own flush was for a later view, from the one we were in: `adopt` gave
             # it up (its coordinator handed us this install, FlushCoordinator.on_state).
-            # Unfrozen here, `recheck` starts the flush this view calls for.
+            # Unfrozen here, `recheck` starts the flush this view calls for. Its members
+            # that answered are told (else they stay frozen for it: nobody else will).
+            if ours is not None:
+                others = tuple(m for m in ours.members if m != self.node)
+                if others:
+                    effects.append(Multicast(others, MAbort(ours.target, ours.attempt)))
             self.s.answered_for.pop(self.s.answered[0], None)
+            self.s.pledged = set()
             still_frozen = self.s.frozen = False
         if still_frozen:
             if self.s.answered_to != self.node:  # what we told it came from an older view
                 effects.append(Send(self.s.answered_to, self.state_for(*self.s.answered)))
             return effects
         effects += self.resume()
-        # a prepare deferred for a member that preceded its sender: this view may have
-        # left that member out (the sender leads now): answer it before any own flush
+        # A prepare held back while a member lower than its sender was trusted, which
+        # this view leaves out, is answered now (else its coordinator waits on us).
         effects += self._retry_deferred()
         return effects + self.recheck()
 
@@ -614,8 +657,12 @@ class Membership(Layer):
         return effects
 
     def unfreeze(self) -> list[Effect]:
-        """The flush we answered will install nothing: back to the view we are in."""
-        if not self.s.frozen or self.s.status not in ("member", "leaving"):
+        """The flush we answered will install nothing: back to the view we are in —
+        unless another flush we gave our state to may have installed a view with it
+        (`pledged`: its coordinator suspected since, its install not here yet). Its
+        members went on from our report: what we delivered more here, they never would.
+        Frozen, we wait for its install, its abort or a flush that settles the view."""
+        if not self.s.frozen or self.s.status not in ("member", "leaving") or self.s.pledged:
             return []
         self.s.frozen = False
         self.s.answered_for.pop(self.s.answered[0], None)
@@ -643,7 +690,7 @@ class Membership(Layer):
         again = SetTimer(STABLE, now + self.config.stable_period_us)
         view = self.s.view
         if self.s.status not in ("member", "leaving") or self.s.frozen or view is None:
-            return [again]
+            return [*self._ask_for_install(), again]
         point = self.ordering.stable_point()
         if point == self.s.stable_said:
             return [again]
@@ -652,6 +699,24 @@ class Membership(Layer):
         if leader == self.node:
             return [*self._on_stable(self.node, point, True), again]
         return [Send(leader, MStable(view.view_id, point, True), control=True), again]
+
+    def _ask_for_install(self) -> list[Effect]:
+        """Frozen for a flush we answered whose coordinator we suspect since, with no
+        flush of our own running: if it installed a view, its install may have reached
+        others only (a partition cut it off), and a view behind we cannot form a majority
+        to ask for it by a prepare. Every period, a state for no flush (attempt 0) to each
+        member we trust: one that installed a later view hands us its last install
+        (FlushCoordinator.on_state); the others ignore it."""
+        view, s = self.s.view, self.s
+        if (view is None or not s.frozen or s.flush is not None
+                or s.status not in ("member", "leaving")):
+            return []
+        lost = [t for c, t, _ in s.pledged if c in s.suspects and c != self.node]
+        if not lost:
+            return []
+        probe = MState(max(lost), 0, view.view_id, ViewReport({}, []))
+        return [Send(m, probe, control=True) for m in view.members
+                if m != self.node and m not in s.suspects]
 
     def _on_stable(self, sender: NodeId, delivered: dict[NodeId, int], up: bool) -> list[Effect]:
         view = self.s.view

@@ -567,6 +567,7 @@ class Merger:
         s.answered = (install.target, install.attempt)
         s.answered_to = s.node
         s.answered_for = {}
+        s.pledged = set()
         s.attempts = max(s.attempts, install.attempt)
         s.suspects -= set(view.members) - set(old.members)
         s.merges += 1
@@ -627,6 +628,7 @@ class Merger:
             effects += s.ordering.handle(ViewInstalled(s.view), s.now)
         if s.frozen and s.flush is None and s.status in ("member", "leaving"):
             s.frozen = False
+            s.pledged = set()
             effects += self.member.resume()
         effects += self._replay_deferred()
         return effects + self.member.recheck()  # e.g. a member suspected meanwhile

@@ -177,6 +177,8 @@ class MemberSteps(Protocol):
 
     def unfreeze(self) -> list[Effect]: ...
 
+    def release(self, coordinator: NodeId, target: int, attempt: int) -> None: ...
+
     def acting_leader(self, view: View) -> NodeId: ...
 
     def settled(self, flush: CoordinatedFlush) -> tuple[list[FlushMessage], int]: ...
@@ -228,6 +230,11 @@ class MembershipState:
         self.answered: tuple[int, int] = (0, 0)
         self.answered_for: dict[int, set[int]] = {}
         self.answered_to: NodeId = node
+        #: the flushes we gave our state to, (coordinator, target, attempt), that may
+        #: have installed a view with it: none given up (its abort), superseded (a later
+        #: attempt of that coordinator for that target or a lower one) or settled (a view
+        #: installed). While one is open, another's abort does not unfreeze us (`pledge`)
+        self.pledged: set[tuple[NodeId, int, int]] = set()
         self.last_install: MInstall | None = None
         # the flush, as coordinator
         self.flush: CoordinatedFlush | None = None

@@ -18,8 +18,8 @@ layer, whose cut-off members stop; chandra-toueg's rejoin) and never runs one
   the correct ones (a plain sequencer cut off in a minority may deliver there what the
   others deliver later: its incarnation ended at the cut). Beside them, VIEW_ORDER: the
   members present throughout install the same sequence of views.
-- STATE: the nodes running at the end of a settled run (not on their way out) hold equal
-  application states
+- STATE: the nodes running at the end of a settled run (not on their way out: leaving,
+  or, under primary partition, left out of the last view) hold equal application states
   (the simulated application chains a digest over its deliveries, so a joiner that got
   a message twice, or missed one, holds another state).
 
@@ -369,8 +369,15 @@ def view_order(incs: list[Incarnation], present: set[NodeId]) -> list[Problem]:
 
 
 def equal_states(result: SimResult) -> list[Problem]:
-    # A node still on its way out holds what it delivered before it froze to leave.
+    # A node still on its way out holds what it delivered before it froze to leave;
+    # under primary partition so does one the group's last view left out (cut off, it
+    # stops once it hears: the run may end before the heal lets it).
     states = {n: s for n, s in result.app_states.items() if n not in result.leaving}
+    if not result.config.options.evs:
+        views = [r for r in result.recorder.rows() if r.kind == "view" and r.view_id]
+        if views:
+            last = max(views, key=lambda r: r.view_id or 0)
+            states = {n: s for n, s in states.items() if n in (last.members or ())}
     if len(set(states.values())) <= 1:
         return []
     groups: dict[bytes, list[NodeId]] = defaultdict(list)

@@ -143,6 +143,19 @@ class SimCluster:
     def alive(self) -> list[NodeId]:
         return [n for n, s in self.nodes.items() if not s.stopped]
 
+    def joining(self) -> list[NodeId]:
+        """Running nodes not admitted yet (still in the private view 0 they start in)."""
+        return [n for n, s in self.nodes.items() if not s.stopped and s.view_id == 0]
+
+    def behind(self) -> list[NodeId]:
+        """Running members of the latest view a node installed (by id: one membership
+        per id under primary partition) that have not installed it yet."""
+        live = [s for s in self.nodes.values() if not s.stopped]
+        if not live:
+            return []
+        top = max(live, key=lambda s: s.view_id)
+        return [s.node for s in live if s.node in top.members and s.view_id < top.view_id]
+
     def join(self, stack: Stack, contacts: tuple[NodeId, ...]) -> SimNode:
         """Start a node outside the group (its stack's view holds only itself) and ask
         to join through `contacts`."""

@@ -301,12 +301,16 @@ def run_simulation(
 
     def check_settled() -> None:
         nonlocal settled, stalled
-        idle = scheduler.now - last_delivery_us
+        # quiet: nothing delivered, and the fault schedule over (a stall is counted so too)
         quiet = scheduler.now - max(last_delivery_us, faults_end)
-        if workload.done_sending() and quiet >= settle_us:
+        # A joiner still asking, or (primary partition) a member of the latest view that
+        # has yet to install it, is unfinished business: the run settles once they are
+        # in (or stalls, and the checks say what they lack).
+        pending = cluster.joining() or (not config.options.evs and cluster.behind())
+        if workload.done_sending() and quiet >= settle_us and not pending:
             settled = True
             scheduler.stop()
-        elif idle >= stall_us:
+        elif quiet >= stall_us:
             stalled = True
             scheduler.stop()
         else:
