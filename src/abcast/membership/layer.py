@@ -58,11 +58,12 @@ that learns a later view left it out (`MFarewell`, the detector's `Excluded`) wa
 off: it stops, the Isis rule (`cut_off`: drivers record a removal, not a leave).
 
 Where it lives: this module is the layer — events in, the member's side of the flush,
-stability, timers. It owns its state (abcast.membership.state.MembershipState) and two
-parts that take that state explicitly: the coordinator's side of the flush
-(abcast.membership.flush_coordinator) and joining, leaving and removal
-(abcast.membership.join_leave); they call back only the member's steps
-(`MemberSteps`), never each other.
+timers. It owns its state (abcast.membership.state.MembershipState) and parts that take
+that state explicitly: the coordinator's side of the flush
+(abcast.membership.flush_coordinator), joining, leaving and removal
+(abcast.membership.join_leave), stable reports and the missed-install call
+(abcast.membership.stability) and the evs merge (abcast.membership.merge); they call
+back only the member's steps (`MemberSteps`), never each other.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ from abcast.membership.api import MergingOrdering, ViewOrdering
 from abcast.membership.flush_coordinator import FlushCoordinator
 from abcast.membership.join_leave import JoinLeave
 from abcast.membership.merge import Merger
+from abcast.membership.stability import Stability
 from abcast.membership.state import (
     FAREWELL_WAIT,
     JOIN_RETRY,
@@ -135,7 +137,6 @@ from abcast.membership.wire import (
     MState,
     MWelcome,
     MWithdraw,
-    ViewReport,
 )
 from abcast.snapshot import LayerSnapshot
 
@@ -144,8 +145,9 @@ _log = logging.getLogger(__name__)
 
 class Membership(Layer):
     """Views for the ordering it wraps (one stack slot: its headers and the ordering's).
-    It owns the state `s` and its two parts, which take that state explicitly: the
-    coordinator's flush (`coordinator`) and join, leave and removal (`joins`)."""
+    It owns the state `s` and its parts, which take that state explicitly: the
+    coordinator's flush (`coordinator`), join, leave and removal (`joins`), the evs merge
+    (`merger`) and stability (`stability`)."""
 
     def __init__(
         self, node: NodeId, ordering: ViewOrdering, config: MembershipConfig | None = None
@@ -159,6 +161,7 @@ class Membership(Layer):
         self.coordinator = FlushCoordinator(self.s, self)
         self.joins = JoinLeave(self.s, self)
         self.merger = Merger(self.s, self)
+        self.stability = Stability(self.s, self)
         built_for_evs = ordering.evs if isinstance(ordering, MergingOrdering) else None
         if self.config.evs and built_for_evs is None:
             raise ConfigError(f"ordering {ordering.name!r} cannot run partitions='evs'")
@@ -384,7 +387,7 @@ class Membership(Layer):
             case MStable(view_id, delivered, up):
                 if view_id != view.view_id or sender not in members:
                     return []  # about another view: the next report comes
-                return self._on_stable(sender, delivered, up)
+                return self.stability.on_stable(sender, delivered, up)
             case MNotYet(target, attempt):
                 return self.coordinator.note_fresh(sender, target, attempt)
             case MFarewell(view_id):
@@ -684,64 +687,6 @@ class Membership(Layer):
         reports = [flush.states[m].report for m in flush.members if m in flush.states]
         return self.merger.ordering.settle_side(reports, flush.members, view)
 
-    # -- stability: the log's garbage ----------------------------------------------------
-    def _report_stable(self, now: int) -> list[Effect]:
-        """Every period: what we delivered, to the acting leader, when it changed."""
-        again = SetTimer(STABLE, now + self.config.stable_period_us)
-        view = self.s.view
-        if self.s.status not in ("member", "leaving") or self.s.frozen or view is None:
-            return [*self._ask_for_install(), again]
-        point = self.ordering.stable_point()
-        if point == self.s.stable_said:
-            return [again]
-        self.s.stable_said = point
-        leader = self.acting_leader(view)
-        if leader == self.node:
-            return [*self._on_stable(self.node, point, True), again]
-        return [Send(leader, MStable(view.view_id, point, True), control=True), again]
-
-    def _ask_for_install(self) -> list[Effect]:
-        """Frozen for a flush we answered whose coordinator we suspect since, with no
-        flush of our own running: if it installed a view, its install may have reached
-        others only (a partition cut it off), and a view behind we cannot form a majority
-        to ask for it by a prepare. Every period, a state for no flush (attempt 0) to each
-        member we trust: one that installed a later view hands us its last install
-        (FlushCoordinator.on_state); the others ignore it."""
-        view, s = self.s.view, self.s
-        if (view is None or not s.frozen or s.flush is not None
-                or s.status not in ("member", "leaving")):
-            return []
-        lost = [t for c, t, _ in s.pledged if c in s.suspects and c != self.node]
-        if not lost:
-            return []
-        probe = MState(max(lost), 0, view.view_id, ViewReport({}, []))
-        return [Send(m, probe, control=True) for m in view.members
-                if m != self.node and m not in s.suspects]
-
-    def _on_stable(self, sender: NodeId, delivered: dict[NodeId, int], up: bool) -> list[Effect]:
-        view = self.s.view
-        assert view is not None
-        if not up:
-            if sender == self.acting_leader(view) and not self.s.frozen:
-                self.ordering.forget(delivered)
-            return []
-        if self.acting_leader(view) != self.node:
-            return []
-        self.s.stable_reports[sender] = dict(delivered)
-        reports = [self.s.stable_reports.get(m) for m in view.members]
-        if any(r is None for r in reports):
-            return []
-        origins = {o for r in reports if r is not None for o in r}
-        stable = {o: min(r.get(o, 0) for r in reports if r is not None) for o in origins}
-        stable = {o: k for o, k in stable.items() if k}
-        if stable == self.s.stable:
-            return []
-        self.s.stable = stable
-        if not self.s.frozen:
-            self.ordering.forget(stable)
-        down = MStable(view.view_id, stable, False)
-        return [Send(m, down, control=True) for m in view.members if m != self.node]
-
     def acting_leader(self, view: View) -> NodeId:
         """The member that would coordinate the next flush: the lowest not suspected."""
         return next((m for m in view.members if m not in self.s.suspects), view.leader)
@@ -754,7 +699,7 @@ class Membership(Layer):
             retry = SetTimer(LEAVE_RETRY, now + self.config.leave_retry_us)
             return [*self.joins.ask_to_leave(), retry]
         if key == STABLE:
-            return self._report_stable(now)
+            return self.stability.report(now)
         if key == MERGE_PROBE:
             return self.merger.probe()
         if key == MERGE_TIMEOUT:
