@@ -70,11 +70,11 @@ Rules:
   never repaired (its view holds only itself: no digest went out), and a withdrawal
   (`MWithdraw`) lost on the way left a lone member holding a joiner that gave up.
   `in_flight()`: the packets sent and not yet freed (the give-up's detach waits on it).
-- A timer's SetTimer can be lost after this layer armed it: when a layer above refuses
-  the packet this one just took (a removed member's stale flush message), the stack
-  drops the frame's outputs, ours included. So the "nak" and "stable" timers are kept
-  as their due time, not a flag: an event past it finds the timer overdue and sets it
-  again, due now (a flag stayed set for ever: tests/sim/test_nak_churn_stall.py).
+- The "nak" and "stable" timers are kept as their due time, not a flag: an event past
+  it finds the timer overdue and sets it again, due now. A defence against a lost
+  SetTimer: the stack once dropped a frame's outputs, ours included, when a layer above
+  refused the packet (a removed member's stale flush message); it no longer does
+  (docs/design.md §5), and tests/unit/test_nak_gaps.py still plants the loss.
 - NAKs, digests, cancels and retransmissions are `control` traffic (not counted as
   protocol packets). No clock, no randomness: time is the `now` argument.
 """
