@@ -9,7 +9,7 @@ gets one WARNING per process. Keys are never the secret itself: each use derives
 own with HKDF-SHA256 (RFC 5869), the `info` naming the use (link MAC, AEAD, registry
 proof), so a key leaked from one use says nothing about another. `proof` is the one
 keyed digest the registry's challenges use. Comparisons of MACs go through
-`hmac.compare_digest` only.
+`hmac.compare_digest` only (`same`), and so do the registry's checks of node-id tokens.
 """
 
 from __future__ import annotations
@@ -87,5 +87,5 @@ def proof(secret: bytes, label: bytes, *parts: bytes) -> bytes:
 
 
 def same(a: bytes, b: bytes) -> bool:
-    """Constant-time equality of two MACs."""
+    """Constant-time equality of two MACs or secrets (the registry's node-id tokens)."""
     return hmac.compare_digest(a, b)
