@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
+from collections import Counter
 
 import pytest
 
@@ -55,3 +57,42 @@ def test_a_scraper_that_never_reads_its_reply_is_let_go(
             await node.close()
 
     assert asyncio.run(main()) == _TCP_CLOSE
+
+
+def test_the_multicast_table_stays_bounded_under_churn() -> None:
+    """Every distinct destination set of a multicast frame (`Node.transmit_many`, every
+    ordered batch of the sequencer family) made its own entry in the node's multicast
+    table, kept for as long as the node ran; under churn each view is a new set: 2,000
+    views of 8 peers out of 40 left 2,000 entries (tuples of 8 ids each) on main. Now
+    the table holds at most MAX_DESTINATION_SETS, and what each peer was sent still
+    adds up exactly."""
+    from abcast.runtime import status
+    from abcast.runtime.status import peer_traffic
+
+    bound = getattr(status, "MAX_DESTINATION_SETS", 256)  # (so main fails on the size)
+
+    pool = [f"p{i}" for i in range(40)]
+    rng = random.Random(7)
+    views = [tuple(sorted(rng.sample(pool, 8))) for _ in range(2_000)]
+
+    async def main() -> tuple[int, dict[str, tuple[int, int]]]:
+        # Peers that never answer: the frames wait in the transport, nobody refuses them.
+        node = await Node("mem://", node="n1", metrics_port=0).start()
+        try:
+            node.add_peers({peer: f"mem://ops-churn-{peer}" for peer in pool})
+            for destinations in views:
+                for _ in range(3):
+                    node.transmit_many(destinations, b"x" * 10)
+            node.transmit("p0", b"y" * 5)
+            assert node.multicast_traffic is not None
+            return len(node.multicast_traffic), {
+                peer: (t.frames_out, t.bytes_out) for peer, t in peer_traffic(node).items()}
+        finally:
+            await node.close()
+
+    entries, counted = asyncio.run(main())
+    assert entries <= bound
+    sent = Counter(peer for destinations in views for peer in destinations)
+    expected = {peer: (3 * n, 30 * n) for peer, n in sent.items()}
+    expected["p0"] = (expected["p0"][0] + 1, expected["p0"][1] + 5)
+    assert counted == expected

@@ -28,7 +28,13 @@ from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from abcast.runtime.status import NodeStatus, ObservedGroup, ObservedNode, node_status
+from abcast.runtime.status import (
+    MulticastTraffic,
+    NodeStatus,
+    ObservedGroup,
+    ObservedNode,
+    node_status,
+)
 
 log: Final = logging.getLogger(__name__)
 
@@ -169,7 +175,10 @@ class MeteredGroup(ObservedGroup, Protocol):
 
 
 class MeteredNode(ObservedNode, Protocol):
-    """A node as the collector reads it (abcast.runtime.node.Node)."""
+    """A node as the collector reads it (abcast.runtime.node.Node), and its multicast
+    table, which the metrics server makes (a bounded one: MulticastTraffic)."""
+
+    multicast_traffic: dict[tuple[str, ...], list[int]] | None
 
     def drivers(self) -> Sequence[MeteredGroup]: ...
 
@@ -343,6 +352,8 @@ class MetricsServer:
 
     def __init__(self, node: MeteredNode, host: str, port: int) -> None:
         self._node = node
+        # The node counts multicast frames in it from now on: a bounded table
+        node.multicast_traffic = MulticastTraffic()
         self._host, self._port = host, port
         self._registry: Any = None  # made at the first scrape, with the first import
         self._server: asyncio.Server | None = None

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
     from abcast.stack import Stack
     from abcast.transport.base import Transport
+
+
+#: the most distinct multicast destination sets counted apart (see MulticastTraffic)
+MAX_DESTINATION_SETS: Final = 256
 
 
 class ObservedGroup(Protocol):
@@ -172,10 +176,42 @@ def peer_traffic(node: ObservedNode) -> dict[str, PeerTraffic]:
     if traffic is None:
         return {}
     counts = {peer: list(c) for peer, c in traffic.items()}
-    for destinations, (frames, size) in (node.multicast_traffic or {}).items():
-        for peer in destinations:
-            c = counts.setdefault(peer, [0, 0, 0, 0])
-            c[0] += frames
-            c[1] += size
+    multicasts = node.multicast_traffic or {}
+    spread(multicasts.items(), counts)
+    if isinstance(multicasts, MulticastTraffic):
+        spread((((peer,), c) for peer, c in multicasts.folded.items()), counts)
     return {peer: PeerTraffic(frames_out=c[0], bytes_out=c[1], frames_in=c[2], bytes_in=c[3])
             for peer, c in sorted(counts.items())}
+
+
+def spread(multicasts: Iterable[tuple[Iterable[str], Sequence[int]]],
+           into: dict[str, list[int]]) -> None:
+    """Add each entry's frames and bytes (the first two counts) to each of its peers'."""
+    for peers, (frames, size, *_) in multicasts:
+        for peer in peers:
+            c = into.get(peer)
+            if c is None:
+                c = into[peer] = [0, 0, 0, 0]
+            c[0] += frames
+            c[1] += size
+
+
+class MulticastTraffic(dict[tuple[str, ...], list[int]]):
+    """The node's multicast counts while metrics are on: a frame's destinations ->
+    [frames, bytes], one update per frame whatever its fan-out (abcast.runtime.node).
+    One entry per distinct destination set grew without bound under churn (every view a
+    new set); at MAX_DESTINATION_SETS, a new set first folds them all into `folded`,
+    peer -> [frames, bytes, 0, 0], and starts again. The per-peer sums stay exact; what a
+    frame costs does not change (only a new set's insertion does the work)."""
+
+    __slots__ = ("folded",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folded: dict[str, list[int]] = {}
+
+    def __setitem__(self, destinations: tuple[str, ...], counts: list[int]) -> None:
+        if len(self) >= MAX_DESTINATION_SETS and destinations not in self:
+            spread(self.items(), self.folded)
+            self.clear()
+        super().__setitem__(destinations, counts)
