@@ -27,8 +27,8 @@ from transport_harness import TEST_SECRET, WAIT_S, Inbox, Nodes, numbered, run
 
 from abcast.testing.pki import shared_pki
 from abcast.transport import TransportOptions, tcp
-from abcast.transport._common import HELLO_MAX_BYTES, Hello, encode_hello
 from abcast.transport._framing import FrameReader, encode_frames
+from abcast.transport._hello import HELLO_MAX_BYTES, Hello, encode_hello
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -218,7 +218,7 @@ def test_the_widest_handshake_message_fits_before_admission() -> None:
     Hello's and the handshake messages' field bounds, as HELLO_MAX_BYTES is from the
     Hello's: the widest message the handshake decoder takes fits it."""
     from abcast.security import handshake
-    from abcast.transport._common import max_msgpack_bytes
+    from abcast.transport._hello import max_msgpack_bytes
 
     widest = handshake.encode(
         handshake.Challenge(b"n" * handshake.NONCE_BYTES, "\U0001f600" * handshake.MODE_MAX_CHARS))

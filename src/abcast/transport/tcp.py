@@ -2,7 +2,7 @@
 direction and peer.
 
 Rules: every node listens; to send to a peer it opens its own outbound connection whose
-first frame is a hello (see _common), so each TCP connection carries one direction only.
+first frame is a hello (see _hello), so each TCP connection carries one direction only.
 Writes are coalesced: `send` queues, and at most two `transport.write`s per peer and
 loop turn carry everything queued — the turn's first frame at once when the socket is
 idle (a lone message does not wait a loop turn at every hop), everything after it in one
@@ -16,7 +16,7 @@ asyncio write buffer is the "handed to the wire" part of `buffered()`; its limit
 set so that `pause/resume_writing` wake `drain`. A lost outbound connection is retried with
 exponential backoff; its queue waits. The inbound side refuses, with one log line and a
 dropped connection, a bad hello or none within io_timeout_s, a hello with another
-max_frame_bytes (after the handshake, with a secret; see _common), a length prefix above
+max_frame_bytes (after the handshake, with a secret; see _hello), a length prefix above
 max_frame_bytes, or, until the connection is admitted, above the largest hello
 (HELLO_MAX_BYTES: a stranger who knows only the address makes the node hold no more
 than that for a connection), a frame truncated at EOF, and any bytes on an
@@ -55,16 +55,15 @@ from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.security import OVERHEAD, Initiator, Opener, Responder, Sealer
 from abcast.security.handshake import MAGIC, NONCE_BYTES, Challenge, Confirm, Refusal, Response
-from abcast.transport._common import (
+from abcast.transport._common import PeerState, QueuedTransport
+from abcast.transport._framing import PREFIX, FrameReader, encode_frames, split_frames
+from abcast.transport._hello import (
     HELLO_MAX_BYTES,
     Hello,
-    PeerState,
-    QueuedTransport,
     decode_hello,
     encode_hello,
     max_msgpack_bytes,
 )
-from abcast.transport._framing import PREFIX, FrameReader, encode_frames, split_frames
 from abcast.transport._tls import client_context, server_context
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
