@@ -1,18 +1,22 @@
-"""The metrics endpoint and tables under hostile or long-lived use: a scraper that never
-reads its reply is let go, and the multicast traffic table stays bounded under churn."""
+"""The metrics endpoint, the probe socket and the metrics tables under hostile or
+long-lived use: a client that never reads its reply is let go, and the multicast traffic
+table stays bounded under churn."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import select
 import socket
+import tempfile
 from collections import Counter
 
 import pytest
 
 from abcast import Node
-from abcast.runtime import metrics
+from abcast.runtime import probe, status
 from abcast.testing.polling import until
 
 pytestmark = pytest.mark.timeout(60)
@@ -37,7 +41,7 @@ def test_a_scraper_that_never_reads_its_reply_is_let_go(
     import prometheus_client
 
     monkeypatch.setattr(prometheus_client, "generate_latest", lambda registry: BIG_BODY)
-    monkeypatch.setattr(metrics, "WRITE_TIMEOUT_S", 0.3, raising=False)
+    monkeypatch.setattr(status, "WRITE_TIMEOUT_S", 0.3, raising=False)
 
     async def main() -> int:
         node = await Node("mem://", node="n1", metrics_port=0).start()
@@ -57,6 +61,41 @@ def test_a_scraper_that_never_reads_its_reply_is_let_go(
             await node.close()
 
     assert asyncio.run(main()) == _TCP_CLOSE
+
+
+class _BigEncoder:
+    def encode(self, obj: object) -> bytes:
+        return BIG_BODY
+
+
+def test_a_probe_client_that_never_reads_its_reply_is_let_go(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe socket had the same unbounded drain: a client (the user's own, the
+    directory is 0700) that sent `status` and read nothing held the handler and the
+    reply until it went away. It shares the endpoint's exchange now (status.answer_once):
+    after WRITE_TIMEOUT_S the connection is closed, which the client sees as a hang-up."""
+    monkeypatch.setattr(probe, "_encoder", _BigEncoder())
+    monkeypatch.setattr(status, "WRITE_TIMEOUT_S", 0.3, raising=False)
+
+    async def main() -> bool:
+        with tempfile.TemporaryDirectory(prefix="ops") as folder:
+            path = os.path.join(folder, "n1.sock")
+            node = await Node("mem://", node="n1", probe=path).start()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            poller = select.poll()
+            poller.register(sock, select.POLLHUP)
+            try:
+                await asyncio.get_running_loop().sock_connect(sock, path)
+                await asyncio.get_running_loop().sock_sendall(sock, probe.REQUEST)
+                with contextlib.suppress(TimeoutError):
+                    await until(lambda: bool(poller.poll(0)), timeout_s=5.0)
+                return any(events & select.POLLHUP for _, events in poller.poll(0))
+            finally:
+                sock.close()
+                await node.close()
+
+    assert asyncio.run(main())
 
 
 def test_the_multicast_table_stays_bounded_under_churn() -> None:

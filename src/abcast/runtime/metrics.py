@@ -20,10 +20,7 @@ prometheus_client is imported only when a node is first scraped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
-import struct
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol
@@ -33,6 +30,7 @@ from abcast.runtime.status import (
     NodeStatus,
     ObservedGroup,
     ObservedNode,
+    answer_once,
     node_status,
 )
 
@@ -52,10 +50,6 @@ SAMPLE_GIVEN_UP_US: Final = 10_000_000
 #: the ordering's phase is looked at after a frame or timer at most this often (µs): a
 #: flush's start is known to within it, and most frames and timers skip the look
 WATCH_EVERY_US: Final = 1_000
-#: how long a scraper has to send its request, and to read the whole reply: then it is
-#: let go (the connection aborted), so one that never reads holds nothing for long
-READ_TIMEOUT_S: Final = 5.0
-WRITE_TIMEOUT_S: Final = 5.0
 
 
 class Buckets:
@@ -382,43 +376,17 @@ class MetricsServer:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await answer_once(writer, reader.readuntil(b"\r\n\r\n"), self._reply)
+
+    def _reply(self, request: bytes) -> bytes:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        replied = False
-        try:
-            async with asyncio.timeout(READ_TIMEOUT_S):
-                request = await reader.readuntil(b"\r\n\r\n")
-            method, _, rest = request.partition(b" ")
-            path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-            if method != b"GET" or path not in (b"/metrics", b"/"):
-                reply = (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
-                         b"Connection: close\r\n\r\n")
-            else:
-                body = generate_latest(self.registry)
-                reply = (b"HTTP/1.1 200 OK\r\nContent-Type: " + CONTENT_TYPE_LATEST.encode()
-                         + b"\r\nContent-Length: " + str(len(body)).encode()
-                         + b"\r\nConnection: close\r\n\r\n" + body)
-            # The whole reply, flushed to the end (close waits for that too), or the
-            # client is let go: one that reads nothing would hold it here for ever.
-            async with asyncio.timeout(WRITE_TIMEOUT_S):
-                writer.write(reply)
-                await writer.drain()
-                writer.close()
-                await writer.wait_closed()
-            replied = True
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                ConnectionError):
-            pass
-        finally:
-            if not replied:
-                _reset(writer)
-
-
-def _reset(writer: asyncio.StreamWriter) -> None:
-    """Abort the connection: what it holds is freed now, not flushed, here and in the
-    kernel (linger 0: a reset, not a FIN queued behind bytes the client never reads)."""
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
+        method, _, rest = request.partition(b" ")
+        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        if method != b"GET" or path not in (b"/metrics", b"/"):
+            return (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                    b"Connection: close\r\n\r\n")
+        body = generate_latest(self.registry)
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: " + CONTENT_TYPE_LATEST.encode()
+                + b"\r\nContent-Length: " + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n" + body)

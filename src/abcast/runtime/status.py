@@ -22,9 +22,13 @@ abcast.runtime.node and abcast.runtime.driver, which start them, and import neit
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
@@ -40,6 +44,10 @@ if TYPE_CHECKING:
 
 #: the most distinct multicast destination sets counted apart (see MulticastTraffic)
 MAX_DESTINATION_SETS: Final = 256
+#: how long a client of the probe socket or the metrics endpoint has to send its
+#: request, and to read the whole reply: then its connection is reset (`answer_once`)
+READ_TIMEOUT_S: Final = 5.0
+WRITE_TIMEOUT_S: Final = 5.0
 
 
 class ObservedGroup(Protocol):
@@ -215,3 +223,39 @@ class MulticastTraffic(dict[tuple[str, ...], list[int]]):
             spread(self.items(), self.folded)
             self.clear()
         super().__setitem__(destinations, counts)
+
+
+async def answer_once(writer: asyncio.StreamWriter, request: Awaitable[bytes],
+                      reply: Callable[[bytes], bytes]) -> None:
+    """One request, one reply, then close: the exchange of the probe socket and of the
+    metrics endpoint. The request has READ_TIMEOUT_S to come, the whole reply
+    WRITE_TIMEOUT_S to be read (the close waits for that too); otherwise, or if the
+    client goes, the connection is reset, so a client that never reads holds neither
+    the handler nor the reply."""
+    replied = False
+    try:
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            received = await request
+        answer = reply(received)
+        async with asyncio.timeout(WRITE_TIMEOUT_S):
+            writer.write(answer)
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+        replied = True
+    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+            ConnectionError):
+        pass
+    finally:
+        if not replied:
+            _reset(writer)
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Abort the connection: what it holds is freed now, not flushed, here and in the
+    kernel (linger 0: a reset, not a FIN queued behind bytes the client never reads)."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family != socket.AF_UNIX:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
