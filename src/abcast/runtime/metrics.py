@@ -5,12 +5,15 @@ is read at scrape time from what the node keeps anyway (`abcast.runtime.status`:
 drivers' and transports' counters, `Stack.inspect()` per group) by one custom collector,
 so the hot path pays nothing for it. Four things are counted only while metrics are on,
 in plain ints and dicts, never through prometheus_client's own metric objects: frames
-and bytes per peer (abcast.runtime.node, once per frame), back-pressure waits, and per
+and bytes per peer (abcast.runtime.node, once per frame; a multicast frame once under
+its destination set, in a table the server makes bounded: status.MulticastTraffic),
+back-pressure waits, and per
 group a `GroupMeter`, once per ordered batch — the batch sizes, the latency from
 broadcast to delivery at the origin (sampled: one batch followed at a time), and how
 long view-change flushes take (the ordering's phase, looked at after a frame or timer at
 most once a millisecond). The HTTP endpoint runs on the node's own asyncio loop (no
-thread), so a scrape reads a consistent instant.
+thread), so a scrape reads a consistent instant; a scraper that does not read its reply
+within status.WRITE_TIMEOUT_S is reset (status.answer_once).
 
 Names follow Prometheus conventions (`abcast_…_total` counters, `_seconds`/`_bytes` in
 base units, labels `node`, `group`, `peer`, `layer`); docs/operations.md lists them.

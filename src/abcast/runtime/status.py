@@ -15,6 +15,10 @@ node (`NodeStatus.counters`): the node's refusals (`node_*`,
 abcast.runtime.node.NodeStats) and the transport's frames, bytes and connection events
 (`transport_*`, abcast.transport.TransportStats).
 
+Also here, what the probe socket and the metrics endpoint share: their exchange, one
+request and its reply, each under a deadline (`answer_once`), and the node's multicast
+traffic table, bounded (`MulticastTraffic`, read by `peer_traffic`).
+
 What it reads is typed by two Protocols, `ObservedGroup` (a group's driver) and
 `ObservedNode` (the node), so this module, the probe and the metrics sit below
 abcast.runtime.node and abcast.runtime.driver, which start them, and import neither.
