@@ -135,3 +135,48 @@ def test_the_multicast_table_stays_bounded_under_churn() -> None:
     expected = {peer: (3 * n, 30 * n) for peer, n in sent.items()}
     expected["p0"] = (expected["p0"][0] + 1, expected["p0"][1] + 5)
     assert counted == expected
+
+
+def test_peers_the_node_let_go_do_not_keep_their_entries_and_labels_for_ever() -> None:
+    """Every peer that ever had an address kept its traffic entry, and so its `peer`
+    label on abcast_peer_frames_total / abcast_peer_bytes_total, for as long as the node
+    ran: 2,000 peers that came and went left 2,000 entries on main
+    (/tmp/opsfix2/peer_churn.py). Now the entries of peers let go are forgotten once
+    MAX_PEER_ENTRIES are held; a current peer's and the OTHER_PEERS entry keep their
+    counts."""
+    from abcast.codec import encode_frame
+    from abcast.runtime import node as node_module
+    from abcast.runtime.status import peer_traffic
+    from abcast.stack import Packet
+    from abcast.transport import TransportOptions, transport_from_url
+
+    other = getattr(status, "OTHER_PEERS", node_module.OTHER_PEERS)
+    assert other == node_module.OTHER_PEERS  # one name, two modules
+    bound = getattr(status, "MAX_PEER_ENTRIES", 1024)  # (so main fails on the size)
+
+    async def main() -> tuple[int, dict[str, tuple[int, int, int]]]:
+        node = await Node("mem://", node="n1", metrics_port=0).start()
+        stranger = transport_from_url("mem://", TransportOptions())
+        await stranger.start("stranger", lambda link, data: None)
+        try:
+            stranger.add_peer("n1", node.address)  # no address of it here: "(other)"
+            stranger.send("n1", encode_frame("nosuchgroup", "stranger", Packet((), b"")))
+            await until(lambda: node.stats.unknown_group_frames == 1, timeout_s=10.0)
+            node.pin_peer("kept", "mem://ops-kept")
+            for i in range(2_000):
+                peer = f"p{i}"
+                node.add_peers({peer: f"mem://ops-gone-{peer}"})
+                node.transmit(peer, b"x" * 10)
+                node.transmit("kept", b"y")
+                node.prune_peers()  # no group holds it: let go
+            assert node.traffic is not None
+            return len(node.traffic), {
+                peer: (t.frames_out, t.bytes_out, t.frames_in)
+                for peer, t in peer_traffic(node).items() if not peer.startswith("p")}
+        finally:
+            await stranger.close()
+            await node.close()
+
+    entries, kept = asyncio.run(main())
+    assert entries <= bound
+    assert kept == {"kept": (2_000, 2_000, 0), other: (0, 0, 1)}

@@ -6,7 +6,8 @@ drivers' and transports' counters, `Stack.inspect()` per group) by one custom co
 so the hot path pays nothing for it. Four things are counted only while metrics are on,
 in plain ints and dicts, never through prometheus_client's own metric objects: frames
 and bytes per peer (abcast.runtime.node, once per frame; a multicast frame once under
-its destination set, in a table the server makes bounded: status.MulticastTraffic),
+its destination set; both tables made bounded by the server: status.PeerCounts,
+MulticastTraffic),
 back-pressure waits, and per
 group a `GroupMeter`, once per ordered batch — the batch sizes, the latency from
 broadcast to delivery at the origin (sampled: one batch followed at a time), and how
@@ -33,6 +34,7 @@ from abcast.runtime.status import (
     NodeStatus,
     ObservedGroup,
     ObservedNode,
+    PeerCounts,
     answer_once,
     node_status,
 )
@@ -172,12 +174,14 @@ class MeteredGroup(ObservedGroup, Protocol):
 
 
 class MeteredNode(ObservedNode, Protocol):
-    """A node as the collector reads it (abcast.runtime.node.Node), and its multicast
-    table, which the metrics server makes (a bounded one: MulticastTraffic)."""
+    """A node as the collector reads it (abcast.runtime.node.Node), and its traffic
+    tables, which the metrics server makes (bounded ones: PeerCounts, MulticastTraffic)."""
 
+    traffic: dict[str, list[int]] | None
     multicast_traffic: dict[tuple[str, ...], list[int]] | None
 
     def drivers(self) -> Sequence[MeteredGroup]: ...
+    def peer_url(self, peer: str) -> str | None: ...
 
 
 # ------------------------------------------------------------------------ the collector
@@ -349,7 +353,8 @@ class MetricsServer:
 
     def __init__(self, node: MeteredNode, host: str, port: int) -> None:
         self._node = node
-        # The node counts multicast frames in it from now on: a bounded table
+        # The node counts its traffic in these from now on: bounded tables
+        node.traffic = PeerCounts(lambda peer: node.peer_url(peer) is not None)
         node.multicast_traffic = MulticastTraffic()
         self._host, self._port = host, port
         self._registry: Any = None  # made at the first scrape, with the first import

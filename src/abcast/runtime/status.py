@@ -17,7 +17,7 @@ abcast.runtime.node.NodeStats) and the transport's frames, bytes and connection 
 
 Also here, what the probe socket and the metrics endpoint share: their exchange, one
 request and its reply, each under a deadline (`answer_once`), and the node's multicast
-traffic table, bounded (`MulticastTraffic`, read by `peer_traffic`).
+traffic tables, bounded (`PeerCounts`, `MulticastTraffic`, read by `peer_traffic`).
 
 What it reads is typed by two Protocols, `ObservedGroup` (a group's driver) and
 `ObservedNode` (the node), so this module, the probe and the metrics sit below
@@ -48,6 +48,12 @@ if TYPE_CHECKING:
 
 #: the most distinct multicast destination sets counted apart (see MulticastTraffic)
 MAX_DESTINATION_SETS: Final = 256
+#: the traffic table's entry for every peer the node has no address of (the node's
+#: `_new_peer` counts them there; abcast.runtime.node.OTHER_PEERS is the same name)
+OTHER_PEERS: Final = "(other)"
+#: traffic entries held before those of peers the node has let go are forgotten (see
+#: PeerCounts)
+MAX_PEER_ENTRIES: Final = 1024
 #: how long a client of the probe socket or the metrics endpoint has to send its
 #: request, and to read the whole reply: then its connection is reset (`answer_once`)
 READ_TIMEOUT_S: Final = 5.0
@@ -227,6 +233,30 @@ class MulticastTraffic(dict[tuple[str, ...], list[int]]):
             spread(self.items(), self.folded)
             self.clear()
         super().__setitem__(destinations, counts)
+
+
+class PeerCounts(dict[str, list[int]]):
+    """The node's traffic table while metrics are on: peer -> [frames out, bytes out,
+    frames in, bytes in], one entry per peer it has an address of and one (OTHER_PEERS)
+    for all others. Every peer that ever had an address kept its entry, and so its
+    `peer` label, for as long as the node ran: under churn, without bound. Once
+    MAX_PEER_ENTRIES are held, a new peer's entry first forgets those of the peers the
+    node has let go (no address now): their series end, as a departed target's do; if it
+    comes back it counts from 0 (a counter reset). The work is done at a new peer's
+    insertion, never per frame; the entries of current peers and OTHER_PEERS stay."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self, known: Callable[[str], bool]) -> None:
+        super().__init__()
+        self._known = known  # whether the node has the peer's address
+
+    def __setitem__(self, peer: str, counts: list[int]) -> None:
+        if len(self) >= MAX_PEER_ENTRIES and peer not in self:
+            known = self._known
+            for gone in [p for p in self if p != OTHER_PEERS and not known(p)]:
+                del self[gone]
+        super().__setitem__(peer, counts)
 
 
 async def answer_once(writer: asyncio.StreamWriter, request: Awaitable[bytes],
