@@ -34,18 +34,18 @@ WRONG = "tøken-x"
 
 def test_every_token_check_is_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each request that names a node id's token is checked through
-    `abcast.security.secret.same` (hmac.compare_digest) with the held and the offered
-    token: a wrong one is refused, the right one goes through, and no check is made any
+    `abcast.security.secret.same_text` (hmac.compare_digest) with the held and the
+    offered token: a wrong one is refused, the right one goes through, and no check is made any
     other way (every request kind is seen comparing both tokens)."""
-    compared: list[tuple[bytes, bytes]] = []
+    compared: list[tuple[str, str]] = []
 
-    def recording(a: bytes, b: bytes) -> bool:
+    def recording(a: str, b: str) -> bool:
         compared.append((a, b))
-        return secret.same(a, b)
+        return secret.same_text(a, b)
 
-    monkeypatch.setattr(server_module, "same", recording, raising=False)
+    monkeypatch.setattr(server_module, "same_text", recording, raising=False)
 
-    async def main() -> list[tuple[str, Reply, list[tuple[bytes, bytes]]]]:
+    async def main() -> list[tuple[str, Reply, list[tuple[str, str]]]]:
         seen = []
         async with RegistryServer() as server:
             host, port = server.url.removeprefix("tcp://").rsplit(":", 1)
@@ -73,7 +73,7 @@ def test_every_token_check_is_constant_time(monkeypatch: pytest.MonkeyPatch) -> 
 
     seen = asyncio.run(main())
     assert isinstance(seen[0][1], Registered)  # a fresh claim: nobody's token to check
-    pair = {WRONG: (RIGHT.encode(), WRONG.encode()), RIGHT: (RIGHT.encode(), RIGHT.encode())}
+    pair = {WRONG: (RIGHT, WRONG), RIGHT: (RIGHT, RIGHT)}
     for what, reply, comparisons in seen[1:]:
         token = what.split()[1]
         assert comparisons == [pair[token]], what
