@@ -6,7 +6,9 @@ knows it, else creates it with `--ordering`; it prints `serving …` and every v
 `call GROUP PAYLOAD` makes one request and prints the consolidated value (or, with
 `--json`, one JSON object: status, value, every reply with its server); exit 0 for OK,
 1 for any other status or a voted reply that is the servers' error, 2 for bad arguments
-or a registry that does not answer.
+or a registry that does not answer. `--oneway` prints `sent` once the request has left
+this process (written to the connection: the transport holds none of it), or, when it
+could not leave within `--timeout` (no server took the connection), `not sent` and exit 1.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ async def _serve(group: str, registry_url: str, service: str, ordering: str,
               type=click.Choice(CONSISTENCIES),
               help="What the counted replies must agree on (docs/rpc.md).")
 @click.option("--timeout", "call_timeout", default="1s", show_default=True, type=DURATION,
-              help="How long the request may wait (1s, 500ms).")
+              help="How long the request may wait (1s, 500ms); with --oneway, to leave.")
 @click.option("--path", default="via-member", show_default=True, type=click.Choice(PATHS),
               help="direct: to every server (Case A); via-member: through one (Case B).")
 @click.option("--contact", default="round-robin", show_default=True,
@@ -137,7 +139,10 @@ async def _call(group: str, payload: bytes, registry_url: str, *, vote: str,
     try:
         if oneway:
             client.cast(payload, path=path, contact=contact, to=to)
-            await asyncio.sleep(0.05)  # let the frame leave before the process does
+            if not await client.flush(timeout):  # closing would discard what is queued
+                why = f"not sent: no server took the request within {timeout:g} s"
+                _say(json.dumps({"status": "NOT_SENT", "error": why}) if as_json else why)
+                return 1
             _say(json.dumps({"status": "SENT"}) if as_json else "sent")
             return 0
         outcome = await client.request(payload, vote=vote, consistency=consistency,
