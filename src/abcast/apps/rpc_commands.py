@@ -47,7 +47,8 @@ from abcast.rpc.voting import CONSISTENCIES, Outcome
 def serve(group: str, registry_url: str, service: str, ordering: str, transport: str,
           timeout: float) -> None:
     """Serve requests to GROUP as one replica (joins it, or creates it if new)."""
-    sys.exit(_run(_serve(group, registry_url, service, ordering, transport, timeout)))
+    sys.exit(_run(_serve(group, registry_url, service, ordering, transport, timeout),
+                  registry_url))
 
 
 async def _serve(group: str, registry_url: str, service: str, ordering: str,
@@ -57,9 +58,8 @@ async def _serve(group: str, registry_url: str, service: str, ordering: str,
     from abcast.rpc.services import KeyValue, echo
     from abcast.runtime.group import Group
 
-    registry = RegistryClient(registry_url)
-    async with asyncio.timeout(timeout):
-        info = await registry.lookup(group)
+    registry = RegistryClient(registry_url, connect_timeout_s=timeout)
+    info = await registry.lookup(group)  # ConfigError naming the registry past `timeout`
     exists = bool(info.members)
     kv = KeyValue()
     me: list[str] = []
@@ -72,11 +72,11 @@ async def _serve(group: str, registry_url: str, service: str, ordering: str,
               if service == "kv" else Server(echo, on_view=show))
     kwargs: dict[str, Any] = {"registry": registry, "transport": transport,
                               "join_timeout_s": timeout, **server.group_kwargs()}
-    async with asyncio.timeout(timeout):
-        if exists:
-            g = await Group.join(group, **kwargs)
-        else:
-            g = await Group.create(group, ordering=ordering, **kwargs)
+    # the group's own deadline (join_timeout_s) says which step it waited for
+    if exists:
+        g = await Group.join(group, **kwargs)
+    else:
+        g = await Group.create(group, ordering=ordering, **kwargs)
     me.append(g.node)
     _say(f"serving {group} ({service}) as {g.node}, ordering {g.ordering}; Ctrl-C to leave")
     stop = asyncio.Event()
@@ -127,7 +127,8 @@ def call(group: str, payload: str, registry_url: str, vote: str, consistency: st
     targets = [t for t in (to or "").split(",") if t] or None
     sys.exit(_run(_call(group, payload.encode(), registry_url, vote=vote,
                         consistency=consistency, timeout=call_timeout, path=path,
-                        contact=contact, to=targets, oneway=oneway, as_json=as_json)))
+                        contact=contact, to=targets, oneway=oneway, as_json=as_json),
+                  registry_url))
 
 
 async def _call(group: str, payload: bytes, registry_url: str, *, vote: str,
