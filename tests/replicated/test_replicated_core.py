@@ -519,3 +519,51 @@ def test_a_replicated_dict_refuses_an_int_key_beyond_the_bound(method: str) -> N
     edge = replicas[0].invocation("put", (WIDE - 1, "v"))  # within the bound: stored
     outcomes = [r.apply("n1", 2, edge) for r in replicas]
     assert outcomes[0] == Outcome(2, None) and replicas[1].obj.data == {WIDE - 1: "v"}
+
+
+@replicated
+class Shelf:
+    """A class whose read and write hand out parts of its state."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[Any]] = {}
+
+    @write
+    def push(self, row: str, item: Any) -> list[Any]:
+        self.rows.setdefault(row, []).append(item)
+        return self.rows[row]  # the live list
+
+    @read
+    def row(self, row: str) -> list[Any]:
+        return self.rows[row]
+
+    @read
+    def everything(self) -> dict[str, list[Any]]:
+        return self.rows
+
+
+def test_a_caller_changing_what_a_read_or_its_write_returned_leaves_the_replica_alone() -> None:
+    """On main a read returned the replica's own list: `got.append(3)` changed this copy
+    only, which then differed from the others' — and was handed to joiners so. A read's
+    result and this node's write's result are copies now."""
+    replicas = [Replica(ReplicatedDict(), "n1"), Replica(ReplicatedDict(), "n2")]
+    put = replicas[0].invocation("put", ("k", [1, {"deep": [2]}]))
+    for replica in replicas:
+        replica.apply("n1", 1, put)
+    got = replicas[0].read("get", ("k",))
+    got.append(3)
+    got[1]["deep"].append(4)
+    replicas[0].read("items")[0][1].append(5)
+    shelves = [Replica(Shelf(), "n1"), Replica(Shelf(), "n2")]
+    push = shelves[0].invocation("push", ("a", [1]))
+    outcome, _ = (s.apply("n1", 1, push) for s in shelves)
+    assert outcome is not None
+    outcome.result().append("mine")
+    shelves[0].read("row", ("a",))[0].append(2)
+    shelves[0].read("everything")["b"] = []
+    for pair in (replicas, shelves):
+        assert pair[0].state() == pair[1].state()
+    assert replicas[0].obj.data == {"k": [1, {"deep": [2]}]}
+    assert shelves[0].obj.rows == {"a": [[1]]}
+    scalars = (1, "s", b"b")  # immutable: handed out as they are
+    assert Replica(ReplicatedDict(), "n1").read("get", ("x", scalars)) is scalars

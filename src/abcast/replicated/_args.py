@@ -25,6 +25,7 @@ so that the state a member must hand a joiner is always one it can encode.
 
 from __future__ import annotations
 
+import copy
 import io
 import pickle
 from collections.abc import Iterable, Mapping
@@ -157,6 +158,30 @@ def _flat(item: Any, depth: int) -> bool:
     return kind in _SCALAR_TYPES or (
         (kind is list or kind is tuple) and depth + 1 < MAX_DEPTH
         and _SCALAR_TYPES.issuperset(map(type, item)))
+
+
+def detached(value: Any) -> Any:
+    """A copy of `value` that shares nothing mutable with it: what a read (or this node's
+    write) returns, which its caller may change without changing the replica's copy.
+    A scalar or a tuple of scalars is returned as it is, a list or dict of scalars copied
+    at C speed, anything else through pickle (for plain data an exact deep copy, sharing
+    within it kept), or copy.deepcopy where pickle fails; what neither can copy (a lock, an
+    open file: never plain state) is returned as it is."""
+    kind = type(value)
+    if kind in _SCALAR_TYPES:
+        return value
+    if kind is tuple or kind is list:
+        if _SCALAR_TYPES.issuperset(map(type, value)):
+            return value if kind is tuple else value.copy()
+    elif kind is dict and _SCALAR_TYPES.issuperset(map(type, value.values())):
+        return value.copy()  # (its keys are immutable: plain keys, or hashable anyway)
+    try:
+        return pickle.loads(pickle.dumps(value, protocol=_PROTOCOL))
+    except Exception:
+        try:
+            return copy.deepcopy(value)
+        except Exception:
+            return value
 
 
 @dataclass(frozen=True, slots=True)
