@@ -1,7 +1,8 @@
 """The client's side of the promises the command line makes: `abcast call --oneway` says
 `sent` only once the request has left the process (main slept 50 ms and hoped; a server
 whose connection takes longer, a far one or a busy one, never got it while the command
-said `sent`), and says `not sent` (exit 1) when no server took it within `--timeout`."""
+said `sent`), and says `not sent` (exit 1) when no server took it within `--timeout`;
+Case B's retries through the sequencer reach every member in turn."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pytest
 
 from abcast import RegistryServer
 from abcast.apps.rpc_commands import _call
-from abcast.ids import NodeId
-from abcast.rpc import Client, Server
+from abcast.ids import NodeId, sorted_nodes
+from abcast.rpc import Client, IncomingRequest, Server, Status
 from abcast.rpc.services import KeyValue
 
 pytestmark = pytest.mark.timeout(60)
@@ -111,5 +112,56 @@ def test_call_oneway_says_sent_once_the_request_left(
                 await busy.close()
                 server.close()
                 await group.close()
+
+    asyncio.run(main())
+
+
+def test_case_b_via_the_sequencer_retries_through_every_member(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`contact="sequencer"`: the first send goes to the leader, each retry to the next
+    member in view order. Main's retries skipped only the last contact, so they went
+    n1, n2, n1, n2…: with n1 and n2 out of this client's reach (its links to them black
+    holes; both still members, ordering for the group) the request never reached n3 and
+    ended TIMEOUT however long it waited; through n3 it is ordered at once."""
+
+    async def main() -> None:
+        async with RegistryServer() as registry:
+            ran: list[bytes] = []
+
+            def handle(req: IncomingRequest) -> bytes:
+                ran.append(req.payload)
+                return b"ok"
+
+            servers = [await Server.create("svc", ordering="sequencer", registry=registry.url,
+                                           on_request=handle)]
+            for _ in range(2):
+                servers.append(await Server.join("svc", registry=registry.url,
+                                                 on_request=handle))
+            hole = socket.socket()  # takes connections (the kernel's backlog), reads none
+            hole.bind(("127.0.0.1", 0))
+            hole.listen(8)
+            adopt = Client._adopt
+
+            def first_two_unreachable(self: Client, view_id: int,
+                                      members: dict[NodeId, str]) -> None:
+                lowest = sorted_nodes(list(members))[:2]
+                hole_url = f"tcp://127.0.0.1:{hole.getsockname()[1]}"
+                adopt(self, view_id, {m: hole_url if m in lowest else url
+                                      for m, url in members.items()})
+
+            monkeypatch.setattr(Client, "_adopt", first_two_unreachable)
+            client = await Client.connect("svc", registry=registry.url, retry_s=0.1)
+            try:
+                assert len(client.members) == 3
+                outcome = await client.request(b"x", vote="first", timeout=3.0,
+                                               path="via-member", contact="sequencer")
+                assert outcome.status is Status.OK, outcome
+                assert client.stats.retries == 2  # n1, n2, then n3
+            finally:
+                await client.close()
+                for server, group in servers:
+                    server.close()
+                    await group.close()
+                hole.close()
 
     asyncio.run(main())

@@ -321,6 +321,13 @@ class Client:
             self.node.transmit(server, data)
 
     def _contact(self, how: str, avoid: NodeId | None) -> NodeId | None:
+        """Whom a Case B send goes to; `avoid`: the last contact, on a retry. Through the
+        sequencer: the leader first, then each retry the member after the last contact
+        in view order (the leader again once the last contact left the view), so the
+        retries reach every member, not only the leader and the one after it."""
+        if how == "sequencer" and avoid is not None and avoid in self.members:
+            at = self.members.index(avoid)
+            return self.members[(at + 1) % len(self.members)]
         members = [m for m in self.members if m != avoid] or list(self.members)
         if not members:
             return None
