@@ -145,14 +145,11 @@ def test_peers_the_node_let_go_do_not_keep_their_entries_and_labels_for_ever() -
     MAX_PEER_ENTRIES are held; a current peer's and the OTHER_PEERS entry keep their
     counts."""
     from abcast.codec import encode_frame
-    from abcast.runtime import node as node_module
-    from abcast.runtime.status import peer_traffic
+    from abcast.runtime.status import MAX_PEER_ENTRIES, OTHER_PEERS, peer_traffic
     from abcast.stack import Packet
     from abcast.transport import TransportOptions, transport_from_url
 
-    other = getattr(status, "OTHER_PEERS", node_module.OTHER_PEERS)
-    assert other == node_module.OTHER_PEERS  # one name, two modules
-    bound = getattr(status, "MAX_PEER_ENTRIES", 1024)  # (so main fails on the size)
+    other, bound = OTHER_PEERS, MAX_PEER_ENTRIES
 
     async def main() -> tuple[int, dict[str, tuple[int, int, int]]]:
         node = await Node("mem://", node="n1", metrics_port=0).start()

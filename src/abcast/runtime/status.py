@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 #: the most distinct multicast destination sets counted apart (see MulticastTraffic)
 MAX_DESTINATION_SETS: Final = 256
 #: the traffic table's entry for every peer the node has no address of (the node's
-#: `_new_peer` counts them there; abcast.runtime.node.OTHER_PEERS is the same name)
+#: `_new_peer` counts them there)
 OTHER_PEERS: Final = "(other)"
 #: traffic entries held before those of peers the node has let go are forgotten (see
 #: PeerCounts)
