@@ -257,6 +257,10 @@ class ReliableChannel(Layer):
         #: the tick's period (`tick_us`), None with per-link timers; whether it is set
         self._tick_us = self.config.tick_us
         self._tick_set = False
+        #: the peers whose packets may take the shortcuts (see `pass_up`): the view's
+        #: members here; the open channel's non-guests
+        self._steady: frozenset[NodeId] = frozenset()
+        self._piggyback = self.config.piggyback_acks
 
     def decode_above(self, header_types: list[object]) -> None:
         """The header types of the layers above, bottom first (the stack builder's
@@ -386,7 +390,7 @@ class ReliableChannel(Layer):
                 raise LocalProtocolError(f"{self.name} cannot handle {event!r}")
 
     def _install(self, view: View) -> list[Effect]:
-        self._members = frozenset(view.members)
+        self._members = self._steady = frozenset(view.members)
         effects: list[Effect] = []
         ticking = self._tick_us is not None  # no per-link timers to cancel
         for peer in [p for p in self._out if p not in self._members]:
@@ -518,30 +522,91 @@ class ReliableChannel(Layer):
     def _transmit(
         self, to: NodeId, link: _OutLink, packet: Packet, now: int, control: bool
     ) -> list[Effect]:
-        seq = link.next_seq
-        link.next_seq += 1
-        deadline = now + link.timer.rto
-        link.unacked[seq] = _Pending(packet, now, deadline)
-        inbound = self._in.get(to) if self.config.piggyback_acks else None
-        if inbound is not None and inbound.ack_armed:
-            effects: list[Effect] = [Send(to, RData(seq, inbound.high), packet, control)]
-            if not inbound.above:  # nothing missing: this was all the delayed ack would say
-                inbound.ack_armed = False
-                if self._tick_us is None:
-                    effects.append(CancelTimer(("ack", to)))
-        else:
-            effects = [Send(to, RData(seq), packet, control)]
         if self._tick_us is not None:
+            effects: list[Effect] = [Send(to, self._number(to, link, packet, now), packet,
+                                          control)]
             if not self._tick_set:
                 self._tick_set = True
                 effects.append(SetTimer(TICK, now + self._tick_us))
             return effects
+        inbound = self._in.get(to) if self._piggyback else None
+        # the delayed ack this packet replaces (see `_number`): its timer goes
+        replaced = inbound is not None and inbound.ack_armed and not inbound.above
+        effects = [Send(to, self._number(to, link, packet, now), packet, control)]
+        if replaced:
+            effects.append(CancelTimer(("ack", to)))
+        deadline = now + link.timer.rto
         armed = link.rto_armed_at
         # The timeout can shrink (a sample after a backoff): move the timer forward then.
         if armed is None or deadline < armed:
             link.rto_armed_at = deadline
             effects.append(SetTimer(("rto", to), deadline))
         return effects
+
+    def _number(self, to: NodeId, link: _OutLink, packet: Packet, now: int) -> RData:
+        """A transmission's state change, and its header: `packet` numbered on the link
+        and kept until acked, carrying the ack owed to `to` (piggyback_acks), which then
+        replaces the delayed one when nothing is missing. (The caller adds the timers.)"""
+        seq = link.next_seq
+        link.next_seq = seq + 1
+        link.unacked[seq] = _Pending(packet, now, now + link.timer.rto)
+        inbound = self._in.get(to) if self._piggyback else None
+        if inbound is not None and inbound.ack_armed:
+            if not inbound.above:  # nothing missing: this was all the delayed ack would say
+                inbound.ack_armed = False
+            return RData(seq, inbound.high)
+        return RData(seq)
+
+    # -- the stack's shortcuts (Layer.pass_up / pass_down_each) ---------------------------
+    def pass_up(self, sender: NodeId, header: object, now: int) -> bool:
+        """`handle` of a member's next packet in sequence, when all it would return is
+        `[Up]`: with a tick already set (`tick_us`; never with per-link timers, whose
+        ack timer is set per packet), no hole on the link, and a carried ack that
+        releases nothing waiting for credit. The state change is `_on_data`'s."""
+        if type(header) is not RData or not self._tick_set or sender not in self._steady:
+            return False
+        data: RData = header  # (the type test above)
+        link = self._in.get(sender)
+        if link is None or link.above or data.seq != link.high + 1:
+            return False
+        ack = data.ack
+        if ack:
+            out = self._out.get(sender)
+            if out is not None and (ack >= out.next_seq or out.waiting):
+                return False  # refused, or credit released: `handle` decides
+            self._on_ack(sender, ack, _NO_SACKS, now)  # [] here: no timer, nothing waiting
+        link.high += 1
+        if not link.ack_armed:
+            link.ack_armed = True
+            link.ack_aged = False
+        return True
+
+    def pass_down_each(
+        self, to: tuple[NodeId, ...], packet: Packet, now: int
+    ) -> list[object] | None:
+        """`handle` of a send (or a non-control multicast) of `packet` to `to`, when all
+        it would return is one `Send` per destination, in order: with a tick already
+        set, every destination a member with a link, room in its window and nobody
+        waiting, and a packet that fits a frame. The headers, one per destination; the
+        state change is `_number`'s, as `_transmit` makes it."""
+        if not self._tick_set:
+            return None
+        size = len(packet.payload)  # the size gate of `_send`
+        bounds = self._bounds
+        for header in packet.headers:
+            size += bounds[type(header)] or len(encode_header(header))
+        if size > self._room:
+            return None
+        steady, out, window = self._steady, self._out, self.config.window
+        links: list[_OutLink] = []
+        for dest in to:
+            link = out.get(dest)
+            if (link is None or dest not in steady or link.waiting or (
+                    link.unacked and link.next_seq - next(iter(link.unacked)) >= window)):
+                return None
+            links.append(link)
+        number = self._number
+        return [number(dest, link, packet, now) for dest, link in zip(to, links, strict=True)]
 
     def _on_data(
         self, sender: NodeId, seq: int, inner: Packet, now: int, ack: int = 0,
