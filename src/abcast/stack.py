@@ -17,9 +17,9 @@ layer's state exactly as `handle` would, and the outputs and their order stay th
 a frame let down is queued like the event it replaces and emitted in its turn (a frame
 let down by both layers two turns later, as the two events would have been), and the
 second layer is asked going down only when no event is queued (frames may be), so that
-no event queued before reaches it after. A layer class that overrides `handle` below the class
-defining the shortcuts gets none; a subclass that changes what `handle` does with a
-steady-state packet must override the shortcuts too.
+no event queued before reaches it after. A layer class that overrides `handle` below the
+class defining the shortcuts gets none; a subclass that changes what `handle` does with
+a steady-state packet must override the shortcuts too.
 
 Refusals: a layer refuses a peer's packet by raising RemoteProtocolError (DecodeError
 included). `receive` stops only that event — the layers below already took the packet
