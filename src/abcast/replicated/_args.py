@@ -3,9 +3,12 @@
 Rules: every replica must execute the very same call, so arguments must be *plain data*
 that means the same in every process: None, bool, int, float, str, bytes, and lists,
 tuples and dicts of those (dicts keep insertion order), a dict's keys being None, bool,
-str, bytes, or ints within ±INT_KEY_BOUND (2**61 − 2: beyond it ints share hashes at
-will, and a dict of N such keys takes N² steps to fill, on every replica; a peer's
-pickle of one is refused by abcast.replicated._memo_guard). Sets are refused (their
+int, str or bytes. Ints beyond ±INT_KEY_BOUND (2**61 − 2) share hashes at will, and a
+dict of N that share one takes N² steps to fill, on every replica: a value (a call's
+arguments together, an object's state) in which more than MAX_SHARED_HASH (16) distinct
+int keys beyond it share one hash is refused, as the guard refuses such a pickle
+(abcast.replicated._memo_guard, with the figures). No 64-bit ints share a hash more
+than 12 to one, so 64-bit ids as keys always pass. Sets are refused (their
 iteration order depends on each process's hash seed: a method looping over one would
 diverge), and so is anything else (functions, open files, locks, arbitrary objects: they
 cannot be sent, or would not mean the same thing at the other end), and so is nesting
@@ -28,13 +31,19 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.replicated._declare import ClassSpec
-from abcast.replicated._memo_guard import INT_KEY_BOUND, check_memo
+from abcast.replicated._memo_guard import (
+    INT_KEY_BOUND,
+    MAX_SHARED_HASH,
+    check_memo,
+    shared_hashes,
+)
 
 #: nesting depth beyond which arguments are refused (also stops reference cycles)
 MAX_DEPTH: Final = 64
@@ -49,38 +58,98 @@ def check_plain(value: object, where: str, depth: int = 0) -> None:
     """Raise LocalProtocolError unless `value` is plain data (see the module rules).
     Linear in the distinct containers: one reached again (shared: (x, x)) is not walked
     again, only its nesting judged where it sits now."""
-    _height(value, where, depth, {})
+    wide: list[int] = []
+    _height(value, where, depth, {}, wide)
+    if wide:
+        check_wide_keys(wide, where)
+
+
+def plain_wide_keys(value: object, where: str) -> list[int]:
+    """The int keys beyond ±INT_KEY_BOUND in `value`'s dicts (one a dict that holds it),
+    `value` checked as check_plain does but for the keys' shared hashes, which the caller
+    judges (check_wide_keys, count_wide_keys) with those of the values it goes with."""
+    wide: list[int] = []
+    _height(value, where, 0, {}, wide)
+    return wide
+
+
+def check_wide_keys(wide: list[int], where: str) -> None:
+    """LocalProtocolError if more than MAX_SHARED_HASH distinct ones of the ints `wide`
+    (int keys beyond ±INT_KEY_BOUND) share one hash."""
+    shared_hashes(wide, lambda shared, count: _crowded(where, shared, count))
+
+
+def _crowded(where: str, shared: int, count: int) -> LocalProtocolError:
+    return LocalProtocolError(
+        f"{where}: {count} distinct int keys share the hash {shared}, more than "
+        f"{MAX_SHARED_HASH} (ints beyond ±{INT_KEY_BOUND}, 2**61 - 2, share hashes at will, "
+        "and a dict of N such keys takes N² steps to fill)")
+
+
+def count_wide_keys(tally: dict[int, dict[int, int]], gone: list[int], new: list[int],
+                    where: str) -> None:
+    """Count an entry's wide int keys (`new`, from plain_wide_keys) in `tally` (per hash,
+    each key's count) in place of those of the entry it replaces (`gone`): for a container
+    that checks one entry at a time (batteries.ReplicatedDict) and must keep its whole
+    within MAX_SHARED_HASH. LocalProtocolError, `tally` unchanged, if it would not."""
+    check_wide_keys(new, where)  # (so no more than 2 * MAX_SHARED_HASH of one hash below)
+    _add_keys(tally, gone, -1)
+    _add_keys(tally, new, 1)
+    for shared in map(hash, new):
+        count = len(tally[shared])
+        if count > MAX_SHARED_HASH:
+            _add_keys(tally, new, -1)
+            _add_keys(tally, gone, 1)
+            raise _crowded(where, shared, count)
+
+
+def tally_wide_keys(entries: dict[Any, Any]) -> dict[int, dict[int, int]]:
+    """The tally count_wide_keys would have kept for `entries` (plain data, checked) had
+    they been counted one at a time: each entry's wide int keys, its key among them."""
+    wide: list[int] = []
+    key_types = set(map(type, entries))
+    if int in key_types:
+        _add_wide(entries, len(key_types) == 1, wide)
+    for value in entries.values():
+        if type(value) not in _SCALAR_TYPES:
+            wide += plain_wide_keys(value, "an entry")
+    tally: dict[int, dict[int, int]] = {}
+    for key, count in Counter(wide).items():  # (checked: at most 16 of one hash)
+        tally.setdefault(hash(key), {})[key] = count
+    return tally
+
+
+def _add_keys(tally: dict[int, dict[int, int]], keys: list[int], step: int) -> None:
+    for key in keys:
+        shared = hash(key)
+        held = tally.setdefault(shared, {})
+        count = held.get(key, 0) + step
+        if count:
+            held[key] = count
+        else:
+            del held[key]
+            if not held:
+                del tally[shared]
 
 
 def check_key(key: object, where: str) -> None:
     """LocalProtocolError unless `key` may be a dict key of plain data: judged by its type
-    (and an int by its size) before anything hashes it, so a caller can check a peer's
-    key (hashing a nested tuple walks every path, as == does)."""
-    kind = type(key)
-    if kind not in _KEYS:
-        raise LocalProtocolError(f"{where} has a key of type {kind.__name__}; dict "
+    alone, so a caller can check a peer's key before anything hashes it (hashing a
+    nested tuple walks every path, as == does)."""
+    if type(key) not in _KEYS:
+        raise LocalProtocolError(f"{where} has a key of type {type(key).__name__}; dict "
                                  "keys must be None, bool, int, str or bytes")
-    if kind is int and not -INT_KEY_BOUND <= key <= INT_KEY_BOUND:  # type: ignore[operator]
-        raise _wide_key(where)
 
 
-def _wide_key(where: str) -> LocalProtocolError:
-    return LocalProtocolError(
-        f"{where} has an int key beyond ±{INT_KEY_BOUND} (2**61 - 2): ints that wide share "
-        "hashes at will, and a dict of them takes quadratic time to fill; use a str or "
-        "bytes key")
-
-
-def _check_int_keys(keys: dict[Any, Any], key_types: set[type], where: str) -> None:
-    """The dict's int keys (`key_types`: its keys' types) are within ±INT_KEY_BOUND:
-    all-int keys in two C-speed scans."""
-    if len(key_types) == 1:
-        if not (min(keys) >= -INT_KEY_BOUND and max(keys) <= INT_KEY_BOUND):
-            raise _wide_key(where)
-        return
-    for key in keys:
-        if type(key) is int:
-            check_key(key, where)
+def _add_wide(keys: dict[Any, Any], only_ints: bool, wide: list[int]) -> None:
+    """Add the dict's int keys beyond ±INT_KEY_BOUND to `wide` (`only_ints`: it has no
+    other keys; then in C-speed scans)."""
+    if not only_ints:
+        wide += [key for key in keys if type(key) is int
+                 and (key > INT_KEY_BOUND or key < -INT_KEY_BOUND)]
+    elif min(keys) < -INT_KEY_BOUND or max(keys) > INT_KEY_BOUND:
+        wide += filter(INT_KEY_BOUND.__lt__, keys)
+        wide += filter((-INT_KEY_BOUND).__gt__, keys)
 
 
 def _deeper(where: str) -> LocalProtocolError:
@@ -88,10 +157,12 @@ def _deeper(where: str) -> LocalProtocolError:
                               "(or refers to itself)")
 
 
-def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> int:
+def _height(value: object, where: str, depth: int, heights: dict[int, int],
+            wide: list[int]) -> int:
     """How many levels of containers `value` holds below itself (checking it): 0 for a
     scalar or a container of scalars. `heights`: the containers checked so far (by id;
-    a container still being checked counts as too deep, so a cycle is refused)."""
+    a container still being checked counts as too deep, so a cycle is refused); `wide`:
+    the int keys beyond ±INT_KEY_BOUND met so far (a dict's once)."""
     kind = type(value)
     if depth > MAX_DEPTH:
         raise _deeper(where)
@@ -111,8 +182,8 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> i
         if not _KEY_TYPES.issuperset(key_types):
             for key in value:
                 check_key(key, where)  # refuses the first that is no key
-        if int in key_types:
-            _check_int_keys(value, key_types, where)
+        if int in key_types and id(value) not in heights:
+            _add_wide(value, len(key_types) == 1, wide)
         if _SCALAR_TYPES.issuperset(map(type, value.values())):
             return 0
         items = value.items()
@@ -131,7 +202,7 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> i
     height = 0
     for key, item in items:
         if not _flat(item, depth):
-            below = 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights)
+            below = 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights, wide)
             height = max(height, below)
         elif not height and type(item) not in _SCALAR_TYPES:
             height = 1  # a list or tuple of scalars
@@ -203,13 +274,18 @@ def encode_invocation(spec: ClassSpec, method: str, args: tuple[Any, ...],
         bound = entry.signature.bind(None, *args, **kwargs)
     except TypeError as exc:
         raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
-    for i, (name, value) in enumerate(bound.arguments.items()):
-        if i == 0:
-            continue  # self
-        try:
-            check_plain(value, f"argument {name!r}")
-        except LocalProtocolError as exc:
-            raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
+    wide: list[int] = []  # all the arguments' (they travel in one pickle)
+    try:
+        for i, (name, value) in enumerate(bound.arguments.items()):
+            if i:  # (0: self)
+                own = plain_wide_keys(value, f"argument {name!r}")
+                if own:
+                    check_wide_keys(own, f"argument {name!r}")
+                    wide += own
+        if wide:
+            check_wide_keys(wide, "the arguments together")
+    except LocalProtocolError as exc:
+        raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
     body = (spec.name, method, tuple(args), dict(kwargs))
     return pickle.dumps(body, protocol=_PROTOCOL)
 
