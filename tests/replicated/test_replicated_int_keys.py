@@ -17,7 +17,8 @@ import pytest
 from abcast.errors import LocalProtocolError
 from abcast.replicated import Outcome, Replica, ReplicatedDict, replicated, write
 from abcast.replicated._args import check_plain, decode_invocation
-from abcast.replicated._memo_guard import MAX_SHARED_HASH
+from abcast.replicated._memo_guard import MAX_SHARED_HASH, check_memo
+from abcast.replicated.directory import encode_create
 
 P = 2**61 - 1  # the int hash's modulus: k·P all hash to 0
 #: every int of 64 bits (signed or unsigned) that hashes to 0 and lies beyond the bound
@@ -127,3 +128,11 @@ def test_a_replicated_dict_keeps_at_most_the_bound_of_one_hash() -> None:
     joiner.load(replicas[0].state())
     assert vars(joiner.obj) == vars(replicas[0].obj) == vars(replicas[1].obj)
     assert len(joiner.obj._wide_keys[0]) == MAX_SHARED_HASH
+
+
+def test_a_named_objects_constructor_arguments_are_judged_together() -> None:
+    """A create travels as one pickle, positional and keyword arguments in it."""
+    create = encode_create("b", Bag, (_colliding(8),), {"other": _colliding(8, start=9)})
+    check_memo(create)
+    with pytest.raises(LocalProtocolError, match=r"the arguments of Bag\(\) together: 17 "):
+        encode_create("b", Bag, (_colliding(9),), {"other": _colliding(8, start=10)})

@@ -64,6 +64,19 @@ def check_plain(value: object, where: str, depth: int = 0) -> None:
         check_wide_keys(wide, where)
 
 
+def check_plain_together(parts: Iterable[tuple[object, str]], together: str) -> None:
+    """check_plain each (value, where) of `parts`, values that travel in one pickle: their
+    wide int keys judged together too (named `together`)."""
+    wide: list[int] = []
+    for value, where in parts:
+        own = plain_wide_keys(value, where)
+        if own:
+            check_wide_keys(own, where)
+            wide += own
+    if wide:
+        check_wide_keys(wide, together)
+
+
 def plain_wide_keys(value: object, where: str) -> list[int]:
     """The int keys beyond ±INT_KEY_BOUND in `value`'s dicts (one a dict that holds it),
     `value` checked as check_plain does but for the keys' shared hashes, which the caller
@@ -274,16 +287,10 @@ def encode_invocation(spec: ClassSpec, method: str, args: tuple[Any, ...],
         bound = entry.signature.bind(None, *args, **kwargs)
     except TypeError as exc:
         raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
-    wide: list[int] = []  # all the arguments' (they travel in one pickle)
+    values = list(bound.arguments.items())[1:]  # (the first: self)
     try:
-        for i, (name, value) in enumerate(bound.arguments.items()):
-            if i:  # (0: self)
-                own = plain_wide_keys(value, f"argument {name!r}")
-                if own:
-                    check_wide_keys(own, f"argument {name!r}")
-                    wide += own
-        if wide:
-            check_wide_keys(wide, "the arguments together")
+        check_plain_together([(value, f"argument {name!r}") for name, value in values],
+                             "the arguments together")
     except LocalProtocolError as exc:
         raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
     body = (spec.name, method, tuple(args), dict(kwargs))
