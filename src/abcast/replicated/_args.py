@@ -15,7 +15,8 @@ cannot be sent, or would not mean the same thing at the other end), and so is ne
 deeper than MAX_DEPTH (a reference cycle too). Each refusal is a LocalProtocolError that
 names the argument and the path inside it. The check is linear in the distinct
 containers: one that is shared ((x, x): pickle keeps the sharing, so a peer's 200 bytes
-can hold 2**40 paths) is walked once, and judged again only for its depth.
+can hold 2**40 paths; a list of one dict 10 000 times, 10**8 items) is walked once, and
+judged again only for its depth (one of at most 16 scalars is scanned again: as cheap).
 
 The bytes are a pickle of exact builtin types only, read back by an unpickler that
 refuses every global: a peer cannot make a replica import or call anything. Bytes that
@@ -47,6 +48,9 @@ from abcast.replicated._memo_guard import (
 
 #: nesting depth beyond which arguments are refused (also stops reference cycles)
 MAX_DEPTH: Final = 64
+#: a container of scalars longer than this is remembered once checked (a shorter one is
+#: checked again where it is met again: at most _SHORT steps per reference)
+_SHORT: Final = 16
 _SCALARS: Final = (type(None), bool, int, float, str, bytes)
 _KEYS: Final = (type(None), bool, int, str, bytes)
 _SCALAR_TYPES: Final = frozenset(_SCALARS)
@@ -181,13 +185,19 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int],
         raise _deeper(where)
     if kind in _SCALARS:
         return 0
+    known = heights.get(id(value))
+    if known is not None:  # met before: too deep here, or still being checked (a cycle)?
+        if depth + known > MAX_DEPTH:
+            raise _deeper(where)
+        return known
     # Fast paths (a replica checks its object's whole state after every write): items
-    # that are scalars, or lists and tuples of scalars, are passed at C speed.
+    # that are scalars, or lists and tuples of scalars, are passed at C speed (and one
+    # longer than _SHORT remembered, so that a peer cannot make it scanned per reference).
     items: Iterable[tuple[Any, Any]]
     if kind is list or kind is tuple:
         assert isinstance(value, list | tuple)
         if _SCALAR_TYPES.issuperset(map(type, value)):
-            return 0
+            return _flat_height(value, heights)
         items = enumerate(value)
     elif kind is dict:
         assert isinstance(value, dict)
@@ -195,10 +205,10 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int],
         if not _KEY_TYPES.issuperset(key_types):
             for key in value:
                 check_key(key, where)  # refuses the first that is no key
-        if int in key_types and id(value) not in heights:
+        if int in key_types:
             _add_wide(value, len(key_types) == 1, wide)
         if _SCALAR_TYPES.issuperset(map(type, value.values())):
-            return 0
+            return _flat_height(value, heights)
         items = value.items()
     elif kind is set or kind is frozenset:
         raise LocalProtocolError(
@@ -209,39 +219,28 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int],
             f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent to "
             "the replicas: only plain data (None, bool, int, float, str, bytes, and lists, "
             "tuples and dicts of them) means the same in every process")
-    known = _known(value, where, depth, heights)
-    if known is not None:
-        return known
+    heights[id(value)] = MAX_DEPTH + 1  # being checked: met again, it refers to itself
     height = 0
+    below_bound = depth + 1 < MAX_DEPTH
     for key, item in items:
-        if not _flat(item, depth):
-            below = 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights, wide)
-            height = max(height, below)
-        elif not height and type(item) not in _SCALAR_TYPES:
-            height = 1  # a list or tuple of scalars
+        kind = type(item)
+        if kind in _SCALAR_TYPES:
+            continue
+        if ((kind is list or kind is tuple) and below_bound and len(item) <= _SHORT
+                and _SCALAR_TYPES.issuperset(map(type, item))):
+            height = height or 1  # a short list or tuple of scalars (a longer: remembered)
+            continue
+        height = max(height, 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights, wide))
     heights[id(value)] = height
     return height
 
 
-def _known(value: object, where: str, depth: int, heights: dict[int, int]) -> int | None:
-    """The height of a container met before (None: first time; it is marked as being
-    checked). Too deep where it sits now, or still being checked (a cycle): refused."""
-    key = id(value)
-    known = heights.get(key)
-    if known is None:
-        heights[key] = MAX_DEPTH + 1  # being checked: met again, it refers to itself
-        return None
-    if depth + known > MAX_DEPTH:
-        raise _deeper(where)
-    return known
-
-
-def _flat(item: Any, depth: int) -> bool:
-    """A scalar, or a list or tuple of scalars, within the depth bound: plain data."""
-    kind = type(item)
-    return kind in _SCALAR_TYPES or (
-        (kind is list or kind is tuple) and depth + 1 < MAX_DEPTH
-        and _SCALAR_TYPES.issuperset(map(type, item)))
+def _flat_height(value: list[Any] | tuple[Any, ...] | dict[Any, Any],
+                 heights: dict[int, int]) -> int:
+    """0, the height of a container of scalars; remembered if it is longer than _SHORT."""
+    if len(value) > _SHORT:
+        heights[id(value)] = 0
+    return 0
 
 
 def detached(value: Any) -> Any:
