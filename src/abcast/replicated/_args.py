@@ -120,18 +120,15 @@ def count_wide_keys(tally: dict[int, dict[int, int]], gone: list[int], new: list
             raise _crowded(where, shared, count)
 
 
-def tally_wide_keys(entries: dict[Any, Any]) -> dict[int, dict[int, int]]:
-    """The tally count_wide_keys would have kept for `entries` (plain data, checked) had
-    they been counted one at a time: each entry's wide int keys, its key among them."""
-    wide: list[int] = []
-    key_types = set(map(type, entries))
-    if int in key_types:
-        _add_wide(entries, len(key_types) == 1, wide)
-    for value in entries.values():
-        if type(value) not in _SCALAR_TYPES:
-            wide += plain_wide_keys(value, "an entry")
+def tally_wide_keys(entries: dict[Any, Any], where: str) -> dict[int, dict[int, int]]:
+    """check_plain(entries, where), and the tally count_wide_keys would have kept had the
+    entries been counted one at a time: each entry's wide int keys, its key among them
+    (one walk of them all, so a container two entries share counts once: entries that
+    were counted one at a time, each unpickled apart, share none)."""
+    wide = plain_wide_keys(entries, where)
+    check_wide_keys(wide, where)
     tally: dict[int, dict[int, int]] = {}
-    for key, count in Counter(wide).items():  # (checked: at most 16 of one hash)
+    for key, count in Counter(wide).items():  # (checked: at most 16 distinct of one hash)
         tally.setdefault(hash(key), {})[key] = count
     return tally
 

@@ -28,7 +28,6 @@ from typing import Any, Final
 from abcast.errors import AbcastError, LocalProtocolError, RemoteProtocolError
 from abcast.replicated._args import (
     check_key,
-    check_plain,
     count_wide_keys,
     loads_plain,
     plain_wide_keys,
@@ -123,10 +122,10 @@ class ReplicatedDict:
         if type(data) is not dict:
             raise RemoteProtocolError(f"dictionary state is a {type(data).__name__}")
         try:
-            check_plain(data, "dictionary state")
+            tally = tally_wide_keys(data, "dictionary state")  # (checks it is plain data)
         except LocalProtocolError as exc:  # a peer's bytes
             raise RemoteProtocolError(str(exc)) from None
-        self.data, self._wide_keys = data, tally_wide_keys(data)
+        self.data, self._wide_keys = data, tally
 
 
 _MISSING = object()
