@@ -148,3 +148,8 @@ def test_a_dictionary_state_whose_entries_share_a_container_loads_in_one_walk() 
     joiner = Replica(ReplicatedDict(), "n3")
     joiner.load(b"H" + state)
     assert joiner.obj._wide_keys == {0: {2 * P: 50_000}}
+    # the shared container counted once, deleting two entries that hold it takes its
+    # count below zero: dropped, not kept as -50 000 (one more key of its hash)
+    for key in (0, 1):
+        joiner.apply("n1", key + 1, joiner.invocation("delete", (key,)))
+    assert joiner.obj._wide_keys == {}

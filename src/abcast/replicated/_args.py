@@ -138,10 +138,10 @@ def _add_keys(tally: dict[int, dict[int, int]], keys: list[int], step: int) -> N
         shared = hash(key)
         held = tally.setdefault(shared, {})
         count = held.get(key, 0) + step
-        if count:
+        if count > 0:
             held[key] = count
-        else:
-            del held[key]
+        else:  # (below 0 only for a state whose entries share a container: a peer's)
+            held.pop(key, None)
             if not held:
                 del tally[shared]
 
