@@ -326,6 +326,19 @@ def test_the_bound_of_one_hash_is_16_distinct_keys_per_pickle() -> None:
     assert sorted(decode_invocation(edge).args[0]) == [-B, B]
 
 
+@pytest.mark.timeout(10)
+def test_many_crowded_hashes_are_counted_in_one_sort() -> None:
+    """8 000 hashes each set as a key 17 times, 16 distinct ints and one again (1.6 MB):
+    allowed, and counted in one sort of them all (a scan per crowded hash took 0.28 s for
+    1 000 of them, quadratic: over a minute for these); one more distinct int is refused."""
+    dicts = [b"}(" + b"".join(_long1(c + j * P) + b"N" for j in [*range(1, 17), 1]) + b"u0"
+             for c in range(1, 8001)]
+    check_memo(b"\x80\x05" + b"".join(dicts) + b"N.")
+    dicts[-1] = dicts[-1].replace(_long1(8000 + P) + b"Nu", _long1(8000 + 17 * P) + b"Nu")
+    with pytest.raises(RemoteProtocolError, match="17 distinct ints sharing the hash 8000"):
+        check_memo(b"\x80\x05" + b"".join(dicts) + b"N.")
+
+
 def test_a_hundred_thousand_random_64_bit_keys_are_allowed() -> None:
     rng = random.Random(64)
     value = {rng.getrandbits(64): i for i in range(100_000)}

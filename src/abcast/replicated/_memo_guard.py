@@ -46,6 +46,7 @@ where each opcode ends is the unpickler's.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import pickletools
 import re
@@ -313,12 +314,14 @@ def shared_hashes(ints: Iterable[int], error: Callable[[int, int], Exception]) -
     hashes = list(map(hash, wide))  # (ints below 2**61: no two share a hash but -1, -2)
     if len(set(hashes)) + MAX_SHARED_HASH > len(hashes):
         return  # no hash is shared by more than MAX_SHARED_HASH of them
-    for shared, times in Counter(hashes).items():
-        if times > MAX_SHARED_HASH:
-            same = sorted(key for key, of in zip(wide, hashes, strict=True) if of == shared)
-            distinct = 1 + sum(map(operator.ne, same, same[1:]))
-            if distinct > MAX_SHARED_HASH:
-                raise error(shared, distinct)
+    crowded = {shared for shared, times in Counter(hashes).items() if times > MAX_SHARED_HASH}
+    pairs = sorted((shared, key) for shared, key in zip(hashes, wide, strict=True)
+                   if shared in crowded)  # (one sort for all: each hash's ints in a run)
+    for shared, run in itertools.groupby(pairs, operator.itemgetter(0)):
+        same = [key for _, key in run]
+        distinct = 1 + sum(map(operator.ne, same, same[1:]))
+        if distinct > MAX_SHARED_HASH:
+            raise error(shared, distinct)
 
 
 def _shared_error(shared: int, count: int) -> RemoteProtocolError:
