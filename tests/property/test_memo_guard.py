@@ -7,15 +7,17 @@ valid pickles of plain data mutated by inserting memo puts (big and small), othe
 length prefixes and random bytes at random places, and over generated shared DAGs
 (t1 = (t0, t0), …, shared by the memo or DUP) put in every place a pickle can hash them;
 and planted guards (one that skips the opcode walk, one without the key rule, one
-without the wide-int rule) must fail the same property. It never sets a dict key that
-is an int beyond ±INT_KEY_BOUND either: such ints share hashes at will, and N of them
-take N² steps to insert (16 000 in 207 kB: 1.2 s on main, for every replica)."""
+without the shared-hash rule) must fail the same property. Nor does it set, as keys,
+more than MAX_SHARED_HASH distinct ints beyond ±INT_KEY_BOUND of one hash: such ints
+share hashes at will, and N of them take N² steps to insert (16 000 in 207 kB: 1.2 s
+before 93ce913, for every replica); ints of any width are keys of plain data."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import pickle
+import random
 import struct
 from typing import Any
 
@@ -26,12 +28,14 @@ from hypothesis import strategies as st
 from abcast.errors import RemoteProtocolError
 from abcast.replicated import _memo_guard as memo_guard
 from abcast.replicated._args import decode_invocation
-from abcast.replicated._memo_guard import INT_KEY_BOUND, check_memo
+from abcast.replicated._memo_guard import INT_KEY_BOUND, MAX_SHARED_HASH, check_memo
 
 B = INT_KEY_BOUND
-#: dict keys of plain data; ints near the bound (8-byte LONG1s) make the guard walk
-KEYS = (st.text(max_size=5) | st.integers(-B, B) | st.integers(B - 4, B)
-        | st.integers(-B, -B + 4))
+P = 2**61 - 1  # the int hash's modulus: k·P all hash to 0
+#: dict keys of plain data; ints near the bound or beyond (LONG1s of 8 bytes or more, a
+#: LONG4) make the guard walk
+KEYS = (st.text(max_size=5) | st.integers() | st.integers(B - 4, B + 4)
+        | st.integers(-B - 4, -B + 4) | st.sampled_from([P, 2 * P, -P, 2**64, 2**3000]))
 PLAIN = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
     | st.binary(max_size=20),
@@ -46,7 +50,7 @@ def _long1(value: int) -> bytes:
     return b"\x8a" + bytes([len(body)]) + body
 
 
-def _wide(value: int) -> bool:
+def _wide(value: object) -> bool:
     return type(value) is int and not -B <= value <= B
 
 INSERTS = st.one_of(
@@ -79,9 +83,12 @@ def _judged(load: Any, keys: Any) -> Any:
         if any(type(key) in (tuple, frozenset) for key in keys(self)):
             self.hashed_container = True
             raise _HashesAContainerError  # instead of hashing it (which may never end)
-        if any(_wide(key) for key in keys(self)):
-            self.wide_key = True
-            raise _HashesAContainerError  # instead of inserting it (maybe colliding)
+        for key in filter(_wide, keys(self)):
+            same = self.wide_keys.setdefault(hash(key), set())
+            same.add(key)  # (refused at MAX_SHARED_HASH + 1: no more collide here)
+            if len(same) > MAX_SHARED_HASH:
+                self.crowded_hash = True
+                raise _HashesAContainerError  # instead of inserting them (colliding)
         load(self)
     return judge_then_load
 
@@ -104,7 +111,8 @@ class _Watching(_PY):  # type: ignore[misc]
         super().__init__(io.BytesIO(data))
         self.memo = _Recorded()
         self.hashed_container = False
-        self.wide_key = False
+        self.wide_keys: dict[int, set[int]] = {}  # the distinct ones set as keys, per hash
+        self.crowded_hash = False
 
     def find_class(self, module: str, name: str) -> Any:
         raise RemoteProtocolError("global")
@@ -173,7 +181,7 @@ def _sound(guard: Any, data: bytes) -> None:
         reader = _watched(data)
         assert reader.memo.top <= max(len(data), 255)
         assert not reader.hashed_container
-        assert not reader.wide_key, "a dict key beyond ±INT_KEY_BOUND was let through"
+        assert not reader.crowded_hash, "too many wide int keys of one hash let through"
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -216,7 +224,7 @@ def test_the_planted_guard_without_the_key_rule_is_caught(
     data = b"\x80\x05" + PLACES["setitem"](_dag(30, "memoize")) + b"."
     with pytest.raises(RemoteProtocolError, match="key is a tuple"):
         check_memo(data)
-    monkeypatch.setattr(memo_guard, "_check_keys", lambda kinds: None)
+    monkeypatch.setattr(memo_guard, "_check_keys", lambda *args: None)
     with pytest.raises(AssertionError):  # what the property test would report
         _sound(check_memo, data)
 
@@ -275,33 +283,76 @@ def test_a_big_int_key_from_the_memo_is_refused() -> None:
     with pytest.raises(RemoteProtocolError, match="key"):
         check_memo(data)
     check_memo(pickle.dumps({2: 2**8000}, protocol=5))  # plain data: allowed
-    with pytest.raises(RemoteProtocolError, match="beyond"):  # a key beyond the bound
-        check_memo(pickle.dumps({2**8000: 1}, protocol=5))
+    check_memo(pickle.dumps({2**8000: 1}, protocol=5))  # a wide key alone too (a LONG4)
 
 
-def _colliding(count: int) -> bytes:
+def _colliding(count: int, start: int = 1) -> bytes:
     """An operation whose argument is a dict of `count` int keys of one hash (k·(2**61 − 1)),
     written as opcodes: a peer needs no such dict to send its bytes."""
-    keys = b"".join(_long1(k * (2**61 - 1)) + b"N" for k in range(1, count + 1))
+    keys = b"".join(_long1(k * P) + b"N" for k in range(start, start + count))
     return _operation(b"}(" + keys + b"u")
 
 
 def test_an_operation_whose_dict_keys_collide_is_refused_before_it_is_filled() -> None:
     # 16 000 such keys (207 kB) kept the C unpickler busy 1.2 s (quadratic: 4 000, 80 ms)
-    # inside decode_invocation on main, on every replica; now refused by the walk
+    # inside decode_invocation before 93ce913, on every replica; the walk refuses them
+    # (counting hashes, never putting two of one hash in a set: ~10 ms)
     data = _colliding(16_000)
-    with pytest.raises(RemoteProtocolError, match=r"int beyond ±2305843009213693950"):
+    with pytest.raises(RemoteProtocolError, match="16000 distinct ints sharing the hash 0"):
         check_memo(data)
-    with pytest.raises(RemoteProtocolError, match="beyond"):
+    with pytest.raises(RemoteProtocolError, match="more than 16"):
         decode_invocation(data)
-    edge = _operation(b"}(" + _long1(B) + b"N" + _long1(-B) + b"Nu")  # at the bound: plain
+
+
+def test_the_bound_of_one_hash_is_16_distinct_keys_per_pickle() -> None:
+    check_memo(_colliding(MAX_SHARED_HASH))
+    assert decode_invocation(_colliding(16)).args[0] == dict.fromkeys(k * P for k in range(1, 17))
+    with pytest.raises(RemoteProtocolError, match="17 distinct ints sharing the hash 0"):
+        check_memo(_colliding(MAX_SHARED_HASH + 1))
+    # across dicts: distinct keys count, the same key in many dicts counts once
+    spread = pickle.dumps([dict.fromkeys([k * P]) for k in range(1, 18)], protocol=5)
+    with pytest.raises(RemoteProtocolError, match="17 distinct"):
+        check_memo(spread)
+    check_memo(pickle.dumps([dict.fromkeys([P, 2 * P])] * 1000, protocol=5))
+    check_memo(pickle.dumps([{k * P: 0} for k in range(1, 17)] * 100, protocol=5))
+    # a LONG4 (an int beyond 255 bytes) counts too; ints as values never
+    big = [k * P * 2**3000 for k in range(1, 18)]
+    with pytest.raises(RemoteProtocolError, match="17 distinct"):
+        check_memo(pickle.dumps(dict.fromkeys(big), protocol=5))
+    check_memo(pickle.dumps({"v": big, "w": [k * P for k in range(1000)]}, protocol=5))
+    # at the bound, ints hash to themselves: no two share a hash but -1 and -2
+    edge = _operation(b"}(" + _long1(B) + b"N" + _long1(-B) + b"Nu")
     check_memo(edge)
     assert sorted(decode_invocation(edge).args[0]) == [-B, B]
 
 
-def test_the_planted_guard_without_the_wide_int_rule_is_caught(
+@pytest.mark.timeout(10)
+def test_many_crowded_hashes_are_counted_in_one_sort() -> None:
+    """8 000 hashes each set as a key 17 times, 16 distinct ints and one again (1.6 MB):
+    allowed, and counted in one sort of them all (a scan per crowded hash took 0.28 s for
+    1 000 of them, quadratic: over a minute for these); one more distinct int is refused."""
+    dicts = [b"}(" + b"".join(_long1(c + j * P) + b"N" for j in [*range(1, 17), 1]) + b"u0"
+             for c in range(1, 8001)]
+    check_memo(b"\x80\x05" + b"".join(dicts) + b"N.")
+    dicts[-1] = dicts[-1].replace(_long1(8000 + P) + b"Nu", _long1(8000 + 17 * P) + b"Nu")
+    with pytest.raises(RemoteProtocolError, match="17 distinct ints sharing the hash 8000"):
+        check_memo(b"\x80\x05" + b"".join(dicts) + b"N.")
+
+
+def test_a_hundred_thousand_random_64_bit_keys_are_allowed() -> None:
+    rng = random.Random(64)
+    value = {rng.getrandbits(64): i for i in range(100_000)}
+    value.update(dict.fromkeys([k * P for k in range(1, 9)] + [-k * P for k in range(1, 5)]))
+    data = pickle.dumps(("m.C", "put", (value,), {}), protocol=5)
+    check_memo(data)  # (every 64-bit int of hash 0: 12)
+    assert decode_invocation(data).args[0] == value
+
+
+def test_the_planted_guard_without_the_shared_hash_rule_is_caught(
         monkeypatch: pytest.MonkeyPatch) -> None:
     data = _colliding(50)
-    monkeypatch.setattr(memo_guard, "_int_kind", lambda data, pos, length: memo_guard._PLAIN)
-    with pytest.raises(AssertionError, match="beyond"):  # what the property test reports
+    with pytest.raises(RemoteProtocolError, match="50 distinct"):
+        check_memo(data)
+    monkeypatch.setattr(memo_guard, "_count_shared", lambda *args: None)
+    with pytest.raises(AssertionError, match="of one hash"):  # what the property test reports
         _sound(check_memo, data)

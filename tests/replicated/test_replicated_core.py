@@ -448,6 +448,25 @@ def test_shared_containers_are_checked_once_not_once_per_path() -> None:
     check_plain({"state": [value, value]}, "v")
 
 
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("flat", ["dict", "list"])
+def test_a_container_of_scalars_shared_many_times_is_checked_once(flat: str) -> None:
+    """A peer's put whose value lists one container of scalars N times (a 2-byte memo
+    reference each) had the check scan it once per reference: 10 000 × 10 000 (129 kB)
+    took 2.9 s on every replica, 50 000 × 50 000 over a minute. One longer than 16 is
+    remembered once checked (a shorter one costs at most 16 steps per reference)."""
+    n = 50_000
+    shared: Any = {f"k{i}": i for i in range(n)} if flat == "dict" else list(range(n))
+    value = [shared] * n
+    issuer, peer = Replica(ReplicatedDict(), "n1"), Replica(ReplicatedDict(), "n2")
+    payload = issuer.invocation("put", ("k", value))
+    assert len(payload) < 1_000_000
+    for replica in (issuer, peer):
+        replica.apply("n1", 1, payload)
+    assert peer.obj.data["k"][-1] is peer.obj.data["k"][0] == shared
+    check_plain({"state": [value, [value]]}, "v")
+
+
 def test_sharing_does_not_hide_nesting_deeper_than_the_bound() -> None:
     """A container checked first where it sits shallow, then reached where it sits deep,
     is still judged by its full depth there: a chain of 100 lists, each also listed at
@@ -487,38 +506,6 @@ def test_a_key_or_owner_is_judged_by_its_type_before_anything_hashes_it(
     with pytest.raises(LocalProtocolError, match=refused):
         outcome.result()
     assert vars(issuer.obj) == vars(peer.obj)
-
-
-WIDE = 2**61 - 1  # the int hash's modulus: k·WIDE all hash to 0
-
-
-@pytest.mark.parametrize("value", [
-    {WIDE: 1}, {-WIDE: 1}, [{"a": 1, 2 * WIDE: 2}], {"n": {3: 0, 2**64: 1}}])
-def test_an_int_key_beyond_the_bound_is_refused_before_broadcasting(value: Any) -> None:
-    """Ints beyond ±(2**61 − 2) share hashes at will: a dict of N such keys takes N²
-    steps to fill, on every replica (the guard refuses a peer's). The issuer refuses one
-    first, naming where it is; every int key within the bound passes."""
-    replica = Replica(Bag(), "n1")
-    with pytest.raises(LocalProtocolError, match=r"int key beyond ±2305843009213693950"):
-        replica.invocation("add", (value,))
-    check_plain({WIDE - 1: 0, -(WIDE - 1): 1, 0: 2, "s": 3, True: 4}, "v")
-
-
-@pytest.mark.parametrize("method", ["put", "put_if_absent", "delete"])
-def test_a_replicated_dict_refuses_an_int_key_beyond_the_bound(method: str) -> None:
-    """k·(2**61 − 1) for k = 1, 2, … all hash alike: main stored them, each put probing
-    past every one before it (N puts, N² steps on every replica). The key is judged
-    where the write executes, as its type is: the write fails alike everywhere."""
-    replicas = [Replica(ReplicatedDict(), f"n{i}") for i in (1, 2)]
-    args = (3 * WIDE,) if method == "delete" else (3 * WIDE, "v")
-    payload = replicas[0].invocation(method, args)
-    outcomes = [r.apply("n1", 1, payload) for r in replicas]
-    assert outcomes[1] is None and replicas[1].obj.data == replicas[0].obj.data == {}
-    assert outcomes[0] is not None and isinstance(outcomes[0].error, LocalProtocolError)
-    assert "int key beyond ±2305843009213693950" in str(outcomes[0].error)
-    edge = replicas[0].invocation("put", (WIDE - 1, "v"))  # within the bound: stored
-    outcomes = [r.apply("n1", 2, edge) for r in replicas]
-    assert outcomes[0] == Outcome(2, None) and replicas[1].obj.data == {WIDE - 1: "v"}
 
 
 @replicated

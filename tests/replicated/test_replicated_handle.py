@@ -308,7 +308,7 @@ async def test_a_write_leaving_state_no_joiner_could_get_fails_and_joins_still_w
             await asyncio.wait_for(handles[2].put("j", 2), 10)
             for handle in handles:
                 await asyncio.wait_for(handle.wait_until(lambda d: "j" in d.data), 10)
-                assert vars(handle.local) == {"data": {"k": [1], "j": 2}}
+                assert handle.local.data == {"k": [1], "j": 2}
         finally:
             for group in reversed(groups):
                 await group.close()

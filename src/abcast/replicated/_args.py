@@ -3,16 +3,20 @@
 Rules: every replica must execute the very same call, so arguments must be *plain data*
 that means the same in every process: None, bool, int, float, str, bytes, and lists,
 tuples and dicts of those (dicts keep insertion order), a dict's keys being None, bool,
-str, bytes, or ints within ±INT_KEY_BOUND (2**61 − 2: beyond it ints share hashes at
-will, and a dict of N such keys takes N² steps to fill, on every replica; a peer's
-pickle of one is refused by abcast.replicated._memo_guard). Sets are refused (their
+int, str or bytes. Ints beyond ±INT_KEY_BOUND (2**61 − 2) share hashes at will, and a
+dict of N that share one takes N² steps to fill, on every replica: a value (a call's
+arguments together, an object's state) in which more than MAX_SHARED_HASH (16) distinct
+int keys beyond it share one hash is refused, as the guard refuses such a pickle
+(abcast.replicated._memo_guard, with the figures). No 64-bit ints share a hash more
+than 12 to one, so 64-bit ids as keys always pass. Sets are refused (their
 iteration order depends on each process's hash seed: a method looping over one would
 diverge), and so is anything else (functions, open files, locks, arbitrary objects: they
 cannot be sent, or would not mean the same thing at the other end), and so is nesting
 deeper than MAX_DEPTH (a reference cycle too). Each refusal is a LocalProtocolError that
 names the argument and the path inside it. The check is linear in the distinct
 containers: one that is shared ((x, x): pickle keeps the sharing, so a peer's 200 bytes
-can hold 2**40 paths) is walked once, and judged again only for its depth.
+can hold 2**40 paths; a list of one dict 10 000 times, 10**8 items) is walked once, and
+judged again only for its depth (one of at most 16 scalars is scanned again: as cheap).
 
 The bytes are a pickle of exact builtin types only, read back by an unpickler that
 refuses every global: a peer cannot make a replica import or call anything. Bytes that
@@ -28,16 +32,25 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.replicated._declare import ClassSpec
-from abcast.replicated._memo_guard import INT_KEY_BOUND, check_memo
+from abcast.replicated._memo_guard import (
+    INT_KEY_BOUND,
+    MAX_SHARED_HASH,
+    check_memo,
+    shared_hashes,
+)
 
 #: nesting depth beyond which arguments are refused (also stops reference cycles)
 MAX_DEPTH: Final = 64
+#: a container of scalars longer than this is remembered once checked (a shorter one is
+#: checked again where it is met again: at most _SHORT steps per reference)
+_SHORT: Final = 16
 _SCALARS: Final = (type(None), bool, int, float, str, bytes)
 _KEYS: Final = (type(None), bool, int, str, bytes)
 _SCALAR_TYPES: Final = frozenset(_SCALARS)
@@ -49,38 +62,108 @@ def check_plain(value: object, where: str, depth: int = 0) -> None:
     """Raise LocalProtocolError unless `value` is plain data (see the module rules).
     Linear in the distinct containers: one reached again (shared: (x, x)) is not walked
     again, only its nesting judged where it sits now."""
-    _height(value, where, depth, {})
+    wide: list[int] = []
+    _height(value, where, depth, {}, wide)
+    if wide:
+        check_wide_keys(wide, where)
+
+
+def check_plain_together(parts: Iterable[tuple[object, str]], together: str) -> None:
+    """check_plain each (value, where) of `parts`, values that travel in one pickle: their
+    wide int keys judged together too (named `together`)."""
+    wide: list[int] = []
+    for value, where in parts:
+        own = plain_wide_keys(value, where)
+        if own:
+            check_wide_keys(own, where)
+            wide += own
+    if wide:
+        check_wide_keys(wide, together)
+
+
+def plain_wide_keys(value: object, where: str) -> list[int]:
+    """The int keys beyond ±INT_KEY_BOUND in `value`'s dicts (one a dict that holds it),
+    `value` checked as check_plain does but for the keys' shared hashes, which the caller
+    judges (check_wide_keys, count_wide_keys) with those of the values it goes with."""
+    wide: list[int] = []
+    _height(value, where, 0, {}, wide)
+    return wide
+
+
+def check_wide_keys(wide: list[int], where: str) -> None:
+    """LocalProtocolError if more than MAX_SHARED_HASH distinct ones of the ints `wide`
+    (int keys beyond ±INT_KEY_BOUND) share one hash."""
+    shared_hashes(wide, lambda shared, count: _crowded(where, shared, count))
+
+
+def _crowded(where: str, shared: int, count: int) -> LocalProtocolError:
+    return LocalProtocolError(
+        f"{where}: {count} distinct int keys share the hash {shared}, more than "
+        f"{MAX_SHARED_HASH} (ints beyond ±{INT_KEY_BOUND}, 2**61 - 2, share hashes at will, "
+        "and a dict of N such keys takes N² steps to fill)")
+
+
+def count_wide_keys(tally: dict[int, dict[int, int]], gone: list[int], new: list[int],
+                    where: str) -> None:
+    """Count an entry's wide int keys (`new`, from plain_wide_keys) in `tally` (per hash,
+    each key's count) in place of those of the entry it replaces (`gone`): for a container
+    that checks one entry at a time (batteries.ReplicatedDict) and must keep its whole
+    within MAX_SHARED_HASH. LocalProtocolError, `tally` unchanged, if it would not."""
+    check_wide_keys(new, where)  # (so no more than 2 * MAX_SHARED_HASH of one hash below)
+    _add_keys(tally, gone, -1)
+    _add_keys(tally, new, 1)
+    for shared in map(hash, new):
+        count = len(tally[shared])
+        if count > MAX_SHARED_HASH:
+            _add_keys(tally, new, -1)
+            _add_keys(tally, gone, 1)
+            raise _crowded(where, shared, count)
+
+
+def tally_wide_keys(entries: dict[Any, Any], where: str) -> dict[int, dict[int, int]]:
+    """check_plain(entries, where), and the tally count_wide_keys would have kept had the
+    entries been counted one at a time: each entry's wide int keys, its key among them
+    (one walk of them all, so a container two entries share counts once: entries that
+    were counted one at a time, each unpickled apart, share none)."""
+    wide = plain_wide_keys(entries, where)
+    check_wide_keys(wide, where)
+    tally: dict[int, dict[int, int]] = {}
+    for key, count in Counter(wide).items():  # (checked: at most 16 distinct of one hash)
+        tally.setdefault(hash(key), {})[key] = count
+    return tally
+
+
+def _add_keys(tally: dict[int, dict[int, int]], keys: list[int], step: int) -> None:
+    for key in keys:
+        shared = hash(key)
+        held = tally.setdefault(shared, {})
+        count = held.get(key, 0) + step
+        if count > 0:
+            held[key] = count
+        else:  # (below 0 only for a state whose entries share a container: a peer's)
+            held.pop(key, None)
+            if not held:
+                del tally[shared]
 
 
 def check_key(key: object, where: str) -> None:
     """LocalProtocolError unless `key` may be a dict key of plain data: judged by its type
-    (and an int by its size) before anything hashes it, so a caller can check a peer's
-    key (hashing a nested tuple walks every path, as == does)."""
-    kind = type(key)
-    if kind not in _KEYS:
-        raise LocalProtocolError(f"{where} has a key of type {kind.__name__}; dict "
+    alone, so a caller can check a peer's key before anything hashes it (hashing a
+    nested tuple walks every path, as == does)."""
+    if type(key) not in _KEYS:
+        raise LocalProtocolError(f"{where} has a key of type {type(key).__name__}; dict "
                                  "keys must be None, bool, int, str or bytes")
-    if kind is int and not -INT_KEY_BOUND <= key <= INT_KEY_BOUND:  # type: ignore[operator]
-        raise _wide_key(where)
 
 
-def _wide_key(where: str) -> LocalProtocolError:
-    return LocalProtocolError(
-        f"{where} has an int key beyond ±{INT_KEY_BOUND} (2**61 - 2): ints that wide share "
-        "hashes at will, and a dict of them takes quadratic time to fill; use a str or "
-        "bytes key")
-
-
-def _check_int_keys(keys: dict[Any, Any], key_types: set[type], where: str) -> None:
-    """The dict's int keys (`key_types`: its keys' types) are within ±INT_KEY_BOUND:
-    all-int keys in two C-speed scans."""
-    if len(key_types) == 1:
-        if not (min(keys) >= -INT_KEY_BOUND and max(keys) <= INT_KEY_BOUND):
-            raise _wide_key(where)
-        return
-    for key in keys:
-        if type(key) is int:
-            check_key(key, where)
+def _add_wide(keys: dict[Any, Any], only_ints: bool, wide: list[int]) -> None:
+    """Add the dict's int keys beyond ±INT_KEY_BOUND to `wide` (`only_ints`: it has no
+    other keys; then in C-speed scans)."""
+    if not only_ints:
+        wide += [key for key in keys if type(key) is int
+                 and (key > INT_KEY_BOUND or key < -INT_KEY_BOUND)]
+    elif min(keys) < -INT_KEY_BOUND or max(keys) > INT_KEY_BOUND:
+        wide += filter(INT_KEY_BOUND.__lt__, keys)
+        wide += filter((-INT_KEY_BOUND).__gt__, keys)
 
 
 def _deeper(where: str) -> LocalProtocolError:
@@ -88,22 +171,30 @@ def _deeper(where: str) -> LocalProtocolError:
                               "(or refers to itself)")
 
 
-def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> int:
+def _height(value: object, where: str, depth: int, heights: dict[int, int],
+            wide: list[int]) -> int:
     """How many levels of containers `value` holds below itself (checking it): 0 for a
     scalar or a container of scalars. `heights`: the containers checked so far (by id;
-    a container still being checked counts as too deep, so a cycle is refused)."""
+    a container still being checked counts as too deep, so a cycle is refused); `wide`:
+    the int keys beyond ±INT_KEY_BOUND met so far (a dict's once)."""
     kind = type(value)
     if depth > MAX_DEPTH:
         raise _deeper(where)
     if kind in _SCALARS:
         return 0
+    known = heights.get(id(value))
+    if known is not None:  # met before: too deep here, or still being checked (a cycle)?
+        if depth + known > MAX_DEPTH:
+            raise _deeper(where)
+        return known
     # Fast paths (a replica checks its object's whole state after every write): items
-    # that are scalars, or lists and tuples of scalars, are passed at C speed.
+    # that are scalars, or lists and tuples of scalars, are passed at C speed (and one
+    # longer than _SHORT remembered, so that a peer cannot make it scanned per reference).
     items: Iterable[tuple[Any, Any]]
     if kind is list or kind is tuple:
         assert isinstance(value, list | tuple)
         if _SCALAR_TYPES.issuperset(map(type, value)):
-            return 0
+            return _flat_height(value, heights)
         items = enumerate(value)
     elif kind is dict:
         assert isinstance(value, dict)
@@ -112,9 +203,9 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> i
             for key in value:
                 check_key(key, where)  # refuses the first that is no key
         if int in key_types:
-            _check_int_keys(value, key_types, where)
+            _add_wide(value, len(key_types) == 1, wide)
         if _SCALAR_TYPES.issuperset(map(type, value.values())):
-            return 0
+            return _flat_height(value, heights)
         items = value.items()
     elif kind is set or kind is frozenset:
         raise LocalProtocolError(
@@ -125,39 +216,28 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> i
             f"{where} is a {kind.__module__}.{kind.__qualname__}, which cannot be sent to "
             "the replicas: only plain data (None, bool, int, float, str, bytes, and lists, "
             "tuples and dicts of them) means the same in every process")
-    known = _known(value, where, depth, heights)
-    if known is not None:
-        return known
+    heights[id(value)] = MAX_DEPTH + 1  # being checked: met again, it refers to itself
     height = 0
+    below_bound = depth + 1 < MAX_DEPTH
     for key, item in items:
-        if not _flat(item, depth):
-            below = 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights)
-            height = max(height, below)
-        elif not height and type(item) not in _SCALAR_TYPES:
-            height = 1  # a list or tuple of scalars
+        kind = type(item)
+        if kind in _SCALAR_TYPES:
+            continue
+        if ((kind is list or kind is tuple) and below_bound and len(item) <= _SHORT
+                and _SCALAR_TYPES.issuperset(map(type, item))):
+            height = height or 1  # a short list or tuple of scalars (a longer: remembered)
+            continue
+        height = max(height, 1 + _height(item, f"{where}[{key!r}]", depth + 1, heights, wide))
     heights[id(value)] = height
     return height
 
 
-def _known(value: object, where: str, depth: int, heights: dict[int, int]) -> int | None:
-    """The height of a container met before (None: first time; it is marked as being
-    checked). Too deep where it sits now, or still being checked (a cycle): refused."""
-    key = id(value)
-    known = heights.get(key)
-    if known is None:
-        heights[key] = MAX_DEPTH + 1  # being checked: met again, it refers to itself
-        return None
-    if depth + known > MAX_DEPTH:
-        raise _deeper(where)
-    return known
-
-
-def _flat(item: Any, depth: int) -> bool:
-    """A scalar, or a list or tuple of scalars, within the depth bound: plain data."""
-    kind = type(item)
-    return kind in _SCALAR_TYPES or (
-        (kind is list or kind is tuple) and depth + 1 < MAX_DEPTH
-        and _SCALAR_TYPES.issuperset(map(type, item)))
+def _flat_height(value: list[Any] | tuple[Any, ...] | dict[Any, Any],
+                 heights: dict[int, int]) -> int:
+    """0, the height of a container of scalars; remembered if it is longer than _SHORT."""
+    if len(value) > _SHORT:
+        heights[id(value)] = 0
+    return 0
 
 
 def detached(value: Any) -> Any:
@@ -203,13 +283,12 @@ def encode_invocation(spec: ClassSpec, method: str, args: tuple[Any, ...],
         bound = entry.signature.bind(None, *args, **kwargs)
     except TypeError as exc:
         raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
-    for i, (name, value) in enumerate(bound.arguments.items()):
-        if i == 0:
-            continue  # self
-        try:
-            check_plain(value, f"argument {name!r}")
-        except LocalProtocolError as exc:
-            raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
+    values = list(bound.arguments.items())[1:]  # (the first: self)
+    try:
+        check_plain_together([(value, f"argument {name!r}") for name, value in values],
+                             "the arguments together")
+    except LocalProtocolError as exc:
+        raise LocalProtocolError(f"{spec.cls.__name__}.{method}: {exc}") from None
     body = (spec.name, method, tuple(args), dict(kwargs))
     return pickle.dumps(body, protocol=_PROTOCOL)
 

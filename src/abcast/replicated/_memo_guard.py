@@ -13,17 +13,21 @@ Rules:
   ~150 bytes) holds 2**40 paths: the replica hangs inside the unpickler, before any
   plain-data check. Plain data has no sets and only None, bool, int, str and bytes as dict
   keys (abcast.replicated._args), so a tuple as a key, any set opcode, and DUP (which
-  pickle.dumps never writes) are refused; so is an int of unbounded size (LONG, LONG4)
-  taken from the memo as a key (pickle.dumps never memoizes an int; hashing one costs its
-  size, each time). What remains costs the pickle's length in all: a str or bytes caches
-  its hash, the other scalars hash in a bounded time, a list or dict is refused unhashed.
+  pickle.dumps never writes) are refused; so is a LONG4 int taken from the memo as a key
+  (pickle.dumps never memoizes an int; hashing one costs its size, each time), and an
+  int written as text (INT, LONG: protocols 0 and 1, which plain data never uses). What
+  remains costs the pickle's length in all: a str or bytes caches its hash, the other
+  scalars hash in a bounded time, a list or dict is refused unhashed.
 - Colliding keys: Python hashes an int n to n mod (2**61 − 1), so ints beyond
-  ±INT_KEY_BOUND share hashes at will, and a dict of N of them takes N² steps to fill
-  (16 000 in 207 kB: 1.2 s of the unpickler). Plain data keeps int keys within the bound
-  (abcast.replicated._args), where no two share a hash but -1 and -2: an int key beyond
-  it (a LONG1 of 8 bytes or more holding one; a LONG, LONG4 or INT, which pickle.dumps
-  writes only for ints far beyond it, or never) is refused. str and bytes hashes are
-  keyed per process: a peer cannot make them collide.
+  ±INT_KEY_BOUND share hashes at will: a dict of N sharing one takes N² steps to fill
+  (16 000 in 207 kB: 1.2 s of the unpickler). Such wide int keys are plain data (64-bit
+  ids: no 64-bit ints, signed or not, share a hash more than 12 to one), but a pickle
+  whose dicts have, in all, more than MAX_SHARED_HASH distinct ones of one hash as keys
+  is refused: the walk counts hashes and never puts two of one hash in a set. The bound
+  by measurement (pickle.loads, CPU, best of 5, 2026-11-27): ~200 kB of keys 16 to a
+  hash decode in 3.5–4.5 ms, as many random 64-bit keys in 1.1 ms, str keys in 1.3 (8 to
+  a hash: 2.4–3.4 ms; 32: 5.7; 128: 17). str and bytes hashes are keyed per process: a
+  peer cannot make them collide.
 
 How it stays cheap: the walk runs only on bytes that can need it (C-speed scans): ones
 holding a hashing opcode and one that makes a tuple or a big int (a LONG1 of 8 bytes or
@@ -31,18 +35,23 @@ more among them), or a `p` or `r` (a memo put). It follows the opcodes as the un
 reads them, keeping only the kind of each object on the unpickler's stack and in its
 memo: one table lookup per opcode (how far to step, what it does to the stack), a run
 of one fixed-size scalar skipped by a strip over a strided slice, and no decoding of
-arguments but a LONG1 of 8 bytes or more (pickletools.genops, the guard before, decoded
-every one: 5–100× the unpickle itself). It stops where the unpickler stops: at STOP, and
-at an opcode the unpickler refuses (unknown, or a global: the plain unpickler refuses every
-global, so nothing after one is ever read); what the unpickler would refuse for a missing
-operand (an empty stack, no MARK, an empty memo slot) it refuses. The tables are built from
-pickletools' opcode table, so their idea of where each opcode ends is the unpickler's.
+arguments but a LONG1 of 8 bytes or more, and a LONG4 set as a key (pickletools.genops,
+the guard before, decoded every one: 5–100× the unpickle itself). It stops where the
+unpickler stops: at STOP, and at an opcode the unpickler refuses (unknown, or a global:
+the plain unpickler refuses every global, so nothing after one is ever read); what the
+unpickler would refuse for a missing operand (an empty stack, no MARK, an empty memo
+slot) it refuses. The tables are built from pickletools' opcode table, so their idea of
+where each opcode ends is the unpickler's.
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 import pickletools
 import re
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from abcast.errors import RemoteProtocolError
@@ -67,13 +76,18 @@ _EFFECTS: Final = {
     _STOP: "STOP GLOBAL INST STACK_GLOBAL", _NOTHING: "PROTO FRAME",
 }
 # The kind of an object on the modelled stack: hashed in a bounded time (or refused
-# unhashed); an int of unbounded size; never to be hashed (a tuple; a big int shared); an
-# int beyond INT_KEY_BOUND (its hash shared at will). Only _PLAIN may be a dict key.
-_PLAIN, _HUGE, _KEYLESS, _WIDE = 0, 1, 2, 3
-_SHARED_KIND: Final = (_PLAIN, _KEYLESS, _KEYLESS, _KEYLESS)  # what a memo GET gives back
-#: the widest int a dict key may be (either sign): below the int hash's modulus, ints hash
-#: to themselves (but -1, which hashes as -2)
+# unhashed); an int written as text; never to be hashed (a tuple; a big int shared). A
+# kind from _FIRST_INT on is an int beyond ±INT_KEY_BOUND (a LONG1 of 8 bytes or more,
+# decoded as it is read: `wide[kind]` is its value) or a LONG4 (`wide[kind]`: where its
+# bytes are, decoded only if it is a key); a narrower LONG1 is _PLAIN. What a memo GET
+# gives back is _PLAIN for _PLAIN, else _KEYLESS (pickle.dumps never memoizes an int).
+_PLAIN, _HUGE, _KEYLESS, _FIRST_INT = 0, 1, 2, 3
+#: the widest int (either sign) that no other int shares a hash with: below the int
+#: hash's modulus, ints hash to themselves (but -1, which hashes as -2)
 INT_KEY_BOUND: Final = 2**61 - 2
+#: the most distinct int keys beyond ±INT_KEY_BOUND that may share one hash in a pickle
+#: (or a plain-data value: abcast.replicated._args)
+MAX_SHARED_HASH: Final = 16
 
 
 def _tables() -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -118,6 +132,15 @@ _PUSHES_AFTER_MARK: Final = frozenset(b"tld")
 
 
 def _walk(data: bytes) -> None:
+    """Follow the opcodes (_follow), then count the wide int keys they set (_count_shared)."""
+    wide: list[int | tuple[int, int]] = [0] * _FIRST_INT  # per int kind (see the kinds)
+    int_keys: list[int] = []  # the int kinds set as keys
+    _follow(data, wide, int_keys)
+    if int_keys:
+        _count_shared(data, wide, int_keys)
+
+
+def _follow(data: bytes, wide: list[int | tuple[int, int]], int_keys: list[int]) -> None:
     """Follow the opcodes as the unpickler reads them, with the kind of each object on its
     stack and in its memo. Where it lacks an operand (an IndexError or KeyError here: a
     truncated argument, an empty stack, no MARK, an empty memo slot) the unpickler refuses
@@ -134,11 +157,16 @@ def _walk(data: bytes) -> None:
             size = step[code]
             if size == _LEN1:  # a short str, bytes or int: plain (an int maybe wide)
                 length = data[pos + 1]
-                kind = _PLAIN if code != _LONG1 or length < 8 else _int_kind(data, pos, length)
+                kind = _PLAIN
+                if code == _LONG1 and length >= 8:
+                    value = int.from_bytes(data[pos + 2:pos + 2 + length], "little", signed=True)
+                    if value > INT_KEY_BOUND or value < -INT_KEY_BOUND:
+                        kind = len(wide)
+                        wide.append(value)
                 pos += 2 + length
                 stack.append(kind)
                 if data[pos] == _MEMOIZE:  # protocol 4+ memoizes every string it writes
-                    memo[len(memo)] = _SHARED_KIND[kind]
+                    memo[len(memo)] = _PLAIN if kind == _PLAIN else _KEYLESS
                     pos += 1
                 continue
             act = effect[code]
@@ -155,11 +183,11 @@ def _walk(data: bytes) -> None:
                     pos += size
             elif act == _PUT:
                 if code == _MEMOIZE:
-                    memo[len(memo)] = _SHARED_KIND[stack[-1]]
+                    memo[len(memo)] = _PLAIN if stack[-1] == _PLAIN else _KEYLESS
                     pos += 1
                 else:
                     index, pos = _memo_index(data, pos, size)
-                    memo[index] = _SHARED_KIND[stack[-1]]
+                    memo[index] = _PLAIN if stack[-1] == _PLAIN else _KEYLESS
             elif act == _GET:
                 if code == _BINGET:
                     stack.append(memo[data[pos + 1]])
@@ -173,7 +201,7 @@ def _walk(data: bytes) -> None:
             elif act == _TO_MARK:
                 mark = marks.pop()
                 if code in (_SETITEMS, _DICT):
-                    _check_keys(stack[mark::2])
+                    _check_keys(stack[mark::2], int_keys)
                 del stack[mark:]
                 if code in _PUSHES_AFTER_MARK:
                     stack.append(_KEYLESS if code == _TUPLE_OP else _PLAIN)
@@ -186,13 +214,14 @@ def _walk(data: bytes) -> None:
                 stack.append(_KEYLESS)
                 pos += 1
             elif act == _SETITEM:
-                _check_keys(stack[-2:-1])
+                _check_keys(stack[-2:-1], int_keys)
                 del stack[-2:]
                 pos += 1
             elif act == _POP1:
                 stack.pop()
                 pos += 1
             elif act in (_SCALAR, _BIG):  # an argument of variable length
+                kind = _PLAIN if act == _SCALAR else _HUGE
                 if size == _LINE:
                     newline = data.find(b"\n", pos + 1)
                     if newline < 0:
@@ -204,8 +233,11 @@ def _walk(data: bytes) -> None:
                                             signed=size == _LEN4)
                     if length < 0:
                         return  # a negative length: the unpickler refuses it
+                    if kind == _HUGE:  # LONG4
+                        kind = len(wide)
+                        wide.append((pos + 5, pos + 5 + length))
                     pos += 1 + prefix + length
-                stack.append(_PLAIN if act == _SCALAR else _HUGE)
+                stack.append(kind)
             elif act == _TUPLE:
                 stack.append(_KEYLESS)
                 pos += 1
@@ -248,22 +280,55 @@ def _memo_index(data: bytes, pos: int, size: int) -> tuple[int, int]:
     return index, newline + 1
 
 
-def _int_kind(data: bytes, pos: int, length: int) -> int:
-    """The kind of the LONG1 int at `pos` (of `length` bytes, 8 or more)."""
-    value = int.from_bytes(data[pos + 2:pos + 2 + length], "little", signed=True)
-    return _PLAIN if -INT_KEY_BOUND <= value <= INT_KEY_BOUND else _WIDE
-
-
-def _check_keys(kinds: list[int]) -> None:
+def _check_keys(kinds: list[int], int_keys: list[int]) -> None:
+    """The keys of `kinds` may be hashed: plain, or wide ints (LONG4 among them), whose
+    kinds go to `int_keys` (_count_shared judges them)."""
     if kinds.count(_PLAIN) == len(kinds):
         return
     if _KEYLESS in kinds:
         raise RemoteProtocolError("pickle sets a dict item whose key is a tuple (or an int "
                                   "from the memo): not plain data, and hashing it could "
                                   "walk 2**depth paths")
-    raise RemoteProtocolError(f"pickle sets a dict item whose key is an int beyond "
-                              f"±{INT_KEY_BOUND}: not plain data (such ints share hashes "
-                              "at will: N of them take N² steps to insert)")
+    if _HUGE in kinds:
+        raise RemoteProtocolError("pickle sets a dict item whose key is an int written as "
+                                  "text (INT, LONG): not plain data")
+    int_keys += [kind for kind in kinds if kind != _PLAIN]
+
+
+def _count_shared(data: bytes, wide: list[int | tuple[int, int]],
+                  int_keys: list[int]) -> None:
+    """Refuse the pickle if more than MAX_SHARED_HASH distinct ints beyond ±INT_KEY_BOUND
+    of one hash are among its int keys (`int_keys`: their kinds, `wide[kind]` each one's
+    value, or where a LONG4's bytes are). Each is hashed once (LONG1: at most 255 bytes)."""
+    keys = [value if type(value) is int
+            else int.from_bytes(data[value[0]:value[1]], "little", signed=True)  # type: ignore[index]
+            for value in map(wide.__getitem__, int_keys)]
+    shared_hashes(keys, _shared_error)
+
+
+def shared_hashes(ints: Iterable[int], error: Callable[[int, int], Exception]) -> None:
+    """Raise `error(hash, count)` if more than MAX_SHARED_HASH distinct ones of the `ints`
+    lying beyond ±INT_KEY_BOUND share one hash. Never puts two of one hash in a set or
+    dict (that is the quadratic step): counts hashes, then sorts a crowded hash's ints."""
+    wide = [key for key in ints if key > INT_KEY_BOUND or key < -INT_KEY_BOUND]
+    hashes = list(map(hash, wide))  # (ints below 2**61: no two share a hash but -1, -2)
+    if len(set(hashes)) + MAX_SHARED_HASH > len(hashes):
+        return  # no hash is shared by more than MAX_SHARED_HASH of them
+    crowded = {shared for shared, times in Counter(hashes).items() if times > MAX_SHARED_HASH}
+    pairs = sorted((shared, key) for shared, key in zip(hashes, wide, strict=True)
+                   if shared in crowded)  # (one sort for all: each hash's ints in a run)
+    for shared, run in itertools.groupby(pairs, operator.itemgetter(0)):
+        same = [key for _, key in run]
+        distinct = 1 + sum(map(operator.ne, same, same[1:]))
+        if distinct > MAX_SHARED_HASH:
+            raise error(shared, distinct)
+
+
+def _shared_error(shared: int, count: int) -> RemoteProtocolError:
+    return RemoteProtocolError(
+        f"pickle sets dict items whose keys are {count} distinct ints sharing the hash "
+        f"{shared}: more than {MAX_SHARED_HASH} (ints beyond ±{INT_KEY_BOUND} share hashes "
+        "at will: N of them take N² steps to insert)")
 
 
 def _check_index(index: int, end: int) -> None:

@@ -10,7 +10,10 @@ a timeout around it) takes its owner out of the queue again.
 The dictionary checks the key each write stores (the state's own rules:
 abcast.replicated._args) and hands its state over itself, so that no write needs the
 check of the whole state a replica makes after each write of a class without hooks: a
-`put` costs the same whatever the dictionary holds.
+`put` costs the same whatever the dictionary holds. It counts the int keys beyond
+±INT_KEY_BOUND its entries hold (`_wide_keys`, per hash, rebuilt by set_state), so that
+no more than MAX_SHARED_HASH of one hash are ever stored and its state stays one a
+joiner accepts.
 """
 
 from __future__ import annotations
@@ -23,7 +26,13 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from abcast.errors import AbcastError, LocalProtocolError, RemoteProtocolError
-from abcast.replicated._args import check_key, check_plain, loads_plain
+from abcast.replicated._args import (
+    check_key,
+    count_wide_keys,
+    loads_plain,
+    plain_wide_keys,
+    tally_wide_keys,
+)
 from abcast.replicated._declare import read, replicated, write
 from abcast.replicated.handle import ReplicatedHandle
 
@@ -56,29 +65,42 @@ class ReplicatedDict:
 
     def __init__(self) -> None:
         self.data: dict[Any, Any] = {}
+        # the entries' int keys beyond ±INT_KEY_BOUND: per hash, how many entries hold each
+        self._wide_keys: dict[int, dict[int, int]] = {}
 
     @write
     def put(self, key: Any, value: Any) -> Any:
         """Set key to value; returns the previous value (None if there was none)."""
         check_key(key, "the new entry")  # by type, before anything hashes a peer's key
-        check_plain({key: value}, "the new entry")
-        previous = self.data.get(key)
+        wide = plain_wide_keys({key: value}, "the new entry")
+        previous = self.data.get(key, _MISSING)
+        self._recount(key, previous, wide)
         self.data[key] = value
-        return previous
+        return None if previous is _MISSING else previous
 
     @write
     def put_if_absent(self, key: Any, value: Any) -> bool:
         check_key(key, "the new entry")
-        check_plain({key: value}, "the new entry")
+        wide = plain_wide_keys({key: value}, "the new entry")
         if key in self.data:
             return False
+        self._recount(key, _MISSING, wide)
         self.data[key] = value
         return True
 
     @write
     def delete(self, key: Any) -> bool:
         check_key(key, "delete(key)")
-        return self.data.pop(key, _MISSING) is not _MISSING
+        previous = self.data.pop(key, _MISSING)
+        self._recount(key, previous, [])
+        return previous is not _MISSING
+
+    def _recount(self, key: Any, previous: Any, wide: list[int]) -> None:
+        """Count the wide int keys of the entry `key` will hold (`wide`) in place of those
+        of `previous` (_MISSING: none); LocalProtocolError if too many would share a hash."""
+        gone = ([] if previous is _MISSING or not self._wide_keys
+                else plain_wide_keys({key: previous}, "the entry"))
+        count_wide_keys(self._wide_keys, gone, wide, "the dictionary with the new entry")
 
     @read
     def get(self, key: Any, default: Any = None) -> Any:
@@ -100,10 +122,10 @@ class ReplicatedDict:
         if type(data) is not dict:
             raise RemoteProtocolError(f"dictionary state is a {type(data).__name__}")
         try:
-            check_plain(data, "dictionary state")
+            tally = tally_wide_keys(data, "dictionary state")  # (checks it is plain data)
         except LocalProtocolError as exc:  # a peer's bytes
             raise RemoteProtocolError(str(exc)) from None
-        self.data = data
+        self.data, self._wide_keys = data, tally
 
 
 _MISSING = object()

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from abcast.errors import AbcastError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
-from abcast.replicated._args import check_plain, loads_plain
+from abcast.replicated._args import check_plain_together, loads_plain
 from abcast.replicated._declare import class_named, spec_of
 from abcast.replicated.replica import Outcome, Replica
 
@@ -64,8 +64,10 @@ def check_name(name: object) -> str:
 def encode_create(name: str, cls: type, args: tuple[Any, ...],
                   kwargs: Mapping[str, Any]) -> bytes:
     spec = spec_of(cls)
-    check_plain(list(args), f"the arguments of {spec.cls.__name__}()")
-    check_plain(dict(kwargs), f"the keyword arguments of {spec.cls.__name__}()")
+    of = f"{spec.cls.__name__}()"
+    check_plain_together([(list(args), f"the arguments of {of}"),
+                          (dict(kwargs), f"the keyword arguments of {of}")],
+                         f"the arguments of {of} together")  # (one pickle)
     return _dumps(("create", check_name(name), spec.name, tuple(args), dict(kwargs)))
 
 
