@@ -8,6 +8,8 @@ choices docs/checks.md leaves open are made here, once:
 
 - node order (TOTAL_ORDER's p < q) is abcast.ids node order (n2 before n10), ties by
   the raw string;
+- a node's deliveries are in DELIVERY_ORDER (abcast.checks.facts: position, ties by
+  t_ns, then by message), which FIFO descents and TOTAL_ORDER walk;
 - where a node delivered a message more than once, its position for TOTAL_ORDER is its
   first delivery; for CAUSAL_ORDER the unit is judged at the first delivery too, with
   the snapshot of that delivery's incarnation (within one incarnation this counts the

@@ -6,6 +6,8 @@ unit; `ViewFacts` indexes the rows these three codes judge, once per run. The ch
 docs/checks.md makes are made here the same way:
 
 - a crashed node is judged only by its rows before its first `crash` row;
+- a node's view rows are in VIEW_ROW_ORDER (abcast.checks.facts): t_ns, ties broken
+  by index, view_id and member set, as Spark orders them;
 - a node's first view row, when it lists the node alone, is its private start (a
   joiner before admission) and is dropped from its views;
 - member lists compare as sets; a null list is installed but never compared;
@@ -22,8 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
+from typing import Any
 
-from abcast.checks.facts import MessageKey, RunFacts, Violation, node_order, show_message
+from abcast.checks.facts import (
+    MessageKey,
+    RunFacts,
+    Violation,
+    member_set,
+    node_order,
+    show_message,
+    view_row_order,
+)
 from abcast.trace.rows import EventRow
 from abcast.trace.schema import SAME_VIEW_DELIVERY, VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY
 
@@ -68,14 +79,15 @@ class ViewFacts:
 
     @cached_property
     def views(self) -> dict[tuple[str, Group], list[InstalledView]]:
-        """(node, group) -> the node's views in t_ns order, private start dropped."""
-        keyed: dict[tuple[str, Group], list[tuple[int, InstalledView]]] = {}
+        """(node, group) -> the node's views in VIEW_ROW_ORDER (t_ns order), private
+        start dropped."""
+        keyed: dict[tuple[str, Group], list[tuple[Any, InstalledView]]] = {}
         for r in self.rows:
             if r.kind != "view" or r.view_id is None or not self.judged(r):
                 continue
-            members = None if r.members is None else tuple(sorted(set(r.members)))
-            view = InstalledView(r.node, r.group, r.view_id, members, r.index or 0)
-            keyed.setdefault((r.node, r.group), []).append((r.t_ns, view))
+            view = InstalledView(r.node, r.group, r.view_id, member_set(r.members),
+                                 r.index or 0)
+            keyed.setdefault((r.node, r.group), []).append((view_row_order(r), view))
         out: dict[tuple[str, Group], list[InstalledView]] = {}
         for key, items in keyed.items():
             items.sort(key=lambda item: item[0])
