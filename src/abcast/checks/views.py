@@ -159,32 +159,34 @@ def _holders(vf: ViewFacts) -> dict[tuple[Group, int], dict[Members, set[str]]]:
 
 
 def _membership(vf: ViewFacts) -> list[Violation]:
-    # (group, view_id) -> member set -> holders; and each node's first row per set
+    # (group, view_id) -> member set -> holders; and each node's first row per set:
+    # (its place in the node's views, its index)
     holders: dict[tuple[Group, int], dict[Members, set[str]]] = {}
-    first_row: dict[tuple[str, Group, int, Members], int] = {}
+    first_row: dict[tuple[str, Group, int, Members], tuple[int, int]] = {}
     for views in vf.views.values():
-        for v in views:
+        for place, v in enumerate(views):
             if v.members is None:
                 continue
             holders.setdefault((v.group, v.view_id), {}).setdefault(v.members, set()).add(
                 v.node)
-            first_row.setdefault((v.node, v.group, v.view_id, v.members), v.index)
+            first_row.setdefault((v.node, v.group, v.view_id, v.members), (place, v.index))
     out: list[Violation] = []
     for (group, view_id), by_set in holders.items():
         if len(by_set) < 2:
             continue
         reference, ref_nodes = _reference(by_set)
         ref_holder = min(ref_nodes, key=node_order)
-        deviants: dict[str, tuple[int, Members]] = {}
+        # each deviant's first deviating row in its views (VIEW_ROW_ORDER)
+        deviants: dict[str, tuple[tuple[int, int], Members]] = {}
         for members, nodes in by_set.items():
             if members == reference:
                 continue
             for node in nodes:
-                index = first_row[(node, group, view_id, members)]
-                if node not in deviants or index < deviants[node][0]:
-                    deviants[node] = (index, members)
+                row = first_row[(node, group, view_id, members)]
+                if node not in deviants or row < deviants[node][0]:
+                    deviants[node] = (row, members)
         for node in sorted(deviants, key=node_order):
-            index, members = deviants[node]
+            (_place, index), members = deviants[node]
             where = "" if group is None else f" of {group}"
             out.append(Violation(
                 vf.run_id, VIEW_CONSISTENCY, (node, ref_holder), (), (index,),

@@ -166,9 +166,11 @@ def view_consistency(t: TraceTables) -> DataFrame:
     reference = references.where(F.col("_sets") > 1).drop("_sets")
     compared = join_on(listed, F.broadcast(reference), _pairs(*_VIEW_KEY),
                        null_safe=("group",))
+    # each deviant's first deviating row in its views (VIEW_ROW_ORDER)
     deviants = (compared.where(F.col("members") != F.col("ref_members"))
                 .groupBy(*_VIEW_KEY, "node", "ref_members", "ref_holders", "ref_node")
-                .agg(F.min(F.struct("index", "members")).alias("first")))
+                .agg(F.min_by(F.struct("index", "members"), F.struct(*VIEW_ROW_ORDER))
+                     .alias("first")))
     membership = violations(
         deviants, VIEW_CONSISTENCY, F.array("node", "ref_node"),
         F.array().cast("array<string>"), F.array(F.col("first.index")),
