@@ -241,3 +241,19 @@ def test_a_row_written_twice_is_counted_as_in_memory(spark: object, tmp_path: Pa
     found, outcome = _both_checkers(spark, tmp_path, rows, ("integrity", "causal"))
     assert count_by_code(found) == {"INTEGRITY_DUPLICATE": 1, "CAUSAL_ORDER": 1}
     assert outcome.verdict.of_run(run) == count_by_code(found)
+
+
+def test_local_order_counterexample_of_tied_rows_as_in_memory(spark: object,
+                                                              tmp_path: Path) -> None:
+    """n2 opt-delivered n1#1 twice at one t_ns (indices 1 and 2) after delivering it: both
+    checkers show the opt_deliver row with the higher index (TIME_ORDER); on main memory
+    showed the first in the file (index 1) and Spark's max_by over t_ns alone either."""
+    run = "tied-opt"
+    rows = [EventRow(run, "n1", "send", "n1", 1, "g", 1, None),
+            EventRow(run, "n2", "deliver", "n1", 1, "g", 2, 1),
+            EventRow(run, "n2", "opt_deliver", "n1", 1, "g", 3, 1),
+            EventRow(run, "n2", "opt_deliver", "n1", 1, "g", 3, 2)]
+    found, outcome = _both_checkers(spark, tmp_path, rows, ("local_order",))
+    assert [(v.code, v.positions) for v in found] == [("LOCAL_ORDER", (1, 2))]
+    assert [(e.code, e.positions) for e in outcome.verdict.examples] == [
+        ("LOCAL_ORDER", (1, 2))]

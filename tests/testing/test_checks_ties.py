@@ -16,6 +16,7 @@ from dataclasses import replace
 from abcast.testing import (
     CODES,
     FIFO_ORDER,
+    LOCAL_ORDER,
     TOTAL_ORDER,
     VIEW_CONSISTENCY,
     VIRTUAL_SYNCHRONY,
@@ -109,3 +110,18 @@ def test_view_rows_at_one_time_are_in_view_order() -> None:
         counts = _counts(order)
         assert counts[VIEW_CONSISTENCY] == 0
         assert counts[VIRTUAL_SYNCHRONY] == 0
+
+
+def test_local_order_shows_the_latest_of_tied_rows_by_index() -> None:
+    """n2 opt-delivered n1#1 twice at one t_ns (indices 1 and 2), after delivering it: the
+    unit shows the opt_deliver row with the higher index (TIME_ORDER), in either file
+    order."""
+    b = TraceBuilder()
+    b.send("n1")
+    b.deliver("n2", "n1", 1)
+    b.opt_deliver("n2", "n1", 1)
+    b.opt_deliver("n2", "n1", 1)
+    tied = [replace(r, t_ns=9_000) if r.kind == "opt_deliver" else r for r in b.rows()]
+    for order in (tied, _swapped(tied, "n2", "opt_deliver")):
+        found = check_events(order, ["local_order"])
+        assert [(v.code, v.positions) for v in found] == [(LOCAL_ORDER, (1, 2))]

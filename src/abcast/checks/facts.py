@@ -57,6 +57,10 @@ DELIVERY_ORDER: Final = ("index", "t_ns", "origin", "seq")
 #: sorted set (a null list first)
 VIEW_ROW_ORDER: Final = ("t_ns", "index", "view_id", "members")
 
+#: a node's opt_deliver or deliver rows of one message, as LOCAL_ORDER picks its latest
+#: and earliest: t_ns, then index (a null index first)
+TIME_ORDER: Final = ("t_ns", "index")
+
 delivery_order: Final = attrgetter(*DELIVERY_ORDER)
 """The sort key of a deliver row (one with index, origin and seq) in DELIVERY_ORDER."""
 
@@ -65,6 +69,11 @@ def member_set(members: Iterable[str | None] | None) -> tuple[str, ...] | None:
     """A view row's member list as the checks compare it: a sorted set, a null entry
     (which names no node) left out; a null list stays None."""
     return None if members is None else tuple(sorted({m for m in members if m is not None}))
+
+
+def time_order(row: EventRow) -> tuple[int, bool, int]:
+    """The sort key of a row in TIME_ORDER."""
+    return (row.t_ns, row.index is not None, row.index or 0)
 
 
 def view_row_order(row: EventRow) -> tuple[Any, ...]:

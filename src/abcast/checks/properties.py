@@ -21,7 +21,8 @@ choices docs/checks.md leaves open are made here, once:
 - LOCAL_ORDER compares, per incarnation of the node (its `recover` rows begin new ones),
   the latest `opt_deliver` with the earliest `deliver` of m in it (the same as "some
   opt_deliver row is later than some deliver row of the same incarnation"); one unit per
-  (node, m), reported at its first such incarnation;
+  (node, m), reported at its first such incarnation, with the positions of those two
+  rows (ties in t_ns by index: TIME_ORDER);
 - rows a check cannot place are skipped, and a null group is one group of its own
   (abcast.checks.facts says which).
 - a joiner's snapshot (docs/checks.md, "Joiners and rejoined nodes") is a prefix
@@ -62,7 +63,14 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 from typing import Final
 
-from abcast.checks.facts import Delivery, RunFacts, StreamKey, Violation, node_order
+from abcast.checks.facts import (
+    Delivery,
+    RunFacts,
+    StreamKey,
+    Violation,
+    node_order,
+    time_order,
+)
 from abcast.checks.facts import show_message as _show
 from abcast.checks.views import check_views
 from abcast.errors import LocalProtocolError
@@ -291,8 +299,8 @@ def _local_order(f: RunFacts) -> list[Violation]:
             finals = [r for r in final_rows if f.incarnation_start(node, r.t_ns) == start]
             if not finals:
                 continue
-            latest_opt = max(opts, key=lambda r: r.t_ns)
-            earliest_final = min(finals, key=lambda r: r.t_ns)
+            latest_opt = max(opts, key=time_order)
+            earliest_final = min(finals, key=time_order)
             if latest_opt.t_ns > earliest_final.t_ns:
                 out.append(Violation(
                     f.run_id, LOCAL_ORDER, (node,), (m,),
