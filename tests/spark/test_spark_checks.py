@@ -257,3 +257,22 @@ def test_local_order_counterexample_of_tied_rows_as_in_memory(spark: object,
     assert [(v.code, v.positions) for v in found] == [("LOCAL_ORDER", (1, 2))]
     assert [(e.code, e.positions) for e in outcome.verdict.examples] == [
         ("LOCAL_ORDER", (1, 2))]
+
+
+def test_causal_counterexample_names_the_same_predecessor_as_in_memory(
+        spark: object, tmp_path: Path) -> None:
+    """n3 delivered n2#1 (which depends on n1#1..2) before both: both checkers name n1#2,
+    the predecessor it delivered last (abcast.checks.facts.Reach.missing); memory named
+    n1#1 (the first missing) while Spark named n1#2."""
+    run = "causal-late"
+    rows = [EventRow(run, "n1", "send", "n1", 1, "g", 1, None),
+            EventRow(run, "n1", "send", "n1", 2, "g", 2, None),
+            EventRow(run, "n2", "send", "n2", 1, "g", 3, None, 0, None, {"n1": 2}),
+            EventRow(run, "n3", "deliver", "n2", 1, "g", 4, 1),
+            EventRow(run, "n3", "deliver", "n1", 1, "g", 5, 2),
+            EventRow(run, "n3", "deliver", "n1", 2, "g", 6, 3)]
+    found, outcome = _both_checkers(spark, tmp_path, rows, ("causal",))
+    assert [(v.messages, v.positions) for v in found] == [
+        ((("g", "n2", 1), ("g", "n1", 2)), (1, 3))]
+    assert [(e.messages, e.positions) for e in outcome.verdict.examples] == [
+        (("g/n2:1", "g/n1:2"), (1, 3))]

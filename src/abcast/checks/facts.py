@@ -118,32 +118,39 @@ class Reach:
     `base` is the lowest seq q delivers from the stream, minus one, raised to the top of
     the snapshot it is judged with (`RunFacts.snapshot_top`: the one of the incarnation
     of the delivery asking) when that is higher. Positions are first deliveries;
-    the running maximum over seqs base+1, base+2, … stops at the first hole, beyond
-    which the answer is "never".
+    the running maximum of (position, seq) over seqs base+1, base+2, … stops at the first
+    hole, beyond which the answer is "never".
     """
 
-    __slots__ = ("base", "first_position", "reach")
+    __slots__ = ("base", "first_position", "latest", "reach")
 
     def __init__(self, first_position: dict[int, int], snapshot_top: int = 0) -> None:
         self.first_position = first_position
         lowest = min(first_position) if first_position else snapshot_top + 1
         self.base = max(lowest - 1, snapshot_top)
-        contiguous: list[int] = []
+        contiguous: list[tuple[int, int]] = []
         seq = self.base + 1
         while seq in first_position:
-            contiguous.append(first_position[seq])
+            contiguous.append((first_position[seq], seq))
             seq += 1
-        self.reach = list(accumulate(contiguous, max))
+        #: latest[j - base - 1]: the (position, seq) q delivered last among base+1..j
+        self.latest = list(accumulate(contiguous, max))
+        self.reach = [position for position, _ in self.latest]
 
-    def first_missing(self, bound: int, before: int) -> int | None:
-        """The lowest seq j in (base, bound] that q did not deliver at a position before
-        `before`, or None when every one of them was (or bound <= base)."""
+    def missing(self, bound: int, before: int) -> int | None:
+        """The predecessor seq a unit names when q did not deliver all of (base, bound]
+        before position `before`: the one q delivered last when one of them came too
+        late, else the first it never delivered (Spark names the same); None when every
+        one came before (or bound <= base)."""
         if bound <= self.base:
             return None
-        # reach is non-decreasing: the first entry >= before is the first late seq.
-        late = bisect_left(self.reach, before)
-        candidate = self.base + 1 + late
-        return candidate if candidate <= bound else None
+        top = self.base + len(self.reach)  # q delivered all of base+1..top
+        probe = min(bound, top)
+        if probe > self.base:
+            position, seq = self.latest[probe - self.base - 1]
+            if position >= before:
+                return seq
+        return top + 1 if bound > top else None
 
 
 class RunFacts:

@@ -44,7 +44,7 @@ Counterexample layout (`nodes`, `messages`, `positions`) per code:
 | AGREEMENT, UNIFORM_AGREEMENT | (q, p) p: a deliverer owing q | (m,) | (p's position,) |
 | FIFO_ORDER descent | (q,) | (m, then m' with a lower seq) | (m's, m''s position) |
 | FIFO_ORDER hole | (q,) | (its lowest missing m, its highest if another) | () |
-| CAUSAL_ORDER | (q,) | (m, first missing predecessor) | (m's, predecessor's if ever) |
+| CAUSAL_ORDER | (q,) | (m, a missing predecessor: `Reach.missing`) | (m's, predecessor's if ever) |
 | TOTAL_ORDER | (p, q) | (m1, m2) adjacent in p | (p's of m1, m2, q's of m1, m2) |
 | LOCAL_ORDER | (node,) | (m,) | (deliver index, opt_deliver index) |
 | VIEW_CONSISTENCY membership | (node, reference holder) | () | (deviating view row index,) |
@@ -249,7 +249,7 @@ def _causal(f: RunFacts) -> list[Violation]:
                     continue
                 stream = (group, pred_origin)
                 reach = f.reach(node, stream, f.snapshot_top(node, stream, at))
-                missing = 1 if reach is None else reach.first_missing(k, i)
+                missing = 1 if reach is None else reach.missing(k, i)
                 if missing is None:
                     continue
                 pred = (group, pred_origin, missing)

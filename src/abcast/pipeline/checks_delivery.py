@@ -263,7 +263,8 @@ def causal_order(t: TraceTables) -> DataFrame:
     late = F.coalesce(F.col("latest")["index"] >= F.col("index"), F.lit(False))
     never = F.col("k") > F.col("reach_top")
     found = looked_up.where(never | late)
-    # The counterexample predecessor: one q delivered too late, else the first it never did.
+    # The counterexample predecessor (as abcast.checks.facts.Reach.missing): the one q
+    # delivered last when one came too late, else the first it never did.
     # (when it never did, reach_top < k: reach_top + 1 is a bigint)
     pred_seq = F.when(late, F.col("latest")["seq"]).otherwise(
         F.try_add(F.col("reach_top"), F.lit(1)))
