@@ -20,6 +20,7 @@ null entries in member lists and deps maps (`null_entries`: memory raised TypeEr
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
 from abcast.pipeline.trace_tables import materialize_tables
 from abcast.sim import SimConfig, run_simulation
-from abcast.testing import TraceBuilder, check_traces, count_by_code
+from abcast.testing import TraceBuilder, Violation, check_traces, count_by_code
 from abcast.testing.builders import null_entries, tied_rows
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.trace.schema import CODES
@@ -271,9 +272,11 @@ def trace_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_spark_and_memory_count_the_same_per_code_per_run(spark: object,
                                                           trace_dir: Path) -> None:
+    """The same counts per (run, code), and the same counterexamples (nodes, messages,
+    positions) for every violation."""
     runs, events = read_traces(trace_dir)
-    memory = {run_id: count_by_code(found, CODES)
-              for run_id, found in check_traces(runs, events).items()}
+    found_in_memory = check_traces(runs, events)
+    memory = {run_id: count_by_code(found, CODES) for run_id, found in found_in_memory.items()}
     assert sum(sum(c.values()) for c in memory.values()) > 20  # violations to agree on
     for code in ("VIEW_CONSISTENCY", "VIRTUAL_SYNCHRONY", "SAME_VIEW_DELIVERY"):
         assert sum(c[code] for c in memory.values()) >= 3, code
@@ -286,13 +289,34 @@ def test_spark_and_memory_count_the_same_per_code_per_run(spark: object,
     trace = read_trace(spark, str(trace_dir))  # type: ignore[arg-type]
     claims = [RunClaim(r.run_id, r.ordering, r.nodes, r.guarantees) for r in runs]
     # with_views: the cached view tables (test_spark_checks runs the lazily derived ones)
+    # every violation brought back as an example: the counterexamples are compared too
     verdict = summarize(find_violations(materialize_tables(trace.events, with_views=True),
-                                        runs_by_code(claims)))
+                                        runs_by_code(claims)), examples_per_code=10_000)
     by_spark = {r.run_id: {code: verdict.counts.get((r.run_id, code), 0) for code in CODES}
                 for r in runs}
     mismatches = {run: (memory[run], by_spark[run]) for run in memory
                   if memory[run] != by_spark[run]}
     assert not mismatches
+    shown_by_spark = Counter((e.run_id, e.code, e.nodes, e.messages, e.positions)
+                             for e in verdict.examples)
+    shown_in_memory = Counter(_as_shown(run_id, v) for run_id, found in found_in_memory.items()
+                              for v in found)
+    assert shown_in_memory - shown_by_spark == Counter()
+    assert shown_by_spark - shown_in_memory == Counter()
+
+
+#: Spark's witness code keeps an AGREEMENT position in [0, 2**40) (trace_tables.witness_code)
+_WITNESS_TOP = 2**40 - 1
+
+
+def _as_shown(run_id: str, v: Violation) -> tuple[object, ...]:
+    """A memory violation as Spark shows its counterexample (message ids as strings, an
+    agreement witness's position clamped as Spark's witness code clamps it)."""
+    positions = v.positions
+    if v.code in ("AGREEMENT", "UNIFORM_AGREEMENT"):
+        positions = tuple(min(max(p, 0), _WITNESS_TOP) for p in positions)
+    messages = tuple(("" if g is None else f"{g}/") + f"{o}:{s}" for g, o, s in v.messages)
+    return (run_id, v.code, v.nodes, messages, positions)
 
 
 def test_the_check_command_sees_a_joiners_private_start_without_view_claims(
