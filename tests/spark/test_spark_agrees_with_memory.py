@@ -10,12 +10,17 @@ and a rejoined node (snapshots: lost, swapped, repeated deliveries after the joi
 small simulated runs (a crash, a joiner, causal order, churn with a rejoin), and rows
 drawn at random that no driver writes (`_adversarial`: the harness that found the
 node-order, repeated-index, wide-index and seq-0 disagreements; with `wide`, seq jumps
-past 2**62 and bigint extremes, which found the overflows and the repeated-row count).
+past 2**62 and bigint extremes, which found the overflows and the repeated-row count),
+and rows tied in a node's order (`tied_rows`: deliveries at one index and t_ns, view rows
+at one t_ns), each written in two file orders, which found that the verdict followed the
+file (abcast.checks.facts.DELIVERY_ORDER and VIEW_ROW_ORDER settle the ties now), and
+null entries in member lists and deps maps (`null_entries`: memory raised TypeError).
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -26,7 +31,8 @@ from abcast.pipeline.io import read_trace
 from abcast.pipeline.suite import RunClaim, find_violations, runs_by_code, summarize
 from abcast.pipeline.trace_tables import materialize_tables
 from abcast.sim import SimConfig, run_simulation
-from abcast.testing import TraceBuilder, check_traces, count_by_code
+from abcast.testing import TraceBuilder, Violation, check_traces, count_by_code
+from abcast.testing.builders import null_entries, tied_rows
 from abcast.trace.rows import EventRow, RunInfo
 from abcast.trace.schema import CODES
 from abcast.trace.writer import read_traces, write_run
@@ -180,8 +186,8 @@ def _adversarial(seed: int, *, wide: bool = False) -> tuple[list[EventRow], RunI
         return [num(low, high)] if wide else []
 
     times = range(1, rng.randint(1, 40) + 1)
-    if wide:  # distinct per run: a node's rows tied in t_ns have no order to agree on
-        times = sorted({num(1, 99) for _ in times})  # type: ignore[assignment]
+    if wide:  # repeats too: rows tied in t_ns (and index) have one order (DELIVERY_ORDER)
+        times = sorted(num(1, 99) for _ in times)  # type: ignore[assignment]
     rows: list[EventRow] = []
     counters: dict[tuple[str, str], int] = {}
     for t_ns in times:
@@ -252,6 +258,13 @@ def trace_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         rows, info = _adversarial(seed, wide=True)
         if rows:
             write_run(out, rows, info)
+    for seed in range(20):  # rows tied in a node's order, in two file orders
+        for run_id, order in ((f"tied-{seed}", 1), (f"tied-{seed}-reversed", -1)):
+            write_run(out, tied_rows(seed, run_id)[::order], RunInfo(
+                run_id, "test", "mem://", 4, 0, "tied", seed, None, ALL, 0, 1))
+    for run_id, deviant in (("null-entries", False), ("null-entries-deviant", True)):
+        write_run(out, null_entries(run_id, deviant=deviant), RunInfo(
+            run_id, "test", "mem://", 3, 0, "nulls", None, None, ALL, 0, 1))
     for rows, info in _simulated():
         write_run(out, rows, info)
     return out
@@ -259,26 +272,51 @@ def trace_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_spark_and_memory_count_the_same_per_code_per_run(spark: object,
                                                           trace_dir: Path) -> None:
+    """The same counts per (run, code), and the same counterexamples (nodes, messages,
+    positions) for every violation."""
     runs, events = read_traces(trace_dir)
-    memory = {run_id: count_by_code(found, CODES)
-              for run_id, found in check_traces(runs, events).items()}
+    found_in_memory = check_traces(runs, events)
+    memory = {run_id: count_by_code(found, CODES) for run_id, found in found_in_memory.items()}
     assert sum(sum(c.values()) for c in memory.values()) > 20  # violations to agree on
     for code in ("VIEW_CONSISTENCY", "VIRTUAL_SYNCHRONY", "SAME_VIEW_DELIVERY"):
         assert sum(c[code] for c in memory.values()) >= 3, code
     joiners = [c for run, c in memory.items() if run.startswith("joiners-")]
     for code in ("FIFO_ORDER", "CAUSAL_ORDER"):  # planted at joiners: to agree on
         assert sum(c[code] for c in joiners) >= 2, code
+    for seed in range(20):  # tied rows: the file's order of them changes nothing
+        assert memory[f"tied-{seed}"] == memory[f"tied-{seed}-reversed"], seed
 
     trace = read_trace(spark, str(trace_dir))  # type: ignore[arg-type]
     claims = [RunClaim(r.run_id, r.ordering, r.nodes, r.guarantees) for r in runs]
     # with_views: the cached view tables (test_spark_checks runs the lazily derived ones)
+    # every violation brought back as an example: the counterexamples are compared too
     verdict = summarize(find_violations(materialize_tables(trace.events, with_views=True),
-                                        runs_by_code(claims)))
+                                        runs_by_code(claims)), examples_per_code=10_000)
     by_spark = {r.run_id: {code: verdict.counts.get((r.run_id, code), 0) for code in CODES}
                 for r in runs}
     mismatches = {run: (memory[run], by_spark[run]) for run in memory
                   if memory[run] != by_spark[run]}
     assert not mismatches
+    shown_by_spark = Counter((e.run_id, e.code, e.nodes, e.messages, e.positions)
+                             for e in verdict.examples)
+    shown_in_memory = Counter(_as_shown(run_id, v) for run_id, found in found_in_memory.items()
+                              for v in found)
+    assert shown_in_memory - shown_by_spark == Counter()
+    assert shown_by_spark - shown_in_memory == Counter()
+
+
+#: Spark's witness code keeps an AGREEMENT position in [0, 2**40) (trace_tables.witness_code)
+_WITNESS_TOP = 2**40 - 1
+
+
+def _as_shown(run_id: str, v: Violation) -> tuple[object, ...]:
+    """A memory violation as Spark shows its counterexample (message ids as strings, an
+    agreement witness's position clamped as Spark's witness code clamps it)."""
+    positions = v.positions
+    if v.code in ("AGREEMENT", "UNIFORM_AGREEMENT"):
+        positions = tuple(min(max(p, 0), _WITNESS_TOP) for p in positions)
+    messages = tuple(("" if g is None else f"{g}/") + f"{o}:{s}" for g, o, s in v.messages)
+    return (run_id, v.code, v.nodes, messages, positions)
 
 
 def test_the_check_command_sees_a_joiners_private_start_without_view_claims(

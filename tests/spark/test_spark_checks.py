@@ -241,3 +241,38 @@ def test_a_row_written_twice_is_counted_as_in_memory(spark: object, tmp_path: Pa
     found, outcome = _both_checkers(spark, tmp_path, rows, ("integrity", "causal"))
     assert count_by_code(found) == {"INTEGRITY_DUPLICATE": 1, "CAUSAL_ORDER": 1}
     assert outcome.verdict.of_run(run) == count_by_code(found)
+
+
+def test_local_order_counterexample_of_tied_rows_as_in_memory(spark: object,
+                                                              tmp_path: Path) -> None:
+    """n2 opt-delivered n1#1 twice at one t_ns (indices 1 and 2) after delivering it: both
+    checkers show the opt_deliver row with the higher index (TIME_ORDER); on main memory
+    showed the first in the file (index 1) and Spark's max_by over t_ns alone either."""
+    run = "tied-opt"
+    rows = [EventRow(run, "n1", "send", "n1", 1, "g", 1, None),
+            EventRow(run, "n2", "deliver", "n1", 1, "g", 2, 1),
+            EventRow(run, "n2", "opt_deliver", "n1", 1, "g", 3, 1),
+            EventRow(run, "n2", "opt_deliver", "n1", 1, "g", 3, 2)]
+    found, outcome = _both_checkers(spark, tmp_path, rows, ("local_order",))
+    assert [(v.code, v.positions) for v in found] == [("LOCAL_ORDER", (1, 2))]
+    assert [(e.code, e.positions) for e in outcome.verdict.examples] == [
+        ("LOCAL_ORDER", (1, 2))]
+
+
+def test_causal_counterexample_names_the_same_predecessor_as_in_memory(
+        spark: object, tmp_path: Path) -> None:
+    """n3 delivered n2#1 (which depends on n1#1..2) before both: both checkers name n1#2,
+    the predecessor it delivered last (abcast.checks.facts.Reach.missing); memory named
+    n1#1 (the first missing) while Spark named n1#2."""
+    run = "causal-late"
+    rows = [EventRow(run, "n1", "send", "n1", 1, "g", 1, None),
+            EventRow(run, "n1", "send", "n1", 2, "g", 2, None),
+            EventRow(run, "n2", "send", "n2", 1, "g", 3, None, 0, None, {"n1": 2}),
+            EventRow(run, "n3", "deliver", "n2", 1, "g", 4, 1),
+            EventRow(run, "n3", "deliver", "n1", 1, "g", 5, 2),
+            EventRow(run, "n3", "deliver", "n1", 2, "g", 6, 3)]
+    found, outcome = _both_checkers(spark, tmp_path, rows, ("causal",))
+    assert [(v.messages, v.positions) for v in found] == [
+        ((("g", "n2", 1), ("g", "n1", 2)), (1, 3))]
+    assert [(e.messages, e.positions) for e in outcome.verdict.examples] == [
+        (("g/n2:1", "g/n1:2"), (1, 3))]

@@ -8,14 +8,15 @@ test_spark_agrees_with_memory.py.)"""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from abcast.pipeline.commands import check
-from abcast.testing import TraceBuilder
-from abcast.trace.writer import write_run
+from abcast.pipeline.commands import check, run_check
+from abcast.testing import TraceBuilder, check_traces
+from abcast.trace.writer import read_traces, write_run
 
 pytestmark = pytest.mark.spark
 
@@ -61,3 +62,28 @@ def test_check_reports_view_codes_only_for_runs_claiming_them(spark: object,
     assert examples["SAME_VIEW_DELIVERY"]["positions"] == [2, 2]
     # the tables (on stderr with --json) list the codes for the claiming run
     assert "VIRTUAL_SYNCHRONY" in result.stderr and "run claimed" in result.stderr
+
+
+def test_a_deviant_is_shown_at_its_first_deviating_row_by_both_checkers(
+        spark: object, tmp_path: Path) -> None:
+    """n3 lists view 1 as [n1, n3] twice; a writer numbered the later row lower (index 1,
+    the earlier one 2). The counterexample is its first deviating row in its views'
+    order (docs/checks.md), index 2, in both checkers: Spark took the lowest index (1)
+    while memory showed the first row's."""
+    b = TraceBuilder("deviant-twice")
+    for node in ("n1", "n2"):
+        b.view(node, 1, ABC)
+    b.view("n3", 1, ["n1", "n3"])
+    b.view("n3", 1, ["n3", "n1"])
+    rows = [replace(r, index=3 - r.index) if (r.node, r.kind) == ("n3", "view")
+            and r.index is not None else r for r in b.rows()]
+    write_run(tmp_path, rows, b.run_info(["virtual_synchrony"]))
+    runs, events = read_traces(tmp_path)
+    memory = [v for v in check_traces(runs, events)["deviant-twice"]
+              if v.code == "VIEW_CONSISTENCY" and v.nodes == ("n3", "n1")]
+    assert [v.positions for v in memory] == [(2,)]
+
+    outcome = run_check(spark, str(tmp_path), None)  # type: ignore[arg-type]
+    shown = [e.positions for e in outcome.verdict.examples
+             if e.code == "VIEW_CONSISTENCY" and e.nodes == ("n3", "n1")]
+    assert shown == [(2,)]

@@ -6,12 +6,15 @@ a delivery's position is its row's `index`; a node is correct when it has no `cr
 in the run; `Violation` is the record every check returns. Rows a check cannot place are
 skipped: a `send`, `deliver` or `opt_deliver` row without origin or seq, a `deliver` row
 without index, a `view` row without view_id (for who-installed-which-view; it still
-tells that its group has views). `group` is
+tells that its group has views), a null entry of a `deps` map (no bound) or of a
+`members` list (no node). `group` is
 compared as a plain value, so rows with a null group form one group of their own. A
 node's snapshots (docs/checks.md, "Joiners and rejoined nodes") are indexed here too: its
 incarnations (delimited by its `recover` rows), the admission view of each, and per origin
 the top of the prefix the group delivered before it; a delivery is judged with the
-snapshot of the incarnation it was written in. This module decides no violation;
+snapshot of the incarnation it was written in. A node's deliveries are read in
+DELIVERY_ORDER and its view rows in VIEW_ROW_ORDER, which both checkers share. This
+module decides no violation;
 abcast.checks.properties and abcast.checks.views do.
 """
 
@@ -22,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate
+from operator import attrgetter
+from typing import Any, Final
 
 from abcast.ids import NodeOrder, node_sort_key
 from abcast.trace.rows import EventRow
@@ -37,6 +42,45 @@ FIRST_INCARNATION = -(2**63)
 def node_order(node: str) -> NodeOrder:
     """The node order of the checks (n2 before n10); the raw string breaks ties."""
     return node_sort_key(node)
+
+
+# The two row orders both checkers read a node's rows in (docs/checks.md, "Fine print").
+# A writer gives each row its own index and t_ns; a trace may still repeat both, and
+# then these columns, the same names as EventRow fields and as event columns (Spark's
+# windows order by them: abcast.pipeline), settle the order, so no verdict depends on
+# the order of rows in a file. Strings compare as code points (Spark: UTF-8 bytes, the
+# same order).
+
+#: a node's deliveries: position, then t_ns, then the message (origin, seq)
+DELIVERY_ORDER: Final = ("index", "t_ns", "origin", "seq")
+#: a node's view rows: t_ns, then index (null as 0), view_id, then the member list as a
+#: sorted set (a null list first)
+VIEW_ROW_ORDER: Final = ("t_ns", "index", "view_id", "members")
+
+#: a node's opt_deliver or deliver rows of one message, as LOCAL_ORDER picks its latest
+#: and earliest: t_ns, then index (a null index first)
+TIME_ORDER: Final = ("t_ns", "index")
+
+delivery_order: Final = attrgetter(*DELIVERY_ORDER)
+"""The sort key of a deliver row (one with index, origin and seq) in DELIVERY_ORDER."""
+
+
+def member_set(members: Iterable[str | None] | None) -> tuple[str, ...] | None:
+    """A view row's member list as the checks compare it: a sorted set, a null entry
+    (which names no node) left out; a null list stays None."""
+    return None if members is None else tuple(sorted({m for m in members if m is not None}))
+
+
+def time_order(row: EventRow) -> tuple[int, bool, int]:
+    """The sort key of a row in TIME_ORDER."""
+    return (row.t_ns, row.index is not None, row.index or 0)
+
+
+def view_row_order(row: EventRow) -> tuple[Any, ...]:
+    """The sort key of a view row (one with a view_id) in VIEW_ROW_ORDER."""
+    members = member_set(row.members)
+    return (row.t_ns, row.index or 0, row.view_id,
+            (0, ()) if members is None else (1, members))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,32 +118,39 @@ class Reach:
     `base` is the lowest seq q delivers from the stream, minus one, raised to the top of
     the snapshot it is judged with (`RunFacts.snapshot_top`: the one of the incarnation
     of the delivery asking) when that is higher. Positions are first deliveries;
-    the running maximum over seqs base+1, base+2, … stops at the first hole, beyond
-    which the answer is "never".
+    the running maximum of (position, seq) over seqs base+1, base+2, … stops at the first
+    hole, beyond which the answer is "never".
     """
 
-    __slots__ = ("base", "first_position", "reach")
+    __slots__ = ("base", "first_position", "latest", "reach")
 
     def __init__(self, first_position: dict[int, int], snapshot_top: int = 0) -> None:
         self.first_position = first_position
         lowest = min(first_position) if first_position else snapshot_top + 1
         self.base = max(lowest - 1, snapshot_top)
-        contiguous: list[int] = []
+        contiguous: list[tuple[int, int]] = []
         seq = self.base + 1
         while seq in first_position:
-            contiguous.append(first_position[seq])
+            contiguous.append((first_position[seq], seq))
             seq += 1
-        self.reach = list(accumulate(contiguous, max))
+        #: latest[j - base - 1]: the (position, seq) q delivered last among base+1..j
+        self.latest = list(accumulate(contiguous, max))
+        self.reach = [position for position, _ in self.latest]
 
-    def first_missing(self, bound: int, before: int) -> int | None:
-        """The lowest seq j in (base, bound] that q did not deliver at a position before
-        `before`, or None when every one of them was (or bound <= base)."""
+    def missing(self, bound: int, before: int) -> int | None:
+        """The predecessor seq a unit names when q did not deliver all of (base, bound]
+        before position `before`: the one q delivered last when one of them came too
+        late, else the first it never delivered (Spark names the same); None when every
+        one came before (or bound <= base)."""
         if bound <= self.base:
             return None
-        # reach is non-decreasing: the first entry >= before is the first late seq.
-        late = bisect_left(self.reach, before)
-        candidate = self.base + 1 + late
-        return candidate if candidate <= bound else None
+        top = self.base + len(self.reach)  # q delivered all of base+1..top
+        probe = min(bound, top)
+        if probe > self.base:
+            position, seq = self.latest[probe - self.base - 1]
+            if position >= before:
+                return seq
+        return top + 1 if bound > top else None
 
 
 class RunFacts:
@@ -138,7 +189,7 @@ class RunFacts:
                 continue
             deps = sent.setdefault((r.group, r.origin, r.seq), {})
             for origin, bound in (r.deps or {}).items():
-                if bound > deps.get(origin, 0):
+                if bound is not None and bound > deps.get(origin, 0):  # null: no bound
                     deps[origin] = bound
         return sent
 
@@ -162,19 +213,19 @@ class RunFacts:
 
     @cached_property
     def deliveries(self) -> dict[str, list[Delivery]]:
-        """Each node's deliveries in position order (ties, which a recorder never makes,
-        broken by t_ns)."""
-        keyed: dict[str, list[tuple[int, int, Delivery]]] = {}
+        """Each node's deliveries in DELIVERY_ORDER (position; the ties a recorder never
+        makes, by t_ns, then by message)."""
+        keyed: dict[str, list[tuple[Any, Delivery]]] = {}
         for r in self.rows:
             if r.kind != "deliver" or r.origin is None or r.seq is None or r.index is None:
                 continue
             d = Delivery(r.node, (r.group, r.origin, r.seq), r.index, r.view_id, r.t_ns)
-            keyed.setdefault(r.node, []).append((r.index, r.t_ns, d))
+            keyed.setdefault(r.node, []).append((delivery_order(r), d))
         out: dict[str, list[Delivery]] = {}
         for node in sorted(keyed, key=node_order):
             items = keyed[node]
-            items.sort(key=lambda item: (item[0], item[1]))
-            out[node] = [d for _, _, d in items]
+            items.sort(key=lambda item: item[0])
+            out[node] = [d for _, d in items]
         return out
 
     @cached_property
@@ -263,8 +314,8 @@ class RunFacts:
         """(node, group) -> (starts, views): the incarnations that have an admission view
         (docs/checks.md, "Joiners and rejoined nodes"), in time order: where each began
         (`incarnation_start`) and its admission view J, the view_id of its first `view`
-        row in that incarnation, in t_ns order, not counting a private start (a first
-        row listing the node alone)."""
+        row in that incarnation, in VIEW_ROW_ORDER (t_ns order), not counting a private
+        start (a first row listing the node alone)."""
         keyed: dict[tuple[str, str | None, int], list[EventRow]] = {}
         for r in self.rows:
             if r.kind == "view" and r.view_id is not None:
@@ -272,9 +323,9 @@ class RunFacts:
                 keyed.setdefault((r.node, r.group, start), []).append(r)
         chosen: dict[tuple[str, str | None], list[tuple[int, int]]] = {}
         for (node, group, start), views in keyed.items():
-            ordered = sorted(views, key=lambda r: r.t_ns)
+            ordered = sorted(views, key=view_row_order)
             first = ordered[0]
-            if first.members is not None and set(first.members) == {node}:
+            if member_set(first.members) == (node,):
                 ordered = ordered[1:]
             if ordered and ordered[0].view_id is not None:
                 chosen.setdefault((node, group), []).append((start, ordered[0].view_id))

@@ -8,6 +8,8 @@ choices docs/checks.md leaves open are made here, once:
 
 - node order (TOTAL_ORDER's p < q) is abcast.ids node order (n2 before n10), ties by
   the raw string;
+- a node's deliveries are in DELIVERY_ORDER (abcast.checks.facts: position, ties by
+  t_ns, then by message), which FIFO descents and TOTAL_ORDER walk;
 - where a node delivered a message more than once, its position for TOTAL_ORDER is its
   first delivery; for CAUSAL_ORDER the unit is judged at the first delivery too, with
   the snapshot of that delivery's incarnation (within one incarnation this counts the
@@ -19,7 +21,8 @@ choices docs/checks.md leaves open are made here, once:
 - LOCAL_ORDER compares, per incarnation of the node (its `recover` rows begin new ones),
   the latest `opt_deliver` with the earliest `deliver` of m in it (the same as "some
   opt_deliver row is later than some deliver row of the same incarnation"); one unit per
-  (node, m), reported at its first such incarnation;
+  (node, m), reported at its first such incarnation, with the positions of those two
+  rows (ties in t_ns by index: TIME_ORDER);
 - rows a check cannot place are skipped, and a null group is one group of its own
   (abcast.checks.facts says which).
 - a joiner's snapshot (docs/checks.md, "Joiners and rejoined nodes") is a prefix
@@ -41,7 +44,7 @@ Counterexample layout (`nodes`, `messages`, `positions`) per code:
 | AGREEMENT, UNIFORM_AGREEMENT | (q, p) p: a deliverer owing q | (m,) | (p's position,) |
 | FIFO_ORDER descent | (q,) | (m, then m' with a lower seq) | (m's, m''s position) |
 | FIFO_ORDER hole | (q,) | (its lowest missing m, its highest if another) | () |
-| CAUSAL_ORDER | (q,) | (m, first missing predecessor) | (m's, predecessor's if ever) |
+| CAUSAL_ORDER | (q,) | (m, a missing predecessor: `Reach.missing`) | (m's, predecessor's if ever) |
 | TOTAL_ORDER | (p, q) | (m1, m2) adjacent in p | (p's of m1, m2, q's of m1, m2) |
 | LOCAL_ORDER | (node,) | (m,) | (deliver index, opt_deliver index) |
 | VIEW_CONSISTENCY membership | (node, reference holder) | () | (deviating view row index,) |
@@ -60,7 +63,14 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 from typing import Final
 
-from abcast.checks.facts import Delivery, RunFacts, StreamKey, Violation, node_order
+from abcast.checks.facts import (
+    Delivery,
+    RunFacts,
+    StreamKey,
+    Violation,
+    node_order,
+    time_order,
+)
 from abcast.checks.facts import show_message as _show
 from abcast.checks.views import check_views
 from abcast.errors import LocalProtocolError
@@ -239,7 +249,7 @@ def _causal(f: RunFacts) -> list[Violation]:
                     continue
                 stream = (group, pred_origin)
                 reach = f.reach(node, stream, f.snapshot_top(node, stream, at))
-                missing = 1 if reach is None else reach.first_missing(k, i)
+                missing = 1 if reach is None else reach.missing(k, i)
                 if missing is None:
                     continue
                 pred = (group, pred_origin, missing)
@@ -289,8 +299,8 @@ def _local_order(f: RunFacts) -> list[Violation]:
             finals = [r for r in final_rows if f.incarnation_start(node, r.t_ns) == start]
             if not finals:
                 continue
-            latest_opt = max(opts, key=lambda r: r.t_ns)
-            earliest_final = min(finals, key=lambda r: r.t_ns)
+            latest_opt = max(opts, key=time_order)
+            earliest_final = min(finals, key=time_order)
             if latest_opt.t_ns > earliest_final.t_ns:
                 out.append(Violation(
                     f.run_id, LOCAL_ORDER, (node,), (m,),

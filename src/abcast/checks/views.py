@@ -6,6 +6,8 @@ unit; `ViewFacts` indexes the rows these three codes judge, once per run. The ch
 docs/checks.md makes are made here the same way:
 
 - a crashed node is judged only by its rows before its first `crash` row;
+- a node's view rows are in VIEW_ROW_ORDER (abcast.checks.facts): t_ns, ties broken
+  by index, view_id and member set, as Spark orders them;
 - a node's first view row, when it lists the node alone, is its private start (a
   joiner before admission) and is dropped from its views;
 - member lists compare as sets; a null list is installed but never compared;
@@ -22,8 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
+from typing import Any
 
-from abcast.checks.facts import MessageKey, RunFacts, Violation, node_order, show_message
+from abcast.checks.facts import (
+    MessageKey,
+    RunFacts,
+    Violation,
+    member_set,
+    node_order,
+    show_message,
+    view_row_order,
+)
 from abcast.trace.rows import EventRow
 from abcast.trace.schema import SAME_VIEW_DELIVERY, VIEW_CONSISTENCY, VIRTUAL_SYNCHRONY
 
@@ -68,14 +79,15 @@ class ViewFacts:
 
     @cached_property
     def views(self) -> dict[tuple[str, Group], list[InstalledView]]:
-        """(node, group) -> the node's views in t_ns order, private start dropped."""
-        keyed: dict[tuple[str, Group], list[tuple[int, InstalledView]]] = {}
+        """(node, group) -> the node's views in VIEW_ROW_ORDER (t_ns order), private
+        start dropped."""
+        keyed: dict[tuple[str, Group], list[tuple[Any, InstalledView]]] = {}
         for r in self.rows:
             if r.kind != "view" or r.view_id is None or not self.judged(r):
                 continue
-            members = None if r.members is None else tuple(sorted(set(r.members)))
-            view = InstalledView(r.node, r.group, r.view_id, members, r.index or 0)
-            keyed.setdefault((r.node, r.group), []).append((r.t_ns, view))
+            view = InstalledView(r.node, r.group, r.view_id, member_set(r.members),
+                                 r.index or 0)
+            keyed.setdefault((r.node, r.group), []).append((view_row_order(r), view))
         out: dict[tuple[str, Group], list[InstalledView]] = {}
         for key, items in keyed.items():
             items.sort(key=lambda item: item[0])
@@ -147,32 +159,34 @@ def _holders(vf: ViewFacts) -> dict[tuple[Group, int], dict[Members, set[str]]]:
 
 
 def _membership(vf: ViewFacts) -> list[Violation]:
-    # (group, view_id) -> member set -> holders; and each node's first row per set
+    # (group, view_id) -> member set -> holders; and each node's first row per set:
+    # (its place in the node's views, its index)
     holders: dict[tuple[Group, int], dict[Members, set[str]]] = {}
-    first_row: dict[tuple[str, Group, int, Members], int] = {}
+    first_row: dict[tuple[str, Group, int, Members], tuple[int, int]] = {}
     for views in vf.views.values():
-        for v in views:
+        for place, v in enumerate(views):
             if v.members is None:
                 continue
             holders.setdefault((v.group, v.view_id), {}).setdefault(v.members, set()).add(
                 v.node)
-            first_row.setdefault((v.node, v.group, v.view_id, v.members), v.index)
+            first_row.setdefault((v.node, v.group, v.view_id, v.members), (place, v.index))
     out: list[Violation] = []
     for (group, view_id), by_set in holders.items():
         if len(by_set) < 2:
             continue
         reference, ref_nodes = _reference(by_set)
         ref_holder = min(ref_nodes, key=node_order)
-        deviants: dict[str, tuple[int, Members]] = {}
+        # each deviant's first deviating row in its views (VIEW_ROW_ORDER)
+        deviants: dict[str, tuple[tuple[int, int], Members]] = {}
         for members, nodes in by_set.items():
             if members == reference:
                 continue
             for node in nodes:
-                index = first_row[(node, group, view_id, members)]
-                if node not in deviants or index < deviants[node][0]:
-                    deviants[node] = (index, members)
+                row = first_row[(node, group, view_id, members)]
+                if node not in deviants or row < deviants[node][0]:
+                    deviants[node] = (row, members)
         for node in sorted(deviants, key=node_order):
-            index, members = deviants[node]
+            (_place, index), members = deviants[node]
             where = "" if group is None else f" of {group}"
             out.append(Violation(
                 vf.run_id, VIEW_CONSISTENCY, (node, ref_holder), (), (index,),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from abcast.checks.facts import DELIVERY_ORDER
 from abcast.pipeline.checks import (
     MESSAGE_KEY,
     STREAM_KEY,
@@ -262,7 +263,8 @@ def causal_order(t: TraceTables) -> DataFrame:
     late = F.coalesce(F.col("latest")["index"] >= F.col("index"), F.lit(False))
     never = F.col("k") > F.col("reach_top")
     found = looked_up.where(never | late)
-    # The counterexample predecessor: one q delivered too late, else the first it never did.
+    # The counterexample predecessor (as abcast.checks.facts.Reach.missing): the one q
+    # delivered last when one came too late, else the first it never did.
     # (when it never did, reach_top < k: reach_top + 1 is a bigint)
     pred_seq = F.when(late, F.col("latest")["seq"]).otherwise(
         F.try_add(F.col("reach_top"), F.lit(1)))
@@ -307,24 +309,27 @@ def total_order(t: TraceTables) -> DataFrame:
     x_first = F.col("x_rank") < F.col("o_rank")
     # A pair of two nonconforming nodes arrives from both sides: keep one.
     kept = flagged.where(F.col("o_bad").isNull() | x_first)
+    # p's position and time under the names DELIVERY_ORDER orders by
     pairs = kept.select(
         *MESSAGE_KEY,
         F.when(x_first, F.col("x_node")).otherwise(F.col("o_node")).alias("p"),
         F.when(x_first, F.col("o_node")).otherwise(F.col("x_node")).alias("q"),
-        F.when(x_first, F.col("x_index")).otherwise(F.col("o_index")).alias("p_index"),
-        F.when(x_first, F.col("x_t")).otherwise(F.col("o_t")).alias("p_t"),
+        F.when(x_first, F.col("x_index")).otherwise(F.col("o_index")).alias("index"),
+        F.when(x_first, F.col("x_t")).otherwise(F.col("o_t")).alias("t_ns"),
         F.when(x_first, F.col("o_index")).otherwise(F.col("x_index")).alias("q_index"))
-    # p's position order; a repeated index at p is ordered by t_ns, as abcast.checks does
-    along_p = Window.partitionBy("run_id", "group", "p", "q").orderBy("p_index", "p_t")
-    prev = F.lag(F.struct("origin", "seq", "p_index", "q_index")).over(along_p)
+    # p's deliveries in DELIVERY_ORDER, as abcast.checks reads them (a repeated index by
+    # t_ns, then by message)
+    along_p = Window.partitionBy("run_id", "group", "p", "q").orderBy(*DELIVERY_ORDER)
+    prev = F.lag(F.struct("origin", "seq", F.col("index").alias("p_index"), "q_index")
+                 ).over(along_p)
     descents = (pairs.select("*", prev.alias("prev"))
                 .where(F.col("prev")["q_index"] > F.col("q_index")))
     m1 = msg(F.col("prev")["origin"], F.col("prev")["seq"])
     m2 = msg("origin", "seq")
     return violations(
         descents, TOTAL_ORDER, F.array("p", "q"), F.array(m1, m2),
-        F.array(F.col("prev")["p_index"], F.col("p_index"), F.col("prev")["q_index"],
+        F.array(F.col("prev")["p_index"], F.col("index"), F.col("prev")["q_index"],
                 F.col("q_index")),
         F.format_string("%s delivered %s (%d) before %s (%d); %s delivered them at %d and %d",
-                        F.col("p"), m1, F.col("prev")["p_index"], m2, F.col("p_index"),
+                        F.col("p"), m1, F.col("prev")["p_index"], m2, F.col("index"),
                         F.col("q"), F.col("prev")["q_index"], F.col("q_index")))

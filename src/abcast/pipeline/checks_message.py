@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from abcast.checks.facts import TIME_ORDER
 from abcast.pipeline.checks import (
     MESSAGE_KEY,
     join_on,
@@ -130,11 +131,13 @@ def local_order(t: TraceTables) -> DataFrame:
     kind = F.col("kind")
     opt, final = kind == "opt_deliver", kind == "deliver"
     rows = with_incarnation(t.rows.where(opt | final), t.events)
+    # the latest opt_deliver and the earliest deliver row in TIME_ORDER, as in memory
+    in_time = F.struct(*TIME_ORDER)
     per_incarnation = rows.groupBy(*MESSAGE_KEY, "node", "since").agg(
         F.max(F.when(opt, F.col("t_ns"))).alias("opt_t"),
-        F.max_by(F.when(opt, F.col("index")), F.when(opt, F.col("t_ns"))).alias("opt_index"),
+        F.max_by(F.when(opt, F.col("index")), F.when(opt, in_time)).alias("opt_index"),
         F.min(F.when(final, F.col("t_ns"))).alias("final_t"),
-        F.min_by(F.when(final, F.col("index")), F.when(final, F.col("t_ns")))
+        F.min_by(F.when(final, F.col("index")), F.when(final, in_time))
         .alias("final_index"))
     late = per_incarnation.where(F.col("opt_t") > F.col("final_t"))
     found = late.groupBy(*MESSAGE_KEY, "node").agg(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from abcast.checks.facts import VIEW_ROW_ORDER
 from abcast.pipeline.checks import (
     MESSAGE_KEY,
     is_delivery,
@@ -89,12 +90,13 @@ def _in_group(group: Column) -> Column:
 
 def node_views(t: TraceTables) -> DataFrame:
     """Each node's judged views: (run_id, group, node, rank, view_id, t_ns, index,
-    members as a sorted set, `next_view`, `prev_view`, `prev_index` in t_ns order), its
-    private start (a first view listing the node alone) dropped."""
+    members as a sorted set, `next_view`, `prev_view`, `prev_index` in VIEW_ROW_ORDER,
+    as abcast.checks.views reads them), its private start (a first view listing the node
+    alone) dropped."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    in_time = Window.partitionBy(*_NODE_LANE).orderBy("t_ns")
+    in_time = Window.partitionBy(*_NODE_LANE).orderBy(*VIEW_ROW_ORDER)
     numbered = _views(t).select("*", F.row_number().over(in_time).alias("_n"))
     private = (F.col("_n") == 1) & F.coalesce(F.col("members") == F.array("node"), F.lit(False))
     kept = numbered.where(~private).drop("_n")
@@ -164,9 +166,11 @@ def view_consistency(t: TraceTables) -> DataFrame:
     reference = references.where(F.col("_sets") > 1).drop("_sets")
     compared = join_on(listed, F.broadcast(reference), _pairs(*_VIEW_KEY),
                        null_safe=("group",))
+    # each deviant's first deviating row in its views (VIEW_ROW_ORDER)
     deviants = (compared.where(F.col("members") != F.col("ref_members"))
                 .groupBy(*_VIEW_KEY, "node", "ref_members", "ref_holders", "ref_node")
-                .agg(F.min(F.struct("index", "members")).alias("first")))
+                .agg(F.min_by(F.struct("index", "members"), F.struct(*VIEW_ROW_ORDER))
+                     .alias("first")))
     membership = violations(
         deviants, VIEW_CONSISTENCY, F.array("node", "ref_node"),
         F.array().cast("array<string>"), F.array(F.col("first.index")),

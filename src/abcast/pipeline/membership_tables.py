@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from abcast.checks.facts import VIEW_ROW_ORDER
 from abcast.pipeline.checks import (
     MESSAGE_KEY,
     MESSAGE_PARTITIONING,
@@ -57,18 +58,25 @@ def judged(frame: DataFrame, crashes: DataFrame) -> DataFrame:
                      ).drop("crash_t")
 
 
-def view_rows(events: DataFrame, crashes: DataFrame) -> DataFrame:
-    """The judged `view` rows with a view_id: run_id, group, node, view_id, t_ns, `index`
-    (0 when null) and `members` as a sorted set (null when the row lists none)."""
+def _view_columns(events: DataFrame) -> DataFrame:
+    """The `view` rows with a view_id: run_id, group, node, view_id, t_ns, `index` (0 when
+    null) and `members` as a sorted set without null entries (null when the row lists
+    none; abcast.checks.facts.member_set): the columns of VIEW_ROW_ORDER as
+    abcast.checks.facts.view_row_order reads them."""
     from pyspark.sql import functions as F
 
     members = (F.col("members") if "members" in events.columns
                else F.lit(None).cast("array<string>"))
-    rows = events.where((F.col("kind") == "view") & F.col("view_id").isNotNull()).select(
+    return events.where((F.col("kind") == "view") & F.col("view_id").isNotNull()).select(
         "run_id", "group", "node", "view_id", "t_ns",
         F.coalesce(F.col("index"), F.lit(0)).cast("bigint").alias("index"),
-        F.array_sort(F.array_distinct(members)).alias("members"))
-    return judged(rows, crashes)
+        F.array_sort(F.array_distinct(F.array_compact(members))).alias("members"))
+
+
+def view_rows(events: DataFrame, crashes: DataFrame) -> DataFrame:
+    """The judged `view` rows with a view_id (`_view_columns`); a node's are read in
+    VIEW_ROW_ORDER."""
+    return judged(_view_columns(events), crashes)
 
 
 def view_message_rows(rows: DataFrame, crashes: DataFrame) -> DataFrame:
@@ -140,19 +148,15 @@ def admission_views(events: DataFrame) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    members = (F.col("members") if "members" in events.columns
-               else F.lit(None).cast("array<string>"))
-    views = events.where((F.col("kind") == "view") & F.col("view_id").isNotNull()).select(
-        "run_id", "group", "node", "t_ns", "view_id", members.alias("members"))
     incarnation = Window.partitionBy("run_id", "group", "node", "since")
-    ranked = (with_incarnation(views, events)
-              .select("run_id", "group", "node", "t_ns", "view_id", "members", "since")
-              .select("*", F.row_number().over(incarnation.orderBy("t_ns")).alias("rank")))
+    ranked = (with_incarnation(_view_columns(events), events)
+              .select("*", F.row_number().over(incarnation.orderBy(*VIEW_ROW_ORDER))
+                      .alias("rank")))
     private = ((F.col("rank") == 1) & F.col("members").isNotNull()
-               & (F.array_distinct(F.col("members")) == F.array(F.col("node"))))
+               & (F.col("members") == F.array(F.col("node"))))
     admitted = (ranked.where(~F.coalesce(private, F.lit(False)))
                 .groupBy("run_id", "group", "node", "since")
-                .agg(F.min_by("view_id", F.struct("t_ns", "rank")).alias("admitted")))
+                .agg(F.min_by("view_id", "rank").alias("admitted")))
     later = Window.partitionBy("run_id", "group", "node").orderBy("since")
     return admitted.select("run_id", "group", "node", "since",
                            F.lead("since").over(later).alias("until"), "admitted")

@@ -26,7 +26,8 @@ rows a second shuffle by message:
   need a second look (`irregular_rows`, `first_copies`); `nonconforming` nodes, whose
   order disagrees with the reference node's (sort 2), the only ones total order walks.
 
-Definitions follow docs/checks.md and the choices abcast.checks.properties documents: rows
+Definitions follow docs/checks.md and the choices abcast.checks.properties documents: a
+node's deliveries are ordered by abcast.checks.facts.DELIVERY_ORDER, rows
 without origin/seq are skipped, and so are deliver rows without index; a node is correct
 when it has no crash row; the nodes of a run are those with any row in it; a null group is
 a group of its own. `materialize_tables` is the one function that runs jobs; it also
@@ -39,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
 
+from abcast.checks.facts import DELIVERY_ORDER
 from abcast.pipeline.checks import (
     MESSAGE_KEY,
     MESSAGE_PARTITIONING,
@@ -334,7 +336,8 @@ def delivery_table(
     """One row per deliver row: message key, `node`, `rank`, `lane`, `index`, `t_ns`;
     from its message `sent` and `ref_index` (and `deps` when given); hash-partitioned by
     lane (shuffle 2);
-    and from one window over its stream (node, group, origin) in position order:
+    and from one window over its stream (node, group, origin) in DELIVERY_ORDER
+    (abcast.checks.facts: position, ties by t_ns, then message):
     `prev_seq`, `prev_index` (the stream's previous delivery) and `max_before` (highest
     seq delivered earlier in the stream).
 
@@ -357,7 +360,7 @@ def delivery_table(
         if deps is not None:
             joined = join_on(joined, deps.hint("shuffle_hash"), key_pairs, "left")
     by_lane = joined.repartition(shuffle_partitions(rows), "lane")
-    stream = Window.partitionBy(*STREAM).orderBy("index", "t_ns")
+    stream = Window.partitionBy(*STREAM).orderBy(*DELIVERY_ORDER)
     before = stream.rowsBetween(Window.unboundedPreceding, -1)
     return by_lane.select(
         "*",
@@ -398,7 +401,7 @@ def irregular_rows(deliveries: DataFrame, irregular: DataFrame) -> DataFrame:
 
     rows = join_on(deliveries, F.broadcast(irregular.select(*STREAM)),
                    [(k, k) for k in STREAM], "left_semi")
-    by_seq = Window.partitionBy(*STREAM).orderBy("seq", "index", "t_ns")
+    by_seq = Window.partitionBy(*STREAM).orderBy("seq", *DELIVERY_ORDER)
     same_seq = Window.partitionBy(*STREAM, "seq")
     previous = F.lag("seq").over(by_seq)
     first = previous.isNull() | (previous != F.col("seq"))
@@ -431,7 +434,7 @@ def nonconforming_nodes(first: DataFrame) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    by_position = Window.partitionBy("lane").orderBy("index", "t_ns")
+    by_position = Window.partitionBy("lane").orderBy(*DELIVERY_ORDER)
     steps = first.select("run_id", "group", "node", "ref_index",
                          F.lag("ref_index").over(by_position).alias("prev_ref"))
     # Two messages at one reference position (a writer that repeated an index) have no

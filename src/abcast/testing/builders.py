@@ -11,7 +11,10 @@ here.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from abcast.checks import MessageKey
 from abcast.trace.recorder import TraceRecorder
@@ -212,3 +215,82 @@ def split_and_merge(
         b.view(node, 20, everyone)
     b.deliver_all(merged, [b.send("n1")])
     return b
+
+
+def tied_rows(seed: int, run_id: str | None = None) -> list[EventRow]:
+    """Rows no writer gives but a trace may hold, drawn by seed, where a node's rows tie:
+    deliveries of different messages (or one message twice) at one index and one t_ns,
+    view rows at one t_ns (a private start beside the first group view, two views at
+    once, one view listed two ways), and crash, recover and optimistic rows among them.
+    Four nodes, causal deps, views 0..3. Every check has something to judge, and in any
+    order of these rows both checkers must find the same (docs/checks.md, "Fine print")."""
+    rng = random.Random(4000 + seed)
+    run = f"tied-{seed}" if run_id is None else run_id
+    nodes = ["n1", "n2", "n3", "n10"]
+    rows: list[EventRow] = []
+    sent: list[tuple[str, int]] = []
+    for origin in nodes:
+        for seq in range(1, rng.randint(1, 3) + 1):
+            deps = ({o: rng.randint(0, 2) for o in rng.sample(nodes, 2)}
+                    if rng.random() < 0.5 else None)
+            rows.append(EventRow(run, origin, "send", origin, seq, "g", rng.randint(1, 4),
+                                 None, 0, rng.choice([None, 1, 2]), deps))
+            sent.append((origin, seq))
+    for node in nodes:
+        mine = rng.sample(sent, rng.randint(0, len(sent)))
+        if mine and rng.random() < 0.3:
+            mine.insert(rng.randrange(len(mine)), rng.choice(mine))  # one message twice
+        index, t_ns = 0, rng.randint(1, 3)
+        for origin, seq in mine:
+            if index == 0 or rng.random() < 0.6:  # else: the previous index and t_ns again
+                index += 1
+                t_ns += rng.randint(0, 1)
+            kind = "opt_deliver" if rng.random() < 0.1 else "deliver"
+            rows.append(EventRow(run, node, kind, origin, seq, "g", t_ns, index, 0,
+                                 rng.choice([None, 1, 2, 2, 3])))
+        for _ in range(rng.randint(1, 4)):
+            view = rng.choice([0, 1, 2, 2, 3])
+            members = ((node,) if view == 0 or rng.random() < 0.1
+                       else tuple(rng.sample(nodes, rng.randint(2, len(nodes)))))
+            rows.append(EventRow(run, node, "view", None, None, "g", rng.randint(1, 4),
+                                 rng.choice([None, 1, 1, 2]), None, view, None, None,
+                                 None if rng.random() < 0.1 else members))
+        if rng.random() < 0.3:
+            crashed = rng.randint(2, 6)
+            rows.append(EventRow(run, node, "crash", None, None, "g", crashed, None))
+            if rng.random() < 0.5:
+                rows.append(EventRow(run, node, "recover", None, None, "g",
+                                     crashed + rng.randint(0, 1), None))
+    return rows
+
+
+def null_entries(run_id: str = "null-entries", *, deviant: bool = False) -> list[EventRow]:
+    """A clean run whose nested columns hold nulls no writer gives (list<string> and
+    map<string, int64> allow them): n2 lists view 1 as [null, n2, n1]; the joiner n3's
+    private start lists [n3, null], so it is still its private start, and n3 is admitted
+    in view 2 with n1#1 as state; n1#1 was sent with deps {n2: null} (no bound), n2#1
+    with {n1: 1, n3: null}. A null entry names no node and no bound (docs/checks.md,
+    "Fine print"): nothing is reported. `deviant`: n2 lists view 1 as [n1, null], one
+    VIEW_CONSISTENCY unit."""
+    b = TraceBuilder(run_id)
+    b.view("n3", 0, ["n3"])
+    for node in ("n1", "n2"):
+        b.view(node, 1, ["n1", "n2"])
+    first = b.send("n1")
+    b.deliver_all(["n1", "n2"], [first])
+    for node in ("n1", "n2", "n3"):
+        b.view(node, 2, ["n1", "n2", "n3"])
+    second = b.send("n2", deps={"n1": 1})
+    b.deliver_all(["n1", "n2", "n3"], [second])
+    listed: tuple[str | None, ...] = ("n1", None) if deviant else (None, "n2", "n1")
+    nulls: dict[tuple[str, str, int | None], dict[str, Any]] = {
+        ("n3", "view", 0): {"members": ("n3", None)},
+        ("n2", "view", 1): {"members": listed},
+        ("n1", "send", 1): {"deps": {"n2": None}},
+        ("n2", "send", 1): {"deps": {"n1": 1, "n3": None}},
+    }
+    out = []
+    for row in b.rows():
+        key = (row.node, row.kind, row.view_id if row.kind == "view" else row.seq)
+        out.append(replace(row, **nulls[key]) if key in nulls else row)
+    return out
