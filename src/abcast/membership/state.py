@@ -2,9 +2,11 @@
 and the hooks its parts call across modules.
 
 Rules: declarations only. The layer (abcast.membership.layer, where the phase table is)
-owns one `MembershipState` and two parts that take it explicitly: the coordinator's flush
-(abcast.membership.flush_coordinator) and join, leave and removal
-(abcast.membership.join_leave). Each part reads and writes the same fields and calls the
+owns one `MembershipState` and the parts that take it explicitly: the member's and the
+coordinator's side of the flush (abcast.membership.flush_member,
+abcast.membership.flush_coordinator), join, leave and removal
+(abcast.membership.join_leave), stability (abcast.membership.stability) and the evs merge
+(abcast.membership.merge). Each part reads and writes the same fields and calls the
 member's steps through `MemberSteps` (the layer), without importing the others.
 """
 
