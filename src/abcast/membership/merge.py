@@ -174,11 +174,19 @@ class Merger:
                 f"merge probe for {members} from {sender}, neither one of them nor of {view}")
         if view.leader != s.node:
             return [Send(view.leader, MMergeProbe(view_id, list(members)), control=True)]
+        lowest = sorted_nodes(list(members))[0]
+        if node_sort_key(lowest) < node_sort_key(s.node):
+            note(s.lower_probes, lowest, s.now)
         if s.frozen or self.busy or s.flush is not None or s.suspects & set(view.members):
             return []  # busy, or a flush of our own comes first; the next probe comes
         ours = [m for m in view.members if m not in s.suspects]
         union = sorted_nodes([*ours, *members])
         if union[0] == s.node:
+            if self._lower_side_probing():
+                # Three sides or more: a side with a lower node than ours probes us too.
+                # It merges the sides one by one; a merge of ours would cross its merge
+                # with us (each needs our members) and both fail, again and again.
+                return []
             return self._start(view_id, union)
         other = members[0]
         last = s.probe_answered.get(other)
@@ -189,6 +197,13 @@ class Merger:
         s.probe_answered = {n: t for n, t in s.probe_answered.items() if t > horizon}
         note(s.probe_answered, other, s.now)
         return [Send(other, MMergeProbe(view.view_id, list(view.members)), control=True)]
+
+    def _lower_side_probing(self) -> bool:
+        """A side whose lowest node is below us probed us within two probe periods."""
+        s = self.s
+        horizon = s.now - 2 * s.config.probe_us
+        s.lower_probes = {n: t for n, t in s.lower_probes.items() if t >= horizon}
+        return bool(s.lower_probes)
 
     # -- the merge coordinator -----------------------------------------------------------
     def _start(self, other_view_id: int, members: tuple[NodeId, ...]) -> list[Effect]:

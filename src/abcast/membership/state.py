@@ -277,6 +277,8 @@ class MembershipState:
         self.probe_armed = False
         #: coordinator → when we answered its probe (within `probe_us`; MAX_MERGE_NOTES)
         self.probe_answered: dict[NodeId, int] = {}
+        #: the lowest node of a side that probed us, lower than us → when (MAX_MERGE_NOTES)
+        self.lower_probes: dict[NodeId, int] = {}
         self.merge: MergeRound | None = None  # coordinating
         self.merging: tuple[int, int, NodeId] | None = None  # answered (target, attempt, by)
         self.merge_view = 0  # our view id when we answered
