@@ -11,7 +11,9 @@ point heard, only its side's origins). Heal, here:
 
 1. Discovery: a view's coordinator probes the nodes its lineage lost (`MMergeProbe`,
    every `probe_us` for `probe_for_us`); a member passes a probe to its coordinator; the
-   lowest node of both views coordinates the merge. A node's view ids only grow: a
+   lowest node of both views coordinates the merge — unless a side with a lower node
+   still probed it within two probe periods (`lower_probes`): that node merges the sides
+   one by one, and a merge of its own would cross it. A node's view ids only grow: a
    probe naming a node heard in a later view since (`seen_in`) is stale, dropped.
 2. `MMergePrepare(target, attempt, members)` to both sides; each member that is neither
    frozen nor flushing, and whose view the coordinator knows whole, freezes and answers
