@@ -26,6 +26,7 @@ never compares times against a limit.
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total --evs
     .venv/bin/python bench/sweep_churn.py --seeds 300 --orderings sequencer,causal-total --relay
     .venv/bin/python bench/sweep_churn.py --seeds 120 --orderings skeen,matrix,sequencer --nak
+    .venv/bin/python bench/sweep_churn.py --seeds 100 --stream-channel
 
 With --spark-sample K the first K seeds of each ordering also write their traces, and
 the Spark checker (`abcast check --json`, abcast.pipeline) checks them after the sweep:
@@ -47,6 +48,7 @@ message one of them broadcast in it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import random
@@ -65,6 +67,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from abcast.checks import check_events, count_by_code
 from abcast.errors import ConfigError
 from abcast.ordering.registry import OrderingOptions, get_ordering
+from abcast.reliability.channel import ChannelConfig
 from abcast.sim import SimConfig, run_simulation
 from abcast.sim.churn import (
     churn_faults,
@@ -76,6 +79,9 @@ from abcast.sim.churn import (
 )
 from abcast.trace.rows import EventRow
 from abcast.trace.writer import write_run
+
+#: --stream-channel: the runtime's STREAM_CHANNEL in the simulator's time scale
+STREAM_SHAPE = ChannelConfig(piggyback_acks=True, tick_us=1_000)
 
 ORDERINGS = ("sequencer", "causal-total", "chandra-toueg", "unordered", "fifo", "causal",
              "skeen", "matrix")
@@ -99,10 +105,15 @@ class Task:
     #: write this run's trace here too, for the Spark checker ("": not sampled)
     trace_dir: str = ""
     nak: bool = False  # the NAK channel over IP multicast (multicast="nak")
+    #: the runtime's stream channel shape: acks carried, one tick for all links
+    stream_channel: bool = False
 
     def options(self) -> OrderingOptions:
-        return OrderingOptions(safe=self.safe, partitions="evs" if self.evs else "primary",
-                               relay=self.relay, multicast="nak" if self.nak else None)
+        options = OrderingOptions(safe=self.safe, partitions="evs" if self.evs else "primary",
+                                  relay=self.relay, multicast="nak" if self.nak else None)
+        if self.stream_channel:
+            options = dataclasses.replace(options, channel=STREAM_SHAPE)
+        return options
 
     def config(self) -> SimConfig:
         if not self.evs:
@@ -122,7 +133,7 @@ class Task:
 
     def command(self) -> str:
         extra = ""
-        if self.safe or self.evs or self.relay or self.nak:
+        if self.safe or self.evs or self.relay or self.nak or self.stream_channel:
             extra = f", options={self.options()!r}"
         if self.nak:
             extra += ", ip_multicast=True"
@@ -271,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                         "sequencer only); chandra-toueg runs as usual")
     p.add_argument("--nak", action="store_true",
                    help="the NAK channel over IP multicast (multicast='nak'), every ordering")
+    p.add_argument("--stream-channel", action="store_true",
+                   help="the channel shaped as over real transports: acks carried and one "
+                        "tick for all links (ChannelConfig(piggyback_acks=True, tick_us=1000))")
     p.add_argument("--stall-s", type=float, default=8.0,
                    help="with --evs: a run ends once nothing was delivered for this long")
     p.add_argument("--spark-sample", type=int, default=0, metavar="K",
@@ -286,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
              args.safe and get_ordering(o).supports_safe, partition_ms, args.cut_sequencer,
              args.clean_split, args.flapping, args.evs, args.rate,
              round(args.stall_s * 1_000_000), args.relay and get_ordering(o).supports_relay,
-             spark_dir if seed < args.first_seed + args.spark_sample else "", args.nak)
+             spark_dir if seed < args.first_seed + args.spark_sample else "", args.nak,
+             args.stream_channel)
         for seed in range(args.first_seed, args.first_seed + args.seeds) for o in orderings
     ]
     console = Console(stderr=True)

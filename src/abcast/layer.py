@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+from abcast.codec import Packet
 from abcast.effects import Effect
 from abcast.events import Event
 from abcast.ids import NodeId
@@ -47,20 +48,33 @@ class Layer(ABC):
         return False
 
     def pass_up(self, sender: NodeId, header: object, now: int) -> bool:
-        """A shortcut for the bottom layer's commonest packet (only the bottom layer's is
-        used): True when `handle(Received(sender, header, inner), now)` would return
-        exactly `[Up(sender, inner)]`, whatever `inner` is — the layer has then made the
-        state change `handle` would have made, and the stack hands `inner` to the layer
-        above without building either event. False: nothing changed, `handle` decides."""
+        """A shortcut for a lower layer's commonest packet (the stack asks the bottom
+        layer's, and the second's for a packet the bottom passed): True when
+        `handle(Received(sender, header, inner), now)` would return exactly
+        `[Up(sender, inner)]`, whatever `inner` is — the layer has then made the state
+        change `handle` would have made, and the stack hands `inner` to the layer above
+        without building either event. False: nothing changed, `handle` decides."""
         return False
 
     def pass_down(self, to: tuple[NodeId, ...], now: int) -> object | None:
-        """The same going down (only the bottom layer's is used): the header that
-        `handle` of a `SendRequested` to the one node of `to`, or of a
-        `MulticastRequested` to `to`, would push onto the packet when that is all it
-        would do (one `Send`/`Multicast` with the same destinations, packet and control
-        flag); the layer has then made the state change `handle` would have made. None:
-        nothing changed, `handle` decides."""
+        """The same going down (the bottom layer's only): the header that `handle` of a
+        `SendRequested` to the one node of `to`, or of a `MulticastRequested` to `to`,
+        would push onto the packet when that is all it would do (one `Send`/`Multicast`
+        with the same destinations, packet and control flag); the layer has then made
+        the state change `handle` would have made. None: nothing changed, `handle`
+        decides."""
+        return None
+
+    def pass_down_each(
+        self, to: tuple[NodeId, ...], packet: Packet, now: int
+    ) -> list[object] | None:
+        """The second layer's shortcut going down, for a layer that numbers each
+        destination's copy apart (a reliable channel): the headers, one per node of `to`
+        in order, that `handle` of a `SendRequested` of `packet` to the one node of `to`,
+        or of a non-control `MulticastRequested` to `to`, would push when all it would
+        return is one `Send` per destination with that packet (and the request's control
+        flag, for a send); the layer has then made that state change. None: nothing
+        changed, `handle` decides."""
         return None
 
     def snapshots(self) -> list[LayerSnapshot]:

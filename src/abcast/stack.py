@@ -8,12 +8,18 @@ application. Only the bottom touches bytes (encoding to `Transmit`) and only the
 to the application. Effects are processed breadth-first in emission order, so one input
 always yields the same outputs. No clocks, no I/O: `now` comes in with every call.
 
-Shortcuts (`Layer.pass_up`/`pass_down`): a bottom layer that would only pass a packet
-through (the failure detector, for a member's packet: stamp a time, add or drop its
-header) is asked that directly, and no event is built for it; its answer changes its
-state exactly as `handle` would, and the outputs and their order stay the same (a
-frame it lets down is queued like the event it replaces and emitted in its turn).
-A layer class that overrides `handle` below the class defining the shortcuts gets none.
+Shortcuts (`Layer.pass_up`/`pass_down`/`pass_down_each`): a bottom layer that would only
+pass a packet through (the failure detector, for a member's packet: stamp a time, add or
+drop its header) is asked that directly, and no event is built for it; so is the layer
+above it (the reliable channel, for a member's next packet in sequence, or a packet
+numbered on each destination's link) when the bottom passed. Each answer changes its
+layer's state exactly as `handle` would, and the outputs and their order stay the same:
+a frame let down is queued like the event it replaces and emitted in its turn (a frame
+let down by both layers two turns later, as the two events would have been), and the
+second layer is asked going down only when no event is queued (frames may be), so that
+no event queued before reaches it after. A layer class that overrides `handle` below the
+class defining the shortcuts gets none; a subclass that changes what `handle` does with
+a steady-state packet must override the shortcuts too.
 
 Refusals: a layer refuses a peer's packet by raising RemoteProtocolError (DecodeError
 included). `receive` stops only that event — the layers below already took the packet
@@ -108,6 +114,15 @@ class Stack:
         self._pass_down: Callable[[tuple[NodeId, ...], int], object | None] | None = (
             bottom.pass_down if _shortcut(bottom, "pass_down") and len(self.layers) > 1
             else None)
+        #: the second layer's, used only where the bottom's are (and a layer above both)
+        second = self.layers[1] if len(self.layers) > 2 else None
+        self._pass_up2: Callable[[NodeId, object, int], bool] | None = (
+            second.pass_up if second is not None and self._pass_up is not None
+            and _shortcut(second, "pass_up") else None)
+        self._pass_down_each: Callable[
+            [tuple[NodeId, ...], Packet, int], list[object] | None] | None = (
+            second.pass_down_each if second is not None and self._pass_down is not None
+            and _shortcut(second, "pass_down_each") else None)
 
     @property
     def top(self) -> Layer:
@@ -184,12 +199,19 @@ class Stack:
             if not headers:
                 raise RemoteProtocolError(f"frame from {env.sender} carries no header")
             # Straight to the bottom layer's event (no Frame, no whole-packet Packet), or
-            # past it when it lets the packet through (see the rules).
+            # past it, and past the second, when they let the packet through (see the
+            # rules).
             pass_up = self._pass_up
             if (pass_up is not None and len(headers) > 1
                     and pass_up(env.sender, headers[0], now)):
-                event = Received(env.sender, headers[1], Packet(headers[2:], env.payload))
-                queue.append((1, event))
+                pass_up2 = self._pass_up2
+                if (pass_up2 is not None and len(headers) > 2
+                        and pass_up2(env.sender, headers[1], now)):
+                    event = Received(env.sender, headers[2], Packet(headers[3:], env.payload))
+                    queue.append((2, event))
+                else:
+                    event = Received(env.sender, headers[1], Packet(headers[2:], env.payload))
+                    queue.append((1, event))
             else:
                 event = Received(env.sender, headers[0], Packet(headers[1:], env.payload))
                 queue.append((0, event))
@@ -235,20 +257,25 @@ class Stack:
         call per effect); anything else, subclasses of these included, goes through
         `_route_other`. The annotated rebindings only inform mypy of the type tested.
         A queued index of -1 holds a `Transmit` the bottom layer let down (`pass_down`):
-        it is emitted in its turn; -2 holds a refusal, raised in its turn. (Queue items
-        are (layer index, Event) otherwise.) A layer's RemoteProtocolError leaves the
-        loop with the queue as it stands; `receive` catches it outside (see the rules).
+        it is emitted in its turn; -3 one both lower layers let down (`pass_down_each`),
+        queued again as -1 in its turn; -2 holds a refusal, raised in its turn. (Queue
+        items are (layer index, Event) otherwise.) A layer's RemoteProtocolError leaves
+        the loop with the queue as it stands; `receive` catches it outside (see the
+        rules).
         """
         layers = self.layers
         top = len(layers) - 1
         me, group = self.node, self.group
-        pass_down = self._pass_down
+        pass_down, each = self._pass_down, self._pass_down_each
         pop, push, emit = queue.popleft, queue.append, out.append
         while queue:
             index, event = pop()
             if index < 0:
                 if index == -1:
                     emit(event)
+                    continue
+                if index == -3:
+                    push((-1, event))
                     continue
                 raise event  # -2: a refusal queued in its turn (an Up with no header)
             for effect in layers[index].handle(event, now):
@@ -258,6 +285,18 @@ class Stack:
                     to, inner = send.to, send.inner
                     if to == me:
                         raise LocalProtocolError(f"{layers[index].name} sent to itself")
+                    if index == 2 and each is not None and (not queue or _no_events(queue)):
+                        packet = Packet((send.header, *inner.headers), inner.payload)
+                        heads = each((to,), packet, now)
+                        if heads is not None:
+                            below = pass_down((to,), now)  # type: ignore[misc]  # (each)
+                            data = encode_frame(group, me, Packet(
+                                (below, heads[0], *packet.headers), inner.payload),
+                                control=send.control)
+                            push((-3, Transmit((to,), data, send.control)))
+                            continue
+                        push((1, SendRequested(to, packet, send.control)))
+                        continue
                     if index == 1 and pass_down is not None:
                         header = pass_down((to,), now)
                         if header is not None:
@@ -290,6 +329,19 @@ class Stack:
                     if me in dests:
                         raise LocalProtocolError(f"{layers[index].name} multicast to itself")
                     control = multicast.control
+                    if (index == 2 and each is not None and not control
+                            and (not queue or _no_events(queue))):
+                        packet = Packet((multicast.header, *inner.headers), inner.payload)
+                        heads = each(dests, packet, now)
+                        if heads is not None:
+                            for dest, head in zip(dests, heads, strict=True):
+                                below = pass_down((dest,), now)  # type: ignore[misc]
+                                data = encode_frame(group, me, Packet(
+                                    (below, head, *packet.headers), inner.payload))
+                                push((-3, Transmit((dest,), data, False)))
+                            continue
+                        push((1, MulticastRequested(dests, packet, control)))
+                        continue
                     if index == 1 and pass_down is not None:
                         header = pass_down(dests, now)
                         if header is not None:
@@ -369,6 +421,14 @@ class Stack:
                 queue.extend((j, Forgotten(node)) for j in range(index))
             case _:
                 raise LocalProtocolError(f"unknown effect {effect!r}")
+
+
+def _no_events(queue: deque[tuple[int, Any]]) -> bool:
+    """The queue holds frames and refusals only (negative indices), no layer's event."""
+    for index, _ in queue:  # noqa: SIM110 (all(<generator>): slower, on the hot path)
+        if index >= 0:
+            return False
+    return True
 
 
 def _headless(sender: NodeId, above: Layer) -> RemoteProtocolError:

@@ -8,6 +8,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -244,3 +245,33 @@ def test_a_refused_create_prints_only_its_error(registry: str) -> None:
 def test_a_registry_that_does_not_answer_times_out_with_exit_2() -> None:
     silent = _run("group", "list", "--registry", "tcp://127.0.0.1:9", "--timeout", "0.5")
     assert silent.returncode == 2 and "timed out" in silent.stderr
+
+
+def test_a_join_nobody_admits_says_so_not_that_the_registry_is_away(registry: str) -> None:
+    """The runtime's deadline names the step it waited for; main printed one generic
+    line for every timeout ("… or the group's members (is the registry running there?)")
+    even when the registry had answered and only the members were silent."""
+    one = Terminal("group", "create", "held", "--registry", registry, "--ordering", "sequencer")
+    try:
+        one.expect("created held")
+        os.kill(one.proc.pid, signal.SIGSTOP)  # a member that never answers
+        join = _run("group", "join", "held", "--registry", registry, "--timeout", "1")
+        assert join.returncode == 2
+        assert join.stderr.strip() == ("abcast: error: timed out: the members of 'held' asked "
+                                       "(n1) did not admit n2 within 1 s (join_timeout_s)")
+    finally:
+        one.kill()
+
+
+@pytest.mark.parametrize("command", [["group", "create", "x", "--ordering", "fifo"],
+                                     ["serve", "kv"]])
+def test_a_silent_registry_is_named_with_its_deadline(command: list[str]) -> None:
+    """A registry that takes the connection and never answers (a hung one)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        done = _run(*command, "--registry", url, "--timeout", "0.5")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"abcast: error: registry {url} did not answer within "
+                                   "0.5 s (is it running there?)")

@@ -198,8 +198,8 @@ def test_random_bytes_and_an_oversize_length_prefix_are_refused_and_the_run_ends
     tmp_path: Path,
 ) -> None:
     from abcast.codec import encode_frame
-    from abcast.transport._common import Hello, encode_hello
     from abcast.transport._framing import encode_frames
+    from abcast.transport._hello import Hello, encode_hello
 
     rng = random.Random(5)
 

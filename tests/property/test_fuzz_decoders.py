@@ -26,7 +26,7 @@ from abcast.testing.fuzz import Target, case, run_case
 from abcast.testing.fuzz_targets import targets
 from abcast.trace.rows import EventRow, TraceFormatError, events_to_table, table_to_events
 from abcast.trace.writer import parquet_table
-from abcast.transport._common import HELLO_MAGIC, decode_hello
+from abcast.transport._hello import HELLO_MAGIC, decode_hello
 
 TARGETS = {t.name: t for t in targets()}
 

@@ -6,8 +6,10 @@ every index and dict/set building that stops at such a key instead of hashing it
 valid pickles of plain data mutated by inserting memo puts (big and small), other opcodes,
 length prefixes and random bytes at random places, and over generated shared DAGs
 (t1 = (t0, t0), …, shared by the memo or DUP) put in every place a pickle can hash them;
-and planted guards (one that skips the opcode walk, one without the key rule) must fail
-the same property."""
+and planted guards (one that skips the opcode walk, one without the key rule, one
+without the wide-int rule) must fail the same property. It never sets a dict key that
+is an int beyond ±INT_KEY_BOUND either: such ints share hashes at will, and N of them
+take N² steps to insert (16 000 in 207 kB: 1.2 s on main, for every replica)."""
 
 from __future__ import annotations
 
@@ -24,14 +26,28 @@ from hypothesis import strategies as st
 from abcast.errors import RemoteProtocolError
 from abcast.replicated import _memo_guard as memo_guard
 from abcast.replicated._args import decode_invocation
-from abcast.replicated._memo_guard import check_memo
+from abcast.replicated._memo_guard import INT_KEY_BOUND, check_memo
 
+B = INT_KEY_BOUND
+#: dict keys of plain data; ints near the bound (8-byte LONG1s) make the guard walk
+KEYS = (st.text(max_size=5) | st.integers(-B, B) | st.integers(B - 4, B)
+        | st.integers(-B, -B + 4))
 PLAIN = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
     | st.binary(max_size=20),
     lambda inner: st.lists(inner, max_size=5) | st.tuples(inner, inner)
-    | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    | st.dictionaries(KEYS, inner, max_size=4),
     max_leaves=20)
+
+
+def _long1(value: int) -> bytes:
+    """LONG1 pushing `value` (as pickle.dumps writes it)."""
+    body = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(body)]) + body
+
+
+def _wide(value: int) -> bool:
+    return type(value) is int and not -B <= value <= B
 
 INSERTS = st.one_of(
     st.integers(0, 2**32 - 1).map(lambda i: b"r" + struct.pack("<I", i)),
@@ -40,6 +56,7 @@ INSERTS = st.one_of(
                      b"\x8c\x05", b"X\xff\xff\xff\x7f", b"T\xff\xff\xff\xff", b"\x95" + bytes(8),
                      b"cos\nsystem\n", b".", b"I12\n", b"S'r\n"]),
     st.binary(min_size=1, max_size=6),
+    st.sampled_from([B + 1, -B - 1, 2**64, B * 3, 2**61 - 1]).map(_long1),  # wide ints
 )
 
 
@@ -62,6 +79,9 @@ def _judged(load: Any, keys: Any) -> Any:
         if any(type(key) in (tuple, frozenset) for key in keys(self)):
             self.hashed_container = True
             raise _HashesAContainerError  # instead of hashing it (which may never end)
+        if any(_wide(key) for key in keys(self)):
+            self.wide_key = True
+            raise _HashesAContainerError  # instead of inserting it (maybe colliding)
         load(self)
     return judge_then_load
 
@@ -84,6 +104,7 @@ class _Watching(_PY):  # type: ignore[misc]
         super().__init__(io.BytesIO(data))
         self.memo = _Recorded()
         self.hashed_container = False
+        self.wide_key = False
 
     def find_class(self, module: str, name: str) -> Any:
         raise RemoteProtocolError("global")
@@ -152,6 +173,7 @@ def _sound(guard: Any, data: bytes) -> None:
         reader = _watched(data)
         assert reader.memo.top <= max(len(data), 255)
         assert not reader.hashed_container
+        assert not reader.wide_key, "a dict key beyond ±INT_KEY_BOUND was let through"
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -252,4 +274,34 @@ def test_a_big_int_key_from_the_memo_is_refused() -> None:
     data = b"\x80\x05}(" + big + b"\x94K\x01" + b"h\x00K\x01" * 400 + b"u."
     with pytest.raises(RemoteProtocolError, match="key"):
         check_memo(data)
-    check_memo(pickle.dumps({2**8000: 1, 2: 2**8000}, protocol=5))  # plain data: allowed
+    check_memo(pickle.dumps({2: 2**8000}, protocol=5))  # plain data: allowed
+    with pytest.raises(RemoteProtocolError, match="beyond"):  # a key beyond the bound
+        check_memo(pickle.dumps({2**8000: 1}, protocol=5))
+
+
+def _colliding(count: int) -> bytes:
+    """An operation whose argument is a dict of `count` int keys of one hash (k·(2**61 − 1)),
+    written as opcodes: a peer needs no such dict to send its bytes."""
+    keys = b"".join(_long1(k * (2**61 - 1)) + b"N" for k in range(1, count + 1))
+    return _operation(b"}(" + keys + b"u")
+
+
+def test_an_operation_whose_dict_keys_collide_is_refused_before_it_is_filled() -> None:
+    # 16 000 such keys (207 kB) kept the C unpickler busy 1.2 s (quadratic: 4 000, 80 ms)
+    # inside decode_invocation on main, on every replica; now refused by the walk
+    data = _colliding(16_000)
+    with pytest.raises(RemoteProtocolError, match=r"int beyond ±2305843009213693950"):
+        check_memo(data)
+    with pytest.raises(RemoteProtocolError, match="beyond"):
+        decode_invocation(data)
+    edge = _operation(b"}(" + _long1(B) + b"N" + _long1(-B) + b"Nu")  # at the bound: plain
+    check_memo(edge)
+    assert sorted(decode_invocation(edge).args[0]) == [-B, B]
+
+
+def test_the_planted_guard_without_the_wide_int_rule_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _colliding(50)
+    monkeypatch.setattr(memo_guard, "_int_kind", lambda data, pos, length: memo_guard._PLAIN)
+    with pytest.raises(AssertionError, match="beyond"):  # what the property test reports
+        _sound(check_memo, data)

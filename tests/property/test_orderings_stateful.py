@@ -33,11 +33,12 @@ from abcast.ordering.registry import OrderingOptions, get_ordering
 from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.sequencer_wire import CTData
 from abcast.ordering.skeen import Skeen
-from abcast.reliability.channel import ReliableChannel
+from abcast.reliability.channel import ChannelConfig, ReliableChannel
 from abcast.stack import Layer, Stack
 from abcast.testing.pool import PacketPool
 
 MAX_BROADCASTS = 12
+TICKING = OrderingOptions(channel=ChannelConfig(piggyback_acks=True, tick_us=1_000))
 SETTINGS = settings(
     max_examples=100, stateful_step_count=80, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -141,6 +142,8 @@ def _machine(
     if options is not None:
         attrs["options"] = options
     batch = "" if options is None or options.batch is None else f"Batch{options.batch}"
+    if options is not None and options.channel.tick_us is not None:
+        batch += "Tick"
     name = ordering.title().replace("-", "") + batch + (core.__name__ if core else "") + "Machine"
     return type(name, (OrderingMachine,), attrs)
 
@@ -151,6 +154,10 @@ CASES = {
     "sequencer-batch1": _machine("sequencer", OrderingOptions(batch=1)),
     "skeen": _machine("skeen"),
     "causal-total": _machine("causal-total"),
+    # the channel shaped as over real transports (STREAM_CHANNEL), in this pool's time
+    # scale: acks carried, one tick for all links
+    "sequencer-tick": _machine("sequencer", TICKING),
+    "causal-tick": _machine("causal", TICKING),
 }
 
 

@@ -487,3 +487,83 @@ def test_a_key_or_owner_is_judged_by_its_type_before_anything_hashes_it(
     with pytest.raises(LocalProtocolError, match=refused):
         outcome.result()
     assert vars(issuer.obj) == vars(peer.obj)
+
+
+WIDE = 2**61 - 1  # the int hash's modulus: k·WIDE all hash to 0
+
+
+@pytest.mark.parametrize("value", [
+    {WIDE: 1}, {-WIDE: 1}, [{"a": 1, 2 * WIDE: 2}], {"n": {3: 0, 2**64: 1}}])
+def test_an_int_key_beyond_the_bound_is_refused_before_broadcasting(value: Any) -> None:
+    """Ints beyond ±(2**61 − 2) share hashes at will: a dict of N such keys takes N²
+    steps to fill, on every replica (the guard refuses a peer's). The issuer refuses one
+    first, naming where it is; every int key within the bound passes."""
+    replica = Replica(Bag(), "n1")
+    with pytest.raises(LocalProtocolError, match=r"int key beyond ±2305843009213693950"):
+        replica.invocation("add", (value,))
+    check_plain({WIDE - 1: 0, -(WIDE - 1): 1, 0: 2, "s": 3, True: 4}, "v")
+
+
+@pytest.mark.parametrize("method", ["put", "put_if_absent", "delete"])
+def test_a_replicated_dict_refuses_an_int_key_beyond_the_bound(method: str) -> None:
+    """k·(2**61 − 1) for k = 1, 2, … all hash alike: main stored them, each put probing
+    past every one before it (N puts, N² steps on every replica). The key is judged
+    where the write executes, as its type is: the write fails alike everywhere."""
+    replicas = [Replica(ReplicatedDict(), f"n{i}") for i in (1, 2)]
+    args = (3 * WIDE,) if method == "delete" else (3 * WIDE, "v")
+    payload = replicas[0].invocation(method, args)
+    outcomes = [r.apply("n1", 1, payload) for r in replicas]
+    assert outcomes[1] is None and replicas[1].obj.data == replicas[0].obj.data == {}
+    assert outcomes[0] is not None and isinstance(outcomes[0].error, LocalProtocolError)
+    assert "int key beyond ±2305843009213693950" in str(outcomes[0].error)
+    edge = replicas[0].invocation("put", (WIDE - 1, "v"))  # within the bound: stored
+    outcomes = [r.apply("n1", 2, edge) for r in replicas]
+    assert outcomes[0] == Outcome(2, None) and replicas[1].obj.data == {WIDE - 1: "v"}
+
+
+@replicated
+class Shelf:
+    """A class whose read and write hand out parts of its state."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[Any]] = {}
+
+    @write
+    def push(self, row: str, item: Any) -> list[Any]:
+        self.rows.setdefault(row, []).append(item)
+        return self.rows[row]  # the live list
+
+    @read
+    def row(self, row: str) -> list[Any]:
+        return self.rows[row]
+
+    @read
+    def everything(self) -> dict[str, list[Any]]:
+        return self.rows
+
+
+def test_a_caller_changing_what_a_read_or_its_write_returned_leaves_the_replica_alone() -> None:
+    """On main a read returned the replica's own list: `got.append(3)` changed this copy
+    only, which then differed from the others' — and was handed to joiners so. A read's
+    result and this node's write's result are copies now."""
+    replicas = [Replica(ReplicatedDict(), "n1"), Replica(ReplicatedDict(), "n2")]
+    put = replicas[0].invocation("put", ("k", [1, {"deep": [2]}]))
+    for replica in replicas:
+        replica.apply("n1", 1, put)
+    got = replicas[0].read("get", ("k",))
+    got.append(3)
+    got[1]["deep"].append(4)
+    replicas[0].read("items")[0][1].append(5)
+    shelves = [Replica(Shelf(), "n1"), Replica(Shelf(), "n2")]
+    push = shelves[0].invocation("push", ("a", [1]))
+    outcome, _ = (s.apply("n1", 1, push) for s in shelves)
+    assert outcome is not None
+    outcome.result().append("mine")
+    shelves[0].read("row", ("a",))[0].append(2)
+    shelves[0].read("everything")["b"] = []
+    for pair in (replicas, shelves):
+        assert pair[0].state() == pair[1].state()
+    assert replicas[0].obj.data == {"k": [1, {"deep": [2]}]}
+    assert shelves[0].obj.rows == {"a": [[1]]}
+    scalars = (1, "s", b"b")  # immutable: handed out as they are
+    assert Replica(ReplicatedDict(), "n1").read("get", ("x", scalars)) is scalars

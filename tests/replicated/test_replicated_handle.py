@@ -217,6 +217,26 @@ async def test_attach_beside_an_app_is_refused_and_close_frees_the_group() -> No
     assert await again.add(1) == 1
 
 
+@run_async
+async def test_a_closed_app_handle_applies_nothing_more_and_hands_no_joiner_a_state() -> None:
+    """A handle given as a group's `app=` is fed by the group's hook, which goes on while
+    the group is open here: once closed, its copy keeps the state it had (as documented)
+    and, stale from then on, it refuses to be a joiner's snapshot instead of handing one
+    a copy that misses writes. (On main the copy went on to 4 and get_state answered.)"""
+    bus = Bus()
+    writer, closed = _hooked(bus, "n1", Counter()), _hooked(bus, "n2", Counter())
+    assert await writer.add(1) == 1 and closed.local.value == 1
+    await closed.close()
+    for _ in range(3):
+        await writer.add(1)  # the bus has called every member's hook by now
+    assert (writer.local.value, closed.local.value, closed.applied) == (4, 1, 1)
+    with pytest.raises(LocalProtocolError, match=r"closed.*no state to hand a joiner"):
+        closed.get_state()
+    with pytest.raises(LocalProtocolError, match="closed"):
+        closed.set_state(writer.get_state())
+    assert closed.local.value == 1
+
+
 @contextlib.asynccontextmanager
 async def real_groups(size: int, ordering: str = "sequencer") -> AsyncIterator[list[Any]]:
     """`size` members of one open group (mem:// transport, a registry), closed after."""

@@ -123,6 +123,22 @@ def test_majority_same_counts_the_live_targets_replies_only(
     assert b.on_view([]) is Status.MEMBERS_LOST  # nobody left to hold a value
 
 
+def test_vote_all_waits_for_every_live_target(ballot_type: type[Ballot] = Ballot) -> None:
+    """n1 answers and leaves: `all` is then n2's and n3's replies, and n1's stands in for
+    neither (main decided OK on n1's and n2's, n3 unheard). What n1 said still shows in
+    the outcome's replies and still counts for all_same."""
+    b = ballot_type(Vote.parse("all"), "any", frozenset(SERVERS[:3]))
+    b.on_reply(Reply("n1", b"x"))
+    assert b.on_view(SERVERS[1:3]) is Status.WAITING
+    assert b.on_reply(Reply("n2", b"x")) is Status.WAITING
+    assert b.on_reply(Reply("n3", b"x")) is Status.OK
+    assert [r.server for r in b.outcome().replies] == ["n1", "n2", "n3"]
+    b = ballot_type(Vote.parse("all"), "all_same", frozenset(SERVERS[:3]))
+    b.on_reply(Reply("n1", b"x"))
+    b.on_view(SERVERS[1:3])
+    assert b.on_reply(Reply("n2", b"y")) is Status.INCONSISTENT
+
+
 def test_a_handler_error_is_an_ok_outcome_that_failed() -> None:
     failed = ballot("first")
     failed.on_reply(Reply("n1", b"ValueError: no", ok=False))
@@ -139,6 +155,13 @@ def _consistent(consistency: str, replies: list[Reply], live: set[str]) -> bool:
         held = [(r.ok, r.value) for r in replies if r.server in live]
         return any(held.count(v) >= len(live) // 2 + 1 for v in held)
     return True
+
+
+def _counted(b: Ballot) -> int:
+    """The replies that count toward the vote: for `all`, the live targets' only."""
+    if b.vote.kind == "all":
+        return sum(1 for r in b.replies if r.server in b.live)
+    return len(b.replies)
 
 
 class BallotMachine(RuleBasedStateMachine):
@@ -172,6 +195,12 @@ class BallotMachine(RuleBasedStateMachine):
         # views only shrink the live set (servers never come back within one request)
         b.on_view(sorted(members & b.live))
 
+    @rule(server=st.sampled_from(SERVERS))
+    def leave(self, server: str) -> None:
+        """One server leaves the view (a view that keeps most of the targets)."""
+        b = self._b()
+        b.on_view(sorted(b.live - {server}))
+
     @rule()
     def deadline(self) -> None:
         self._b().on_deadline()
@@ -187,17 +216,17 @@ class BallotMachine(RuleBasedStateMachine):
         if self.decided_as is not None:
             assert b.status is self.decided_as, "a decision was revised"
             return
-        values = [(r.ok, r.value) for r in b.replies]
+        counted = _counted(b)
         holds = _consistent(b.consistency, b.replies, b.live)
         if b.status is Status.WAITING:
-            assert not (len(values) >= b.needed and holds), "a decision was missed"
+            assert not (counted >= b.needed and holds), "a decision was missed"
         else:
             self.decided_as = b.status
         if b.status is Status.OK:
-            assert len(values) >= b.needed and holds
+            assert counted >= b.needed and holds, "decided on too few counted replies"
         if b.status is Status.MEMBERS_LOST:
             heard = set(servers)
-            assert len(values) + len(b.live - heard) < b.needed or not b.live
+            assert counted + len(b.live - heard) < b.needed or not b.live
 
 
 BallotMachine.TestCase.settings = settings(
@@ -250,3 +279,29 @@ def test_a_majority_of_departed_servers_is_caught() -> None:
     b.on_view(SERVERS[:2])
     assert b.status is Status.OK  # and the machine's oracle says it does not hold:
     assert not _consistent("majority_same", b.replies, b.live)
+
+
+class AllCountsTheDeparted(Ballot):
+    """Planted bug (main's ballot): vote all counts a departed target's reply."""
+
+    @property
+    def counted(self) -> int:
+        return len(self.replies)
+
+
+def test_the_machine_catches_vote_all_counting_the_departed() -> None:
+    with pytest.raises(AssertionError):
+        test_vote_all_waits_for_every_live_target(AllCountsTheDeparted)
+
+    class Planted(BallotMachine):
+        ballot_type = AllCountsTheDeparted
+
+        @initialize(consistency=st.sampled_from(["any", "all_same"]), n=st.integers(3, 5))
+        def start(self, consistency: str, n: int) -> None:  # type: ignore[override]
+            self.b = self.ballot_type(Vote.parse("all"), consistency, frozenset(SERVERS[:n]))
+
+    Planted.TestCase.settings = settings(max_examples=300, stateful_step_count=20,
+                                         deadline=None, database=None,
+                                         suppress_health_check=[HealthCheck.too_slow])
+    with pytest.raises(AssertionError, match=r"too few counted replies|decision was missed"):
+        Planted.TestCase().runTest()

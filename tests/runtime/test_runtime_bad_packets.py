@@ -28,7 +28,7 @@ from abcast.group.failure_detector import Fd, NotMember
 from abcast.ordering.sequencer_wire import SData
 from abcast.reliability.channel import RData
 from abcast.testing.polling import until
-from abcast.transport._common import Hello, encode_hello
+from abcast.transport._hello import Hello, encode_hello
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,6 +1,8 @@
 """Piggybacked acks in the simulator: every ordering over the reliable channel stays
 clean under loss, duplication and reordering delays (and a crash, where the ordering
 tolerates one), and the feature pays: the same seeded run sends fewer standalone acks.
+The same runs with the runtime's channel shape — acks carried and one tick for all links
+(`ChannelConfig.tick_us`) — are clean too.
 
 Rules: runs go through `run_simulation` with `OrderingOptions(channel=...)`; only the
 channel config differs between the runs compared. Standalone acks are counted where the
@@ -36,6 +38,9 @@ SEEDS = (1, 2)
 OPEN_LOOP = 2_000.0
 PIGGYBACK = OrderingOptions(channel=ChannelConfig(piggyback_acks=True))
 STANDALONE = OrderingOptions(channel=ChannelConfig(piggyback_acks=False))
+#: the runtime's stream channel in the simulator's time scale: acks carried, and one
+#: tick for all links in place of per-link timers (ChannelConfig.tick_us)
+TICKING = OrderingOptions(channel=ChannelConfig(piggyback_acks=True, tick_us=1_000))
 #: every ordering whose stack the registry builds over the reliable channel (and so
 #: hands `OrderingOptions.channel`): all of them, with the default multicast
 OVER_THE_CHANNEL = tuple(sorted(ORDERINGS))
@@ -106,12 +111,26 @@ def survivors_got_everything(result: SimResult) -> None:
         assert sent <= got, f"{node} misses {sorted(sent - got)[:5]}"
 
 
+@pytest.mark.parametrize("rate", [None, OPEN_LOOP], ids=["closed-loop", "open-loop"])
+@pytest.mark.parametrize("ordering", OVER_THE_CHANNEL)
+def test_a_ticking_channel_under_network_faults_is_clean(
+    ordering: str, rate: float | None,
+) -> None:
+    seed = SEEDS[0]  # (the faults sweep runs more: bench/sweep_churn.py --stream-channel)
+    result = run_simulation(SimConfig(ordering, nodes=4, messages=MESSAGES, seed=seed,
+                                      faults=FAULTS, rate=rate, options=TICKING))
+    clean(result, f"{ordering} seed {seed} rate {rate} with a tick")
+
+
+@pytest.mark.parametrize("options", [PIGGYBACK, TICKING], ids=["per-link", "tick"])
 @pytest.mark.parametrize("crash", ["n1@300ms", "n3@1200ms"])
 @pytest.mark.parametrize("ordering", CRASH_TOLERANT)
-def test_piggybacked_acks_with_a_crash_are_clean(ordering: str, crash: str) -> None:
+def test_piggybacked_acks_with_a_crash_are_clean(
+    ordering: str, crash: str, options: OrderingOptions,
+) -> None:
     """n1 is the sequencer (and the first coordinator): its crash means a fail-over."""
     result = run_simulation(SimConfig(ordering, nodes=5, messages=MESSAGES, seed=1,
-                                      faults=f"{FAULTS},crash={crash}", options=PIGGYBACK))
+                                      faults=f"{FAULTS},crash={crash}", options=options))
     assert result.violations == [], result.counts
     assert result.quiescent
     survivors_got_everything(result)

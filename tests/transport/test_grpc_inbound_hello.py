@@ -19,7 +19,7 @@ from transport_harness import Inbox, Nodes, numbered, run
 
 from abcast.testing.relay import Relay
 from abcast.transport import Transport, TransportOptions
-from abcast.transport._common import HELLO_MAGIC, Hello
+from abcast.transport._hello import HELLO_MAGIC, Hello
 from abcast.transport.grpc_transport import HELLO_KEY, METHOD_PATH
 
 pytestmark = pytest.mark.timeout(60)

@@ -18,7 +18,7 @@ from transport_harness import WAIT_S, Nodes, number_of, numbered, run
 
 from abcast.codec import Packet, decode_envelope, encode_frame
 from abcast.transport import Link, Transport, TransportOptions
-from abcast.transport._common import Hello, encode_hello
+from abcast.transport._hello import Hello, encode_hello
 from abcast.transport.tcp import TcpTransport
 
 pytestmark = pytest.mark.timeout(60)

@@ -26,9 +26,9 @@ import pytest
 from transport_harness import TEST_SECRET, WAIT_S, Inbox, Nodes, numbered, run
 
 from abcast.testing.pki import shared_pki
-from abcast.transport import TransportOptions, tcp
-from abcast.transport._common import HELLO_MAX_BYTES, Hello, encode_hello
+from abcast.transport import TransportOptions, _tcp_inbound, tcp
 from abcast.transport._framing import FrameReader, encode_frames
+from abcast.transport._hello import HELLO_MAX_BYTES, Hello, encode_hello
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -112,7 +112,7 @@ def test_a_stranger_makes_the_node_hold_no_more_than_a_hello(
     mode: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="abcast.transport")
-    monkeypatch.setattr(tcp, "FrameReader", HoldingReader)
+    monkeypatch.setattr(_tcp_inbound, "FrameReader", HoldingReader)
     HoldingReader.held = {}
 
     async def main() -> None:
@@ -218,13 +218,14 @@ def test_the_widest_handshake_message_fits_before_admission() -> None:
     Hello's and the handshake messages' field bounds, as HELLO_MAX_BYTES is from the
     Hello's: the widest message the handshake decoder takes fits it."""
     from abcast.security import handshake
-    from abcast.transport._common import max_msgpack_bytes
+    from abcast.transport._hello import max_msgpack_bytes
+    from abcast.transport._tcp_inbound import AUTH_MAX_BYTES, BEFORE_ADMISSION_BYTES
 
     widest = handshake.encode(
         handshake.Challenge(b"n" * handshake.NONCE_BYTES, "\U0001f600" * handshake.MODE_MAX_CHARS))
     assert handshake.decode(widest) is not None
-    assert len(widest) <= tcp.AUTH_MAX_BYTES
-    assert max(HELLO_MAX_BYTES, tcp.AUTH_MAX_BYTES) <= tcp.BEFORE_ADMISSION_BYTES
+    assert len(widest) <= AUTH_MAX_BYTES
+    assert max(HELLO_MAX_BYTES, AUTH_MAX_BYTES) <= BEFORE_ADMISSION_BYTES
     # a field without a bound has no widest encoding: the derivation refuses it
     with pytest.raises(TypeError, match="no byte bound"):
         max_msgpack_bytes(Unbounded)

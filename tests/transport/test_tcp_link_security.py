@@ -18,7 +18,7 @@ from transport_harness import TEST_SECRET, Inbox, Nodes, numbered, run
 from abcast.security.handshake import Challenge, Confirm, encode
 from abcast.testing.mitm import MitmProxy
 from abcast.transport import Transport, TransportOptions
-from abcast.transport._common import Hello, encode_hello
+from abcast.transport._hello import Hello, encode_hello
 from abcast.transport.tcp import TcpTransport
 
 pytestmark = pytest.mark.timeout(60)

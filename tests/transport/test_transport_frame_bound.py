@@ -29,11 +29,10 @@ from abcast.errors import RemoteProtocolError
 from abcast.security import Initiator, Responder
 from abcast.transport import TransportOptions
 from abcast.transport import _common as common
-from abcast.transport._common import (
+from abcast.transport._common import Backoff, QueuedTransport
+from abcast.transport._hello import (
     HELLO_MAGIC,
-    Backoff,
     Hello,
-    QueuedTransport,
     decode_hello,
     encode_hello,
     frame_bound_refusal,

@@ -15,7 +15,8 @@ from transport_harness import WAIT_S, Inbox, Nodes, numbered, run
 
 from abcast.errors import DecodeError
 from abcast.transport import Link
-from abcast.transport._common import Backoff, Hello, Sessions, decode_hello, encode_hello
+from abcast.transport._common import Backoff
+from abcast.transport._hello import Hello, Sessions, decode_hello, encode_hello
 
 pytestmark = pytest.mark.timeout(60)
 

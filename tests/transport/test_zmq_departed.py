@@ -18,8 +18,8 @@ from transport_harness import WAIT_S, Inbox, Nodes, numbered, run
 from abcast.security import Sealer
 from abcast.testing.polling import until
 from abcast.transport import zmq_transport
-from abcast.transport._common import Hello, encode_hello
 from abcast.transport._framing import encode_frames
+from abcast.transport._hello import Hello, encode_hello
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,8 +15,8 @@ from transport_harness import TEST_SECRET, Inbox, Nodes, numbered, run
 from abcast.security import Sealer
 from abcast.security.secret import session_key
 from abcast.transport import TransportOptions
-from abcast.transport._common import Hello, encode_hello
 from abcast.transport._framing import encode_frames
+from abcast.transport._hello import Hello, encode_hello
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,8 +9,10 @@ end of input (Ctrl-D), Ctrl-C (SIGINT) or SIGTERM leave the group gracefully, pr
 `left <group>` and exit 0. A session the group removed (this node was suspected) prints
 `* removed from <group>` and exits 1. `list`, `members` and `remove` only talk to the
 registry. Every command needs `--registry` (or ABCAST_REGISTRY). Exit code 2 and one
-line on stderr for bad arguments, a refusal (a name taken, a group unknown) or a
-registry that does not answer within `--timeout`.
+line on stderr for bad arguments, a refusal (a name taken, a group unknown), a
+registry that does not answer within `--timeout`, or a join not admitted in that time:
+`--timeout` is the group's own deadline (`join_timeout_s`, abcast.runtime.joining), whose
+TimeoutError names the step it waited for, and that line is what is printed.
 """
 
 from __future__ import annotations
@@ -168,12 +170,13 @@ async def _session(
         "on_deliver": _show_delivery, "on_view": views.show,
         "options": options, "join_timeout_s": timeout,
     }
-    async with asyncio.timeout(timeout):
-        if create:
-            assert ordering is not None
-            g = await Group.create(name, ordering=ordering, **kwargs)
-        else:
-            g = await Group.join(name, ordering=ordering, **kwargs)
+    # No deadline of ours around these: the group's own (join_timeout_s, and the registry
+    # client's) covers every step, and says which step it was (abcast.runtime.joining).
+    if create:
+        assert ordering is not None
+        g = await Group.create(name, ordering=ordering, **kwargs)
+    else:
+        g = await Group.join(name, ordering=ordering, **kwargs)
     loop = asyncio.get_running_loop()
     stdin: _Stdin | None = None
     try:
@@ -234,10 +237,11 @@ def _run(main: Any, registry_url: str | None = None) -> int:
 
     try:
         code: int = run_async(main)
-    except TimeoutError:
+    except TimeoutError as exc:
+        if str(exc):  # the runtime's own: what it waited for, and how long
+            fail(f"timed out: {exc}")
         where = f" {registry_url}" if registry_url else ""
-        fail(f"timed out waiting for the registry{where} or the group's members "
-             "(is the registry running there?)")
+        fail(f"timed out waiting for the registry{where} (is the registry running there?)")
     except AbcastError as exc:
         fail(str(exc))
     return code

@@ -6,7 +6,9 @@ knows it, else creates it with `--ordering`; it prints `serving …` and every v
 `call GROUP PAYLOAD` makes one request and prints the consolidated value (or, with
 `--json`, one JSON object: status, value, every reply with its server); exit 0 for OK,
 1 for any other status or a voted reply that is the servers' error, 2 for bad arguments
-or a registry that does not answer.
+or a registry that does not answer. `--oneway` prints `sent` once the request has left
+this process (written to the connection: the transport holds none of it), or, when it
+could not leave within `--timeout` (no server took the connection), `not sent` and exit 1.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from abcast.rpc.voting import CONSISTENCIES, Outcome
 def serve(group: str, registry_url: str, service: str, ordering: str, transport: str,
           timeout: float) -> None:
     """Serve requests to GROUP as one replica (joins it, or creates it if new)."""
-    sys.exit(_run(_serve(group, registry_url, service, ordering, transport, timeout)))
+    sys.exit(_run(_serve(group, registry_url, service, ordering, transport, timeout),
+                  registry_url))
 
 
 async def _serve(group: str, registry_url: str, service: str, ordering: str,
@@ -55,9 +58,8 @@ async def _serve(group: str, registry_url: str, service: str, ordering: str,
     from abcast.rpc.services import KeyValue, echo
     from abcast.runtime.group import Group
 
-    registry = RegistryClient(registry_url)
-    async with asyncio.timeout(timeout):
-        info = await registry.lookup(group)
+    registry = RegistryClient(registry_url, connect_timeout_s=timeout)
+    info = await registry.lookup(group)  # ConfigError naming the registry past `timeout`
     exists = bool(info.members)
     kv = KeyValue()
     me: list[str] = []
@@ -70,11 +72,11 @@ async def _serve(group: str, registry_url: str, service: str, ordering: str,
               if service == "kv" else Server(echo, on_view=show))
     kwargs: dict[str, Any] = {"registry": registry, "transport": transport,
                               "join_timeout_s": timeout, **server.group_kwargs()}
-    async with asyncio.timeout(timeout):
-        if exists:
-            g = await Group.join(group, **kwargs)
-        else:
-            g = await Group.create(group, ordering=ordering, **kwargs)
+    # the group's own deadline (join_timeout_s) says which step it waited for
+    if exists:
+        g = await Group.join(group, **kwargs)
+    else:
+        g = await Group.create(group, ordering=ordering, **kwargs)
     me.append(g.node)
     _say(f"serving {group} ({service}) as {g.node}, ordering {g.ordering}; Ctrl-C to leave")
     stop = asyncio.Event()
@@ -109,7 +111,7 @@ async def _serve(group: str, registry_url: str, service: str, ordering: str,
               type=click.Choice(CONSISTENCIES),
               help="What the counted replies must agree on (docs/rpc.md).")
 @click.option("--timeout", "call_timeout", default="1s", show_default=True, type=DURATION,
-              help="How long the request may wait (1s, 500ms).")
+              help="How long the request may wait (1s, 500ms); with --oneway, to leave.")
 @click.option("--path", default="via-member", show_default=True, type=click.Choice(PATHS),
               help="direct: to every server (Case A); via-member: through one (Case B).")
 @click.option("--contact", default="round-robin", show_default=True,
@@ -125,7 +127,8 @@ def call(group: str, payload: str, registry_url: str, vote: str, consistency: st
     targets = [t for t in (to or "").split(",") if t] or None
     sys.exit(_run(_call(group, payload.encode(), registry_url, vote=vote,
                         consistency=consistency, timeout=call_timeout, path=path,
-                        contact=contact, to=targets, oneway=oneway, as_json=as_json)))
+                        contact=contact, to=targets, oneway=oneway, as_json=as_json),
+                  registry_url))
 
 
 async def _call(group: str, payload: bytes, registry_url: str, *, vote: str,
@@ -137,7 +140,10 @@ async def _call(group: str, payload: bytes, registry_url: str, *, vote: str,
     try:
         if oneway:
             client.cast(payload, path=path, contact=contact, to=to)
-            await asyncio.sleep(0.05)  # let the frame leave before the process does
+            if not await client.flush(timeout):  # closing would discard what is queued
+                why = f"not sent: no server took the request within {timeout:g} s"
+                _say(json.dumps({"status": "NOT_SENT", "error": why}) if as_json else why)
+                return 1
             _say(json.dumps({"status": "SENT"}) if as_json else "sent")
             return 0
         outcome = await client.request(payload, vote=vote, consistency=consistency,

@@ -45,7 +45,8 @@ joiner asks again; a member's own traffic never waits on it. One forgotten mid-p
 gets fresh links (its numbers are half taken); if it was only cut off and speaks
 again, its numbers and ours disagree, as for a departed node past MAX_GONE (lifting
 that needs a link incarnation number in the header). Members take the per-packet fast
-path; only a guest's and a lingering node's packets are timed, on the general path.
+path, and the stack's shortcuts (the plain channel's, declared here: `_steady` is
+`_quick`); only a guest's and a lingering node's packets are timed, on the general path.
 
 It drives the plain channel through its public `handle`, by installing the widened view
 (members ∪ guests ∪ lingering) whenever that set changes, and recreates a resumed
@@ -143,6 +144,11 @@ class OpenChannel(ReliableChannel):
             "guests_forgotten": self.guests_forgotten})
 
     # -- the core ------------------------------------------------------------------------
+    #: the stack's shortcuts are the plain channel's: `handle`'s fast path below is its
+    #: handlers, for the same peers (`_steady`, kept equal to `_quick` by `_reinstall`)
+    pass_up = ReliableChannel.pass_up
+    pass_down_each = ReliableChannel.pass_down_each
+
     def handle(self, event: Event, now: int) -> list[Effect]:
         # The per-packet events first, by exact type: a member needs no admission and is
         # not timed, and the plain channel's handlers are called directly. Anything else
@@ -215,6 +221,7 @@ class OpenChannel(ReliableChannel):
         self._quick = (wanted - self._guests - self._lingering if self._view is not None
                        else frozenset())
         if wanted == self._installed:
+            self._steady = self._quick
             return []
         added = wanted - self._installed
         self._installed = wanted
@@ -222,6 +229,7 @@ class OpenChannel(ReliableChannel):
         effects = super().handle(ViewInstalled(View(view_id, tuple(wanted))), now)
         for peer in self._resumable.keys() & added:  # a set (keys view & frozenset)
             self._resume(peer, self._resumable.pop(peer))
+        self._steady = self._quick  # (the plain channel's install set all of `wanted`)
         return effects
 
     def _admit(self, peers: tuple[NodeId, ...], now: int) -> list[Effect]:

@@ -27,7 +27,7 @@ another connection; it covers the request id too, and on one connection the rids
 requests with a proof must rise, so a recorded one sent again on its own connection (a
 Join after its Leave, a create after its Remove) is refused. A registry started with a
 secret binds every group and id to it from the start, restarts included. A refusal is
-one log line and a `Refused` reply.
+one log line and a `Refused` reply. Node-id tokens are compared in constant time.
 
 Bad input (garbage, an oversize length prefix, a truncated message, an unknown message
 type) gets one log line on "abcast.registry.server", that connection is closed and
@@ -87,6 +87,7 @@ from abcast.registry.messages import (
     signed_body,
 )
 from abcast.security import load_secret
+from abcast.security.secret import same_text
 from abcast.security.signing import Signer, verify
 
 log: Final = logging.getLogger(__name__)
@@ -553,7 +554,7 @@ class RegistryServer:
             case Join(rid, node, token, group, address, size):
                 return self._join(rid, node, token, group, address, size)
             case Leave(rid, node, token, group):
-                if self._owner.get(node) != token:
+                if not same_text(self._owner.get(node, ""), token):
                     return Refused(rid, f"{node} is not registered with this token")
                 g = self._groups.get(group)
                 if g is not None and g.members.pop(node, None) is not None:
@@ -585,7 +586,7 @@ class RegistryServer:
             node = self._next_free()
         else:
             holder = self._owner.get(claim)
-            if holder is not None and holder != token:
+            if holder is not None and not same_text(holder, token):
                 return Refused(rid, f"node id {claim!r} is taken by another node")
             node = claim
             match = _ASSIGNED.fullmatch(claim)
@@ -607,7 +608,7 @@ class RegistryServer:
     def _join(
         self, rid: int, node: NodeId, token: str, group: str, address: str, size: int | None
     ) -> Reply:
-        if self._owner.get(node) != token:
+        if not same_text(self._owner.get(node, ""), token):
             return Refused(rid, f"{node} is not registered with this token: register first")
         g = self._groups.get(group)
         fresh = g is None
@@ -635,7 +636,7 @@ class RegistryServer:
         self, rid: int, node: NodeId, token: str, group: str, ordering: str, view_id: int,
         members: dict[NodeId, str], create: bool, options: bytes,
     ) -> Reply:
-        if self._owner.get(node) != token:
+        if not same_text(self._owner.get(node, ""), token):
             return Refused(rid, f"{node} is not registered with this token: register first")
         if node not in members:
             return Refused(rid, f"{node} announced a view of {group!r} without itself")

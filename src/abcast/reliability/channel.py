@@ -45,6 +45,14 @@ packet up whole. A multicast is gated, and if need be encoded and split, once.
 
 Acks and retransmissions are sent with `control=True`, so drivers do not count them as
 protocol packets (the thesis's message counts are about the protocols above).
+
+Timers: by default each link has its own delayed-ack and retransmission timer, set and
+cancelled as packets come and go. With `tick_us` (the runtime's stream channel) one
+timer, the tick, serves every link instead: it runs while some packet is unacked or
+some ack owed, an owed ack leaves at the second tick after it fell due (unless a packet
+carried it first) and a packet is retransmitted at the first tick past its deadline. A
+packet sent or received then costs no timer effect at all, where the per-link timers
+cost about two each on a link that goes quiet between messages.
 """
 
 from __future__ import annotations
@@ -121,6 +129,10 @@ class ChannelConfig:
     - piggyback_acks: a packet to a peer that is owed an ack carries it (see above). Off
       by default: the simulator's regression scenarios were found, seed by seed, with
       standalone acks; the fault sweeps run both.
+    - tick_us: one timer for all links, firing every tick_us while anything is unacked
+      or owed, in place of a delayed-ack and a retransmission timer per link (see the
+      rules; None: per-link timers). An ack then waits one to two ticks, not
+      ack_delay_us, and a retransmission is up to one tick late.
     - window: sequence numbers a link may have in flight past its oldest unacked packet;
       a receiver refuses anything further ahead (every member must use the same value).
     - max_waiting: packets waiting for credit on one link above which the node is
@@ -141,6 +153,7 @@ class ChannelConfig:
     max_rto_us: int = 1_000_000
     max_sacks: int = 256
     piggyback_acks: bool = False
+    tick_us: int | None = None
     window: int = 1024
     max_waiting: int = 1024
     frame_bytes: int = 4 * 1024 * 1024
@@ -148,7 +161,8 @@ class ChannelConfig:
 
     def __post_init__(self) -> None:
         if min(self.ack_delay_us, self.rto_us, self.rto_floor_us, self.max_sacks,
-               self.window, self.max_waiting) <= 0:
+               self.window, self.max_waiting,
+               1 if self.tick_us is None else self.tick_us) <= 0:
             raise ConfigError(f"channel knobs must be positive: {self}")
         if not self.rto_floor_us <= self.rto_us <= self.max_rto_us:
             raise ConfigError(
@@ -174,6 +188,8 @@ LINGER_US: Final = 10_000_000
 #: a time before any other: a link whose cumulative ack has never advanced
 _NEVER: Final = -(2**62)
 _NO_SACKS: Final[list[int]] = []  # a piggybacked ack's (never mutated)
+#: the one timer of a channel with `tick_us` (the per-link ones are ("ack"|"rto", peer))
+TICK: Final = ("tick",)
 
 
 @dataclass(slots=True)
@@ -200,7 +216,10 @@ class _OutLink:
 class _InLink:
     high: int = 0
     above: set[int] = field(default_factory=set)
+    #: an ack is owed (per-link timers: its timer is set)
     ack_armed: bool = False
+    #: with `tick_us`: a tick has passed since the ack fell due (it leaves at the next)
+    ack_aged: bool = False
 
 
 class ReliableChannel(Layer):
@@ -235,6 +254,13 @@ class ReliableChannel(Layer):
         self._gated: tuple[Packet, list[Fragment] | None] | None = None
         self.fragmented = 0  # packets sent in fragments (once per destination)
         self.undecodable = 0  # reassembled packets that did not decode (dropped)
+        #: the tick's period (`tick_us`), None with per-link timers; whether it is set
+        self._tick_us = self.config.tick_us
+        self._tick_set = False
+        #: the peers whose packets may take the shortcuts (see `pass_up`): the view's
+        #: members here; the open channel's non-guests
+        self._steady: frozenset[NodeId] = frozenset()
+        self._piggyback = self.config.piggyback_acks
 
     def decode_above(self, header_types: list[object]) -> None:
         """The header types of the layers above, bottom first (the stack builder's
@@ -327,6 +353,8 @@ class ReliableChannel(Layer):
         elif kind is TimerFired:
             # A delayed ack falls due about once per packet received: skip the patterns.
             key = event.key  # type: ignore[union-attr]
+            if key == TICK:
+                return self._tick(now)
             if type(key) is tuple and len(key) == 2 and type(key[1]) is str:
                 if key[0] == "ack":
                     return self._flush_ack(key[1])
@@ -352,6 +380,8 @@ class ReliableChannel(Layer):
                 return self._flush_ack(peer)
             case TimerFired(("rto", str(peer))):
                 return self._retransmit(peer, now)
+            case TimerFired(("tick",)):
+                return self._tick(now)
             case ViewInstalled(view):
                 return self._install(view)
             case Suspected() | Restored() | Excluded() | Forgotten():
@@ -360,14 +390,17 @@ class ReliableChannel(Layer):
                 raise LocalProtocolError(f"{self.name} cannot handle {event!r}")
 
     def _install(self, view: View) -> list[Effect]:
-        self._members = frozenset(view.members)
+        self._members = self._steady = frozenset(view.members)
         effects: list[Effect] = []
+        ticking = self._tick_us is not None  # no per-link timers to cancel
         for peer in [p for p in self._out if p not in self._members]:
             del self._out[peer]
-            effects.append(CancelTimer(("rto", peer)))
+            if not ticking:
+                effects.append(CancelTimer(("rto", peer)))
         for peer in [p for p in self._in if p not in self._members]:
             del self._in[peer]
-            effects.append(CancelTimer(("ack", peer)))
+            if not ticking:
+                effects.append(CancelTimer(("ack", peer)))
         self._reassembly.forget(self._members)
         self._reassembly.members = self._reassembly_members()
         return effects
@@ -489,24 +522,91 @@ class ReliableChannel(Layer):
     def _transmit(
         self, to: NodeId, link: _OutLink, packet: Packet, now: int, control: bool
     ) -> list[Effect]:
-        seq = link.next_seq
-        link.next_seq += 1
+        if self._tick_us is not None:
+            effects: list[Effect] = [Send(to, self._number(to, link, packet, now), packet,
+                                          control)]
+            if not self._tick_set:
+                self._tick_set = True
+                effects.append(SetTimer(TICK, now + self._tick_us))
+            return effects
+        inbound = self._in.get(to) if self._piggyback else None
+        # the delayed ack this packet replaces (see `_number`): its timer goes
+        replaced = inbound is not None and inbound.ack_armed and not inbound.above
+        effects = [Send(to, self._number(to, link, packet, now), packet, control)]
+        if replaced:
+            effects.append(CancelTimer(("ack", to)))
         deadline = now + link.timer.rto
-        link.unacked[seq] = _Pending(packet, now, deadline)
-        inbound = self._in.get(to) if self.config.piggyback_acks else None
-        if inbound is not None and inbound.ack_armed:
-            effects: list[Effect] = [Send(to, RData(seq, inbound.high), packet, control)]
-            if not inbound.above:  # nothing missing: this was all the delayed ack would say
-                inbound.ack_armed = False
-                effects.append(CancelTimer(("ack", to)))
-        else:
-            effects = [Send(to, RData(seq), packet, control)]
         armed = link.rto_armed_at
         # The timeout can shrink (a sample after a backoff): move the timer forward then.
         if armed is None or deadline < armed:
             link.rto_armed_at = deadline
             effects.append(SetTimer(("rto", to), deadline))
         return effects
+
+    def _number(self, to: NodeId, link: _OutLink, packet: Packet, now: int) -> RData:
+        """A transmission's state change, and its header: `packet` numbered on the link
+        and kept until acked, carrying the ack owed to `to` (piggyback_acks), which then
+        replaces the delayed one when nothing is missing. (The caller adds the timers.)"""
+        seq = link.next_seq
+        link.next_seq = seq + 1
+        link.unacked[seq] = _Pending(packet, now, now + link.timer.rto)
+        inbound = self._in.get(to) if self._piggyback else None
+        if inbound is not None and inbound.ack_armed:
+            if not inbound.above:  # nothing missing: this was all the delayed ack would say
+                inbound.ack_armed = False
+            return RData(seq, inbound.high)
+        return RData(seq)
+
+    # -- the stack's shortcuts (Layer.pass_up / pass_down_each) ---------------------------
+    def pass_up(self, sender: NodeId, header: object, now: int) -> bool:
+        """`handle` of a member's next packet in sequence, when all it would return is
+        `[Up]`: with a tick already set (`tick_us`; never with per-link timers, whose
+        ack timer is set per packet), no hole on the link, and a carried ack that
+        releases nothing waiting for credit. The state change is `_on_data`'s."""
+        if type(header) is not RData or not self._tick_set or sender not in self._steady:
+            return False
+        data: RData = header  # (the type test above)
+        link = self._in.get(sender)
+        if link is None or link.above or data.seq != link.high + 1:
+            return False
+        ack = data.ack
+        if ack:
+            out = self._out.get(sender)
+            if out is not None and (ack >= out.next_seq or out.waiting):
+                return False  # refused, or credit released: `handle` decides
+            self._on_ack(sender, ack, _NO_SACKS, now)  # [] here: no timer, nothing waiting
+        link.high += 1
+        if not link.ack_armed:
+            link.ack_armed = True
+            link.ack_aged = False
+        return True
+
+    def pass_down_each(
+        self, to: tuple[NodeId, ...], packet: Packet, now: int
+    ) -> list[object] | None:
+        """`handle` of a send (or a non-control multicast) of `packet` to `to`, when all
+        it would return is one `Send` per destination, in order: with a tick already
+        set, every destination a member with a link, room in its window and nobody
+        waiting, and a packet that fits a frame. The headers, one per destination; the
+        state change is `_number`'s, as `_transmit` makes it."""
+        if not self._tick_set:
+            return None
+        size = len(packet.payload)  # the size gate of `_send`
+        bounds = self._bounds
+        for header in packet.headers:
+            size += bounds[type(header)] or len(encode_header(header))
+        if size > self._room:
+            return None
+        steady, out, window = self._steady, self._out, self.config.window
+        links: list[_OutLink] = []
+        for dest in to:
+            link = out.get(dest)
+            if (link is None or dest not in steady or link.waiting or (
+                    link.unacked and link.next_seq - next(iter(link.unacked)) >= window)):
+                return None
+            links.append(link)
+        number = self._number
+        return [number(dest, link, packet, now) for dest, link in zip(to, links, strict=True)]
 
     def _on_data(
         self, sender: NodeId, seq: int, inner: Packet, now: int, ack: int = 0,
@@ -536,7 +636,13 @@ class ReliableChannel(Layer):
         # Ack duplicates too: the sender retransmitted because it missed our last ack.
         if not link.ack_armed:
             link.ack_armed = True
-            effects.append(SetTimer(("ack", sender), now + self.config.ack_delay_us))
+            if self._tick_us is None:
+                effects.append(SetTimer(("ack", sender), now + self.config.ack_delay_us))
+            else:
+                link.ack_aged = False
+                if not self._tick_set:
+                    self._tick_set = True
+                    effects.append(SetTimer(TICK, now + self._tick_us))
         return effects
 
     def _flush_ack(self, peer: NodeId) -> list[Effect]:
@@ -582,7 +688,7 @@ class ReliableChannel(Layer):
             link.timer.sample(now - timed.sent)
         if link.waiting:
             return self._release(sender, link, now)
-        if not unacked and link.rto_armed_at is not None:
+        if not unacked and link.rto_armed_at is not None:  # (never set with a tick)
             link.rto_armed_at = None
             return [CancelTimer(("rto", sender))]
         return []
@@ -600,13 +706,24 @@ class ReliableChannel(Layer):
         return effects
 
     def _retransmit(self, peer: NodeId, now: int) -> list[Effect]:
+        """The link's retransmission timer (per-link timers): resend what is due and set
+        the timer for the next deadline."""
         link = self._out.get(peer)
         if link is None:
             return []
         link.rto_armed_at = None
-        unacked = link.unacked
-        if not unacked:
+        if not link.unacked:
             return []
+        effects, next_deadline = self._resend_due(peer, link, now)
+        link.rto_armed_at = next_deadline
+        effects.append(SetTimer(("rto", peer), next_deadline))
+        return effects
+
+    def _resend_due(self, peer: NodeId, link: _OutLink, now: int) -> tuple[list[Effect], int]:
+        """Retransmit the link's packets whose deadline has passed (none while its
+        cumulative ack advanced within an RTO), backing its timeout off: (the packets,
+        the next deadline). The link has unacked packets."""
+        unacked = link.unacked
         timer = link.timer
         # RFC 6298 §5.3: an ack that advanced the window restarts the clock, so nothing
         # is retransmitted until a whole RTO has passed without progress.
@@ -629,7 +746,27 @@ class ReliableChannel(Layer):
                 header: RData | RFrag = (RFrag(seq, 0, packet.index, packet.count)
                                          if isinstance(packet, Fragment) else RData(seq))
                 effects.append(Send(peer, header, packet, control=True))
-        next_deadline = max(min(p.deadline for p in unacked.values()), quiet_until)
-        link.rto_armed_at = next_deadline
-        effects.append(SetTimer(("rto", peer), next_deadline))
+        return effects, max(min(p.deadline for p in unacked.values()), quiet_until)
+
+    def _tick(self, now: int) -> list[Effect]:
+        """The tick (`tick_us`): the acks owed since the last tick leave, due packets are
+        retransmitted, and the tick is set again while anything is still unacked or
+        owed."""
+        self._tick_set = False
+        effects: list[Effect] = []
+        owed = False
+        for peer, inbound in self._in.items():
+            if inbound.ack_armed:
+                if inbound.ack_aged:
+                    effects += self._flush_ack(peer)
+                else:
+                    inbound.ack_aged = owed = True
+        unacked = False
+        for peer, link in self._out.items():
+            if link.unacked:
+                unacked = True
+                effects += self._resend_due(peer, link, now)[0]
+        if (owed or unacked) and self._tick_us is not None:
+            self._tick_set = True
+            effects.append(SetTimer(TICK, now + self._tick_us))
         return effects

@@ -18,7 +18,11 @@ group are named objects in its one `Objects`. (A loop of the application's own o
 When the group ends on this node — the reading task's `deliveries()` ends, or, given as
 `app=`, the group calls `group_ended` (closed here, left, or removed by the group) — or
 on `close()`, the object is gone: every pending write and every waiting read fails with
-LocalProtocolError saying why, and so does every later call, at once.
+LocalProtocolError saying why, and so does every later call, at once. A closed object
+applies no more deliveries (its copy keeps the state it had), even as the `app=` of a
+group still open here, and so it has no state to hand a joiner: its `get_state` raises
+(the group logs it and answers no snapshot, so a joiner times out rather than starting
+from a stale copy). To end an `app=` object with its group, leave or close the group.
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ class GroupApp(Generic[C]):
         """Use `group` (open, with this object's `on_deliver` as its delivery hook)."""
         if self._group is not None:
             raise LocalProtocolError(f"this {self._what} is already bound to a group")
+        if self._gone is not None:
+            raise LocalProtocolError(self._gone)
         other = _BOUND.get(group)
         if other is not None:
             raise LocalProtocolError(
@@ -94,11 +100,17 @@ class GroupApp(Generic[C]):
     def get_state(self) -> bytes:
         """The state, for a joiner (the group's snapshot hook). State made by writes is
         always plain data (Replica checks it after each); only a class's own get_state()
-        can fail here, raised to the group, which logs and counts it (`app_errors`)."""
+        can fail here, or a closed object, whose copy stopped applying deliveries: raised
+        to the group, which logs and counts it (`app_errors`) and answers no snapshot."""
+        if self._gone is not None:
+            raise LocalProtocolError(f"{self._gone}: its copy applies no deliveries since, "
+                                     f"so it has no state to hand a joiner")
         return self.core.state()
 
     def set_state(self, state: bytes) -> None:
         """Replace the state with a member's snapshot (this node just joined)."""
+        if self._gone is not None:
+            raise LocalProtocolError(f"{self._gone}: it takes no state")
         self.core.load(state)
         self._wake()
 
@@ -155,6 +167,8 @@ class GroupApp(Generic[C]):
         """The group's delivery hook: execute the operation, resolve our caller."""
         if delivery.stage is not Stage.FINAL:
             return  # a tentative delivery (ordering "optimistic"): the final one applies
+        if self._gone is not None:
+            return  # closed (as an app=, the group still open): the copy stays as it was
         try:
             outcome = self.core.apply(delivery.origin, delivery.seq, delivery.payload)
         except RemoteProtocolError as exc:

@@ -2,7 +2,10 @@
 
 Rules: every replica must execute the very same call, so arguments must be *plain data*
 that means the same in every process: None, bool, int, float, str, bytes, and lists,
-tuples and dicts of those (dicts keep insertion order). Sets are refused (their
+tuples and dicts of those (dicts keep insertion order), a dict's keys being None, bool,
+str, bytes, or ints within ±INT_KEY_BOUND (2**61 − 2: beyond it ints share hashes at
+will, and a dict of N such keys takes N² steps to fill, on every replica; a peer's
+pickle of one is refused by abcast.replicated._memo_guard). Sets are refused (their
 iteration order depends on each process's hash seed: a method looping over one would
 diverge), and so is anything else (functions, open files, locks, arbitrary objects: they
 cannot be sent, or would not mean the same thing at the other end), and so is nesting
@@ -22,6 +25,7 @@ so that the state a member must hand a joiner is always one it can encode.
 
 from __future__ import annotations
 
+import copy
 import io
 import pickle
 from collections.abc import Iterable, Mapping
@@ -30,7 +34,7 @@ from typing import Any, Final
 
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.replicated._declare import ClassSpec
-from abcast.replicated._memo_guard import check_memo
+from abcast.replicated._memo_guard import INT_KEY_BOUND, check_memo
 
 #: nesting depth beyond which arguments are refused (also stops reference cycles)
 MAX_DEPTH: Final = 64
@@ -50,11 +54,33 @@ def check_plain(value: object, where: str, depth: int = 0) -> None:
 
 def check_key(key: object, where: str) -> None:
     """LocalProtocolError unless `key` may be a dict key of plain data: judged by its type
-    alone, so a caller can check a peer's key before anything hashes it (hashing a
-    nested tuple walks every path, as == does)."""
-    if type(key) not in _KEYS:
-        raise LocalProtocolError(f"{where} has a key of type {type(key).__name__}; dict "
+    (and an int by its size) before anything hashes it, so a caller can check a peer's
+    key (hashing a nested tuple walks every path, as == does)."""
+    kind = type(key)
+    if kind not in _KEYS:
+        raise LocalProtocolError(f"{where} has a key of type {kind.__name__}; dict "
                                  "keys must be None, bool, int, str or bytes")
+    if kind is int and not -INT_KEY_BOUND <= key <= INT_KEY_BOUND:  # type: ignore[operator]
+        raise _wide_key(where)
+
+
+def _wide_key(where: str) -> LocalProtocolError:
+    return LocalProtocolError(
+        f"{where} has an int key beyond ±{INT_KEY_BOUND} (2**61 - 2): ints that wide share "
+        "hashes at will, and a dict of them takes quadratic time to fill; use a str or "
+        "bytes key")
+
+
+def _check_int_keys(keys: dict[Any, Any], key_types: set[type], where: str) -> None:
+    """The dict's int keys (`key_types`: its keys' types) are within ±INT_KEY_BOUND:
+    all-int keys in two C-speed scans."""
+    if len(key_types) == 1:
+        if not (min(keys) >= -INT_KEY_BOUND and max(keys) <= INT_KEY_BOUND):
+            raise _wide_key(where)
+        return
+    for key in keys:
+        if type(key) is int:
+            check_key(key, where)
 
 
 def _deeper(where: str) -> LocalProtocolError:
@@ -81,9 +107,12 @@ def _height(value: object, where: str, depth: int, heights: dict[int, int]) -> i
         items = enumerate(value)
     elif kind is dict:
         assert isinstance(value, dict)
-        if not _KEY_TYPES.issuperset(map(type, value)):
+        key_types = set(map(type, value))
+        if not _KEY_TYPES.issuperset(key_types):
             for key in value:
                 check_key(key, where)  # refuses the first that is no key
+        if int in key_types:
+            _check_int_keys(value, key_types, where)
         if _SCALAR_TYPES.issuperset(map(type, value.values())):
             return 0
         items = value.items()
@@ -129,6 +158,30 @@ def _flat(item: Any, depth: int) -> bool:
     return kind in _SCALAR_TYPES or (
         (kind is list or kind is tuple) and depth + 1 < MAX_DEPTH
         and _SCALAR_TYPES.issuperset(map(type, item)))
+
+
+def detached(value: Any) -> Any:
+    """A copy of `value` that shares nothing mutable with it: what a read (or this node's
+    write) returns, which its caller may change without changing the replica's copy.
+    A scalar or a tuple of scalars is returned as it is, a list or dict of scalars copied
+    at C speed, anything else through pickle (for plain data an exact deep copy, sharing
+    within it kept), or copy.deepcopy where pickle fails; what neither can copy (a lock, an
+    open file: never plain state) is returned as it is."""
+    kind = type(value)
+    if kind in _SCALAR_TYPES:
+        return value
+    if kind is tuple or kind is list:
+        if _SCALAR_TYPES.issuperset(map(type, value)):
+            return value if kind is tuple else value.copy()
+    elif kind is dict and _SCALAR_TYPES.issuperset(map(type, value.values())):
+        return value.copy()  # (its keys are immutable: plain keys, or hashable anyway)
+    try:
+        return pickle.loads(pickle.dumps(value, protocol=_PROTOCOL))
+    except Exception:
+        try:
+            return copy.deepcopy(value)
+        except Exception:
+            return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,13 +17,21 @@ Rules:
   taken from the memo as a key (pickle.dumps never memoizes an int; hashing one costs its
   size, each time). What remains costs the pickle's length in all: a str or bytes caches
   its hash, the other scalars hash in a bounded time, a list or dict is refused unhashed.
+- Colliding keys: Python hashes an int n to n mod (2**61 − 1), so ints beyond
+  ±INT_KEY_BOUND share hashes at will, and a dict of N of them takes N² steps to fill
+  (16 000 in 207 kB: 1.2 s of the unpickler). Plain data keeps int keys within the bound
+  (abcast.replicated._args), where no two share a hash but -1 and -2: an int key beyond
+  it (a LONG1 of 8 bytes or more holding one; a LONG, LONG4 or INT, which pickle.dumps
+  writes only for ints far beyond it, or never) is refused. str and bytes hashes are
+  keyed per process: a peer cannot make them collide.
 
 How it stays cheap: the walk runs only on bytes that can need it (C-speed scans): ones
-holding a hashing opcode and one that makes a tuple or a big int, or a `p` or `r` (a memo
-put). It follows the opcodes as the unpickler reads them, keeping only the kind of each
-object on the unpickler's stack and in its memo: one table lookup per opcode (how far to
-step, what it does to the stack), a run of one fixed-size scalar skipped by a strip over a
-strided slice, and no decoding of arguments (pickletools.genops, the guard before, decoded
+holding a hashing opcode and one that makes a tuple or a big int (a LONG1 of 8 bytes or
+more among them), or a `p` or `r` (a memo put). It follows the opcodes as the unpickler
+reads them, keeping only the kind of each object on the unpickler's stack and in its
+memo: one table lookup per opcode (how far to step, what it does to the stack), a run
+of one fixed-size scalar skipped by a strip over a strided slice, and no decoding of
+arguments but a LONG1 of 8 bytes or more (pickletools.genops, the guard before, decoded
 every one: 5–100× the unpickle itself). It stops where the unpickler stops: at STOP, and
 at an opcode the unpickler refuses (unknown, or a global: the plain unpickler refuses every
 global, so nothing after one is ever read); what the unpickler would refuse for a missing
@@ -34,6 +42,7 @@ pickletools' opcode table, so their idea of where each opcode ends is the unpick
 from __future__ import annotations
 
 import pickletools
+import re
 from typing import Final
 
 from abcast.errors import RemoteProtocolError
@@ -58,9 +67,13 @@ _EFFECTS: Final = {
     _STOP: "STOP GLOBAL INST STACK_GLOBAL", _NOTHING: "PROTO FRAME",
 }
 # The kind of an object on the modelled stack: hashed in a bounded time (or refused
-# unhashed); an int of unbounded size; never to be hashed (a tuple; a big int shared).
-_PLAIN, _HUGE, _KEYLESS = 0, 1, 2
-_SHARED_KIND: Final = (_PLAIN, _KEYLESS, _KEYLESS)  # what a memo GET gives back
+# unhashed); an int of unbounded size; never to be hashed (a tuple; a big int shared); an
+# int beyond INT_KEY_BOUND (its hash shared at will). Only _PLAIN may be a dict key.
+_PLAIN, _HUGE, _KEYLESS, _WIDE = 0, 1, 2, 3
+_SHARED_KIND: Final = (_PLAIN, _KEYLESS, _KEYLESS, _KEYLESS)  # what a memo GET gives back
+#: the widest int a dict key may be (either sign): below the int hash's modulus, ints hash
+#: to themselves (but -1, which hashes as -2)
+INT_KEY_BOUND: Final = 2**61 - 2
 
 
 def _tables() -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -79,6 +92,7 @@ def _tables() -> tuple[tuple[int, ...], tuple[int, ...]]:
 _STEP, _EFFECT = _tables()
 _NAMES: Final = {ord(op.code): op.name for op in pickletools.opcodes}
 _MEMOIZE: Final = 0x94
+_LONG1: Final = 0x8A
 #: opcodes looked at per slice when skipping a run of one opcode
 _RUN_SLICE: Final = 512
 _PLAIN_RUN: Final = (_PLAIN,) * _RUN_SLICE
@@ -87,14 +101,18 @@ _PLAIN_RUN: Final = (_PLAIN,) * _RUN_SLICE
 def check_memo(data: bytes) -> None:
     """Raise RemoteProtocolError if unpickling `data` would store into the memo above its
     length or hash a key that is not plain data (see the rules)."""
-    if (b"r" in data or b"p" in data or (any(map(data.__contains__, _HASHES))
-                                         and any(map(data.__contains__, _MAKES_KEYLESS)))):
+    if (b"r" in data or b"p" in data or (
+            any(map(data.__contains__, _HASHES))
+            and (any(map(data.__contains__, _MAKES_KEYLESS))
+                 or _WIDE_LONG1.search(data) is not None))):
         _walk(data)
 
 
 _HASHES: Final = (b"u", b"s", b"d", b"\x90", b"\x91")
 #: opcodes making what must not be hashed: tuples (a frozenset), ints of unbounded size
 _MAKES_KEYLESS: Final = (b"\x85", b"\x86", b"\x87", b"t", b")", b"\x91", b"\x8b", b"L", b"I")
+#: a LONG1 of 8 bytes or more: an int that may lie beyond INT_KEY_BOUND
+_WIDE_LONG1: Final = re.compile(rb"\x8a[\x08-\xff]")
 _SETITEMS, _DICT, _TUPLE_OP, _TUPLE1, _BINGET = b"u"[0], b"d"[0], b"t"[0], 0x85, b"h"[0]
 _PUSHES_AFTER_MARK: Final = frozenset(b"tld")
 
@@ -114,11 +132,13 @@ def _walk(data: bytes) -> None:
         while pos < end:
             code = data[pos]
             size = step[code]
-            if size == _LEN1:  # a short str, bytes or int: plain
-                pos += 2 + data[pos + 1]
-                stack.append(_PLAIN)
+            if size == _LEN1:  # a short str, bytes or int: plain (an int maybe wide)
+                length = data[pos + 1]
+                kind = _PLAIN if code != _LONG1 or length < 8 else _int_kind(data, pos, length)
+                pos += 2 + length
+                stack.append(kind)
                 if data[pos] == _MEMOIZE:  # protocol 4+ memoizes every string it writes
-                    memo[len(memo)] = _PLAIN
+                    memo[len(memo)] = _SHARED_KIND[kind]
                     pos += 1
                 continue
             act = effect[code]
@@ -228,11 +248,22 @@ def _memo_index(data: bytes, pos: int, size: int) -> tuple[int, int]:
     return index, newline + 1
 
 
+def _int_kind(data: bytes, pos: int, length: int) -> int:
+    """The kind of the LONG1 int at `pos` (of `length` bytes, 8 or more)."""
+    value = int.from_bytes(data[pos + 2:pos + 2 + length], "little", signed=True)
+    return _PLAIN if -INT_KEY_BOUND <= value <= INT_KEY_BOUND else _WIDE
+
+
 def _check_keys(kinds: list[int]) -> None:
+    if kinds.count(_PLAIN) == len(kinds):
+        return
     if _KEYLESS in kinds:
         raise RemoteProtocolError("pickle sets a dict item whose key is a tuple (or an int "
                                   "from the memo): not plain data, and hashing it could "
                                   "walk 2**depth paths")
+    raise RemoteProtocolError(f"pickle sets a dict item whose key is an int beyond "
+                              f"±{INT_KEY_BOUND}: not plain data (such ints share hashes "
+                              "at will: N of them take N² steps to insert)")
 
 
 def _check_index(index: int, end: int) -> None:

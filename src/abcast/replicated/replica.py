@@ -13,7 +13,10 @@ member can always hand its state to a joiner (an object whose class brings its o
 `get_state`/`set_state` is not checked: its hooks are its business), and an object
 whose state is not plain data from the start is refused when made. Reads run on the
 local copy (`read`), and `caught_up` says whether every write this node issued has been
-executed here (reads wait for that). State for a joiner goes through `state()` /
+executed here (reads wait for that). What a read returns, and what this node's write
+returns to its caller, is a copy (`_args.detached`): a caller that changes a list it was
+given changes its own list, never the replica's copy (which would then differ from the
+others' and be handed to joiners). State for a joiner goes through `state()` /
 `load()`.
 
 No I/O, no clock, no asyncio: the async facade (abcast.replicated.handle) and the
@@ -33,6 +36,7 @@ from abcast.replicated._args import (
     checkpoint_state,
     decode_invocation,
     decode_state,
+    detached,
     encode_invocation,
     encode_state,
 )
@@ -102,7 +106,7 @@ class Replica(Generic[T]):
         if entry.kind != READ:
             raise LocalProtocolError(f"{self.spec.cls.__name__}.{method} is a @write: it "
                                      "must go through the group")
-        return entry.function(self.obj, *args, **(kwargs or {}))
+        return detached(entry.function(self.obj, *args, **(kwargs or {})))
 
     # -- delivered operations ------------------------------------------------------------
     def apply(self, origin: NodeId, seq: int, payload: bytes) -> Outcome | None:
@@ -137,7 +141,7 @@ class Replica(Generic[T]):
         if origin != self.node or self.node is None:
             return None
         self._executed_own += 1
-        return Outcome(seq, value, error)
+        return Outcome(seq, detached(value), error)
 
     # -- state transfer ----------------------------------------------------------------------
     def state(self) -> bytes:

@@ -248,9 +248,28 @@ class Client:
             log.warning("client %s: the registry's record of %r not read again: %s",
                         self.id, self.group, exc or "timeout")
 
+    async def flush(self, timeout: float) -> bool:
+        """Wait until every frame this client sent has left it (handed to the wire: the
+        transport buffers nothing, `Transport.buffered`), at most `timeout` seconds; True
+        if so. `close()` discards what is still queued — a connection to a far or slow
+        server is not up yet, say — so a `cast` followed by `close()` may never leave:
+        flush between them. Polled, backing off from 1 ms to 50 ms: the transport tells
+        nobody when a peer's queue empties."""
+        transport = self.node.transport
+        delay = 0.001
+        try:
+            async with asyncio.timeout(timeout):
+                while transport.buffered() > 0:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+        except TimeoutError:
+            return False
+        return True
+
     def cast(self, payload: bytes, *, path: str = "via-member", contact: str = "round-robin",
              to: Sequence[NodeId] | None = None) -> int:
-        """A one-way request (no reply, no retry); returns its request id."""
+        """A one-way request (no reply, no retry); returns its request id. It is queued
+        here: `await flush(timeout)` before `close()` to know it left."""
         self._check_call(path, contact, 1.0)
         targets = self._targets(to)
         request = Request(self.id, next(self._rids), bytes(payload), self.node.address,
@@ -302,6 +321,13 @@ class Client:
             self.node.transmit(server, data)
 
     def _contact(self, how: str, avoid: NodeId | None) -> NodeId | None:
+        """Whom a Case B send goes to; `avoid`: the last contact, on a retry. Through the
+        sequencer: the leader first, then each retry the member after the last contact
+        in view order (the leader again once the last contact left the view), so the
+        retries reach every member, not only the leader and the one after it."""
+        if how == "sequencer" and avoid is not None and avoid in self.members:
+            at = self.members.index(avoid)
+            return self.members[(at + 1) % len(self.members)]
         members = [m for m in self.members if m != avoid] or list(self.members)
         if not members:
             return None

@@ -18,17 +18,18 @@ Rules, checked after every reply and view, first match wins:
 1. the consistency rule can no longer hold whatever comes (all_same: two values differ;
    all_different: a value repeats; majority_same: no value can reach a majority of the
    live targets)                                                → INCONSISTENT
-2. replies ≥ needed and the consistency rule holds               → OK
-3. replies + live targets not yet heard from < needed, or no live
-   target is left                                                → MEMBERS_LOST
+2. counted replies ≥ needed and the consistency rule holds       → OK
+3. counted replies + live targets not yet heard from < needed, or
+   no live target is left                                        → MEMBERS_LOST
 
 `needed` is recomputed from the live targets (the request's targets that the latest view
 still holds): first 1, all n, majority n//2+1, quorum(k) k, percent(p) ⌈p·n/100⌉ (at
 least 1). A reply already received from a server that later left the view still counts
 toward `needed` and for all_same/all_different (it answered before it went), but not for
 majority_same: its value must be held by more than half of the live targets, counting
-the live targets' replies only (n live: n//2+1 equal replies among them). The
-consolidated value: that value for majority_same, otherwise the first counted reply's.
+the live targets' replies only (n live: n//2+1 equal replies among them), nor for vote
+all, which is a reply from every live target (`counted`). The consolidated value: that
+value for majority_same, otherwise the first counted reply's.
 """
 
 from __future__ import annotations
@@ -186,6 +187,14 @@ class Ballot:
     def needed(self) -> int:
         return self.vote.needed(len(self.live))
 
+    @property
+    def counted(self) -> int:
+        """The replies that count toward `needed`: every one, but for vote all only the
+        live targets' (a departed target's reply stands in for no live one's)."""
+        if self.vote.kind == "all":
+            return sum(1 for r in self.replies if r.server in self.live)
+        return len(self.replies)
+
     def outcome(self) -> Outcome:
         return Outcome(self.status, self.value, tuple(self.replies))
 
@@ -217,11 +226,12 @@ class Ballot:
     def _judge(self) -> Status:
         holds, broken, value = self._consistency()
         heard = {r.server for r in self.replies}
+        counted = self.counted
         if broken:
             self.status = Status.INCONSISTENT
-        elif len(self.replies) >= self.needed and holds:
+        elif counted >= self.needed and holds:
             self.status, self.value = Status.OK, value
-        elif len(self.replies) + len(self.live - heard) < self.needed or not self.live:
+        elif counted + len(self.live - heard) < self.needed or not self.live:
             self.status = Status.MEMBERS_LOST
         return self.status
 

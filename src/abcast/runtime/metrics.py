@@ -5,12 +5,16 @@ is read at scrape time from what the node keeps anyway (`abcast.runtime.status`:
 drivers' and transports' counters, `Stack.inspect()` per group) by one custom collector,
 so the hot path pays nothing for it. Four things are counted only while metrics are on,
 in plain ints and dicts, never through prometheus_client's own metric objects: frames
-and bytes per peer (abcast.runtime.node, once per frame), back-pressure waits, and per
+and bytes per peer (abcast.runtime.node, once per frame; a multicast frame once under
+its destination set; both tables made bounded by the server: status.PeerCounts,
+MulticastTraffic),
+back-pressure waits, and per
 group a `GroupMeter`, once per ordered batch — the batch sizes, the latency from
 broadcast to delivery at the origin (sampled: one batch followed at a time), and how
 long view-change flushes take (the ordering's phase, looked at after a frame or timer at
 most once a millisecond). The HTTP endpoint runs on the node's own asyncio loop (no
-thread), so a scrape reads a consistent instant.
+thread), so a scrape reads a consistent instant; a scraper that does not read its reply
+within status.WRITE_TIMEOUT_S is reset (status.answer_once).
 
 Names follow Prometheus conventions (`abcast_…_total` counters, `_seconds`/`_bytes` in
 base units, labels `node`, `group`, `peer`, `layer`); docs/operations.md lists them.
@@ -20,13 +24,20 @@ prometheus_client is imported only when a node is first scraped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from abcast.runtime.status import NodeStatus, ObservedGroup, ObservedNode, node_status
+from abcast.runtime.status import (
+    MulticastTraffic,
+    NodeStatus,
+    ObservedGroup,
+    ObservedNode,
+    PeerCounts,
+    answer_once,
+    node_status,
+)
 
 log: Final = logging.getLogger(__name__)
 
@@ -163,9 +174,14 @@ class MeteredGroup(ObservedGroup, Protocol):
 
 
 class MeteredNode(ObservedNode, Protocol):
-    """A node as the collector reads it (abcast.runtime.node.Node)."""
+    """A node as the collector reads it (abcast.runtime.node.Node), and its traffic
+    tables, which the metrics server makes (bounded ones: PeerCounts, MulticastTraffic)."""
+
+    traffic: dict[str, list[int]] | None
+    multicast_traffic: dict[tuple[str, ...], list[int]] | None
 
     def drivers(self) -> Sequence[MeteredGroup]: ...
+    def peer_url(self, peer: str) -> str | None: ...
 
 
 # ------------------------------------------------------------------------ the collector
@@ -337,6 +353,9 @@ class MetricsServer:
 
     def __init__(self, node: MeteredNode, host: str, port: int) -> None:
         self._node = node
+        # The node counts its traffic in these from now on: bounded tables
+        node.traffic = PeerCounts(lambda peer: node.peer_url(peer) is not None)
+        node.multicast_traffic = MulticastTraffic()
         self._host, self._port = host, port
         self._registry: Any = None  # made at the first scrape, with the first import
         self._server: asyncio.Server | None = None
@@ -365,27 +384,17 @@ class MetricsServer:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await answer_once(writer, reader.readuntil(b"\r\n\r\n"), self._reply)
+
+    def _reply(self, request: bytes) -> bytes:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        try:
-            async with asyncio.timeout(5.0):
-                request = await reader.readuntil(b"\r\n\r\n")
-            method, _, rest = request.partition(b" ")
-            path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-            if method != b"GET" or path not in (b"/metrics", b"/"):
-                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
-                             b"Connection: close\r\n\r\n")
-            else:
-                body = generate_latest(self.registry)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: "
-                             + CONTENT_TYPE_LATEST.encode() + b"\r\nContent-Length: "
-                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
-                             + body)
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                ConnectionError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+        method, _, rest = request.partition(b" ")
+        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
+        if method != b"GET" or path not in (b"/metrics", b"/"):
+            return (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                    b"Connection: close\r\n\r\n")
+        body = generate_latest(self.registry)
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: " + CONTENT_TYPE_LATEST.encode()
+                + b"\r\nContent-Length: " + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n" + body)

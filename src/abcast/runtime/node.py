@@ -61,6 +61,7 @@ from abcast.ids import NodeId
 from abcast.registry.client import RegistryClient
 from abcast.runtime.driver import GroupDriver
 from abcast.runtime.loop import MonotonicClock, gc_mode, tune_gc
+from abcast.runtime.status import OTHER_PEERS
 from abcast.security import load_secret
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Link, Transport, TransportOptions, transport_from_url
@@ -81,9 +82,6 @@ MAX_UNKNOWN_LOGGED: Final = 1024
 #: groups closed here whose late frames are ignored quietly (the most recently closed);
 #: a frame for one closed before them counts as for a group not hosted
 MAX_CLOSED_GROUPS: Final = 1024
-#: the traffic table's one entry for every peer this node has no address of (see
-#: `_new_peer`): the node ids a remote claims must not become metric labels one by one
-OTHER_PEERS: Final = "(other)"
 
 
 class Service(Protocol):
@@ -292,8 +290,7 @@ class Node:
         if self._metrics_at is not None:
             from abcast.runtime.metrics import MetricsServer
 
-            self.traffic, self.multicast_traffic = {}, {}
-            server = MetricsServer(self, *self._metrics_at)
+            server = MetricsServer(self, *self._metrics_at)  # sets the traffic tables
             self.metrics_url = await server.start()
             self._services.append(server)  # once up (a close() meanwhile: start stops it)
         if self._probe_at:

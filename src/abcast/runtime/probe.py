@@ -28,7 +28,7 @@ from typing import Final
 import msgspec
 
 from abcast.codec import NOT_A_MESSAGE
-from abcast.runtime.status import NodeStatus, ObservedNode, node_status
+from abcast.runtime.status import NodeStatus, ObservedNode, answer_once, node_status
 
 log: Final = logging.getLogger(__name__)
 
@@ -83,23 +83,19 @@ class ProbeServer:
                     self._path.unlink()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            try:
-                async with asyncio.timeout(5.0):
-                    request = await reader.readline()
-            except ValueError:  # a line past the reader's limit (64 KiB): no request
-                request = b""
-            if request.strip() == REQUEST.strip() and self._node.running:
-                writer.write(_encoder.encode(node_status(self._node)) + b"\n")
-            else:
-                writer.write(b'{"error": "unknown request"}\n')
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+        await answer_once(writer, _request_line(reader), self._reply)
+
+    def _reply(self, request: bytes) -> bytes:
+        if request.strip() == REQUEST.strip() and self._node.running:
+            return _encoder.encode(node_status(self._node)) + b"\n"
+        return b'{"error": "unknown request"}\n'
+
+
+async def _request_line(reader: asyncio.StreamReader) -> bytes:
+    try:
+        return await reader.readline()
+    except ValueError:  # a line past the reader's limit (64 KiB): no request
+        return b""
 
 
 # ------------------------------------------------------------------------ the client

@@ -1,7 +1,10 @@
 """`Registrar`: a dynamic group's leader keeps the registry's record of the group true.
 
 Rules: only the view's leader announces; it announces on every view change and repairs a
-stale or missing record every `recheck_s`; a removed group stops it. It knows the registry
+stale or missing record every `recheck_s`; a removed group stops it. A member nobody has
+an address of is left out of the announcement, and the record that lacks only it is not
+repaired: the leader looks for the address again after `recheck_s`, then twice as long
+each time up to RELOCATE_MAX_S, and announces once it has one. It knows the registry
 client and the node's addresses, nothing of stacks or orderings (abcast.runtime.group
 starts and stops it).
 """
@@ -17,12 +20,16 @@ from typing import Final
 from abcast.errors import AbcastError, ConfigError
 from abcast.ids import NodeId, View
 from abcast.registry.client import RegistryClient
+from abcast.registry.messages import GroupInfo
 from abcast.tasks import stop_task
 
 log: Final = logging.getLogger(__name__)
 
 #: how often a leader checks the registry still holds its group
 RECHECK_S: Final = 1.0
+#: the longest a leader waits before it looks again for the address of a member nobody
+#: had one of (it starts at recheck_s and doubles)
+RELOCATE_MAX_S: Final = 30.0
 
 
 class Registrar:
@@ -34,7 +41,11 @@ class Registrar:
     leader announces the view (ordering, options, view id, members → addresses) at once;
     every `recheck_s` it looks the group up and announces again if the registry's record
     differs from its view — which is how a registry that restarted and lost everything, or
-    a record left stale by a leader that crashed mid-announce, is put right. Non-leaders
+    a record left stale by a leader that crashed mid-announce, is put right. A member
+    whose address neither this node nor the registry knows is left out of the
+    announcement, and a record that lacks only it is no stale one: the leader looks for
+    the address again with backoff (up to RELOCATE_MAX_S) and announces once it has it,
+    rather than announcing the same record every `recheck_s`. Non-leaders
     only watch (they become leader by a view change, which wakes them). The registry
     ignores an announcement older than the view it holds, so two leaders for a moment (an
     old one that has not yet installed the view without itself) cannot roll it back.
@@ -66,6 +77,12 @@ class Registrar:
         self.repairs = 0  # of which: the registry's record had gone stale or missing
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: the view id and members (with addresses) this leader last announced
+        self._announced: tuple[int, dict[NodeId, str]] | None = None
+        #: while that announcement left members out: when to look for them again, and
+        #: the wait after that (doubling up to RELOCATE_MAX_S)
+        self._relocate_at = 0.0
+        self._relocate_every = recheck_s
 
     def start(self) -> None:
         if self._task is None:
@@ -110,6 +127,7 @@ class Registrar:
         view = self.current_view()
         if self.me not in view.members or view.leader != self.me:
             return  # (membership first: the view a last member leaves into is empty)
+        relocating = False
         if not force:
             info = await self.registry.lookup(self.group)
             if (info.view_id, info.ordering, sorted(info.members)) == (
@@ -117,16 +135,43 @@ class Registrar:
                 return
             if info.view_id > view.view_id:
                 return  # a newer view is there: ours is on its way, or we are out of date
-            self.repairs += 1
-            log.info("%s re-registers %s (the registry had view %d, we are at %d)",
-                     self.me, self.group, info.view_id, view.view_id)
+            relocating = self._holds_ours(info, view)
+            if relocating and asyncio.get_running_loop().time() < self._relocate_at:
+                return  # it lacks only members nobody had an address of: not yet
+            if not relocating:
+                self.repairs += 1
+                log.info("%s re-registers %s (the registry had view %d, we are at %d)",
+                         self.me, self.group, info.view_id, view.view_id)
         members = await self._addresses(view)
         if self.current_view() != view:
             self._changed.set()  # the view moved on while we looked addresses up
             return
+        if relocating and self._announced is not None and members == self._announced[1]:
+            self._relocate_later(twice=True)  # still nobody has their addresses
+            return
         self.announcements += 1
         await self.registry.announce(self.group, self.ordering, view.view_id, members,
                                      options=self.options)
+        self._announced = (view.view_id, members)
+        if len(members) < len(view.members):
+            self._relocate_later(twice=False)
+            log.info("%s announced view %d of %s without %s: no address known (looked for "
+                     "again in %g s, then less often)", self.me, view.view_id, self.group,
+                     " ".join(m for m in view.members if m not in members),
+                     self._relocate_every)
+
+    def _holds_ours(self, info: GroupInfo, view: View) -> bool:
+        """The registry holds what this leader last announced for this view: it differs
+        from the view only by members nobody had an address of."""
+        announced = self._announced
+        return (announced is not None and info.view_id == view.view_id == announced[0]
+                and info.ordering == self.ordering and dict(info.members) == announced[1])
+
+    def _relocate_later(self, *, twice: bool) -> None:
+        most = max(RELOCATE_MAX_S, self.recheck_s)
+        every = min(2 * self._relocate_every, most) if twice else self.recheck_s
+        self._relocate_every = every
+        self._relocate_at = asyncio.get_running_loop().time() + every
 
     async def _addresses(self, view: View) -> dict[NodeId, str]:
         members: dict[NodeId, str] = {}

@@ -24,15 +24,16 @@ from abcast.reliability.channel import ChannelConfig
 #: its connection, while a busy process can stall for tens of ms: the simulator's 60 ms
 #: retransmission floor would fire on queueing delay alone (measured: retransmission
 #: storms at ~2.5 k msgs/s). A group that keeps the default channel gets a 1 s floor,
-#: and acks that ride on the packets it sends anyway (a lone sequencer message then
-#: costs its nodes no standalone ack frame to write, wake up for and read). The delayed
-#: ack waits 20 ms, not 2: with a 1 s floor an ack only frees the retransmission buffer
-#: and opens the window, and every 2 ms each link's ack timer fired (a standalone ack
-#: when nothing rode back in time) or was moved on by the driver: measured, ~1.9 stack
-#: timer fires per lone message at 1 ms gaps, ~0.9 loop timer callbacks back to back.
+#: acks that ride on the packets it sends anyway (a lone sequencer message then costs
+#: its nodes no standalone ack frame to write, wake up for and read), and one 10 ms tick
+#: for all links in place of a delayed-ack and a retransmission timer per link: with a
+#: 1 s floor an ack only frees the retransmission buffer and opens the window, so it may
+#: wait 10–20 ms, and a packet sent or received sets and cancels no timer (per-link
+#: timers cost a lone message ~8 timer effects for the group, each carried through the
+#: stack and the driver: bench/micro_hotpath.py --only lone, docs/performance.md).
 STREAM_CHANNEL: Final = ChannelConfig(ack_delay_us=20_000, rto_us=1_000_000,
-                                      max_rto_us=4_000_000, piggyback_acks=True)
-
+                                      max_rto_us=4_000_000, piggyback_acks=True,
+                                      tick_us=10_000)
 
 
 def for_streams(

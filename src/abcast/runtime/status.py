@@ -15,6 +15,10 @@ node (`NodeStatus.counters`): the node's refusals (`node_*`,
 abcast.runtime.node.NodeStats) and the transport's frames, bytes and connection events
 (`transport_*`, abcast.transport.TransportStats).
 
+Also here, what the probe socket and the metrics endpoint share: their exchange, one
+request and its reply, each under a deadline (`answer_once`), and the node's multicast
+traffic tables, bounded (`PeerCounts`, `MulticastTraffic`, read by `peer_traffic`).
+
 What it reads is typed by two Protocols, `ObservedGroup` (a group's driver) and
 `ObservedNode` (the node), so this module, the probe and the metrics sit below
 abcast.runtime.node and abcast.runtime.driver, which start them, and import neither.
@@ -22,10 +26,14 @@ abcast.runtime.node and abcast.runtime.driver, which start them, and import neit
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
@@ -36,6 +44,20 @@ if TYPE_CHECKING:
 
     from abcast.stack import Stack
     from abcast.transport.base import Transport
+
+
+#: the most distinct multicast destination sets counted apart (see MulticastTraffic)
+MAX_DESTINATION_SETS: Final = 256
+#: the traffic table's entry for every peer the node has no address of (the node's
+#: `_new_peer` counts them there)
+OTHER_PEERS: Final = "(other)"
+#: traffic entries held before those of peers the node has let go are forgotten (see
+#: PeerCounts)
+MAX_PEER_ENTRIES: Final = 1024
+#: how long a client of the probe socket or the metrics endpoint has to send its
+#: request, and to read the whole reply: then its connection is reset (`answer_once`)
+READ_TIMEOUT_S: Final = 5.0
+WRITE_TIMEOUT_S: Final = 5.0
 
 
 class ObservedGroup(Protocol):
@@ -172,10 +194,102 @@ def peer_traffic(node: ObservedNode) -> dict[str, PeerTraffic]:
     if traffic is None:
         return {}
     counts = {peer: list(c) for peer, c in traffic.items()}
-    for destinations, (frames, size) in (node.multicast_traffic or {}).items():
-        for peer in destinations:
-            c = counts.setdefault(peer, [0, 0, 0, 0])
-            c[0] += frames
-            c[1] += size
+    multicasts = node.multicast_traffic or {}
+    spread(multicasts.items(), counts)
+    if isinstance(multicasts, MulticastTraffic):
+        spread((((peer,), c) for peer, c in multicasts.folded.items()), counts)
     return {peer: PeerTraffic(frames_out=c[0], bytes_out=c[1], frames_in=c[2], bytes_in=c[3])
             for peer, c in sorted(counts.items())}
+
+
+def spread(multicasts: Iterable[tuple[Iterable[str], Sequence[int]]],
+           into: dict[str, list[int]]) -> None:
+    """Add each entry's frames and bytes (the first two counts) to each of its peers'."""
+    for peers, (frames, size, *_) in multicasts:
+        for peer in peers:
+            c = into.get(peer)
+            if c is None:
+                c = into[peer] = [0, 0, 0, 0]
+            c[0] += frames
+            c[1] += size
+
+
+class MulticastTraffic(dict[tuple[str, ...], list[int]]):
+    """The node's multicast counts while metrics are on: a frame's destinations ->
+    [frames, bytes], one update per frame whatever its fan-out (abcast.runtime.node).
+    One entry per distinct destination set grew without bound under churn (every view a
+    new set); at MAX_DESTINATION_SETS, a new set first folds them all into `folded`,
+    peer -> [frames, bytes, 0, 0], and starts again. The per-peer sums stay exact; what a
+    frame costs does not change (only a new set's insertion does the work)."""
+
+    __slots__ = ("folded",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folded: dict[str, list[int]] = {}
+
+    def __setitem__(self, destinations: tuple[str, ...], counts: list[int]) -> None:
+        if len(self) >= MAX_DESTINATION_SETS and destinations not in self:
+            spread(self.items(), self.folded)
+            self.clear()
+        super().__setitem__(destinations, counts)
+
+
+class PeerCounts(dict[str, list[int]]):
+    """The node's traffic table while metrics are on: peer -> [frames out, bytes out,
+    frames in, bytes in], one entry per peer it has an address of and one (OTHER_PEERS)
+    for all others. Every peer that ever had an address kept its entry, and so its
+    `peer` label, for as long as the node ran: under churn, without bound. Once
+    MAX_PEER_ENTRIES are held, a new peer's entry first forgets those of the peers the
+    node has let go (no address now): their series end, as a departed target's do; if it
+    comes back it counts from 0 (a counter reset). The work is done at a new peer's
+    insertion, never per frame; the entries of current peers and OTHER_PEERS stay."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self, known: Callable[[str], bool]) -> None:
+        super().__init__()
+        self._known = known  # whether the node has the peer's address
+
+    def __setitem__(self, peer: str, counts: list[int]) -> None:
+        if len(self) >= MAX_PEER_ENTRIES and peer not in self:
+            known = self._known
+            for gone in [p for p in self if p != OTHER_PEERS and not known(p)]:
+                del self[gone]
+        super().__setitem__(peer, counts)
+
+
+async def answer_once(writer: asyncio.StreamWriter, request: Awaitable[bytes],
+                      reply: Callable[[bytes], bytes]) -> None:
+    """One request, one reply, then close: the exchange of the probe socket and of the
+    metrics endpoint. The request has READ_TIMEOUT_S to come, the whole reply
+    WRITE_TIMEOUT_S to be read (the close waits for that too); otherwise, or if the
+    client goes, the connection is reset, so a client that never reads holds neither
+    the handler nor the reply."""
+    replied = False
+    try:
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            received = await request
+        answer = reply(received)
+        async with asyncio.timeout(WRITE_TIMEOUT_S):
+            writer.write(answer)
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+        replied = True
+    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+            ConnectionError):
+        pass
+    finally:
+        if not replied:
+            _reset(writer)
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Abort the connection: what it holds is freed now, not flushed, here and in the
+    kernel (linger 0: a reset, not a FIN queued behind bytes the client never reads)."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family != socket.AF_UNIX:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()

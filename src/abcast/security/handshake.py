@@ -29,7 +29,7 @@ The frame bound is the initiator's `max_frame_bytes` as its hello states it (the
 initiator passes its own, the responder the hello's; left out when the hello states
 none, as a node from before the field does), so a hello whose bound was changed on the
 way fails the handshake, and the bound a receiver compares with its own
-(abcast.transport._common) is authenticated. An initiator that states it cannot complete
+(abcast.transport._hello) is authenticated. An initiator that states it cannot complete
 a handshake with a responder from before the field (their transcripts differ).
 
 Phases (one table each; any other message, or a message in another phase, fails):

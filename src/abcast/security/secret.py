@@ -9,7 +9,8 @@ gets one WARNING per process. Keys are never the secret itself: each use derives
 own with HKDF-SHA256 (RFC 5869), the `info` naming the use (link MAC, AEAD, registry
 proof), so a key leaked from one use says nothing about another. `proof` is the one
 keyed digest the registry's challenges use. Comparisons of MACs go through
-`hmac.compare_digest` only.
+`hmac.compare_digest` only (`same`), and so do the registry's checks of node-id tokens
+(`same_text`).
 """
 
 from __future__ import annotations
@@ -89,3 +90,10 @@ def proof(secret: bytes, label: bytes, *parts: bytes) -> bytes:
 def same(a: bytes, b: bytes) -> bool:
     """Constant-time equality of two MACs."""
     return hmac.compare_digest(a, b)
+
+
+def same_text(a: str, b: str) -> bool:
+    """Constant-time equality of two secret strings (the registry's node-id tokens),
+    compared as UTF-8: compare_digest refuses a str beyond ASCII, and a token may be any
+    string."""
+    return same(a.encode(), b.encode())

@@ -39,8 +39,8 @@ from abcast.trace.schema import EVENT_SCHEMA
 from abcast.trace.stream import stream_table
 from abcast.trace.writer import parquet_table
 from abcast.transport import udp_wire
-from abcast.transport._common import HELLO_MAGIC, Hello, decode_hello, encode_hello
 from abcast.transport._framing import encode_frames, split_frames
+from abcast.transport._hello import HELLO_MAGIC, Hello, decode_hello, encode_hello
 
 SEEDS = 48  # valid inputs per decoder
 _CORES = ("ordering", "reliability", "group", "consensus", "membership")

@@ -3,7 +3,7 @@
 Rules: the service is declared with grpc's generic handlers (method
 /abcast.transport.Transport/Push, stream → unary, bytes in and out with no
 serializers), so there is no .proto and no compile step. A sender opens one Push call
-per connection, its hello (see _common) in the call's metadata (HELLO_KEY); every
+per connection, its hello (see _hello) in the call's metadata (HELLO_KEY); every
 message is a batch of up to batch_bytes of length-prefixed frames (the tcp framing). The
 receiver admits or refuses a call on its metadata, before asking for any of its
 messages, then delivers the frames of each message in order and returns b"" only when
@@ -43,8 +43,9 @@ import grpc.aio
 
 from abcast.errors import ConfigError, DecodeError
 from abcast.ids import NodeId
-from abcast.transport._common import PeerState, QueuedTransport, decode_hello, encode_hello
+from abcast.transport._common import PeerState, QueuedTransport
 from abcast.transport._framing import encode_frames
+from abcast.transport._hello import decode_hello, encode_hello
 from abcast.transport._tls import read_pems
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 

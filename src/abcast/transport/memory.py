@@ -25,7 +25,8 @@ from typing import Any, ClassVar, Final
 
 from abcast.errors import ConfigError
 from abcast.ids import NodeId
-from abcast.transport._common import Hello, PeerState, QueuedTransport
+from abcast.transport._common import PeerState, QueuedTransport
+from abcast.transport._hello import Hello
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)

@@ -50,12 +50,8 @@ from Pyro5.callcontext import current_context
 
 from abcast.errors import ConfigError
 from abcast.ids import NodeId
-from abcast.transport._common import (
-    Hello,
-    PeerState,
-    QueuedTransport,
-    frame_bound_refusal,
-)
+from abcast.transport._common import PeerState, QueuedTransport
+from abcast.transport._hello import Hello, frame_bound_refusal
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Rules: a DEALER's routing id *is* its hello (node, incarnation, conn_seq, frame bound),
 so the ROUTER knows who sent every message without an extra round trip, and the
-supersede rule and the frame bound's check of _common apply per routing id (a refused
+supersede rule and the frame bound's check of _hello apply per routing id (a refused
 one gets a DROP; the key of a secret link is derived from the whole routing id, its
 bound included). A zmq message carries a batch: up to batch_bytes of frames in the
 length-prefixed framing of tcp (one part per frame would cost a Python object per part
@@ -61,14 +61,9 @@ from abcast.errors import ConfigError, DecodeError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.security import Opener, Sealer
 from abcast.security.secret import session_key
-from abcast.transport._common import (
-    Hello,
-    PeerState,
-    QueuedTransport,
-    decode_hello,
-    encode_hello,
-)
+from abcast.transport._common import PeerState, QueuedTransport
 from abcast.transport._framing import encode_frames
+from abcast.transport._hello import Hello, decode_hello, encode_hello
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)
