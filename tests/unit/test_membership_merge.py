@@ -35,7 +35,7 @@ from abcast.events import (
 )
 from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
-from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
+from abcast.membership.merge import VIEW_ID_SPAN, Merger, evs_view_id
 from abcast.membership.state import (
     MAX_EARLY,
     MAX_MERGE_NOTES,
@@ -241,7 +241,8 @@ def test_merge_bookkeeping_stays_bounded_over_a_long_churn_run() -> None:
     """300 rounds of merge and split, each with an abort heard ahead of its prepare from
     a stranger and a probe answered: what the member keeps of them stays bounded (aborts
     for views it is past are forgotten, the rest capped; answers expire after
-    `probe_us`), where it used to grow by one of each per round."""
+    `probe_us`, lower sides' probes after two), where it used to grow by one of each per
+    round."""
     layer = _member("n3")
     layer.handle(Suspected("n1"), 10)
     layer.handle(Suspected("n2"), 10)
@@ -254,12 +255,13 @@ def test_merge_bookkeeping_stays_bounded_over_a_long_churn_run() -> None:
         layer.handle(Received(f"n{1000 + k}", MMergeAbort(stale + 1, 1), EMPTY), now)
         layer.handle(Received(f"n{5000 + k}", MMergeAbort(ahead, 1), EMPTY), now)
         layer.handle(Received(f"a{k}", MMergeProbe(1, [f"a{k}"]), EMPTY), now)  # lower: we answer
-        _merge_with(layer, f"n{10 + k}", now + 1)
-        layer.handle(Suspected(f"n{10 + k}"), now + 2)  # and split again
+        # (a lower side's probe holds our own merges back for two probe periods)
+        _merge_with(layer, f"n{10 + k}", now + 2 * period + 1)
+        layer.handle(Suspected(f"n{10 + k}"), now + 2 * period + 2)  # and split again
         assert layer.view is not None and layer.view.members == ("n3",)
         assert len(layer.s.merge_aborted) <= MAX_MERGE_NOTES
         assert all(a[1] > layer.view.view_id for a in layer.s.merge_aborted)
-        assert len(layer.s.probe_answered) <= 1
+        assert len(layer.s.probe_answered) <= 1 and len(layer.s.lower_probes) <= 1
         assert len(layer.s.seen_in) <= MAX_MERGE_NOTES
     assert layer.merges == 300
 
@@ -695,3 +697,42 @@ def test_a_flood_of_strangers_cannot_push_out_a_kept_prepare_of_the_next_lineage
     effects = layer.adopt(View(ahead, ("n0", *VIEW.members)))  # the install came
     assert [(e.to, e.header.target) for e in effects
             if isinstance(e, Send) and isinstance(e.header, MState)] == [("n0", honest.target)]
+
+
+class CrossesALowerSide(Merger):
+    """Planted bug: the merge as it was — a leader starts a merge it is the lowest of
+    whatever lower side probes it meanwhile."""
+
+    def _lower_side_probing(self) -> bool:
+        return False
+
+
+def _starts_a_merge(layer: Membership, event: Event, now: int) -> bool:
+    return bool(_prepares(layer.handle(event, now)))
+
+
+def check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(kind: type[Merger]) -> None:
+    """Three sides: {n3, n6}, {n4, n5} (us) and {n9, n10}. n3, the lowest of all, merges
+    them one by one; n4, the lowest of its side and the third, starting that merge too
+    would cross n3's (each needs n4 and n5): both failed, again and again (--evs
+    --flapping seed 37: the three sides never merged). While n3 probes us, a probe from
+    the third side starts nothing; two probe periods after n3's last, it does."""
+    layer = Membership("n4", Sequencer("n4", evs=True), MembershipConfig(partitions="evs"))
+    layer.merger = kind(layer.s, layer)
+    layer.handle(ViewInstalled(View(3, ("n4", "n5"))), 0)
+    period = layer.config.probe_us
+    lower = Received("n3", MMergeProbe(evs_view_id(4, "n3"), ["n3", "n6"]), EMPTY)
+    third = Received("n9", MMergeProbe(evs_view_id(4, "n9"), ["n9", "n10"]), EMPTY)
+    answer = layer.handle(lower, 10)
+    assert [e.to for e in answer if isinstance(e, Send)] == ["n3"]  # n3 starts our merge
+    assert not _starts_a_merge(layer, third, 10 + period)
+    assert _starts_a_merge(layer, third, 20 + 3 * period)
+
+
+def test_a_leader_probed_by_a_lower_side_leaves_a_third_to_it() -> None:
+    check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(Merger)
+
+
+def test_planted_a_leader_that_crosses_a_lower_sides_merge_is_caught() -> None:
+    with pytest.raises(AssertionError):
+        check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(CrossesALowerSide)

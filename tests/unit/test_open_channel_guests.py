@@ -16,7 +16,7 @@ import pytest
 from abcast.codec import Packet
 from abcast.effects import CancelTimer, Effect, Send, SetTimer, Up
 from abcast.errors import RemoteProtocolError
-from abcast.events import Received, SendRequested, TimerFired, ViewInstalled
+from abcast.events import Event, Received, SendRequested, TimerFired, ViewInstalled
 from abcast.ids import NodeId, View
 from abcast.ordering import _open_channel
 from abcast.ordering._open_channel import OpenChannel
@@ -233,6 +233,65 @@ def test_a_lingering_node_is_still_gone_for_good() -> None:
     a.handle(TimerFired(("linger", "b")), 1 + LINGER)
     assert a.handle(Received("b", RData(1), Packet((), b"late")), 2 + LINGER) == []
     assert "b" not in a.guests()
+
+
+class ForgetsTalkingLingerers(OpenChannel):
+    """Planted bug: the channel as it was — a removed member is gone `linger_us` after
+    the view that removed it, however recently it spoke."""
+
+    def _expire(self, peer: NodeId, now: int) -> list[Effect]:
+        return self._forget(peer, now) if peer in self._lingering else super()._expire(
+            peer, now)
+
+
+class KeptBySends(OpenChannel):
+    """Planted bug: what we send a lingering node keeps it, as it keeps a guest (a
+    crashed node the merge probes for a minute would be retransmitted to all along)."""
+
+    def _handle_general(self, event: Event, now: int) -> list[Effect]:
+        if isinstance(event, SendRequested) and event.to in self._spoke:
+            self._spoke[event.to] = now
+        return super()._handle_general(event, now)
+
+
+def check_a_lingering_node_that_speaks_keeps_its_link(kind: type[OpenChannel]) -> None:
+    """A node another side removed may still merge with us long after (evs): while it
+    speaks, its link is kept whole; once silent for `linger_us` it is gone as before."""
+    a = _open(kind)
+    a.handle(ViewInstalled(View(2, ("a",))), 1)  # b is removed: it lingers
+    assert _ups(a.handle(Received("b", RData(1), Packet((), b"m1")), LINGER // 2))
+    moved = a.handle(TimerFired(("linger", "b")), 1 + LINGER)
+    assert "b" in a.lingering() and _linger_timer(moved, "b") == LINGER // 2 + LINGER
+    assert _ups(a.handle(Received("b", RData(2), Packet((), b"m2")), LINGER + 10))
+    a.handle(TimerFired(("linger", "b")), LINGER // 2 + LINGER)
+    a.handle(TimerFired(("linger", "b")), 2 * LINGER + 10)  # silent since LINGER + 10
+    assert "b" not in a.lingering()
+    assert a.handle(Received("b", RData(3), Packet((), b"late")), 3 * LINGER) == []
+
+
+def check_what_we_send_a_lingering_node_does_not_keep_it(kind: type[OpenChannel]) -> None:
+    a = _open(kind)
+    a.handle(ViewInstalled(View(2, ("a",))), 1)
+    assert _sends(a.handle(SendRequested("b", Packet((), b"probe"), True), LINGER // 2))
+    a.handle(TimerFired(("linger", "b")), 1 + LINGER)
+    assert "b" not in a.lingering() and a.in_flight() == 0
+
+
+@pytest.mark.parametrize("check", [check_a_lingering_node_that_speaks_keeps_its_link,
+                                   check_what_we_send_a_lingering_node_does_not_keep_it])
+def test_a_lingering_node_is_kept_while_it_speaks(check: Callable[[type[OpenChannel]], None]
+                                                  ) -> None:
+    check(OpenChannel)
+
+
+@pytest.mark.parametrize(("check", "planted"), [
+    (check_a_lingering_node_that_speaks_keeps_its_link, ForgetsTalkingLingerers),
+    (check_what_we_send_a_lingering_node_does_not_keep_it, KeptBySends),
+])
+def test_planted_lingering_rules_are_caught(check: Callable[[type[OpenChannel]], None],
+                                            planted: type[OpenChannel]) -> None:
+    with pytest.raises(AssertionError):
+        check(planted)
 
 
 # -- a pair of guests over a faulty network, quiet spells between bursts -----------------

@@ -57,9 +57,10 @@ out of the next view; it waits for every new member's farewell before it stops. 
 that learns a later view left it out (`MFarewell`, the detector's `Excluded`) was cut
 off: it stops, the Isis rule (`cut_off`: drivers record a removal, not a leave).
 
-Where it lives: this module is the layer — events in, the member's side of the flush,
+Where it lives: this module is the layer — events in, the install and what it settles,
 timers. It owns its state (abcast.membership.state.MembershipState) and parts that take
-that state explicitly: the coordinator's side of the flush
+that state explicitly: the member's side of the flush — prepares answered or held back,
+pledges and aborts (abcast.membership.flush_member), the coordinator's side
 (abcast.membership.flush_coordinator), joining, leaving and removal
 (abcast.membership.join_leave), stable reports and the missed-install call
 (abcast.membership.stability) and the evs merge (abcast.membership.merge); they call
@@ -100,6 +101,7 @@ from abcast.ids import NodeId, View
 from abcast.layer import Layer
 from abcast.membership.api import MergingOrdering, ViewOrdering
 from abcast.membership.flush_coordinator import FlushCoordinator
+from abcast.membership.flush_member import FlushMember
 from abcast.membership.join_leave import JoinLeave
 from abcast.membership.merge import Merger
 from abcast.membership.stability import Stability
@@ -115,7 +117,6 @@ from abcast.membership.state import (
     CoordinatedFlush,
     MembershipConfig,
     MembershipState,
-    keep_early,
 )
 from abcast.membership.wire import (
     MEMBERSHIP_HEADERS,
@@ -145,9 +146,9 @@ _log = logging.getLogger(__name__)
 
 class Membership(Layer):
     """Views for the ordering it wraps (one stack slot: its headers and the ordering's).
-    It owns the state `s` and its parts, which take that state explicitly: the
-    coordinator's flush (`coordinator`), join, leave and removal (`joins`), the evs merge
-    (`merger`) and stability (`stability`)."""
+    It owns the state `s` and its parts, which take that state explicitly: the member's
+    flush (`answers`), the coordinator's (`coordinator`), join, leave and removal
+    (`joins`), the evs merge (`merger`) and stability (`stability`)."""
 
     def __init__(
         self, node: NodeId, ordering: ViewOrdering, config: MembershipConfig | None = None
@@ -158,6 +159,7 @@ class Membership(Layer):
         self.header_type = ordering.header_type | MembershipHeader  # type: ignore[misc]
         self.config = config or MembershipConfig()
         self.s = MembershipState(node, ordering, self.config)
+        self.answers = FlushMember(self.s, self)
         self.coordinator = FlushCoordinator(self.s, self)
         self.joins = JoinLeave(self.s, self)
         self.merger = Merger(self.s, self)
@@ -205,6 +207,18 @@ class Membership(Layer):
 
     def depart(self) -> list[Effect]:
         return self.joins.depart()
+
+    def prior_for(self, coordinator: NodeId) -> int:
+        return self.answers.prior_for(coordinator)
+
+    def state_for(self, target: int, attempt: int, prior: int = 0) -> MState:
+        return self.answers.state_for(target, attempt, prior)
+
+    def release(self, coordinator: NodeId, target: int, attempt: int) -> None:
+        self.answers.release(coordinator, target, attempt)
+
+    def unfreeze(self) -> list[Effect]:
+        return self.answers.unfreeze()
 
     def replay(self, event: Received) -> list[Effect]:
         """A kept membership packet handled now (see `_replayed`: a peer's mistake in it
@@ -328,7 +342,7 @@ class Membership(Layer):
             case Suspected(node):
                 self.s.suspects.add(node)  # before a thaw replays prepares that name it
                 effects = self.merger.on_suspect(node)
-                effects += self.coordinator.on_suspect(node) + self._retry_deferred()
+                effects += self.coordinator.on_suspect(node) + self.answers.retry_deferred()
             case Restored(node):
                 effects = self.coordinator.on_restored(node)
             case Excluded(by, view_id) if self._partitioned(by, view_id):
@@ -350,7 +364,7 @@ class Membership(Layer):
         """Suspect `by` as on `Suspected` (what we held back for it is answered)."""
         self.s.suspects.add(by)
         effects = self.merger.on_suspect(by, in_view) + self.coordinator.on_suspect(by)
-        return effects + self._retry_deferred()
+        return effects + self.answers.retry_deferred()
 
     # -- membership messages -------------------------------------------------------------
     def _membership(self, sender: NodeId, header: Any) -> list[Effect]:
@@ -402,41 +416,10 @@ class Membership(Layer):
                 return self.joins.on_refuse(sender, view_id)
             case MPrepare() if self.merger.busy:
                 return self.merger.defer(Received(sender, header, EMPTY))
-            case MPrepare(target, attempt, proposed):
-                if sender not in members:
-                    if self._ahead_of_us(sender, target):
-                        # Led by a member of a view we have not installed yet (a joiner it
-                        # admitted): answer once that view is ours.
-                        keep_early(self.s, Received(sender, header, EMPTY), (target, attempt))
-                        return []
-                    if sender in self.s.stale_from:
-                        return []  # said once: its retransmissions are dropped quietly
-                    self.s.stale_from.add(sender)
-                    raise RemoteProtocolError(
-                        f"flush for view {target} from {sender}, not a member of {view}"
-                        " (its further flush messages are dropped quietly)")
-                lower = view.members[:view.members.index(sender)]
-                if any(m not in self.s.suspects for m in lower):
-                    # Someone I still trust precedes it: it may be cut off from them (a
-                    # minority's coordinator). Answer once I suspect them too.
-                    kept = self.s.deferred.get(sender)
-                    if kept is None or (target, attempt) > (kept.header.target,
-                                                            kept.header.attempt):
-                        self.s.deferred[sender] = Received(sender, header, EMPTY)
-                    return []
-                if (sender, target, attempt) in self.s.aborted:
-                    return []
-                return self._on_prepare(sender, target, attempt, tuple(proposed))
+            case MPrepare():
+                return self.answers.on_prepare(sender, header)
             case MAbort(target, attempt):
-                self.release(sender, target, attempt)
-                if (sender, (target, attempt)) != (self.s.answered_to, self.s.answered):
-                    self.s.aborted.add((sender, target, attempt))  # its prepare is late
-                    # (or, under primary partition, the flush we answered before the
-                    # one we froze for: the last open one given up, we are back in our
-                    # view)
-                    last = not self.config.evs and self.s.flush is None
-                    return self.unfreeze() if last else []
-                return self.unfreeze()
+                return self.answers.on_abort(sender, target, attempt)
             case MState():
                 return self.coordinator.on_state(sender, header)
             case MBusy() if self.config.evs and self._busy_elsewhere(sender):
@@ -452,82 +435,11 @@ class Membership(Layer):
             case _:
                 raise RemoteProtocolError(f"{sender} sent unexpected header {header!r}")
 
-    def _ahead_of_us(self, sender: NodeId, target: int) -> bool:
-        """A flush from a non-member may be for a view beyond the next one of our lineage
-        (led by a joiner that view admitted), or stale. Primary: view ids count views, so
-        a target past the next id says it. evs: ids jump by coordinator (`evs_view_id`),
-        so numbers say nothing of lineage; who leads does. A node our views left out
-        (`lost`: a former member, now on another side) leads another lineage's flush,
-        never one of our next views; anyone else may, for any later id."""
-        view = self.s.view
-        assert view is not None
-        if self.config.evs:
-            return sender not in self.s.lost and target > view.view_id
-        return target > view.view_id + 1
-
     def _busy_elsewhere(self, sender: NodeId) -> bool:
         flush = self.s.flush
         return flush is not None and sender in flush.members and sender != self.node
 
-    # -- the flush, as a member ----------------------------------------------------------
-    def prior_for(self, coordinator: NodeId) -> int:
-        return self.s.answered[0] if self.s.answered_to != coordinator else 0
-
-    def state_for(self, target: int, attempt: int, prior: int = 0) -> MState:
-        view = self.s.view
-        assert view is not None
-        self.s.frozen = True
-        self.s.answered = (target, attempt)
-        self.s.answered_for.setdefault(target, set()).add(attempt)
-        self.pledge(self.s.answered_to, target, attempt)
-        return MState(target, attempt, view.view_id, self.ordering.report(), prior)
-
-    def _on_prepare(
-        self, sender: NodeId, target: int, attempt: int, members: tuple[NodeId, ...]
-    ) -> list[Effect]:
-        view = self.s.view
-        assert view is not None
-        if self.node not in members:
-            return []
-        if target <= view.view_id:
-            # Its coordinator's install of our view never reached it: hand it over.
-            last = self.s.last_install
-            return [Send(sender, last)] if last is not None else []
-        answered_to = self.s.answered_to
-        if (self.config.evs and self.s.frozen and self.s.flush is None
-                and answered_to not in (sender, self.node) and answered_to not in self.s.suspects
-                and self.s.answered[0] > view.view_id):
-            # Frozen for another coordinator's view: under evs two sides may be forming
-            # at once, and a member must end up in one of them only.
-            return [Send(sender, MBusy(*self.s.answered))]
-        if sender == self.s.answered_to and attempt <= self.s.answered[1]:
-            return []  # sent twice, or overtaken by its newer attempt
-        if (target, attempt) <= self.s.answered and sender != self.s.answered_to:
-            return [Send(sender, MBusy(*self.s.answered))]
-        # (A newer attempt of the coordinator we answered is answered, even for a lower
-        # view id: it gave that flush up and starts again from its view.)
-        prior = self.prior_for(sender)
-        self.s.answered_to = sender
-        return [Send(sender, self.state_for(target, attempt, prior))]
-
-    def pledge(self, coordinator: NodeId, target: int, attempt: int) -> None:
-        """Our state goes to `coordinator`'s flush (target, attempt). Its earlier ones for
-        this target or a later one installed nothing (a coordinator that installed a view
-        prepares only later ones); our own earlier ones none at all. Primary partition
-        only: under evs sides go on apart and the merge settles what each installed."""
-        if self.config.evs:
-            return
-        self.s.pledged = {(c, t, a) for c, t, a in self.s.pledged
-                          if c != coordinator or (c != self.node and (t < target
-                                                                      or a > attempt))}
-        self.s.pledged.add((coordinator, target, attempt))
-
-    def release(self, coordinator: NodeId, target: int, attempt: int) -> None:
-        """`coordinator` gave its flush (target, attempt) up: that one and its earlier
-        ones for this target or a later one installed nothing."""
-        self.s.pledged = {(c, t, a) for c, t, a in self.s.pledged
-                          if c != coordinator or t < target or a > attempt}
-
+    # -- the install, as a member --------------------------------------------------------
     def on_install(self, install: MInstall) -> list[Effect]:
         view = self.s.view
         assert view is not None
@@ -590,7 +502,7 @@ class Membership(Layer):
         effects += self.resume()
         # A prepare held back while a member lower than its sender was trusted, which
         # this view leaves out, is answered now (else its coordinator waits on us).
-        effects += self._retry_deferred()
+        effects += self.answers.retry_deferred()
         return effects + self.recheck()
 
     def recheck(self) -> list[Effect]:
@@ -651,26 +563,6 @@ class Membership(Layer):
             return []
 
     # -- the flush, as coordinator -------------------------------------------------------
-    def _retry_deferred(self) -> list[Effect]:
-        deferred, self.s.deferred = self.s.deferred, {}
-        effects: list[Effect] = []
-        for event in deferred.values():
-            if self.s.status in ("member", "leaving"):
-                effects += self.replay(event)
-        return effects
-
-    def unfreeze(self) -> list[Effect]:
-        """The flush we answered will install nothing: back to the view we are in —
-        unless another flush we gave our state to may have installed a view with it
-        (`pledged`: its coordinator suspected since, its install not here yet). Its
-        members went on from our report: what we delivered more here, they never would.
-        Frozen, we wait for its install, its abort or a flush that settles the view."""
-        if not self.s.frozen or self.s.status not in ("member", "leaving") or self.s.pledged:
-            return []
-        self.s.frozen = False
-        self.s.answered_for.pop(self.s.answered[0], None)
-        return self.resume()
-
     def outcome(self, flush: CoordinatedFlush) -> list[FlushMessage]:
         """The flush's outcome: the ordering settles every survivor's report (a hook so
         that tests can plant a forgetful one)."""

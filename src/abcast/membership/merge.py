@@ -11,7 +11,9 @@ point heard, only its side's origins). Heal, here:
 
 1. Discovery: a view's coordinator probes the nodes its lineage lost (`MMergeProbe`,
    every `probe_us` for `probe_for_us`); a member passes a probe to its coordinator; the
-   lowest node of both views coordinates the merge. A node's view ids only grow: a
+   lowest node of both views coordinates the merge — unless a side with a lower node
+   still probed it within two probe periods (`lower_probes`): that node merges the sides
+   one by one, and a merge of its own would cross it. A node's view ids only grow: a
    probe naming a node heard in a later view since (`seen_in`) is stale, dropped.
 2. `MMergePrepare(target, attempt, members)` to both sides; each member that is neither
    frozen nor flushing, and whose view the coordinator knows whole, freezes and answers
@@ -174,11 +176,19 @@ class Merger:
                 f"merge probe for {members} from {sender}, neither one of them nor of {view}")
         if view.leader != s.node:
             return [Send(view.leader, MMergeProbe(view_id, list(members)), control=True)]
+        lowest = sorted_nodes(list(members))[0]
+        if node_sort_key(lowest) < node_sort_key(s.node):
+            note(s.lower_probes, lowest, s.now)
         if s.frozen or self.busy or s.flush is not None or s.suspects & set(view.members):
             return []  # busy, or a flush of our own comes first; the next probe comes
         ours = [m for m in view.members if m not in s.suspects]
         union = sorted_nodes([*ours, *members])
         if union[0] == s.node:
+            if self._lower_side_probing():
+                # Three sides or more: a side with a lower node than ours probes us too.
+                # It merges the sides one by one; a merge of ours would cross its merge
+                # with us (each needs our members) and both fail, again and again.
+                return []
             return self._start(view_id, union)
         other = members[0]
         last = s.probe_answered.get(other)
@@ -189,6 +199,13 @@ class Merger:
         s.probe_answered = {n: t for n, t in s.probe_answered.items() if t > horizon}
         note(s.probe_answered, other, s.now)
         return [Send(other, MMergeProbe(view.view_id, list(view.members)), control=True)]
+
+    def _lower_side_probing(self) -> bool:
+        """A side whose lowest node is below us probed us within two probe periods."""
+        s = self.s
+        horizon = s.now - 2 * s.config.probe_us
+        s.lower_probes = {n: t for n, t in s.lower_probes.items() if t >= horizon}
+        return bool(s.lower_probes)
 
     # -- the merge coordinator -----------------------------------------------------------
     def _start(self, other_view_id: int, members: tuple[NodeId, ...]) -> list[Effect]:

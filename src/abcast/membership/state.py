@@ -2,9 +2,11 @@
 and the hooks its parts call across modules.
 
 Rules: declarations only. The layer (abcast.membership.layer, where the phase table is)
-owns one `MembershipState` and two parts that take it explicitly: the coordinator's flush
-(abcast.membership.flush_coordinator) and join, leave and removal
-(abcast.membership.join_leave). Each part reads and writes the same fields and calls the
+owns one `MembershipState` and the parts that take it explicitly: the member's and the
+coordinator's side of the flush (abcast.membership.flush_member,
+abcast.membership.flush_coordinator), join, leave and removal
+(abcast.membership.join_leave), stability (abcast.membership.stability) and the evs merge
+(abcast.membership.merge). Each part reads and writes the same fields and calls the
 member's steps through `MemberSteps` (the layer), without importing the others.
 """
 
@@ -275,6 +277,8 @@ class MembershipState:
         self.probe_armed = False
         #: coordinator → when we answered its probe (within `probe_us`; MAX_MERGE_NOTES)
         self.probe_answered: dict[NodeId, int] = {}
+        #: the lowest node of a side that probed us, lower than us → when (MAX_MERGE_NOTES)
+        self.lower_probes: dict[NodeId, int] = {}
         self.merge: MergeRound | None = None  # coordinating
         self.merging: tuple[int, int, NodeId] | None = None  # answered (target, attempt, by)
         self.merge_view = 0  # our view id when we answered

@@ -6,12 +6,16 @@ channel drops packets to and from nodes outside the current view, which makes a 
 impossible: the joiner's stack starts with a view that holds only itself, and the
 contact's view does not hold the joiner until the group has ordered its JOIN. Here the
 channel admits as a *guest* any node the layer above sends to or that sends it data,
-until a view holds it; a node that a view change removes *lingers* for `linger_us`, so
-what was sent to it just before (a leaver's farewell) is still retransmitted until
-acknowledged, and after that it is gone for good: its packets are dropped and it is
-never admitted again (node ids are not reused within a group) — as long as it is among
-the last MAX_GONE departed (older ones are forgotten, so a long-lived member's memory
-does not grow with every node that ever left; one that speaks again is a guest at most).
+until a view holds it; a node that a view change removes *lingers* until it has been
+silent for `linger_us` (nothing from it, data or acks), so what was sent to it just
+before (a leaver's farewell) is still retransmitted until acknowledged, and a node
+another side of a partition removed keeps its link while it talks to us (an evs merge
+may conclude long after the view that removed it: abcast.membership.merge); after that
+it is gone for good: its packets are dropped and it is never admitted again (node ids
+are not reused within a group) — as long as it is among the last MAX_GONE departed
+(older ones are forgotten, so a long-lived member's memory does not grow with every node
+that ever left; one that speaks again is a guest at most). What we send a lingering
+node does not keep it: a crashed one is probed by the merge for a minute, unanswered.
 
     peer        event                                       next       effects
     stranger    it sends data, or the layer above to it     guest      linger timer
@@ -19,7 +23,8 @@ does not grow with every node that ever left; one that speaks again is a guest a
     guest       linger timer, heard within linger_us        guest      timer moved on
     guest       linger timer, silent for linger_us          forgotten  links, timers freed
     member      a view without it                           lingering  linger timer
-    lingering   linger timer                                gone       links, timers freed
+    lingering   linger timer, heard from within linger_us   lingering  timer moved on
+    lingering   linger timer, silent for linger_us          gone       links, timers freed
     any         Forgotten (it withdrew: stopped for good)   stranger   links freed, no marks
                                                                        (a member: once a view
                                                                        leaves it out)
@@ -39,9 +44,9 @@ received is taken for a duplicate): the layers above resend what they still need
 joiner asks again; a member's own traffic never waits on it. One forgotten mid-packet
 gets fresh links (its numbers are half taken); if it was only cut off and speaks
 again, its numbers and ours disagree, as for a departed node past MAX_GONE (lifting
-that needs a link incarnation number in the header). Members and lingering nodes take
-the per-packet fast path, and the stack's shortcuts (the plain channel's, declared
-here: `_steady` is `_quick`); only a guest's packets are timed, on the general path.
+that needs a link incarnation number in the header). Members take the per-packet fast
+path, and the stack's shortcuts (the plain channel's, declared here: `_steady` is
+`_quick`); only a guest's and a lingering node's packets are timed, on the general path.
 
 It drives the plain channel through its public `handle`, by installing the widened view
 (members ∪ guests ∪ lingering) whenever that set changes, and recreates a resumed
@@ -110,6 +115,8 @@ class OpenChannel(ReliableChannel):
         self._gone: dict[NodeId, None] = {}  # insertion order: the oldest first
         #: when each guest was last heard (sent anything, or was sent to from above)
         self._heard: dict[NodeId, int] = {}
+        #: when each lingering node last sent anything (what we send it does not count)
+        self._spoke: dict[NodeId, int] = {}
         #: forgotten guests' link numbers (insertion order: the oldest first)
         self._resumable: dict[NodeId, _LinkMarks] = {}
         #: members the layer above said stopped for good (`Forgotten`): a view without
@@ -143,10 +150,10 @@ class OpenChannel(ReliableChannel):
     pass_down_each = ReliableChannel.pass_down_each
 
     def handle(self, event: Event, now: int) -> list[Effect]:
-        # The per-packet events first, by exact type: a member or lingering peer needs
-        # no admission and is not timed, and the plain channel's handlers are called
-        # directly. Anything else — a guest, a stranger, a view, a timer, subclasses —
-        # takes the general path below.
+        # The per-packet events first, by exact type: a member needs no admission and is
+        # not timed, and the plain channel's handlers are called directly. Anything else
+        # — a guest, a lingering node, a stranger, a view, a timer, subclasses — takes
+        # the general path below.
         installed = self._quick
         kind = type(event)
         if kind is Received:
@@ -184,10 +191,14 @@ class OpenChannel(ReliableChannel):
             case MulticastRequested(to, _):
                 return self._admit(to, now) + super().handle(event, now)
             case Received(sender, RData() | RFrag(), _):
+                if sender in self._spoke:
+                    self._spoke[sender] = now  # a lingering node: it is still there
                 return self._admit((sender,), now) + super().handle(event, now)
             case Received(sender, _, _):
                 if sender in self._heard:
                     self._heard[sender] = now  # a guest's ack: it is still there
+                elif sender in self._spoke:
+                    self._spoke[sender] = now
                 return super().handle(event, now)
             case TimerFired(("linger", str(peer))):
                 return self._expire(peer, now)
@@ -207,7 +218,8 @@ class OpenChannel(ReliableChannel):
 
     def _reinstall(self, now: int) -> list[Effect]:
         wanted = frozenset(self._allowed())
-        self._quick = wanted - self._guests if self._view is not None else frozenset()
+        self._quick = (wanted - self._guests - self._lingering if self._view is not None
+                       else frozenset())
         if wanted == self._installed:
             self._steady = self._quick
             return []
@@ -246,6 +258,7 @@ class OpenChannel(ReliableChannel):
         self._lingering -= members
         for peer in members:
             self._heard.pop(peer, None)  # its linger timer, when it fires, finds a member
+            self._spoke.pop(peer, None)
         for peer in members:
             self._gone.pop(peer, None)
         effects: list[Effect] = []
@@ -256,6 +269,7 @@ class OpenChannel(ReliableChannel):
             if peer in withdrawn:
                 continue  # stopped for good: a stranger (`_withdraw`), no linger
             self._lingering.add(peer)
+            self._spoke[peer] = now
             effects.append(SetTimer(("linger", peer), now + self.linger_us))
         effects += self._reinstall(now)
         self._reassembly.members = self._reassembly_members()  # if the widened set held
@@ -271,14 +285,15 @@ class OpenChannel(ReliableChannel):
         self._guests.discard(peer)
         self._lingering.discard(peer)
         self._heard.pop(peer, None)
+        self._spoke.pop(peer, None)
         self._gone.pop(peer, None)
         self._resumable.pop(peer, None)
         return self._reinstall(now)
 
     def _expire(self, peer: NodeId, now: int) -> list[Effect]:
-        """A linger timer: a lingering node is forgotten; a guest only once silent for
+        """A linger timer: a guest or a lingering node is forgotten once silent for
         `linger_us`, else its timer moves on to that time from when it was last heard."""
-        heard = self._heard.get(peer)
+        heard = self._heard.get(peer, self._spoke.get(peer))
         if heard is not None and now < heard + self.linger_us:
             return [SetTimer(("linger", peer), heard + self.linger_us)]
         return self._forget(peer, now)
@@ -296,6 +311,7 @@ class OpenChannel(ReliableChannel):
                 _remember(self._resumable, peer, marks)
         elif peer in self._lingering:
             self._lingering.discard(peer)
+            del self._spoke[peer]
             _remember(self._gone, peer, None)
         else:
             return []
