@@ -765,7 +765,10 @@ class ReliableChannel(Layer):
         for peer, link in self._out.items():
             if link.unacked:
                 unacked = True
-                effects += self._resend_due(peer, link, now)[0]
+                # nothing is due while the cumulative ack advanced within an RTO (§5.3):
+                # a busy link's unacked packets are not looked at tick after tick
+                if link.progress_at + link.timer.rto <= now:
+                    effects += self._resend_due(peer, link, now)[0]
         if (owed or unacked) and self._tick_us is not None:
             self._tick_set = True
             effects.append(SetTimer(TICK, now + self._tick_us))
