@@ -10,9 +10,10 @@ always yields the same outputs. No clocks, no I/O: `now` comes in with every cal
 
 Shortcuts (`Layer.pass_up`/`pass_down`/`pass_down_each`): a bottom layer that would only
 pass a packet through (the failure detector, for a member's packet: stamp a time, add or
-drop its header) is asked that directly, and no event is built for it; so is the layer
-above it (the reliable channel, for a member's next packet in sequence, or a packet
-numbered on each destination's link) when the bottom passed. Each answer changes its
+drop its header; the reliable channel where a stack has no detector, going up) is asked
+that directly, and no event is built for it; so is the layer above it (the reliable
+channel, for a member's next packet in sequence, or a packet numbered on each
+destination's link) when the bottom passed. Each answer changes its
 layer's state exactly as `handle` would, and the outputs and their order stay the same:
 a frame let down is queued like the event it replaces and emitted in its turn (a frame
 let down by both layers two turns later, as the two events would have been), and the

@@ -1,12 +1,13 @@
 """The lower layers' shortcuts (`Layer.pass_up`/`pass_down`/`pass_down_each`) change
 nothing but cost.
 
-A group of three sequencer stacks with the runtime's channel (its tick at 1 ms, its
-delayed ack at 2 ms) is driven twice with the same seeded history: once as built (the
-failure detector at the bottom lets members' packets through without events, and the
-reliable channel above it its steady-state packets), once with a layer's shortcuts off
-(a subclass that overrides `handle` gets none, by the stack's rule; the channel's need
-the detector's). Histories mix
+A group of three sequencer stacks with the runtime's channel (its tick at 1 ms) is
+driven twice with the same seeded history: once as built (the failure detector at the
+bottom lets members' packets through without events, and the reliable channel above it
+its steady-state packets), once with a layer's shortcuts off (a subclass that overrides
+`handle` gets none, by the stack's rule; the channel's need the detector's;
+tests/unit/test_hotpath_channel_shortcuts.py drives the channel's through holes, credit,
+fragments, forged acks and guests). Histories mix
 broadcasts from every node, frames delivered in random interleavings (FIFO per link),
 clock jumps long enough for the detector to suspect a silent peer and take it back,
 timers fired as they fall due, and a stranger's frames. Every stack call must give equal

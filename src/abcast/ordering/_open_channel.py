@@ -45,8 +45,9 @@ joiner asks again; a member's own traffic never waits on it. One forgotten mid-p
 gets fresh links (its numbers are half taken); if it was only cut off and speaks
 again, its numbers and ours disagree, as for a departed node past MAX_GONE (lifting
 that needs a link incarnation number in the header). Members take the per-packet fast
-path, and the stack's shortcuts (the plain channel's, declared here: `_steady` is
-`_quick`); only a guest's and a lingering node's packets are timed, on the general path.
+path and the stack's shortcuts (the plain channel's, declared here, for the peers in
+`_steady`); only a guest's and a lingering node's packets are timed, on the general
+path.
 
 It drives the plain channel through its public `handle`, by installing the widened view
 (members ∪ guests ∪ lingering) whenever that set changes, and recreates a resumed
@@ -127,8 +128,8 @@ class OpenChannel(ReliableChannel):
         #: equals `_allowed()` (every change of the sets reinstalls), except before the
         #: first view, when it is empty — so "in it" means "needs no admission"
         self._installed: frozenset[NodeId] = frozenset()
-        #: the installed peers that are not guests: their packets take the fast path
-        self._quick: frozenset[NodeId] = frozenset()
+        # (`_steady`, the plain channel's: here the installed peers that are neither
+        # guests nor lingering; their packets take the fast path and the shortcuts)
 
     # -- introspection -------------------------------------------------------------------
     def guests(self) -> frozenset[NodeId]:
@@ -145,7 +146,7 @@ class OpenChannel(ReliableChannel):
 
     # -- the core ------------------------------------------------------------------------
     #: the stack's shortcuts are the plain channel's: `handle`'s fast path below is its
-    #: handlers, for the same peers (`_steady`, kept equal to `_quick` by `_reinstall`)
+    #: handlers, for the same peers (`_steady`, set by `_reinstall`)
     pass_up = ReliableChannel.pass_up
     pass_down_each = ReliableChannel.pass_down_each
 
@@ -154,7 +155,7 @@ class OpenChannel(ReliableChannel):
         # not timed, and the plain channel's handlers are called directly. Anything else
         # — a guest, a lingering node, a stranger, a view, a timer, subclasses — takes
         # the general path below.
-        installed = self._quick
+        installed = self._steady
         kind = type(event)
         if kind is Received:
             received: Received = event  # type: ignore[assignment]  # the type test above
@@ -218,18 +219,17 @@ class OpenChannel(ReliableChannel):
 
     def _reinstall(self, now: int) -> list[Effect]:
         wanted = frozenset(self._allowed())
-        self._quick = (wanted - self._guests - self._lingering if self._view is not None
-                       else frozenset())
-        if wanted == self._installed:
-            self._steady = self._quick
-            return []
-        added = wanted - self._installed
-        self._installed = wanted
-        view_id = self._view.view_id if self._view is not None else 0
-        effects = super().handle(ViewInstalled(View(view_id, tuple(wanted))), now)
-        for peer in self._resumable.keys() & added:  # a set (keys view & frozenset)
-            self._resume(peer, self._resumable.pop(peer))
-        self._steady = self._quick  # (the plain channel's install set all of `wanted`)
+        steady = (wanted - self._guests - self._lingering if self._view is not None
+                  else frozenset())
+        effects: list[Effect] = []
+        if wanted != self._installed:
+            added = wanted - self._installed
+            self._installed = wanted
+            view_id = self._view.view_id if self._view is not None else 0
+            effects = super().handle(ViewInstalled(View(view_id, tuple(wanted))), now)
+            for peer in self._resumable.keys() & added:  # a set (keys view & frozenset)
+                self._resume(peer, self._resumable.pop(peer))
+        self._steady = steady  # after the plain channel's install, which set all of it
         return effects
 
     def _admit(self, peers: tuple[NodeId, ...], now: int) -> list[Effect]:
