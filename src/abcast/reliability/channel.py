@@ -52,7 +52,11 @@ timer, the tick, serves every link instead: it runs while some packet is unacked
 some ack owed, an owed ack leaves at the second tick after it fell due (unless a packet
 carried it first) and a packet is retransmitted at the first tick past its deadline. A
 packet sent or received then costs no timer effect at all, where the per-link timers
-cost about two each on a link that goes quiet between messages.
+cost about two each on a link that goes quiet between messages. The price: the tick does
+not back off. A packet to a peer that never answers keeps it firing every `tick_us`
+(retransmissions still back off) until the view drops the peer and its link goes: at
+10 ms, 100 wake-ups a second for the detector's timeout plus the open channel's linger,
+where per-link timers fired a handful of times.
 """
 
 from __future__ import annotations
