@@ -33,8 +33,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from abcast.evaluation.cluster import ClusterConfig
-from abcast.evaluation.launcher import run_cluster
+from lone_path import serial_run  # (bench/: this script's directory is on sys.path)
 
 #: run in every floor process before abcast is imported
 SITECUSTOMIZE = '''
@@ -82,16 +81,8 @@ if budget_ns and is_floor:
 async def lone_run(messages: int, loop: str, floor: bool, budget_us: float,
                    where: str) -> tuple[float, float]:
     """One serial run: (p50 µs, the group's CPU µs per message)."""
-    config = ClusterConfig(nodes=3, ordering="sequencer", transport="tcp",
-                           messages=messages, out=Path(tempfile.mkdtemp(prefix="budget-")),
-                           serial=True, trace=False, event_loop=loop, floor=floor)
-    os.environ["ABCAST_FLOOR_BUDGET_US"] = str(budget_us)
-    os.environ["ABCAST_FLOOR_BUDGET_WHERE"] = where
-    try:
-        result = await run_cluster(config)
-    finally:
-        os.environ.pop("ABCAST_FLOOR_BUDGET_US", None)
-        os.environ.pop("ABCAST_FLOOR_BUDGET_WHERE", None)
+    result = await serial_run(messages, loop, floor, {
+        "ABCAST_FLOOR_BUDGET_US": str(budget_us), "ABCAST_FLOOR_BUDGET_WHERE": where})
     p50 = result.summary()["latency_p50_us"]
     # as evaluation.analysis.cpu_us_per_message, from the outcomes themselves
     cpu = sum(o.cpu_ns for o in result.outcomes) / messages / 1e3 if result.outcomes else 0

@@ -46,7 +46,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from abcast.evaluation.cluster import ClusterConfig
+from abcast.evaluation.cluster import ClusterConfig, ClusterResult
 from abcast.evaluation.launcher import run_cluster
 from abcast.ids import sorted_nodes
 
@@ -168,22 +168,29 @@ PAIRS = (("S", "S", "local"), ("M1", "S", "1 hop"), ("M2", "S", "1 hop"),
          ("M1", "M2", "2 hops"), ("M1", "M1", "2 hops"), ("M2", "M2", "2 hops"))
 
 
+async def serial_run(messages: int, loop: str, floor: bool, env: dict[str, str]
+                     ) -> ClusterResult:
+    """One serial run (n = 3, tcp, tracing off) with `env` set for its node processes
+    (the sitecustomize's settings); bench/floor_budget.py runs its own through this."""
+    config = ClusterConfig(nodes=3, ordering="sequencer", transport="tcp",
+                           messages=messages, out=Path(tempfile.mkdtemp(prefix="lone-")),
+                           serial=True, trace=False, event_loop=loop, floor=floor)
+    os.environ.update(env)
+    try:
+        return await run_cluster(config)
+    finally:
+        for key in env:
+            os.environ.pop(key, None)
+
+
 async def lone_run(messages: int, loop: str, floor: bool, spans_dir: Path | None,
                    strip: str = "") -> float:
     """One serial run; its p50 in µs. With `spans_dir`, the node processes write what the
     sitecustomize measured there (one JSON file each)."""
-    config = ClusterConfig(nodes=3, ordering="sequencer", transport="tcp",
-                           messages=messages, out=Path(tempfile.mkdtemp(prefix="lone-")),
-                           serial=True, trace=False, event_loop=loop, floor=floor)
+    env = {"ABCAST_LONE_PATH_STRIP": strip}
     if spans_dir is not None:
-        os.environ["ABCAST_LONE_PATH_DIR"] = str(spans_dir)
-    os.environ["ABCAST_LONE_PATH_STRIP"] = strip
-    try:
-        result = await run_cluster(config)
-    finally:
-        os.environ.pop("ABCAST_LONE_PATH_DIR", None)
-        os.environ.pop("ABCAST_LONE_PATH_STRIP", None)
-    p50 = result.summary()["latency_p50_us"]
+        env["ABCAST_LONE_PATH_DIR"] = str(spans_dir)
+    p50 = (await serial_run(messages, loop, floor, env)).summary()["latency_p50_us"]
     if not isinstance(p50, float):
         raise SystemExit(f"the {'floor' if floor else 'sequencer'} run measured no latency")
     return p50
