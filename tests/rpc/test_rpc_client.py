@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +19,10 @@ from abcast import RegistryServer
 from abcast.apps.rpc_commands import _call
 from abcast.ids import NodeId, sorted_nodes
 from abcast.rpc import Client, IncomingRequest, Server, Status
+from abcast.rpc import client as client_module
 from abcast.rpc.services import KeyValue
+from abcast.runtime.node import Node
+from abcast.transport.wan import WanTransport
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -163,5 +168,40 @@ def test_case_b_via_the_sequencer_retries_through_every_member(
                     server.close()
                     await group.close()
                 hole.close()
+
+    asyncio.run(main())
+
+
+def test_flush_waits_for_the_frames_the_wan_emulator_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client behind the WAN emulator (`Node(wan=...)`, 150 ms one way): `flush` returns
+    True only once its cast has left the delay line, so the `close()` after it discards
+    nothing and the server runs the request. The wrapper's `buffered()` counted only its
+    inner transport: flush returned at once and close() discarded the held frame."""
+    matrix = tmp_path / "far.json"
+    matrix.write_text('{"sites": ["far"], "rtt_ms": [[300]]}')  # every link: 150 ms
+    monkeypatch.setattr(client_module, "Node", functools.partial(Node, wan=matrix))
+
+    async def main() -> None:
+        async with RegistryServer() as registry:
+            kv = KeyValue()
+            server, group = await Server.create("kv", ordering="sequencer",
+                                                registry=registry.url, server=Server(kv))
+            try:
+                client = await Client.connect("kv", registry=registry.url)
+                transport = client.node.transport
+                assert isinstance(transport, WanTransport)
+                client.cast(b"put x 42")
+                assert transport.held() == 1 and transport.buffered() > 0
+                assert await client.flush(timeout=10.0)
+                assert transport.held() == 0 and transport.buffered() == 0
+                await client.close()
+                assert transport.stats.discarded_frames == 0
+                async with asyncio.timeout(10):
+                    while kv.items.get("x") != "42":
+                        await asyncio.sleep(0.01)
+            finally:
+                server.close()
+                await group.close()
 
     asyncio.run(main())

@@ -1,6 +1,7 @@
 """The registry's node-id tokens are compared in constant time, at every check: a claim
-of a held id, Join, Leave and Announce. They were compared with `!=`, whose time grows
-with the length of the right prefix a guess has."""
+of a held id, Join, Leave, Done and Announce. They were compared with `!=`, whose time
+grows with the length of the right prefix a guess has. Done carried no token at all: any
+client could mark any member of an open group done."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import asyncio
 
 import pytest
 
-from abcast.registry import RegistryServer
+from abcast.registry import RegistryClient, RegistryServer
 from abcast.registry import server as server_module
 from abcast.registry.messages import (
     Announce,
+    Done,
     GroupInfo,
     Join,
     Leave,
@@ -64,6 +66,7 @@ def test_every_token_check_is_constant_time(monkeypatch: pytest.MonkeyPatch) -> 
             for token in (WRONG, RIGHT):
                 await ask(f"claim {token}", Register(next(rids), token, "n1", "tcp://a:1"))
                 await ask(f"join {token}", Join(next(rids), "n1", token, "g", "tcp://a:1"))
+                await ask(f"done {token}", Done(next(rids), "n1", token, "g"))
                 await ask(f"announce {token}", Announce(next(rids), "n1", token, "d",
                                                         "sequencer", 1, members, True))
                 await ask(f"leave {token}", Leave(next(rids), "n1", token, "g"))
@@ -81,3 +84,27 @@ def test_every_token_check_is_constant_time(monkeypatch: pytest.MonkeyPatch) -> 
             assert isinstance(reply, Refused), what
         else:
             assert isinstance(reply, Registered | GroupInfo), what
+
+
+def test_a_stranger_cannot_mark_a_member_done() -> None:
+    """On an open group (no secret), a Done for n1 from another connection, with another
+    token, is refused and n1 is not counted done; n1's own Done (its client) is."""
+
+    async def main() -> tuple[Reply, GroupInfo, GroupInfo]:
+        async with RegistryServer() as server, RegistryClient(server.url) as member:
+            node = await member.register()
+            await member.join("g", "tcp://a:1")
+            host, port = server.url.removeprefix("tcp://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(encode(Done(1, node, "a-stranger's-token", "g")))
+            async with asyncio.timeout(10):
+                forged = decode_reply(await read_body(reader))
+            writer.close()
+            after_forged = await member.lookup("g")
+            return forged, after_forged, await member.done("g")
+
+    forged, after_forged, after_own = asyncio.run(main())
+    assert isinstance(forged, Refused)
+    assert "not registered with this token" in forged.reason
+    assert after_forged.done == []
+    assert after_own.done == ["n1"]

@@ -161,10 +161,18 @@ def test_wrapped_transport_keeps_order_and_the_minimum_delay(scheme: str) -> Non
                 if seq % 10 == 0:
                     await asyncio.sleep(0.001)  # spread sends over many loop turns
             assert a.held("b") > 0  # the far link is still holding frames
+            # what it holds is not on the wire yet: buffered (per peer; None: the largest)
+            assert a.buffered("b") >= a.held("b") * len(numbered(0)) > 0
+            assert a.buffered() == max(a.buffered("b"), a.buffered("c"))
             await inbox_b.wait_until(lambda: len(inbox_b.got("a")) >= count, "far link")
             await inbox_c.wait_until(lambda: len(inbox_c.got("a")) >= count, "near link")
             assert inbox_b.got("a") == list(range(count))
             assert inbox_c.got("a") == list(range(count))
+            await inbox_b.wait_until(lambda: a.buffered() == 0, "a holds nothing")
+            a.send("b", numbered(count))
+            assert a.buffered("b") > 0
+            a.remove_peer("b")  # discards what the line held for it
+            assert a.buffered("b") == a.buffered() == a.held() == 0
             for seq in range(count):
                 assert arrived_at[seq] - sent_at[seq] >= lo_s - 1e-9  # float rounding only
         finally:

@@ -245,7 +245,7 @@ class RegistryClient:
 
     async def done(self, group: str) -> GroupInfo:
         node = self._registered()
-        return await self._info(lambda rid: Done(rid, node, group))
+        return await self._info(lambda rid: Done(rid, node, self.token, group))
 
     async def wait_done(self, group: str, count: int) -> GroupInfo:
         return await self._info(lambda rid: WaitDone(rid, group, count))

@@ -86,9 +86,11 @@ class Lookup(_Message, frozen=True):
 
 
 class Done(_Message, frozen=True):
-    """`node` finished its part of a run in `group` (for nodes started by hand)."""
+    """`node` finished its part of a run in `group` (for nodes started by hand); `token`
+    is the one `node` registered with, as for Join and Leave."""
 
     node: NodeField
+    token: Token
     group: GroupField
     auth: Proof = b""
 

@@ -3,11 +3,10 @@
 Rules: one asyncio TCP server, state in memory only. It hands out node ids in the order
 registrations arrive (n1, n2, …), maps each group to its members (node id → transport
 URL), its declared size and its leader (the lowest member), and answers "wait until the
-group has N members" and "wait until N members are done". Entries outlive the
-connection that made them: a node whose registry connection drops is still a member (no
-failure detection here). A client that comes back to a restarted registry re-registers
-its id (and address) and re-joins its groups (see client.py), which is how the state
-returns.
+group has N members" and "wait until N members are done". Entries outlive the connection
+that made them: a node whose registry connection drops is still a member (no failure
+detection here). A client that comes back to a restarted registry re-registers its id (and
+address) and re-joins its groups (see client.py), which is how the state returns.
 
 Dynamic groups (created, joined and left at run time) are not joined member by member:
 their leader announces each view (`Announce`: ordering, view id, members → addresses),
@@ -19,15 +18,15 @@ one it registered, else the one its first announced view gave: for registered id
 only), `ListGroups` every group.
 
 Secret groups (abcast.security.signing): a request that names a verifier binds its group
-(Join, Announce) or its node id (Register) to it, first come first served, and must
-carry a proof under it; from then on every request that changes that group (Join,
-Leave, Done, Announce, Remove) or claims that id needs a proof under the same verifier,
-signed over this connection's nonce (`Challenge`), so a captured proof is useless on
-another connection; it covers the request id too, and on one connection the rids of
-requests with a proof must rise, so a recorded one sent again on its own connection (a
-Join after its Leave, a create after its Remove) is refused. A registry started with a
-secret binds every group and id to it from the start, restarts included. A refusal is
-one log line and a `Refused` reply. Node-id tokens are compared in constant time.
+(Join, Announce) or its node id (Register) to it, first come first served, and must carry a
+proof under it; from then on every request that changes that group (Join, Leave, Done,
+Announce, Remove) or claims that id needs a proof under the same verifier, signed over this
+connection's nonce (`Challenge`), so a captured proof is useless on another connection; it
+covers the request id too, and on one connection the rids of requests with a proof must
+rise, so a recorded one sent again on its own connection (a Join after its Leave, a create
+after its Remove) is refused. A registry started with a secret binds every group and id to
+it from the start, restarts included. A refusal is one log line and a `Refused` reply. Join,
+Leave, Done, Announce and a claim carry the id's token, compared in constant time.
 
 Bad input (garbage, an oversize length prefix, a truncated message, an unknown message
 type) gets one log line on "abcast.registry.server", that connection is closed and
@@ -553,9 +552,10 @@ class RegistryServer:
                 return self.group_info(group, rid)
             case Join(rid, node, token, group, address, size):
                 return self._join(rid, node, token, group, address, size)
-            case Leave(rid, node, token, group):
-                if not same_text(self._owner.get(node, ""), token):
-                    return Refused(rid, f"{node} is not registered with this token")
+            case Leave(rid, node, token, group) | Done(rid, node, token, group) if not (
+                    same_text(self._owner.get(node, ""), token)):
+                return Refused(rid, f"{node} is not registered with this token")
+            case Leave(rid, node, _token, group):
                 g = self._groups.get(group)
                 if g is not None and g.members.pop(node, None) is not None:
                     # Its Done stays: members still waiting for everyone to finish count it.
@@ -564,7 +564,7 @@ class RegistryServer:
                         self._group_keys.pop(group, None)
                     self._bump(group)
                 return self.group_info(group, rid)
-            case Done(rid, node, group):
+            case Done(rid, node, _token, group):  # its token checked above
                 g = self._groups.get(group)
                 if g is None or node not in g.members:
                     return Refused(rid, f"{node} is not a member of group {group!r}")

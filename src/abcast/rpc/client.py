@@ -250,11 +250,11 @@ class Client:
 
     async def flush(self, timeout: float) -> bool:
         """Wait until every frame this client sent has left it (handed to the wire: the
-        transport buffers nothing, `Transport.buffered`), at most `timeout` seconds; True
-        if so. `close()` discards what is still queued — a connection to a far or slow
-        server is not up yet, say — so a `cast` followed by `close()` may never leave:
-        flush between them. Polled, backing off from 1 ms to 50 ms: the transport tells
-        nobody when a peer's queue empties."""
+        transport buffers nothing, `Transport.buffered`, a WAN emulator's delay line
+        included), at most `timeout` seconds; True if so. `close()` discards what is still
+        queued — a connection to a far or slow server is not up yet, say — so a `cast`
+        followed by `close()` may never leave: flush between them. Polled, backing off
+        from 1 ms to 50 ms: the transport tells nobody when a peer's queue empties."""
         transport = self.node.transport
         delay = 0.001
         try:

@@ -9,10 +9,13 @@ before it on the same link (its due time is at least the previous one's), so jit
 delays but never reorders. Delays are drawn from one `random.Random` seeded by
 (seed, node), so a run's delays are reproducible. `link_latency_us` turns the same
 matrix into the (lo, hi) microsecond ranges the simulator's network model uses.
-The delay line is not "buffered" for `drain`: it holds what the link has in flight
-(rate × latency), not what the receiver is slow to take. Nodes are mapped to sites
-by the matrix's "nodes" table, else by their number: n1 → sites[0], n2 → sites[1], …
-(wrapping around).
+The delay line's frames count in `buffered()` (accepted, not yet handed to the wire:
+`rpc.Client.flush` and a graceful leave wait for them, and the contract's "every frame
+is out, discarded or buffered" holds), but `drain` does not wait for them: the line
+holds what the link has in flight (rate × latency), not what the receiver is slow to
+take, so after `drain` only the inner transport is at its high-water mark. Nodes are
+mapped to sites by the matrix's "nodes" table, else by their number: n1 → sites[0],
+n2 → sites[1], … (wrapping around).
 """
 
 from __future__ import annotations
@@ -225,6 +228,7 @@ class WanTransport(WrappingTransport):
         self._site_of = dict(site_of or {})
         self._line: DelayLine | None = None
         self._queues: dict[NodeId, deque[tuple[float, bytes]]] = {}
+        self._held_bytes: dict[NodeId, int] = {}  # the bytes in each peer's queue
         self._timers: dict[NodeId, asyncio.TimerHandle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -250,6 +254,7 @@ class WanTransport(WrappingTransport):
         if timer is not None:
             timer.cancel()
         held = self._queues.pop(node, None)
+        self._held_bytes.pop(node, None)
         if held:
             self.stats.discarded_frames += len(held)
         if self._line is not None:
@@ -269,6 +274,7 @@ class WanTransport(WrappingTransport):
         due = self._line.due(node, self._loop.time())
         queue = self._queues.setdefault(node, deque())
         queue.append((due, bytes(data)))
+        self._held_bytes[node] = self._held_bytes.get(node, 0) + len(data)
         if node not in self._timers:
             self._timers[node] = self._loop.call_at(due, self._release, node)
 
@@ -279,7 +285,9 @@ class WanTransport(WrappingTransport):
             return
         now = self._loop.time()
         while queue and queue[0][0] <= now:
-            self.inner.send(node, queue.popleft()[1])
+            data = queue.popleft()[1]
+            self._held_bytes[node] -= len(data)
+            self.inner.send(node, data)
         if queue:
             self._timers[node] = self._loop.call_at(queue[0][0], self._release, node)
 
@@ -288,6 +296,14 @@ class WanTransport(WrappingTransport):
         if node is not None:
             return len(self._queues.get(node, ()))
         return sum(len(q) for q in self._queues.values())
+
+    def buffered(self, node: NodeId | None = None) -> int:
+        """The inner transport's bytes for `node` plus the delay line's (or the largest
+        such sum over all peers)."""
+        if node is not None:
+            return self.inner.buffered(node) + self._held_bytes.get(node, 0)
+        return max([self.inner.buffered(), *(self.inner.buffered(peer) + held
+                                              for peer, held in self._held_bytes.items())])
 
     async def close(self) -> None:
         if self._closed:
@@ -299,4 +315,5 @@ class WanTransport(WrappingTransport):
         self._timers.clear()
         self.stats.discarded_frames += sum(len(q) for q in self._queues.values())
         self._queues.clear()
+        self._held_bytes.clear()
         await self.inner.close()
