@@ -18,6 +18,8 @@ Phases (`status`, and `frozen` while a flush runs; `phase` says "flushing", or
     departing  every farewell, suspicion or timeout   stopped     InstallView without it
     member*    MFarewell / Excluded from a later view stopped     removed (cut off)
     member     the same, under evs                    member      suspect it: our side's flush
+    leaving    MFarewell of a flush it did not answer leaving     the same (no install comes;
+               (evs)                                              it leaves from its side)
     member     MWelcome into another view (evs)       member      MRefuse: that side's flush
     member*    MMergePrepare (evs, sides meet)        (merging)   MMergeState to its coordinator
     member*    MMergeInstall of the merge answered    member*     side's outcome in the old
