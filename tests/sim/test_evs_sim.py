@@ -395,3 +395,22 @@ def test_a_leaving_coordinator_flushes_out_a_member_suspected_during_a_merge() -
                        faults=flapping_faults(random.Random(183), nodes), rate=40.0,
                        stall_us=8_000_000)
     assert judge(run_simulation(config)) == ([], [])
+
+
+def test_a_leaver_left_out_by_a_flush_it_did_not_answer_coordinates_its_side() -> None:
+    """Flapping partitions, seed 200: n1 crashes as n3 asks to leave. n2 coordinates;
+    n3, n4 and n6, frozen for n1's flush, answer its first attempt busy, and a late busy
+    makes n2 go on without each (another side's). n4 and n6 then suspect n2's side, and
+    the lowest member they trust is n3 — the leaver, frozen for n2's attempt it answered,
+    which took n2's farewell for "the install that lets me go is on its way" and waited,
+    coordinating nothing: n4 and n6 stayed frozen (VIEW_ORDER). The farewell names the
+    attempt that installed now (`MFarewell.attempt`): one n3 did not answer sends no
+    install its way, so it goes on with its side as a member does, and leaves from there
+    (the rule by hand: tests/unit/test_membership_merge.py)."""
+    nodes = 6
+    config = SimConfig("sequencer", nodes=nodes, messages=200, seed=200, options=EVS,
+                       faults=flapping_faults(random.Random(200), nodes), rate=40.0,
+                       stall_us=8_000_000)
+    result = run_simulation(config)
+    assert judge(result) == ([], [])
+    assert "n3" in result.departed

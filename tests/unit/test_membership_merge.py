@@ -37,6 +37,7 @@ from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
 from abcast.membership.merge import VIEW_ID_SPAN, Merger, evs_view_id
 from abcast.membership.state import (
+    FAREWELL_WAIT,
     MAX_EARLY,
     MAX_MERGE_NOTES,
     MERGE_PROBE,
@@ -45,6 +46,7 @@ from abcast.membership.state import (
 )
 from abcast.membership.wire import (
     MFarewell,
+    MInstall,
     MMergeAbort,
     MMergeDecline,
     MMergeInstall,
@@ -525,6 +527,49 @@ def test_a_member_of_our_view_seen_in_another_view_ends_the_merge_we_answered(
     prepares = [(e.to, e.header.members) for e in effects
                 if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
     assert prepares == [(("n2",), ["n1", "n2"])]  # its side's flush, without n3
+
+
+def _leaver_left_out(farewell_attempt: int) -> tuple[Membership, list[Effect]]:
+    """n2 asked to leave and answered n1's flush (attempt 1); n1 installs a view that
+    leaves n2 and n3 out, then says farewell to n2 naming the flush that installed it."""
+    n2 = _member("n2")
+    n2.handle(LeaveRequested(), 1)
+    target = evs_view_id(VIEW.view_id + 1, "n1")
+    n2.handle(Received("n1", MPrepare(target, 1, list(VIEW.members)), EMPTY), 2)
+    assert n2.frozen and n2.phase != "member"
+    return n2, n2.handle(Received("n1", MFarewell(target, farewell_attempt), EMPTY), 3)
+
+
+def _flush_prepares(effects: list[Effect]) -> list[tuple[tuple[str, ...], list[str]]]:
+    return [(e.to, e.header.members) for e in effects
+            if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
+
+
+def test_a_leaver_a_flush_it_did_not_answer_left_out_goes_on_with_its_side(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """n1 went from the attempt n2 answered to one without it (n2 had answered another
+    flush first: busy, so another side's) and installed: no install is on its way to
+    n2, and n3, left out too, trusts nobody below n2 — n2 coordinates their side's flush
+    (it leaves from there). It used to wait `farewell_wait` for that install, frozen, and
+    n3 stayed frozen behind it (--evs --flapping seed 200). The planted rule without it
+    is caught."""
+    _, effects = _leaver_left_out(farewell_attempt=2)
+    # (a first attempt for the next view id, then one past n1's: n2 answered it)
+    assert {(to, tuple(m)) for to, m in _flush_prepares(effects)} == {(("n3",), ("n2", "n3"))}
+    monkeypatch.setattr(Membership, "_left_as_a_side", lambda *_: False)
+    n2, planted = _leaver_left_out(farewell_attempt=2)
+    assert _flush_prepares(planted) == [] and n2.frozen
+
+
+def test_a_leaver_let_go_by_the_flush_it_answered_waits_for_its_install() -> None:
+    """The farewell names the flush n2 answered: its install (n2's last deliveries) is
+    on its way, farewells may overtake it. n2 waits for it, then departs."""
+    n2, effects = _leaver_left_out(farewell_attempt=1)
+    assert _flush_prepares(effects) == []
+    assert [e.key for e in effects if isinstance(e, SetTimer)] == [FAREWELL_WAIT]
+    target = evs_view_id(VIEW.view_id + 1, "n1")
+    n2.handle(Received("n1", MInstall(target, 1, ["n1", "n3"], []), EMPTY), 4)
+    assert n2.phase not in ("member", "flushing") and n2.s.status == "departing"
 
 
 def test_a_joiner_admitted_twice_tells_every_member_of_the_second_view() -> None:

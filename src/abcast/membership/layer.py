@@ -18,6 +18,8 @@ Phases (`status`, and `frozen` while a flush runs; `phase` says "flushing", or
     departing  every farewell, suspicion or timeout   stopped     InstallView without it
     member*    MFarewell / Excluded from a later view stopped     removed (cut off)
     member     the same, under evs                    member      suspect it: our side's flush
+    leaving    MFarewell of a flush it did not answer leaving     the same (no install comes;
+               (evs)                                              it leaves from its side)
     member     MWelcome into another view (evs)       member      MRefuse: that side's flush
     member*    MMergePrepare (evs, sides meet)        (merging)   MMergeState to its coordinator
     member*    MMergeInstall of the merge answered    member*     side's outcome in the old
@@ -360,6 +362,14 @@ class Membership(Layer):
         return (self.config.evs and self.s.status == "member" and view is not None
                 and by in view.members and view_id > view.view_id)
 
+    def _left_as_a_side(self, view_id: int, attempt: int) -> bool:
+        """Under evs, a leaver that a flush it did not answer left out goes on with its
+        side as a member does: no install of that flush is on its way to it (the flush
+        it answered, left for that one, lets it go nowhere), and its side still counts on
+        it — it may be the lowest member they trust, their coordinator."""
+        return (self.config.evs and self.s.status == "leaving"
+                and attempt not in self.s.answered_for.get(view_id, ()))
+
     def go_on_without(self, by: NodeId, in_view: int = 0) -> list[Effect]:
         """Suspect `by` as on `Suspected` (what we held back for it is answered)."""
         self.s.suspects.add(by)
@@ -404,10 +414,10 @@ class Membership(Layer):
                 return self.stability.on_stable(sender, delivered, up)
             case MNotYet(target, attempt):
                 return self.coordinator.note_fresh(sender, target, attempt)
-            case MFarewell(view_id):
+            case MFarewell(view_id, attempt):
                 if sender not in members or view_id <= view.view_id:
                     return []
-                if self._partitioned(sender, view_id):
+                if self._partitioned(sender, view_id) or self._left_as_a_side(view_id, attempt):
                     return self.go_on_without(sender, view_id)
                 return self.joins.removed(sender, view_id)
             case MWelcome():
@@ -467,7 +477,7 @@ class Membership(Layer):
         # what matters is suspicion of members that stay: fresh peers start unsuspected,
         # departed ones are forgotten (a long-lived member keeps no entry per departure)
         self.s.suspects &= set(new.members) & set(view.members)
-        effects += [Send(m, MFarewell(new.view_id)) for m in view.members
+        effects += [Send(m, MFarewell(new.view_id, install.attempt)) for m in view.members
                     if m not in new.members and m not in self.s.withdrawn]
         joiners, self.s.welcome_next = self.s.welcome_next, ()
         if joiners:

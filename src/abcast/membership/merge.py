@@ -5,9 +5,9 @@ with the application's `merge_state` hook merging their states.
 Rules. Split (abcast.membership.flush_coordinator, abcast.membership.layer): a flush
 needs no majority; view ids are congruent to the coordinator's hash (`evs_view_id`), so
 two sides never install the same id; a member another side left out (`Excluded`,
-`MFarewell`) suspects it and goes on, it is not cut off; each side's flush settles its
-own reports (`MergingOrdering.settle_side`: the sequencer keeps, past the highest safe
-point heard, only its side's origins). Heal, here:
+`MFarewell`; a leaver, by a flush it did not answer) suspects it and goes on, it is not
+cut off; each side's flush settles its own reports (`MergingOrdering.settle_side`: the
+sequencer keeps, past the highest safe point heard, only its side's origins). Heal, here:
 
 1. Discovery: a view's coordinator probes the nodes its lineage lost (`MMergeProbe`,
    every `probe_us` for `probe_for_us`); a member passes a probe to its coordinator; the

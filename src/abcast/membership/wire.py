@@ -94,9 +94,12 @@ class MWithdraw(Header, frozen=True):
 
 
 class MFarewell(Header, frozen=True):
-    """Member → a node view `view_id` leaves out: you are not in it."""
+    """Member → a node view `view_id` leaves out: you are not in it. `attempt`: the
+    flush that installed it (0: a welcome's) — a leaver that did not answer that one
+    waits for no install from it (abcast.membership.layer, evs)."""
 
     view_id: Seq
+    attempt: Count = 0
 
 
 class MStable(Header, frozen=True):
