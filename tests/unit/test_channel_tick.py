@@ -10,6 +10,8 @@ never retransmits must be caught by the same judgement.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from test_channel import _sends, _ups
 from test_channel_piggyback import run_faulty_pair
@@ -43,20 +45,55 @@ def _timers(effects: list[Effect]) -> list[Effect]:
 def test_only_the_first_packet_sets_the_tick_and_no_packet_sets_a_link_timer() -> None:
     a, b = _pair()
     first = a.handle(SendRequested("b", Packet((), b"0")), 0)
-    assert _timers(first) == [SetTimer(TICK, 50)]
+    # nothing owed, one packet unacked: the tick is wanted by its deadline (an RTO floor)
+    assert _timers(first) == [SetTimer(TICK, 1_000)]
     for i in range(1, 5):
         effects = a.handle(SendRequested("b", Packet((), bytes([i]))), i)
         assert _timers(effects) == []
-    # the receiver: its first packet sets its own tick, later ones nothing, and a packet
-    # sent back carries the ack and cancels nothing
+    # the receiver: its first packet makes an ack due, which wants the tick one tick on;
+    # later ones nothing, and a packet sent back carries the ack and cancels nothing
     got = b.handle(Received("a", RData(1), Packet((), b"0")), 5)
     assert _timers(got) == [SetTimer(TICK, 55)] and _ups(got)
     assert _timers(b.handle(Received("a", RData(2), Packet((), b"1")), 6)) == []
     reply = b.handle(SendRequested("a", Packet((), b"r")), 7)
     assert _timers(reply) == [] and _sends(reply)[0].header == RData(1, ack=2)
-    # the carried ack frees a's first two packets and cancels no timer
-    assert _timers(a.handle(Received("b", RData(1, ack=2), Packet((), b"r")), 8)) == []
+    # the carried ack frees a's first two packets; b's packet makes an ack due at a,
+    # which moves a's tick (set for its deadline) to one tick on
+    assert _timers(a.handle(Received("b", RData(1, ack=2), Packet((), b"r")), 8)) == [
+        SetTimer(TICK, 58)]
     assert a.in_flight() == 3
+
+
+def _follow_ticks(channel: ReliableChannel, first: list[Effect], until: int) -> list[int]:
+    """Fire the tick whenever the channel sets it, until `until`: the firing times."""
+    fired: list[int] = []
+    due = [e.at for e in first if isinstance(e, SetTimer) and e.key == TICK]
+    while due and due[-1] <= until:
+        now = due[-1]
+        fired.append(now)
+        due = [e.at for e in channel.handle(TimerFired(TICK), now)
+               if isinstance(e, SetTimer) and e.key == TICK]
+    return fired
+
+
+def test_a_dead_peers_packet_does_not_keep_the_tick_firing_every_tick() -> None:
+    """One packet to a peer that never answers: the tick fires when a retransmission can
+    fall due (at most an RTO floor apart), not every tick: 60 ms of 50 µs ticks would
+    be 1,200 fires."""
+    a, _ = _pair()
+    fired = _follow_ticks(a, a.handle(SendRequested("b", Packet((), b"x")), 0), 60_000)
+    assert a.retransmissions >= 10 and len(fired) <= 60_000 // 1_000 + 1, fired[:10]
+    assert all(later - earlier <= 1_000 for earlier, later in pairwise(fired))
+
+
+def test_an_ack_falling_due_moves_a_later_tick_to_one_tick_on() -> None:
+    a, _ = _pair()
+    a.handle(SendRequested("b", Packet((), b"x")), 0)  # tick wanted by 1000
+    got = a.handle(Received("b", RData(1), Packet((), b"y")), 100)
+    assert _timers(got) == [SetTimer(TICK, 150)] and _ups(got)
+    # past it, the ack leaves at the second tick, as always
+    assert not _sends(a.handle(TimerFired(TICK), 150))
+    assert [s.header for s in _sends(a.handle(TimerFired(TICK), 200))] == [RAck(1, [])]
 
 
 def test_an_owed_ack_leaves_at_the_second_tick_unless_a_packet_carried_it() -> None:

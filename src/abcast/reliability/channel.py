@@ -48,15 +48,14 @@ protocol packets (the thesis's message counts are about the protocols above).
 
 Timers: by default each link has its own delayed-ack and retransmission timer, set and
 cancelled as packets come and go. With `tick_us` (the runtime's stream channel) one
-timer, the tick, serves every link instead: it runs while some packet is unacked or
-some ack owed, an owed ack leaves at the second tick after it fell due (unless a packet
-carried it first) and a packet is retransmitted at the first tick past its deadline. A
-packet sent or received then costs no timer effect at all, where the per-link timers
-cost about two each on a link that goes quiet between messages. The price: the tick does
-not back off. A packet to a peer that never answers keeps it firing every `tick_us`
-(retransmissions still back off) until the view drops the peer and its link goes: at
-10 ms, 100 wake-ups a second for the detector's timeout plus the open channel's linger,
-where per-link timers fired a handful of times.
+timer, the tick, serves every link instead: an owed ack leaves at the second tick after
+it fell due (unless a packet carried it first), and a packet is retransmitted at the
+first tick past its deadline. The tick fires every `tick_us` while an ack is owed;
+while only packets are unacked it sleeps until the first retransmission can fall due
+(at most an RTO floor), so a dead peer's packets, backing off, do not keep it firing
+every tick; an ack falling due moves it back to one tick on. A packet sent or received
+then costs no timer effect at all, where the per-link timers cost about two each on a
+link that goes quiet between messages.
 """
 
 from __future__ import annotations
@@ -175,6 +174,11 @@ class ReliableChannel(Layer):
         #: the tick's period (`tick_us`), None with per-link timers; whether it is set
         self._tick_us = self.config.tick_us
         self._tick_set = False
+        #: when the tick is set for (while `_tick_set`); never later than an RTO floor
+        #: from now, so a packet sent finds it set before its deadline
+        self._tick_at = 0
+        self._tick_period = self.config.tick_us or 0
+        self._rto_floor = self.config.rto_floor_us
         #: the peers whose packets may take the shortcuts (see `pass_up`): the view's
         #: members here; the open channel's non-guests
         self._steady: frozenset[NodeId] = frozenset()
@@ -443,7 +447,7 @@ class ReliableChannel(Layer):
         if self._tick_us is not None:
             effects: list[Effect] = [Send(to, self._number(to, link, packet, now), packet,
                                           control)]
-            self._arm_tick(effects, now)
+            self._arm_tick(effects, now, now + self._rto_floor)  # by its deadline
             return effects
         inbound = self._in.get(to) if self._piggyback else None
         # the delayed ack this packet replaces (see `_number`): its timer goes
@@ -477,14 +481,17 @@ class ReliableChannel(Layer):
     def pass_up(self, sender: NodeId, header: object, now: int) -> bool:
         """`handle` of a member's next packet in sequence, when all it would return is
         `[Up]`: with a tick already set (`tick_us`; never with per-link timers, whose
-        ack timer is set per packet), no hole on the link, and a carried ack that
-        releases nothing waiting for credit. The state change is `_on_data`'s."""
+        ack timer is set per packet) soon enough for an ack it makes due, no hole on the
+        link, and a carried ack that releases nothing waiting for credit. The state
+        change is `_on_data`'s."""
         if type(header) is not RData or not self._tick_set or sender not in self._steady:
             return False
         data: RData = header  # (the type test above)
         link = self._in.get(sender)
         if link is None or link.above or data.seq != link.high + 1:
             return False
+        if not link.ack_armed and self._tick_at > now + self._tick_period:
+            return False  # an ack falls due and the tick is set later: `handle` moves it
         ack = data.ack
         if ack:
             out = self._out.get(sender)
@@ -664,8 +671,10 @@ class ReliableChannel(Layer):
 
     def _tick(self, now: int) -> list[Effect]:
         """The tick (`tick_us`): the acks owed since the last tick leave, due packets are
-        retransmitted, and the tick is set again while anything is still unacked or
-        owed."""
+        retransmitted, and the tick is set again: one tick on while an ack is owed, else
+        while a packet is unacked for when the first retransmission can fall due (at
+        least one tick on, at most an RTO floor: a dead peer's packets, backing off, do
+        not keep it firing every tick)."""
         self._tick_set = False
         effects: list[Effect] = []
         owed = False
@@ -675,20 +684,33 @@ class ReliableChannel(Layer):
                     effects += self._flush_ack(peer)
                 else:
                     inbound.ack_aged = owed = True
-        unacked = False
+        wake: int | None = None  # the earliest a retransmission can fall due
         for peer, link in self._out.items():
             if link.unacked:
-                unacked = True
                 # nothing is due while the cumulative ack advanced within an RTO (§5.3):
                 # a busy link's unacked packets are not looked at tick after tick
-                if link.progress_at + link.timer.rto <= now:
-                    effects += self._resend_due(peer, link, now)[0]
-        if owed or unacked:
+                due = link.progress_at + link.timer.rto
+                if due <= now:
+                    resent, due = self._resend_due(peer, link, now)
+                    effects += resent
+                if wake is None or due < wake:
+                    wake = due
+        if owed:
             self._arm_tick(effects, now)
+        elif wake is not None:
+            self._arm_tick(effects, now, min(max(wake, now + self._tick_period),
+                                             now + self._rto_floor))
         return effects
 
-    def _arm_tick(self, effects: list[Effect], now: int) -> None:
-        """Set the tick (`tick_us`) unless it is set: its timer goes into `effects`."""
-        if not self._tick_set and self._tick_us is not None:
+    def _arm_tick(self, effects: list[Effect], now: int, at: int | None = None) -> None:
+        """Have the tick (`tick_us`) fire by `at` (one tick from now by default): set it,
+        or move it earlier, unless it is set that soon already; its timer goes into
+        `effects`."""
+        if self._tick_us is None:
+            return
+        if at is None:
+            at = now + self._tick_period
+        if not self._tick_set or at < self._tick_at:
             self._tick_set = True
-            effects.append(SetTimer(TICK, now + self._tick_us))
+            self._tick_at = at
+            effects.append(SetTimer(TICK, at))

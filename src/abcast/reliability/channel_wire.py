@@ -56,10 +56,11 @@ class ChannelConfig:
     - piggyback_acks: a packet to a peer that is owed an ack carries it (see above). Off
       by default: the simulator's regression scenarios were found, seed by seed, with
       standalone acks; the fault sweeps run both.
-    - tick_us: one timer for all links, firing every tick_us while anything is unacked
-      or owed, in place of a delayed-ack and a retransmission timer per link (see the
-      rules; None: per-link timers). An ack then waits one to two ticks, not
-      ack_delay_us (unused then), and a retransmission is up to one tick late.
+    - tick_us: one timer for all links, firing every tick_us while an ack is owed and
+      when a retransmission can fall due, in place of a delayed-ack and a retransmission
+      timer per link (see abcast.reliability.channel's rules; None: per-link timers). An
+      ack then waits one to two ticks, not ack_delay_us (unused then), and a
+      retransmission is up to one tick late.
     - window: sequence numbers a link may have in flight past its oldest unacked packet;
       a receiver refuses anything further ahead (every member must use the same value).
     - max_waiting: packets waiting for credit on one link above which the node is
