@@ -296,8 +296,6 @@ class Stack:
                                 control=send.control)
                             push((-3, Transmit((to,), data, send.control)))
                             continue
-                        push((1, SendRequested(to, packet, send.control)))
-                        continue
                     if index == 1 and pass_down is not None:
                         header = pass_down((to,), now)
                         if header is not None:
@@ -341,8 +339,6 @@ class Stack:
                                     (below, head, *packet.headers), inner.payload))
                                 push((-3, Transmit((dest,), data, False)))
                             continue
-                        push((1, MulticastRequested(dests, packet, control)))
-                        continue
                     if index == 1 and pass_down is not None:
                         header = pass_down(dests, now)
                         if header is not None:

@@ -21,17 +21,13 @@ from __future__ import annotations
 from abcast.effects import Effect, Multicast, Send
 from abcast.ids import NodeId
 from abcast.membership.merge import evs_view_id
-from abcast.membership.state import CoordinatedFlush, MembershipState, MemberSteps
+from abcast.membership.state import CoordinatedFlush, Part
 from abcast.membership.wire import MAbort, MInstall, MPrepare, MState
 
 
-class FlushCoordinator:
+class FlushCoordinator(Part):
     """The coordinator's side of a view change (a part of the membership layer): it
     reads and writes the layer's state `s` and takes the member's steps from `member`."""
-
-    def __init__(self, s: MembershipState, member: MemberSteps) -> None:
-        self.s = s
-        self.member = member
 
     def on_suspect(self, node: NodeId) -> list[Effect]:
         view = self.s.view

@@ -28,17 +28,13 @@ from abcast.effects import Effect, Send
 from abcast.errors import RemoteProtocolError
 from abcast.events import Received
 from abcast.ids import NodeId
-from abcast.membership.state import MembershipState, MemberSteps, keep_early
+from abcast.membership.state import Part, keep_early
 from abcast.membership.wire import MBusy, MPrepare, MState
 
 
-class FlushMember:
+class FlushMember(Part):
     """The member's side of a view change (a part of the membership layer): it reads and
     writes the layer's state `s` and takes the member's steps from `member`."""
-
-    def __init__(self, s: MembershipState, member: MemberSteps) -> None:
-        self.s = s
-        self.member = member
 
     def on_prepare(self, sender: NodeId, prepare: MPrepare) -> list[Effect]:
         view = self.s.view

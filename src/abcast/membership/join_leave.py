@@ -47,8 +47,7 @@ from abcast.membership.state import (
     MAX_PENDING_JOINS,
     STABLE,
     TIMERS,
-    MembershipState,
-    MemberSteps,
+    Part,
     WelcomeDraft,
     arm_probe,
     keep_early,
@@ -67,13 +66,9 @@ from abcast.membership.wire import (
 )
 
 
-class JoinLeave:
+class JoinLeave(Part):
     """Joining, leaving and removal (a part of the membership layer): it reads and writes
     the layer's state `s` and takes the member's steps from `member`."""
-
-    def __init__(self, s: MembershipState, member: MemberSteps) -> None:
-        self.s = s
-        self.member = member
 
     def join(self, contacts: tuple[NodeId, ...], now: int) -> list[Effect]:
         view = self.s.view

@@ -68,9 +68,8 @@ from abcast.membership.api import MergingOrdering
 from abcast.membership.state import (
     MERGE_TIMEOUT,
     MERGE_WAIT,
-    MembershipState,
-    MemberSteps,
     MergeRound,
+    Part,
     arm_probe,
     note,
 )
@@ -100,13 +99,9 @@ def evs_view_id(target: int, coordinator: NodeId) -> int:
     return base if base >= target else base + VIEW_ID_SPAN
 
 
-class Merger:
+class Merger(Part):
     """The merge of sides (a part of the membership layer, under evs only): it reads and
     writes the layer's state `s` and takes the member's steps from `member`."""
-
-    def __init__(self, s: MembershipState, member: MemberSteps) -> None:
-        self.s = s
-        self.member = member
 
     @property
     def ordering(self) -> MergingOrdering:

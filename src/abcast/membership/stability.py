@@ -15,17 +15,13 @@ from __future__ import annotations
 
 from abcast.effects import Effect, Send, SetTimer
 from abcast.ids import NodeId
-from abcast.membership.state import STABLE, MembershipState, MemberSteps
+from abcast.membership.state import STABLE, Part
 from abcast.membership.wire import MStable, MState, ViewReport
 
 
-class Stability:
+class Stability(Part):
     """Stable reports and the missed-install call (a part of the membership layer): it
     reads and writes the layer's state `s` and takes the member's steps from `member`."""
-
-    def __init__(self, s: MembershipState, member: MemberSteps) -> None:
-        self.s = s
-        self.member = member
 
     def report(self, now: int) -> list[Effect]:
         """Every period: what we delivered, to the acting leader, when it changed."""

@@ -196,6 +196,16 @@ class MemberSteps(Protocol):
     def go_on_without(self, by: NodeId, in_view: int = 0) -> list[Effect]: ...
 
 
+class Part:
+    """What every part of the membership layer holds (the flush's two sides, joins and
+    leaves, merges, stability): the layer's state `s`, which it reads and writes, and
+    the member's steps it takes (`member`, the layer itself)."""
+
+    def __init__(self, s: MembershipState, member: MemberSteps) -> None:
+        self.s = s
+        self.member = member
+
+
 class MembershipState:
     """Every field of the membership layer; the layer owns one and hands it to its
     parts (no behaviour here)."""

@@ -171,13 +171,12 @@ class ReliableChannel(Layer):
         self._gated: tuple[Packet, list[Fragment] | None] | None = None
         self.fragmented = 0  # packets sent in fragments (once per destination)
         self.undecodable = 0  # reassembled packets that did not decode (dropped)
-        #: the tick's period (`tick_us`), None with per-link timers; whether it is set
-        self._tick_us = self.config.tick_us
-        self._tick_set = False
-        #: when the tick is set for (while `_tick_set`); never later than an RTO floor
-        #: from now, so a packet sent finds it set before its deadline
-        self._tick_at = 0
+        #: the tick's period (`tick_us`), 0 with per-link timers; whether it is set, and
+        #: for when (never later than an RTO floor from now, so a packet sent finds it
+        #: set before its deadline)
         self._tick_period = self.config.tick_us or 0
+        self._tick_set = False
+        self._tick_at = 0
         self._rto_floor = self.config.rto_floor_us
         #: the peers whose packets may take the shortcuts (see `pass_up`): the view's
         #: members here; the open channel's non-guests
@@ -314,7 +313,7 @@ class ReliableChannel(Layer):
     def _install(self, view: View) -> list[Effect]:
         self._members = self._steady = frozenset(view.members)
         effects: list[Effect] = []
-        ticking = self._tick_us is not None  # no per-link timers to cancel
+        ticking = bool(self._tick_period)  # no per-link timers to cancel
         for peer in [p for p in self._out if p not in self._members]:
             del self._out[peer]
             if not ticking:
@@ -444,7 +443,7 @@ class ReliableChannel(Layer):
     def _transmit(
         self, to: NodeId, link: _OutLink, packet: Packet, now: int, control: bool
     ) -> list[Effect]:
-        if self._tick_us is not None:
+        if self._tick_period:
             effects: list[Effect] = [Send(to, self._number(to, link, packet, now), packet,
                                           control)]
             self._arm_tick(effects, now, now + self._rto_floor)  # by its deadline
@@ -559,7 +558,7 @@ class ReliableChannel(Layer):
         # Ack duplicates too: the sender retransmitted because it missed our last ack.
         if not link.ack_armed:
             link.ack_armed = True
-            if self._tick_us is None:
+            if not self._tick_period:
                 effects.append(SetTimer(("ack", sender), now + self.config.ack_delay_us))
             else:
                 link.ack_aged = False
@@ -706,7 +705,7 @@ class ReliableChannel(Layer):
         """Have the tick (`tick_us`) fire by `at` (one tick from now by default): set it,
         or move it earlier, unless it is set that soon already; its timer goes into
         `effects`."""
-        if self._tick_us is None:
+        if not self._tick_period:
             return
         if at is None:
             at = now + self._tick_period
