@@ -154,6 +154,18 @@ class Stack:
         return sum(count() for layer in self.layers
                    if callable(count := getattr(layer, "in_flight", None)))
 
+    def peers(self) -> set[NodeId]:
+        """The nodes this stack still talks to: its view's members, and the nodes outside
+        it a layer keeps links to (`kept_peers()`: an open channel's guests and removed
+        members lingering; under evs, a partition's other side until the merge gives up
+        on it). A runtime keeps their addresses."""
+        peers = set(self.view.members)
+        for layer in self.layers:
+            kept = getattr(layer, "kept_peers", None)
+            if callable(kept):
+                peers |= kept()
+        return peers
+
     def inspect(self) -> list[LayerSnapshot]:
         """Every layer's snapshot, bottom first."""
         return [snap for layer in self.layers for snap in layer.snapshots()]

@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 
+import abcast.runtime.group as group_module
 from abcast import Delivery, Group, Node
 from abcast.group.failure_detector import DetectorConfig
 from abcast.ids import NodeId, View
@@ -61,9 +62,26 @@ class Replica:
         return b"\n".join(sorted(union))
 
 
-def test_both_sides_of_a_partition_go_on_and_merge_into_one_state() -> None:
+@pytest.mark.parametrize("prune_after_s", [None, 0.05])
+def test_both_sides_of_a_partition_go_on_and_merge_into_one_state(
+        prune_after_s: float | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `prune_after_s`, each node lets go of unneeded peers' addresses that soon
+    after a view (15 s otherwise: a partition that long), and the cut lasts past it: the
+    other side must still be reachable at the heal. Node.prune_peers used to keep only
+    the current view's members, so a merge probe to the other side raised "send to
+    unknown peer" in a timer callback and the sides never merged."""
     replicas = {n: Replica() for n in IDS}
     transports = {n: CuttableMemory() for n in IDS}
+    prunes: dict[NodeId, int] = dict.fromkeys(IDS, 0)
+    if prune_after_s is not None:
+        monkeypatch.setattr(group_module, "PRUNE_AFTER_S", prune_after_s)
+        prune = Node.prune_peers
+
+        def counted(self: Node) -> None:
+            prune(self)
+            prunes[self.id] += 1
+
+        monkeypatch.setattr(Node, "prune_peers", counted)
 
     async def main() -> None:
         nodes = [await Node(transports[n], node=n).start() for n in IDS]
@@ -84,12 +102,17 @@ def test_both_sides_of_a_partition_go_on_and_merge_into_one_state() -> None:
 
         for n in IDS:  # cut {n1, n2} | {n3, n4}
             transports[n].blocked = RIGHT if n in LEFT else LEFT
+        pruned = dict(prunes)
         await until(lambda: all(
             r.views and set(r.views[-1].members) == (LEFT if n in LEFT else RIGHT)
             for n, r in replicas.items()), 20)
         for n in IDS:  # each side orders its own broadcasts while cut
             await by_id[n].broadcast(b"during " + n.encode())
         await until(lambda: all(len(r.lines) == 6 for r in replicas.values()), 20)
+        if prune_after_s is not None:  # every node pruned after its side's view
+            await until(lambda: all(prunes[n] > pruned[n] for n in IDS), 20)
+            for node in nodes:  # ...and kept the other side's addresses
+                assert all(node.peer_url(o) is not None for o in IDS if o != node.id)
 
         for n in IDS:
             transports[n].blocked = set()

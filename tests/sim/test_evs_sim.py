@@ -20,10 +20,13 @@ from abcast.cli import cli
 from abcast.effects import Effect, InstallState, MergeStates
 from abcast.errors import ConfigError
 from abcast.ids import NodeId, View
+from abcast.membership import MembershipConfig
 from abcast.membership.merge import VIEW_ID_SPAN, Merger, evs_view_id
 from abcast.membership.state import MergeRound
 from abcast.membership.wire import MMergeInstall
+from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering.registry import OrderingOptions, build_stack, get_ordering
+from abcast.reliability.channel import LINGER_US
 from abcast.sim import SimConfig, SimResult, run_simulation
 from abcast.sim.churn import churn_faults, flapping_faults, judge, lineages, merge_views
 from abcast.sim.cluster import SimCluster
@@ -414,3 +417,45 @@ def test_a_leaver_left_out_by_a_flush_it_did_not_answer_coordinates_its_side() -
     result = run_simulation(config)
     assert judge(result) == ([], [])
     assert "n3" in result.departed
+
+
+def _long_split(ordering: str, seed: int) -> SimResult:
+    """Five nodes, sides n1+n2 | n3+n4+n5 apart for 14.8 s: longer than the open
+    channel's LINGER_US, within the merge's probing time (a minute)."""
+    return run_simulation(SimConfig(
+        ordering, nodes=5, messages=300, seed=seed, rate=20.0, options=EVS,
+        faults="drop=0.02,delay=1-15ms,partition=n1+n2|n3+n4+n5@200ms-15000ms",
+        stall_us=8_000_000))
+
+
+def _merged_whole(result: SimResult) -> bool:
+    views = views_of(result)
+    return {tuple(sorted(v[-1][1])) for v in views.values()} == {("n1", "n2", "n3", "n4", "n5")}
+
+
+@pytest.mark.parametrize("ordering", FAMILY)
+def test_sides_apart_longer_than_the_linger_merge_on_heal(ordering: str) -> None:
+    """Each side's members fall silent to the other's for 14.8 s. The open channel kept a
+    removed member's link only 10 s (LINGER_US) of silence and then dropped its packets
+    for good, so after the heal the coordinators' probes were dropped and the sides
+    stayed apart for ever (the judge: VIEW_ORDER, STATE). Under evs the registry now
+    keeps it for the merge's probing time plus that linger (`removed_linger_us`)."""
+    evs_channel = build_stack("n1", "g", ordering, View(1, ("n1", "n2")), EVS).layers[1]
+    primary_channel = build_stack("n1", "g", ordering, View(1, ("n1", "n2"))).layers[1]
+    assert isinstance(evs_channel, OpenChannel) and isinstance(primary_channel, OpenChannel)
+    assert evs_channel.removed_linger_us == MembershipConfig().probe_for_us + LINGER_US
+    assert primary_channel.removed_linger_us == LINGER_US
+    result = _long_split(ordering, seed=1)
+    assert _merged_whole(result)
+    assert len(merge_views(result.recorder.rows())) == 1
+    assert judge(result) == ([], [])
+
+
+def test_the_old_linger_leaves_long_split_sides_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted old behaviour: removed members linger for LINGER_US under evs too."""
+    from abcast.ordering import registry
+
+    monkeypatch.setattr(registry, "removed_linger_us", lambda opts: LINGER_US)
+    result = _long_split("sequencer", seed=1)
+    assert not _merged_whole(result)
+    assert judge(result) != ([], [])

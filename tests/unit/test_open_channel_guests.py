@@ -15,7 +15,7 @@ import pytest
 
 from abcast.codec import Packet
 from abcast.effects import CancelTimer, Effect, Send, SetTimer, Up
-from abcast.errors import RemoteProtocolError
+from abcast.errors import ConfigError, RemoteProtocolError
 from abcast.events import Event, Received, SendRequested, TimerFired, ViewInstalled
 from abcast.ids import NodeId, View
 from abcast.ordering import _open_channel
@@ -292,6 +292,57 @@ def test_planted_lingering_rules_are_caught(check: Callable[[type[OpenChannel]],
                                             planted: type[OpenChannel]) -> None:
     with pytest.raises(AssertionError):
         check(planted)
+
+
+class RemovedLingerIgnored(OpenChannel):
+    """Planted bug: the channel as it was — a removed member is gone once silent for the
+    guests' `linger_us`, whatever `removed_linger_us` says (an evs side cut off for
+    longer than 10 s was never merged with: its probes were dropped)."""
+
+    def __init__(self, node: NodeId, config: ChannelConfig | None = None,
+                 linger_us: int = LINGER, removed_linger_us: int | None = None) -> None:
+        super().__init__(node, config, linger_us, removed_linger_us)
+        self.removed_linger_us = self.linger_us
+
+
+def check_a_removed_member_lingers_for_the_removed_linger(kind: type[OpenChannel]) -> None:
+    """A removed member keeps its link while silent for `removed_linger_us` (the evs
+    merge's probing time), a guest only for `linger_us`; then each goes as before."""
+    a = kind("a", CONFIG, linger_us=LINGER, removed_linger_us=3 * LINGER)
+    a.decode_above(ABOVE)
+    a.handle(ViewInstalled(View(1, ("a", "b"))), 0)
+    assert _ups(a.handle(Received("b", RData(1), Packet((), b"m1")), 1))
+    removed = a.handle(ViewInstalled(View(2, ("a",))), 2)  # b lingers, silent from now
+    assert _linger_timer(removed, "b") == 2 + 3 * LINGER
+    assert _ups(a.handle(Received("x", RData(1), Packet((), b"g1")), 3))  # x: a guest
+    a.handle(TimerFired(("linger", "x")), 3 + LINGER)
+    assert "x" not in a.guests()  # the guest went after linger_us
+    a.handle(TimerFired(("linger", "b")), 2 + LINGER)  # early: a timer set for linger_us
+    assert "b" in a.lingering()
+    # silent for 2.5 × linger_us behind a partition, b speaks again: the next number,
+    # its link whole (not a duplicate, not refused)
+    assert _ups(a.handle(Received("b", RData(2), Packet((), b"m2")), 2 + 5 * LINGER // 2))
+    a.handle(TimerFired(("linger", "b")), 2 + 3 * LINGER)
+    assert "b" in a.lingering()
+    a.handle(TimerFired(("linger", "b")), 3 + 11 * LINGER // 2)  # silent for 3 × linger
+    assert "b" not in a.lingering()
+    assert a.handle(Received("b", RData(3), Packet((), b"late")), 6 * LINGER) == []
+
+
+def test_a_removed_member_lingers_for_the_removed_linger() -> None:
+    check_a_removed_member_lingers_for_the_removed_linger(OpenChannel)
+
+
+def test_a_channel_that_ignores_the_removed_linger_is_caught() -> None:
+    with pytest.raises(AssertionError):
+        check_a_removed_member_lingers_for_the_removed_linger(RemovedLingerIgnored)
+
+
+def test_linger_times_must_be_positive() -> None:
+    with pytest.raises(ConfigError):
+        OpenChannel("a", CONFIG, removed_linger_us=0)
+    with pytest.raises(ConfigError):
+        OpenChannel("a", CONFIG, linger_us=-1)
 
 
 # -- a pair of guests over a faulty network, quiet spells between bursts -----------------

@@ -7,15 +7,19 @@ impossible: the joiner's stack starts with a view that holds only itself, and th
 contact's view does not hold the joiner until the group has ordered its JOIN. Here the
 channel admits as a *guest* any node the layer above sends to or that sends it data,
 until a view holds it; a node that a view change removes *lingers* until it has been
-silent for `linger_us` (nothing from it, data or acks), so what was sent to it just
-before (a leaver's farewell) is still retransmitted until acknowledged, and a node
-another side of a partition removed keeps its link while it talks to us (an evs merge
-may conclude long after the view that removed it: abcast.membership.merge); after that
-it is gone for good: its packets are dropped and it is never admitted again (node ids
-are not reused within a group) — as long as it is among the last MAX_GONE departed
-(older ones are forgotten, so a long-lived member's memory does not grow with every node
-that ever left; one that speaks again is a guest at most). What we send a lingering
-node does not keep it: a crashed one is probed by the merge for a minute, unanswered.
+silent for `removed_linger_us` ("removed_linger" below; `linger_us` unless told: nothing
+from it, data or acks),
+so what was sent to it just before (a leaver's farewell) is still retransmitted until
+acknowledged, and a node another side of a partition removed keeps its link while it
+talks to us (an evs merge may conclude long after the view that removed it:
+abcast.membership.merge); after that it is gone for good: its packets are dropped and it
+is never admitted again (node ids are not reused within a group) — as long as it is
+among the last MAX_GONE departed (older ones are forgotten, so a long-lived member's
+memory does not grow with every node that ever left; one that speaks again is a guest at
+most). Under evs the registry sets `removed_linger_us` to the merge's probing time plus
+`linger_us`: a side silent behind a partition for all of that time (a minute by default)
+is still merged with on heal, its links whole. What we send a lingering node does not
+keep it: a crashed one is probed by the merge, unanswered, and freed after that.
 
     peer        event                                       next       effects
     stranger    it sends data, or the layer above to it     guest      linger timer
@@ -23,8 +27,8 @@ node does not keep it: a crashed one is probed by the merge for a minute, unansw
     guest       linger timer, heard within linger_us        guest      timer moved on
     guest       linger timer, silent for linger_us          forgotten  links, timers freed
     member      a view without it                           lingering  linger timer
-    lingering   linger timer, heard from within linger_us   lingering  timer moved on
-    lingering   linger timer, silent for linger_us          gone       links, timers freed
+    lingering   linger timer, heard within removed_linger   lingering  timer moved on
+    lingering   linger timer, silent for removed_linger     gone       links, timers freed
     any         Forgotten (it withdrew: stopped for good)   stranger   links freed, no marks
                                                                        (a member: once a view
                                                                        leaves it out)
@@ -63,6 +67,7 @@ from typing import Final, TypeVar
 import msgspec
 
 from abcast.effects import Effect, SetTimer
+from abcast.errors import ConfigError
 from abcast.events import (
     Event,
     Forgotten,
@@ -106,10 +111,17 @@ class OpenChannel(ReliableChannel):
     name = "open-channel"
 
     def __init__(
-        self, node: NodeId, config: ChannelConfig | None = None, linger_us: int = LINGER_US
+        self, node: NodeId, config: ChannelConfig | None = None, linger_us: int = LINGER_US,
+        removed_linger_us: int | None = None,
     ) -> None:
         super().__init__(node, config)
+        #: a guest silent this long is forgotten
         self.linger_us = linger_us
+        #: a node a view removed, silent this long, is gone (see the rules)
+        self.removed_linger_us = linger_us if removed_linger_us is None else removed_linger_us
+        if min(self.linger_us, self.removed_linger_us) <= 0:
+            raise ConfigError(f"linger times must be positive: {linger_us}, "
+                              f"{removed_linger_us}")
         self._view: View | None = None
         self._guests: set[NodeId] = set()
         self._lingering: set[NodeId] = set()
@@ -137,6 +149,11 @@ class OpenChannel(ReliableChannel):
 
     def lingering(self) -> frozenset[NodeId]:
         return frozenset(self._lingering)
+
+    def kept_peers(self) -> frozenset[NodeId]:
+        """The nodes outside the view whose links are kept: guests and lingering nodes
+        (`Stack.peers`: a runtime keeps their addresses while they are)."""
+        return frozenset(self._guests | self._lingering)
 
     def inspect(self) -> LayerSnapshot:
         snapshot = super().inspect()
@@ -270,7 +287,7 @@ class OpenChannel(ReliableChannel):
                 continue  # stopped for good: a stranger (`_withdraw`), no linger
             self._lingering.add(peer)
             self._spoke[peer] = now
-            effects.append(SetTimer(("linger", peer), now + self.linger_us))
+            effects.append(SetTimer(("linger", peer), now + self.removed_linger_us))
         effects += self._reinstall(now)
         self._reassembly.members = self._reassembly_members()  # if the widened set held
         return effects
@@ -291,11 +308,15 @@ class OpenChannel(ReliableChannel):
         return self._reinstall(now)
 
     def _expire(self, peer: NodeId, now: int) -> list[Effect]:
-        """A linger timer: a guest or a lingering node is forgotten once silent for
-        `linger_us`, else its timer moves on to that time from when it was last heard."""
-        heard = self._heard.get(peer, self._spoke.get(peer))
-        if heard is not None and now < heard + self.linger_us:
-            return [SetTimer(("linger", peer), heard + self.linger_us)]
+        """A linger timer: a guest is forgotten once silent for `linger_us`, a lingering
+        node once silent for `removed_linger_us`; else its timer moves on to that time
+        from when it was last heard."""
+        heard = self._heard.get(peer)
+        linger = self.linger_us
+        if heard is None:
+            heard, linger = self._spoke.get(peer), self.removed_linger_us
+        if heard is not None and now < heard + linger:
+            return [SetTimer(("linger", peer), heard + linger)]
         return self._forget(peer, now)
 
     def _forget(self, peer: NodeId, now: int) -> list[Effect]:

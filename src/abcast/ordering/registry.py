@@ -31,7 +31,7 @@ from abcast.ordering.skeen import Skeen
 from abcast.ordering.ticket import TICKET_NODE, Ticket, TicketConfig
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.basic_channel import BasicChannel
-from abcast.reliability.channel import ChannelConfig, ReliableChannel
+from abcast.reliability.channel import LINGER_US, ChannelConfig, ReliableChannel
 from abcast.reliability.fragments import HEADROOM
 from abcast.reliability.nak import NakChannel, NakConfig
 from abcast.stack import Layer, Stack
@@ -364,6 +364,16 @@ def get_ordering(name: str) -> OrderingSpec:
         ) from None
 
 
+def removed_linger_us(opts: OrderingOptions) -> int:
+    """How long the open channel keeps the link of a removed member that went silent:
+    under evs as long as the membership layer probes for it, and the usual linger after
+    (a side cut off for longer than LINGER_US still merges on heal, links whole); else
+    LINGER_US."""
+    if not opts.evs:
+        return LINGER_US
+    return MembershipConfig().probe_for_us + LINGER_US
+
+
 def build_stack(
     node: NodeId, group: GroupName, ordering: str, view: View,
     options: OrderingOptions | None = None,
@@ -379,6 +389,8 @@ def build_stack(
                             reassembly_bytes=opts.channel.reassembly_bytes)
                if opts.multicast == "basic"
                else NakChannel(node, opts.nak, open_group) if opts.multicast == "nak"
+               else OpenChannel(node, opts.channel, removed_linger_us=removed_linger_us(opts))
+               if spec.channel is OpenChannel
                else spec.channel(node, opts.channel))
     layers: list[Layer] = [channel, *spec.make(node, opts)]
     if isinstance(channel, ReliableChannel | BasicChannel | NakChannel):  # splits large ones

@@ -23,7 +23,9 @@ peer's address is asked of the registry (`locate`), then sent (or dropped, count
 peer's next frame asks again). So a joiner needs to
 announce itself to no one: whoever must reach it finds it. Without a registry every
 peer must be added by hand (`add_peers`), as before. `prune_peers` lets go of peers no
-hosted group's view holds (a removed or crashed member).
+hosted group talks to any more (a removed or crashed member, once its group's channel
+let go of it too: under evs the other side of a partition is kept while the merge may
+still reach it).
 
 Endpoints: `open_endpoint(name, handler)` routes frames named `name` (instead of a
 group) to `handler(link, envelope)` — how clients and servers of abcast.rpc talk
@@ -402,10 +404,11 @@ class Node:
         self._endpoints.pop(name, None)
 
     def prune_peers(self) -> None:
-        """Let go of every peer that no hosted group's current view holds."""
+        """Let go of every peer that no hosted group talks to any more (`Stack.peers`: not
+        in its view, no link kept by its channel)."""
         if self._state != "open":
             return
-        needed = {m for d in self._groups.values() for m in d.stack.view.members}
+        needed = {m for d in self._groups.values() for m in d.stack.peers()}
         needed |= self._pinned
         for peer in [p for p in self._peer_urls if p not in needed]:
             del self._peer_urls[peer]
