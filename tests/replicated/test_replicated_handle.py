@@ -454,6 +454,42 @@ async def test_an_app_handles_pending_call_fails_when_its_group_closes_here() ->
             await g1.close()
 
 
+@run_async
+async def test_a_wait_until_predicate_changing_what_it_is_given_leaves_the_replica_alone(
+        ) -> None:
+    """wait_until hands its predicate a copy, as a read hands its result: on main it got
+    this node's object itself, so a predicate that changed it (a counter bumped, a list
+    appended to) changed this copy only — which then differed from the others' and would
+    be handed to joiners so."""
+    bus = Bus()
+    mine, other = _hooked(bus, "n1", ReplicatedDict()), _hooked(bus, "n2", ReplicatedDict())
+    seen: list[Any] = []
+
+    def meddle(copy: ReplicatedDict) -> bool:
+        seen.append(copy)
+        copy.data.setdefault("k", []).append("meddled")
+        copy.data["extra"] = 1
+        return len(copy.data["k"]) >= 3  # ["a", "b", "meddled"]: once both writes ran
+
+    await mine.put("k", ["a"])
+    waiting = asyncio.ensure_future(mine.wait_until(meddle))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    await other.put("k", ["a", "b"])
+    await asyncio.wait_for(waiting, 5)
+    assert mine.local.data == other.local.data == {"k": ["a", "b"]}
+    assert mine.replica.state() == other.replica.state()
+    assert len(seen) >= 2 and all(copy is not mine.local for copy in seen)
+    counter = _hooked(bus, "n3", Counter(5))
+
+    def bump(copy: Counter) -> bool:
+        copy.value += 1
+        return True
+
+    await counter.wait_until(bump)
+    assert counter.local.value == 5
+
+
 @pytest.mark.parametrize("when", ["queued", "requesting"])
 @run_async
 async def test_an_acquire_given_up_leaves_the_locks_queue(when: str) -> None:

@@ -2,7 +2,8 @@
 `sent` only once the request has left the process (main slept 50 ms and hoped; a server
 whose connection takes longer, a far one or a busy one, never got it while the command
 said `sent`), and says `not sent` (exit 1) when no server took it within `--timeout`;
-Case B's retries through the sequencer reach every member in turn."""
+Case B's retries through the sequencer reach every member in turn, and its resend when
+the contact leaves follows the request's contact policy."""
 
 from __future__ import annotations
 
@@ -10,17 +11,21 @@ import asyncio
 import contextlib
 import functools
 import json
+import random
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from abcast import RegistryServer
 from abcast.apps.rpc_commands import _call
+from abcast.codec import decode_envelope
 from abcast.ids import NodeId, sorted_nodes
 from abcast.rpc import Client, IncomingRequest, Server, Status
 from abcast.rpc import client as client_module
 from abcast.rpc.services import KeyValue
+from abcast.rpc.wire import ReplyFrame, encode_rpc
 from abcast.runtime.node import Node
 from abcast.transport.wan import WanTransport
 
@@ -168,6 +173,62 @@ def test_case_b_via_the_sequencer_retries_through_every_member(
                     server.close()
                     await group.close()
                 hole.close()
+
+    asyncio.run(main())
+
+
+class _Wire:
+    """A stand-in for the client's Node: it records whom each frame was sent to."""
+
+    def __init__(self) -> None:
+        self.id = "c1"
+        self.address = "mem://c1"
+        self.sent: list[NodeId] = []
+
+    def transmit(self, peer: NodeId, data: bytes) -> None:
+        self.sent.append(peer)
+
+    async def close(self) -> None:
+        pass
+
+
+class _Last(random.Random):
+    """`contact="any"` made predictable: it picks the last candidate."""
+
+    def choice(self, seq: Any) -> Any:
+        return seq[-1]
+
+
+@pytest.mark.parametrize(("contact", "first", "resent"), [
+    ("sequencer", "n1", "n2"),  # the new view's leader (main: n3, round robin's next)
+    ("any", "n4", "n3"),        # a live member picked at random (main: n2)
+])
+def test_the_resend_after_the_contact_left_follows_the_contact_policy(
+        contact: str, first: str, resent: str) -> None:
+    """A view without a Case B request's contact resends it at once, through the member
+    the request's `contact` policy picks; main resent it round robin whatever the policy
+    (through the sequencer, a member other than the new leader: one hop more, and not
+    the contact the caller asked for)."""
+
+    async def main() -> None:
+        wire = _Wire()
+        client = Client("svc", wire, retry_s=30.0)  # type: ignore[arg-type]
+        client._rng = _Last()
+        client._install(1, ("n1", "n2", "n3", "n4"))
+        call = asyncio.ensure_future(client.request(
+            b"x", vote="first", timeout=30.0, path="via-member", contact=contact))
+        while not wire.sent:  # the request's first send, on its first loop turn
+            await asyncio.sleep(0)
+        assert wire.sent == [first]
+        client._install(2, tuple(m for m in ("n1", "n2", "n3", "n4") if m != first))
+        assert wire.sent == [first, resent]
+        assert client.stats.retries == 1
+        (rid,) = client._pending
+        reply = ReplyFrame(rid, resent, True, b"ok", 2, ())
+        client._on_frame(None, decode_envelope(  # type: ignore[arg-type]
+            encode_rpc(client.endpoint, resent, reply)))
+        outcome = await asyncio.wait_for(call, 5)
+        assert (outcome.status, outcome.value) == (Status.OK, b"ok")
 
     asyncio.run(main())
 

@@ -1,14 +1,16 @@
 """Reply voting (abcast.rpc.voting): the names, the table, and a Hypothesis state machine
 that feeds a ballot replies (from targets, strangers and repeaters), views and the
 deadline, checking after every step that a decision is never missed, never wrong and
-never revised. A planted ballot that counts a server's second reply must be caught."""
+never revised. Planted ballots that count a server's second reply, or a departed
+target's reply toward a vote over the live targets (all, majority, percent), must be
+caught."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -139,6 +141,76 @@ def test_vote_all_waits_for_every_live_target(ballot_type: type[Ballot] = Ballot
     assert b.on_reply(Reply("n2", b"y")) is Status.INCONSISTENT
 
 
+def test_majority_and_percent_are_taken_over_the_live_targets(
+        ballot_type: type[Ballot] = Ballot) -> None:
+    """majority and percent(p), like all, count the live targets' replies only (main
+    counted a departed target's reply toward the live targets' n, so percent(100) was
+    not all, and a majority of three live targets could be two departed ones)."""
+    # departs after replying: n4 and n5 answer and leave; a majority of n1..n3 is 2 of them
+    b = ballot_type(Vote.parse("majority"), "any", frozenset(SERVERS))
+    b.on_reply(Reply("n4", b"old"))
+    b.on_reply(Reply("n5", b"old"))
+    assert b.on_view(SERVERS[:3]) is Status.WAITING  # main: OK, none of the live heard
+    assert b.on_reply(Reply("n1", b"new")) is Status.WAITING
+    assert b.on_reply(Reply("n2", b"new")) is Status.OK
+    assert b.value == b"new"  # the first counted reply's, not the departed n4's
+    assert [r.server for r in b.outcome().replies] == ["n4", "n5", "n1", "n2"]
+    # departs before replying: n3 leaves, then its reply (sent before it went) arrives
+    b = ballot_type(Vote.parse("percent(60)"), "any", frozenset(SERVERS[:3]))
+    assert b.on_view(SERVERS[:2]) is Status.WAITING  # 2 live: ⌈1.2⌉ = 2 needed
+    assert b.on_reply(Reply("n3", b"x")) is Status.WAITING
+    assert b.on_reply(Reply("n1", b"x")) is Status.WAITING  # main: OK with n3's
+    assert b.on_reply(Reply("n2", b"x")) is Status.OK
+    # percent(100) is all: n1 answers and leaves, n2 answers, n3 not yet
+    for vote in ("percent(100)", "all"):
+        b = ballot_type(Vote.parse(vote), "any", frozenset(SERVERS[:3]))
+        b.on_reply(Reply("n1", b"x"))
+        b.on_view(SERVERS[1:3])
+        assert b.on_reply(Reply("n2", b"x")) is Status.WAITING, vote
+        assert b.on_reply(Reply("n3", b"x")) is Status.OK, vote
+    # every live target gone: nobody left to vote
+    b = ballot_type(Vote.parse("majority"), "any", frozenset(SERVERS[:3]))
+    b.on_reply(Reply("n1", b"x"))
+    assert b.on_view([]) is Status.MEMBERS_LOST
+
+
+def test_quorum_counts_a_departed_targets_reply() -> None:
+    """quorum(k) is absolute (k servers answered), not a share of the live targets: a
+    reply from a server that has since left still counts, as the module says."""
+    b = ballot("quorum(2)")
+    b.on_reply(Reply("n1", b"x"))
+    assert b.on_view(["n2", "n3"]) is Status.WAITING
+    assert b.on_reply(Reply("n2", b"x")) is Status.OK
+
+
+_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("reply"), st.sampled_from(SERVERS[:4]), st.sampled_from([b"a", b"b"])),
+    st.tuples(st.just("leave"), st.sampled_from(SERVERS[:4]), st.just(b""))), max_size=12)
+
+
+@given(steps=_STEPS, consistency=st.sampled_from(["any", "all_same", "majority_same",
+                                                  "all_different"]))
+@settings(max_examples=300, deadline=None)
+def test_percent_100_is_all(steps: list[tuple[str, str, bytes]], consistency: str) -> None:
+    """Whatever replies and departures come, percent(100) decides as all does, step by
+    step, with the same value."""
+    _percent_100_as_all(steps, consistency)
+
+
+def _percent_100_as_all(steps: list[tuple[str, str, bytes]], consistency: str,
+                        ballot_type: type[Ballot] = Ballot) -> None:
+    ballots = [ballot_type(Vote.parse(v), consistency, frozenset(SERVERS[:4]))
+               for v in ("percent(100)", "all")]
+    for what, server, value in steps:
+        for b in ballots:
+            if what == "reply":
+                b.on_reply(Reply(server, value))
+            else:
+                b.on_view(sorted(b.live - {server}))
+        percent, every = ballots
+        assert (percent.status, percent.value) == (every.status, every.value), steps
+
+
 def test_a_handler_error_is_an_ok_outcome_that_failed() -> None:
     failed = ballot("first")
     failed.on_reply(Reply("n1", b"ValueError: no", ok=False))
@@ -158,8 +230,9 @@ def _consistent(consistency: str, replies: list[Reply], live: set[str]) -> bool:
 
 
 def _counted(b: Ballot) -> int:
-    """The replies that count toward the vote: for `all`, the live targets' only."""
-    if b.vote.kind == "all":
+    """The replies that count toward the vote: for a vote over n (all, majority,
+    percent), the live targets' only."""
+    if b.vote.kind in ("all", "majority", "percent"):
         return sum(1 for r in b.replies if r.server in b.live)
     return len(b.replies)
 
@@ -173,7 +246,8 @@ class BallotMachine(RuleBasedStateMachine):
         self.decided_as: Status | None = None
 
     @initialize(vote=st.sampled_from(["first", "all", "majority", "quorum(2)", "quorum(3)",
-                                      "percent(51)", "percent(80)"]),
+                                      "percent(51)", "percent(80)",
+                                      "percent(100)"]),
                 consistency=st.sampled_from(["any", "all_same", "majority_same",
                                              "all_different"]),
                 n=st.integers(3, 5))
@@ -299,6 +373,40 @@ def test_the_machine_catches_vote_all_counting_the_departed() -> None:
         @initialize(consistency=st.sampled_from(["any", "all_same"]), n=st.integers(3, 5))
         def start(self, consistency: str, n: int) -> None:  # type: ignore[override]
             self.b = self.ballot_type(Vote.parse("all"), consistency, frozenset(SERVERS[:n]))
+
+    Planted.TestCase.settings = settings(max_examples=300, stateful_step_count=20,
+                                         deadline=None, database=None,
+                                         suppress_health_check=[HealthCheck.too_slow])
+    with pytest.raises(AssertionError, match=r"too few counted replies|decision was missed"):
+        Planted.TestCase().runTest()
+
+
+class ShareCountsTheDeparted(Ballot):
+    """Planted bug (main's ballot): majority and percent count a departed target's reply
+    toward the live targets' n (only vote all counted the live ones)."""
+
+    @property
+    def counted(self) -> int:
+        if self.vote.kind == "all":
+            return sum(1 for r in self.replies if r.server in self.live)
+        return len(self.replies)
+
+
+def test_the_machine_catches_a_share_counting_the_departed() -> None:
+    with pytest.raises(AssertionError):
+        test_majority_and_percent_are_taken_over_the_live_targets(ShareCountsTheDeparted)
+    with pytest.raises(AssertionError):
+        _percent_100_as_all([("reply", "n1", b"a"), ("leave", "n1", b""),
+                             ("reply", "n2", b"a"), ("reply", "n3", b"a")], "any",
+                            ShareCountsTheDeparted)
+
+    class Planted(BallotMachine):
+        ballot_type = ShareCountsTheDeparted
+
+        @initialize(vote=st.sampled_from(["majority", "percent(51)", "percent(100)"]),
+                    consistency=st.sampled_from(["any", "all_same"]), n=st.integers(3, 5))
+        def start(self, vote: str, consistency: str, n: int) -> None:  # type: ignore[override]
+            self.b = self.ballot_type(Vote.parse(vote), consistency, frozenset(SERVERS[:n]))
 
     Planted.TestCase.settings = settings(max_examples=300, stateful_step_count=20,
                                          deadline=None, database=None,

@@ -5,7 +5,9 @@ validates the call, broadcasts the operation at once and returns an awaitable th
 resolves — with the method's return value, or its exception — once the operation has
 been executed on this node's copy; calling a @read method returns an awaitable that
 first waits until every write this node issued before it has executed here, then runs
-the method on the local copy. Deliveries reach the replica either through the group's
+the method on the local copy; `wait_until(predicate)` waits until the predicate holds of
+a copy of the object (what a read returns, and the predicate, never touch this node's
+copy itself). Deliveries reach the replica either through the group's
 `on_deliver` hook (`Group(..., on_deliver=handle.on_deliver)`, then `handle.bind(group)`
 — deliveries are applied synchronously, which a state-transfer snapshot will need) or,
 for a group made without one, from a task that reads `group.deliveries()` (`attach`;
@@ -101,8 +103,11 @@ class ReplicatedHandle(GroupApp[Replica[T]]):
         return self.core.read(method, args, kwargs)
 
     async def wait_until(self, predicate: Callable[[T], bool]) -> None:
-        """Wait until `predicate(local copy)` holds; re-checked after every operation."""
-        await self._wait(lambda: predicate(self.core.obj))
+        """Wait until `predicate(copy)` holds, re-checked after every operation executed
+        here. The predicate is given a copy of this node's object (`Replica.copy`, made
+        for each check), as a read's result is: one that changes what it is given
+        changes nothing here."""
+        await self._wait(lambda: predicate(self.core.copy()))
 
 
 @overload

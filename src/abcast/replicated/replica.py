@@ -13,11 +13,12 @@ member can always hand its state to a joiner (an object whose class brings its o
 `get_state`/`set_state` is not checked: its hooks are its business), and an object
 whose state is not plain data from the start is refused when made. Reads run on the
 local copy (`read`), and `caught_up` says whether every write this node issued has been
-executed here (reads wait for that). What a read returns, and what this node's write
-returns to its caller, is a copy (`_args.detached`): a caller that changes a list it was
-given changes its own list, never the replica's copy (which would then differ from the
-others' and be handed to joiners). State for a joiner goes through `state()` /
-`load()`.
+executed here (reads wait for that). What a read returns, what this node's write
+returns to its caller, and the whole object handed out (`copy`: what the facade's
+`wait_until` predicate is given) is a copy (`_args.detached`): a caller that changes a
+list it was given changes its own list, never the replica's copy (which would then
+differ from the others' and be handed to joiners). State for a joiner goes through
+`state()` / `load()`.
 
 No I/O, no clock, no asyncio: the async facade (abcast.replicated.handle) and the
 simulator's application (abcast.replicated.sim) drive it.
@@ -95,6 +96,12 @@ class Replica(Generic[T]):
     def last_issued(self) -> int:
         """The seq of this node's latest write (0: none)."""
         return self._last_issued_seq
+
+    def copy(self) -> T:
+        """A copy of the object that shares nothing mutable with it (`_args.detached`, as
+        a read's result): what a caller may be handed to look at the whole state."""
+        copied: T = detached(self.obj)
+        return copied
 
     def caught_up(self) -> bool:
         """Every write this node issued has been executed here."""

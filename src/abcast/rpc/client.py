@@ -20,9 +20,10 @@ Rules:
   servers' duplicate table, keyed on (client id, request id), must not take the
   newcomer's requests for the old one's (abcast.rpc.executor).
 - Retries keep the request id: after `retry_s` without a decision, or at once when a
-  view without the contact arrives, the request is sent again (Case B: through the next
-  live member; Case A: to the servers not heard from). Servers answer a retry from their
-  reply cache, never by executing twice.
+  view without the contact arrives, the request is sent again (Case B: through the
+  next live member that the request's `contact` policy picks — through the sequencer,
+  the new view's leader once the contact left; Case A: to the servers not heard from).
+  Servers answer a retry from their reply cache, never by executing twice.
 - Each request's replies go through a `Ballot` (abcast.rpc.voting); a view change (told
   by the servers, in replies and notices) re-counts what it needs. A request never waits
   past its `timeout`. Replies for requests that are not pending are counted
@@ -94,7 +95,9 @@ class _Pending:
     ballot: Ballot
     request: Request
     decided: asyncio.Event
-    contact: NodeId | None
+    #: the caller's contact policy (CONTACTS), for the first send and every resend
+    how: str
+    contact: NodeId | None = None
 
 
 class Client:
@@ -206,13 +209,13 @@ class Client:
             return ballot.outcome()
         request = Request(self.id, next(self._rids), bytes(payload), self.node.address,
                           tuple(to or ()), False, path)
-        pending = _Pending(ballot, request, asyncio.Event(), None)
+        pending = _Pending(ballot, request, asyncio.Event(), contact)
         self._pending[request.rid] = pending
         self.stats.requests += 1
         retry_s = self.retry_s if self.retry_s is not None else max(0.05, timeout / 4)
         try:
             async with asyncio.timeout(timeout):
-                self._send(pending, contact, first=True)
+                self._send(pending, first=True)
                 while not ballot.decided:
                     try:
                         async with asyncio.timeout(retry_s):
@@ -223,7 +226,7 @@ class Client:
                         raise LocalProtocolError("client closed")
                     if not ballot.decided:
                         self.stats.retries += 1
-                        self._send(pending, contact, first=False)
+                        self._send(pending, first=False)
         except TimeoutError:
             ballot.on_deadline()
         finally:
@@ -278,7 +281,7 @@ class Client:
         if not targets:
             return request.rid  # nobody to send it to
         ballot = Ballot(Vote("first"), "any", targets)
-        self._send(_Pending(ballot, request, asyncio.Event(), None), contact, first=True)
+        self._send(_Pending(ballot, request, asyncio.Event(), contact), first=True)
         return request.rid
 
     def _check_call(self, path: str, contact: str, timeout: float) -> None:
@@ -304,13 +307,13 @@ class Client:
                               f"(servers: {', '.join(self.members)})")
         return frozenset(to)
 
-    def _send(self, pending: _Pending, contact: str, *, first: bool) -> None:
+    def _send(self, pending: _Pending, *, first: bool) -> None:
         request = pending.request
         if request.path == "direct":
             heard = {r.server for r in pending.ballot.replies}
             receivers: Iterable[NodeId] = [m for m in self.members if m not in heard]
         else:
-            chosen = self._contact(contact, avoid=None if first else pending.contact)
+            chosen = self._contact(pending.how, avoid=None if first else pending.contact)
             if chosen is None:
                 return
             pending.contact = chosen
@@ -378,7 +381,7 @@ class Client:
                 pending.decided.set()
             elif lost_contact and pending.request.path == "via-member":
                 self.stats.retries += 1
-                self._send(pending, "round-robin", first=False)
+                self._send(pending, first=False)
 
 
 def _check_retry(retry_s: float | None) -> None:

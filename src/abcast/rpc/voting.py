@@ -24,12 +24,16 @@ Rules, checked after every reply and view, first match wins:
 
 `needed` is recomputed from the live targets (the request's targets that the latest view
 still holds): first 1, all n, majority n//2+1, quorum(k) k, percent(p) ⌈p·n/100⌉ (at
-least 1). A reply already received from a server that later left the view still counts
-toward `needed` and for all_same/all_different (it answered before it went), but not for
-majority_same: its value must be held by more than half of the live targets, counting
-the live targets' replies only (n live: n//2+1 equal replies among them), nor for vote
-all, which is a reply from every live target (`counted`). The consolidated value: that
-value for majority_same, otherwise the first counted reply's.
+least 1). A vote relative to n (all, majority, percent) is taken over the live targets
+alone: only their replies count toward `needed` (`counted`), so a reply from a server
+that left the view — before or after it answered — stands in for no live one, and
+percent(100) is all. An absolute vote (first, quorum(k)) counts every target's reply:
+k servers answered, whoever has left since. A departed target's reply still shows in
+the outcome and still counts for all_same/all_different (it answered before it went),
+but not for majority_same: its value must be held by more than half of the live
+targets, counting the live targets' replies only (n live: n//2+1 equal replies among
+them). The consolidated value: that value for majority_same, otherwise the first counted
+reply's.
 """
 
 from __future__ import annotations
@@ -97,6 +101,12 @@ class Vote:
         except ValueError:
             raise ConfigError(f"vote {text!r}: {raw!r} is not a number") from None
         return cls(kind, value)
+
+    @property
+    def relative(self) -> bool:
+        """Whether `needed` depends on n (all, majority, percent): such a vote counts the
+        live targets' replies only (abcast.rpc.voting's rules)."""
+        return self.kind in ("all", "majority", "percent")
 
     def needed(self, n: int) -> int:
         """Replies needed out of `n` live targets."""
@@ -187,13 +197,15 @@ class Ballot:
     def needed(self) -> int:
         return self.vote.needed(len(self.live))
 
+    def counts(self, reply: Reply) -> bool:
+        """Whether `reply` counts toward `needed`: every target's for first and quorum(k),
+        only a live target's for all, majority and percent (the vote is over the live)."""
+        return not self.vote.relative or reply.server in self.live
+
     @property
     def counted(self) -> int:
-        """The replies that count toward `needed`: every one, but for vote all only the
-        live targets' (a departed target's reply stands in for no live one's)."""
-        if self.vote.kind == "all":
-            return sum(1 for r in self.replies if r.server in self.live)
-        return len(self.replies)
+        """The replies that count toward `needed` (`counts`)."""
+        return sum(1 for r in self.replies if self.counts(r))
 
     def outcome(self) -> Outcome:
         return Outcome(self.status, self.value, tuple(self.replies))
@@ -238,7 +250,7 @@ class Ballot:
     def _consistency(self) -> tuple[bool, bool, bytes | None]:
         """(holds now, can never hold, the consolidated value)."""
         values = [(r.ok, r.value) for r in self.replies]
-        first = self.replies[0].value if self.replies else None
+        first = next((r.value for r in self.replies if self.counts(r)), None)
         if self.consistency == "any":
             return True, False, first
         distinct = len(set(values))
