@@ -22,7 +22,8 @@ peer's address is asked of the registry (`locate`), then sent (or dropped, count
 `unresolved_frames`, when none comes within RESOLVE_FOR_S or the lookup fails; the
 peer's next frame asks again). So a joiner needs to
 announce itself to no one: whoever must reach it finds it. Without a registry every
-peer must be added by hand (`add_peers`), as before. `prune_peers` lets go of peers no
+peer must be added by hand (`add_peers`); a frame for one it does not hold is dropped,
+counted in `unresolved_frames` and logged once per peer. `prune_peers` lets go of peers no
 hosted group talks to any more (a removed or crashed member, once its group's channel
 let go of it too: under evs the other side of a partition is kept while the merge may
 still reach it).
@@ -448,8 +449,11 @@ class Node:
             counts = traffic.get(dst) or self._new_peer(dst)
             counts[0] += 1
             counts[1] += len(data)
-        if dst in self._peer_urls or self.registry is None:
+        if dst in self._peer_urls:
             transport.send(dst, data)
+            return
+        if self.registry is None:  # no address, nowhere to ask: see `_no_address`
+            self._no_address(dst)
             return
         queued = self._unresolved.get(dst)
         if queued is None:
@@ -477,13 +481,12 @@ class Node:
         transport = self._transport
         if transport is None or self._state != "open":
             return len(dsts)
-        if self.registry is not None:
-            urls = self._peer_urls
-            for dst in dsts:  # a loop, not all(<generator>): this runs for every multicast
-                if dst not in urls:
-                    for each in dsts:
-                        self.transmit(each, data)
-                    return len(dsts)
+        urls = self._peer_urls
+        for dst in dsts:  # a loop, not all(<generator>): this runs for every multicast
+            if dst not in urls:
+                for each in dsts:
+                    self.transmit(each, data)
+                return len(dsts)
         multicasts = self.multicast_traffic
         if multicasts is not None:  # metrics on: once per frame, whatever the fan-out
             counts = multicasts.get(dsts)
@@ -520,6 +523,19 @@ class Node:
             log.info("%s found %s at %s through the registry", self._id, peer, address)
             with contextlib.suppress(LocalProtocolError):
                 self.add_peers({peer: address})
+
+    def _no_address(self, peer: NodeId) -> None:
+        """A frame for a peer whose address this node without a registry does not hold
+        (never added, or let go by `prune_peers`): dropped and counted in
+        `unresolved_frames` (the reliable channel sends it again should the peer be added
+        back), one log line per peer — not an exception out of a timer or a frame's
+        handling."""
+        self.stats.unresolved_frames += 1
+        if (peer not in self._unresolvable_logged
+                and len(self._unresolvable_logged) < MAX_UNKNOWN_LOGGED):
+            self._unresolvable_logged.add(peer)
+            log.warning("%s: no address for %s and no registry to ask (add_peers); "
+                        "dropping its frames", self._id, peer)
 
     def _unresolvable(self, peer: NodeId, why: str, quiet: bool = False) -> None:
         """`peer`'s address was not found: its queued frames are dropped (counted; the
