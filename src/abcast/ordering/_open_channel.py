@@ -193,7 +193,8 @@ class OpenChannel(ReliableChannel):
                 if peer not in installed:
                     break
             else:
-                return self._multicast(multicast.to, multicast.packet, now)
+                return self._multicast(multicast.to, multicast.packet, now,
+                                       multicast.control)
         elif kind is TimerFired:
             key = event.key  # type: ignore[union-attr]
             if type(key) is tuple and key and key[0] != "linger":

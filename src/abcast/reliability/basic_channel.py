@@ -122,8 +122,8 @@ class BasicChannel(Layer):
         match event:
             case SendRequested(to, packet, control):
                 return self._send(to, packet, control)
-            case MulticastRequested(to, packet):
-                return self._multicast(to, packet)
+            case MulticastRequested(to, packet, control):
+                return self._multicast(to, packet, control)
             case Received(sender, BData(seq), inner):
                 return self._on_data(sender, seq, inner)
             case Received(sender, BFrag() as fragment, inner):
@@ -159,11 +159,12 @@ class BasicChannel(Layer):
         self._inner = InnerCodec(self.node, list(header_types))
         self._gate.room = self._reassembly.chunk = self.frame_bytes - HEADROOM
 
-    def _multicast(self, to: tuple[NodeId, ...], packet: Packet) -> list[Effect]:
+    def _multicast(self, to: tuple[NodeId, ...], packet: Packet, control: bool = False
+                   ) -> list[Effect]:
         self._gated = (packet, measure(self._gate, self._inner, packet,
                                        self._reassembly.max_bytes))
         try:
-            return [e for dest in to for e in self._send(dest, packet, False)]
+            return [e for dest in to for e in self._send(dest, packet, control)]
         finally:
             self._gated = None  # do not keep a large packet past its multicast
 

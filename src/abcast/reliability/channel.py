@@ -270,7 +270,7 @@ class ReliableChannel(Layer):
             return self._send(request.to, request.packet, now, request.control)
         elif kind is MulticastRequested:
             multicast: MulticastRequested = event  # type: ignore[assignment]
-            return self._multicast(multicast.to, multicast.packet, now)
+            return self._multicast(multicast.to, multicast.packet, now, multicast.control)
         elif kind is TimerFired:
             # A delayed ack falls due about once per packet received: skip the patterns.
             key = event.key  # type: ignore[union-attr]
@@ -287,8 +287,8 @@ class ReliableChannel(Layer):
         match event:
             case SendRequested(to, packet, control):
                 return self._send(to, packet, now, control)
-            case MulticastRequested(to, packet):
-                return self._multicast(to, packet, now)
+            case MulticastRequested(to, packet, control):
+                return self._multicast(to, packet, now, control)
             case Received(sender, RData(seq, ack), inner):
                 return self._on_data(sender, seq, inner, now, ack)
             case Received(sender, RAck(high, sacks), _):
@@ -330,14 +330,16 @@ class ReliableChannel(Layer):
         """The senders with a member's reassembly budget (the others share a guest's)."""
         return self._members
 
-    def _multicast(self, to: tuple[NodeId, ...], packet: Packet, now: int) -> list[Effect]:
-        """`_send` to each destination, the packet gated (and, if large, split) once."""
+    def _multicast(self, to: tuple[NodeId, ...], packet: Packet, now: int,
+                   control: bool = False) -> list[Effect]:
+        """`_send` to each destination (a control packet stays one), the packet gated
+        (and, if large, split) once."""
         self._gated = (packet, measure(self._gate, self._inner, packet,
                                        self.config.reassembly_bytes))
         effects: list[Effect] = []
         try:
             for dest in to:
-                effects += self._send(dest, packet, now)
+                effects += self._send(dest, packet, now, control)
         finally:
             self._gated = None  # do not keep a large packet past its multicast
         return effects

@@ -178,12 +178,12 @@ class NakChannel(Layer):
                 return self._on_data(sender, header, inner, now)
             case SendRequested(to, packet, control):
                 return self._send_unicast(to, packet, now, control)
-            case MulticastRequested(to, packet, _):
+            case MulticastRequested(to, packet, control):
                 if set(to) == set(self._others):
-                    return self._submit(self._m, None, packet, False, now)
+                    return self._submit(self._m, None, packet, control, now)
                 effects: list[Effect] = []
                 for dest in to:
-                    effects += self._send_unicast(dest, packet, now, False)
+                    effects += self._send_unicast(dest, packet, now, control)
                 return effects
             case Received(sender, NDigest() as digest, _):
                 return self._on_digest(sender, digest, now)
@@ -274,7 +274,7 @@ class NakChannel(Layer):
             out.buf[out.last] = (header, inner)
             out.buf_bytes += len(inner.payload)
             if to is None:
-                effects.append(Multicast(self._others, header, inner))
+                effects.append(Multicast(self._others, header, inner, control))
             else:
                 effects.append(Send(to, header, inner, control))
         self.peak_unstable_bytes = max(self.peak_unstable_bytes, self._unstable_bytes())
