@@ -7,16 +7,15 @@ impossible: the joiner's stack starts with a view that holds only itself, and th
 contact's view does not hold the joiner until the group has ordered its JOIN. Here the
 channel admits as a *guest* any node the layer above sends to or that sends it data,
 until a view holds it; a node that a view change removes *lingers* until it has been
-silent for `removed_linger_us` ("removed_linger" below; `linger_us` unless told: nothing
-from it, data or acks),
-so what was sent to it just before (a leaver's farewell) is still retransmitted until
-acknowledged, and a node another side of a partition removed keeps its link while it
-talks to us (an evs merge may conclude long after the view that removed it:
-abcast.membership.merge); after that it is gone for good: its packets are dropped and it
-is never admitted again (node ids are not reused within a group) — as long as it is
-among the last MAX_GONE departed (older ones are forgotten, so a long-lived member's
-memory does not grow with every node that ever left; one that speaks again is a guest at
-most). Under evs the registry sets `removed_linger_us` to the merge's probing time plus
+silent (nothing from it, data or acks) for `removed_linger_us` ("removed_linger" below;
+`linger_us` unless told), so what was sent to it just before (a leaver's farewell) is
+still retransmitted until acknowledged, and a node another side of a partition removed
+keeps its link while it talks to us (an evs merge may conclude long after the view that
+removed it: abcast.membership.merge); after that it is gone for good: its packets are
+dropped and it is never admitted again (node ids are not reused within a group) — as
+long as it is among the last MAX_GONE departed (older ones are forgotten, so a
+long-lived member's memory does not grow with every node that ever left; one that speaks
+again is a guest at most). Under evs the registry sets `removed_linger_us` to the merge's probing time plus
 `linger_us`: a side silent behind a partition for all of that time (a minute by default)
 is still merged with on heal, its links whole. What we send a lingering node does not
 keep it: a crashed one is probed by the merge, unanswered, and freed after that.
