@@ -1,6 +1,8 @@
-"""Shared scaffolding of the transport tests: numbered frames, an inbox that records
-what arrived per sender, a node set that always closes what it started, and a runner
-that checks nothing leaked (threads, mem names) once the event loop is gone.
+"""The transport tests' scaffolding: the schemes and secured variants the conformance
+suite runs over, a maker per variant (`maker_for`), and a node set started by scheme
+name. The pieces themselves (numbered frames, Inbox, the bounded waits, the leak
+check) ship in abcast.testing.transport_harness, their one home; they are re-exported
+here for the transport tests.
 
 Rules: no wall-clock assertions. Waiting is bounded (WAIT_S) and a timeout fails with a
 summary of what did arrive; everything binds 127.0.0.1 with port 0.
@@ -8,23 +10,43 @@ summary of what did arrive; everything binds 127.0.0.1 with port 0.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import itertools
-import threading
-from collections import defaultdict
-from collections.abc import Awaitable, Callable
 from typing import Final
 
-from abcast.transport import Link, Transport, TransportOptions, transport_from_url
-from abcast.transport.memory import bound_names
+from abcast.testing import transport_harness as shipped
+from abcast.testing.transport_harness import (
+    WAIT_S,
+    Inbox,
+    UrlMaker,
+    intact,
+    number_of,
+    numbered,
+    run,
+    strictly_increasing,
+)
+from abcast.transport import Transport, TransportOptions
+
+__all__ = [
+    "SCHEMES",
+    "SECURED",
+    "TEST_SECRET",
+    "WAIT_S",
+    "Inbox",
+    "Nodes",
+    "bind_url",
+    "intact",
+    "maker_for",
+    "number_of",
+    "numbered",
+    "options_for",
+    "run",
+    "strictly_increasing",
+]
 
 SCHEMES: Final = ("tcp", "mem", "zmq", "grpc", "pyro", "udp")
 #: secured variants that must pass the conformance suite too (see options_for)
 SECURED: Final = ("tcp-secret", "tcp-aead", "tcps", "grpc-tls", "zmq-secret",
                    "udp-secret")
-WAIT_S: Final = 20.0
 TEST_SECRET: Final = b"conformance-suite-secret"
 
 
@@ -51,71 +73,15 @@ def options_for(scheme: str, options: TransportOptions | None = None) -> Transpo
     return options
 
 
-def numbered(seq: int, size: int = 16) -> bytes:
-    """A frame that says its own number and whose body is checkable."""
-    body = bytes([seq % 251]) * max(0, size - 8)
-    return seq.to_bytes(8, "big") + body
+def maker_for(scheme: str) -> UrlMaker:
+    """The conformance suite's maker for a scheme or secured variant of SCHEMES/SECURED."""
+    return UrlMaker(bind_url(scheme), adjust=lambda options: options_for(scheme, options))
 
 
-def number_of(frame: bytes) -> int:
-    return int.from_bytes(frame[:8], "big")
+class Nodes(shipped.Nodes):
+    """The shipped node set, started by scheme name: `start(scheme, node, inbox, …)`."""
 
-
-def intact(frame: bytes) -> bool:
-    seq = number_of(frame)
-    return frame[8:] == bytes([seq % 251]) * (len(frame) - 8)
-
-
-class Inbox:
-    """An on_frame handler that records arrivals per sending node."""
-
-    def __init__(self) -> None:
-        self.seqs: dict[str | None, list[int]] = defaultdict(list)
-        self.sizes: dict[str | None, list[int]] = defaultdict(list)
-        self.corrupt = 0
-        self.closing = False
-        self.calls_after_close = 0
-        self.hook: Callable[[Link, bytes], None] | None = None
-        self._event: asyncio.Event | None = None
-
-    def __call__(self, link: Link, frame: bytes) -> None:
-        if self.closing:
-            self.calls_after_close += 1
-        self.seqs[link.peer].append(number_of(frame))
-        self.sizes[link.peer].append(len(frame))
-        if not intact(frame):
-            self.corrupt += 1
-        if self._event is not None:
-            self._event.set()
-        if self.hook is not None:
-            self.hook(link, frame)
-
-    def got(self, peer: str) -> list[int]:
-        return self.seqs.get(peer, [])
-
-    async def wait_until(self, predicate: Callable[[], bool], what: str) -> None:
-        loop = asyncio.get_running_loop()
-        if self._event is None:
-            self._event = asyncio.Event()
-        deadline = loop.time() + WAIT_S
-        while not predicate():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                summary = {p: (len(s), s[:3], s[-3:]) for p, s in self.seqs.items()}
-                raise AssertionError(f"timed out waiting for {what}; arrived: {summary}")
-            self._event.clear()
-            # Conditions may also depend on the sender side: poll as well as wait.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), min(remaining, 0.05))
-
-
-class Nodes:
-    """Starts transports and closes every one of them on exit, pass or fail."""
-
-    def __init__(self) -> None:
-        self.started: list[Transport] = []
-
-    async def start(
+    async def start(  # type: ignore[override]  # the transport tests' spelling
         self,
         scheme: str,
         node: str,
@@ -123,29 +89,5 @@ class Nodes:
         options: TransportOptions | None = None,
         url: str | None = None,
     ) -> Transport:
-        transport = transport_from_url(url or bind_url(scheme), options_for(scheme, options))
-        self.started.append(transport)
-        await transport.start(node, inbox)
-        return transport
-
-    async def __aenter__(self) -> Nodes:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await asyncio.gather(*(t.close() for t in self.started))
-
-
-def strictly_increasing(seqs: list[int]) -> bool:
-    return all(a < b for a, b in itertools.pairwise(seqs))
-
-
-def run(main: Callable[[], Awaitable[None]]) -> None:
-    """asyncio.run(main()), then check that no transport left a thread or a name behind."""
-
-    async def wrapper() -> None:
-        await main()
-
-    asyncio.run(wrapper())
-    leaked = [t.name for t in threading.enumerate() if t.name.startswith("abcast-")]
-    assert not leaked, f"transport threads still running after close: {leaked}"
-    assert not bound_names(), f"mem:// names still bound after close: {bound_names()}"
+        transport = maker_for(scheme).make(url, options)
+        return await self.start_transport(transport, node, inbox)

@@ -1,6 +1,8 @@
 """The public test kit: the in-memory trace checks (re-exported from abcast.checks, their
 one home; docs/checks.md), the violation codes, `TraceBuilder` for hand-written traces
-and `PacketPool` (abcast.testing.pool) for driving stacks by hand. Production code
+and `PacketPool` (abcast.testing.pool) for driving stacks by hand. The transport
+conformance suite is imported on its own: `abcast.testing.transport_conformance`
+(`check_transport`; its scaffolding in `transport_harness`). Production code
 imports abcast.checks, never this package (docs/design.md, "The import contract")."""
 
 from __future__ import annotations

@@ -72,6 +72,8 @@ it (ConfigError). `tls=1` (tcps://, grpc://) is TLS with the `tls_*` files.
 What this module does not know: sockets, threads, asyncio internals of any transport,
 and frame contents. Concrete transports live one per module beside it (shared
 machinery in _common.py); wan.py wraps any of them with emulated WAN latency.
+abcast.testing.transport_conformance turns these rules into checks any transport can
+run (`check_transport`; docs/transports.md, "Writing your own transport").
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ The delay line's frames count in `buffered()` (accepted, not yet handed to the w
 `rpc.Client.flush` and a graceful leave wait for them, and the contract's "every frame
 is out, discarded or buffered" holds), but `drain` does not wait for them: the line
 holds what the link has in flight (rate × latency), not what the receiver is slow to
-take, so after `drain` only the inner transport is at its high-water mark. Nodes are
+take, so after `drain` only the inner transport is at its high-water mark (the one
+conformance check it skips; it passes the others, tests/transport/
+test_transport_conformance.py). Nodes are
 mapped to sites by the matrix's "nodes" table, else by their number: n1 → sites[0],
 n2 → sites[1], … (wrapping around).
 """
