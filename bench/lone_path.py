@@ -19,6 +19,8 @@ processes' PYTHONPATH wraps a few methods (nothing in abcast knows of it):
   of the nine (receiver, origin) pairs is printed with its hops: the sequencer's own
   message (local, then one hop to each member), a member's message at the sequencer
   (one hop) and at the members (two: data to the sequencer, its order back).
+- `--lane` adds, per round, an abcast run with the steady-state lane prototype
+  installed in its node processes (bench/_lane_prototype.py): what a lane in Python buys.
 - `--strip` adds, per round, abcast runs with layers taken out of every stack (the
   failure detector, the reliable channel, the membership layer, then all three: only the
   ordering core is left). A measurement, not a protocol: the run is fault-free and TCP
@@ -33,7 +35,7 @@ the one-hop pairs and the two-hop ones, which is why the pair table is printed. 
 benchmark, not a test: it asserts nothing about time.
 
     .venv/bin/python bench/lone_path.py [--rounds 3] [--messages 3000] [--loop uvloop]
-                                        [--strip]
+                                        [--strip] [--lane]
 """
 
 from __future__ import annotations
@@ -116,6 +118,12 @@ if out_dir and ("node" in sys.argv or is_floor):
         tcp._Outbound.write = timed_write(tcp._Outbound.write)
         tcp._Inbound.data_received = timed_read(tcp._Inbound.data_received)
 
+    lane = os.environ.get("ABCAST_LONE_PATH_LANE")
+    if lane and not is_floor:  # bench/_lane_prototype.py, from the bench directory named
+        sys.path.insert(0, lane)
+        import _lane_prototype
+        _lane_prototype.install()
+
     strip = set(filter(None, os.environ.get("ABCAST_LONE_PATH_STRIP", "").split(",")))
     if strip and not is_floor:
         import abcast.runtime.group as group_module
@@ -186,8 +194,10 @@ async def serial_run(messages: int, loop: str, floor: bool, env: dict[str, str]
 async def lone_run(messages: int, loop: str, floor: bool, spans_dir: Path | None,
                    strip: str = "") -> float:
     """One serial run; its p50 in µs. With `spans_dir`, the node processes write what the
-    sitecustomize measured there (one JSON file each)."""
-    env = {"ABCAST_LONE_PATH_STRIP": strip}
+    sitecustomize measured there (one JSON file each). `strip` "lane": abcast with the
+    lane prototype installed (bench/_lane_prototype.py), else the layers to take out."""
+    env = ({"ABCAST_LONE_PATH_LANE": str(Path(__file__).parent)} if strip == "lane"
+           else {"ABCAST_LONE_PATH_STRIP": strip})
     if spans_dir is not None:
         env["ABCAST_LONE_PATH_DIR"] = str(spans_dir)
     p50 = (await serial_run(messages, loop, floor, env)).summary()["latency_p50_us"]
@@ -223,7 +233,8 @@ async def main(args: argparse.Namespace) -> None:
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    variants = VARIANTS if args.strip else VARIANTS[:1]
+    variants = (VARIANTS if args.strip else VARIANTS[:1]) + (
+        (("lane prototype", "lane"),) if args.lane else ())
     runs = [("floor", None), *variants]
     p50s: dict[str, list[float]] = {label: [] for label, _ in runs}
     per_stretch: dict[tuple[int, str], list[float]] = {}
@@ -253,8 +264,8 @@ async def main(args: argparse.Namespace) -> None:
     ours = statistics.median(p50s["abcast"])
     print(f"\nmedians over {args.rounds} rounds ({args.loop}): floor p50 {floor_p50:.0f} µs,"
           f" sequencer p50 {ours:.0f} µs ({ours / floor_p50:.2f}x the floor)")
-    if args.strip:
-        print("with layers taken out of every stack (p50, and what it saves):")
+    if args.strip or args.lane:
+        print("variants (p50, and what each saves):")
         for label, _ in variants[1:]:
             p50 = statistics.median(p50s[label])
             print(f"  {label:<14} {p50:6.0f} µs  {p50 / floor_p50:5.2f}x the floor"
@@ -285,4 +296,6 @@ if __name__ == "__main__":
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument("--strip", action="store_true",
                         help="also run abcast with layers taken out (see the docstring)")
+    parser.add_argument("--lane", action="store_true",
+                        help="also run abcast with bench/_lane_prototype.py installed")
     asyncio.run(main(parser.parse_args()))

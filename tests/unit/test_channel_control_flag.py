@@ -6,8 +6,8 @@ protocol packets go ahead of the deliveries before them. Each channel's
 multicast path dropped the flag (its unicast path kept it), so a control multicast was
 counted and reordered as a protocol packet. Latent so far: no layer of ours multicasts
 control (the membership layer's control traffic is sent one by one), but
-`MulticastRequested` promises the flag to any layer. Checked on each kind of channel; a planted channel that
-drops the flag again is caught."""
+`MulticastRequested` promises the flag to any layer. Checked on each kind of channel; a
+planted channel that drops the flag again is caught."""
 
 from __future__ import annotations
 

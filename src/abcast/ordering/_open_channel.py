@@ -15,10 +15,11 @@ removed it: abcast.membership.merge); after that it is gone for good: its packet
 dropped and it is never admitted again (node ids are not reused within a group) — as
 long as it is among the last MAX_GONE departed (older ones are forgotten, so a
 long-lived member's memory does not grow with every node that ever left; one that speaks
-again is a guest at most). Under evs the registry sets `removed_linger_us` to the merge's probing time plus
-`linger_us`: a side silent behind a partition for all of that time (a minute by default)
-is still merged with on heal, its links whole. What we send a lingering node does not
-keep it: a crashed one is probed by the merge, unanswered, and freed after that.
+again is a guest at most). Under evs the registry sets `removed_linger_us` to the
+merge's probing time plus `linger_us`: a side silent behind a partition for all of that
+time (a minute by default) is still merged with on heal, its links whole. What we send a
+lingering node does not keep it: a crashed one is probed by the merge, unanswered, and
+freed after that.
 
     peer        event                                       next       effects
     stranger    it sends data, or the layer above to it     guest      linger timer
