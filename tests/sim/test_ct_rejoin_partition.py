@@ -7,6 +7,7 @@ checks, the view checks and the replicated states hold over the whole run."""
 from __future__ import annotations
 
 import pytest
+from planted_open_channel import forgotten_for_good
 
 from abcast.ids import NodeId
 from abcast.sim import SimConfig, SimResult, run_simulation
@@ -104,3 +105,26 @@ def test_ct_rejoin_a_rejoiner_sends_again_what_the_group_had_not_decided() -> No
         during = {(r.origin, r.seq) for r in rows if r.kind == "send" and r.node == node
                   and 200 * MS <= r.t_ns < 2_500 * MS}
         assert during and sent <= got, f"n1 lacks {sorted(sent - got)[:5]}"
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_ct_rejoin_a_minority_cut_off_longer_than_the_linger_comes_back(
+        planted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The minority is cut off 14.5 s, longer than the open channel's linger (10 s): the
+    majority's channels forget its members. They used to be gone for good there — every
+    packet of theirs dropped for ever, so they could never rejoin (the run: VALIDITY and
+    AGREEMENT units, the majority's view without them to the end). Forgotten as a silent
+    guest is, with their link numbers kept, they are admitted again after the heal."""
+    if planted:
+        forgotten_for_good(monkeypatch)
+    everyone = [f"n{i}" for i in range(1, 6)]
+    faults = f"{NET},partition=n4+n5|n1+n2+n3@500ms-15000ms"
+    if planted:
+        config = SimConfig("chandra-toueg", nodes=5, messages=300, seed=1, faults=faults,
+                           rate=10)
+        result = run_simulation(config)
+        assert "n4" not in last_view(result, "n1") and result.violations
+        return
+    result = run(5, 1, faults, messages=300, rate=10)
+    for node in ("n4", "n5"):
+        assert_came_back(result, node, everyone)

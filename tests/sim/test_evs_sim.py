@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from planted_open_channel import forgotten_for_good
 
 from abcast.cli import cli
 from abcast.effects import Effect, InstallState, MergeStates
@@ -451,11 +452,28 @@ def test_sides_apart_longer_than_the_linger_merge_on_heal(ordering: str) -> None
     assert judge(result) == ([], [])
 
 
-def test_the_old_linger_leaves_long_split_sides_apart(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The planted old behaviour: removed members linger for LINGER_US under evs too."""
+@pytest.mark.parametrize("ordering", FAMILY)
+def test_sides_apart_longer_than_the_linger_merge_with_either_fix_alone(
+        ordering: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two changes each make the long split merge: the removed linger (links kept whole,
+    tested above with both), and a forgotten removed member being resumed as a guest
+    (its numbers kept) instead of gone for good. Each alone is enough."""
     from abcast.ordering import registry
 
     monkeypatch.setattr(registry, "removed_linger_us", lambda opts: LINGER_US)
+    assert _merged_whole(_long_split(ordering, seed=1))  # resumed, not gone
+    monkeypatch.undo()
+    forgotten_for_good(monkeypatch)
+    assert _merged_whole(_long_split(ordering, seed=1))  # kept, never forgotten
+
+
+def test_the_old_channel_leaves_long_split_sides_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted old behaviour: removed members linger for LINGER_US under evs too,
+    then are gone for good."""
+    from abcast.ordering import registry
+
+    monkeypatch.setattr(registry, "removed_linger_us", lambda opts: LINGER_US)
+    forgotten_for_good(monkeypatch)
     result = _long_split("sequencer", seed=1)
     assert not _merged_whole(result)
     assert judge(result) != ([], [])

@@ -91,9 +91,10 @@ def test_the_open_channel_lets_strangers_talk_until_a_view_removes_them() -> Non
     assert contact.lingering() == {"d"} and contact.guests() == frozenset()
     assert any(isinstance(e, Send) for e in contact.handle(SendRequested("d", inner), 20))
     contact.handle(TimerFired(("linger", "d")), 1_010)
-    assert contact.handle(SendRequested("d", inner), 1_020) == []
-    assert contact.handle(Received("d", RData(5), inner), 1_030) == []
-    assert contact.lingering() == frozenset()
+    assert contact.lingering() == frozenset() and "d" not in contact.guests()  # forgotten
+    # d may come back (a member cut off, rejoining): a guest again, on its old numbers
+    assert any(isinstance(e, Send) for e in contact.handle(SendRequested("d", inner), 1_020))
+    assert "d" in contact.guests()
 
 
 def test_malformed_matrix_input_is_refused() -> None:

@@ -148,14 +148,23 @@ def test_a_carried_ack_from_outside_the_view_is_ignored() -> None:
     assert a.in_flight() == 2  # b's packets are still waiting for b's ack
 
 
-def test_the_open_channel_ignores_a_carried_ack_from_a_node_gone_for_good() -> None:
+def test_a_forgotten_node_that_returns_carries_acks_up_to_what_was_sent_it() -> None:
+    """c lingers, then is forgotten with a packet to it unacked (its numbers kept, that
+    packet dropped, its number to be reused). c comes back carrying an ack of it: the
+    resumed link moves on past it, nothing refused; an ack beyond anything ever sent to
+    c is refused, as from any peer. (It used to be dropped unseen: c was gone for good.)"""
     a = OpenChannel("a", ON, linger_us=1_000)
     a.handle(ViewInstalled(View(1, ("a", "b", "c"))), 0)
     a.handle(SendRequested("c", Packet((), b"farewell")), 0)
-    a.handle(ViewInstalled(View(2, ("a", "b"))), 10)  # c lingers, then is gone
+    a.handle(ViewInstalled(View(2, ("a", "b"))), 10)  # c lingers, then is forgotten
     a.handle(TimerFired(("linger", "c")), 1_010)
-    assert a.handle(Received("c", RData(1, 99), Packet((), b"x")), 1_020) == []
-    assert a.in_flight() == 0
+    assert a.in_flight() == 0 and "c" not in a.lingering()
+    effects = a.handle(Received("c", RData(1, 1), Packet((), b"x")), 1_020)
+    assert [e.packet.payload for e in effects if isinstance(e, Up)] == [b"x"]
+    sent = a.handle(SendRequested("c", Packet((), b"next")), 1_030)
+    assert [e.header.seq for e in sent if isinstance(e, Send)] == [2]  # past the held 1
+    with pytest.raises(RemoteProtocolError):
+        a.handle(Received("c", RData(2, 99), Packet((), b"y")), 1_040)
 
 
 # -- (f): a mixed pair under a seeded faulty network -------------------------------------

@@ -225,14 +225,48 @@ def test_a_planted_broken_variant_is_caught(
         check(kind)
 
 
-def test_a_lingering_node_is_still_gone_for_good() -> None:
-    """The one `_forget` still treats a departed member as before: dropped, never a
-    guest again (unlike a silent guest)."""
-    a = _open()
+class GoneForGood(OpenChannel):
+    """Planted bug: the channel as it was — a lingering node silent for its linger is
+    gone for good, its packets dropped for ever."""
+
+    gone: frozenset[NodeId] = frozenset()
+
+    def _forget(self, peer: NodeId, now: int) -> list[Effect]:
+        if peer in self._lingering:
+            self.gone |= {peer}
+        effects = super()._forget(peer, now)
+        if peer in self.gone:
+            self._resumable.pop(peer, None)
+        return effects
+
+    def _admit(self, peers: tuple[NodeId, ...], now: int) -> list[Effect]:
+        return super()._admit(tuple(p for p in peers if p not in self.gone), now)
+
+
+def check_a_forgotten_lingering_node_resumes(kind: type[OpenChannel]) -> None:
+    """A removed member silent for its linger is forgotten as a silent guest is: links
+    freed, numbers kept; should it speak again (a member cut off by a partition, back
+    after the heal) it is a guest on its old numbers — a late copy of an old packet is a
+    duplicate, its next packet goes up. It used to be gone for good: its packets dropped
+    for ever, so a member cut off longer could never rejoin (chandra-toueg) or merge."""
+    a = _open(kind)
+    assert _ups(a.handle(Received("b", RData(1), Packet((), b"m1")), 0))
     a.handle(ViewInstalled(View(2, ("a",))), 1)  # b is removed: it lingers
     a.handle(TimerFired(("linger", "b")), 1 + LINGER)
-    assert a.handle(Received("b", RData(1), Packet((), b"late")), 2 + LINGER) == []
-    assert "b" not in a.guests()
+    assert "b" not in a.lingering() and a.removed_forgotten == 1
+    assert not _ups(a.handle(Received("b", RData(1), Packet((), b"late")), 2 + LINGER))
+    assert [u.packet.payload for u in _ups(
+        a.handle(Received("b", RData(2), Packet((), b"m2")), 3 + LINGER))] == [b"m2"]
+    assert "b" in a.guests()
+
+
+def test_a_forgotten_lingering_node_resumes() -> None:
+    check_a_forgotten_lingering_node_resumes(OpenChannel)
+
+
+def test_a_channel_whose_departed_are_gone_for_good_is_caught() -> None:
+    with pytest.raises(AssertionError):
+        check_a_forgotten_lingering_node_resumes(GoneForGood)
 
 
 class ForgetsTalkingLingerers(OpenChannel):
@@ -265,8 +299,7 @@ def check_a_lingering_node_that_speaks_keeps_its_link(kind: type[OpenChannel]) -
     assert _ups(a.handle(Received("b", RData(2), Packet((), b"m2")), LINGER + 10))
     a.handle(TimerFired(("linger", "b")), LINGER // 2 + LINGER)
     a.handle(TimerFired(("linger", "b")), 2 * LINGER + 10)  # silent since LINGER + 10
-    assert "b" not in a.lingering()
-    assert a.handle(Received("b", RData(3), Packet((), b"late")), 3 * LINGER) == []
+    assert "b" not in a.lingering() and "b" not in a.guests()  # forgotten
 
 
 def check_what_we_send_a_lingering_node_does_not_keep_it(kind: type[OpenChannel]) -> None:
@@ -325,8 +358,7 @@ def check_a_removed_member_lingers_for_the_removed_linger(kind: type[OpenChannel
     a.handle(TimerFired(("linger", "b")), 2 + 3 * LINGER)
     assert "b" in a.lingering()
     a.handle(TimerFired(("linger", "b")), 3 + 11 * LINGER // 2)  # silent for 3 × linger
-    assert "b" not in a.lingering()
-    assert a.handle(Received("b", RData(3), Packet((), b"late")), 6 * LINGER) == []
+    assert "b" not in a.lingering() and "b" not in a.guests()  # forgotten
 
 
 def test_a_removed_member_lingers_for_the_removed_linger() -> None:

@@ -11,14 +11,13 @@ silent (nothing from it, data or acks) for `removed_linger_us` ("removed_linger"
 `linger_us` unless told), so what was sent to it just before (a leaver's farewell) is
 still retransmitted until acknowledged, and a node another side of a partition removed
 keeps its link while it talks to us (an evs merge may conclude long after the view that
-removed it: abcast.membership.merge); after that it is gone for good: its packets are
-dropped and it is never admitted again (node ids are not reused within a group) — as
-long as it is among the last MAX_GONE departed (older ones are forgotten, so a
-long-lived member's memory does not grow with every node that ever left; one that speaks
-again is a guest at most). Under evs the registry sets `removed_linger_us` to the
-merge's probing time plus `linger_us`: a side silent behind a partition for all of that
-time (a minute by default) is still merged with on heal, its links whole. What we send a
-lingering node does not keep it: a crashed one is probed by the merge, unanswered, and
+removed it: abcast.membership.merge); after that it is forgotten as a silent guest is
+(below): its links are freed, their numbers kept, and should it speak again — a member
+cut off by a partition, rejoining (chandra-toueg) or merging (evs) after the heal — it
+is a guest on its old numbers. Under evs the registry sets `removed_linger_us` to the
+merge's probing time plus `linger_us`, so a side silent behind a partition for all of
+that time (a minute by default) is merged with on heal with its links whole. What we send
+a lingering node does not keep it: a crashed one is probed by the merge, unanswered, and
 freed after that.
 
     peer        event                                       next       effects
@@ -28,7 +27,7 @@ freed after that.
     guest       linger timer, silent for linger_us          forgotten  links, timers freed
     member      a view without it                           lingering  linger timer
     lingering   linger timer, heard within removed_linger   lingering  timer moved on
-    lingering   linger timer, silent for removed_linger     gone       links, timers freed
+    lingering   linger timer, silent for removed_linger     forgotten  links, timers freed
     any         Forgotten (it withdrew: stopped for good)   stranger   links freed, no marks
                                                                        (a member: once a view
                                                                        leaves it out)
@@ -39,16 +38,16 @@ to it; one silent for `linger_us` (a joiner that crashed before it was admitted,
 client that went away, a stranger) is forgotten by the same `_forget` as a lingering
 node: its links, retransmissions, timers and partial reassemblies are freed, and its
 place among the MAX_GUESTS and its share of the guests' reassembly budget with them.
-Unlike a departed member it is not gone: it may speak again (a ticket server's members
-are its guests for ever, a joiner asks its contacts in turn), so its link numbers are
-kept (`_LinkMarks`, the last MAX_GONE) and resumed when it is admitted again: with
+Either may speak again (a ticket server's members are its guests for ever, a joiner asks
+its contacts in turn, a member cut off comes back), so its link numbers are kept
+(`_LinkMarks`, the last MAX_GONE forgotten) and resumed when it is admitted again: with
 nothing in flight, as when both sides went quiet, neither side sees a difference. What
 was unacked to it is dropped and its numbers reused (a reused number it had already
 received is taken for a duplicate): the layers above resend what they still need, a
 joiner asks again; a member's own traffic never waits on it. One forgotten mid-packet
 gets fresh links (its numbers are half taken); if it was only cut off and speaks
-again, its numbers and ours disagree, as for a departed node past MAX_GONE (lifting
-that needs a link incarnation number in the header). Members take the per-packet fast
+again, its numbers and ours disagree, as for one forgotten past MAX_GONE (lifting that
+needs a link incarnation number in the header). Members take the per-packet fast
 path and the stack's shortcuts (the plain channel's, declared here, for the peers in
 `_steady`); only a guest's and a lingering node's packets are timed, on the general
 path.
@@ -91,7 +90,7 @@ from abcast.snapshot import LayerSnapshot
 
 #: guests admitted at once; beyond it unknown senders are dropped (a bound, not a policy)
 MAX_GUESTS: Final = 1_024
-#: departed nodes remembered as gone, and forgotten guests' link numbers (oldest first)
+#: forgotten nodes' link numbers remembered (oldest first)
 MAX_GONE: Final = 1_024
 
 _T = TypeVar("_T")
@@ -99,12 +98,14 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class _LinkMarks:
-    """A forgotten guest's link numbers, resumed if it speaks again: what arrived from it
-    (so a late retransmission is still a duplicate) and the next number to send it."""
+    """A forgotten node's link numbers, resumed if it speaks again: what arrived from it
+    (so a late retransmission is still a duplicate), the next number to send it, and the
+    highest number ever sent it (its acks up to there are not refused: see `_resume`)."""
 
     high: int
     above: frozenset[int]
     next_seq: int
+    sent_through: int = 0
 
 
 class OpenChannel(ReliableChannel):
@@ -125,7 +126,6 @@ class OpenChannel(ReliableChannel):
         self._view: View | None = None
         self._guests: set[NodeId] = set()
         self._lingering: set[NodeId] = set()
-        self._gone: dict[NodeId, None] = {}  # insertion order: the oldest first
         #: when each guest was last heard (sent anything, or was sent to from above)
         self._heard: dict[NodeId, int] = {}
         #: when each lingering node last sent anything (what we send it does not count)
@@ -136,6 +136,7 @@ class OpenChannel(ReliableChannel):
         #: them makes them strangers at once, not lingering nodes
         self._withdrawn: set[NodeId] = set()
         self.guests_forgotten = 0
+        self.removed_forgotten = 0  # lingering nodes forgotten (see the rules)
         #: the widened view last installed in the plain channel; between calls it always
         #: equals `_allowed()` (every change of the sets reinstalls), except before the
         #: first view, when it is empty — so "in it" means "needs no admission"
@@ -159,7 +160,8 @@ class OpenChannel(ReliableChannel):
         snapshot = super().inspect()
         return msgspec.structs.replace(snapshot, counters={
             **snapshot.counters, "guests": len(self._guests),
-            "guests_forgotten": self.guests_forgotten})
+            "guests_forgotten": self.guests_forgotten,
+            "removed_forgotten": self.removed_forgotten})
 
     # -- the core ------------------------------------------------------------------------
     #: the stack's shortcuts are the plain channel's: `handle`'s fast path below is its
@@ -251,12 +253,12 @@ class OpenChannel(ReliableChannel):
         return effects
 
     def _admit(self, peers: tuple[NodeId, ...], now: int) -> list[Effect]:
-        heard, installed, gone = self._heard, self._installed, self._gone
+        heard, installed = self._heard, self._installed
         fresh = []
         for peer in peers:  # O(1) a peer: a guest's packets come this way
             if peer in heard:
                 heard[peer] = now  # a guest
-            elif peer not in installed and peer not in gone and peer != self.node:
+            elif peer not in installed and peer != self.node:
                 fresh.append(peer)  # (installed: every member and lingering node)
         room = MAX_GUESTS - len(self._guests)
         if not fresh or room <= 0:
@@ -277,8 +279,6 @@ class OpenChannel(ReliableChannel):
         for peer in members:
             self._heard.pop(peer, None)  # its linger timer, when it fires, finds a member
             self._spoke.pop(peer, None)
-        for peer in members:
-            self._gone.pop(peer, None)
         effects: list[Effect] = []
         withdrawn, self._withdrawn = self._withdrawn - members, self._withdrawn & members
         for peer in sorted(before - members):
@@ -295,8 +295,8 @@ class OpenChannel(ReliableChannel):
 
     def _withdraw(self, peer: NodeId, now: int) -> list[Effect]:
         """`peer` stopped for good (a joiner that gave its join up): its links go with no
-        marks kept and it is not gone, so a new stack of the same node, joining again,
-        starts on fresh links. A member of the view goes so once a view leaves it out."""
+        marks kept, so a new stack of the same node, joining again, starts on fresh
+        links. A member of the view goes so once a view leaves it out."""
         if self._view is not None and peer in self._view.members:
             self._withdrawn.add(peer)
             return []
@@ -304,7 +304,6 @@ class OpenChannel(ReliableChannel):
         self._lingering.discard(peer)
         self._heard.pop(peer, None)
         self._spoke.pop(peer, None)
-        self._gone.pop(peer, None)
         self._resumable.pop(peer, None)
         return self._reinstall(now)
 
@@ -321,22 +320,22 @@ class OpenChannel(ReliableChannel):
         return self._forget(peer, now)
 
     def _forget(self, peer: NodeId, now: int) -> list[Effect]:
-        """Free a lingering node (gone for good) or a silent guest (its link numbers
-        kept): reinstalling the widened view without it drops its links, their timers
-        and its partial reassemblies in the plain channel."""
+        """Free a silent guest or lingering node, its link numbers kept: reinstalling
+        the widened view without it drops its links, their timers and its partial
+        reassemblies in the plain channel."""
         if peer in self._guests:
             self._guests.discard(peer)
             del self._heard[peer]
             self.guests_forgotten += 1
-            marks = self._link_marks(peer)
-            if marks is not None:
-                _remember(self._resumable, peer, marks)
         elif peer in self._lingering:
             self._lingering.discard(peer)
             del self._spoke[peer]
-            _remember(self._gone, peer, None)
+            self.removed_forgotten += 1
         else:
             return []
+        marks = self._link_marks(peer)
+        if marks is not None:
+            _remember(self._resumable, peer, marks)
         return self._reinstall(now)
 
     def _link_marks(self, peer: NodeId) -> _LinkMarks | None:
@@ -349,15 +348,20 @@ class OpenChannel(ReliableChannel):
             inbound.high, frozenset(inbound.above))
         # what was unacked is dropped and its numbers reused, so the peer sees no hole
         next_seq = 1 if outbound is None else next(iter(outbound.unacked), outbound.next_seq)
-        return _LinkMarks(high, above, next_seq)
+        sent_through = 0 if outbound is None else outbound.next_seq - 1
+        return _LinkMarks(high, above, next_seq, sent_through)
 
     def _resume(self, peer: NodeId, marks: _LinkMarks) -> None:
-        """Recreate a forgotten guest's links at the numbers they had."""
+        """Recreate a forgotten node's links at the numbers they had. The peer may hold
+        some of the reused numbers (sent, its acks lost): an ack up to the highest number
+        ever sent it moves the link on past them (`_OutLink.resumed_through`), where it
+        would otherwise be refused as acking packets never sent."""
         if marks.high or marks.above:
             self._in[peer] = _InLink(marks.high, set(marks.above))
-        if marks.next_seq > 1:
+        if marks.next_seq > 1 or marks.sent_through:
             link = self._out[peer] = self._new_out_link()
             link.next_seq = marks.next_seq
+            link.resumed_through = marks.sent_through
 
 
 def _remember(memory: dict[NodeId, _T], peer: NodeId, value: _T) -> None:

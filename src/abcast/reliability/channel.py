@@ -127,6 +127,9 @@ class _OutLink:
     progress_at: int = _NEVER
     #: packets (and their control flag) waiting for the window to open
     waiting: deque[tuple[Packet, bool]] = field(default_factory=deque)
+    #: a link the open channel resumed at reused numbers: the highest number sent on it
+    #: before (acks up to it move `next_seq` on; see `_on_ack`)
+    resumed_through: int = 0
 
 
 @dataclass(slots=True)
@@ -584,7 +587,13 @@ class ReliableChannel(Layer):
             return []
         # (max(), not any(<generator>): a piggybacked ack, once per packet, has no sacks)
         if high >= link.next_seq or (sacks and max(sacks) >= link.next_seq):
-            raise RemoteProtocolError(f"{sender} acked packets never sent to it (high={high})")
+            top = max(high, *sacks) if sacks else high
+            if top > link.resumed_through:
+                raise RemoteProtocolError(
+                    f"{sender} acked packets never sent to it (high={high})")
+            # A resumed link (abcast.ordering._open_channel): the peer holds numbers sent
+            # before the link was forgotten; go on past them.
+            link.next_seq = top + 1
         unacked = link.unacked
         # Keys were inserted in increasing order and never re-inserted, so the acked
         # prefix is at the front: stop at the first one above `high`. The oldest packet
