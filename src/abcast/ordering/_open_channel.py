@@ -118,7 +118,7 @@ class OpenChannel(ReliableChannel):
         super().__init__(node, config)
         #: a guest silent this long is forgotten
         self.linger_us = linger_us
-        #: a node a view removed, silent this long, is gone (see the rules)
+        #: a node a view removed, silent this long, is forgotten (see the rules)
         self.removed_linger_us = linger_us if removed_linger_us is None else removed_linger_us
         if min(self.linger_us, self.removed_linger_us) <= 0:
             raise ConfigError(f"linger times must be positive: {linger_us}, "
