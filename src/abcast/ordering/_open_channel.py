@@ -348,7 +348,9 @@ class OpenChannel(ReliableChannel):
             inbound.high, frozenset(inbound.above))
         # what was unacked is dropped and its numbers reused, so the peer sees no hole
         next_seq = 1 if outbound is None else next(iter(outbound.unacked), outbound.next_seq)
-        sent_through = 0 if outbound is None else outbound.next_seq - 1
+        # (a link resumed before and forgotten again keeps its first life's mark too)
+        sent_through = 0 if outbound is None else max(outbound.next_seq - 1,
+                                                      outbound.resumed_through)
         return _LinkMarks(high, above, next_seq, sent_through)
 
     def _resume(self, peer: NodeId, marks: _LinkMarks) -> None:

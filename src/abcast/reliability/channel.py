@@ -592,8 +592,11 @@ class ReliableChannel(Layer):
                 raise RemoteProtocolError(
                     f"{sender} acked packets never sent to it (high={high})")
             # A resumed link (abcast.ordering._open_channel): the peer holds numbers sent
-            # before the link was forgotten; go on past them.
-            link.next_seq = top + 1
+            # before the link was forgotten. Its cumulative mark moves the link on past
+            # them; a selective ack does not (the peer lacks a number below it, which
+            # must be sent again or its mark waits below the hole for good).
+            if high >= link.next_seq:
+                link.next_seq = high + 1
         unacked = link.unacked
         # Keys were inserted in increasing order and never re-inserted, so the acked
         # prefix is at the front: stop at the first one above `high`. The oldest packet
