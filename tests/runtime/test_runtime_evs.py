@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-import abcast.runtime.group as group_module
+import abcast.runtime.node as node_module
 from abcast import Delivery, Group, Node
 from abcast.group.failure_detector import DetectorConfig
 from abcast.ids import NodeId, View
@@ -74,7 +74,7 @@ def test_both_sides_of_a_partition_go_on_and_merge_into_one_state(
     transports = {n: CuttableMemory() for n in IDS}
     prunes: dict[NodeId, int] = dict.fromkeys(IDS, 0)
     if prune_after_s is not None:
-        monkeypatch.setattr(group_module, "PRUNE_AFTER_S", prune_after_s)
+        monkeypatch.setattr(node_module, "PRUNE_AFTER_S", prune_after_s)
         prune = Node.prune_peers
 
         def counted(self: Node) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 import abcast.ordering.registry as registry_module
-import abcast.runtime.group as group_module
+import abcast.runtime.node as node_module
 from abcast import Group, Node
 from abcast.group.failure_detector import DetectorConfig
 from abcast.ids import NodeId
@@ -43,7 +43,7 @@ class CuttableMemory(MemoryTransport):
 
 def test_a_removed_members_address_goes_once_the_channel_forgot_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(group_module, "PRUNE_AFTER_S", 0.05)
+    monkeypatch.setattr(node_module, "PRUNE_AFTER_S", 0.05)
     monkeypatch.setattr(registry_module, "removed_linger_us", lambda opts: 300_000)
     monkeypatch.setattr(registry_module, "MembershipConfig",
                         lambda **kw: MembershipConfig(probe_for_us=200_000, **kw))

@@ -83,8 +83,6 @@ from abcast.transport import Transport
 log: Final = logging.getLogger(__name__)
 
 DEFAULT_TRANSPORT: Final = "tcp://127.0.0.1:0"
-#: a removed member's address is kept this long (its last frames may need resending)
-PRUNE_AFTER_S: Final = 15.0
 
 
 class GroupApp(Protocol):
@@ -509,8 +507,7 @@ class Group:
             self._admitted.set()
         if self._registrar is not None:
             self._registrar.view_changed()
-        loop = asyncio.get_running_loop()
-        loop.call_later(PRUNE_AFTER_S, self._host.prune_peers)
+        self._host.prune_later()
         if self._on_view is not None:
             self._on_view(view)
 

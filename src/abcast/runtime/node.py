@@ -82,6 +82,9 @@ RESOLVE_EVERY_S: Final = 0.1
 #: (sender, group) pairs whose frames for a group not hosted here were logged; beyond
 #: this many, such frames are only counted
 MAX_UNKNOWN_LOGGED: Final = 1024
+#: a removed member's address is kept this long after a view (its last frames may need
+#: resending), and looked at again as often while a group's channel still keeps it
+PRUNE_AFTER_S: Final = 15.0
 #: groups closed here whose late frames are ignored quietly (the most recently closed);
 #: a frame for one closed before them counts as for a group not hosted
 MAX_CLOSED_GROUPS: Final = 1024
@@ -178,6 +181,7 @@ class Node:
         self._pinned: set[NodeId] = set()  # peers outside every view (a ticket server)
         self._unresolved: dict[NodeId, list[bytes]] = {}
         self._resolvers: dict[NodeId, asyncio.Task[None]] = {}
+        self._prune: asyncio.TimerHandle | None = None  # `prune_later`'s, pending
         self._state = "new"
         # Operating it (abcast.runtime.metrics, abcast.runtime.probe): both off unless asked.
         self._metrics_at = (metrics_host, metrics_port) if metrics_port is not None else None
@@ -275,6 +279,9 @@ class Node:
             task.cancel()
         self._resolvers.clear()
         self._unresolved.clear()
+        if self._prune is not None:
+            self._prune.cancel()
+            self._prune = None
         for driver in self._groups.values():
             driver.close()
         self._closed_groups.update(dict.fromkeys(self._groups))
@@ -406,14 +413,32 @@ class Node:
 
     def prune_peers(self) -> None:
         """Let go of every peer that no hosted group talks to any more (`Stack.peers`: not
-        in its view, no link kept by its channel)."""
+        in its view, no link kept by its channel); while a group's channel still keeps a
+        node outside its view (a removed member lingering), look again later."""
         if self._state != "open":
             return
-        needed = {m for d in self._groups.values() for m in d.stack.peers()}
-        needed |= self._pinned
+        needed = set(self._pinned)
+        beyond_views = False
+        for driver in self._groups.values():
+            peers = driver.stack.peers()
+            needed |= peers
+            beyond_views = beyond_views or len(peers) > len(driver.stack.view.members)
         for peer in [p for p in self._peer_urls if p not in needed]:
             del self._peer_urls[peer]
             self.transport.remove_peer(peer)
+        if beyond_views:
+            self.prune_later()
+
+    def prune_later(self) -> None:
+        """`prune_peers` in PRUNE_AFTER_S (a group calls it when it installs a view: a
+        removed member's last frames may still need resending), unless one is due."""
+        if self._prune is None and self._state == "open":
+            self._prune = asyncio.get_running_loop().call_later(PRUNE_AFTER_S,
+                                                                 self._pruned_later)
+
+    def _pruned_later(self) -> None:
+        self._prune = None
+        self.prune_peers()
 
     def add_peers(self, members: Mapping[NodeId, str]) -> None:
         """Make every member (but this node) reachable at its URL."""
