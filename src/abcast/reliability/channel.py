@@ -12,50 +12,21 @@ setting. The sender keeps each packet until it is acked and retransmits it once 
 deadline passes. Acked packets are forgotten, so memory is bounded by what is in flight,
 not by the length of the run.
 
-The timeout is adaptive, per link, in the manner of RFC 6298 (abcast.reliability.rto):
-each ack times the oldest packet it newly acknowledges, unless that packet was ever
-retransmitted (Karn's rule); a timeout backs the link's RTO off exponentially until the
-next valid sample; and while the cumulative ack keeps advancing the clock restarts
-(§5.3), so packets that are merely queued behind others — on a busy stream transport,
-say — are not retransmitted just because the queue is long.
-
-Flow control is a window per link, counted in sequence numbers: a sender keeps every
-packet it transmits within `window` of the oldest one not yet acknowledged; a packet
-that does not fit waits in the link's queue until an ack opens the window (the
-retransmission buffer is therefore at most `window` packets a link). A receiver
-accepts nothing above its contiguous high mark + `window` — no honest sender of the same
-configuration sends that — so the numbers it remembers above the mark are bounded too,
-and a far-ahead packet (forged, or from a confused peer) is refused with
-RemoteProtocolError, not buffered and not handed up. `backlog()` is the longest queue
-waiting for credit; past `max_waiting` the runtime's `broadcast()` waits and
-`broadcast_nowait()` raises `Backpressure` (the channel itself still queues what the
-layers above send: they cannot take a packet back).
+The timeout is adaptive per link (RFC 6298: Karn's rule, backoff, the clock restarted
+while the cumulative ack advances); flow control is a window per link in sequence numbers,
+beyond which a sender queues and a receiver refuses (RemoteProtocolError); the timers are
+a delayed-ack and a retransmission timer per link, or one tick for every link with
+`tick_us` (the runtime's stream channel). docs/channel.md has all three.
 
 What it does not do: order (orderings above hold packets back as they need), or relay a
 crashed sender's packets to others (agreement under crashes is the ordering's or the
 membership layer's job). Packets to or from nodes outside the current view are dropped
 and their link state freed.
 
-Packets larger than a frame (abcast.reliability.fragments): one whose frame could exceed
-`frame_bytes` is measured, and if it does not fit it leaves as fragments (`RFrag`), each
-numbered, acked and retransmitted on the link like any packet; the receiver reassembles
-them (at most `reassembly_bytes` reserved for one sender's packets under way, the same
-for all senders outside the view together, 4 × that over all senders) and hands the
-packet up whole. A multicast is gated, and if need be encoded and split, once.
-
-Acks and retransmissions are sent with `control=True`, so drivers do not count them as
-protocol packets (the thesis's message counts are about the protocols above).
-
-Timers: by default each link has its own delayed-ack and retransmission timer, set and
-cancelled as packets come and go. With `tick_us` (the runtime's stream channel) one
-timer, the tick, serves every link instead: an owed ack leaves at the second tick after
-it fell due (unless a packet carried it first), and a packet is retransmitted at the
-first tick past its deadline. The tick fires every `tick_us` while an ack is owed;
-while only packets are unacked it sleeps until the first retransmission can fall due
-(at most an RTO floor), so a dead peer's packets, backing off, do not keep it firing
-every tick; an ack falling due moves it back to one tick on. A packet sent or received
-then costs no timer effect at all, where the per-link timers cost about two each on a
-link that goes quiet between messages.
+A packet whose frame would exceed `frame_bytes` leaves as numbered fragments (`RFrag`),
+reassembled within `reassembly_bytes` a sender (abcast.reliability.fragments;
+docs/orderings.md, "Packets larger than a frame"). Acks and retransmissions are sent with
+`control=True` (not counted as protocol packets).
 """
 
 from __future__ import annotations
