@@ -174,13 +174,7 @@ def _restart(maker: TransportMaker, *, same_address: bool) -> None:
             a.add_peer("b", b2.address)
             # Probe until the new connection carries frames, then every later frame counts.
             await _probe(a, second, 1000)
-            block = list(range(5000, 5200))
-            for s in block:
-                a.send("b", numbered(s))
-            await second.wait_until(lambda: second.has("a", block[-1]), "second epoch")
-            got = second.got("a")
-            assert strictly_increasing(got), "frames were reordered or duplicated"
-            assert got[-len(block) :] == block
+            await _block_arrives_last(a, second, range(5000, 5200), "second epoch")
             assert first.got("a") == list(range(100))
             assert a.stats.reconnects >= 1
 
@@ -204,13 +198,7 @@ def check_reconnecting_to_a_live_peer_never_reorders(maker: TransportMaker) -> N
                 a.add_peer("b", b.address)  # a fresh connection while frames are in flight
                 await asyncio.sleep(0.005 * round_)  # switch at different points of the flow
             await _probe(a, inbox, 10_000)
-            block = list(range(20_000, 20_300))
-            for s in block:
-                a.send("b", numbered(s))
-            await inbox.wait_until(lambda: inbox.has("a", block[-1]), "the last block")
-            got = inbox.got("a")
-            assert strictly_increasing(got), "a reconnect reordered or duplicated frames"
-            assert got[-len(block) :] == block
+            await _block_arrives_last(a, inbox, range(20_000, 20_300), "the last block")
             assert b.stats.bad_frames == 0
 
     run(main)
@@ -302,15 +290,10 @@ def check_dropped_link_is_counted_and_the_sender_comes_back(maker: TransportMake
                 a.send("b", numbered(seq))
             await inbox.wait_until(lambda: inbox.has("a", poison), "the poison frame")
             await _probe(a, inbox, 1000)
-            block = list(range(5000, 5100))
-            for s in block:
-                a.send("b", numbered(s))
-            await inbox.wait_until(lambda: inbox.has("a", block[-1]), "frames after the drop")
-            got = inbox.got("a")
-            assert strictly_increasing(got)
+            got = await _block_arrives_last(a, inbox, range(5000, 5100),
+                                            "frames after the drop")
             assert got[: poison + 1] == list(range(poison + 1))
             assert not late, f"frames from the dropped connection after the drop: {late[:5]}"
-            assert got[-len(block) :] == block
             assert b.stats.bad_frames == 1 and b.stats.dropped_connections == 1
             assert a.stats.reconnects >= 1
 
@@ -504,6 +487,19 @@ async def _pair(nodes: Nodes, inbox: Inbox) -> tuple[Transport, Transport]:
 
 def _has_last(inbox: Inbox, senders: list[str], last: int) -> Callable[[], bool]:
     return lambda: all(inbox.has(s, last) for s in senders)
+
+
+async def _block_arrives_last(sender: Transport, inbox: Inbox, block: range,
+                              what: str) -> list[int]:
+    """Send `block` a → b, wait for its last frame; everything b got from a is in order,
+    once each, and ends with the whole block. Returns what b got."""
+    for seq in block:
+        sender.send("b", numbered(seq))
+    await inbox.wait_until(lambda: inbox.has("a", block[-1]), what)
+    got = inbox.got("a")
+    assert strictly_increasing(got), f"{what}: frames were reordered or duplicated"
+    assert got[-len(block) :] == list(block), f"{what}: the block did not arrive whole"
+    return got
 
 
 async def _probe(sender: Transport, inbox: Inbox, first: int) -> None:
