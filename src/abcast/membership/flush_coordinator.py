@@ -13,7 +13,7 @@ last install; under primary partition one from a member a view ahead of ours (be
 target) stops the flush and asks that member for the install we missed. With
 every state in (joiners count as fresh), the ordering settles the reports
 (`Membership.settled`) and `MInstall` carries the outcome and the next members: the
-proposed ones, less leavers, plus joiners.
+proposed ones, less leavers, plus joiners (and names the fresh ones, welcomed again).
 """
 
 from __future__ import annotations
@@ -197,7 +197,8 @@ class FlushCoordinator(Part):
     def _conclude(self, flush: CoordinatedFlush) -> list[Effect]:
         outcome, spent = self.member.settled(flush)
         members = self._next_members(flush)
-        install = MInstall(flush.target, flush.attempt, list(members), outcome, spent)
+        fresh = [m for m in members if m in flush.fresh]
+        install = MInstall(flush.target, flush.attempt, list(members), outcome, spent, fresh)
         self.s.flush = None
         others = tuple(m for m in flush.members if m != self.s.node and m not in flush.fresh)
         effects: list[Effect] = [Multicast(others, install)] if others else []

@@ -485,7 +485,7 @@ class Membership(Layer):
         if self.config.evs:
             effects += self.merger.view_installed(view, new)
         ours = self.s.flush  # our own flush for a later view, if we were running one
-        effects += self.adopt(new)
+        effects += self.adopt(new, tuple(install.fresh))
         if still_frozen and self.s.answered_to not in new.members:
             # The flush we answered since is led by a node this view left out: it cannot
             # install a view after this one (it needs our state for this one). Drop it.
@@ -528,8 +528,8 @@ class Membership(Layer):
             return self.coordinator.change_view()
         return []
 
-    def adopt(self, view: View) -> list[Effect]:
-        self.joins.note_admitted(self.s.view, view)
+    def adopt(self, view: View, fresh: tuple[NodeId, ...] = ()) -> list[Effect]:
+        self.joins.note_admitted(self.s.view, view, fresh)
         self.s.view = view
         self.s.flush = None
         self.s.stable_reports = {}
