@@ -45,6 +45,7 @@ from abcast.membership.state import (
     MERGE_WAIT,
 )
 from abcast.membership.wire import (
+    MAbort,
     MFarewell,
     MInstall,
     MMergeAbort,
@@ -733,6 +734,36 @@ def test_a_refusal_of_a_view_whose_welcome_a_later_flush_replaced_is_old_news() 
     n5.handle(Received("n8", MRefuse(second.view_id), EMPTY), 30)
     assert "n8" in n5.s.suspects
     assert install.fresh == ["n8"]
+
+
+def test_a_coordinator_that_missed_the_install_of_a_flush_it_answered_catches_up() -> None:
+    """n2, n3 answer n1's flush for `first`; n1 installs it and is cut off before its
+    install reaches n2. n2, suspecting n1, coordinates from `before`; n3 answers from
+    `first`. Under evs n2 used to conclude anyway (the missed-install rule was primary
+    partition's: a view id may be another side's): it settled reports of two views, and
+    each member delivered the outcome in its own old view — messages sent in `first`
+    delivered in `before` at n2 (`bench/sweep_churn.py --evs --flapping --rate 5`, seed
+    11: SAME_VIEW_DELIVERY). A view whose flush n2 answered is of its lineage (an evs id
+    names one coordinator's view): n2 gives its flush up, asks n3 for that install,
+    installs `first` and flushes from there."""
+    before = View(3, ("n1", "n2", "n3"))
+    first = View(evs_view_id(4, "n1"), before.members)
+    n2 = _evs("n2", before)
+    n2.handle(Received("n1", MPrepare(first.view_id, 1, list(before.members)), EMPTY), 1)
+    to, prepare = _sent(n2.handle(Suspected("n1"), 10), MPrepare)[-1]
+    # (past the target it answered n1 for: n1 may have installed it)
+    assert to == ("n3",) and prepare.target == evs_view_id(first.view_id + 1, "n2")
+    ahead = MState(prepare.target, prepare.attempt, first.view_id, ViewReport({}, []))
+    effects = n2.handle(Received("n3", ahead, EMPTY), 11)
+    assert not any(isinstance(e, InstallView) for e in effects)
+    assert _sent(effects, MPrepare) == [("n3", MPrepare(first.view_id, 0, ["n2", "n3"]))]
+    assert _sent(effects, MAbort) == [(("n3",), MAbort(prepare.target, prepare.attempt))]
+    install = MInstall(first.view_id, 1, list(first.members), [])
+    effects = n2.handle(Received("n3", install, EMPTY), 12)
+    assert [e.view for e in effects if isinstance(e, InstallView)] == [first]
+    [(to, again)] = _sent(effects, MPrepare)
+    assert to == ("n3",) and again.target == evs_view_id(first.view_id + 1, "n2")
+    assert again.attempt > prepare.attempt and n2.frozen
 
 
 def test_a_merge_prepare_kept_while_merging_is_dropped_once_its_merge_is_surely_off(

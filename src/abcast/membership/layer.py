@@ -493,11 +493,12 @@ class Membership(Layer):
             self.s.answered_for = {}
             self.s.pledged = set()
             still_frozen = self.s.frozen = False
-        if still_frozen and self.s.answered_to == self.node and not self.s.config.evs:
+        if still_frozen and self.s.answered_to == self.node:
             # Our own flush was for a later view, from the one we were in: `adopt` gave
             # it up (its coordinator handed us this install, FlushCoordinator.on_state).
-            # Unfrozen here, `recheck` starts the flush this view calls for. Its members
-            # that answered are told (else they stay frozen for it: nobody else will).
+            # Unfrozen here, `recheck` starts the flush this view calls for (under evs
+            # too: frozen with no flush of our own, nothing else would thaw us). Its
+            # members that answered are told (else they stay frozen for it).
             if ours is not None:
                 others = tuple(m for m in ours.members if m != self.node)
                 if others:
