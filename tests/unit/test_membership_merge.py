@@ -45,6 +45,7 @@ from abcast.membership.state import (
     MERGE_WAIT,
 )
 from abcast.membership.wire import (
+    MAbort,
     MFarewell,
     MInstall,
     MMergeAbort,
@@ -55,6 +56,7 @@ from abcast.membership.wire import (
     MMergeProbe,
     MMergeSideState,
     MMergeState,
+    MNotYet,
     MPrepare,
     MRefuse,
     MState,
@@ -686,6 +688,82 @@ def test_a_refusal_of_a_view_we_moved_on_from_still_takes_the_joiner_out() -> No
     prepares = [(e.to, e.header.members) for e in effects
                 if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
     assert prepares == [(("n6", "n7"), ["n5", "n6", "n7"])]
+
+
+def _evs(node: str, view: View) -> Membership:
+    layer = Membership(node, Sequencer(node, evs=True), MembershipConfig(partitions="evs"))
+    layer.handle(ViewInstalled(view), 0)
+    return layer
+
+
+def _sent(effects: list[Effect], kind: type) -> list[tuple[object, object]]:
+    return [(e.to, e.header) for e in effects
+            if isinstance(e, (Send, Multicast)) and isinstance(e.header, kind)]
+
+
+def test_a_refusal_of_a_view_whose_welcome_a_later_flush_replaced_is_old_news() -> None:
+    """n1 installs `first`, admitting n8, and is cut off before its welcome reaches n8.
+    n2's flush from `first` prepares n8, still joining, which answers not-yet, and
+    welcomes it into `second`. n1's welcome to `first` reaches n8 late (after the heal):
+    from a node outside its view, so n8 refuses `first` to every member listed. n5 took
+    that for a joiner two sides admitted and went on without n8, a member of its view:
+    it suspected n8 for good, answered no merge since (a suspect in its own view) and
+    the sides never merged (`bench/sweep_churn.py --evs --flapping`, seed 11, once n2
+    catches up on n1's install it missed: VIEW_ORDER, STATE). The install names n8 fresh
+    (`MInstall.fresh`) and `second` admits it: the refusal of `first` is old news, one
+    of `second` still takes n8 out."""
+    before = View(3, ("n1", "n2", "n5"))
+    first = View(evs_view_id(4, "n1"), ("n1", "n2", "n5", "n8"))
+    n5 = _evs("n5", before)
+    n5.handle(Received("n1", MPrepare(first.view_id, 1, list(before.members)), EMPTY), 1)
+    n5.handle(Received("n1", MInstall(first.view_id, 1, list(first.members), []), EMPTY), 2)
+    assert n5.view == first
+    n2 = _evs("n2", first)
+    n5.handle(Suspected("n1"), 10)
+    [(to, prepare)] = _sent(n2.handle(Suspected("n1"), 10), MPrepare)
+    assert to == ("n5", "n8")
+    n2.handle(Received("n8", MNotYet(prepare.target, prepare.attempt), EMPTY), 11)
+    [(_, state)] = _sent(n5.handle(Received("n2", prepare, EMPTY), 11), MState)
+    [(to, install)] = _sent(n2.handle(Received("n5", state, EMPTY), 12), MInstall)
+    assert to == ("n5",)
+    n5.handle(Received("n2", install, EMPTY), 13)
+    second = View(prepare.target, ("n2", "n5", "n8"))
+    assert n5.view == second
+    n5.handle(Received("n8", MRefuse(first.view_id), EMPTY), 20)
+    assert "n8" not in n5.s.suspects
+    n5.handle(Received("n8", MRefuse(second.view_id), EMPTY), 30)
+    assert "n8" in n5.s.suspects
+    assert install.fresh == ["n8"]
+
+
+def test_a_coordinator_that_missed_the_install_of_a_flush_it_answered_catches_up() -> None:
+    """n2, n3 answer n1's flush for `first`; n1 installs it and is cut off before its
+    install reaches n2. n2, suspecting n1, coordinates from `before`; n3 answers from
+    `first`. Under evs n2 used to conclude anyway (the missed-install rule was primary
+    partition's: a view id may be another side's): it settled reports of two views, and
+    each member delivered the outcome in its own old view — messages sent in `first`
+    delivered in `before` at n2 (`bench/sweep_churn.py --evs --flapping --rate 5`, seed
+    11: SAME_VIEW_DELIVERY). A view whose flush n2 answered is of its lineage (an evs id
+    names one coordinator's view): n2 gives its flush up, asks n3 for that install,
+    installs `first` and flushes from there."""
+    before = View(3, ("n1", "n2", "n3"))
+    first = View(evs_view_id(4, "n1"), before.members)
+    n2 = _evs("n2", before)
+    n2.handle(Received("n1", MPrepare(first.view_id, 1, list(before.members)), EMPTY), 1)
+    to, prepare = _sent(n2.handle(Suspected("n1"), 10), MPrepare)[-1]
+    # (past the target it answered n1 for: n1 may have installed it)
+    assert to == ("n3",) and prepare.target == evs_view_id(first.view_id + 1, "n2")
+    ahead = MState(prepare.target, prepare.attempt, first.view_id, ViewReport({}, []))
+    effects = n2.handle(Received("n3", ahead, EMPTY), 11)
+    assert not any(isinstance(e, InstallView) for e in effects)
+    assert _sent(effects, MPrepare) == [("n3", MPrepare(first.view_id, 0, ["n2", "n3"]))]
+    assert _sent(effects, MAbort) == [(("n3",), MAbort(prepare.target, prepare.attempt))]
+    install = MInstall(first.view_id, 1, list(first.members), [])
+    effects = n2.handle(Received("n3", install, EMPTY), 12)
+    assert [e.view for e in effects if isinstance(e, InstallView)] == [first]
+    [(to, again)] = _sent(effects, MPrepare)
+    assert to == ("n3",) and again.target == evs_view_id(first.view_id + 1, "n2")
+    assert again.attempt > prepare.attempt and n2.frozen
 
 
 def test_a_merge_prepare_kept_while_merging_is_dropped_once_its_merge_is_surely_off(

@@ -9,11 +9,12 @@ its flush up (`MAbort`); under evs every side goes on, with view ids of its
 coordinator's (abcast.membership.merge). A state from a member
 that answered another coordinator for this view id, or that is ahead of the flush's
 target, sends the flush to a higher view id; one from a member a view behind gets our
-last install; under primary partition one from a member a view ahead of ours (below the
-target) stops the flush and asks that member for the install we missed. With
-every state in (joiners count as fresh), the ordering settles the reports
+last install; one from a member a view ahead of ours (primary partition: below the
+target; evs: a view whose flush we answered, its id naming its coordinator: any other
+may be another side's) stops the flush and asks that member for the install we missed.
+With every state in (joiners count as fresh), the ordering settles the reports
 (`Membership.settled`) and `MInstall` carries the outcome and the next members: the
-proposed ones, less leavers, plus joiners.
+proposed ones, less leavers, plus joiners (and names the fresh ones, welcomed again).
 """
 
 from __future__ import annotations
@@ -150,6 +151,10 @@ class FlushCoordinator(Part):
             if last is not None and state.view_id < view.view_id and sender in view.members:
                 return [Send(sender, last)]  # it missed the install that made our view
             return []
+        if self.s.config.evs and self._installed_without_us(state.view_id):
+            # (Before the id checks: under evs ids jump by coordinator, so the view we
+            # missed may be numbered past our target as well as below it.)
+            return self._ask_for_install(flush, sender, state.view_id)
         if state.view_id >= flush.target:  # someone is ahead of us: aim past it
             return self.maybe_coordinate(state.view_id + 1)
         if state.prior >= flush.target:
@@ -162,20 +167,37 @@ class FlushCoordinator(Part):
             last = self.s.last_install
             return [Send(sender, last)] if last is not None else []
         if state.view_id > view.view_id and not self.s.config.evs:
-            # (Primary partition only: under evs a member's view id can be another
-            # side's, which the merge settles, abcast.membership.merge.)
-            # It is a view ahead of us: the coordinator of that view died after its
-            # install reached others only. Concluding would settle reports of two views
-            # (and leave out members of the later one). Give this flush up, staying
-            # frozen, and ask it for that install (a prepare for a view it is in is
-            # answered with its last install, `_on_prepare`); once in that view, the
-            # suspicion of its dead coordinator starts a flush from there.
-            self.s.flush = None
-            others = tuple(m for m in flush.members if m != self.s.node)
-            probe = MPrepare(state.view_id, 0, [self.s.node, sender])
-            return [Multicast(others, MAbort(flush.target, flush.attempt)), Send(sender, probe)]
+            # (Under evs a member's view id may be another side's, which the merge
+            # settles: there only a view we answered the flush of is one we missed.)
+            return self._ask_for_install(flush, sender, state.view_id)
         flush.states[sender] = state
         return self._conclude(flush) if flush.complete() else []
+
+    def _installed_without_us(self, view_id: int) -> bool:
+        """Under evs: a member reports view `view_id`, past ours, and we answered the
+        flush for that id: it installed, and its install never reached us (a cut took
+        its coordinator away first). An evs id names one coordinator's view (its hash,
+        abcast.membership.merge), so it is that flush's, of our lineage — not another
+        side's, which would not list us (and a member in a view without us drops our
+        prepare)."""
+        view = self.s.view
+        assert view is not None
+        return view_id > view.view_id and view_id in self.s.answered_for
+
+    def _ask_for_install(self, flush: CoordinatedFlush, sender: NodeId, view_id: int
+                         ) -> list[Effect]:
+        """`sender` is in view `view_id`, ahead of ours: the coordinator of that view
+        went (crashed, or cut off) after its install reached others only. Concluding
+        would settle reports of two views (and leave out members of the later one; under
+        evs each member would deliver the outcome in its own old view). Give this flush
+        up, staying frozen, and ask `sender` for that install (a prepare for a view it
+        is in is answered with its last install, `FlushMember._answer`); installed, we
+        flush from there (`Membership.on_install`, which starts it: the view's
+        coordinator is suspected)."""
+        self.s.flush = None
+        others = tuple(m for m in flush.members if m != self.s.node)
+        probe = MPrepare(view_id, 0, [self.s.node, sender])
+        return [Multicast(others, MAbort(flush.target, flush.attempt)), Send(sender, probe)]
 
     def note_fresh(self, sender: NodeId, target: int, attempt: int) -> list[Effect]:
         flush = self.s.flush
@@ -197,7 +219,8 @@ class FlushCoordinator(Part):
     def _conclude(self, flush: CoordinatedFlush) -> list[Effect]:
         outcome, spent = self.member.settled(flush)
         members = self._next_members(flush)
-        install = MInstall(flush.target, flush.attempt, list(members), outcome, spent)
+        fresh = [m for m in members if m in flush.fresh]
+        install = MInstall(flush.target, flush.attempt, list(members), outcome, spent, fresh)
         self.s.flush = None
         others = tuple(m for m in flush.members if m != self.s.node and m not in flush.fresh)
         effects: list[Effect] = [Multicast(others, install)] if others else []

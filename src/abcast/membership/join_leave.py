@@ -18,7 +18,9 @@ the ask — for stale for `withdraw_memory_us`, and if its view admitted it goes
 without it, leaving it out of the majority it needs (`primary`: it stopped).
 Under evs two sides may each admit one joiner: it takes the first welcome and refuses
 the second view (`MRefuse` to every member listed), whose members go on without it —
-in that view or any later one that still lists it (`admitted_in`).
+in that view or any later one that still lists it (`admitted_in`). A view whose flush
+welcomed again a member still joining (its welcome to the view before never came: it
+answered not-yet) admits it (`MInstall.fresh`): its refusal of the view before is old news.
 """
 
 from __future__ import annotations
@@ -208,14 +210,18 @@ class JoinLeave(Part):
             return self.member.go_on_without(sender)
         return []
 
-    def note_admitted(self, old: View | None, new: View) -> None:
+    def note_admitted(self, old: View | None, new: View, fresh: tuple[NodeId, ...] = ()
+                      ) -> None:
         """Note, as `new` is installed, the members it admits to our views (`admitted_in`
-        holds members of `old` only); withdrawn joiners it left out are forgotten."""
+        holds members of `old` only); withdrawn joiners it left out are forgotten. A
+        member of `old` whose welcome to it never came (`fresh`: it answered the flush
+        not-yet) is welcomed into `new`, which admits it: a refusal of `old`, sent once
+        that welcome comes late, is old news (it is with us)."""
         kept = {m: v for m, v in self.s.admitted_in.items() if m in new.members}
         self.s.withdrawn = {m: None for m in self.s.withdrawn if m in new.members}
         old_members = old.members if old is not None else ()
         self.s.admitted_in = kept | {m: new.view_id for m in new.members
-                                     if m not in old_members}
+                                     if m not in old_members or m in fresh}
 
     def take_snapshot(self, joiners: tuple[NodeId, ...], view: View) -> Effect:
         self.s.tokens += 1

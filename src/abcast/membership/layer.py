@@ -485,7 +485,7 @@ class Membership(Layer):
         if self.config.evs:
             effects += self.merger.view_installed(view, new)
         ours = self.s.flush  # our own flush for a later view, if we were running one
-        effects += self.adopt(new)
+        effects += self.adopt(new, tuple(install.fresh))
         if still_frozen and self.s.answered_to not in new.members:
             # The flush we answered since is led by a node this view left out: it cannot
             # install a view after this one (it needs our state for this one). Drop it.
@@ -493,11 +493,12 @@ class Membership(Layer):
             self.s.answered_for = {}
             self.s.pledged = set()
             still_frozen = self.s.frozen = False
-        if still_frozen and self.s.answered_to == self.node and not self.s.config.evs:
+        if still_frozen and self.s.answered_to == self.node:
             # Our own flush was for a later view, from the one we were in: `adopt` gave
             # it up (its coordinator handed us this install, FlushCoordinator.on_state).
-            # Unfrozen here, `recheck` starts the flush this view calls for. Its members
-            # that answered are told (else they stay frozen for it: nobody else will).
+            # Unfrozen here, `recheck` starts the flush this view calls for (under evs
+            # too: frozen with no flush of our own, nothing else would thaw us). Its
+            # members that answered are told (else they stay frozen for it).
             if ours is not None:
                 others = tuple(m for m in ours.members if m != self.node)
                 if others:
@@ -528,8 +529,8 @@ class Membership(Layer):
             return self.coordinator.change_view()
         return []
 
-    def adopt(self, view: View) -> list[Effect]:
-        self.joins.note_admitted(self.s.view, view)
+    def adopt(self, view: View, fresh: tuple[NodeId, ...] = ()) -> list[Effect]:
+        self.joins.note_admitted(self.s.view, view, fresh)
         self.s.view = view
         self.s.flush = None
         self.s.stable_reports = {}

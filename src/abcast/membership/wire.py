@@ -157,6 +157,9 @@ class MInstall(Header, frozen=True):
     outcome: Messages
     #: evs: the ordering's numbers through this are used up (abcast.membership.api)
     spent: Count = 0
+    #: members of the old view that answered not-yet (`MNotYet`: its welcome never
+    #: reached them): welcomed into this view, which admits them (`admitted_in`)
+    fresh: NodeList = []
 
 
 class MNotYet(Header, frozen=True):
