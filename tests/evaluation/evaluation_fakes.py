@@ -25,6 +25,24 @@ FLOOR_LONE = {"asyncio": (100.0, 200.0), "uvloop": (80.0, 150.0)}
 #: 250 for abcast (the relay run with busy polling reports none)
 FLOOR_LONE_CPU_S = 0.1
 LONE_CPU_S = 0.25
+#: the PAIRED rounds: (floor p50, floor p99, abcast p50, abcast p99) µs; per round the p50
+#: ratios are 2.5, 2.0 and 3.0 (median 2.5), the p99 ones 3.0, 2.0, 4.0 (median 3.0)
+PAIRED_ROUNDS = ((100.0, 200.0, 250.0, 600.0), (80.0, 160.0, 160.0, 320.0),
+                 (90.0, 150.0, 270.0, 600.0))
+
+
+def paired_runs() -> list[RunMeasurement]:
+    """The PAIRED rounds of PAIRED_ROUNDS, in the order the grid runs them."""
+    runs = []
+    for round_, (floor_p50, floor_p99, p50, p99) in enumerate(PAIRED_ROUNDS):
+        pair = [RunMeasurement(Experiment(Phase.PAIRED, "sequencer", "tcp", 3, 64, 1000,
+                                          trace=False, serial=True, event_loop="uvloop",
+                                          floor=floor, round=round_),
+                               f"paired-{round_}-{floor}", Figures(5000.0, p50, p50, p99),
+                               True, cpu_s=FLOOR_LONE_CPU_S if floor else LONE_CPU_S)
+                for floor, p50, p99 in ((True, floor_p50, floor_p99), (False, p50, p99))]
+        runs += pair if round_ % 2 == 0 else pair[::-1]
+    return runs
 
 
 def table_run(ordering: str, transport: str, n: int, mean_us: float,
@@ -83,6 +101,7 @@ def fake_result() -> BenchResult:
                             f"floor-{rate:g}", Figures(min(rate, FLOOR_CAPACITY) * 0.98, 90.0,
                                                        80.0, 300.0), True)
              for rate in FLOOR_RATES]
+    runs += paired_runs()
     runs += [load_run(rate, min(rate, CAPACITY) * 0.98) for rate in RATES]
     runs.append(RunMeasurement(
         Experiment(Phase.VERIFY, "sequencer", "tcp", 3, 64, 1000, rate=4000.0), "verify",

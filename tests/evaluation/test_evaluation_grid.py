@@ -159,6 +159,34 @@ def test_the_floor_runs_beside_the_lone_message_and_every_tcp_load_curve(
     assert not build_grid(replace(spec, floor=False)).of(Phase.FLOOR)
 
 
+@pytest.mark.parametrize("spec", [quick_spec(), full_spec()], ids=["quick", "full"])
+def test_the_paired_rounds_alternate_the_sequencer_and_the_floor_back_to_back(
+    spec: GridSpec,
+) -> None:
+    grid = build_grid(spec)
+    paired = grid.of(Phase.PAIRED)
+    assert len(paired) == 2 * spec.paired_rounds > 0
+    loop = "uvloop" if "uvloop" in installed_event_loops() else "asyncio"
+    assert all(e.ordering == "sequencer" and e.serial and not e.trace and not e.relay
+               and not e.busy_poll_us and e.event_loop == loop and e.transport == "tcp"
+               for e in paired)
+    for round_ in range(spec.paired_rounds):
+        pair = paired[2 * round_:2 * round_ + 2]
+        assert {e.round for e in pair} == {round_}
+        # the floor first in even rounds, the sequencer first in odd ones
+        assert [e.floor for e in pair] == ([True, False] if round_ % 2 == 0 else [False, True])
+    # beside the floor's other runs, in the order the runner takes the phases
+    phases = [e.phase for e in grid.experiments]
+    assert max(i for i, p in enumerate(phases) if p is Phase.FLOOR) < phases.index(
+        Phase.PAIRED) < phases.index(Phase.LOAD)
+    assert "round 2" in paired[2].label()
+    for without in (replace(spec, floor=False), replace(spec, paired_rounds=0),
+                    replace(spec, load_orderings=("skeen",))):
+        assert not build_grid(without).of(Phase.PAIRED)
+    with pytest.raises(ConfigError, match="paired_rounds"):
+        build_grid(replace(spec, paired_rounds=-1))
+
+
 def test_open_loop_runs_get_the_shorter_timeout() -> None:
     spec = replace(full_spec(), timeout_s=100.0, load_timeout_s=10.0)
     grid = build_grid(spec)

@@ -92,6 +92,33 @@ def test_every_saturation_and_lone_figure_has_its_ratio_to_the_floor() -> None:
         "message" in summary
 
 
+def test_the_paired_rounds_give_the_median_of_each_rounds_ratio() -> None:
+    page = render_markdown(fake_result())
+    paired = _section(page, "### Paired with the floor")
+    assert "back to back on uvloop, in 3 rounds" in paired
+    # round 2 (abcast ran first): 160 over 80, its p99 320 over 160, CPU 250 over 100
+    assert "| 2 | 80 | 160 | 2.00× | 2.00× | 2.50× |" in paired
+    assert "| median |  |  | 2.50× | 3.00× | 2.50× |" in paired
+    assert "left out" not in paired
+    summary = "\n".join(summary_lines(fake_result()))
+    assert ("sequencer n=3: lone message paired with the floor on uvloop, 3 rounds back to "
+            "back: p50 2.50× (per round 2.50, 2.00, 3.00), p99 3.00×, CPU per message 2.50× "
+            "the floor's (medians)") in summary
+
+
+def test_a_paired_round_with_an_unclean_run_is_left_out_of_the_medians() -> None:
+    result = fake_result()
+    runs = list(result.runs)
+    second = next(i for i, r in enumerate(runs) if r.experiment.phase is Phase.PAIRED
+                  and r.experiment.round == 1 and not r.experiment.floor)
+    runs[second] = replace(runs[second], complete=False)
+    page = render_markdown(replace(result, runs=tuple(runs)))
+    paired = _section(page, "### Paired with the floor")
+    assert "| median |  |  | 2.75× | 3.50× | 2.50× |" in paired  # rounds 1 and 3 only
+    assert "1 round(s) left out" in paired
+    assert bench_failed(replace(result, runs=tuple(runs)))  # a lone run that did not finish
+
+
 def test_a_report_without_the_floor_leaves_its_columns_empty() -> None:
     result = fake_result()
     without = replace(result, runs=tuple(r for r in result.runs

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from abcast.evaluation.analysis import load_curves
+from abcast.evaluation.analysis import load_curves, paired_lone
 from abcast.evaluation.cluster import installed_event_loops
 from abcast.evaluation.grid import GridSpec, Phase, build_grid, scale_only
 from abcast.evaluation.report import write_report
@@ -24,7 +24,7 @@ TCP_TINY = GridSpec(
     sizes=(), size_orderings=(), compare_nodes=2, baseline_messages=40, lone_messages=40,
     load_orderings=("sequencer",), load_nodes=(2,), load_rates=(100.0, 200.0),
     load_seconds=0.3, load_min_messages=30, load_max_messages=60, peers=(),
-    ping_rounds=20, timeout_s=30.0,
+    ping_rounds=20, timeout_s=30.0, paired_rounds=2,
 )
 
 
@@ -33,7 +33,8 @@ def test_tiny_tcp_bench_runs_every_cell_clean(tmp_path: Path) -> None:
     result = asyncio.run(BenchRunner(grid, tmp_path, SilentProgress()).run())
     assert [r for r in result.runs if not is_clean(r)] == []
     assert {r.experiment.phase for r in result.runs} == {
-        Phase.TABLE, Phase.BASELINE, Phase.LONE, Phase.FLOOR, Phase.LOAD, Phase.VERIFY}
+        Phase.TABLE, Phase.BASELINE, Phase.LONE, Phase.FLOOR, Phase.PAIRED, Phase.LOAD,
+        Phase.VERIFY}
     lone = result.of(Phase.LONE)
     assert [(r.experiment.relay, r.experiment.busy_poll_us, r.experiment.event_loop)
             for r in lone] == [(relay, poll, loop) for relay in (False, True)
@@ -47,6 +48,9 @@ def test_tiny_tcp_bench_runs_every_cell_clean(tmp_path: Path) -> None:
     page = write_report(result, tmp_path / "report").read_text()
     assert "Table 4 — sequencer" in page and "| tcp |" in page
     assert "## A lone message" in page
+    paired = paired_lone(result)  # two rounds, both clean, each with its ratio
+    assert paired is not None and len(paired.rounds) == 2 and len(paired.p50_ratios) == 2
+    assert "### Paired with the floor" in page
 
 
 SCALE_TINY = replace(

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from statistics import fmean
+from statistics import fmean, median
 from typing import Final
 
 from abcast.evaluation.grid import Phase
@@ -243,6 +243,73 @@ def floor_of(result: BenchResult) -> Floor:
     lone = {r.experiment.event_loop: r for r in clean_runs(result.of(Phase.FLOOR))
             if r.experiment.serial}
     return Floor(saturation, lone)
+
+
+@dataclass(frozen=True, slots=True)
+class PairedRound:
+    """One PAIRED round: the floor's lone-message run and the sequencer's, back to back."""
+
+    floor: RunMeasurement
+    ours: RunMeasurement
+
+    @property
+    def p50_ratio(self) -> float | None:
+        return ratio(self.ours.figures.p50_us, self.floor.figures.p50_us)
+
+    @property
+    def p99_ratio(self) -> float | None:
+        return ratio(self.ours.figures.p99_us, self.floor.figures.p99_us)
+
+    @property
+    def cpu_ratio(self) -> float | None:
+        return ratio(cpu_us_per_message(self.ours), cpu_us_per_message(self.floor))
+
+
+@dataclass(frozen=True, slots=True)
+class PairedLone:
+    """The PAIRED rounds (abcast.evaluation.grid) whose two runs are both clean. Each
+    median is taken over the rounds' own ratios (abcast's over the floor's of the same
+    round), so a drift of the machine's speed between rounds cancels."""
+
+    event_loop: str | None
+    rounds: tuple[PairedRound, ...]
+    left_out: int  # rounds with an incomplete or violating run
+
+    @property
+    def p50_ratios(self) -> list[float]:
+        return [r for r in (p.p50_ratio for p in self.rounds) if r is not None]
+
+    @property
+    def p50_median(self) -> float | None:
+        return _median([p.p50_ratio for p in self.rounds])
+
+    @property
+    def p99_median(self) -> float | None:
+        return _median([p.p99_ratio for p in self.rounds])
+
+    @property
+    def cpu_median(self) -> float | None:
+        return _median([p.cpu_ratio for p in self.rounds])
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return median(known) if known else None
+
+
+def paired_lone(result: BenchResult) -> PairedLone | None:
+    """The PAIRED rounds, each of two clean runs; None when the bench ran none."""
+    runs = result.of(Phase.PAIRED)
+    if not runs:
+        return None
+    by_round: dict[int, dict[bool, RunMeasurement]] = {}
+    for run in runs:
+        by_round.setdefault(run.experiment.round, {})[run.experiment.floor] = run
+    rounds = tuple(PairedRound(pair[True], pair[False]) for _, pair in sorted(by_round.items())
+                   if len(pair) == 2 and is_clean(pair[True]) and is_clean(pair[False]))
+    loops = {run.experiment.event_loop for run in runs}
+    return PairedLone(loops.pop() if len(loops) == 1 else None, rounds,
+                      len(by_round) - len(rounds))
 
 
 # ---------------------------------------------------------------- peers

@@ -31,7 +31,13 @@ from rich.progress import (
 )
 
 from abcast.cli_params import OUT_DIR, SPARK_MASTER, make_out_dir
-from abcast.evaluation.analysis import cpu_us_per_message, floor_of, load_curves, peer_ratios
+from abcast.evaluation.analysis import (
+    cpu_us_per_message,
+    floor_of,
+    load_curves,
+    paired_lone,
+    peer_ratios,
+)
 from abcast.evaluation.grid import (
     Grid,
     GridSpec,
@@ -147,6 +153,15 @@ def summary_lines(result: BenchResult) -> list[str]:
         lines.append(f"{e.variant:>15} n={e.nodes}: lone message p50 "
                      f"{_us(lone.figures.p50_us)} on "
                      f"{e.event_loop or 'the default loop'}{poll} (one in flight){ratios}")
+    paired = paired_lone(result)
+    if paired is not None and paired.rounds:
+        per_round = ", ".join(f"{r:.2f}" for r in paired.p50_ratios)
+        lines.append(f"{'sequencer':>15} n={paired.rounds[0].ours.experiment.nodes}: lone "
+                     f"message paired with the floor on "
+                     f"{paired.event_loop or 'the default loop'}, {len(paired.rounds)} "
+                     f"rounds back to back: p50 {_times(paired.p50_median)} (per round "
+                     f"{per_round}), p99 {_times(paired.p99_median)}, CPU per message "
+                     f"{_times(paired.cpu_median)} the floor's (medians)")
     for base in result.of(Phase.BASELINE):
         e = base.experiment
         p50 = base.figures.p50_us

@@ -21,6 +21,11 @@ grouped by `Phase`:
   (and `floor_rates` above them) at each n of the load curves on tcp — run between LONE
   and LOAD, so every saturation and lone figure has the floor of the same minutes beside
   it;
+- PAIRED: the sequencer's lone message at default settings and the floor's, run in
+  `paired_rounds` alternating rounds (floor first in even rounds, abcast first in odd)
+  on uvloop when installed — back to back, so the p50 ratio the issue's target is set
+  on is taken from runs seconds apart, and its median over the rounds is not one
+  run's luck on a VM whose speed drifts by 2× within minutes;
 - VERIFY: built later by `verification_run`, once the load curve's knee is known — the
   same offered rate again with tracing on, so Spark checks what the untraced run did;
 - SCALE: the full bench only (`scale_nodes` is empty elsewhere): per ordering of
@@ -66,6 +71,7 @@ class Phase(StrEnum):
     LONE = "lone"
     FLOOR = "floor"
     LOAD = "load"
+    PAIRED = "paired"
     VERIFY = "verify"
     SCALE = "scale"
 
@@ -87,6 +93,7 @@ class Experiment:
     relay: bool = False  # sequencer family: the origin sends to the sequencer only
     busy_poll_us: int = 0  # the node transports' busy-poll window; 0: they sleep when idle
     floor: bool = False  # the floor (abcast.evaluation.floor) instead of abcast
+    round: int = 0  # Phase.PAIRED: which of the alternating rounds
 
     @property
     def variant(self) -> str:
@@ -117,7 +124,8 @@ class Experiment:
         """The workload with the node processes' loop and busy polling, where chosen."""
         loop = "" if self.event_loop is None else f", {self.event_loop}"
         poll = f", busy-poll {self.busy_poll_us} µs" if self.busy_poll_us else ""
-        return f"{self.load}{loop}{poll}"
+        paired = f", round {self.round + 1}" if self.phase is Phase.PAIRED else ""
+        return f"{self.load}{loop}{poll}{paired}"
 
     def label(self) -> str:
         trace = "" if self.trace else ", untraced"
@@ -192,6 +200,9 @@ class GridSpec:
     floor: bool = True
     floor_rates: tuple[float, ...] = (3_000_000, 10_000_000)
     floor_max_messages: int = 1_000_000
+    #: rounds of the sequencer's lone message beside the floor's, back to back (PAIRED);
+    #: 0: none
+    paired_rounds: int = 3
     peers: tuple[str, ...] = PEERS
     peer_messages: int = 3000
     peer_rate: float = 100_000.0  # offered far above any peer's capacity: its saturation
@@ -250,6 +261,8 @@ class GridSpec:
                               f"{', '.join(EVENT_LOOPS)}")
         if any(not 0 <= us <= MAX_BUSY_POLL_US for us in self.lone_busy_poll_us):
             raise ConfigError(f"busy-poll windows must be in 0..{MAX_BUSY_POLL_US} µs")
+        if self.paired_rounds < 0:
+            raise ConfigError("paired_rounds must be 0 or more")
         if min(self.timeout_s, self.load_timeout_s, self.scale_timeout_s) <= 0:
             raise ConfigError("timeouts must be positive")
 
@@ -348,6 +361,7 @@ def build_grid(spec: GridSpec) -> Grid:
                                            spec.lone_messages, trace=False, serial=True,
                                            event_loop=loop, relay=relay, busy_poll_us=poll))
     runs += floor_runs(spec, loops)
+    runs += paired_runs(spec, loops)
     for ordering in spec.load_orderings:
         for middleware in dict.fromkeys((spec.sweep_transport, *sweep)):
             sizes = spec.load_nodes if middleware == spec.sweep_transport else (
@@ -381,6 +395,24 @@ def floor_runs(spec: GridSpec, loops: list[str | None]) -> list[Experiment]:
         runs += [Experiment(Phase.FLOOR, "sequencer", "tcp", n, spec.compare_payload,
                             spec.load_messages(rate, spec.floor_max_messages), rate=rate,
                             trace=False, floor=True) for rate in rates]
+    return runs
+
+
+def paired_runs(spec: GridSpec, loops: list[str | None]) -> list[Experiment]:
+    """The PAIRED rounds: the sequencer's default lone message and the floor's, back to
+    back, alternating which goes first, on uvloop when installed (the loop of issue 23's
+    target), else the first of `loops`."""
+    if (not spec.floor or spec.sweep_transport != "tcp" or not loops
+            or "sequencer" not in spec.load_orderings):
+        return []
+    loop = "uvloop" if "uvloop" in loops else loops[0]
+    runs = []
+    for round_ in range(spec.paired_rounds):
+        pair = [Experiment(Phase.PAIRED, "sequencer", "tcp", spec.compare_nodes,
+                           spec.compare_payload, spec.lone_messages, trace=False,
+                           serial=True, event_loop=loop, floor=floor, round=round_)
+                for floor in (True, False)]
+        runs += pair if round_ % 2 == 0 else pair[::-1]
     return runs
 
 

@@ -128,7 +128,7 @@ class BenchRunner:
         try:
             runs: list[RunMeasurement] = []
             for phase in (Phase.TABLE, Phase.SIZES, Phase.BASELINE, Phase.LONE, Phase.FLOOR,
-                          Phase.LOAD):
+                          Phase.PAIRED, Phase.LOAD):
                 runs += await self._phase(phase.value, list(self.grid.of(phase)))
             runs += await self._phase("verify", self._verification_runs(runs))
             scale = list(self.grid.of(Phase.SCALE))
