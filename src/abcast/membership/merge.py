@@ -10,7 +10,8 @@ cut off; each side's flush settles its own reports (`MergingOrdering.settle_side
 sequencer keeps, past the highest safe point heard, only its side's origins). Heal, here:
 
 1. Discovery (abcast.membership.discovery): a view's coordinator probes the nodes its
-   lineage lost (`MMergeProbe`, every `probe_us` for `probe_for_us`); a member passes a
+   lineage lost (`MMergeProbe`, every `probe_us` for `probe_for_us`, then every
+   `probe_slow_us` for ever; at most MAX_LOST of them, leavers not); a member passes a
    probe to its coordinator; the lowest node of both views coordinates the merge —
    unless a side with a lower node still probed it within two probe periods
    (`lower_probes`): that node merges the sides one by one, and a merge of its own would
