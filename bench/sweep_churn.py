@@ -107,6 +107,8 @@ class Task:
     nak: bool = False  # the NAK channel over IP multicast (multicast="nak")
     #: the runtime's stream channel shape: acks carried, one tick for all links
     stream_channel: bool = False
+    #: an evs run is over once nothing was delivered for this long after the last fault
+    settle_us: int = 5_000_000
 
     def options(self) -> OrderingOptions:
         options = OrderingOptions(safe=self.safe, partitions="evs" if self.evs else "primary",
@@ -122,7 +124,8 @@ class Task:
                              ip_multicast=self.nak)
         return SimConfig(self.ordering, nodes=self.nodes, messages=self.messages,
                          seed=self.seed, faults=self.faults(), options=self.options(),
-                         rate=self.rate, stall_us=self.stall_us, ip_multicast=self.nak)
+                         rate=self.rate, stall_us=self.stall_us, settle_us=self.settle_us,
+                         ip_multicast=self.nak)
 
     def faults(self) -> str:
         if self.flapping:
@@ -138,7 +141,7 @@ class Task:
         if self.nak:
             extra += ", ip_multicast=True"
         if self.evs:
-            extra += f", rate={self.rate}, stall_us={self.stall_us}"
+            extra += f", rate={self.rate}, stall_us={self.stall_us}, settle_us={self.settle_us}"
         return (f"SimConfig({self.ordering!r}, nodes={self.nodes}, messages={self.messages}, "
                 f"seed={self.seed}, faults={self.faults()!r}{extra})")
 
@@ -287,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
                         "tick for all links (ChannelConfig(piggyback_acks=True, tick_us=1000))")
     p.add_argument("--stall-s", type=float, default=8.0,
                    help="with --evs: a run ends once nothing was delivered for this long")
+    p.add_argument("--settle-s", type=float, default=5.0,
+                   help="with --evs: a run is over once nothing was delivered for this long "
+                        "after the last fault (a cut longer than the merge's fast probing, a "
+                        "minute, merges within one slow probe period, 15 s, of its heal: "
+                        "give more than that, and a --stall-s above it)")
     p.add_argument("--spark-sample", type=int, default=0, metavar="K",
                    help="also check the first K seeds' traces of each ordering with the "
                         "Spark checker (abcast check), which must agree with the in-memory one")
@@ -301,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
              args.clean_split, args.flapping, args.evs, args.rate,
              round(args.stall_s * 1_000_000), args.relay and get_ordering(o).supports_relay,
              spark_dir if seed < args.first_seed + args.spark_sample else "", args.nak,
-             args.stream_channel)
+             args.stream_channel, round(args.settle_s * 1_000_000))
         for seed in range(args.first_seed, args.first_seed + args.seeds) for o in orderings
     ]
     console = Console(stderr=True)

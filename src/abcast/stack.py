@@ -156,9 +156,10 @@ class Stack:
 
     def peers(self) -> set[NodeId]:
         """The nodes this stack still talks to: its view's members, and the nodes outside
-        it a layer keeps links to (`kept_peers()`: an open channel's guests and removed
-        members lingering; under evs, a partition's other side until the merge gives up
-        on it). A runtime keeps their addresses."""
+        it a layer keeps links to or may send to (`kept_peers()`: an open channel's guests
+        and removed members lingering; under evs, the nodes the membership layer probes
+        for the other side of a partition, for ever: abcast.membership.discovery). A
+        runtime keeps their addresses."""
         peers = set(self.view.members)
         for layer in self.layers:
             kept = getattr(layer, "kept_peers", None)

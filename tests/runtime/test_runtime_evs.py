@@ -7,6 +7,7 @@ equal and holds both sides' partition-time messages."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -142,48 +143,90 @@ def test_both_sides_of_a_partition_go_on_and_merge_into_one_state(
 THREE = ("n1", "n2", "n3")
 
 
-def test_a_removed_members_address_goes_once_the_channel_forgot_it(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A runtime node lets go of a removed member's address once its group's channel let
-    go of it (abcast.runtime.node, `prune_peers`: "a removed or crashed member, once its
-    group's channel let go of it too"). Under evs the channel keeps a removed member for the
-    merge's probing time plus a linger (70 s by default), longer than the prune that follows
-    a view (PRUNE_AFTER_S, 15 s): that prune keeps it, and no later one comes until the next
-    view — so in a group that stays as it is, a crashed member's address is kept for good.
-    Here the times are shrunk keeping their order (prune 0.05 s after a view, merge probes
-    for 0.2 s, the removed linger 0.3 s)."""
+def _shrunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The times shrunk keeping their order: a prune 0.05 s after a view, merge probes
+    every 0.05 s for 0.2 s and then every 0.25 s, a removed member's linger 0.3 s."""
     monkeypatch.setattr(node_module, "PRUNE_AFTER_S", 0.05)
     monkeypatch.setattr(registry_module, "removed_linger_us", lambda opts: 300_000)
-    monkeypatch.setattr(registry_module, "MembershipConfig",
-                        lambda **kw: MembershipConfig(probe_for_us=200_000, **kw))
+    monkeypatch.setattr(registry_module, "MembershipConfig", lambda **kw: MembershipConfig(
+        probe_us=50_000, probe_for_us=200_000, probe_slow_us=250_000, **kw))
+
+
+async def _three(transports: dict[NodeId, CuttableMemory]) -> tuple[list[Node], list[Group]]:
+    nodes = [await Node(transports[n], node=n).start() for n in THREE]
+    groups = []
+    for node in nodes:
+        peers = {o.id: o.address for o in nodes if o is not node}
+        groups.append(await Group(
+            "g", ordering="sequencer", host=node, peers=peers,
+            options=OrderingOptions(detector=DETECTOR), partitions="evs").open())
+    stack = nodes[0]._groups["g"].stack
+    await until(lambda: set(stack.view.members) == set(THREE), 20)
+    return nodes, groups
+
+
+def test_a_leavers_address_goes_once_the_channel_forgot_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runtime node lets go of a member's address once no group talks to it
+    (abcast.runtime.node, `prune_peers`). n3 leaves gracefully: n1's flush, which n2 and
+    n3 answer, lets it go, each channel forgets it after its linger, and nobody probes it
+    (a leaver is gone for good: abcast.membership.discovery), so n1 and n2 drop its
+    address. (Crashed or cut off, it would be probed for ever, its address kept: the next
+    test.)"""
+    _shrunk(monkeypatch)
     transports = {n: CuttableMemory() for n in THREE}
 
-    async def main() -> tuple[bool, str | None]:
-        nodes = [await Node(transports[n], node=n).start() for n in THREE]
-        groups = []
-        for node in nodes:
-            peers = {o.id: o.address for o in nodes if o is not node}
-            groups.append(await Group(
-                "g", ordering="sequencer", host=node, peers=peers,
-                options=OrderingOptions(detector=DETECTOR), partitions="evs").open())
-        n1 = nodes[0]
-        stack = n1._groups["g"].stack
-        await until(lambda: set(stack.view.members) == set(THREE), 20)
-        for n in THREE:  # n3 goes silent (crashed, as far as the others can tell)
-            transports[n].blocked = {"n1", "n2"} if n == "n3" else {"n3"}
-        await until(lambda: set(stack.view.members) == {"n1", "n2"}, 20)
-        await until(lambda: "n3" not in stack.peers(), 20)  # the channel forgot it
-        try:
-            await until(lambda: n1.peer_url("n3") is None, 3)
-            dropped = True
-        except TimeoutError:
-            dropped = False
-        url = n1.peer_url("n3")
+    async def main() -> dict[NodeId, str | None]:
+        nodes, groups = await _three(transports)
+        stacks = [node._groups["g"].stack for node in nodes[:2]]
+        await groups[2].leave()
+        await until(lambda: all(set(s.view.members) == {"n1", "n2"} for s in stacks), 20)
+        await until(lambda: all("n3" not in s.peers() for s in stacks), 20)  # forgotten
+        with contextlib.suppress(TimeoutError):
+            await until(lambda: all(node.peer_url("n3") is None for node in nodes[:2]), 3)
+        urls = {node.id: node.peer_url("n3") for node in nodes[:2]}
         for g in groups:
             await g.close()
         for node in nodes:
             await node.close()
-        return dropped, url
+        return urls
 
-    dropped, url = asyncio.run(main())
-    assert dropped, f"n1 still holds n3's address {url!r} after its channel forgot n3"
+    urls = asyncio.run(main())
+    assert urls == {"n1": None, "n2": None}, "n3's address kept after its channel forgot it"
+
+
+def test_a_member_cut_off_longer_than_the_fast_probing_merges_back_on_heal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """n3 is cut off from n1 and n2 for longer than the merge's fast probing and the
+    channel's linger (shrunk: 0.2 s, 0.3 s), and prunes follow: n1 keeps probing n3
+    slowly, for ever, so it keeps n3's address (`Stack.peers` holds the nodes the
+    membership probes), and on heal the three merge into one view. Probing used to stop
+    after `probe_for_us`, the address went with the channel's link (the review's test,
+    8e568ac), and the sides stayed apart for good."""
+    _shrunk(monkeypatch)
+    transports = {n: CuttableMemory() for n in THREE}
+
+    async def main() -> tuple[set[NodeId], set[NodeId]]:
+        nodes, groups = await _three(transports)
+        n1, n3 = nodes[0], nodes[2]
+        stacks = [node._groups["g"].stack for node in nodes]
+        for n in THREE:  # n3 goes silent to the others (crashed, as far as they can tell)
+            transports[n].blocked = {"n1", "n2"} if n == "n3" else {"n3"}
+        await until(lambda: set(stacks[0].view.members) == {"n1", "n2"}, 20)
+        await until(lambda: set(stacks[2].view.members) == {"n3"}, 20)
+        await asyncio.sleep(1.0)  # past the fast probing and the linger; pruned since
+        kept = {p for p in THREE if n1.peer_url(p) is not None or p == "n1"}
+        kept |= {p for p in THREE if n3.peer_url(p) is not None and p != "n3"}
+        for n in THREE:
+            transports[n].blocked = set()
+        await until(lambda: all(set(s.view.members) == set(THREE) for s in stacks), 20)
+        views = {s.view for s in stacks}
+        for g in groups:
+            await g.close()
+        for node in nodes:
+            await node.close()
+        return kept, {m for v in views for m in v.members}
+
+    kept, merged = asyncio.run(main())
+    assert kept == set(THREE)
+    assert merged == set(THREE)

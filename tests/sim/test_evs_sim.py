@@ -477,3 +477,59 @@ def test_the_old_channel_leaves_long_split_sides_apart(monkeypatch: pytest.Monke
     result = _long_split("sequencer", seed=1)
     assert not _merged_whole(result)
     assert judge(result) != ([], [])
+
+
+def _longer_split(ordering: str, seed: int, heal_ms: int) -> SimResult:
+    """Five nodes, sides n1+n2 | n3+n4+n5 apart until `heal_ms`: longer than the merge's
+    fast probing (a minute) and the channel's removed linger (70 s), so each side probes
+    the other every `probe_slow_us` by then, over links the channel forgot and resumes.
+    A run settles only `settle_us` after the heal with nothing delivered: more than a
+    slow period."""
+    return run_simulation(SimConfig(
+        ordering, nodes=5, messages=300, seed=seed, rate=20.0, options=EVS,
+        faults=f"drop=0.02,delay=1-15ms,partition=n1+n2|n3+n4+n5@200ms-{heal_ms}ms",
+        stall_us=30_000_000, settle_us=20_000_000))
+
+
+def _merged_at(result: SimResult) -> int:
+    """When the last node installed a view of all five (ns)."""
+    return max(row.t_ns for row in result.recorder.rows()
+               if row.kind == "view" and len(row.members or ()) == 5 and row.t_ns > 10**9)
+
+
+@pytest.mark.parametrize(("ordering", "heal_ms"), [
+    ("sequencer", 150_000), ("causal-total", 150_000),
+    ("sequencer", 177_000),  # between a slow probe's retransmissions and the next probe
+])
+def test_sides_apart_longer_than_the_fast_probing_merge_on_heal(
+        ordering: str, heal_ms: int) -> None:
+    """Coordinators probed the nodes their lineage lost for `probe_for_us` (a minute)
+    and then never again, so sides apart for longer stayed apart for ever (the judge:
+    VIEW_ORDER, STATE). They now go on probing every `probe_slow_us` for ever: the sides
+    merge into one view, with equal states, within a slow period of the heal — over
+    links each channel forgot and resumed on their old numbers."""
+    result = _longer_split(ordering, seed=1, heal_ms=heal_ms)
+    assert _merged_whole(result)
+    assert len(merge_views(result.recorder.rows())) == 1
+    assert judge(result) == ([], [])
+    slow = MembershipConfig().probe_slow_us
+    assert _merged_at(result) - heal_ms * 10**6 < (slow + 2_000_000) * 1_000
+
+
+def test_planted_probing_that_stops_after_the_fast_minute_leaves_long_split_sides_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted old discovery: a lost node is forgotten `probe_for_us` after it was
+    lost, and nobody probes it again."""
+    from abcast.membership.discovery import Discovery
+
+    probe = Discovery.probe
+
+    def stops(self: Discovery) -> list[Effect]:
+        s = self.s
+        s.lost = {n: t for n, t in s.lost.items() if t >= s.now - s.config.probe_for_us}
+        return probe(self)
+
+    monkeypatch.setattr(Discovery, "probe", stops)
+    result = _longer_split("sequencer", seed=1, heal_ms=150_000)
+    assert not _merged_whole(result)
+    assert judge(result) != ([], [])

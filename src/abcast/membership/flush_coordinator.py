@@ -124,6 +124,7 @@ class FlushCoordinator(Part):
             effects.append(Multicast(others, prepare))
         prior = self.member.prior_for(self.s.node)
         self.s.answered_to = self.s.node
+        self.s.prepared = (target, flush.attempt, flush.members)
         state = self.member.state_for(target, flush.attempt, prior)
         return effects + self.on_state(self.s.node, state)
 

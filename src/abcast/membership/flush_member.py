@@ -104,6 +104,7 @@ class FlushMember(Part):
         # view id: it gave that flush up and starts again from its view.)
         prior = self.prior_for(sender)
         self.s.answered_to = sender
+        self.s.prepared = (target, attempt, members)
         return [Send(sender, self.state_for(target, attempt, prior))]
 
     def prior_for(self, coordinator: NodeId) -> int:

@@ -46,6 +46,7 @@ from abcast.membership.state import (
     FAREWELL_WAIT,
     JOIN_RETRY,
     LEAVE_RETRY,
+    MAX_LOST,
     MAX_PENDING_JOINS,
     STABLE,
     TIMERS,
@@ -171,8 +172,9 @@ class JoinLeave(Part):
         if self.s.config.evs and self.s.contacts is not None:
             # Contacts this view lacks may be on another side (a side that admitted us,
             # then lost the rest): probe them as a lineage's lost members.
-            lacks = [c for c in self.s.contacts.nodes if c not in view.members]
-            self.s.lost.update(dict.fromkeys(lacks, self.s.now))
+            for contact in self.s.contacts.nodes:
+                if contact not in view.members:
+                    note(self.s.lost, contact, self.s.now, MAX_LOST)
             effects += arm_probe(self.s)
         if self.s.leave_after_join:
             effects += self.leave(self.s.now)

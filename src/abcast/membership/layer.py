@@ -245,6 +245,11 @@ class Membership(Layer):
             return f"{self.s.status}, merging"
         return f"{self.s.status}, flushing" if self.s.frozen else self.s.status
 
+    def kept_peers(self) -> frozenset[NodeId]:
+        """evs: the nodes outside our view discovery may yet probe, for ever
+        (abcast.membership.discovery; `Stack.peers`: a runtime keeps their addresses)."""
+        return self.merger.kept_peers()
+
     def inspect(self) -> LayerSnapshot:
         view = self.s.view
         flush: dict[str, Any] = {}

@@ -9,12 +9,14 @@ two sides never install the same id; a member another side left out (`Excluded`,
 cut off; each side's flush settles its own reports (`MergingOrdering.settle_side`: the
 sequencer keeps, past the highest safe point heard, only its side's origins). Heal, here:
 
-1. Discovery: a view's coordinator probes the nodes its lineage lost (`MMergeProbe`,
-   every `probe_us` for `probe_for_us`); a member passes a probe to its coordinator; the
-   lowest node of both views coordinates the merge — unless a side with a lower node
-   still probed it within two probe periods (`lower_probes`): that node merges the sides
-   one by one, and a merge of its own would cross it. A node's view ids only grow: a
-   probe naming a node heard in a later view since (`seen_in`) is stale, dropped.
+1. Discovery (abcast.membership.discovery): a view's coordinator probes the nodes its
+   lineage lost (`MMergeProbe`, every `probe_us` for `probe_for_us`, then every
+   `probe_slow_us` for ever; at most MAX_LOST of them, leavers not); a member passes a
+   probe to its coordinator; the lowest node of both views coordinates the merge —
+   unless a side with a lower node still probed it within two probe periods
+   (`lower_probes`): that node merges the sides one by one, and a merge of its own would
+   cross it. A node's view ids only grow: a probe naming a node heard in a later view
+   since (`seen_in`) is stale, dropped.
 2. `MMergePrepare(target, attempt, members)` to both sides; each member that is neither
    frozen nor flushing, and whose view the coordinator knows whole, freezes and answers
    `MMergeState` with its view and its ordering's report. One that does not know it
@@ -65,14 +67,8 @@ from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import Received, ViewInstalled
 from abcast.ids import NodeId, View, node_sort_key, sorted_nodes
 from abcast.membership.api import MergingOrdering
-from abcast.membership.state import (
-    MERGE_TIMEOUT,
-    MERGE_WAIT,
-    MergeRound,
-    Part,
-    arm_probe,
-    note,
-)
+from abcast.membership.discovery import Discovery
+from abcast.membership.state import MERGE_TIMEOUT, MERGE_WAIT, MergeRound, note
 from abcast.membership.wire import (
     MMergeAbort,
     MMergeDecline,
@@ -99,9 +95,10 @@ def evs_view_id(target: int, coordinator: NodeId) -> int:
     return base if base >= target else base + VIEW_ID_SPAN
 
 
-class Merger(Part):
+class Merger(Discovery):
     """The merge of sides (a part of the membership layer, under evs only): it reads and
-    writes the layer's state `s` and takes the member's steps from `member`."""
+    writes the layer's state `s` and takes the member's steps from `member`; finding the
+    sides to merge is its base's (abcast.membership.discovery)."""
 
     @property
     def ordering(self) -> MergingOrdering:
@@ -131,76 +128,6 @@ class Merger(Part):
                 "members": list(merge.members), "reported": sorted_nodes(list(merge.states)),
                 "sides": sorted(merge.sides), "side_states": sorted(merge.snapshots)}
         return out
-
-    # -- discovering the other side ------------------------------------------------------
-    def view_installed(self, old: View, new: View) -> list[Effect]:
-        """Remember whom the new view lost, and probe for them; forget aborts of merges
-        into views we are past (their prepares are dropped as old anyway)."""
-        now = self.s.now
-        self.s.merge_aborted = {a: None for a in self.s.merge_aborted if a[1] > new.view_id}
-        self.s.lost.update({m: now for m in old.members if m not in new.members})
-        for node in new.members:
-            self.s.lost.pop(node, None)
-        return arm_probe(self.s)
-
-    def probe(self) -> list[Effect]:
-        s = self.s
-        s.probe_armed = False
-        horizon = s.now - s.config.probe_for_us
-        s.lost = {n: t for n, t in s.lost.items() if t >= horizon}
-        view = s.view
-        effects: list[Effect] = []
-        if (view is not None and view.leader == s.node and not s.frozen
-                and s.status in ("member", "leaving")):
-            probe = MMergeProbe(view.view_id, list(view.members))
-            effects += [Send(n, probe, control=True) for n in sorted_nodes(list(s.lost))
-                        if n not in view.members]
-        return effects + arm_probe(self.s)
-
-    def _on_probe(self, sender: NodeId, view_id: int, members: tuple[NodeId, ...]
-                  ) -> list[Effect]:
-        s = self.s
-        view = s.view
-        if not members:
-            raise RemoteProtocolError(f"merge probe from {sender} naming no members")
-        if view is None or set(members) & set(view.members):
-            return []  # one of ours, or an old probe of a view we merged with since
-        if sender not in members and sender not in view.members:
-            # a probe comes from the leader of `members`, or from one of ours passing it on
-            raise RemoteProtocolError(
-                f"merge probe for {members} from {sender}, neither one of them nor of {view}")
-        if view.leader != s.node:
-            return [Send(view.leader, MMergeProbe(view_id, list(members)), control=True)]
-        lowest = sorted_nodes(list(members))[0]
-        if node_sort_key(lowest) < node_sort_key(s.node):
-            note(s.lower_probes, lowest, s.now)
-        if s.frozen or self.busy or s.flush is not None or s.suspects & set(view.members):
-            return []  # busy, or a flush of our own comes first; the next probe comes
-        ours = [m for m in view.members if m not in s.suspects]
-        union = sorted_nodes([*ours, *members])
-        if union[0] == s.node:
-            if self._lower_side_probing():
-                # Three sides or more: a side with a lower node than ours probes us too.
-                # It merges the sides one by one; a merge of ours would cross its merge
-                # with us (each needs our members) and both fail, again and again.
-                return []
-            return self._start(view_id, union)
-        other = members[0]
-        last = s.probe_answered.get(other)
-        if last is not None and s.now - last < s.config.probe_us:
-            return []
-        # An answer older than `probe_us` no longer holds the next one back: forget it.
-        horizon = s.now - s.config.probe_us
-        s.probe_answered = {n: t for n, t in s.probe_answered.items() if t > horizon}
-        note(s.probe_answered, other, s.now)
-        return [Send(other, MMergeProbe(view.view_id, list(view.members)), control=True)]
-
-    def _lower_side_probing(self) -> bool:
-        """A side whose lowest node is below us probed us within two probe periods."""
-        s = self.s
-        horizon = s.now - 2 * s.config.probe_us
-        s.lower_probes = {n: t for n, t in s.lower_probes.items() if t >= horizon}
-        return bool(s.lower_probes)
 
     # -- the merge coordinator -----------------------------------------------------------
     def _start(self, other_view_id: int, members: tuple[NodeId, ...]) -> list[Effect]:

@@ -56,6 +56,9 @@ MERGE_RETRANSMISSIONS: Final = 2
 #: evs: the merge aborts heard ahead of their prepare and the probes answered a member
 #: keeps at most (the oldest go first; each also expires: abcast.membership.merge)
 MAX_MERGE_NOTES: Final = 64
+#: evs: the nodes a member remembers its lineage lost, probed for ever (the longest lost
+#: forgotten first: abcast.membership.discovery)
+MAX_LOST: Final = 256
 #: packets for a view beyond ours (flush prepares, refusals) a member keeps until it
 #: installs a view: the newest of each sender and kind, at most this many in all
 MAX_EARLY: Final = 64
@@ -77,6 +80,10 @@ class MembershipConfig:
     partitions: str = "primary"  # or "evs" (PARTITIONS)
     probe_us: int = 300_000  # evs: a coordinator probes the nodes its lineage lost this often
     probe_for_us: int = 60_000_000  # ...for this long after losing them
+    #: ...and then this often, for ever: longer than the open channel's guest linger
+    #: (LINGER_US, 10 s), so a node that does not answer holds one probe at a time
+    #: (abcast.membership.discovery)
+    probe_slow_us: int = 15_000_000
     merge_timeout_us: int = 3_000_000  # a merge not concluded by then is given up
     #: the channel's largest retransmission timeout (`ChannelConfig.max_rto_us`; the
     #: registry passes it): a packet its sender sent once may come that much later, per
@@ -92,9 +99,12 @@ class MembershipConfig:
     def __post_init__(self) -> None:
         if min(self.join_retry_us, self.leave_retry_us, self.farewell_wait_us,
                self.stable_period_us, self.probe_us, self.probe_for_us,
-               self.merge_timeout_us, self.channel_max_rto_us,
+               self.probe_slow_us, self.merge_timeout_us, self.channel_max_rto_us,
                self.withdraw_memory_us) <= 0 or self.merge_wait_us < 0:
             raise LocalProtocolError(f"membership knobs must be positive: {self}")
+        if self.probe_slow_us < self.probe_us:
+            raise LocalProtocolError(f"probe_slow_us ({self.probe_slow_us}) must be at least "
+                                     f"probe_us ({self.probe_us})")
         if self.partitions not in PARTITIONS:
             raise LocalProtocolError(
                 f"partitions must be one of {', '.join(PARTITIONS)}: {self.partitions!r}")
@@ -282,9 +292,15 @@ class MembershipState:
         self.flushes_coordinated = 0
         self.welcomes_sent = 0
         self.joins_deferred = 0  # asks dropped at MAX_PENDING_JOINS (the joiner retries)
-        # evs: the merge (abcast.membership.merge)
-        self.lost: dict[NodeId, int] = {}  # node our views left out → when
-        self.probe_armed = False
+        # evs: discovery (abcast.membership.discovery) and the merge (.merge)
+        #: node our views left out → when (or when its side last probed us); MAX_LOST
+        self.lost: dict[NodeId, int] = {}
+        self.probe_at: int | None = None  # when the probe timer is armed for
+        self.slow_probe_at = 0  # when the nodes lost over `probe_for_us` ago are next due
+        #: the last flush we gave our state to, as member or coordinator: (target,
+        #: attempt, its members). Its install installs all of them but the leavers: a
+        #: member it leaves out answered it, and left gracefully (nobody probes it)
+        self.prepared: tuple[int, int, tuple[NodeId, ...]] = (0, 0, ())
         #: coordinator → when we answered its probe (within `probe_us`; MAX_MERGE_NOTES)
         self.probe_answered: dict[NodeId, int] = {}
         #: the lowest node of a side that probed us, lower than us → when (MAX_MERGE_NOTES)
@@ -363,10 +379,16 @@ def _vouched(s: MembershipState, event: Received) -> tuple[bool, int]:
 
 
 def arm_probe(s: MembershipState) -> list[Effect]:
-    """evs: the merge probe's timer (abcast.membership.merge), unless it is armed or
-    nobody is lost. The merger arms it as views lose members, a joiner as it is
-    welcomed (its contacts that view lacks)."""
-    if s.probe_armed or not s.lost:
+    """evs: the merge probe's timer (abcast.membership.discovery), unless nobody is lost
+    or it is armed no later than due: in `probe_us` while a node was lost within
+    `probe_for_us`, else at the next slow round. Discovery arms it as views lose members
+    and sides are heard from, a joiner as it is welcomed (its contacts that view lacks)."""
+    if not s.lost:
         return []
-    s.probe_armed = True
-    return [SetTimer(MERGE_PROBE, s.now + s.config.probe_us)]
+    due = s.now + s.config.probe_us
+    if max(s.lost.values()) < s.now - s.config.probe_for_us:
+        due = max(due, s.slow_probe_at)
+    if s.probe_at is not None and s.probe_at <= due:
+        return []
+    s.probe_at = due
+    return [SetTimer(MERGE_PROBE, due)]

@@ -16,9 +16,11 @@ removed it: abcast.membership.merge); after that it is forgotten as a silent gue
 cut off by a partition, rejoining (chandra-toueg) or merging (evs) after the heal — it
 is a guest on its old numbers. Under evs the registry sets `removed_linger_us` to the
 merge's probing time plus `linger_us`, so a side silent behind a partition for all of
-that time (a minute by default) is merged with on heal with its links whole. What we send
-a lingering node does not keep it: a crashed one is probed by the merge, unanswered, and
-freed after that.
+that time (a minute by default) is merged with on heal with its links whole; one silent
+for longer, by the slow probes that follow for ever (abcast.membership.discovery), over
+links forgotten and resumed. What we send a lingering node does not keep it: a crashed one
+is probed by the merge, unanswered, and freed after that (and again `linger_us` after
+each slow probe, which admits it as a guest: one probe held at a time).
 
     peer        event                                       next       effects
     stranger    it sends data, or the layer above to it     guest      linger timer

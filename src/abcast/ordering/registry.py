@@ -257,8 +257,14 @@ def _sequencer(node: NodeId, opts: OrderingOptions, *, causal: bool) -> Layer:
                      order_interval_us=round(opts.order_interval_ms * 1000))
     # views are the membership layer's; under evs its partition policy lets every side go
     # on and merges sides on heal (abcast.membership.merge)
-    return Membership(node, core, MembershipConfig(partitions=opts.partitions,
-                                                   channel_max_rto_us=opts.channel.max_rto_us))
+    return Membership(node, core, membership_config(opts))
+
+
+def membership_config(opts: OrderingOptions) -> MembershipConfig:
+    """The membership layer's knobs for a group's options: the layer is built with them,
+    and the channel's linger under evs follows their probing time (`removed_linger_us`)."""
+    return MembershipConfig(partitions=opts.partitions,
+                            channel_max_rto_us=opts.channel.max_rto_us)
 
 
 ORDERINGS: dict[str, OrderingSpec] = {
@@ -366,12 +372,13 @@ def get_ordering(name: str) -> OrderingSpec:
 
 def removed_linger_us(opts: OrderingOptions) -> int:
     """How long the open channel keeps the link of a removed member that went silent:
-    under evs as long as the membership layer probes for it, and the usual linger after
-    (a side cut off for longer than LINGER_US still merges on heal, links whole); else
-    LINGER_US."""
+    under evs as long as the group's membership layer probes for it at its fast period,
+    and the usual linger after (a side cut off for up to that long merges on heal, links
+    whole; one cut off for longer merges over links forgotten and resumed, as the slow
+    probes that go on for ever reach it: abcast.membership.discovery); else LINGER_US."""
     if not opts.evs:
         return LINGER_US
-    return MembershipConfig().probe_for_us + LINGER_US
+    return membership_config(opts).probe_for_us + LINGER_US
 
 
 def build_stack(

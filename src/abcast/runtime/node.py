@@ -25,8 +25,9 @@ announce itself to no one: whoever must reach it finds it. Without a registry ev
 peer must be added by hand (`add_peers`); a frame for one it does not hold is dropped,
 counted in `unresolved_frames` and logged once per peer. `prune_peers` lets go of peers no
 hosted group talks to any more (a removed or crashed member, once its group's channel
-let go of it too: under evs the other side of a partition is kept while the merge may
-still reach it).
+let go of it too: under evs the nodes the merge probes for, the other side of a
+partition, are kept for as long as it probes them — for ever, at most MAX_LOST of them:
+abcast.membership.discovery).
 
 Endpoints: `open_endpoint(name, handler)` routes frames named `name` (instead of a
 group) to `handler(link, envelope)` — how clients and servers of abcast.rpc talk
@@ -413,8 +414,9 @@ class Node:
 
     def prune_peers(self) -> None:
         """Let go of every peer that no hosted group talks to any more (`Stack.peers`: not
-        in its view, no link kept by its channel); while a group's channel still keeps a
-        node outside its view (a removed member lingering), look again later."""
+        in its view, no link kept by its channel, not probed by its membership); while a
+        group still keeps a node outside its view (a removed member lingering, a node
+        probed under evs), look again later."""
         if self._state != "open":
             return
         needed = set(self._pinned)
