@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from abcast.codec import EMPTY
+from abcast.codec import EMPTY, Packet
 from abcast.effects import (
+    Deliver,
     Effect,
     InstallView,
     MergeStates,
@@ -66,6 +67,7 @@ from abcast.membership.wire import (
 )
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer import Sequencer
+from abcast.ordering.sequencer_wire import SData, SOrder, SSafe
 from abcast.ordering.unordered import Unordered
 from abcast.reliability.channel import ChannelConfig
 from abcast.runtime.metrics import GroupMeter
@@ -757,13 +759,75 @@ def test_a_coordinator_that_missed_the_install_of_a_flush_it_answered_catches_up
     effects = n2.handle(Received("n3", ahead, EMPTY), 11)
     assert not any(isinstance(e, InstallView) for e in effects)
     assert _sent(effects, MPrepare) == [("n3", MPrepare(first.view_id, 0, ["n2", "n3"]))]
-    assert _sent(effects, MAbort) == [(("n3",), MAbort(prepare.target, prepare.attempt))]
+    assert _sent(effects, MAbort) == []  # n3 stays frozen for it (see the test below)
     install = MInstall(first.view_id, 1, list(first.members), [])
     effects = n2.handle(Received("n3", install, EMPTY), 12)
     assert [e.view for e in effects if isinstance(e, InstallView)] == [first]
     [(to, again)] = _sent(effects, MPrepare)
     assert to == ("n3",) and again.target == evs_view_id(first.view_id + 1, "n2")
     assert again.attempt > prepare.attempt and n2.frozen
+
+
+def test_members_of_a_given_up_catch_up_flush_stay_frozen_under_evs() -> None:
+    """n0, the sequencer of `before`, numbers its m; every member holds it and acks, and
+    n0's safe point for it is still on its way when they suspect n0. n1 flushes n0 out:
+    `first`'s outcome leaves m out (n0's, past the safe point heard) and spends its
+    number. n1's install reaches n3 only. n2 coordinates from `before`, n4 answers
+    from there, n3 from `first`: n2 gives its flush up and asks n3 for the install. Its
+    `MAbort` thawed n4 (under evs nothing is pledged), which took n0's late safe point
+    and delivered m in `before` — then installed `first` from n2's next flush, as n3
+    did without m (SAME_VIEW_DELIVERY; fails on be4c49b). Under evs the others are not
+    told: kept frozen, n4 is prepared again from `first`, handed its install, and
+    delivered in `before` what n3 delivered there."""
+    before = View(3, ("n0", "n1", "n2", "n3", "n4"))
+    layers = {n: _evs(n, before) for n in ("n1", "n2", "n3", "n4")}
+    went: dict[str, list[tuple[int, str, int]]] = {n: [] for n in layers}
+
+    def feed(node: str, sender: str, header: object, now: int) -> list[Effect]:
+        layer = layers[node]
+        event: Event = Suspected(sender) if header is None else Received(
+            sender, header, Packet((), b"m") if isinstance(header, SData) else EMPTY)
+        effects = layer.handle(event, now)
+        in_view = layer.view.view_id if layer.view is not None else 0
+        went[node] += [(in_view, e.origin, e.seq) for e in effects if isinstance(e, Deliver)]
+        return effects
+
+    for n in layers:
+        feed(n, "n0", SData(1), 1)
+        feed(n, "n0", SOrder(1, [("n0", 1)]), 2)
+    [(_, prepare)] = _sent(feed("n1", "n0", None, 3), MPrepare)
+    installs = []
+    for n in ("n2", "n3", "n4"):
+        feed(n, "n0", None, 3)
+        [(_, state)] = _sent(feed(n, "n1", prepare, 4), MState)
+        installs += _sent(feed("n1", n, state, 5), MInstall)
+    [(_, install)] = installs
+    assert install.outcome == []  # m is left out
+    feed("n3", "n1", install, 6)
+    first = View(install.view_id, tuple(install.members))
+    assert layers["n3"].view == first
+    for n in ("n3", "n4"):
+        feed(n, "n1", None, 10)
+    _, again = _sent(feed("n2", "n1", None, 10), MPrepare)[-1]
+    [(_, from_before)] = _sent(feed("n4", "n2", again, 11), MState)
+    [(_, from_first)] = _sent(feed("n3", "n2", again, 11), MState)
+    feed("n2", "n4", from_before, 12)
+    effects = feed("n2", "n3", from_first, 12)
+    for to, abort in _sent(effects, MAbort):
+        if "n4" in to:
+            feed("n4", "n2", abort, 13)
+    feed("n4", "n0", SSafe(1), 14)  # n0's safe point, announced before the cut
+    assert went["n4"] == [] and layers["n4"].frozen  # (was [(3, "n0", 1)], thawed)
+    # n3 hands n2 the install; n2 flushes from `first`; n4 is handed that install
+    [(_, probe)] = _sent(effects, MPrepare)
+    [(_, missed)] = _sent(feed("n3", "n2", probe, 15), MInstall)
+    _, prepare = _sent(feed("n2", "n3", missed, 16), MPrepare)[-1]
+    assert layers["n2"].view == first
+    [(_, state)] = _sent(feed("n4", "n2", prepare, 17), MState)
+    [(_, handed)] = _sent(feed("n2", "n4", state, 18), MInstall)
+    feed("n4", "n2", handed, 19)
+    assert layers["n4"].view == first
+    assert went["n4"] == went["n3"] == []  # the same in `before`: nothing
 
 
 def test_a_merge_prepare_kept_while_merging_is_dropped_once_its_merge_is_surely_off(

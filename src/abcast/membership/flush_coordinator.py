@@ -194,10 +194,19 @@ class FlushCoordinator(Part):
         up, staying frozen, and ask `sender` for that install (a prepare for a view it
         is in is answered with its last install, `FlushMember._answer`); installed, we
         flush from there (`Membership.on_install`, which starts it: the view's
-        coordinator is suspected)."""
+        coordinator is suspected).
+
+        Under evs no abort: a member that answered that view's flush too would resume
+        its old view (evs keeps no `pledged`) and deliver there what the view's outcome
+        left out — a safe point of the old sequencer's still in flight, say — while
+        the members that installed it did not (SAME_VIEW_DELIVERY). Kept frozen for this
+        flush, it is prepared again by the next one (a higher attempt), handed that
+        install and goes on; a member the view left out gets its farewell."""
         self.s.flush = None
-        others = tuple(m for m in flush.members if m != self.s.node)
         probe = MPrepare(view_id, 0, [self.s.node, sender])
+        if self.s.config.evs:
+            return [Send(sender, probe)]
+        others = tuple(m for m in flush.members if m != self.s.node)
         return [Multicast(others, MAbort(flush.target, flush.attempt)), Send(sender, probe)]
 
     def note_fresh(self, sender: NodeId, target: int, attempt: int) -> list[Effect]:
