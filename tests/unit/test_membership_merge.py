@@ -830,6 +830,62 @@ def test_members_of_a_given_up_catch_up_flush_stay_frozen_under_evs() -> None:
     assert went["n4"] == went["n3"] == []  # the same in `before`: nothing
 
 
+def test_a_coordinator_handed_a_late_install_does_not_thaw_its_members_under_evs() -> None:
+    """n0, the sequencer of `before`, numbers its m; every member holds it, and n0's
+    safe point for it is still on its way when they suspect n0. n1 flushes n0 out:
+    `first`'s outcome leaves m out. Its install is slow to come; n2 and n3 suspect n1,
+    n2 coordinates from `before` (past `first`: it answered n1 for it) and n3 answers;
+    then n1's install reaches n2. Installing it gave n2's own flush up with `MAbort`
+    under evs too (015af48), which thawed n3 in `before`: it took n0's late safe point
+    and delivered m there, then installed `first` as n2 had without m
+    (SAME_VIEW_DELIVERY; fails on be4c49b, passes on f7cf303, where n2 stayed frozen).
+    Under evs n2 sends no abort: its next flush prepares n3 again (a higher attempt)."""
+    before = View(3, ("n0", "n1", "n2", "n3", "n4"))
+    layers = {n: _evs(n, before) for n in ("n1", "n2", "n3", "n4")}
+    went: dict[str, list[tuple[int, str, int]]] = {n: [] for n in layers}
+
+    def feed(node: str, sender: str, header: object, now: int) -> list[Effect]:
+        layer = layers[node]
+        event: Event = Suspected(sender) if header is None else Received(
+            sender, header, Packet((), b"m") if isinstance(header, SData) else EMPTY)
+        effects = layer.handle(event, now)
+        in_view = layer.view.view_id if layer.view is not None else 0
+        went[node] += [(in_view, e.origin, e.seq) for e in effects if isinstance(e, Deliver)]
+        return effects
+
+    for n in layers:
+        feed(n, "n0", SData(1), 1)
+        feed(n, "n0", SOrder(1, [("n0", 1)]), 2)
+    [(_, prepare)] = _sent(feed("n1", "n0", None, 3), MPrepare)
+    installs = []
+    for n in ("n2", "n3", "n4"):
+        feed(n, "n0", None, 3)
+        [(_, state)] = _sent(feed(n, "n1", prepare, 4), MState)
+        installs += _sent(feed("n1", n, state, 5), MInstall)
+    [(_, install)] = installs
+    assert install.outcome == []  # m is left out
+    first = View(install.view_id, tuple(install.members))
+    feed("n3", "n1", None, 10)
+    _, again = _sent(feed("n2", "n1", None, 10), MPrepare)[-1]
+    [(_, state)] = _sent(feed("n3", "n2", again, 11), MState)
+    feed("n2", "n3", state, 12)  # (n4's state is still to come)
+    effects = feed("n2", "n1", install, 13)
+    assert layers["n2"].view == first
+    for to, header in _sent(effects, MAbort):
+        if "n3" in to:
+            feed("n3", "n2", header, 14)
+    feed("n3", "n0", SSafe(1), 15)  # n0's safe point, announced before the cut
+    assert went["n3"] == [] and layers["n3"].frozen  # (was [(3, "n0", 1)], thawed)
+    _, prepare = _sent(effects, MPrepare)[-1]  # n2's flush from `first`
+    assert prepare.attempt > again.attempt and "n3" in prepare.members
+    [(_, state)] = _sent(feed("n3", "n2", prepare, 16), MState)
+    [(_, handed)] = _sent(feed("n2", "n3", state, 17), MInstall)
+    assert handed == install
+    feed("n3", "n2", handed, 18)
+    assert layers["n3"].view == first
+    assert went["n3"] == went["n2"] == []  # the same in `before`: nothing
+
+
 def test_a_merge_prepare_kept_while_merging_is_dropped_once_its_merge_is_surely_off(
         ) -> None:
     """n2 answers n1's merge; n0's prepare (another merge) comes meanwhile and is kept,

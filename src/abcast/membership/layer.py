@@ -498,16 +498,22 @@ class Membership(Layer):
             self.s.answered_for = {}
             self.s.pledged = set()
             still_frozen = self.s.frozen = False
+        given_up = False
         if still_frozen and self.s.answered_to == self.node:
             # Our own flush was for a later view, from the one we were in: `adopt` gave
             # it up (its coordinator handed us this install, FlushCoordinator.on_state).
             # Unfrozen here, `recheck` starts the flush this view calls for (under evs
             # too: frozen with no flush of our own, nothing else would thaw us). Its
-            # members that answered are told (else they stay frozen for it).
-            if ours is not None:
+            # members that answered are told (else they stay frozen for it) — not under
+            # evs, where nothing is pledged: an abort would thaw in the old view those
+            # that answered this view's flush too, and they would deliver there what its
+            # outcome left out. There they stay frozen, and our next flush (a higher
+            # attempt) prepares them again and hands them this install.
+            if ours is not None and not self.config.evs:
                 others = tuple(m for m in ours.members if m != self.node)
                 if others:
                     effects.append(Multicast(others, MAbort(ours.target, ours.attempt)))
+            given_up = self.config.evs
             self.s.answered_for.pop(self.s.answered[0], None)
             self.s.pledged = set()
             still_frozen = self.s.frozen = False
@@ -519,7 +525,11 @@ class Membership(Layer):
         # A prepare held back while a member lower than its sender was trusted, which
         # this view leaves out, is answered now (else its coordinator waits on us).
         effects += self.answers.retry_deferred()
-        return effects + self.recheck()
+        again = self.recheck()
+        if given_up and not again and self.s.flush is None and not self.s.frozen:
+            # (nothing calls for a flush, but the members of ours wait for one)
+            again = self.coordinator.maybe_coordinate(new.view_id + 1)
+        return effects + again
 
     def recheck(self) -> list[Effect]:
         """Once a view is settled (a flush's install, a merge's, a merge given up): the
