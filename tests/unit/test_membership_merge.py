@@ -28,6 +28,7 @@ from abcast.events import (
     JoinRequested,
     LeaveRequested,
     Received,
+    Restored,
     SnapshotTaken,
     StatesMerged,
     Suspected,
@@ -979,3 +980,52 @@ def test_a_leader_probed_by_a_lower_side_leaves_a_third_to_it() -> None:
 def test_planted_a_leader_that_crosses_a_lower_sides_merge_is_caught() -> None:
     with pytest.raises(AssertionError):
         check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(CrossesALowerSide)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "known defect (docs/orderings.md, evs, Not handled): a coordinator that gives its "
+    "flush up on a Restored (FlushCoordinator._abandon) aborts it, and under evs, where "
+    "nothing is pledged, the abort thaws in the old view a member that answered another "
+    "coordinator's flush too; the cure is a pledge rule for evs, a design change"))
+def test_a_flush_given_up_on_a_restored_node_does_not_thaw_members_under_evs() -> None:
+    """View 3 holds n0's message 1, ordered, not yet safe. n1 coordinates the flush that
+    suspects n0 and installs `first`, whose outcome leaves message 1 out; the install is
+    slow to reach n2 and n3. n2, suspecting n1 meanwhile, coordinates from view 3 and n3
+    answers it; then n1 is heard again, so n2 gives its flush up (n1 precedes it) and
+    aborts it. n3, thawed in view 3, takes n0's late safe point and delivers message 1
+    there; then n1's install arrives and n2 and n3 both install `first`, having delivered
+    different sets in view 3 (SAME_VIEW_DELIVERY). Found by the session-16 review."""
+    before = View(3, ("n0", "n1", "n2", "n3", "n4"))
+    layers = {n: _evs(n, before) for n in ("n1", "n2", "n3", "n4")}
+    went: dict[str, list[tuple[int, str, int]]] = {n: [] for n in layers}
+
+    def feed(node: str, event: Event, now: int) -> list[Effect]:
+        layer = layers[node]
+        effects = layer.handle(event, now)
+        in_view = layer.view.view_id if layer.view is not None else 0
+        went[node] += [(in_view, e.origin, e.seq) for e in effects if isinstance(e, Deliver)]
+        return effects
+
+    for n in layers:
+        feed(n, Received("n0", SData(1), Packet((), b"m")), 1)
+        feed(n, Received("n0", SOrder(1, [("n0", 1)]), EMPTY), 2)
+    [(_, prepare)] = _sent(feed("n1", Suspected("n0"), 3), MPrepare)
+    installs = []
+    for n in ("n2", "n3", "n4"):
+        feed(n, Suspected("n0"), 3)
+        [(_, state)] = _sent(feed(n, Received("n1", prepare, EMPTY), 4), MState)
+        installs += _sent(feed("n1", Received(n, state, EMPTY), 5), MInstall)
+    [(_, install)] = installs
+    feed("n3", Suspected("n1"), 10)
+    _, again = _sent(feed("n2", Suspected("n1"), 10), MPrepare)[-1]
+    [(_, state)] = _sent(feed("n3", Received("n2", again, EMPTY), 11), MState)
+    feed("n2", Received("n3", state, EMPTY), 12)
+    effects = feed("n2", Restored("n1"), 13)  # n1 heard again: n2 gives its flush up
+    for to, abort in _sent(effects, MAbort):
+        if "n3" in to:  # type: ignore[operator]
+            feed("n3", Received("n2", abort, EMPTY), 14)
+    feed("n3", Received("n0", SSafe(1), EMPTY), 15)
+    for n in ("n2", "n3"):
+        feed(n, Received("n1", install, EMPTY), 16)
+    assert layers["n2"].view == layers["n3"].view
+    assert went["n3"] == went["n2"]
