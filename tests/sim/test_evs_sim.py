@@ -533,3 +533,25 @@ def test_planted_probing_that_stops_after_the_fast_minute_leaves_long_split_side
     result = _longer_split("sequencer", seed=1, heal_ms=150_000)
     assert not _merged_whole(result)
     assert judge(result) != ([], [])
+
+
+def test_a_member_listed_in_a_merge_view_it_never_installed_is_merged_with_again() -> None:
+    """`bench/sweep_churn.py --evs --flapping --rate 5`, seed 33 (8 nodes). n5 and n6
+    answer n2's merge and the cut n5+n6|* (6.945 s) keeps its install (7.3 s) from them:
+    the first Not-handled item (docs/orderings.md), VIEW_CONSISTENCY. They go on as a
+    side of their own, view 6590709; after the heal its probes reached n2, which had
+    heard from a member of view 7341398 that n5 and n6 were in it, and dropped them as
+    stale for ever (a node's view ids only grow): the sides never merged (VIEW_ORDER,
+    STATE). A node's view is now taken only from the node itself, so they merge."""
+    config = SimConfig("sequencer", nodes=8, messages=200, seed=33,
+                       faults=flapping_faults(random.Random(33), 8),
+                       options=OrderingOptions(partitions="evs"), rate=5.0,
+                       stall_us=8_000_000)
+    result = run_simulation(config)
+    violations, problems = judge(result)
+    assert {p.code for p in problems} == {"VIEW_CONSISTENCY"}  # the Not-handled item only
+    assert {v.code for v in violations} <= {"VIEW_CONSISTENCY"}
+    rows = result.recorder.rows()
+    gone = {r.node for r in rows if r.kind == "crash"} | set(result.departed)
+    last = {r.node: r.members for r in rows if r.kind == "view" and r.node not in gone}
+    assert len(set(last.values())) == 1, last  # one view at the end: the sides merged

@@ -16,7 +16,8 @@ sequencer keeps, past the highest safe point heard, only its side's origins). He
    unless a side with a lower node still probed it within two probe periods
    (`lower_probes`): that node merges the sides one by one, and a merge of its own would
    cross it. A node's view ids only grow: a probe naming a node heard in a later view
-   since (`seen_in`) is stale, dropped.
+   since (`seen_in`, from the node itself: a view's list names members that may never
+   install it) is stale, dropped.
 2. `MMergePrepare(target, attempt, members)` to both sides; each member that is neither
    frozen nor flushing, and whose view the coordinator knows whole, freezes and answers
    `MMergeState` with its view and its ordering's report. One that does not know it
@@ -270,7 +271,12 @@ class Merger(Discovery):
 
     def _seen(self, view_id: int, members: list[NodeId], effects: list[Effect]
               ) -> list[Effect]:
-        """Note that `members` were in view `view_id` (once the message was taken)."""
+        """Note that `members` were in view `view_id` (once the message was taken): only
+        its sender, on its own word. Hearsay — the members a view's list names — would
+        make a member that never installed the view (cut off after it answered the
+        merge, docs/orderings.md, Not handled) stale for ever to us: its lineage's ids
+        stay below that view's, and its side's probes would be dropped (seed 33 of
+        `--evs --flapping --rate 5`: the sides never merged)."""
         seen = self.s.seen_in
         for m in members:
             if seen.get(m, 0) < view_id:
@@ -283,7 +289,7 @@ class Merger(Discovery):
             case MMergeProbe(view_id, members):
                 if self._stale(view_id, members):
                     return []  # a probe retransmitted late: its view is gone
-                return self._seen(view_id, members,
+                return self._seen(view_id, [sender] if sender in members else [],
                                   self._on_probe(sender, view_id, tuple(members)))
             case MMergePrepare(target, attempt, members):
                 if sender not in members or s.node not in members:
@@ -292,12 +298,12 @@ class Merger(Discovery):
                 return self._on_prepare(sender, target, attempt, tuple(members))
             case MMergeState(view_id=view_id, members=members):
                 effects = self._on_state(sender, header)
-                return self._seen(view_id, members, effects) if sender in members else effects
+                return self._seen(view_id, [sender], effects) if sender in members else effects
             case MMergeDecline(target, attempt, view_id, members):
                 if sender not in members:
                     raise RemoteProtocolError(f"merge decline from {sender} of a view "
                                               f"without it: {members}")
-                self._seen(view_id, members, [])
+                self._seen(view_id, [sender], [])
                 merge = s.merge  # a member's view, as it is
                 if (merge is None or (target, attempt) != (merge.target, merge.attempt)
                         or sender not in merge.members or merge.sides):
