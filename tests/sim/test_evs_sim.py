@@ -265,7 +265,7 @@ def test_a_side_whose_merge_coordinator_falls_silent_keeps_the_outcome_it_delive
     side still delivers one set and goes on delivering (it used to stall, its lowest
     member ahead of the rest: AGREEMENT)."""
     silent: list[NodeId] = []
-    start = Merger._start
+    start = Merger.start
 
     def falls_silent(self: Merger, merge: MergeRound) -> list[Effect]:
         if merge.token or set(merge.snapshots) != set(merge.sides):
@@ -278,7 +278,7 @@ def test_a_side_whose_merge_coordinator_falls_silent_keeps_the_outcome_it_delive
         return [] if self.s.node in silent else start(self, other_view_id, members)
 
     monkeypatch.setattr(Merger, "_maybe_merge_states", falls_silent)
-    monkeypatch.setattr(Merger, "_start", never_again)
+    monkeypatch.setattr(Merger, "start", never_again)
     counts = _sides_stay_whole_apart(800, 80.0, 8_000_000)
     assert silent == ["n1"]
     assert min(counts.values()) > 300, counts  # 800 sent over the group: both went on

@@ -190,11 +190,11 @@ def test_what_a_member_remembers_of_lost_nodes_is_bounded() -> None:
     merger = layer.merger
     for k in range(MAX_LOST + 50):
         joined = View(view.view_id + 1, ("n1", f"x{k}"))
-        merger.view_installed(view, joined)
+        merger.discovery.view_installed(view, joined)
         layer.s.view = joined
         view = View(joined.view_id + 1, ("n1",))
         layer.s.now = 1_000 * k
-        merger.view_installed(joined, view)
+        merger.discovery.view_installed(joined, view)
         layer.s.view = view
     assert len(layer.s.lost) == MAX_LOST
     assert set(layer.s.lost) == {f"x{k}" for k in range(50, MAX_LOST + 50)}

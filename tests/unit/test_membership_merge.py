@@ -37,7 +37,8 @@ from abcast.events import (
 )
 from abcast.ids import View
 from abcast.membership import JoinCut, Membership, MembershipConfig
-from abcast.membership.merge import VIEW_ID_SPAN, Merger, evs_view_id
+from abcast.membership.discovery import Discovery
+from abcast.membership.merge import VIEW_ID_SPAN, evs_view_id
 from abcast.membership.state import (
     FAREWELL_WAIT,
     MAX_EARLY,
@@ -943,7 +944,7 @@ def test_a_flood_of_strangers_cannot_push_out_a_kept_prepare_of_the_next_lineage
             if isinstance(e, Send) and isinstance(e.header, MState)] == [("n0", honest.target)]
 
 
-class CrossesALowerSide(Merger):
+class CrossesALowerSide(Discovery):
     """Planted bug: the merge as it was — a leader starts a merge it is the lowest of
     whatever lower side probes it meanwhile."""
 
@@ -955,14 +956,15 @@ def _starts_a_merge(layer: Membership, event: Event, now: int) -> bool:
     return bool(_prepares(layer.handle(event, now)))
 
 
-def check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(kind: type[Merger]) -> None:
+def check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(
+        kind: type[Discovery]) -> None:
     """Three sides: {n3, n6}, {n4, n5} (us) and {n9, n10}. n3, the lowest of all, merges
     them one by one; n4, the lowest of its side and the third, starting that merge too
     would cross n3's (each needs n4 and n5): both failed, again and again (--evs
     --flapping seed 37: the three sides never merged). While n3 probes us, a probe from
     the third side starts nothing; two probe periods after n3's last, it does."""
     layer = Membership("n4", Sequencer("n4", evs=True), MembershipConfig(partitions="evs"))
-    layer.merger = kind(layer.s, layer)
+    layer.merger.discovery = kind(layer.s, layer, layer.merger)
     layer.handle(ViewInstalled(View(3, ("n4", "n5"))), 0)
     period = layer.config.probe_us
     lower = Received("n3", MMergeProbe(evs_view_id(4, "n3"), ["n3", "n6"]), EMPTY)
@@ -974,7 +976,7 @@ def check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(kind: type[Merger
 
 
 def test_a_leader_probed_by_a_lower_side_leaves_a_third_to_it() -> None:
-    check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(Merger)
+    check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(Discovery)
 
 
 def test_planted_a_leader_that_crosses_a_lower_sides_merge_is_caught() -> None:

@@ -1,6 +1,6 @@
 """Discovery under evs: how a view's coordinator finds the other sides of a partition
 once they can hear it again — whom it probes, how often, for how long (a part of the
-merge, abcast.membership.merge, whose `Merger` it is the base of).
+merge, abcast.membership.merge, whose `Merger` owns it).
 
 Rules.
 - Whom: every member remembers the nodes its lineage lost (`lost`: node → when) — those
@@ -39,23 +39,36 @@ Rules.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from abcast.effects import Effect, Send
 from abcast.errors import RemoteProtocolError
 from abcast.ids import NodeId, View, node_sort_key, sorted_nodes
-from abcast.membership.state import MAX_LOST, Part, arm_probe, note
+from abcast.membership.state import MAX_LOST, MembershipState, MemberSteps, Part, arm_probe, note
 from abcast.membership.wire import MMergeProbe
 
 
-class Discovery(Part):
-    """Finding the other sides (the merge's first step): the `Merger` is one, and starts
-    the merge discovery calls for (`_start`) unless it is busy with one (`busy`)."""
+class Merges(Protocol):
+    """What discovery asks of the merge (abcast.membership.merge's `Merger`)."""
 
     @property
     def busy(self) -> bool:
-        raise NotImplementedError
+        """A merge is under way here (coordinated or answered)."""
+        ...
 
-    def _start(self, other_view_id: int, members: tuple[NodeId, ...]) -> list[Effect]:
-        raise NotImplementedError
+    def start(self, other_view_id: int, members: tuple[NodeId, ...]) -> list[Effect]:
+        """Coordinate the merge of our view with the side whose view is `other_view_id`
+        (`members`: both views' members)."""
+        ...
+
+
+class Discovery(Part):
+    """Finding the other sides (the merge's first step): a part of the merge, which owns
+    it (`Merger.discovery`) and starts the merges it finds (`merges`)."""
+
+    def __init__(self, s: MembershipState, member: MemberSteps, merges: Merges) -> None:
+        super().__init__(s, member)
+        self.merges = merges
 
     def kept_peers(self) -> frozenset[NodeId]:
         """The nodes outside our view we may yet probe: a runtime keeps their addresses."""
@@ -105,8 +118,8 @@ class Discovery(Part):
             effects += [Send(n, probe, control=True) for n in sorted_nodes(due)]
         return effects + arm_probe(s)
 
-    def _on_probe(self, sender: NodeId, view_id: int, members: tuple[NodeId, ...]
-                  ) -> list[Effect]:
+    def on_probe(self, sender: NodeId, view_id: int, members: tuple[NodeId, ...]
+                 ) -> list[Effect]:
         s = self.s
         view = s.view
         if not members:
@@ -123,7 +136,7 @@ class Discovery(Part):
         lowest = sorted_nodes(list(members))[0]
         if node_sort_key(lowest) < node_sort_key(s.node):
             note(s.lower_probes, lowest, s.now)
-        if s.frozen or self.busy or s.flush is not None or s.suspects & set(view.members):
+        if s.frozen or self.merges.busy or s.flush is not None or s.suspects & set(view.members):
             return effects  # busy, or a flush of our own comes first; the next probe comes
         ours = [m for m in view.members if m not in s.suspects]
         union = sorted_nodes([*ours, *members])
@@ -133,7 +146,7 @@ class Discovery(Part):
                 # It merges the sides one by one; a merge of ours would cross its merge
                 # with us (each needs our members) and both fail, again and again.
                 return effects
-            return effects + self._start(view_id, union)
+            return effects + self.merges.start(view_id, union)
         other = members[0]
         last = s.probe_answered.get(other)
         if last is not None and s.now - last < s.config.probe_us:

@@ -248,7 +248,7 @@ class Membership(Layer):
     def kept_peers(self) -> frozenset[NodeId]:
         """evs: the nodes outside our view discovery may yet probe, for ever
         (abcast.membership.discovery; `Stack.peers`: a runtime keeps their addresses)."""
-        return self.merger.kept_peers()
+        return self.merger.discovery.kept_peers()
 
     def inspect(self) -> LayerSnapshot:
         view = self.s.view
@@ -488,7 +488,7 @@ class Membership(Layer):
         if joiners:
             effects.append(self.joins.take_snapshot(joiners, new))
         if self.config.evs:
-            effects += self.merger.view_installed(view, new)
+            effects += self.merger.discovery.view_installed(view, new)
         ours = self.s.flush  # our own flush for a later view, if we were running one
         effects += self.adopt(new, tuple(install.fresh))
         if still_frozen and self.s.answered_to not in new.members:
@@ -619,7 +619,7 @@ class Membership(Layer):
         if key == STABLE:
             return self.stability.report(now)
         if key == MERGE_PROBE:
-            return self.merger.probe()
+            return self.merger.discovery.probe()
         if key == MERGE_TIMEOUT:
             return self.merger.give_up()
         if key == MERGE_WAIT:

@@ -69,7 +69,15 @@ from abcast.events import Received, ViewInstalled
 from abcast.ids import NodeId, View, node_sort_key, sorted_nodes
 from abcast.membership.api import MergingOrdering
 from abcast.membership.discovery import Discovery
-from abcast.membership.state import MERGE_TIMEOUT, MERGE_WAIT, MergeRound, note
+from abcast.membership.state import (
+    MERGE_TIMEOUT,
+    MERGE_WAIT,
+    MembershipState,
+    MemberSteps,
+    MergeRound,
+    Part,
+    note,
+)
 from abcast.membership.wire import (
     MMergeAbort,
     MMergeDecline,
@@ -96,10 +104,14 @@ def evs_view_id(target: int, coordinator: NodeId) -> int:
     return base if base >= target else base + VIEW_ID_SPAN
 
 
-class Merger(Discovery):
+class Merger(Part):
     """The merge of sides (a part of the membership layer, under evs only): it reads and
     writes the layer's state `s` and takes the member's steps from `member`; finding the
-    sides to merge is its base's (abcast.membership.discovery)."""
+    sides to merge is its part's (`discovery`, abcast.membership.discovery)."""
+
+    def __init__(self, s: MembershipState, member: MemberSteps) -> None:
+        super().__init__(s, member)
+        self.discovery = Discovery(s, member, self)
 
     @property
     def ordering(self) -> MergingOrdering:
@@ -131,7 +143,7 @@ class Merger(Discovery):
         return out
 
     # -- the merge coordinator -----------------------------------------------------------
-    def _start(self, other_view_id: int, members: tuple[NodeId, ...]) -> list[Effect]:
+    def start(self, other_view_id: int, members: tuple[NodeId, ...]) -> list[Effect]:
         s = self.s
         view = s.view
         assert view is not None
@@ -228,7 +240,7 @@ class Merger(Discovery):
         union = sorted_nodes([*ours, *reported])
         effects = self.give_up()
         if union[0] == s.node and not (s.frozen or self.busy or s.flush is not None):
-            effects += self._start(view_id, union)
+            effects += self.start(view_id, union)
         return effects
 
     def _maybe_merge_states(self, merge: MergeRound) -> list[Effect]:
@@ -290,7 +302,7 @@ class Merger(Discovery):
                 if self._stale(view_id, members):
                     return []  # a probe retransmitted late: its view is gone
                 return self._seen(view_id, [sender] if sender in members else [],
-                                  self._on_probe(sender, view_id, tuple(members)))
+                                  self.discovery.on_probe(sender, view_id, tuple(members)))
             case MMergePrepare(target, attempt, members):
                 if sender not in members or s.node not in members:
                     raise RemoteProtocolError(
@@ -518,7 +530,7 @@ class Merger(Discovery):
         s.merges += 1
         s.views_installed += 1
         effects += [InstallView(view), InstallState(install.state, merged=True)]
-        effects += self.view_installed(old, view)
+        effects += self.discovery.view_installed(old, view)
         effects += self.member.adopt(view)
         effects += self.member.resume()
         # A flush of the merge view may have asked while we were still merging.
