@@ -770,6 +770,48 @@ def test_a_coordinator_that_missed_the_install_of_a_flush_it_answered_catches_up
     assert again.attempt > prepare.attempt and n2.frozen
 
 
+class _LateSafePoint:
+    """The scene of the evs thaw tests: view `before` = n0..n4, n0 its sequencer; every
+    member holds n0's m, ordered, and n0's safe point for it is still on its way when
+    they suspect n0. `flush_n0_out` runs n1's flush of n0: `first`'s outcome leaves m
+    out (n0's, past the safe point heard) and spends its number; its install is
+    returned, delivered to nobody yet. `went`: each member's deliveries (view, origin,
+    seq)."""
+
+    def __init__(self) -> None:
+        self.before = View(3, ("n0", "n1", "n2", "n3", "n4"))
+        self.layers = {n: _evs(n, self.before) for n in ("n1", "n2", "n3", "n4")}
+        self.went: dict[str, list[tuple[int, str, int]]] = {n: [] for n in self.layers}
+        for n in self.layers:
+            self.feed(n, "n0", SData(1), 1)
+            self.feed(n, "n0", SOrder(1, [("n0", 1)]), 2)
+
+    def handle(self, node: str, event: Event, now: int) -> list[Effect]:
+        layer = self.layers[node]
+        effects = layer.handle(event, now)
+        in_view = layer.view.view_id if layer.view is not None else 0
+        self.went[node] += [(in_view, e.origin, e.seq) for e in effects
+                            if isinstance(e, Deliver)]
+        return effects
+
+    def feed(self, node: str, sender: str, header: object, now: int) -> list[Effect]:
+        """`node` hears `header` from `sender` (None: suspects it)."""
+        event: Event = Suspected(sender) if header is None else Received(
+            sender, header, Packet((), b"m") if isinstance(header, SData) else EMPTY)
+        return self.handle(node, event, now)
+
+    def flush_n0_out(self) -> MInstall:
+        [(_, prepare)] = _sent(self.feed("n1", "n0", None, 3), MPrepare)
+        installs = []
+        for n in ("n2", "n3", "n4"):
+            self.feed(n, "n0", None, 3)
+            [(_, state)] = _sent(self.feed(n, "n1", prepare, 4), MState)
+            installs += _sent(self.feed("n1", n, state, 5), MInstall)
+        [(_, install)] = installs
+        assert isinstance(install, MInstall) and install.outcome == []  # m is left out
+        return install
+
+
 def test_members_of_a_given_up_catch_up_flush_stay_frozen_under_evs() -> None:
     """n0, the sequencer of `before`, numbers its m; every member holds it and acks, and
     n0's safe point for it is still on its way when they suspect n0. n1 flushes n0 out:
@@ -781,30 +823,9 @@ def test_members_of_a_given_up_catch_up_flush_stay_frozen_under_evs() -> None:
     did without m (SAME_VIEW_DELIVERY; fails on be4c49b). Under evs the others are not
     told: kept frozen, n4 is prepared again from `first`, handed its install, and
     delivered in `before` what n3 delivered there."""
-    before = View(3, ("n0", "n1", "n2", "n3", "n4"))
-    layers = {n: _evs(n, before) for n in ("n1", "n2", "n3", "n4")}
-    went: dict[str, list[tuple[int, str, int]]] = {n: [] for n in layers}
-
-    def feed(node: str, sender: str, header: object, now: int) -> list[Effect]:
-        layer = layers[node]
-        event: Event = Suspected(sender) if header is None else Received(
-            sender, header, Packet((), b"m") if isinstance(header, SData) else EMPTY)
-        effects = layer.handle(event, now)
-        in_view = layer.view.view_id if layer.view is not None else 0
-        went[node] += [(in_view, e.origin, e.seq) for e in effects if isinstance(e, Deliver)]
-        return effects
-
-    for n in layers:
-        feed(n, "n0", SData(1), 1)
-        feed(n, "n0", SOrder(1, [("n0", 1)]), 2)
-    [(_, prepare)] = _sent(feed("n1", "n0", None, 3), MPrepare)
-    installs = []
-    for n in ("n2", "n3", "n4"):
-        feed(n, "n0", None, 3)
-        [(_, state)] = _sent(feed(n, "n1", prepare, 4), MState)
-        installs += _sent(feed("n1", n, state, 5), MInstall)
-    [(_, install)] = installs
-    assert install.outcome == []  # m is left out
+    scene = _LateSafePoint()
+    layers, went, feed = scene.layers, scene.went, scene.feed
+    install = scene.flush_n0_out()
     feed("n3", "n1", install, 6)
     first = View(install.view_id, tuple(install.members))
     assert layers["n3"].view == first
@@ -842,30 +863,9 @@ def test_a_coordinator_handed_a_late_install_does_not_thaw_its_members_under_evs
     and delivered m there, then installed `first` as n2 had without m
     (SAME_VIEW_DELIVERY; fails on be4c49b, passes on f7cf303, where n2 stayed frozen).
     Under evs n2 sends no abort: its next flush prepares n3 again (a higher attempt)."""
-    before = View(3, ("n0", "n1", "n2", "n3", "n4"))
-    layers = {n: _evs(n, before) for n in ("n1", "n2", "n3", "n4")}
-    went: dict[str, list[tuple[int, str, int]]] = {n: [] for n in layers}
-
-    def feed(node: str, sender: str, header: object, now: int) -> list[Effect]:
-        layer = layers[node]
-        event: Event = Suspected(sender) if header is None else Received(
-            sender, header, Packet((), b"m") if isinstance(header, SData) else EMPTY)
-        effects = layer.handle(event, now)
-        in_view = layer.view.view_id if layer.view is not None else 0
-        went[node] += [(in_view, e.origin, e.seq) for e in effects if isinstance(e, Deliver)]
-        return effects
-
-    for n in layers:
-        feed(n, "n0", SData(1), 1)
-        feed(n, "n0", SOrder(1, [("n0", 1)]), 2)
-    [(_, prepare)] = _sent(feed("n1", "n0", None, 3), MPrepare)
-    installs = []
-    for n in ("n2", "n3", "n4"):
-        feed(n, "n0", None, 3)
-        [(_, state)] = _sent(feed(n, "n1", prepare, 4), MState)
-        installs += _sent(feed("n1", n, state, 5), MInstall)
-    [(_, install)] = installs
-    assert install.outcome == []  # m is left out
+    scene = _LateSafePoint()
+    layers, went, feed = scene.layers, scene.went, scene.feed
+    install = scene.flush_n0_out()
     first = View(install.view_id, tuple(install.members))
     feed("n3", "n1", None, 10)
     _, again = _sent(feed("n2", "n1", None, 10), MPrepare)[-1]
@@ -997,27 +997,9 @@ def test_a_flush_given_up_on_a_restored_node_does_not_thaw_members_under_evs() -
     aborts it. n3, thawed in view 3, takes n0's late safe point and delivers message 1
     there; then n1's install arrives and n2 and n3 both install `first`, having delivered
     different sets in view 3 (SAME_VIEW_DELIVERY). Found by the session-16 review."""
-    before = View(3, ("n0", "n1", "n2", "n3", "n4"))
-    layers = {n: _evs(n, before) for n in ("n1", "n2", "n3", "n4")}
-    went: dict[str, list[tuple[int, str, int]]] = {n: [] for n in layers}
-
-    def feed(node: str, event: Event, now: int) -> list[Effect]:
-        layer = layers[node]
-        effects = layer.handle(event, now)
-        in_view = layer.view.view_id if layer.view is not None else 0
-        went[node] += [(in_view, e.origin, e.seq) for e in effects if isinstance(e, Deliver)]
-        return effects
-
-    for n in layers:
-        feed(n, Received("n0", SData(1), Packet((), b"m")), 1)
-        feed(n, Received("n0", SOrder(1, [("n0", 1)]), EMPTY), 2)
-    [(_, prepare)] = _sent(feed("n1", Suspected("n0"), 3), MPrepare)
-    installs = []
-    for n in ("n2", "n3", "n4"):
-        feed(n, Suspected("n0"), 3)
-        [(_, state)] = _sent(feed(n, Received("n1", prepare, EMPTY), 4), MState)
-        installs += _sent(feed("n1", Received(n, state, EMPTY), 5), MInstall)
-    [(_, install)] = installs
+    scene = _LateSafePoint()
+    layers, went, feed = scene.layers, scene.went, scene.handle
+    install = scene.flush_n0_out()
     feed("n3", Suspected("n1"), 10)
     _, again = _sent(feed("n2", Suspected("n1"), 10), MPrepare)[-1]
     [(_, state)] = _sent(feed("n3", Received("n2", again, EMPTY), 11), MState)
