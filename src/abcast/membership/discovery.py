@@ -1,40 +1,23 @@
 """Discovery under evs: how a view's coordinator finds the other sides of a partition
-once they can hear it again — whom it probes, how often, for how long (a part of the
-merge, abcast.membership.merge, whose `Merger` owns it).
+once they can hear it again (a part of the merge, abcast.membership.merge, whose
+`Merger` owns it).
 
 Rules.
-- Whom: every member remembers the nodes its lineage lost (`lost`: node → when) — those
-  a view of ours dropped, and a joiner's contacts its first view lacks — less those
-  known gone for good: a joiner that withdrew, and a leaver a flush let go (every member
-  of a flush answered it, so a member its install leaves out asked to leave and knows
-  it is out; `prepared`, the flush we answered). A view that holds a node again
-  forgets it.
-- How often: the view's coordinator, neither frozen nor stopping, sends each
-  `MMergeProbe(view id, members)` every `probe_us` (0.3 s) for `probe_for_us` (a minute)
-  after losing it, so a short cut merges within a probe period of its heal; then every
-  `probe_slow_us` (15 s) for ever, as JGroups' MERGE3 keeps looking (its stock configs:
-  every 10–30 s): sides cut apart for minutes, common over a WAN, merge too, within
-  one slow period of the heal. A probe heard from another side marks its members that
-  we lost as lost now (probed at `probe_us` again): once the sides hear each other a
-  merge given up is tried again within a probe period, not a slow one.
-- Why 15 s and no jitter: the slow period is longer than the open channel's guest
-  linger (LINGER_US, 10 s), so between two probes to a node that does not answer the
-  channel forgets it, its link numbers kept (abcast.ordering._open_channel): each probe
-  holds one packet for 10 s and no more, where a period within the linger would keep
-  the link and every unanswered probe on it for ever (memory, retransmissions, then the
-  link's window and backpressure). MERGE3 randomises its period because every member
-  multicasts its view; here only a view's coordinator probes, one packet per lost node,
-  with no burst to spread.
-- The bound: at most MAX_LOST nodes are remembered, the longest lost forgotten first
-  (a long-lived group that loses members for good — crashes — keeps no entry per loss,
-  and one side never probes more nodes than MAX_LOST), so the cost is at most MAX_LOST
-  probes every `probe_slow_us`. A runtime keeps the address of every node probed
-  (`kept_peers`, `Stack.peers`).
+- Whom: the nodes our lineage lost (`lost`: node → when), at most MAX_LOST (the longest
+  lost forgotten first), less those gone for good: a withdrawn joiner, and a leaver a
+  flush let go (`prepared`: a member our install leaves out answered the flush, so it
+  asked to leave). A view that holds a node again forgets it.
+- How often: the view's coordinator, neither frozen nor stopping, probes each every
+  `probe_us` for `probe_for_us` after losing it, then every `probe_slow_us` for ever;
+  a probe heard from a side puts its members back on the fast period. The slow period
+  must exceed the open channel's guest linger, so an unanswered node holds one probe at
+  a time (why 15 s and no jitter: docs/orderings.md, "Cuts of any length").
 - Who merges: a member passes a probe to its coordinator; the lowest node of both views
-  coordinates the merge — unless a side with a lower node still probed it within two
-  probe periods (`lower_probes`): that node merges the sides one by one, and a merge of
-  its own would cross it. The other coordinator answers with a probe of its own (at
-  most one per `probe_us` per side: `probe_answered`) so that the lowest starts.
+  starts the merge (`Merges.start`) — unless a side with a lower node probed it within
+  two probe periods (`lower_probes`), which merges the sides one by one; the other
+  coordinator answers with a probe of its own, at most one per `probe_us` per side
+  (`probe_answered`).
+- A runtime keeps the address of every node probed (`kept_peers`, `Stack.peers`).
 """
 
 from __future__ import annotations
