@@ -299,7 +299,7 @@ def test_a_joiner_two_sides_admit_takes_one_and_the_other_goes_on(seed: int, nod
     assert judge(run_simulation(config)) == ([], [])
 
 
-@pytest.mark.parametrize(("seed", "nodes"), [(17, 8), (33, 8), (65, 7), (84, 8)])
+@pytest.mark.parametrize(("seed", "nodes"), [(17, 8), (65, 7), (84, 8)])
 def test_a_merge_started_by_a_stale_probe_or_crossing_another_still_concludes(
         seed: int, nodes: int) -> None:
     """Flapping partitions (bench/sweep_churn.py --evs --flapping, these seeds): the heal
@@ -310,7 +310,10 @@ def test_a_merge_started_by_a_stale_probe_or_crossing_another_still_concludes(
     prepare heard while merging once their merge is off; a coordinator that learns the
     view it asked is stale starts again with the view as it is. Before, each such merge
     waited out its 3 s for members that never answered and the sides had not merged when
-    the run ended (VIEW_ORDER, STATE)."""
+    the run ended (VIEW_ORDER, STATE). Seed 33 was one too: since evs keeps pledges and
+    aborts every flush it gives up, its run ends in the first Not-handled item, and
+    test_a_member_listed_in_a_merge_view_it_never_installed_is_merged_with_again runs it.
+    """
     config = SimConfig("sequencer", nodes=nodes, messages=200, seed=seed, options=EVS,
                        faults=flapping_faults(random.Random(seed), nodes), rate=40.0,
                        stall_us=8_000_000)
@@ -536,16 +539,18 @@ def test_planted_probing_that_stops_after_the_fast_minute_leaves_long_split_side
 
 
 def test_a_member_listed_in_a_merge_view_it_never_installed_is_merged_with_again() -> None:
-    """`bench/sweep_churn.py --evs --flapping --rate 5`, seed 33 (8 nodes). n5 and n6
-    answer n2's merge and the cut n5+n6|* (6.945 s) keeps its install (7.3 s) from them:
-    the first Not-handled item (docs/orderings.md), VIEW_CONSISTENCY. They go on as a
-    side of their own, view 6590709; after the heal its probes reached n2, which had
-    heard from a member of view 7341398 that n5 and n6 were in it, and dropped them as
-    stale for ever (a node's view ids only grow): the sides never merged (VIEW_ORDER,
-    STATE). A node's view is now taken only from the node itself, so they merge."""
+    """`bench/sweep_churn.py --evs --flapping`, seed 33 (8 nodes). n5 and n6 answer n2's
+    merge and the cut n5+n6|* (6.945 s) keeps its install (7.3 s) from them: the first
+    Not-handled item (docs/orderings.md), VIEW_CONSISTENCY. They go on as a side of
+    their own, view 6590709; after the heal its probes reached n2, which had heard from
+    a member of view 7341398 that n5 and n6 were in it, and dropped them as stale for
+    ever (a node's view ids only grow): the sides never merged (VIEW_ORDER, STATE). A
+    node's view is now taken only from the node itself, so they merge. (The scene was
+    `--rate 5`'s, which is clean since evs keeps pledges and aborts every flush it
+    gives up; the same cut now catches the same merge at the sweep's default rate.)"""
     config = SimConfig("sequencer", nodes=8, messages=200, seed=33,
                        faults=flapping_faults(random.Random(33), 8),
-                       options=OrderingOptions(partitions="evs"), rate=5.0,
+                       options=OrderingOptions(partitions="evs"), rate=40.0,
                        stall_us=8_000_000)
     result = run_simulation(config)
     violations, problems = judge(result)

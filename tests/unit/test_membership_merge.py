@@ -761,7 +761,8 @@ def test_a_coordinator_that_missed_the_install_of_a_flush_it_answered_catches_up
     effects = n2.handle(Received("n3", ahead, EMPTY), 11)
     assert not any(isinstance(e, InstallView) for e in effects)
     assert _sent(effects, MPrepare) == [("n3", MPrepare(first.view_id, 0, ["n2", "n3"]))]
-    assert _sent(effects, MAbort) == []  # n3 stays frozen for it (see the test below)
+    # (n3, which answered n1's flush too, stays frozen for its install: the test below)
+    assert _sent(effects, MAbort) == [(("n3",), MAbort(prepare.target, prepare.attempt))]
     install = MInstall(first.view_id, 1, list(first.members), [])
     effects = n2.handle(Received("n3", install, EMPTY), 12)
     assert [e.view for e in effects if isinstance(e, InstallView)] == [first]
@@ -820,9 +821,10 @@ def test_members_of_a_given_up_catch_up_flush_stay_frozen_under_evs() -> None:
     from there, n3 from `first`: n2 gives its flush up and asks n3 for the install. Its
     `MAbort` thawed n4 (under evs nothing is pledged), which took n0's late safe point
     and delivered m in `before` — then installed `first` from n2's next flush, as n3
-    did without m (SAME_VIEW_DELIVERY; fails on be4c49b). Under evs the others are not
-    told: kept frozen, n4 is prepared again from `first`, handed its install, and
-    delivered in `before` what n3 delivered there."""
+    did without m (SAME_VIEW_DELIVERY; fails on be4c49b). n4 answered n1's flush too,
+    which stays pledged (under evs as well): the abort does not thaw it, n4 is
+    prepared again from `first`, handed its install, and delivered in `before` what n3
+    delivered there."""
     scene = _LateSafePoint()
     layers, went, feed = scene.layers, scene.went, scene.feed
     install = scene.flush_n0_out()
@@ -862,7 +864,8 @@ def test_a_coordinator_handed_a_late_install_does_not_thaw_its_members_under_evs
     under evs too (015af48), which thawed n3 in `before`: it took n0's late safe point
     and delivered m there, then installed `first` as n2 had without m
     (SAME_VIEW_DELIVERY; fails on be4c49b, passes on f7cf303, where n2 stayed frozen).
-    Under evs n2 sends no abort: its next flush prepares n3 again (a higher attempt)."""
+    n3 answered n1's flush too, which stays pledged (under evs as well): n2's abort
+    does not thaw it, and n2's next flush prepares it again (a higher attempt)."""
     scene = _LateSafePoint()
     layers, went, feed = scene.layers, scene.went, scene.feed
     install = scene.flush_n0_out()
@@ -984,32 +987,154 @@ def test_planted_a_leader_that_crosses_a_lower_sides_merge_is_caught() -> None:
         check_a_leader_probed_by_a_lower_side_leaves_a_third_to_it(CrossesALowerSide)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "known defect (docs/orderings.md, evs, Not handled): a coordinator that gives its "
-    "flush up on a Restored (FlushCoordinator._abandon) aborts it, and under evs, where "
-    "nothing is pledged, the abort thaws in the old view a member that answered another "
-    "coordinator's flush too; the cure is a pledge rule for evs, a design change"))
-def test_a_flush_given_up_on_a_restored_node_does_not_thaw_members_under_evs() -> None:
-    """View 3 holds n0's message 1, ordered, not yet safe. n1 coordinates the flush that
-    suspects n0 and installs `first`, whose outcome leaves message 1 out; the install is
-    slow to reach n2 and n3. n2, suspecting n1 meanwhile, coordinates from view 3 and n3
-    answers it; then n1 is heard again, so n2 gives its flush up (n1 precedes it) and
-    aborts it. n3, thawed in view 3, takes n0's late safe point and delivers message 1
-    there; then n1's install arrives and n2 and n3 both install `first`, having delivered
-    different sets in view 3 (SAME_VIEW_DELIVERY). Found by the session-16 review."""
-    scene = _LateSafePoint()
-    layers, went, feed = scene.layers, scene.went, scene.handle
+def _given_up_on_restored(scene: _LateSafePoint) -> tuple[MInstall, MAbort]:
+    """The scene's n1 flushes n0 out (`first`, its install on its way). n2 and n3 suspect
+    n1; n2 coordinates from view 3 (past `first`: it answered n1 for it) and n3 answers;
+    then n1 is heard again at n2, which gives its flush up (n1 precedes it): the abort
+    it sends, and n1's install, are returned, delivered to nobody yet."""
+    feed = scene.handle
     install = scene.flush_n0_out()
     feed("n3", Suspected("n1"), 10)
     _, again = _sent(feed("n2", Suspected("n1"), 10), MPrepare)[-1]
     [(_, state)] = _sent(feed("n3", Received("n2", again, EMPTY), 11), MState)
     feed("n2", Received("n3", state, EMPTY), 12)
     effects = feed("n2", Restored("n1"), 13)  # n1 heard again: n2 gives its flush up
-    for to, abort in _sent(effects, MAbort):
-        if "n3" in to:  # type: ignore[operator]
-            feed("n3", Received("n2", abort, EMPTY), 14)
-    feed("n3", Received("n0", SSafe(1), EMPTY), 15)
-    for n in ("n2", "n3"):
+    [(to, abort)] = _sent(effects, MAbort)
+    assert "n3" in to and isinstance(abort, MAbort)  # type: ignore[operator]
+    assert (abort.target, abort.attempt) == (again.target, again.attempt)
+    return install, abort
+
+
+def test_a_flush_given_up_on_a_restored_node_does_not_thaw_members_under_evs() -> None:
+    """View 3 holds n0's message 1, ordered, not yet safe. n1 coordinates the flush that
+    suspects n0 and installs `first`, whose outcome leaves message 1 out; the install is
+    slow to reach n2 and n3. n2, suspecting n1 meanwhile, coordinates from view 3 and n3
+    answers it; then n1 is heard again, so n2 gives its flush up (n1 precedes it) and
+    aborts it. n3, thawed in view 3 (under evs nothing was pledged), took n0's late safe
+    point and delivered message 1 there; then n1's install arrived and n2 and n3 both
+    installed `first`, having delivered different sets in view 3 (SAME_VIEW_DELIVERY;
+    a strict xfail on 2dc2558, found by the session-16 review). Now evs keeps pledges
+    too: n1's flush is still open for n3 (and for n2), so the abort thaws neither; the
+    install settles view 3 and both go on in `first` (fails on 2dc2558, where n3 also
+    ended frozen in `first` for n2's dead flush: its install re-froze it)."""
+    scene = _LateSafePoint()
+    layers, went, feed = scene.layers, scene.went, scene.handle
+    install, abort = _given_up_on_restored(scene)
+    assert layers["n2"].frozen  # its own flush given up, n1's still open
+    feed("n3", Received("n2", abort, EMPTY), 14)
+    assert layers["n3"].frozen
+    feed("n3", Received("n0", SSafe(1), EMPTY), 15)  # n0's safe point, announced before
+    assert went["n3"] == []  # (was [(3, "n0", 1)], thawed)
+    first = View(install.view_id, tuple(install.members))
+    for n in ("n2", "n3", "n4"):
         feed(n, Received("n1", install, EMPTY), 16)
-    assert layers["n2"].view == layers["n3"].view
-    assert went["n3"] == went["n2"]
+    for n in ("n2", "n3", "n4"):
+        assert layers[n].view == first and not layers[n].frozen, n
+    assert went["n3"] == went["n2"] == went["n4"] == []  # the same in view 3: nothing
+
+
+def test_a_member_that_installs_before_the_abort_thaws_on_it_under_evs() -> None:
+    """The scene above with n1's install ahead of n2's abort at n3: n3 installs `first`
+    and stays frozen for n2's flush, still open for all it knows (it sends n2 its state
+    again, from `first`); the abort then thaws it there. n2, whose own flush is given
+    up, thaws as n1's install settles view 3. Nobody stays frozen."""
+    scene = _LateSafePoint()
+    layers, feed = scene.layers, scene.handle
+    install, abort = _given_up_on_restored(scene)
+    first = View(install.view_id, tuple(install.members))
+    effects = feed("n3", Received("n1", install, EMPTY), 14)
+    assert layers["n3"].view == first and layers["n3"].frozen
+    [(to, again)] = _sent(effects, MState)
+    assert to == "n2" and again.view_id == first.view_id  # type: ignore[attr-defined]
+    feed("n2", Received("n1", install, EMPTY), 15)
+    assert layers["n2"].view == first and not layers["n2"].frozen
+    assert feed("n2", Received("n3", again, EMPTY), 16) == []  # a flush it gave up
+    feed("n3", Received("n2", abort, EMPTY), 17)
+    assert not layers["n3"].frozen
+    effects = feed("n3", Received("n1", SData(2), EMPTY), 18)  # first's traffic flows
+    assert not layers["n3"].s.buffered
+
+
+def test_the_last_open_flush_given_up_thaws_a_member_under_evs() -> None:
+    """Liveness of the pledges under evs. In the scene, n1's flush of n0 has n2's and
+    n3's states, not n4's yet; n2, n3 and n4 suspect n1. n2 coordinates: its first
+    attempt is aimed at the next id, its second (at once, its own state saying it
+    answered n1 for `first`) past `first`. n4, which answered nobody yet, answers both
+    (its states are slow to come); n3 answered n1 for `first`, so only the second. n1
+    is heard again, and n2 gives its flush up: n3 stays frozen for n1's, still open;
+    n4 thaws — n2 aborted its first attempt as it replaced it (under evs too: else
+    that one, aimed lower and so maybe one n2 installed before for all n4 knows,
+    stayed pledged and n4 frozen for good). n1 gives its own flush up too (n0 heard
+    again): the last one open for n3 and for n2, its abort thaws them in view 3 —
+    nobody installed a view with their reports — where n0's safe point is taken (an
+    abort of a flush answered before the last one used to thaw nothing under evs)."""
+    scene = _LateSafePoint()
+    layers, went, feed = scene.layers, scene.went, scene.handle
+    [(_, prepare)] = _sent(feed("n1", Suspected("n0"), 3), MPrepare)
+    for n in ("n2", "n3"):
+        feed(n, Suspected("n0"), 3)
+        [(_, state)] = _sent(feed(n, Received("n1", prepare, EMPTY), 4), MState)
+        assert _sent(feed("n1", Received(n, state, EMPTY), 5), MInstall) == []
+    feed("n3", Suspected("n1"), 10)
+    feed("n4", Suspected("n0"), 10)
+    feed("n4", Suspected("n1"), 10)
+    effects = feed("n2", Suspected("n1"), 10)
+    flush = [header for _, header in _sent(effects, MPrepare)]
+    assert [p.attempt for p in flush] == [2, 3]  # type: ignore[attr-defined]
+    for n in ("n3", "n4"):
+        states = []
+        for _, header in [*_sent(effects, MPrepare), *_sent(effects, MAbort)]:
+            states += _sent(feed(n, Received("n2", header, EMPTY), 11), MState)
+        assert len(states) == (1 if n == "n3" else 2), n
+        if n == "n3":  # (n4's are still on their way)
+            feed("n2", Received(n, states[0][1], EMPTY), 12)
+    [(_, abort)] = _sent(feed("n2", Restored("n1"), 13), MAbort)
+    for n in ("n3", "n4"):
+        feed(n, Received("n2", abort, EMPTY), 14)
+    assert layers["n2"].frozen and layers["n3"].frozen  # n1's flush may install
+    assert not layers["n4"].frozen
+    [(to, aborted)] = _sent(feed("n1", Restored("n0"), 15), MAbort)
+    assert to == ("n2", "n3", "n4")
+    for n in ("n2", "n3"):
+        feed(n, Received("n1", aborted, EMPTY), 16)
+        assert not layers[n].frozen and layers[n].view == scene.before, n
+        feed(n, Received("n0", SSafe(1), EMPTY), 17)
+        assert went[n] == [(3, "n0", 1)], n
+
+
+def test_a_catch_up_given_up_for_a_restored_node_leaves_nobody_frozen_under_evs() -> None:
+    """Liveness. n1's install of `first` reaches n3 only; n2, suspecting n1, flushes
+    from `before`: n4 answers from there, n3 from `first`, so n2 gives its flush up to
+    ask n3 for the install it missed. n1 is then heard again at n2: n1 coordinates, not
+    n2. Under evs that give-up sent no abort, so n4 stayed frozen for n2's flush: n1's
+    install made it install `first` still frozen for it (it resends its state to n2),
+    and nobody would prepare it again — n2, in `first` too, is not its coordinator
+    (fails on 2dc2558). Now the abort is sent: n4, which answered n1's flush too, stays
+    frozen for n1's install (pledged: no delivery of n0's late safe point in `before`)
+    and then goes on in `first`, as n3 and n2 do."""
+    scene = _LateSafePoint()
+    layers, went, feed = scene.layers, scene.went, scene.feed
+    install = scene.flush_n0_out()
+    first = View(install.view_id, tuple(install.members))
+    feed("n3", "n1", install, 6)
+    for n in ("n3", "n4"):
+        feed(n, "n1", None, 10)
+    _, again = _sent(feed("n2", "n1", None, 10), MPrepare)[-1]
+    [(_, from_before)] = _sent(feed("n4", "n2", again, 11), MState)
+    [(_, from_first)] = _sent(feed("n3", "n2", again, 11), MState)
+    feed("n2", "n4", from_before, 12)
+    effects = feed("n2", "n3", from_first, 12)
+    assert _sent(scene.handle("n2", Restored("n1"), 13), MAbort) == []  # (no flush now)
+    for to, abort in _sent(effects, MAbort):
+        for n in to:  # type: ignore[attr-defined]
+            feed(n, "n2", abort, 14)
+    assert layers["n4"].frozen and not layers["n3"].frozen
+    feed("n4", "n0", SSafe(1), 15)  # n0's safe point, announced before the cut
+    assert went["n4"] == []
+    feed("n4", "n1", install, 16)
+    [(_, probe)] = _sent(effects, MPrepare)
+    [(_, missed)] = _sent(feed("n3", "n2", probe, 17), MInstall)
+    feed("n2", "n3", missed, 18)
+    for n in ("n2", "n3", "n4"):
+        assert layers[n].view == first and not layers[n].frozen, n
+    assert went["n2"] == went["n3"] == went["n4"] == []

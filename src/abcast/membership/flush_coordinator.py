@@ -15,6 +15,12 @@ may be another side's) stops the flush and asks that member for the install we m
 With every state in (joiners count as fresh), the ordering settles the reports
 (`Membership.settled`) and `MInstall` carries the outcome and the next members: the
 proposed ones, less leavers, plus joiners (and names the fresh ones, welcomed again).
+Every flush given up is aborted (`MAbort`), under evs too: a lower member heard again
+(`_abandon`), an attempt replaced, a member a view ahead (`_ask_for_install`), an
+install that overtakes it (`Membership.on_install`). A member keeps each flush it
+answered pledged until its abort or a view installed (abcast.membership.flush_member),
+so an abort thaws only a member with no other flush open — not one that answered
+another coordinator's flush whose install is on its way.
 """
 
 from __future__ import annotations
@@ -116,9 +122,10 @@ class FlushCoordinator(Part):
         prepare = MPrepare(flush.target, flush.attempt, list(flush.members))
         effects: list[Effect] = []
         old_others = tuple(m for m in old.members if m != self.s.node) if old else ()
-        if old is not None and old_others and not evs:
+        if old is not None and old_others:
             # The attempt this one replaces installed nothing: its members would stay
-            # frozen for it (abcast.membership.layer, `pledged`)
+            # frozen for it (`pledged`: it is aimed at a lower target, and a member
+            # cannot tell it from one we installed before this attempt)
             effects.append(Multicast(old_others, MAbort(old.target, old.attempt)))
         if others:
             effects.append(Multicast(others, prepare))
@@ -196,16 +203,14 @@ class FlushCoordinator(Part):
         flush from there (`Membership.on_install`, which starts it: the view's
         coordinator is suspected).
 
-        Under evs no abort: a member that answered that view's flush too would resume
-        its old view (evs keeps no `pledged`) and deliver there what the view's outcome
-        left out — a safe point of the old sequencer's still in flight, say — while
-        the members that installed it did not (SAME_VIEW_DELIVERY). Kept frozen for this
-        flush, it is prepared again by the next one (a higher attempt), handed that
-        install and goes on; a member the view left out gets its farewell."""
+        The abort thaws no member that answered that view's flush too: that flush is
+        still pledged (`FlushMember.pledge`, under evs as well), so it stays frozen for
+        its install rather than deliver in its old view what the view's outcome left out
+        (a safe point of the old sequencer's still in flight, say; evs used to send no
+        abort here, and its members then stayed frozen for a flush nobody would
+        conclude unless we flushed again)."""
         self.s.flush = None
         probe = MPrepare(view_id, 0, [self.s.node, sender])
-        if self.s.config.evs:
-            return [Send(sender, probe)]
         others = tuple(m for m in flush.members if m != self.s.node)
         return [Multicast(others, MAbort(flush.target, flush.attempt)), Send(sender, probe)]
 

@@ -15,10 +15,11 @@ Rules (the numbered steps are abcast.membership.layer's):
    older one dropped. Another coordinator's for a flush no later than the one we
    answered gets `MBusy`, and so under evs does any other while we are frozen for a
    view of another side's coordinator (a member ends up in one side only).
-3. Our state (`state_for`) freezes us and pledges it to its flush (`pledged`, primary
-   partition only): its coordinator may install a view with it. `MAbort` releases that
+3. Our state (`state_for`) freezes us and pledges it to its flush (`pledged`, under
+   either policy): its coordinator may install a view with it. `MAbort` releases that
    flush and the coordinator's earlier ones; we resume our view once none we answered
-   is open (`unfreeze`).
+   is open (`unfreeze`) — not while a merge holds us (evs). Any view installed settles
+   them all but a later one we answered since.
 """
 
 from __future__ import annotations
@@ -122,10 +123,10 @@ class FlushMember(Part):
     def pledge(self, coordinator: NodeId, target: int, attempt: int) -> None:
         """Our state goes to `coordinator`'s flush (target, attempt). Its earlier ones for
         this target or a later one installed nothing (a coordinator that installed a view
-        prepares only later ones); our own earlier ones none at all. Primary partition
-        only: under evs sides go on apart and the merge settles what each installed."""
-        if self.s.config.evs:
-            return
+        prepares only later ones); our own earlier ones none at all. Under evs too: a
+        side goes on without a majority, but a flush we answered may still install a
+        view of our side with our report (its install on its way), and what we delivered
+        more in our view meanwhile its members never would."""
         node = self.s.node
         self.s.pledged = {(c, t, a) for c, t, a in self.s.pledged
                           if c != coordinator or (c != node and (t < target or a > attempt))}
@@ -141,9 +142,9 @@ class FlushMember(Part):
         self.release(sender, target, attempt)
         if (sender, (target, attempt)) != (self.s.answered_to, self.s.answered):
             self.s.aborted.add((sender, target, attempt))  # its prepare is late
-            # (or, under primary partition, the flush we answered before the one we
-            # froze for: the last open one given up, we are back in our view)
-            last = not self.s.config.evs and self.s.flush is None
+            # (or the flush we answered before the one we froze for: the last open one
+            # given up, we are back in our view — not while a merge holds us)
+            last = self.s.flush is None and self.s.merging is None
             return self.unfreeze() if last else []
         return self.unfreeze()
 

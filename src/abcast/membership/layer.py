@@ -39,9 +39,9 @@ policy: "primary" (only a coordinator that hears a majority of its view goes on)
    suspects). Each *freezes* — the ordering is fed nothing more: its packets are
    buffered, its broadcasts queued — and answers `MState` with the ordering's report
    (abcast.membership.api): what it delivered and holds of the view. It resumes that
-   view only once every flush it answered is given up (`MAbort`; primary partition:
-   one whose coordinator it suspected may have installed a view with its report,
-   `pledged`); a coordinator sends the abort of every attempt it drops.
+   view only once every flush it answered is given up (`MAbort`; one whose
+   coordinator it suspected may have installed a view with its report, `pledged`,
+   under evs too); a coordinator sends the abort of every attempt it drops.
 2. With every report, the coordinator asks the ordering to `settle` them: the messages
    of the closing view every survivor delivers, in order — everything any survivor
    delivered among them. `MInstall` carries them and the next members (the proposed
@@ -463,7 +463,7 @@ class Membership(Layer):
         if install.attempt not in self.s.answered_for.get(install.view_id, ()):
             return []  # a flush this member left for a newer one
         # still frozen for the flush we answered since, unless it was given up
-        open_ = self.config.evs or (self.s.answered_to, *self.s.answered) in self.s.pledged
+        open_ = (self.s.answered_to, *self.s.answered) in self.s.pledged
         still_frozen = self.s.answered[0] > install.view_id and open_
         self.s.answered_for = {t: a for t, a in self.s.answered_for.items()
                               if t > install.view_id}
@@ -498,22 +498,17 @@ class Membership(Layer):
             self.s.answered_for = {}
             self.s.pledged = set()
             still_frozen = self.s.frozen = False
-        given_up = False
         if still_frozen and self.s.answered_to == self.node:
             # Our own flush was for a later view, from the one we were in: `adopt` gave
             # it up (its coordinator handed us this install, FlushCoordinator.on_state).
-            # Unfrozen here, `recheck` starts the flush this view calls for (under evs
-            # too: frozen with no flush of our own, nothing else would thaw us). Its
-            # members that answered are told (else they stay frozen for it) — not under
-            # evs, where nothing is pledged: an abort would thaw in the old view those
-            # that answered this view's flush too, and they would deliver there what its
-            # outcome left out. There they stay frozen, and our next flush (a higher
-            # attempt) prepares them again and hands them this install.
-            if ours is not None and not self.config.evs:
+            # Unfrozen here, `recheck` starts the flush this view calls for. Its members
+            # that answered are told (else they stay frozen for it); one that answered
+            # this view's flush too stays frozen for its install (`pledged`, under evs
+            # too) rather than deliver in the old view what its outcome left out.
+            if ours is not None:
                 others = tuple(m for m in ours.members if m != self.node)
                 if others:
                     effects.append(Multicast(others, MAbort(ours.target, ours.attempt)))
-            given_up = self.config.evs
             self.s.answered_for.pop(self.s.answered[0], None)
             self.s.pledged = set()
             still_frozen = self.s.frozen = False
@@ -525,11 +520,7 @@ class Membership(Layer):
         # A prepare held back while a member lower than its sender was trusted, which
         # this view leaves out, is answered now (else its coordinator waits on us).
         effects += self.answers.retry_deferred()
-        again = self.recheck()
-        if given_up and not again and self.s.flush is None and not self.s.frozen:
-            # (nothing calls for a flush, but the members of ours wait for one)
-            again = self.coordinator.maybe_coordinate(new.view_id + 1)
-        return effects + again
+        return effects + self.recheck()
 
     def recheck(self) -> list[Effect]:
         """Once a view is settled (a flush's install, a merge's, a merge given up): the

@@ -7,8 +7,9 @@ control traffic); the leader, once it holds a report from every member of the vi
 hands down the minimum over them (`MStable` down) and every ordering drops that from its
 view's log (`forget`), so a flush carries only what some member may lack. Nothing is
 forgotten while frozen. On the same period a member frozen for a flush whose
-coordinator it suspects since (primary partition, `pledged`), with no flush of its own,
-asks every member it trusts for the install it may have missed (`ask_for_install`).
+coordinator it suspects since (`pledged`), with no flush of its own, asks every member it
+trusts for the install it may have missed (`ask_for_install`; primary partition only:
+under evs its side goes on, and the next coordinator's flush hands it that install).
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ class Stability(Part):
         others only (a partition cut it off), and a view behind we cannot form a majority
         to ask for it by a prepare. Every period, a state for no flush (attempt 0) to each
         member we trust: one that installed a later view hands us its last install
-        (FlushCoordinator.on_state); the others ignore it."""
+        (FlushCoordinator.on_state); the others ignore it. Primary partition only
+        (evs keeps pledges too, but not this traffic): under evs a side needs no
+        majority, and its next coordinator's flush prepares us and hands that install
+        over the same way."""
         view, s = self.s.view, self.s
-        if (view is None or not s.frozen or s.flush is not None
+        if (view is None or not s.frozen or s.flush is not None or s.config.evs
                 or s.status not in ("member", "leaving")):
             return []
         lost = [t for c, t, _ in s.pledged if c in s.suspects and c != self.s.node]
