@@ -62,7 +62,7 @@ class _Script(Layer):
 
     def __init__(self, node: NodeId) -> None:
         super().__init__(node)
-        self.snapshots: list[tuple[int, bytes]] = []
+        self.answered: list[tuple[int, bytes]] = []
 
     def handle(self, event: Event, now: int) -> list[Effect]:
         match event:
@@ -72,7 +72,7 @@ class _Script(Layer):
                 return [Deliver(self.node, seq, pack(1, [b"m1"])), TakeSnapshot(7),
                         Deliver(self.node, seq + 100, pack(2, [b"m2"]))]
             case SnapshotTaken(token, state):
-                self.snapshots.append((token, state))
+                self.answered.append((token, state))
                 return []
             case JoinRequested(contacts):
                 view = View(5, (self.node, *contacts))
@@ -153,7 +153,7 @@ def test_a_snapshot_holds_exactly_the_deliveries_before_it() -> None:
 
     _broadcast_snap(driver)
     assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
-    assert layer.snapshots == [(7, b"m1")]  # m2 came after the cut
+    assert layer.answered == [(7, b"m1")]  # m2 came after the cut
     assert driver.snapshots == 1
 
 
@@ -230,7 +230,7 @@ def test_without_hooks_a_snapshot_is_empty_and_a_state_is_ignored() -> None:
         driver.join(("n2",))
 
     asyncio.run(main())
-    assert layer.snapshots == [(7, b"")]
+    assert layer.answered == [(7, b"")]
     assert driver.view_id == 5
 
 
@@ -558,7 +558,7 @@ def test_a_delivery_callback_that_raises_loses_nothing_after_it(
 
     _broadcast_snap(driver)  # an escaping exception would lose the rest
     assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
-    assert layer.snapshots == [(7, b"m1")]
+    assert layer.answered == [(7, b"m1")]
     assert driver.app_errors == 2 and driver.delivered == 2 and not driver.closed
     (first, second) = _errors(caplog)  # the 1st and 2nd failures are both logged
     assert "on_deliver raised RuntimeError: cannot take m1" in first.getMessage()
@@ -588,7 +588,7 @@ def test_a_failed_snapshot_is_not_answered_and_the_deliveries_go_on(
     driver, layer, _ = _driver(app)
 
     _broadcast_snap(driver)
-    assert layer.snapshots == []  # no state handed to the joiner: not a wrong one
+    assert layer.answered == []  # no state handed to the joiner: not a wrong one
     assert driver.snapshots == 0 and driver.app_errors == 1
     assert app.log == ["view 1", "deliver m1", "snapshot", "deliver m2"]
     (record,) = _errors(caplog)
