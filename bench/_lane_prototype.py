@@ -14,7 +14,8 @@ the channel's steady-state shortcuts (`pass_up`); the membership layer's steady 
 ordering's `handle`; the ordering's non-control `Multicast`s through the channel's and
 the detector's `pass_down_each`/`pass_down`, encoded and written to each peer's socket
 at once when its queue is empty (else through `Node.transmit`); its `Deliver`s through
-the driver's `_deliver`. Whatever leaves that path — a shortcut refused, a membership
+the driver's `_deliver`, before the writes (as the driver carries them out for a quick
+application). Whatever leaves that path — a shortcut refused, a membership
 packet, an effect of another kind — is routed as the stack would from that layer on.
 What it skips: the transport's `deliver_all` loop and `Node._on_frame`, the stack's
 event queue and routing, the driver's carry-out, and the transport's send, cork and
@@ -67,11 +68,13 @@ def _hand_over(driver: Any, stack: Any, index: int, event: Any, now: int) -> Non
 
 def _emit(node: Any, driver: Any, stack: Any, effects: list[Effect], now: int) -> None:
     detector, channel, _ = stack.layers
-    delivered = []
+    for effect in effects:  # deliveries first, as the driver does for a quick application
+        if type(effect) is Deliver:
+            driver._deliver(effect)
     for effect in effects:
         if type(effect) is Deliver:
-            delivered.append(effect)
-        elif type(effect) is Multicast and not effect.control:
+            continue
+        if type(effect) is Multicast and not effect.control:
             packet = Packet((effect.header, *effect.inner.headers), effect.inner.payload)
             heads = channel.pass_down_each(effect.to, packet, now)
             if heads is None:
@@ -83,8 +86,6 @@ def _emit(node: Any, driver: Any, stack: Any, effects: list[Effect], now: int) -
                     (below, head, *packet.headers), packet.payload)))
         else:
             raise RuntimeError(f"the lane prototype cannot route {effect!r}")
-    for delivery in delivered:
-        driver._deliver(delivery)
     driver._pressure = None
 
 

@@ -21,6 +21,9 @@ processes' PYTHONPATH wraps a few methods (nothing in abcast knows of it):
   (one hop) and at the members (two: data to the sequencer, its order back).
 - `--lane` adds, per round, an abcast run with the steady-state lane prototype
   installed in its node processes (bench/_lane_prototype.py): what a lane in Python buys.
+- `--tree DIR ...` adds, per round, an abcast run from each of these checkouts (`git
+  worktree add /tmp/before <commit>`): two commits compared in the same rounds, each
+  variant's p50 also as its ratio to abcast's of the same round (the median printed).
 - `--strip` adds, per round, abcast runs with layers taken out of every stack (the
   failure detector, the reliable channel, the membership layer, then all three: only the
   ordering core is left). A measurement, not a protocol: the run is fault-free and TCP
@@ -35,7 +38,7 @@ the one-hop pairs and the two-hop ones, which is why the pair table is printed. 
 benchmark, not a test: it asserts nothing about time.
 
     .venv/bin/python bench/lone_path.py [--rounds 3] [--messages 3000] [--loop uvloop]
-                                        [--strip] [--lane]
+                                        [--strip] [--lane] [--tree DIR ...]
 """
 
 from __future__ import annotations
@@ -195,12 +198,20 @@ async def lone_run(messages: int, loop: str, floor: bool, spans_dir: Path | None
                    strip: str = "") -> float:
     """One serial run; its p50 in µs. With `spans_dir`, the node processes write what the
     sitecustomize measured there (one JSON file each). `strip` "lane": abcast with the
-    lane prototype installed (bench/_lane_prototype.py), else the layers to take out."""
+    lane prototype installed (bench/_lane_prototype.py); "tree:<dir>": abcast from that
+    checkout's src; else the layers to take out."""
     env = ({"ABCAST_LONE_PATH_LANE": str(Path(__file__).parent)} if strip == "lane"
            else {"ABCAST_LONE_PATH_STRIP": strip})
     if spans_dir is not None:
         env["ABCAST_LONE_PATH_DIR"] = str(spans_dir)
-    p50 = (await serial_run(messages, loop, floor, env)).summary()["latency_p50_us"]
+    saved = os.environ["PYTHONPATH"]
+    if strip.startswith("tree:"):  # the sitecustomize's directory first, as in main()
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            (saved.split(os.pathsep)[0], str(Path(strip[5:]) / "src")))
+    try:
+        p50 = (await serial_run(messages, loop, floor, env)).summary()["latency_p50_us"]
+    finally:
+        os.environ["PYTHONPATH"] = saved
     if not isinstance(p50, float):
         raise SystemExit(f"the {'floor' if floor else 'sequencer'} run measured no latency")
     return p50
@@ -234,11 +245,12 @@ async def main(args: argparse.Namespace) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     variants = (VARIANTS if args.strip else VARIANTS[:1]) + (
-        (("lane prototype", "lane"),) if args.lane else ())
+        (("lane prototype", "lane"),) if args.lane else ()) + tuple(
+        (Path(tree).name or tree, "tree:" + tree) for tree in args.tree)
     runs = [("floor", None), *variants]
     p50s: dict[str, list[float]] = {label: [] for label, _ in runs}
     per_stretch: dict[tuple[int, str], list[float]] = {}
-    pairs: dict[str, dict[tuple[str, str], list[float]]] = {"floor": {}, "abcast": {}}
+    pairs: dict[str, dict[tuple[str, str], list[float]]] = {label: {} for label, _ in runs}
     for round_ in range(args.rounds):
         for label, strip in runs if round_ % 2 == 0 else runs[::-1]:
             files_dir = Path(tempfile.mkdtemp(prefix="lone-path-"))
@@ -264,12 +276,15 @@ async def main(args: argparse.Namespace) -> None:
     ours = statistics.median(p50s["abcast"])
     print(f"\nmedians over {args.rounds} rounds ({args.loop}): floor p50 {floor_p50:.0f} µs,"
           f" sequencer p50 {ours:.0f} µs ({ours / floor_p50:.2f}x the floor)")
-    if args.strip or args.lane:
+    if len(variants) > 1:
         print("variants (p50, and what each saves):")
         for label, _ in variants[1:]:
             p50 = statistics.median(p50s[label])
+            ratio = statistics.median(
+                a / b for a, b in zip(p50s[label], p50s["abcast"], strict=True))
             print(f"  {label:<14} {p50:6.0f} µs  {p50 / floor_p50:5.2f}x the floor"
-                  f"  {ours - p50:+6.0f} µs")
+                  f"  {ours - p50:+6.0f} µs; its p50 ÷ abcast's in each round, median "
+                  f"{ratio:.3f}")
     print("each node process's median stretch (µs), the sequencer first:")
     for rank in range(3):
         cells: list[str] = []
@@ -280,13 +295,13 @@ async def main(args: argparse.Namespace) -> None:
         name = "sequencer" if rank == 0 else f"member {rank}"
         print(f"  {name:<10} " + ",  ".join(cells))
     print("each (receiver ← origin) pair's p50 (µs); S the sequencer, M1 and M2 members:")
-    print(f"  {'pair':<9} {'hops':<7} {'floor':>7} {'abcast':>7}")
+    print(f"  {'pair':<9} {'hops':<7} " + " ".join(f"{label[:12]:>12}" for label, _ in runs))
     for receiver, origin, hops in PAIRS:
-        cells = []  # floor, abcast
-        for label in ("floor", "abcast"):
+        cells = []  # floor, abcast, the variants
+        for label, _ in runs:
             values = pairs[label].get((receiver, origin))
-            cells.append(f"{statistics.median(values):7.0f}" if values else f"{'-':>7}")
-        print(f"  {receiver + ' ← ' + origin:<9} {hops:<7} {cells[0]} {cells[1]}")
+            cells.append(f"{statistics.median(values):12.0f}" if values else f"{'-':>12}")
+        print(f"  {receiver + ' ← ' + origin:<9} {hops:<7} " + " ".join(cells))
 
 
 if __name__ == "__main__":
@@ -296,6 +311,9 @@ if __name__ == "__main__":
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument("--strip", action="store_true",
                         help="also run abcast with layers taken out (see the docstring)")
+    parser.add_argument("--tree", nargs="*", default=[], metavar="DIR",
+                        help="also run abcast from each of these checkouts (its src on "
+                             "PYTHONPATH): another commit in the same rounds")
     parser.add_argument("--lane", action="store_true",
                         help="also run abcast with bench/_lane_prototype.py installed")
     asyncio.run(main(parser.parse_args()))
