@@ -812,6 +812,22 @@ class _LateSafePoint:
         assert isinstance(install, MInstall) and install.outcome == []  # m is left out
         return install
 
+    def n2_flushes_both(self) -> tuple[MInstall, View, list[Effect]]:
+        """After `flush_n0_out`: n1's install reaches n3 only, and n3 and n4 suspect n1;
+        n2 coordinates from `before`, n4 answers from there, n3 from `first`. Returns
+        n1's install, `first` and n2's effects on the last state (its catch-up: it asks
+        n3 for the install and gives its flush up)."""
+        install = self.flush_n0_out()
+        self.feed("n3", "n1", install, 6)
+        for n in ("n3", "n4"):
+            self.feed(n, "n1", None, 10)
+        _, again = _sent(self.feed("n2", "n1", None, 10), MPrepare)[-1]
+        [(_, from_before)] = _sent(self.feed("n4", "n2", again, 11), MState)
+        [(_, from_first)] = _sent(self.feed("n3", "n2", again, 11), MState)
+        self.feed("n2", "n4", from_before, 12)
+        first = View(install.view_id, tuple(install.members))
+        return install, first, self.feed("n2", "n3", from_first, 12)
+
 
 def test_members_of_a_given_up_catch_up_flush_stay_frozen_under_evs() -> None:
     """n0, the sequencer of `before`, numbers its m; every member holds it and acks, and
@@ -827,17 +843,8 @@ def test_members_of_a_given_up_catch_up_flush_stay_frozen_under_evs() -> None:
     delivered there."""
     scene = _LateSafePoint()
     layers, went, feed = scene.layers, scene.went, scene.feed
-    install = scene.flush_n0_out()
-    feed("n3", "n1", install, 6)
-    first = View(install.view_id, tuple(install.members))
+    _, first, effects = scene.n2_flushes_both()
     assert layers["n3"].view == first
-    for n in ("n3", "n4"):
-        feed(n, "n1", None, 10)
-    _, again = _sent(feed("n2", "n1", None, 10), MPrepare)[-1]
-    [(_, from_before)] = _sent(feed("n4", "n2", again, 11), MState)
-    [(_, from_first)] = _sent(feed("n3", "n2", again, 11), MState)
-    feed("n2", "n4", from_before, 12)
-    effects = feed("n2", "n3", from_first, 12)
     for to, abort in _sent(effects, MAbort):
         if "n4" in to:
             feed("n4", "n2", abort, 13)
@@ -1114,16 +1121,7 @@ def test_a_catch_up_given_up_for_a_restored_node_leaves_nobody_frozen_under_evs(
     and then goes on in `first`, as n3 and n2 do."""
     scene = _LateSafePoint()
     layers, went, feed = scene.layers, scene.went, scene.feed
-    install = scene.flush_n0_out()
-    first = View(install.view_id, tuple(install.members))
-    feed("n3", "n1", install, 6)
-    for n in ("n3", "n4"):
-        feed(n, "n1", None, 10)
-    _, again = _sent(feed("n2", "n1", None, 10), MPrepare)[-1]
-    [(_, from_before)] = _sent(feed("n4", "n2", again, 11), MState)
-    [(_, from_first)] = _sent(feed("n3", "n2", again, 11), MState)
-    feed("n2", "n4", from_before, 12)
-    effects = feed("n2", "n3", from_first, 12)
+    install, first, effects = scene.n2_flushes_both()
     assert _sent(scene.handle("n2", Restored("n1"), 13), MAbort) == []  # (no flush now)
     for to, abort in _sent(effects, MAbort):
         for n in to:  # type: ignore[attr-defined]
