@@ -5,12 +5,12 @@ tests/sim/test_evs_sim.py."""
 from __future__ import annotations
 
 from abcast.codec import EMPTY, Packet
-from abcast.effects import Deliver, Effect, Send
-from abcast.events import Received, ViewInstalled
+from abcast.effects import Deliver, Effect, Multicast, Send
+from abcast.events import Excluded, Received, ViewInstalled
 from abcast.ids import View
 from abcast.membership import Membership, MembershipConfig
 from abcast.membership.merge import evs_view_id
-from abcast.membership.wire import MAbort, MMergePrepare, MMergeState, MPrepare, MState
+from abcast.membership.wire import MAbort, MInstall, MMergePrepare, MMergeState, MPrepare, MState
 from abcast.ordering.sequencer import Sequencer
 from abcast.ordering.sequencer_wire import SData, SOrder
 
@@ -55,3 +55,34 @@ def test_a_late_abort_of_the_flush_answered_does_not_thaw_a_member_a_merge_holds
     effects = n3.handle(Received("n1", SOrder(1, [("n1", 1)]), EMPTY), 6)
     assert not [e for e in effects if isinstance(e, Deliver)]  # held for the merge
     assert n3.s.buffered
+
+
+def test_a_member_pledged_to_a_coordinator_that_left_it_out_goes_on_under_evs() -> None:
+    """Liveness of the pledges when the coordinator is cut off, not crashed: n2 and n3
+    answer n1's flush (n1 the lowest member, trusted); n1 suspects them, gives that
+    flush up (its abort lost in the cut) and installs a view of its own. Under evs
+    nothing asks for a missed install (`ask_for_install` is primary's), and n2 and n3
+    may hear n1 again (its probes) before they suspect it: what releases them is n1's
+    "not a member" (the detector's `Excluded`, or a farewell) — they go on without it,
+    n2 coordinates their side, and its install settles n1's pledged flush."""
+    n2, n3 = _evs("n2"), _evs("n3")
+    target = evs_view_id(VIEW.view_id + 1, "n1")
+    prepare = MPrepare(target, 1, list(VIEW.members))
+    for layer in (n2, n3):
+        assert _headers(layer.handle(Received("n1", prepare, EMPTY), 1), MState)
+        assert layer.frozen and layer.s.pledged == {("n1", target, 1)}
+    apart = evs_view_id(target + 1, "n1")  # n1's view without them
+    n3.handle(Excluded("n1", apart), 10)
+    effects = n2.handle(Excluded("n1", apart), 10)
+    *_, again = [e.header for e in effects  # (re-aimed past n1's target: it answered it)
+                 if isinstance(e, Multicast) and isinstance(e.header, MPrepare)]
+    assert isinstance(again, MPrepare) and again.members == ["n2", "n3"]
+    assert again.target > target
+    [state] = _headers(n3.handle(Received("n2", again, EMPTY), 11), MState)
+    effects = n2.handle(Received("n3", state, EMPTY), 12)
+    [install] = [e.header for e in effects
+                 if isinstance(e, Multicast) and isinstance(e.header, MInstall)]
+    n3.handle(Received("n2", install, EMPTY), 13)
+    for layer in (n2, n3):
+        assert layer.view is not None and layer.view.members == ("n2", "n3")
+        assert not layer.frozen and not layer.s.pledged
