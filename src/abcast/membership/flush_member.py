@@ -143,9 +143,8 @@ class FlushMember(Part):
         if (sender, (target, attempt)) != (self.s.answered_to, self.s.answered):
             self.s.aborted.add((sender, target, attempt))  # its prepare is late
             # (or the flush we answered before the one we froze for: the last open one
-            # given up, we are back in our view — not while a merge holds us)
-            last = self.s.flush is None and self.s.merging is None
-            return self.unfreeze() if last else []
+            # given up, we are back in our view)
+            return self.unfreeze() if self.s.flush is None else []
         return self.unfreeze()
 
     def unfreeze(self) -> list[Effect]:
@@ -153,9 +152,14 @@ class FlushMember(Part):
         unless another flush we gave our state to may have installed a view with it
         (`pledged`: its coordinator suspected since, its install not here yet). Its
         members went on from our report: what we delivered more here, they never would.
-        Frozen, we wait for its install, its abort or a flush that settles the view."""
+        Frozen, we wait for its install, its abort or a flush that settles the view.
+        Not while a merge holds us (`merging`: frozen for it, our report is its): an
+        abort then is stale — of the flush we answered last, say, released already by
+        its coordinator's later attempt's abort that the channel brought first — and
+        only the merge's end thaws us (abcast.membership.merge)."""
         s = self.s
-        if not s.frozen or s.status not in ("member", "leaving") or s.pledged:
+        if (not s.frozen or s.status not in ("member", "leaving") or s.pledged
+                or s.merging is not None):
             return []
         s.frozen = False
         s.answered_for.pop(s.answered[0], None)
