@@ -128,6 +128,11 @@ def build_session(
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    running = SparkSession._instantiatedSession
+    if running is not None and running._sc._jsc is not None:
+        # As it is: the builder's getOrCreate would overwrite its SQL settings (a test's
+        # shared session with two shuffle partitions would go on with eight).
+        return running
     java_options = f"{_JVM_GC} -Dlog4j2.configurationFile=file:{_log4j2_config()}"
     # An embedded driver holds the cached tables: its heap starts at its full size, so
     # the old generation is not grown by one full collection after another as they fill.
