@@ -1,12 +1,11 @@
 """A tiny bench (2–3 nodes on the in-process mem transport, a few dozen messages: the
 same runner, launcher, workload and trace path as the real-process bench, without the
 process start-ups), its report, tiny peer runs on real processes, and — marked spark —
-the Spark check of the bench's traces."""
+the Spark check of the bench's traces (on the suite's one session)."""
 
 from __future__ import annotations
 
 import asyncio
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -72,10 +71,10 @@ def test_the_report_of_a_real_run_has_its_tables(tiny_bench: tuple[BenchResult, 
 
 
 @pytest.mark.spark
-def test_spark_checks_every_traced_run_of_the_bench(tiny_bench: tuple[BenchResult, Path]
+def test_spark_checks_every_traced_run_of_the_bench(spark: object,
+                                                    tiny_bench: tuple[BenchResult, Path]
                                                     ) -> None:
-    if shutil.which("java") is None:
-        pytest.skip("Spark needs Java on PATH")
+    """On the suite's running session (spark_check uses it and leaves it running)."""
     result, out = tiny_bench
     checked = spark_check(result, out / TRACES_DIR, "local[2]")
     assert checked.spark_error is None

@@ -156,6 +156,17 @@ def test_check_clean_dir_exits_0(spark: object, tmp_path: Path) -> None:
     assert "CAUSAL_ORDER" not in summary["violations"] and summary["examples"] == []
 
 
+def test_check_leaves_a_running_sessions_settings_alone(spark: object, tmp_path: Path) -> None:
+    """A running session is used as it is (build_session): before, the builder's
+    getOrCreate set the command's own SQL settings on it (eight shuffle partitions on the
+    tests' shared two-partition session, for every test after)."""
+    conf = spark.conf  # type: ignore[attr-defined]
+    conf.set("spark.sql.shuffle.partitions", "2")
+    result = CliRunner().invoke(check, [str(_clean_dir(tmp_path)), "--json"])
+    assert result.exit_code == 0, result.output
+    assert conf.get("spark.sql.shuffle.partitions") == "2"
+
+
 def test_check_planted_dir_exits_1_with_counts_and_examples(spark: object,
                                                             tmp_path: Path) -> None:
     scenarios = [s for s in build_scenarios() if s.run_id in ("total", "agreement", "clean")]

@@ -34,6 +34,10 @@ DRIVER_MEMORY_ENV: Final = "ABCAST_SPARK_DRIVER_MEMORY"
 LOCAL_DRIVER_MEMORY: Final = "3g"
 #: the executors' heap on a cluster (Spark's default: 1g)
 EXECUTOR_MEMORY_ENV: Final = "ABCAST_SPARK_EXECUTOR_MEMORY"
+#: more options for the JVMs this module starts, after its own (the test suite sets
+#: "-XX:TieredStopAtLevel=1": its short runs of small jobs on tiny frames cost less CPU
+#: without the optimising compiler)
+JAVA_OPTIONS_ENV: Final = "ABCAST_SPARK_JAVA_OPTIONS"
 
 # Few shuffle partitions: traces are checked on one machine or a small cluster, and
 # Spark's default of 200 makes every small job pay for 200 near-empty tasks. Adaptive
@@ -128,7 +132,13 @@ def build_session(
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    java_options = f"{_JVM_GC} -Dlog4j2.configurationFile=file:{_log4j2_config()}"
+    running = SparkSession._instantiatedSession
+    if running is not None and running._sc._jsc is not None:
+        # As it is: the builder's getOrCreate would overwrite its SQL settings (a test's
+        # shared session with two shuffle partitions would go on with eight).
+        return running
+    java_options = (f"{_JVM_GC} -Dlog4j2.configurationFile=file:{_log4j2_config()} "
+                    f"{os.environ.get(JAVA_OPTIONS_ENV, '')}").rstrip()
     # An embedded driver holds the cached tables: its heap starts at its full size, so
     # the old generation is not grown by one full collection after another as they fill.
     driver_options = (f"{java_options} -Xms{driver_memory}"
