@@ -161,6 +161,17 @@ class _LateSafePoint:
         assert isinstance(install, MInstall) and install.outcome == []  # m is left out
         return install
 
+    def stays_frozen_on_aborts_and_late_safe_point(
+            self, member: str, effects: list[Effect], now: int) -> None:
+        """`member` hears n2's aborts among `effects` addressed to it, then n0's safe
+        point (announced before the cut): it stays frozen and delivers nothing (thawed,
+        it delivered m in `before`, which the next view's outcome left out)."""
+        for to, abort in _sent(effects, MAbort):
+            if member in to:  # type: ignore[operator]
+                self.feed(member, "n2", abort, now)
+        self.feed(member, "n0", SSafe(1), now + 1)
+        assert self.went[member] == [] and self.layers[member].frozen
+
     def n2_flushes_both(self) -> tuple[MInstall, View, list[Effect]]:
         """After `flush_n0_out`: n1's install reaches n3 only, and n3 and n4 suspect n1;
         n2 coordinates from `before`, n4 answers from there, n3 from `first`. Returns
@@ -194,11 +205,7 @@ def test_members_of_a_given_up_catch_up_flush_stay_frozen_under_evs() -> None:
     layers, went, feed = scene.layers, scene.went, scene.feed
     _, first, effects = scene.n2_flushes_both()
     assert layers["n3"].view == first
-    for to, abort in _sent(effects, MAbort):
-        if "n4" in to:
-            feed("n4", "n2", abort, 13)
-    feed("n4", "n0", SSafe(1), 14)  # n0's safe point, announced before the cut
-    assert went["n4"] == [] and layers["n4"].frozen  # (was [(3, "n0", 1)], thawed)
+    scene.stays_frozen_on_aborts_and_late_safe_point("n4", effects, 13)
     # n3 hands n2 the install; n2 flushes from `first`; n4 is handed that install
     [(_, probe)] = _sent(effects, MPrepare)
     [(_, missed)] = _sent(feed("n3", "n2", probe, 15), MInstall)
@@ -232,11 +239,7 @@ def test_a_coordinator_handed_a_late_install_does_not_thaw_its_members_under_evs
     feed("n2", "n3", state, 12)  # (n4's state is still to come)
     effects = feed("n2", "n1", install, 13)
     assert layers["n2"].view == first
-    for to, header in _sent(effects, MAbort):
-        if "n3" in to:
-            feed("n3", "n2", header, 14)
-    feed("n3", "n0", SSafe(1), 15)  # n0's safe point, announced before the cut
-    assert went["n3"] == [] and layers["n3"].frozen  # (was [(3, "n0", 1)], thawed)
+    scene.stays_frozen_on_aborts_and_late_safe_point("n3", effects, 14)
     _, prepare = _sent(effects, MPrepare)[-1]  # n2's flush from `first`
     assert prepare.attempt > again.attempt and "n3" in prepare.members
     [(_, state)] = _sent(feed("n3", "n2", prepare, 16), MState)
