@@ -329,8 +329,9 @@ class GroupDriver:
         its runs of packets do (moving averages of both, `_deliver_us` and
         `_packets_us`): the quicker of the two goes first, so the other waits less. A
         quick application is not kept waiting for writes that wake its peers (at a
-        sequencer, its delivery of a member's message: measured 5-10 % of the lone
-        message's p50, docs/performance.md §3); a slow one does not hold up the group,
+        sequencer, its delivery of a member's message: 7-10 % of the lone message's p50
+        on a busy machine, nothing measurable on a quiet one, docs/performance.md §3);
+        a slow one does not hold up the group,
         which gets its packets first. Nothing the application sees moves: deliveries
         keep their order and still come before any view, state, snapshot or control
         packet after them, and timers keep theirs.
