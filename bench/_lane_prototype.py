@@ -9,20 +9,20 @@ they mean something on a loaded machine too):
 Rules: for a frame of a group whose stack is [detector, channel, membership(ordering)]
 and a broadcast of such a group, the prototype does in one function what the stack and
 the runtime do in many: the envelope and the headers decoded once; the detector's and
-the channel's steady-state shortcuts (`pass_up`); the membership layer's steady check
-(a member, not frozen, no membership header, a sender in the view) and straight to the
+the channel's steady-state shortcuts (`pass_up`); the membership layer's steady check (a
+member, not frozen, no membership header, a sender in the view) and straight to the
 ordering's `handle`; the ordering's non-control `Multicast`s through the channel's and
 the detector's `pass_down_each`/`pass_down`, encoded and written to each peer's socket
 at once when its queue is empty (else through `Node.transmit`); its `Deliver`s through
-the driver's `_deliver`, before the writes (as the driver carries them out for a quick
-application). Whatever leaves that path — a shortcut refused, a membership
-packet, an effect of another kind — is routed as the stack would from that layer on.
-What it skips: the transport's `deliver_all` loop and `Node._on_frame`, the stack's
-event queue and routing, the driver's carry-out, and the transport's send, cork and
-per-turn flush (so a turn's frames to one peer are not coalesced: fine for a lone
-message, wrong under load). Correct for a fault-free run of the sequencer; not tested
-against the stack beyond that, and never to be shipped as it is.
-"""
+the driver's `_deliver`, before the writes (the driver carries them out after its
+packets: docs/performance.md §3 has both orders measured). Whatever leaves that path — a
+shortcut refused, a membership packet, an effect of another kind — is routed as the
+stack would from that layer on. What it skips: the transport's `deliver_all` loop and
+`Node._on_frame`, the stack's event queue and routing, the driver's carry-out, and the
+transport's send, cork and per-turn flush (so a turn's frames to one peer are not
+coalesced: fine for a lone message, wrong under load). Correct for a fault-free run of
+the sequencer; not tested against the stack beyond that, and never to be shipped as it
+is."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def _hand_over(driver: Any, stack: Any, index: int, event: Any, now: int) -> Non
 
 def _emit(node: Any, driver: Any, stack: Any, effects: list[Effect], now: int) -> None:
     detector, channel, _ = stack.layers
-    for effect in effects:  # deliveries first, as the driver does for a quick application
+    for effect in effects:  # deliveries first (the driver's own order is packets first)
         if type(effect) is Deliver:
             driver._deliver(effect)
     for effect in effects:

@@ -328,11 +328,10 @@ def test_without_a_hook_the_first_sides_state_is_kept() -> None:
 
 
 # ---------------------------------------------------------------- output order, batching
-# The driver carries timers out after the protocol packets that follow them, and a
-# delivery too while the application's callbacks take longer than the packets do (the
-# quicker of the two goes first), but a delivery always before any view, state, snapshot
-# or control packet after it; and `send_queued` sends a turn's broadcasts at once, as one
-# batch, except from inside an application callback.
+# The driver carries a delivery out only after the protocol packets and timers that
+# follow it (the group should not wait for this node's application), but before any
+# view, state, snapshot or control packet after it; and `send_queued` sends a turn's
+# broadcasts at once, as one batch, except from inside an application callback.
 
 
 class _Announcer(Layer):
@@ -357,36 +356,15 @@ class _Announcer(Layer):
         return []
 
 
-class _StepClock(MonotonicClock):
-    """A clock that moves only when told (`took`): how long the application's callbacks
-    and the host's sends take is the test's to say."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.t = 1_000
-
-    def now_us(self) -> int:
-        return self.t
-
-    def at_least(self, at: int) -> int:
-        self.t = max(self.t, at)
-        return self.t
-
-
 class _SendingHost(_Host):
-    """Logs what it is asked to send; each packet takes `packet_us` of its clock."""
-
     def __init__(self, log: list[str]) -> None:
         super().__init__()
         self.recorder = None
         self.log = log
-        self.clock = self.step_clock = _StepClock()
-        self.packet_us = 10
 
     def transmit(self, dst: NodeId, data: bytes) -> None:
         control = decode_envelope(data).flags & FLAG_CONTROL
         self.log.append(f"{'ack' if control else 'send'} {dst}")
-        self.step_clock.t += self.packet_us
 
     def cork(self) -> None:
         self.log.append("cork")
@@ -396,67 +374,32 @@ class _SendingHost(_Host):
 
 
 def _announcing_driver(
-    on_deliver: Callable[[Deliver], None] | None = None, callback_us: list[int] | None = None,
+    on_deliver: Callable[[Deliver], None] | None = None,
 ) -> tuple[GroupDriver, list[str]]:
-    """The driver of an `_Announcer`; each delivery callback takes `callback_us[0]` µs
-    (0 by default) of the host's clock, each packet 10."""
     log: list[str] = []
     stack = Stack("n1", "g", [_Announcer("n1")], View(1, ("n1", "n2", "n3")))
-    host = _SendingHost(log)
 
     def deliver(d: Deliver) -> None:
         log.append(f"deliver {d.payload.decode()}")
-        host.step_clock.t += callback_us[0] if callback_us else 0
         if on_deliver is not None:
             on_deliver(d)
 
     hooks = AppHooks(on_view=lambda v: log.append(f"view {v.view_id}"))
-    return GroupDriver(host, stack, deliver, hooks), log
+    return GroupDriver(_SendingHost(log), stack, deliver, hooks), log
 
 
-#: the announcer's broadcast carried out for a quick application: in the stack's order,
-#: each run of protocol packets corked (one write per peer)
-IN_ORDER = ["deliver m1", "cork", "send n2", "send n3", "uncork", "view 2", "deliver m2",
-            "ack n2", "deliver m3", "cork", "send n2", "uncork"]
-#: ... and for a slow one: the packets go ahead of the deliveries before them, which
-#: still come before the view and the control packet after them
-PACKETS_FIRST = ["cork", "send n2", "send n3", "uncork", "deliver m1", "view 2",
-                 "deliver m2", "ack n2", "cork", "send n2", "uncork", "deliver m3"]
-
-
-def _broadcasts(driver: GroupDriver, log: list[str], count: int) -> list[list[str]]:
-    """The log of each of `count` broadcasts, one at a time."""
-    logs: list[list[str]] = []
+def test_packets_announcing_a_delivery_leave_before_the_application_hears_it() -> None:
+    driver, log = _announcing_driver()
 
     async def main() -> None:
         driver.start()
-        for _ in range(count):
-            log.clear()
-            driver.broadcast(b"x")
-            driver.send_queued()
-            logs.append(list(log))
+        log.clear()
+        driver.broadcast(b"x")
 
     asyncio.run(main())
-    return logs
-
-
-def test_a_quick_application_hears_a_delivery_before_the_packets_after_it() -> None:
-    driver, log = _announcing_driver()  # callbacks take no time, packets 10 µs each
-    assert _broadcasts(driver, log, 3) == [IN_ORDER] * 3
-
-
-def test_a_slow_application_hears_a_delivery_after_the_packets_announcing_it() -> None:
-    callback_us = [1_000]
-    driver, log = _announcing_driver(callback_us=callback_us)
-    first, *rest = _broadcasts(driver, log, 4)
-    assert first == IN_ORDER  # nothing measured yet
-    assert rest == [PACKETS_FIRST] * 3
-    # quick again: its deliveries go first again once the average says so, and stay
-    callback_us[0] = 0
-    logs = _broadcasts(driver, log, 20)
-    flipped = logs.index(IN_ORDER)
-    assert 0 < flipped < 15 and logs[flipped:] == [IN_ORDER] * (20 - flipped)
-    assert logs[:flipped] == [PACKETS_FIRST] * flipped
+    # each run of protocol packets is corked: one write per peer, before anything else
+    assert log == ["cork", "send n2", "send n3", "uncork", "deliver m1", "view 2",
+                   "deliver m2", "ack n2", "cork", "send n2", "uncork", "deliver m3"]
 
 
 def test_send_queued_sends_the_turns_broadcasts_at_once_as_one_batch() -> None:

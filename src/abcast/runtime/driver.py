@@ -17,8 +17,7 @@ layers below it did with the frame stands: `Stack.receive`), then raises the ref
 
 State transfer and membership go to the application through `AppHooks`, each at its
 exact place among the stack's outputs (outputs are carried out one at a time, in order,
-except that protocol packets go ahead of the timers before them, and of the deliveries
-before them while the application's callbacks are the slower: `_carry_out`):
+except that protocol packets go ahead of the deliveries and timers before them):
 `TakeSnapshot` is answered at once with `get_state()` (so the snapshot holds exactly the
 deliveries before it), `InstallState` calls `set_state(state)` before any delivery
 after it (a state for a node that was already a member — one the group cut off and
@@ -160,12 +159,6 @@ class GroupDriver:
         self._flush_scheduled = False  # a `_flush_soon` is due at the end of this turn
         self._applying = False  # carrying out a stack call's outputs (see send_queued)
         self._corked = False  # the host is corked for a run of packets (see _carry_out)
-        self._corked_at = 0  # when it was corked (µs)
-        #: moving averages (1/8 per sample, µs) of a delivered batch's carrying-out
-        #: (the application's callbacks) and of a run of packets' (cork to uncork), which
-        #: decide whether a delivery goes ahead of the packets after it (see _carry_out)
-        self._deliver_us = 0.0
-        self._packets_us = 0.0
         #: stack.backpressured() as of the stack's last step; None: not asked since
         self._pressure: bool | None = None
         self._timers: dict[Hashable, _Timer] = {}
@@ -321,26 +314,17 @@ class GroupDriver:
 
     def _carry_out(self, outputs: list[Output]) -> None:
         """One at a time, in order, except that protocol `Transmit`s go ahead of the
-        timers before them, and of the deliveries before them while the application is
-        the slower of the two. The stack emits a delivery (and the timers of the layers
-        above) as soon as a layer decides it, and the packets announcing it only once
-        they have come down every layer. Timer bookkeeping always waits for the packets.
-        A delivery goes first while this node's delivery callbacks take no longer than
-        its runs of packets do (moving averages of both, `_deliver_us` and
-        `_packets_us`): the quicker of the two goes first, so the other waits less. A
-        quick application is not kept waiting for writes that wake its peers (at a
-        sequencer, its delivery of a member's message: 7-10 % of the lone message's p50
-        on a busy machine, nothing measurable on a quiet one, docs/performance.md §3);
-        a slow one does not hold up the group,
-        which gets its packets first. Nothing the application sees moves: deliveries
-        keep their order and still come before any view, state, snapshot or control
-        packet after them, and timers keep theirs.
+        deliveries and timers before them: the stack emits a delivery (and the timers of
+        the layers above) as soon as a layer decides it, and the packets announcing it
+        only once they have come down every layer, so carrying them out in order would
+        make the whole group wait for this node's application callback and timer
+        bookkeeping (at the sequencer ~20 µs of a lone message's ~170). Nothing the
+        application sees moves: deliveries keep their order and still come before any
+        view, state, snapshot or control packet after them, and timers keep theirs.
 
         Each run of protocol packets is corked (`Host.cork`): a peer's packets of one
-        step leave in one write, uncorked before anything else is carried out (a
-        delivery after packets of its run waits for their uncork)."""
+        step leave in one write, uncorked before anything else is carried out."""
         host = self.host
-        deliver_now = self._deliver_us <= self._packets_us
         held: list[Output] = []  # deliveries and timers waiting for the packets after them
         for out in outputs:
             if self.closed:
@@ -351,18 +335,12 @@ class GroupDriver:
                 to = transmit.to
                 if not self._corked:
                     self._corked = True
-                    self._corked_at = host.clock.now_us()
                     host.cork()
                 if len(to) == 1:
                     self.protocol_packets += 1
                     host.transmit(to[0], transmit.data)
                 else:  # one write on udp://: one packet on the wire
                     self.protocol_packets += host.transmit_many(to, transmit.data)
-                continue
-            if kind is Deliver and deliver_now and not self._corked:
-                if held and not self._carry_out_held(held):
-                    return
-                self._deliver_timed(out)  # type: ignore[arg-type]
                 continue
             if kind is Deliver or kind is SetTimer or kind is CancelTimer:
                 held.append(out)
@@ -425,9 +403,7 @@ class GroupDriver:
 
     def _uncork(self) -> None:
         self._corked = False
-        host = self.host
-        host.uncork()
-        self._packets_us += (host.clock.now_us() - self._corked_at - self._packets_us) / 8
+        self.host.uncork()
 
     def _carry_out_held(self, held: list[Output]) -> bool:
         """Carry out (and clear) the held deliveries and timers, in their order; False
@@ -437,20 +413,13 @@ class GroupDriver:
                 return False
             kind = type(out)
             if kind is Deliver:
-                self._deliver_timed(out)  # type: ignore[arg-type]
+                self._deliver(out)  # type: ignore[arg-type]
             elif kind is SetTimer:
                 self._set_timer(out.key, out.at)  # type: ignore[union-attr]
             else:
                 self._cancel_timer(out.key)  # type: ignore[union-attr]
         held.clear()
         return not self.closed
-
-    def _deliver_timed(self, delivered: Deliver) -> None:
-        """`_deliver`, its time (callbacks included) kept in `_deliver_us`."""
-        clock = self.host.clock
-        began = clock.now_us()
-        self._deliver(delivered)
-        self._deliver_us += (clock.now_us() - began - self._deliver_us) / 8
 
     def _deliver(self, delivered: Deliver) -> None:
         """Hand the application the messages of one delivered batch, one `Deliver` each,
