@@ -29,10 +29,18 @@ LONE_CPU_S = 0.25
 #: ratios are 2.5, 2.0 and 3.0 (median 2.5), the p99 ones 3.0, 2.0, 4.0 (median 3.0)
 PAIRED_ROUNDS = ((100.0, 200.0, 250.0, 600.0), (80.0, 160.0, 160.0, 320.0),
                  (90.0, 150.0, 270.0, 600.0))
+#: the PAIRED saturation rounds, 10,000 messages offered at 3 M/s: (floor msg/s, abcast
+#: msg/s, abcast CPU s) with the floor's CPU FLOOR_SATURATION_CPU_S (2 µs a message);
+#: per round the throughput ratios are 0.75, 0.5 and 0.8 (median 0.75), the CPU ones
+#: 1.5, 2.0 and 1.3 (median 1.5)
+PAIRED_SATURATION_ROUNDS = ((80000.0, 60000.0, 0.03), (100000.0, 50000.0, 0.04),
+                            (50000.0, 40000.0, 0.026))
+FLOOR_SATURATION_CPU_S = 0.02
 
 
 def paired_runs() -> list[RunMeasurement]:
-    """The PAIRED rounds of PAIRED_ROUNDS, in the order the grid runs them."""
+    """The PAIRED rounds of PAIRED_ROUNDS, then those of PAIRED_SATURATION_ROUNDS, in the
+    order the grid runs them."""
     runs = []
     for round_, (floor_p50, floor_p99, p50, p99) in enumerate(PAIRED_ROUNDS):
         pair = [RunMeasurement(Experiment(Phase.PAIRED, "sequencer", "tcp", 3, 64, 1000,
@@ -41,6 +49,14 @@ def paired_runs() -> list[RunMeasurement]:
                                f"paired-{round_}-{floor}", Figures(5000.0, p50, p50, p99),
                                True, cpu_s=FLOOR_LONE_CPU_S if floor else LONE_CPU_S)
                 for floor, p50, p99 in ((True, floor_p50, floor_p99), (False, p50, p99))]
+        runs += pair if round_ % 2 == 0 else pair[::-1]
+    for round_, (floor_rate, rate, cpu_s) in enumerate(PAIRED_SATURATION_ROUNDS):
+        pair = [RunMeasurement(Experiment(Phase.PAIRED, "sequencer", "tcp", 3, 64, 10_000,
+                                          rate=3e6, trace=False, floor=floor, round=round_),
+                               f"paired-saturation-{round_}-{floor}",
+                               Figures(delivered, 9000.0, 8000.0, 20000.0), True, cpu_s=cpu)
+                for floor, delivered, cpu in ((True, floor_rate, FLOOR_SATURATION_CPU_S),
+                                              (False, rate, cpu_s))]
         runs += pair if round_ % 2 == 0 else pair[::-1]
     return runs
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from abcast.errors import ConfigError
+from abcast.evaluation import runner
 from abcast.evaluation.cluster import installed_event_loops
 from abcast.evaluation.grid import (
     MIDDLEWARES,
@@ -23,6 +25,8 @@ from abcast.evaluation.grid import (
     scale_only,
     verification_run,
 )
+from abcast.evaluation.results import Figures, RunMeasurement
+from abcast.evaluation.runner import BenchRunner, SilentProgress
 from abcast.ordering.registry import ORDERINGS as ORDERINGS_REGISTERED
 
 
@@ -165,26 +169,70 @@ def test_the_paired_rounds_alternate_the_sequencer_and_the_floor_back_to_back(
 ) -> None:
     grid = build_grid(spec)
     paired = grid.of(Phase.PAIRED)
-    assert len(paired) == 2 * spec.paired_rounds > 0
+    # the lone message's rounds, then the saturation run's, as many of each
+    assert len(paired) == 4 * spec.paired_rounds > 0
+    lone, saturation = paired[:2 * spec.paired_rounds], paired[2 * spec.paired_rounds:]
     loop = "uvloop" if "uvloop" in installed_event_loops() else "asyncio"
-    assert all(e.ordering == "sequencer" and e.serial and not e.trace and not e.relay
-               and not e.busy_poll_us and e.event_loop == loop and e.transport == "tcp"
-               for e in paired)
-    for round_ in range(spec.paired_rounds):
-        pair = paired[2 * round_:2 * round_ + 2]
-        assert {e.round for e in pair} == {round_}
-        # the floor first in even rounds, the sequencer first in odd ones
-        assert [e.floor for e in pair] == ([True, False] if round_ % 2 == 0 else [False, True])
+    assert all(e.ordering == "sequencer" and not e.trace and not e.relay and not e.busy_poll_us
+               and e.transport == "tcp" and e.nodes == spec.compare_nodes
+               and e.payload == spec.compare_payload for e in paired)
+    assert all(e.serial and e.event_loop == loop and e.rate is None for e in lone)
+    # the saturation run as the load curve's runs are made (the default loop, their
+    # message bound: no longer than its top run), offered above all of its rates
+    top = max(e.messages for e in grid.of(Phase.LOAD) if e.nodes == spec.compare_nodes)
+    assert all(not e.serial and e.event_loop is None and e.rate == spec.paired_rate
+               and e.messages == spec.load_messages(spec.paired_rate) <= top
+               for e in saturation)
+    assert spec.paired_rate > max(spec.load_rates)
+    for runs in (lone, saturation):
+        for round_ in range(spec.paired_rounds):
+            pair = runs[2 * round_:2 * round_ + 2]
+            assert {e.round for e in pair} == {round_}
+            assert replace(pair[0], floor=False) == replace(pair[1], floor=False)
+            # the floor first in even rounds, the sequencer first in odd ones
+            assert [e.floor for e in pair] == (
+                [True, False] if round_ % 2 == 0 else [False, True])
+    # a saturation pair is past saturation by design: a fall-over is a finding, and the
+    # runner never leaves it out as a load curve's point past the knee
+    assert all(e.open_loop_load and not e.curve_point for e in saturation)
+    assert not any(e.open_loop_load for e in lone)
     # beside the floor's other runs, in the order the runner takes the phases
     phases = [e.phase for e in grid.experiments]
     assert max(i for i, p in enumerate(phases) if p is Phase.FLOOR) < phases.index(
         Phase.PAIRED) < phases.index(Phase.LOAD)
-    assert "round 2" in paired[2].label()
+    assert "round 2" in paired[2].label() and "serial" in paired[2].label()
+    assert f"{spec.paired_rate:,.0f}/s" in saturation[2].label()
+    assert saturation[2].label() != paired[2].label()
     for without in (replace(spec, floor=False), replace(spec, paired_rounds=0),
                     replace(spec, load_orderings=("skeen",))):
         assert not build_grid(without).of(Phase.PAIRED)
     with pytest.raises(ConfigError, match="paired_rounds"):
         build_grid(replace(spec, paired_rounds=-1))
+    with pytest.raises(ConfigError, match="paired_rate"):
+        build_grid(replace(spec, paired_rate=0.0))
+
+
+def test_the_runner_makes_every_paired_saturation_run_but_cuts_a_curve_past_its_knee(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every run here delivers half its offered rate (the paired ones are offered far
+    above saturation): a load curve stops after SATURATED_AFTER such points, but each
+    PAIRED round needs both its runs, so none of them is left out."""
+    made: list[Experiment] = []
+
+    async def fake_run(exp: Experiment, *_: object, **__: object) -> RunMeasurement:
+        made.append(exp)
+        return RunMeasurement(exp, "fake", Figures(throughput=(exp.rate or 2000.0) / 2),
+                              True)
+
+    monkeypatch.setattr(runner, "run_experiment", fake_run)
+    grid = build_grid(quick_spec())
+    bench = BenchRunner(grid, tmp_path, SilentProgress())
+    paired = asyncio.run(bench._phase("paired", list(grid.of(Phase.PAIRED))))
+    assert [r.experiment for r in paired] == made == list(grid.of(Phase.PAIRED))
+    made.clear()
+    load = asyncio.run(bench._phase("load", list(grid.of(Phase.LOAD))))
+    assert len(load) == runner.SATURATED_AFTER < len(grid.of(Phase.LOAD))
 
 
 def test_open_loop_runs_get_the_shorter_timeout() -> None:
@@ -195,6 +243,10 @@ def test_open_loop_runs_get_the_shorter_timeout() -> None:
     assert floor_curve and {spec.timeout_of(e) for e in floor_curve} == {10.0}
     others = [e for e in grid.experiments if not e.open_loop_load and e.phase is not Phase.SCALE]
     assert {spec.timeout_of(e) for e in others} == {100.0}
+    # a paired saturation run stuck past saturation holds the bench no longer than a
+    # load curve's
+    paired = [e for e in grid.of(Phase.PAIRED) if e.rate is not None]
+    assert paired and {spec.timeout_of(e) for e in paired} == {10.0}
     twin = verification_run(grid.of(Phase.LOAD)[0], spec)
     assert spec.timeout_of(twin) == 100.0  # at the knee it must finish: no excuse
     # 16 processes take most of a minute to start on a loaded machine: their own timeout

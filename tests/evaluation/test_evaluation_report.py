@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from evaluation_fakes import OVERHEAD_US, T_MSG_US, fake_result
 
+from abcast.evaluation.analysis import paired_lone, paired_saturation
 from abcast.evaluation.cli import bench_failed, summary_lines
 from abcast.evaluation.grid import Phase
 from abcast.evaluation.report import render_markdown, write_report
@@ -103,7 +105,7 @@ def test_the_paired_rounds_give_the_median_of_each_rounds_ratio() -> None:
     summary = "\n".join(summary_lines(fake_result()))
     assert ("sequencer n=3: lone message paired with the floor on uvloop, 3 rounds back to "
             "back: p50 2.50× (per round 2.50, 2.00, 3.00), p99 3.00×, CPU per message 2.50× "
-            "the floor's (medians)") in summary
+            "the floor's (medians: the figures to quote)") in summary
 
 
 def test_a_paired_round_with_an_unclean_run_is_left_out_of_the_medians() -> None:
@@ -117,6 +119,55 @@ def test_a_paired_round_with_an_unclean_run_is_left_out_of_the_medians() -> None
     assert "| median |  |  | 2.75× | 3.50× | 2.50× |" in paired  # rounds 1 and 3 only
     assert "1 round(s) left out" in paired
     assert bench_failed(replace(result, runs=tuple(runs)))  # a lone run that did not finish
+
+
+def test_the_paired_saturation_rounds_give_the_median_of_each_rounds_ratio() -> None:
+    page = render_markdown(fake_result())
+    load = _section(page, "## Throughput vs offered load")
+    paired = load[load.index("### Saturation paired with the floor"):]
+    assert "back to back, in 3 rounds" in paired and "the figure to quote" in paired
+    # round 2 (abcast ran first): 50,000 over 100,000; CPU 4 µs a message over 2
+    assert "| 2 | 100,000 | 50,000 | 0.500 | 2.00 | 4.00 | 2.00× |" in paired
+    assert "| median |  |  | 0.750 |  |  | 1.50× |" in paired
+    assert "left out" not in paired
+    # each kind of round has its own: the lone message's rounds hold no saturation run
+    saturation, lone = paired_saturation(fake_result()), paired_lone(fake_result())
+    assert saturation is not None and lone is not None
+    assert saturation.throughput_ratios == pytest.approx([0.75, 0.5, 0.8])
+    assert all(p.ours.experiment.serial and p.floor.experiment.serial for p in lone.rounds)
+    summary = summary_lines(fake_result())
+    assert ("sequencer n=3 tcp: saturation paired with the floor, 3 rounds back to back: "
+            "0.750 of the floor (per round 0.750, 0.500, 0.800), CPU per message 1.50× the "
+            "floor's (medians: the figures to quote)") in "\n".join(summary)
+    # the single-run row stays, and says which figure to quote
+    single = next(line for line in summary if "knee at" in line)
+    assert single.endswith("; 0.100 of the floor (single runs minutes apart: quote the "
+                           "paired median)")
+    # ...the paired line right below the curve it is the paired figure of
+    assert summary.index(single) < next(
+        i for i, line in enumerate(summary) if "saturation paired" in line)
+
+
+def test_a_paired_saturation_round_with_an_unclean_run_is_left_out_of_the_medians() -> None:
+    result = fake_result()
+    runs = list(result.runs)
+    second = next(i for i, r in enumerate(runs) if r.experiment.phase is Phase.PAIRED
+                  and r.experiment.rate is not None and r.experiment.round == 1
+                  and r.experiment.floor)
+    runs[second] = replace(runs[second], complete=False)
+    fallen = replace(result, runs=tuple(runs))
+    page = render_markdown(fallen)
+    paired = _section(page, "## Throughput vs offered load")
+    assert "| median |  |  | 0.775 |  |  | 1.40× |" in paired  # rounds 1 and 3 only
+    assert "1 round(s) left out" in paired
+    assert ("saturation paired with the floor, 2 rounds back to back, 1 left out (a run "
+            "incomplete or in violation): 0.775 of the floor (per round 0.750, 0.800)"
+            ) in "\n".join(summary_lines(fallen))
+    # the lone message's rounds are their own: all three still count
+    assert "| median |  |  | 2.50× | 3.00× | 2.50× |" in _section(
+        page, "### Paired with the floor")
+    # offered far past saturation, a run that falls over is a finding, as on a load curve
+    assert not bench_failed(fallen)
 
 
 def test_a_report_without_the_floor_leaves_its_columns_empty() -> None:

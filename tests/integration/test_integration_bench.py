@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from abcast.evaluation.analysis import load_curves, paired_lone
+from abcast.evaluation.analysis import load_curves, paired_lone, paired_saturation
 from abcast.evaluation.cluster import installed_event_loops
 from abcast.evaluation.grid import GridSpec, Phase, build_grid, scale_only
 from abcast.evaluation.report import write_report
@@ -51,6 +51,10 @@ def test_tiny_tcp_bench_runs_every_cell_clean(tmp_path: Path) -> None:
     paired = paired_lone(result)  # two rounds, both clean, each with its ratio
     assert paired is not None and len(paired.rounds) == 2 and len(paired.p50_ratios) == 2
     assert "### Paired with the floor" in page
+    saturation = paired_saturation(result)  # and as many of the saturation run
+    assert saturation is not None and len(saturation.throughput_ratios) == 2
+    assert saturation.cpu_median is not None
+    assert "### Saturation paired with the floor" in page
 
 
 SCALE_TINY = replace(

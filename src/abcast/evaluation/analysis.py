@@ -247,7 +247,8 @@ def floor_of(result: BenchResult) -> Floor:
 
 @dataclass(frozen=True, slots=True)
 class PairedRound:
-    """One PAIRED round: the floor's lone-message run and the sequencer's, back to back."""
+    """One PAIRED round: the floor's run and the sequencer's, back to back (both lone
+    messages, or both saturation runs)."""
 
     floor: RunMeasurement
     ours: RunMeasurement
@@ -262,22 +263,36 @@ class PairedRound:
 
     @property
     def cpu_ratio(self) -> float | None:
+        """CPU per message over the floor's; at the same n and with every message
+        delivered everywhere, also the ratio of CPU per delivery."""
         return ratio(cpu_us_per_message(self.ours), cpu_us_per_message(self.floor))
+
+    @property
+    def throughput_ratio(self) -> float | None:
+        """The sequencer's delivered rate over the floor's: of a saturation pair, the
+        saturation ratio issue 23 sets its target on."""
+        return ratio(self.ours.figures.throughput, self.floor.figures.throughput)
 
 
 @dataclass(frozen=True, slots=True)
-class PairedLone:
-    """The PAIRED rounds (abcast.evaluation.grid) whose two runs are both clean. Each
-    median is taken over the rounds' own ratios (abcast's over the floor's of the same
-    round), so a drift of the machine's speed between rounds cancels."""
+class Paired:
+    """The PAIRED rounds of one kind (`paired_lone`, `paired_saturation`) whose two runs
+    are both clean. Each median is taken over the rounds' own ratios (abcast's over the
+    floor's of the same round), so a drift of the machine's speed between rounds
+    cancels."""
 
     event_loop: str | None
     rounds: tuple[PairedRound, ...]
     left_out: int  # rounds with an incomplete or violating run
+    group: tuple[str, str, int]  # (ordering, transport, n) of the sequencer's runs
 
     @property
     def p50_ratios(self) -> list[float]:
-        return [r for r in (p.p50_ratio for p in self.rounds) if r is not None]
+        return _known([p.p50_ratio for p in self.rounds])
+
+    @property
+    def throughput_ratios(self) -> list[float]:
+        return _known([p.throughput_ratio for p in self.rounds])
 
     @property
     def p50_median(self) -> float | None:
@@ -291,15 +306,32 @@ class PairedLone:
     def cpu_median(self) -> float | None:
         return _median([p.cpu_ratio for p in self.rounds])
 
+    @property
+    def throughput_median(self) -> float | None:
+        return _median([p.throughput_ratio for p in self.rounds])
+
+
+def _known(values: Sequence[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
+
 
 def _median(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
+    known = _known(values)
     return median(known) if known else None
 
 
-def paired_lone(result: BenchResult) -> PairedLone | None:
-    """The PAIRED rounds, each of two clean runs; None when the bench ran none."""
-    runs = result.of(Phase.PAIRED)
+def paired_lone(result: BenchResult) -> Paired | None:
+    """The PAIRED rounds of the lone message; None when the bench ran none."""
+    return _paired([r for r in result.of(Phase.PAIRED) if r.experiment.serial])
+
+
+def paired_saturation(result: BenchResult) -> Paired | None:
+    """The PAIRED rounds of the saturation run; None when the bench ran none."""
+    return _paired([r for r in result.of(Phase.PAIRED) if r.experiment.rate is not None])
+
+
+def _paired(runs: Sequence[RunMeasurement]) -> Paired | None:
+    """`runs`' rounds, each of two clean runs."""
     if not runs:
         return None
     by_round: dict[int, dict[bool, RunMeasurement]] = {}
@@ -308,8 +340,9 @@ def paired_lone(result: BenchResult) -> PairedLone | None:
     rounds = tuple(PairedRound(pair[True], pair[False]) for _, pair in sorted(by_round.items())
                    if len(pair) == 2 and is_clean(pair[True]) and is_clean(pair[False]))
     loops = {run.experiment.event_loop for run in runs}
-    return PairedLone(loops.pop() if len(loops) == 1 else None, rounds,
-                      len(by_round) - len(rounds))
+    e = runs[0].experiment
+    return Paired(loops.pop() if len(loops) == 1 else None, rounds,
+                  len(by_round) - len(rounds), (e.ordering, e.transport, e.nodes))
 
 
 # ---------------------------------------------------------------- peers

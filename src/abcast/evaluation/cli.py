@@ -36,6 +36,7 @@ from abcast.evaluation.analysis import (
     floor_of,
     load_curves,
     paired_lone,
+    paired_saturation,
     peer_ratios,
 )
 from abcast.evaluation.grid import (
@@ -131,17 +132,32 @@ def summary_lines(result: BenchResult) -> list[str]:
                      f"{_us(run.figures.p50_us)}, p99 {_us(run.figures.p99_us)} on "
                      f"{loop or 'the default loop'}, {_us(cpu_us_per_message(run))} CPU "
                      "per message")
+    saturation = paired_saturation(result)
     for curve in load_curves(result.runs):
         _, of_floor = floor.saturation_ratio(curve)
+        paired_too = saturation is not None and bool(saturation.rounds) and (
+            curve.ordering, curve.transport, curve.nodes) == saturation.group
         lines.append(f"{curve.ordering:>15} n={curve.nodes} {curve.transport}: saturation "
                      f"{_rate(curve.knee.saturation)} msg/s, knee at "
                      f"{_rate(curve.knee.offered)} offered"
-                     + ("" if of_floor is None else f"; {of_floor:.3f} of the floor"))
+                     + ("" if of_floor is None else f"; {of_floor:.3f} of the floor")
+                     + (" (single runs minutes apart: quote the paired median)"
+                        if paired_too and of_floor is not None else ""))
         lowest = min(curve.points, key=lambda p: p.offered, default=None)
         if lowest is not None and lowest.p50_us is not None:
             lines.append(f"{curve.ordering:>15} n={curve.nodes} {curve.transport}: p50 "
                          f"{lowest.p50_us:,.0f} µs "
                          f"at {_rate(lowest.offered)} msg/s offered")
+    if saturation is not None:
+        ordering, transport, nodes = saturation.group
+        left_out = f", {saturation.left_out} left out (a run incomplete or in violation)" \
+            if saturation.left_out else ""
+        lines.append(f"{ordering:>15} n={nodes} {transport}: saturation paired with the "
+                     f"floor, {len(saturation.rounds)} rounds back to back{left_out}: "
+                     f"{_fraction(saturation.throughput_median)} of the floor (per round "
+                     f"{', '.join(f'{r:.3f}' for r in saturation.throughput_ratios)}), CPU "
+                     f"per message {_times(saturation.cpu_median)} the floor's (medians: "
+                     "the figures to quote)")
     for lone in result.of(Phase.LONE):
         e = lone.experiment
         poll = f", busy-poll {e.busy_poll_us} µs" if e.busy_poll_us else ""
@@ -161,7 +177,8 @@ def summary_lines(result: BenchResult) -> list[str]:
                      f"{paired.event_loop or 'the default loop'}, {len(paired.rounds)} "
                      f"rounds back to back: p50 {_times(paired.p50_median)} (per round "
                      f"{per_round}), p99 {_times(paired.p99_median)}, CPU per message "
-                     f"{_times(paired.cpu_median)} the floor's (medians)")
+                     f"{_times(paired.cpu_median)} the floor's (medians: the figures to "
+                     "quote)")
     for base in result.of(Phase.BASELINE):
         e = base.experiment
         p50 = base.figures.p50_us
@@ -192,6 +209,10 @@ def summary_lines(result: BenchResult) -> list[str]:
                  f"Spark checked {checked}/{len(traced)} traced runs"
                  + (f" ({result.spark_error})" if result.spark_error else ""))
     return lines
+
+
+def _fraction(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def _times(value: float | None) -> str:

@@ -21,11 +21,14 @@ grouped by `Phase`:
   (and `floor_rates` above them) at each n of the load curves on tcp — run between LONE
   and LOAD, so every saturation and lone figure has the floor of the same minutes beside
   it;
-- PAIRED: the sequencer's lone message at default settings and the floor's, run in
-  `paired_rounds` alternating rounds (floor first in even rounds, abcast first in odd)
-  on uvloop when installed — back to back, so the p50 ratio the issue's target is set
-  on is taken from runs seconds apart, and its median over the rounds is not one
-  run's luck on a VM whose speed drifts by 2× within minutes;
+- PAIRED: the two ratios issue 23 sets targets on, each taken from the sequencer's run
+  and the floor's back to back, in `paired_rounds` alternating rounds (floor first in
+  even rounds, abcast first in odd) — so each round's ratio comes from runs seconds
+  apart, and its median over the rounds is not one run's luck on a VM whose speed
+  drifts by 2× within minutes: first the lone message at default settings on uvloop
+  when installed (the p50 ratio), then the saturation run (open loop at `paired_rate`,
+  far above either's saturation, as many messages as a load-curve run at that rate,
+  the default loop: the settings the load curve's saturation row is measured with);
 - VERIFY: built later by `verification_run`, once the load curve's knee is known — the
   same offered rate again with tracing on, so Spark checks what the untraced run did;
 - SCALE: the full bench only (`scale_nodes` is empty elsewhere): per ordering of
@@ -93,7 +96,7 @@ class Experiment:
     relay: bool = False  # sequencer family: the origin sends to the sequencer only
     busy_poll_us: int = 0  # the node transports' busy-poll window; 0: they sleep when idle
     floor: bool = False  # the floor (abcast.evaluation.floor) instead of abcast
-    round: int = 0  # Phase.PAIRED: which of the alternating rounds
+    round: int = 0  # Phase.PAIRED: which of the alternating rounds (of lone or saturation runs)
 
     @property
     def variant(self) -> str:
@@ -104,9 +107,17 @@ class Experiment:
 
     @property
     def open_loop_load(self) -> bool:
-        """A run of a load curve (abcast's or the floor's): past saturation it may fall
-        over, which is a finding, not a failure."""
-        return self.phase in (Phase.LOAD, Phase.FLOOR, Phase.SCALE) and self.rate is not None
+        """A run of a load curve (abcast's or the floor's) or a saturation run (SCALE's,
+        PAIRED's): past saturation it may fall over, which is a finding, not a failure."""
+        return self.phase in (Phase.LOAD, Phase.FLOOR, Phase.SCALE, Phase.PAIRED) \
+            and self.rate is not None
+
+    @property
+    def curve_point(self) -> bool:
+        """An open-loop run the runner may leave out once its curve is past the knee
+        (abcast.evaluation.runner.SATURATED_AFTER). Not a PAIRED saturation run: it is
+        meant to be past saturation, and a round needs both of its runs."""
+        return self.open_loop_load and self.phase is not Phase.PAIRED
 
     @property
     def closed_loop(self) -> bool:
@@ -200,9 +211,12 @@ class GridSpec:
     floor: bool = True
     floor_rates: tuple[float, ...] = (3_000_000, 10_000_000)
     floor_max_messages: int = 1_000_000
-    #: rounds of the sequencer's lone message beside the floor's, back to back (PAIRED);
-    #: 0: none
+    #: rounds of the sequencer's lone message beside the floor's, back to back, and as
+    #: many of its saturation run beside the floor's (PAIRED); 0: none
     paired_rounds: int = 3
+    #: the PAIRED saturation runs' offered rate: far above the floor's saturation as well
+    #: as abcast's (past it the pacer holds the backlog, so a higher rate changes little)
+    paired_rate: float = 3_000_000.0
     peers: tuple[str, ...] = PEERS
     peer_messages: int = 3000
     peer_rate: float = 100_000.0  # offered far above any peer's capacity: its saturation
@@ -251,6 +265,8 @@ class GridSpec:
             raise ConfigError("scale_nodes must rise (the first is the model's anchor)")
         if not (self.scale_rate > 0 and math.isfinite(self.scale_rate)):
             raise ConfigError("scale_rate must be positive")
+        if not (self.paired_rate > 0 and math.isfinite(self.paired_rate)):
+            raise ConfigError("paired_rate must be positive")
         if self.sim_orderings and (self.sim_nodes < 2 or self.sim_messages < 1
                                    or self.sim_jobs < 1):
             raise ConfigError("simulated scale runs need >= 2 nodes, >= 1 message, "
@@ -399,20 +415,25 @@ def floor_runs(spec: GridSpec, loops: list[str | None]) -> list[Experiment]:
 
 
 def paired_runs(spec: GridSpec, loops: list[str | None]) -> list[Experiment]:
-    """The PAIRED rounds: the sequencer's default lone message and the floor's, back to
-    back, alternating which goes first, on uvloop when installed (the loop of issue 23's
-    target), else the first of `loops`."""
+    """The PAIRED rounds, each the floor's run and the sequencer's back to back,
+    alternating which goes first: the default lone message on uvloop when installed
+    (the loop of issue 23's target), else the first of `loops`; then the saturation
+    run, as the load curve's top run is made but offered `paired_rate`."""
     if (not spec.floor or spec.sweep_transport != "tcp" or not loops
             or "sequencer" not in spec.load_orderings):
         return []
     loop = "uvloop" if "uvloop" in loops else loops[0]
+    lone = Experiment(Phase.PAIRED, "sequencer", "tcp", spec.compare_nodes,
+                      spec.compare_payload, spec.lone_messages, trace=False, serial=True,
+                      event_loop=loop)
+    saturation = Experiment(Phase.PAIRED, "sequencer", "tcp", spec.compare_nodes,
+                            spec.compare_payload, spec.load_messages(spec.paired_rate),
+                            rate=spec.paired_rate, trace=False)
     runs = []
-    for round_ in range(spec.paired_rounds):
-        pair = [Experiment(Phase.PAIRED, "sequencer", "tcp", spec.compare_nodes,
-                           spec.compare_payload, spec.lone_messages, trace=False,
-                           serial=True, event_loop=loop, floor=floor, round=round_)
-                for floor in (True, False)]
-        runs += pair if round_ % 2 == 0 else pair[::-1]
+    for run in (lone, saturation):
+        for round_ in range(spec.paired_rounds):
+            pair = [replace(run, floor=floor, round=round_) for floor in (True, False)]
+            runs += pair if round_ % 2 == 0 else pair[::-1]
     return runs
 
 

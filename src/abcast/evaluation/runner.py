@@ -6,13 +6,14 @@ Rules: runs go one at a time (the machine has 2 cores; two runs at once would me
 each other; the scale section's simulations go `sim_jobs` at a time, in processes of
 their own, after every real-process run), all against one in-process registry (a group
 name per run). A load curve stops early once it is clearly past its knee
-(`SATURATED_AFTER`). The machine (cores, memory, load) is sampled as the scale section
-begins and ends, for its report. Cluster runs go through
-abcast.evaluation.launcher.run_cluster on real processes over loopback; traced runs
-write into `<out>/traces`, the one trace directory Spark checks at the end with
-abcast.pipeline's `run_check` in one session. A failed run is a measurement with its
-errors, never an exception that ends the bench. Progress is reported through a
-`Progress` callback (the CLI draws rich bars from it); this module prints nothing.
+(`SATURATED_AFTER`); the PAIRED saturation runs, past it by design, all run. The
+machine (cores, memory, load) is sampled as the scale section begins and ends, for its
+report. Cluster runs go through abcast.evaluation.launcher.run_cluster on real
+processes over loopback; traced runs write into `<out>/traces`, the one trace
+directory Spark checks at the end with abcast.pipeline's `run_check` in one session. A
+failed run is a measurement with its errors, never an exception that ends the bench.
+Progress is reported through a `Progress` callback (the CLI draws rich bars from it);
+this module prints nothing.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ class BenchRunner:
         past_knee: dict[tuple[str, str, int], int] = {}  # load curve → runs fallen behind
         for exp in experiments:
             curve = (exp.ordering, exp.transport, exp.nodes)
-            if exp.open_loop_load and past_knee.get(curve, 0) >= SATURATED_AFTER:
+            if exp.curve_point and past_knee.get(curve, 0) >= SATURATED_AFTER:
                 self.progress.advance()  # saturated: higher rates only queue up more
                 continue
             self.progress.step(exp.label())
@@ -176,7 +177,7 @@ class BenchRunner:
                                        registry=self.registry_url,
                                        group=f"bench-{self.runs_made}")
             done.append(run)
-            if exp.open_loop_load and exp.rate is not None:
+            if exp.curve_point and exp.rate is not None:
                 tracking = LoadPoint(exp.rate, run.figures.throughput if run.complete
                                      else None).tracking
                 past_knee[curve] = (0 if tracking else past_knee.get(curve, 0) + 1
