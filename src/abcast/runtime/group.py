@@ -88,7 +88,8 @@ DEFAULT_TRANSPORT: Final = "tcp://127.0.0.1:0"
 class GroupApp(Protocol):
     """An application object a group drives (`app=`): a `ReplicatedHandle`, say. It may
     also have `group_ended(why: str)`, called once when the group ends on this node
-    (closed here, left, or removed by the group): nothing more will be delivered."""
+    (closed here, left, removed by the group, or its opening failed once the app was
+    bound): nothing more will be delivered."""
 
     def on_deliver(self, delivery: Deliver) -> None: ...
 
@@ -185,6 +186,7 @@ class Group:
         self._peers = dict(peers) if peers is not None else None
         self._app = app
         self._app_told = False  # group_ended said (see _tell_app)
+        self._app_bound = False  # app.bind(self) returned: it hears group_ended
         self._user_hook = app.on_deliver if app is not None else on_deliver
         self._opt_hook = on_opt_deliver
         #: opt-deliveries for deliveries(stage="optimistic"), when no on_opt_deliver
@@ -264,6 +266,7 @@ class Group:
             if self._close_asked:  # as the steps were done
                 raise self._closed_while_opening()
         except BaseException as exc:
+            self._tell_app(self._why_not_opened(exc))  # the app bound hears it, as on close
             if reserved:
                 host.unreserve(self.name)
             await self._stop_registrar()
@@ -288,9 +291,17 @@ class Group:
     def _closed_while_opening(self) -> LocalProtocolError:
         return LocalProtocolError(f"group {self.name!r} was closed while opening")
 
+    def _why_not_opened(self, exc: BaseException) -> str:
+        if self._close_asked:
+            return "the group was closed here while opening"
+        if isinstance(exc, asyncio.CancelledError):
+            return "the group's opening was cancelled"
+        return f"the group did not open: {type(exc).__name__}: {exc}"
+
     async def _open_steps(self, host: Node) -> None:
         if self._app is not None and self._mode != "join":
             self._app.bind(self)  # a joiner binds once the registry named the ordering
+            self._app_bound = True
         if self._user_hook is None:
             self._queue = asyncio.Queue()
         if self._opt_hook is None:
@@ -371,6 +382,7 @@ class Group:
             self.options = decode_options(info.options)
         if self._app is not None:
             self._app.bind(self)
+            self._app_bound = True
         contacts = self._contacts(host, info)
         driver = self._attach(host, View(0, (host.id,)))
         driver.join(contacts)
@@ -532,8 +544,9 @@ class Group:
         self.refused = reason
 
     def _tell_app(self, why: str) -> None:
-        """The group ended here: an `app=` object with `group_ended` hears it, once."""
-        if self._app_told:
+        """The group ended here: a bound `app=` object with `group_ended` hears it, once
+        (an app a failed join never bound served no group: it stays usable)."""
+        if self._app_told or not self._app_bound:
             return
         self._app_told = True
         ended = getattr(self._app, "group_ended", None)
