@@ -1,9 +1,8 @@
 """`Group.ended()`: the end of a group on this node, awaited instead of polled. It returns
 the reason an app's `group_ended` hears — closed here, left, removed by the group, or
 its opening failed — at once when the group already ended, to every waiter, and a
-waiter cancelled leaves the others waiting. Every path that ends a group says so once:
-a failed open too, which before told neither the app it had bound nor anyone else (an
-RPC server on a shared node kept its request endpoint, and the next try was refused)."""
+waiter cancelled leaves the others waiting. (What a failed open tells the app it bound:
+tests/runtime/test_runtime_lifecycle.py.)"""
 
 from __future__ import annotations
 
@@ -13,13 +12,11 @@ from typing import Any
 
 import pytest
 from test_runtime_evs import DETECTOR, THREE, CuttableMemory
+from test_runtime_lifecycle import _Told
 
 from abcast import Group, Node, RegistryServer
-from abcast.effects import Deliver
 from abcast.errors import ConfigError, LocalProtocolError
 from abcast.ordering.registry import OrderingOptions
-from abcast.replicated import Counter, ReplicatedHandle
-from abcast.rpc import Server
 from abcast.testing.polling import until
 
 pytestmark = pytest.mark.timeout(60)
@@ -39,19 +36,6 @@ def _at_once(ended: Coroutine[Any, Any, str]) -> str:
         ended.send(None)
     reason: str = stop.value.value
     return reason
-
-
-class _Told:
-    """An `app=` that records `group_ended`."""
-
-    def __init__(self) -> None:
-        self.ended: list[str] = []
-
-    def on_deliver(self, delivery: Deliver) -> None: ...
-    def get_state(self) -> bytes: return b""
-    def set_state(self, state: bytes) -> None: ...
-    def bind(self, group: object) -> None: ...
-    def group_ended(self, why: str) -> None: self.ended.append(why)
 
 
 def test_every_waiter_hears_a_close_and_a_cancelled_one_does_not_stop_the_others() -> None:
@@ -150,11 +134,7 @@ def test_a_group_closed_while_opening_or_before_it_opened_ends() -> None:
     asyncio.run(main())
 
 
-def test_a_failed_open_ends_the_group_and_tells_the_app_it_bound() -> None:
-    """Before, an open that failed after binding its app (a static group the registry
-    has no size for, a create whose name is taken) never called `group_ended`: the app
-    went on as if it served a group."""
-
+def test_a_failed_open_ends_the_group_with_what_stopped_it() -> None:
     async def main() -> None:
         async with RegistryServer() as server:
             node = await Node("mem://", registry=server.url).start()
@@ -166,59 +146,8 @@ def test_a_failed_open_ends_the_group_and_tells_the_app_it_bound() -> None:
             why = await asyncio.wait_for(waiting, BOUND_S)
             assert why.startswith("the group did not open: ConfigError: ")
             assert "no declared size" in why
-            assert app.ended == [why]
-
-            taken = await Group.create("chat", ordering="sequencer", registry=server.url)
-            app = _Told()
-            with pytest.raises(ConfigError, match="already exists"):
-                await Group.create("chat", ordering="sequencer", host=node, app=app)
-            assert len(app.ended) == 1 and "already exists" in app.ended[0]
-            await node.close()
-            await taken.close()
-
-    asyncio.run(main())
-
-
-def test_an_rpc_server_whose_group_failed_to_open_frees_its_endpoint() -> None:
-    """The failed open's consequence on a shared node: the RPC server it bound kept the
-    group's request endpoint, and the next try (a join, with a new server) was refused,
-    "node already routes 'rpc:svc'" (tests/rpc/test_rpc_server_lifecycle.py has the
-    close and leave cases)."""
-
-    async def main() -> None:
-        async with RegistryServer() as server:
-            taken = await Group.create("svc", ordering="sequencer", registry=server.url)
-            node = await Node("tcp://127.0.0.1:0", registry=server.url).start()
-            with pytest.raises(ConfigError, match="already exists"):
-                await Server.create("svc", ordering="sequencer", host=node)
-            _, joined = await Server.join("svc", host=node, on_request=lambda r: b"")
-            assert joined.members == (taken.node, node.id)
-            await joined.close()
-            await node.close()
-            await taken.close()
-
-    asyncio.run(main())
-
-
-def test_an_app_the_failed_open_never_bound_is_not_told_and_can_be_used_again() -> None:
-    """A join refused before it bound its app (the group unknown) never had the app
-    serve it: the app is not told, and a ReplicatedHandle is usable for the next try."""
-
-    async def main() -> None:
-        async with RegistryServer() as server:
-            node = await Node("mem://", registry=server.url).start()
-            app = _Told()
-            with pytest.raises(ConfigError, match="no group 'bank'"):
-                await Group.join("bank", host=node, app=app)
-            assert app.ended == []
-            handle = ReplicatedHandle(Counter())
-            with pytest.raises(ConfigError, match="no group 'bank'"):
-                await Group.join("bank", host=node, app=handle)
-            created = await Group.create("bank", ordering="sequencer", host=node,
-                                         app=handle)
-            await handle.add(2)
-            assert handle.local.value == 2
-            await created.close()
+            assert app.ended == [why]  # what the app it bound hears
+            assert _at_once(group.ended()) == why
             await node.close()
 
     asyncio.run(main())
