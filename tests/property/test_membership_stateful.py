@@ -16,7 +16,13 @@ import random
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from abcast.ids import View
 from abcast.ordering.registry import build_stack, get_ordering
@@ -124,10 +130,15 @@ class MembershipMachine(RuleBasedStateMachine):
         assert len(states) <= 1
 
 
+FULL = settings(max_examples=60, stateful_step_count=30, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow])
 TestMembershipMachine = MembershipMachine.TestCase
-TestMembershipMachine.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None, derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow])
+TestMembershipMachine.settings = settings(FULL, max_examples=25)  # the default run's share
+
+
+@pytest.mark.slow
+def test_the_membership_machine_over_all_its_examples() -> None:
+    run_state_machine_as_test(MembershipMachine, settings=FULL)
 
 
 @pytest.fixture(autouse=True)

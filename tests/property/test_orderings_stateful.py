@@ -43,6 +43,9 @@ SETTINGS = settings(
     max_examples=100, stateful_step_count=80, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+#: the default run's share of SETTINGS' examples per machine (2-4 s; the full 100, 5-9 s,
+#: run under `slow`, once more per case)
+DEFAULT_EXAMPLES = 40
 
 
 class OrderingMachine(RuleBasedStateMachine):
@@ -161,10 +164,13 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("examples", [
+    pytest.param(DEFAULT_EXAMPLES, id="default"),
+    pytest.param(SETTINGS.max_examples, id="full", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_ordering_state_machine(case: str) -> None:
+def test_ordering_state_machine(case: str, examples: int) -> None:
     machine = CASES[case]
-    machine.TestCase.settings = SETTINGS
+    machine.TestCase.settings = settings(SETTINGS, max_examples=examples)
     machine.TestCase().runTest()
 
 

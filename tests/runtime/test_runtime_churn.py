@@ -47,6 +47,10 @@ def _cases() -> Iterator[Any]:
             not can, reason=f"{name} does not tolerate join and crash (yet)")]
         if name in ("matrix", "fifo", "causal"):
             marks.append(pytest.mark.slow)  # ~25 s each; the family also runs as skeen
+        if name == "causal-total":
+            # ~20 s; the family also runs as sequencer, and causal-total is SIGKILLed
+            # under load by tests/rpc/test_rpc_processes.py too
+            marks.append(pytest.mark.slow)
         yield pytest.param(name, "kill", id=f"{name}-kill", marks=marks)
 
 

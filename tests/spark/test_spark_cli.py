@@ -143,8 +143,16 @@ def test_only_local_paths_are_inspected_on_disk(tmp_path: Path) -> None:
 
 
 def test_check_clean_dir_exits_0(spark: object, tmp_path: Path) -> None:
+    """A clean run exits 0 with its claimed codes at 0, and the running session's settings
+    are left alone (one check for both): a running session is used as it is
+    (build_session); before, the builder's getOrCreate set the command's own SQL settings
+    on it (eight shuffle partitions on the tests' shared two-partition session, for every
+    test after)."""
+    conf = spark.conf  # type: ignore[attr-defined]
+    conf.set("spark.sql.shuffle.partitions", "2")
     result = CliRunner().invoke(check, [str(_clean_dir(tmp_path)), "--json"])
     assert result.exit_code == 0, result.output
+    assert conf.get("spark.sql.shuffle.partitions") == "2"
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1  # with --json, stdout is the JSON line alone
     summary = json.loads(lines[0])
@@ -154,17 +162,6 @@ def test_check_clean_dir_exits_0(spark: object, tmp_path: Path) -> None:
     assert {"VALIDITY", "AGREEMENT", "FIFO_ORDER", "TOTAL_ORDER"} <= set(summary["violations"])
     assert "UNIFORM_AGREEMENT" not in summary["violations"]
     assert "CAUSAL_ORDER" not in summary["violations"] and summary["examples"] == []
-
-
-def test_check_leaves_a_running_sessions_settings_alone(spark: object, tmp_path: Path) -> None:
-    """A running session is used as it is (build_session): before, the builder's
-    getOrCreate set the command's own SQL settings on it (eight shuffle partitions on the
-    tests' shared two-partition session, for every test after)."""
-    conf = spark.conf  # type: ignore[attr-defined]
-    conf.set("spark.sql.shuffle.partitions", "2")
-    result = CliRunner().invoke(check, [str(_clean_dir(tmp_path)), "--json"])
-    assert result.exit_code == 0, result.output
-    assert conf.get("spark.sql.shuffle.partitions") == "2"
 
 
 def test_check_planted_dir_exits_1_with_counts_and_examples(spark: object,
