@@ -20,7 +20,11 @@ let down by both layers two turns later, as the two events would have been), and
 second layer is asked going down only when no event is queued (frames may be), so that
 no event queued before reaches it after. A layer class that overrides `handle` below the
 class defining the shortcuts gets none; a subclass that changes what `handle` does with
-a steady-state packet must override the shortcuts too.
+a steady-state packet must override the shortcuts too. Where both lower layers of a
+three-layer stack have them, the top layer's step for a packet both let up, and for a
+broadcast, is routed without the event queue while its effects are the steady ones
+(deliveries, timers, multicasts both lower layers let down): `_top_step`, which hands
+the rest to the queue at the first other effect, so the outputs stay `_drain`'s.
 
 Refusals: a layer refuses a peer's packet by raising RemoteProtocolError (DecodeError
 included). `receive` stops only that event — the layers below already took the packet
