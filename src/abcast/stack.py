@@ -321,18 +321,13 @@ class Stack:
         out.extend(frames)
 
     def _drain(self, queue: deque[tuple[int, Any]], now: int, out: list[Output]) -> None:
-        """Handle queued events breadth-first, routing every effect as it comes.
-
-        This loop runs for every effect of every message, so the effects each message
-        causes are routed inline, by exact type (no isinstance chain, no pattern match, no
-        call per effect); anything else, subclasses of these included, goes through
-        `_route_other`. The annotated rebindings only inform mypy of the type tested.
-        A queued index of -1 holds a `Transmit` the bottom layer let down (`pass_down`):
-        it is emitted in its turn; -3 one both lower layers let down (`pass_down_each`),
-        queued again as -1 in its turn; -2 holds a refusal, raised in its turn. (Queue
-        items are (layer index, Event) otherwise.) A layer's RemoteProtocolError leaves
-        the loop with the queue as it stands; `receive` catches it outside (see the
-        rules).
+        """Handle queued events breadth-first, each event's effects routed by `_route`
+        as they come. A queued index of -1 holds a `Transmit` the bottom layer let down
+        (`pass_down`): it is emitted in its turn; -3 one both lower layers let down
+        (`pass_down_each`), queued again as -1 in its turn; -2 holds a refusal, raised in
+        its turn. (Queue items are (layer index, Event) otherwise.) A layer's
+        RemoteProtocolError leaves the loop with the queue as it stands; `receive`
+        catches it outside (see the rules).
         """
         layers, route = self.layers, self._route
         pop, push, emit = queue.popleft, queue.append, out.append
@@ -350,7 +345,12 @@ class Stack:
 
     def _route(self, index: int, effects: Sequence[Effect], queue: deque[tuple[int, Any]],
                now: int, out: list[Output]) -> None:
-        """Route the effects of layer `index`'s step, as they come (see `_drain`)."""
+        """Route the effects of layer `index`'s step, as they come (see `_drain`).
+
+        This runs for every effect of every message, so the effects each message causes
+        are routed inline, by exact type (no isinstance chain, no pattern match, no call
+        per effect); anything else, subclasses of these included, goes through
+        `_route_other`. The annotated rebindings only inform mypy of the type tested."""
         layers = self.layers
         top = len(layers) - 1
         me, group = self.node, self.group
