@@ -176,6 +176,33 @@ def test_a_signal_leaves_gracefully_and_exits_0(registry: str, sig: signal.Signa
             two.kill()
 
 
+def test_a_member_the_group_removed_says_so_and_exits_1(registry: str) -> None:
+    """n3 stops (SIGSTOP) until n1 and n2 go on without it; resumed, it learns it was
+    removed: the session, awaiting its group's end (`Group.ended()`), prints it and exits
+    1 instead of reading lines for a group it is no longer in."""
+    terms: list[Terminal] = []
+    try:
+        one = Terminal("group", "create", "rm", "--registry", registry,
+                       "--ordering", "sequencer", "--suspect-after", "300")
+        terms.append(one)
+        one.expect("created rm as n1")
+        for n in ("n2", "n3"):
+            terms.append(Terminal("group", "join", "rm", "--registry", registry))
+            terms[-1].expect(f"joined rm as {n}")
+        three = terms[2]
+        one.expect("* view 3: n1 n2 n3")
+        three.proc.send_signal(signal.SIGSTOP)
+        one.expect("* view 4: n1 n2")
+        three.proc.send_signal(signal.SIGCONT)
+        assert three.expect("* removed from rm") == "* removed from rm"
+        assert three.wait() == 1
+    finally:
+        for term in terms:
+            if term.proc.poll() is None:
+                term.proc.send_signal(signal.SIGCONT)
+            term.kill()
+
+
 def test_refusals_are_one_line_and_exit_2(registry: str) -> None:
     unknown = _run("group", "join", "nope", "--registry", registry)
     assert unknown.returncode == 2

@@ -1,6 +1,6 @@
 """A group's and a node's lifecycle at its edges: closed while opening, a node closed with
-groups in every phase, a leave that a close overtakes, and what the registry lists once
-the members are gone."""
+groups in every phase, a leave that a close overtakes, an open that fails after binding
+its app, and what the registry lists once the members are gone."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 
 from abcast import Group, Node, RegistryClient, RegistryServer
 from abcast.effects import Deliver
-from abcast.errors import LocalProtocolError
+from abcast.errors import ConfigError, LocalProtocolError
+from abcast.replicated import Counter, ReplicatedHandle
+from abcast.rpc import Server
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -360,5 +362,98 @@ def test_the_groups_a_node_closed_are_remembered_up_to_a_bound(
         assert len(node._closed_groups) <= 8, len(node._closed_groups)
         assert "room49" in node._closed_groups
         await node.close()
+
+    asyncio.run(main())
+
+
+class _Told:
+    """An `app=` that records `group_ended`."""
+
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    def on_deliver(self, delivery: Deliver) -> None: ...
+    def get_state(self) -> bytes: return b""
+    def set_state(self, state: bytes) -> None: ...
+    def bind(self, group: object) -> None: ...
+    def group_ended(self, why: str) -> None: self.ended.append(why)
+
+
+def test_an_open_that_fails_after_binding_its_app_tells_the_app() -> None:
+    """An open that failed after binding its app (a static group the registry has no
+    size for, a create whose name is taken) never called `group_ended`: the app went on
+    as if it served a group. It hears why, once."""
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            node = await Node("mem://", registry=server.url).start()
+            app = _Told()
+            with pytest.raises(ConfigError, match="no declared size"):
+                await Group("sizeless", ordering="fifo", host=node, app=app).open()
+            assert len(app.ended) == 1
+            assert app.ended[0].startswith("the group did not open: ConfigError: ")
+            assert "no declared size" in app.ended[0]
+
+            taken = await Group.create("chat", ordering="sequencer", registry=server.url)
+            app = _Told()
+            with pytest.raises(ConfigError, match="already exists"):
+                await Group.create("chat", ordering="sequencer", host=node, app=app)
+            assert len(app.ended) == 1 and "already exists" in app.ended[0]
+
+            app = _Told()
+            group = Group("pair", ordering="fifo", host=node, size=2, app=app)
+            opening = asyncio.create_task(group.open())
+            while not await _listed(server.url, "pair"):  # bound, waiting for a second
+                await asyncio.sleep(0.005)
+            await group.close()
+            assert isinstance(await _settled(opening), LocalProtocolError)
+            assert app.ended == ["the group was closed here while opening"]
+            await node.close()
+            await taken.close()
+
+    asyncio.run(main())
+
+
+def test_an_rpc_server_whose_group_failed_to_open_frees_its_endpoint() -> None:
+    """What the failed open cost on a shared node: the RPC server it bound kept the
+    group's request endpoint, and the next try (a join, with a new server) was refused,
+    "node already routes 'rpc:svc'" (tests/rpc/test_rpc_server_lifecycle.py has the close
+    and leave cases)."""
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            taken = await Group.create("svc", ordering="sequencer", registry=server.url)
+            node = await Node("tcp://127.0.0.1:0", registry=server.url).start()
+            with pytest.raises(ConfigError, match="already exists"):
+                await Server.create("svc", ordering="sequencer", host=node)
+            _, joined = await Server.join("svc", host=node, on_request=lambda r: b"")
+            assert joined.members == (taken.node, node.id)
+            await joined.close()
+            await node.close()
+            await taken.close()
+
+    asyncio.run(main())
+
+
+def test_an_app_a_failed_join_never_bound_is_not_told_and_can_be_used_again() -> None:
+    """A join refused before it bound its app (the group unknown) never had the app serve
+    it: the app is not told, and a ReplicatedHandle is usable for the next try."""
+
+    async def main() -> None:
+        async with RegistryServer() as server:
+            node = await Node("mem://", registry=server.url).start()
+            app = _Told()
+            with pytest.raises(ConfigError, match="no group 'bank'"):
+                await Group.join("bank", host=node, app=app)
+            assert app.ended == []
+            handle = ReplicatedHandle(Counter())
+            with pytest.raises(ConfigError, match="no group 'bank'"):
+                await Group.join("bank", host=node, app=handle)
+            created = await Group.create("bank", ordering="sequencer", host=node,
+                                         app=handle)
+            await handle.add(2)
+            assert handle.local.value == 2
+            await created.close()
+            await node.close()
 
     asyncio.run(main())

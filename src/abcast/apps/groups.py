@@ -187,24 +187,28 @@ async def _session(
             loop.add_signal_handler(sig, stdin.lines.put_nowait, "/leave")
         _say(f"{'created' if create else 'joined'} {name} as {g.node} "
              f"(ordering {g.ordering}); type lines to send, /leave to leave")
-        while g.active:
-            getter = asyncio.ensure_future(stdin.lines.get())
-            watcher = asyncio.ensure_future(_until_inactive(g))
-            done, _ = await asyncio.wait({getter, watcher},
-                                         return_when=asyncio.FIRST_COMPLETED)
-            for task in (getter, watcher):
-                if task not in done:
-                    task.cancel()
-            if getter not in done:
-                break  # the group went on without us
-            line = getter.result()
-            if line is None or line.strip() == "/leave":
-                break
-            if line.strip() == "/members":
-                view = g.view
-                _say(f"* view {view.view_id}: {' '.join(view.members)} (leader {view.leader})")
-            elif line:
-                await g.broadcast(line.encode())
+        # The group's end is awaited beside each line: removed, it went on without us.
+        ended = asyncio.ensure_future(g.ended())
+        getter: asyncio.Future[str | None] | None = None
+        try:
+            while True:
+                getter = asyncio.ensure_future(stdin.lines.get())
+                await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
+                if ended.done():
+                    break  # (a line typed as it ended goes nowhere)
+                line = getter.result()
+                if line is None or line.strip() == "/leave":
+                    break
+                if line.strip() == "/members":
+                    view = g.view
+                    _say(f"* view {view.view_id}: {' '.join(view.members)} "
+                         f"(leader {view.leader})")
+                elif line:
+                    await g.broadcast(line.encode())
+        finally:
+            ended.cancel()
+            if getter is not None:
+                getter.cancel()
         if not g.active and g.removed_view is not None:
             _say(f"* removed from {name}")
             return EXIT_REMOVED
@@ -225,11 +229,6 @@ async def _session(
         if stdin is not None:
             stdin.close()
         await g.close()
-
-
-async def _until_inactive(g: Any) -> None:
-    while g.active:
-        await asyncio.sleep(0.1)
 
 
 def _run(main: Any, registry_url: str | None = None) -> int:

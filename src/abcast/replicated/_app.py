@@ -16,9 +16,10 @@ group are named objects in its one `Objects`. (A loop of the application's own o
 `group.deliveries()` is refused by the group: one reader per delivery stream.)
 
 When the group ends on this node — the reading task's `deliveries()` ends, or, given as
-`app=`, the group calls `group_ended` (closed here, left, or removed by the group) — or
-on `close()`, the object is gone: every pending write and every waiting read fails with
-LocalProtocolError saying why, and so does every later call, at once. A closed object
+`app=`, the group calls `group_ended` (closed here, left, removed by the group, or its
+opening failed once the object was bound) — or on `close()`, the object is gone:
+every pending write and every waiting read fails with LocalProtocolError saying why,
+and so does every later call, at once. A closed object
 applies no more deliveries (its copy keeps the state it had), even as the `app=` of a
 group still open here, and so it has no state to hand a joiner: its `get_state` raises
 (the group logs it and answers no snapshot, so a joiner times out rather than starting

@@ -33,9 +33,9 @@ Rules:
   get no reply. Replies go straight to the client (the address in the request) and carry
   the server's view; on a view change every client heard from in the last
   `NOTIFY_FOR_S` is told the new view, so a waiting vote can re-count.
-- The server ends with its group: when the group closes here, is left, or removes this
-  member (`group_ended`), or on `close()`, the request endpoint is closed on the node
-  and `requests()` ends.
+- The server ends with its group: when the group closes here, is left, removes this
+  member, or fails to open once the server was bound (`group_ended`), or on `close()`,
+  the request endpoint is closed on the node and `requests()` ends.
 - A request frame whose `reply_to` is no address of this node's transport is refused
   (`stats.bad_frames`, the link dropped) before anything is proposed; an ordered request
   with one (a member's own broadcast) runs and answers nobody (one log line).

@@ -34,7 +34,8 @@ tentative ones go to `on_opt_deliver` or `deliveries(stage="optimistic")`):
 here), and — in a group made with `partitions="evs"`, whose partitions go on apart and
 merge on heal —
 `merge_state(states)` when they merge (without it the side holding the lowest member
-keeps its state). `app=` takes one object
+keeps its state). `await g.ended()` returns the reason once the group ended here (any
+number of waiters); an app's `group_ended(why)` hears the same. `app=` takes one object
 with those methods (a `ReplicatedHandle`: a replicated object's state then moves to
 joiners with no more code). `broadcast` waits for the transport's backpressure
 (`drain`) and for the channel's credit (`Stack.backpressured`: a link's queue of packets
@@ -88,7 +89,8 @@ DEFAULT_TRANSPORT: Final = "tcp://127.0.0.1:0"
 class GroupApp(Protocol):
     """An application object a group drives (`app=`): a `ReplicatedHandle`, say. It may
     also have `group_ended(why: str)`, called once when the group ends on this node
-    (closed here, left, or removed by the group): nothing more will be delivered."""
+    (closed here, left, removed by the group, or its opening failed once the app was
+    bound): nothing more will be delivered. `Group.ended()` returns the same `why`."""
 
     def on_deliver(self, delivery: Deliver) -> None: ...
 
@@ -114,7 +116,8 @@ class Group:
     size=3) as g: await g.broadcast(b"deposit 300"); async for m in g.deliveries(): …`
 
     Dynamic: `g = await Group.create("chat", ordering="matrix", registry=url)`,
-    `g = await Group.join("chat", registry=url)`, `await g.leave()`."""
+    `g = await Group.join("chat", registry=url)`, `await g.leave()`; the end here,
+    awaited rather than polled: `why = await g.ended()`."""
 
     def __init__(
         self,
@@ -184,7 +187,9 @@ class Group:
         self.size = size
         self._peers = dict(peers) if peers is not None else None
         self._app = app
-        self._app_told = False  # group_ended said (see _tell_app)
+        self._app_bound = False  # app.bind(self) returned: it hears group_ended
+        self._end_why: str | None = None  # why the group ended here (see _end)
+        self._ended = asyncio.Event()  # set with _end_why: what ended() waits for
         self._user_hook = app.on_deliver if app is not None else on_deliver
         self._opt_hook = on_opt_deliver
         #: opt-deliveries for deliveries(stage="optimistic"), when no on_opt_deliver
@@ -264,12 +269,13 @@ class Group:
             if self._close_asked:  # as the steps were done
                 raise self._closed_while_opening()
         except BaseException as exc:
+            # Said first: no waiter depends on the cleanup below (slow, or failing).
+            self._end(self._why_not_opened(exc))
             if reserved:
                 host.unreserve(self.name)
             await self._stop_registrar()
             if self._driver is not None:
                 host.detach(self.name)
-            self._end_queues()
             await self._leave_registry()
             if self._own_host:
                 await host.close()
@@ -288,9 +294,17 @@ class Group:
     def _closed_while_opening(self) -> LocalProtocolError:
         return LocalProtocolError(f"group {self.name!r} was closed while opening")
 
+    def _why_not_opened(self, exc: BaseException) -> str:
+        if self._close_asked:
+            return "the group was closed here while opening"
+        if isinstance(exc, asyncio.CancelledError):
+            return "the group's opening was cancelled"
+        return f"the group did not open: {type(exc).__name__}: {exc}"
+
     async def _open_steps(self, host: Node) -> None:
         if self._app is not None and self._mode != "join":
             self._app.bind(self)  # a joiner binds once the registry named the ordering
+            self._app_bound = True
         if self._user_hook is None:
             self._queue = asyncio.Queue()
         if self._opt_hook is None:
@@ -371,6 +385,7 @@ class Group:
             self.options = decode_options(info.options)
         if self._app is not None:
             self._app.bind(self)
+            self._app_bound = True
         contacts = self._contacts(host, info)
         driver = self._attach(host, View(0, (host.id,)))
         driver.join(contacts)
@@ -448,12 +463,12 @@ class Group:
             await self._open_over.wait()
         if self._state in ("closed", "new"):
             self._state = "closed"
+            self._end("the group was closed here")  # never opened (or ended already)
             return
         self._state = "closed"
         await self._stop_registrar()
         self._host.detach(self.name)
-        self._end_queues()
-        self._tell_app("the group was closed here")
+        self._end("the group was closed here")
         await self._leave_registry()
         if self._own_host:
             await self._host.close()
@@ -519,9 +534,8 @@ class Group:
         if self._departed is not None:
             self._departed.set()
         asyncio.get_running_loop().call_soon(self._host.detach, self.name)
-        self._end_queues()  # deliveries() ends: nothing more comes here
-        self._tell_app("this member left the group" if graceful
-                       else "the group removed this member")
+        self._end("this member left the group" if graceful
+                  else "the group removed this member")
         if self._registrar is not None:
             # The next leader announces the view without us; we stop at once.
             asyncio.get_running_loop().create_task(self._stop_registrar())
@@ -531,15 +545,22 @@ class Group:
     def _refused(self, reason: str) -> None:
         self.refused = reason
 
-    def _tell_app(self, why: str) -> None:
-        """The group ended here: an `app=` object with `group_ended` hears it, once."""
-        if self._app_told:
+    def _end(self, why: str) -> None:
+        """The group ended here (closed, left, removed, or its opening failed), said once
+        on every one of those paths: `deliveries()` ends, `ended()` returns `why`, and a
+        bound `app=` object with `group_ended` hears it (an app a failed join never
+        bound served no group: it stays usable)."""
+        if self._end_why is not None:
             return
-        self._app_told = True
-        ended = getattr(self._app, "group_ended", None)
-        if callable(ended):
+        self._end_why = why
+        for queue in (self._queue, self._opt_queue):
+            if queue is not None:
+                queue.put_nowait(None)  # deliveries() ends: nothing more comes here
+        self._ended.set()
+        hook = getattr(self._app, "group_ended", None) if self._app_bound else None
+        if callable(hook):
             try:
-                ended(why)
+                hook(why)
             except Exception:
                 log.exception("%s on %s: the app's group_ended raised", self.name, self.node)
 
@@ -651,10 +672,14 @@ class Group:
                 return
             yield item
 
-    def _end_queues(self) -> None:
-        for queue in (self._queue, self._opt_queue):
-            if queue is not None:
-                queue.put_nowait(None)
+    async def ended(self) -> str:
+        """Wait for the group's end on this node; why: "the group was closed here", "this
+        member left the group", "the group removed this member", or what stopped its
+        opening (what `group_ended` hears). At once if it already ended; any number of
+        waiters, one cancelled leaves the others (a close() may still be finishing)."""
+        await self._ended.wait()
+        assert self._end_why is not None
+        return self._end_why
 
     def _queue_of(self, stage: str) -> Callable[[Deliver], None]:
         """Where `deliveries(stage)` reads from (made by `open` when there is no hook)."""
