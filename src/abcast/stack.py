@@ -20,7 +20,11 @@ let down by both layers two turns later, as the two events would have been), and
 second layer is asked going down only when no event is queued (frames may be), so that
 no event queued before reaches it after. A layer class that overrides `handle` below the
 class defining the shortcuts gets none; a subclass that changes what `handle` does with
-a steady-state packet must override the shortcuts too.
+a steady-state packet must override the shortcuts too. Where both lower layers of a
+three-layer stack have them, the top layer's step for a packet both let up, and for a
+broadcast, is routed without the event queue while its effects are the steady ones
+(deliveries, timers, multicasts both lower layers let down): `_top_step`, which hands
+the rest to the queue at the first other effect, so the outputs stay `_drain`'s.
 
 Refusals: a layer refuses a peer's packet by raising RemoteProtocolError (DecodeError
 included). `receive` stops only that event — the layers below already took the packet
@@ -63,6 +67,7 @@ from abcast.effects import (
 from abcast.errors import LocalProtocolError, RemoteProtocolError
 from abcast.events import (
     BroadcastRequested,
+    Event,
     Excluded,
     Forgotten,
     JoinAbandoned,
@@ -179,6 +184,10 @@ class Stack:
     def broadcast(self, payload: bytes, now: int) -> tuple[int, list[Output]]:
         seq = self._next_seq
         self._next_seq += 1
+        if self._pass_down_each is not None and len(self.layers) == 3:  # see _top_step
+            out: list[Output] = []
+            self._top_step(BroadcastRequested(seq, payload), now, deque(), out)
+            return seq, out
         return seq, self._run([(len(self.layers) - 1, BroadcastRequested(seq, payload))], now)
 
     def join(self, contacts: tuple[NodeId, ...], now: int) -> list[Output]:
@@ -222,6 +231,9 @@ class Stack:
                 if (pass_up2 is not None and len(headers) > 2
                         and pass_up2(env.sender, headers[1], now)):
                     event = Received(env.sender, headers[2], Packet(headers[3:], env.payload))
+                    if self._pass_down_each is not None and len(self.layers) == 3:
+                        self._top_step(event, now, queue, out)
+                        return out, None
                     queue.append((2, event))
                 else:
                     event = Received(env.sender, headers[1], Packet(headers[2:], env.payload))
@@ -263,24 +275,61 @@ class Stack:
         self._drain(deque(initial), now, out)
         return out
 
-    def _drain(self, queue: deque[tuple[int, Any]], now: int, out: list[Output]) -> None:
-        """Handle queued events breadth-first, routing every effect as it comes.
-
-        This loop runs for every effect of every message, so the effects each message
-        causes are routed inline, by exact type (no isinstance chain, no pattern match, no
-        call per effect); anything else, subclasses of these included, goes through
-        `_route_other`. The annotated rebindings only inform mypy of the type tested.
-        A queued index of -1 holds a `Transmit` the bottom layer let down (`pass_down`):
-        it is emitted in its turn; -3 one both lower layers let down (`pass_down_each`),
-        queued again as -1 in its turn; -2 holds a refusal, raised in its turn. (Queue
-        items are (layer index, Event) otherwise.) A layer's RemoteProtocolError leaves
-        the loop with the queue as it stands; `receive` catches it outside (see the
-        rules).
-        """
-        layers = self.layers
-        top = len(layers) - 1
+    def _top_step(self, event: Event, now: int, queue: deque[tuple[int, Any]],
+                  out: list[Output]) -> None:
+        """`_drain` of `[(2, event)]` for the top of a three-layer stack whose lower
+        layers have their shortcuts, without the queue while the top's effects are the
+        steady ones: deliveries and timers emitted as they come, each non-control
+        multicast that both lower layers let down (`pass_down_each`) made into its
+        frames, emitted after them. At the first effect of another kind, or a multicast
+        they do not let down, the frames so far are queued and the rest of the effects
+        routed by `_route` and `_drain`, as if they had been all along (the queue held
+        only frames, and `pass_down_each` changes nothing when it refuses)."""
+        effects = self.layers[2].handle(event, now)
         me, group = self.node, self.group
-        pass_down, each = self._pass_down, self._pass_down_each
+        each, pass_down = self._pass_down_each, self._pass_down
+        frames: list[Transmit] = []
+        for i, effect in enumerate(effects):
+            kind = type(effect)
+            if kind is Deliver:
+                out.append(effect)  # type: ignore[arg-type]
+                continue
+            if kind is Multicast:
+                multicast: Multicast = effect  # type: ignore[assignment]
+                dests, inner = multicast.to, multicast.inner
+                if not multicast.control and dests and me not in dests:
+                    packet = Packet((multicast.header, *inner.headers), inner.payload)
+                    heads = each(dests, packet, now)  # type: ignore[misc]  # (the caller's test)
+                    if heads is not None:
+                        for dest, head in zip(dests, heads, strict=True):
+                            below = pass_down((dest,), now)  # type: ignore[misc]
+                            frames.append(Transmit((dest,), encode_frame(group, me, Packet(
+                                (below, head, *packet.headers), inner.payload)), False))
+                        continue
+            elif kind is SetTimer:
+                timer: SetTimer = effect  # type: ignore[assignment]
+                out.append(SetTimer((2, timer.key), timer.at))
+                continue
+            elif kind is CancelTimer:
+                cancel: CancelTimer = effect  # type: ignore[assignment]
+                out.append(CancelTimer((2, cancel.key)))
+                continue
+            queue.extend((-3, frame) for frame in frames)
+            self._route(2, effects[i:], queue, now, out)
+            self._drain(queue, now, out)
+            return
+        out.extend(frames)
+
+    def _drain(self, queue: deque[tuple[int, Any]], now: int, out: list[Output]) -> None:
+        """Handle queued events breadth-first, each event's effects routed by `_route`
+        as they come. A queued index of -1 holds a `Transmit` the bottom layer let down
+        (`pass_down`): it is emitted in its turn; -3 one both lower layers let down
+        (`pass_down_each`), queued again as -1 in its turn; -2 holds a refusal, raised in
+        its turn. (Queue items are (layer index, Event) otherwise.) A layer's
+        RemoteProtocolError leaves the loop with the queue as it stands; `receive`
+        catches it outside (see the rules).
+        """
+        layers, route = self.layers, self._route
         pop, push, emit = queue.popleft, queue.append, out.append
         while queue:
             index, event = pop()
@@ -292,90 +341,105 @@ class Stack:
                     push((-1, event))
                     continue
                 raise event  # -2: a refusal queued in its turn (an Up with no header)
-            for effect in layers[index].handle(event, now):
-                kind = type(effect)
-                if kind is Send:
-                    send: Send = effect  # type: ignore[assignment]
-                    to, inner = send.to, send.inner
-                    if to == me:
-                        raise LocalProtocolError(f"{layers[index].name} sent to itself")
-                    if index == 2 and each is not None and (not queue or _no_events(queue)):
-                        packet = Packet((send.header, *inner.headers), inner.payload)
-                        heads = each((to,), packet, now)
-                        if heads is not None:
-                            below = pass_down((to,), now)  # type: ignore[misc]  # (each)
-                            data = encode_frame(group, me, Packet(
-                                (below, heads[0], *packet.headers), inner.payload),
-                                control=send.control)
-                            push((-3, Transmit((to,), data, send.control)))
-                            continue
-                    if index == 1 and pass_down is not None:
-                        header = pass_down((to,), now)
-                        if header is not None:
-                            packet = Packet((header, send.header, *inner.headers),
-                                            inner.payload)
-                            data = encode_frame(group, me, packet, control=send.control)
-                            push((-1, Transmit((to,), data, send.control)))
-                            continue
+            route(index, layers[index].handle(event, now), queue, now, out)
+
+    def _route(self, index: int, effects: Sequence[Effect], queue: deque[tuple[int, Any]],
+               now: int, out: list[Output]) -> None:
+        """Route the effects of layer `index`'s step, as they come (see `_drain`).
+
+        This runs for every effect of every message, so the effects each message causes
+        are routed inline, by exact type (no isinstance chain, no pattern match, no call
+        per effect); anything else, subclasses of these included, goes through
+        `_route_other`. The annotated rebindings only inform mypy of the type tested."""
+        layers = self.layers
+        top = len(layers) - 1
+        me, group = self.node, self.group
+        pass_down, each = self._pass_down, self._pass_down_each
+        push, emit = queue.append, out.append
+        for effect in effects:
+            kind = type(effect)
+            if kind is Send:
+                send: Send = effect  # type: ignore[assignment]
+                to, inner = send.to, send.inner
+                if to == me:
+                    raise LocalProtocolError(f"{layers[index].name} sent to itself")
+                if index == 2 and each is not None and (not queue or _no_events(queue)):
                     packet = Packet((send.header, *inner.headers), inner.payload)
-                    if index:
-                        push((index - 1, SendRequested(to, packet, send.control)))
-                    else:
-                        data = encode_frame(group, me, packet, control=send.control)
-                        emit(Transmit((to,), data, send.control))
-                elif kind is Up:
-                    up: Up = effect  # type: ignore[assignment]
-                    if index == top:
-                        raise LocalProtocolError(f"top layer {layers[index].name} sent Up")
-                    headers = up.packet.headers
-                    if headers:
-                        rest = Packet(headers[1:], up.packet.payload)
-                        push((index + 1, Received(up.sender, headers[0], rest)))
-                    else:
-                        push((-2, _headless(up.sender, layers[index + 1])))
-                elif kind is Multicast:
-                    multicast: Multicast = effect  # type: ignore[assignment]
-                    dests, inner = multicast.to, multicast.inner
-                    if not dests:
+                    heads = each((to,), packet, now)
+                    if heads is not None:
+                        below = pass_down((to,), now)  # type: ignore[misc]  # (each)
+                        data = encode_frame(group, me, Packet(
+                            (below, heads[0], *packet.headers), inner.payload),
+                            control=send.control)
+                        push((-3, Transmit((to,), data, send.control)))
                         continue
-                    if me in dests:
-                        raise LocalProtocolError(f"{layers[index].name} multicast to itself")
-                    control = multicast.control
-                    if (index == 2 and each is not None and not control
-                            and (not queue or _no_events(queue))):
-                        packet = Packet((multicast.header, *inner.headers), inner.payload)
-                        heads = each(dests, packet, now)
-                        if heads is not None:
-                            for dest, head in zip(dests, heads, strict=True):
-                                below = pass_down((dest,), now)  # type: ignore[misc]
-                                data = encode_frame(group, me, Packet(
-                                    (below, head, *packet.headers), inner.payload))
-                                push((-3, Transmit((dest,), data, False)))
-                            continue
-                    if index == 1 and pass_down is not None:
-                        header = pass_down(dests, now)
-                        if header is not None:
-                            packet = Packet((header, multicast.header, *inner.headers),
-                                            inner.payload)
-                            data = encode_frame(group, me, packet, control=control)
-                            push((-1, Transmit(dests, data, control)))
-                            continue
-                    packet = Packet((multicast.header, *inner.headers), inner.payload)
-                    if index:
-                        push((index - 1, MulticastRequested(dests, packet, control)))
-                    else:
-                        emit(Transmit(dests, encode_frame(group, me, packet, control=control),
-                                      control))
-                elif kind is Deliver:
-                    emit(effect)  # type: ignore[arg-type]
-                elif kind is SetTimer:
-                    timer: SetTimer = effect  # type: ignore[assignment]
-                    emit(SetTimer((index, timer.key), timer.at))
-                elif kind is CancelTimer:
-                    cancel: CancelTimer = effect  # type: ignore[assignment]
-                    emit(CancelTimer((index, cancel.key)))
+                if index == 1 and pass_down is not None:
+                    header = pass_down((to,), now)
+                    if header is not None:
+                        packet = Packet((header, send.header, *inner.headers),
+                                        inner.payload)
+                        data = encode_frame(group, me, packet, control=send.control)
+                        push((-1, Transmit((to,), data, send.control)))
+                        continue
+                packet = Packet((send.header, *inner.headers), inner.payload)
+                if index:
+                    push((index - 1, SendRequested(to, packet, send.control)))
                 else:
-                    self._route_other(index, effect, queue, out)
+                    data = encode_frame(group, me, packet, control=send.control)
+                    emit(Transmit((to,), data, send.control))
+            elif kind is Up:
+                up: Up = effect  # type: ignore[assignment]
+                if index == top:
+                    raise LocalProtocolError(f"top layer {layers[index].name} sent Up")
+                headers = up.packet.headers
+                if headers:
+                    rest = Packet(headers[1:], up.packet.payload)
+                    push((index + 1, Received(up.sender, headers[0], rest)))
+                else:
+                    push((-2, _headless(up.sender, layers[index + 1])))
+            elif kind is Multicast:
+                multicast: Multicast = effect  # type: ignore[assignment]
+                dests, inner = multicast.to, multicast.inner
+                if not dests:
+                    continue
+                if me in dests:
+                    raise LocalProtocolError(f"{layers[index].name} multicast to itself")
+                control = multicast.control
+                if (index == 2 and each is not None and not control
+                        and (not queue or _no_events(queue))):
+                    packet = Packet((multicast.header, *inner.headers), inner.payload)
+                    heads = each(dests, packet, now)
+                    if heads is not None:
+                        for dest, head in zip(dests, heads, strict=True):
+                            below = pass_down((dest,), now)  # type: ignore[misc]
+                            data = encode_frame(group, me, Packet(
+                                (below, head, *packet.headers), inner.payload))
+                            push((-3, Transmit((dest,), data, False)))
+                        continue
+                if index == 1 and pass_down is not None:
+                    header = pass_down(dests, now)
+                    if header is not None:
+                        packet = Packet((header, multicast.header, *inner.headers),
+                                        inner.payload)
+                        data = encode_frame(group, me, packet, control=control)
+                        push((-1, Transmit(dests, data, control)))
+                        continue
+                packet = Packet((multicast.header, *inner.headers), inner.payload)
+                if index:
+                    push((index - 1, MulticastRequested(dests, packet, control)))
+                else:
+                    emit(Transmit(dests, encode_frame(group, me, packet, control=control),
+                                  control))
+            elif kind is Deliver:
+                emit(effect)  # type: ignore[arg-type]
+            elif kind is SetTimer:
+                timer: SetTimer = effect  # type: ignore[assignment]
+                emit(SetTimer((index, timer.key), timer.at))
+            elif kind is CancelTimer:
+                cancel: CancelTimer = effect  # type: ignore[assignment]
+                emit(CancelTimer((index, cancel.key)))
+            else:
+                self._route_other(index, effect, queue, out)
 
     def _route_other(
         self, index: int, effect: Effect, queue: deque[tuple[int, Any]], out: list[Output]
