@@ -23,9 +23,10 @@ from functools import partial
 from typing import Any
 
 import pytest
+from stack_harness import carry, channel_links
 
 from abcast.codec import Packet, decode_envelope, encode_frame
-from abcast.effects import CancelTimer, Output, SetTimer, Transmit
+from abcast.effects import Output
 from abcast.group.failure_detector import FD
 from abcast.ids import NodeId, View
 from abcast.ordering._open_channel import OpenChannel
@@ -76,13 +77,7 @@ def channel_of(stack: Stack) -> ReliableChannel:
 
 def state(stack: Stack) -> list[object]:
     channel = channel_of(stack)
-    inbound = sorted((peer, link.high, sorted(link.above), link.ack_armed, link.ack_aged)
-                     for peer, link in channel._in.items())
-    outbound = sorted((peer, link.next_seq, [(seq, p.sent, p.deadline, p.tries)
-                                             for seq, p in link.unacked.items()],
-                       len(link.waiting), link.progress_at, link.timer.rto)
-                      for peer, link in channel._out.items())
-    return [*stack.inspect(), inbound, outbound, channel._tick_set,
+    return [*stack.inspect(), *channel_links(channel), channel._tick_set,
             sorted(channel._steady), sorted(channel._members)]
 
 
@@ -109,15 +104,7 @@ def run(seed: int, ordering: str, history: History, shortcuts: bool, steps: int 
 
     def step(label: str, node: NodeId, outputs: list[Output], refused: object = None) -> None:
         log.append((label, node, outputs, None if refused is None else str(refused)))
-        for out in outputs:
-            if isinstance(out, Transmit):
-                for dst in out.to:
-                    if dst in stacks:
-                        links.setdefault((node, dst), []).append(out.data)
-            elif isinstance(out, SetTimer):
-                timers[(node, out.key)] = out.at
-            elif isinstance(out, CancelTimer):
-                timers.pop((node, out.key), None)
+        carry(node, outputs, links, timers, stacks)
 
     def attempt(label: str, node: NodeId, call: Callable[[], Any]) -> Any:
         try:

@@ -24,9 +24,10 @@ import random
 from collections.abc import Hashable
 
 import pytest
+from stack_harness import carry
 
 from abcast.codec import Packet, decode_envelope, encode_frame
-from abcast.effects import CancelTimer, Output, SetTimer, Transmit
+from abcast.effects import Output
 from abcast.events import Event
 from abcast.group.failure_detector import FD, Fd
 from abcast.ids import NodeId, View
@@ -118,20 +119,9 @@ def run(seed: int, detector: type[OpenDetector] | None,
     log: list[tuple[str, list[Output]]] = []
     now = 0
 
-    def carry(node: NodeId, outputs: list[Output]) -> None:
-        for out in outputs:
-            if isinstance(out, Transmit):
-                for dst in out.to:
-                    if dst in stacks:  # a reply to the stranger goes nowhere
-                        links.setdefault((node, dst), []).append(out.data)
-            elif isinstance(out, SetTimer):
-                timers[(node, out.key)] = out.at
-            elif isinstance(out, CancelTimer):
-                timers.pop((node, out.key), None)
-
     def step(label: str, node: NodeId, outputs: list[Output]) -> None:
         log.append((f"{label} {node}", outputs))
-        carry(node, outputs)
+        carry(node, outputs, links, timers, stacks)
 
     for node, stack in stacks.items():
         step("start", node, stack.start(now))

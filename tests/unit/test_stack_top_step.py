@@ -34,6 +34,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import pytest
+from stack_harness import carry, channel_links
 
 from abcast.codec import Header, Packet, decode_envelope, encode_frame
 from abcast.effects import (
@@ -268,13 +269,7 @@ def state(stack: Stack) -> list[object]:
     channel = stack.layers[1]
     top = stack.layers[2]
     assert isinstance(channel, ReliableChannel) and isinstance(top, Scripted)
-    inbound = sorted((peer, link.high, sorted(link.above), link.ack_armed, link.ack_aged)
-                     for peer, link in channel._in.items())
-    outbound = sorted((peer, link.next_seq, [(seq, p.sent, p.deadline, p.tries)
-                                             for seq, p in link.unacked.items()],
-                       len(link.waiting), link.progress_at, link.timer.rto)
-                      for peer, link in channel._out.items())
-    return [*stack.inspect(), inbound, outbound, channel._tick_set, top.seen,
+    return [*stack.inspect(), *channel_links(channel), channel._tick_set, top.seen,
             top.rng.getstate(), stack.view]
 
 
@@ -299,15 +294,7 @@ def run(stacks: dict[NodeId, Stack], seed: int, steps: int = 400,
     def step(label: str, node: NodeId, outputs: list[Output],
              refused: RemoteProtocolError | None = None) -> None:
         log.append((label, node, outputs, refusal(refused)))
-        for out in outputs:
-            if isinstance(out, Transmit):
-                for dst in out.to:
-                    if dst in stacks:  # a reply to the stranger goes nowhere
-                        links.setdefault((node, dst), []).append(out.data)
-            elif isinstance(out, SetTimer):
-                timers[(node, out.key)] = out.at
-            elif isinstance(out, CancelTimer):
-                timers.pop((node, out.key), None)
+        carry(node, outputs, links, timers, stacks)
 
     for node, stack in stacks.items():
         step("start", node, stack.start(now))
