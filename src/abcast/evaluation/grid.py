@@ -301,7 +301,7 @@ class GridSpec:
 
 
 def quick_spec() -> GridSpec:
-    """A reduced grid that fits in about two minutes on a 2-core machine."""
+    """A reduced grid that fits in about three minutes on a 2-core machine."""
     return GridSpec(
         table_nodes=(2, 4), table_messages=100,
         sizes=(10, 1024, 65536), size_orderings=("sequencer",), size_messages=100,
