@@ -1,15 +1,17 @@
 """What the stack-level differential tests share: carrying a stack call's outputs onto
-in-memory links and a timer table, and the reliable channel's state that its snapshot
-leaves out. tests/unit/test_hotpath_stack.py, test_hotpath_channel_shortcuts.py and
-test_stack_top_step.py drive two groups through one history and compare both."""
+in-memory links and a timer table, firing the timers due, and the reliable channel's
+state that its snapshot leaves out. tests/unit/test_hotpath_stack.py,
+test_hotpath_channel_shortcuts.py and test_stack_top_step.py drive two groups through
+one history and compare both."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Hashable
+from collections.abc import Callable, Container, Hashable, Mapping
 
 from abcast.effects import CancelTimer, Output, SetTimer, Transmit
 from abcast.ids import NodeId
 from abcast.reliability.channel import ReliableChannel
+from abcast.stack import Stack
 
 Links = dict[tuple[NodeId, NodeId], list[bytes]]
 Timers = dict[tuple[NodeId, Hashable], int]
@@ -28,6 +30,16 @@ def carry(node: NodeId, outputs: list[Output], links: Links, timers: Timers,
             timers[(node, out.key)] = out.at
         elif isinstance(out, CancelTimer):
             timers.pop((node, out.key), None)
+
+
+def fire_due(stacks: Mapping[NodeId, Stack], timers: Timers, now: int,
+             step: Callable[[str, NodeId, list[Output]], None]) -> None:
+    """Fire every timer due by `now`, the earliest first (ties by key), each only if a
+    timer fired before it did not move or cancel it; `step` records each call."""
+    for (node, key), at in sorted(timers.items(), key=lambda item: (item[1], repr(item[0]))):
+        if at <= now and timers.get((node, key)) == at:
+            del timers[(node, key)]
+            step(f"fire {key!r}", node, stacks[node].fire(key, now))
 
 
 def channel_links(channel: ReliableChannel) -> list[object]:

@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from stack_harness import carry, channel_links
+from stack_harness import carry, channel_links, fire_due
 
 from abcast.codec import Packet, decode_envelope, encode_frame
 from abcast.effects import Output
@@ -163,11 +163,7 @@ def run(seed: int, ordering: str, history: History, shortcuts: bool, steps: int 
             step("stranger", dst, outputs, refused)
         else:
             now += rng.choice((500, 1_000, 3_000, 20_000, 40_000, 1_200_000))
-            for (node, key), at in sorted(timers.items(),
-                                          key=lambda item: (item[1], repr(item[0]))):
-                if at <= now and timers.get((node, key)) == at:
-                    del timers[(node, key)]
-                    step(f"fire {key!r}", node, stacks[node].fire(key, now))
+            fire_due(stacks, timers, now, step)
     return log, [state(stack) for stack in stacks.values()]
 
 

@@ -24,7 +24,7 @@ import random
 from collections.abc import Hashable
 
 import pytest
-from stack_harness import carry
+from stack_harness import carry, fire_due
 
 from abcast.codec import Packet, decode_envelope, encode_frame
 from abcast.effects import Output
@@ -149,11 +149,7 @@ def run(seed: int, detector: type[OpenDetector] | None,
         else:
             # time passes: sometimes past the detector's timeout, so peers are suspected
             now += rng.choice((500, 3_000, 20_000, 40_000, 40_000, 1_200_000))
-            for (node, key), at in sorted(timers.items(), key=lambda item: (item[1],
-                                                                              repr(item[0]))):
-                if at <= now and timers.get((node, key)) == at:
-                    del timers[(node, key)]
-                    step(f"fire {key!r}", node, stacks[node].fire(key, now))
+            fire_due(stacks, timers, now, step)
     return log, [state(stack) for stack in stacks.values()]
 
 

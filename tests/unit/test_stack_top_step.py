@@ -34,7 +34,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import pytest
-from stack_harness import carry, channel_links
+from stack_harness import carry, channel_links, fire_due
 
 from abcast.codec import Header, Packet, decode_envelope, encode_frame
 from abcast.effects import (
@@ -318,11 +318,7 @@ def run(stacks: dict[NodeId, Stack], seed: int, steps: int = 400,
             step("stranger", dst, outputs, refused)
         else:
             now += rng.choice(JUMPS)
-            for (node, key), at in sorted(timers.items(),
-                                          key=lambda item: (item[1], repr(item[0]))):
-                if at <= now and timers.get((node, key)) == at:
-                    del timers[(node, key)]
-                    step(f"fire {key!r}", node, stacks[node].fire(key, now))
+            fire_due(stacks, timers, now, step)
     return log, [state(stack) for stack in stacks.values()]
 
 
