@@ -28,6 +28,22 @@ static PyObject *text(sw_str s) {
     return PyUnicode_DecodeUTF8(s.ptr, (Py_ssize_t)s.len, NULL);
 }
 
+/* A tuple of `n` new references (each may be NULL after a failed call: then none is
+   kept and NULL is returned). Py_BuildValue parses its format on every call: this does
+   not, and the parse's own cost is of the order of that parsing. */
+static PyObject *pack(Py_ssize_t n, PyObject **items) {
+    PyObject *t = NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!items[i]) goto fail;
+    t = PyTuple_New(n);
+    if (!t) goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(t, i, items[i]);
+    return t;
+fail:
+    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(items[i]);
+    return NULL;
+}
+
 /* The frame's values as a tuple (the frame was accepted by sw_parse). */
 static PyObject *frame_tuple(const sw_frame *f) {
     PyObject *body;
@@ -44,22 +60,24 @@ static PyObject *frame_tuple(const sw_frame *f) {
                 PyErr_SetString(PyExc_SystemError, "steady codec: ids changed under parse");
                 return NULL;
             }
-            PyObject *pair = Py_BuildValue("(NK)", text(id.node),
-                                           (unsigned long long)id.seq);
-            if (!pair) {
+            PyObject *pair[2] = {text(id.node), PyLong_FromUnsignedLongLong(id.seq)};
+            PyObject *item = pack(2, pair);
+            if (!item) {
                 Py_DECREF(ids);
                 return NULL;
             }
-            PyTuple_SET_ITEM(ids, (Py_ssize_t)i, pair);
+            PyTuple_SET_ITEM(ids, (Py_ssize_t)i, item);
         }
-        body = Py_BuildValue("(KN)", (unsigned long long)f->seq, ids);
+        PyObject *order[2] = {PyLong_FromUnsignedLongLong(f->seq), ids};
+        body = pack(2, order);
     }
-    if (!body) return NULL;
-    return Py_BuildValue("(NNiiKKNN)", text(f->group), text(f->sender), (int)f->flags,
-                         (int)f->kind, (unsigned long long)f->rdata_seq,
-                         (unsigned long long)f->rdata_ack, body,
-                         PyBytes_FromStringAndSize((const char *)f->payload,
-                                                   (Py_ssize_t)f->payload_len));
+    PyObject *values[8] = {
+        text(f->group), text(f->sender), PyLong_FromLong((long)f->flags),
+        PyLong_FromLong((long)f->kind), PyLong_FromUnsignedLongLong(f->rdata_seq),
+        PyLong_FromUnsignedLongLong(f->rdata_ack), body,
+        PyBytes_FromStringAndSize((const char *)f->payload, (Py_ssize_t)f->payload_len),
+    };
+    return pack(8, values);
 }
 
 static PyObject *parse(PyObject *module, PyObject *frame) {
