@@ -3,7 +3,8 @@ the Python path it would replace (issue #23, docs/performance.md §5 step 2), in
 
 - decoding: `parse(frame)` against `decode_envelope(frame)` and the stack's header
   decoders (`stack.codec.headers(env)`, as Stack.receive does), for a member's data frame
-  and the sequencer's order frame of a lone message (one id);
+  and the sequencer's order frame of a lone message (one id, no payload, as a
+  sequencer stack sends them: `abcast cluster --ordering sequencer --serial`);
 - encoding: `encode_data_frame` / `encode_order_frame` against `encode_frame` of a
   Packet whose headers are built for the frame, as the stack builds them (the encode
   alone, headers built beforehand, in brackets).
@@ -53,19 +54,20 @@ def per_call_ns(fns: list[Callable[[], object]], repeat: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--payload", type=int, default=100, help="payload bytes")
+    parser.add_argument("--payload", type=int, default=100, help="a data frame's payload bytes")
     args = parser.parse_args()
     group, me, origin = "g", "n1", "n2"
     codec = build_stack(me, group, "sequencer", View(1, ("n1", "n2", "n3"))).codec
     payload = bytes(args.payload)
+    none = b""  # an order frame carries no payload (the bodies went in the data frames)
     data = encode_frame(group, origin, Packet((FD, RData(41, 40), SData(17)), payload))
     order = encode_frame(group, me, Packet((FD, RData(42, 41), SOrder(230, [(origin, 17)])),
-                                           payload))
+                                           none))
     assert sc.encode_data_frame(group, origin, 41, 40, 17, payload) == data
-    assert sc.encode_order_frame(group, me, 42, 41, 230, [(origin, 17)], payload) == order
+    assert sc.encode_order_frame(group, me, 42, 41, 230, [(origin, 17)], none) == order
     ids = [(origin, 17)]
     data_packet = Packet((FD, RData(41, 40), SData(17)), payload)
-    order_packet = Packet((FD, RData(42, 41), SOrder(230, ids)), payload)
+    order_packet = Packet((FD, RData(42, 41), SOrder(230, ids)), none)
     rows: list[tuple[str, Callable[[], object], Callable[[], object], Callable[[], object]]] = [
         ("parse: data frame", lambda: sc.parse(data),
          lambda: codec.headers(decode_envelope(data)), lambda: None),
@@ -76,12 +78,12 @@ def main() -> None:
          lambda: encode_frame(group, origin, Packet((FD, RData(41, 40), SData(17)), payload)),
          lambda: encode_frame(group, origin, data_packet)),
         ("encode: order frame",
-         lambda: sc.encode_order_frame(group, me, 42, 41, 230, ids, payload),
+         lambda: sc.encode_order_frame(group, me, 42, 41, 230, ids, none),
          lambda: encode_frame(group, me, Packet((FD, RData(42, 41), SOrder(230, ids)),
-                                                payload)),
+                                                none)),
          lambda: encode_frame(group, me, order_packet)),
     ]
-    print(f"payload {args.payload} B, best of {args.repeat}, ns per frame (CPU time); "
+    print(f"data payload {args.payload} B, best of {args.repeat}, ns per frame (CPU time); "
           f"each includes one Python call of a lambda, "
           f"{per_call_ns([lambda: None], args.repeat)[0]:,.0f} ns alone")
     print(f"{'':22} {'C':>8} {'Python':>8} {'C/Python':>9}")
