@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import random
 import struct
 from pathlib import Path
@@ -53,6 +54,14 @@ ROOT = Path(__file__).resolve().parents[2]
 STACK = build_stack("n1", "g", "sequencer", View(1, ("n1", "n2", "n3")))
 SEQ_MAX = 2**62
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: examples of each hostile-input test: a few hundred here (seconds); more for a long run
+#: under the sanitizers (bench/build_native.py --sanitize prints the command)
+HOSTILE = int(os.environ.get("ABCAST_STEADY_FUZZ_EXAMPLES", "0")) or None
+
+
+def hostile(examples: int) -> settings:
+    return settings(max_examples=HOSTILE or examples, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
 def _setup_module() -> Any:
@@ -304,7 +313,7 @@ SEEDS = (
 STEADY = Target("steady", msgspec_decode, SEEDS)
 
 
-@FAST
+@hostile(150)
 @given(data=st.binary(max_size=120))
 @example(data=b"")
 @example(data=SEEDS[0][:-1])
@@ -312,7 +321,7 @@ def test_random_bytes_are_refused_or_read_as_msgspec_reads_them(data: bytes) -> 
     check_against_msgspec(data)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hostile(400)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_fuzzed_frames_are_refused_or_read_as_msgspec_reads_them(seed: int) -> None:
     # abcast.testing.fuzz's mutations: tree (wrong types, boundary ints, deep nesting,
@@ -417,7 +426,7 @@ def pack_any(obj: Any, rng: random.Random) -> bytes:
         pack_any(k, rng) + pack_any(v, rng) for k, v in obj.items())
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hostile(600)
 @given(seed=st.integers(0, 2**32 - 1), damages=st.integers(0, 3),
        truncate=st.booleans())
 def test_steady_frames_damaged_and_reencoded_are_refused_or_read_as_msgspec_reads_them(
