@@ -1,45 +1,44 @@
-"""abcast's optional C extension; everything else about the package is in pyproject.toml.
+"""abcast's optional C extensions; everything else about the package is in pyproject.toml.
 
-`abcast._steady_codec` (src/abcast/_native/) is the native lane's codec
-(docs/performance.md §5). It is optional: where no compiler is found, `pip install -e .`
-still installs abcast and the pure-Python path runs (tests/unit/test_steady_codec.py
-skips, saying why). `bench/build_native.py` builds it in place for a checkout run with
-PYTHONPATH=src. The build compiles in `source_hash()`, so a test can tell a stale build
-after an edit of the C sources.
+The native lane (docs/performance.md §5, src/abcast/_native/): `abcast._steady_codec`,
+the steady frames' codec for Python, and `abcast._lane`, a steady frame's whole stack
+step. They are optional: where no compiler is found, `pip install -e .` still installs
+abcast and the pure-Python path runs (their tests skip, saying why).
+`bench/build_native.py` builds them in place for a checkout run with PYTHONPATH=src.
+The build compiles in src/abcast/native_sources.py's `source_hash()`, so a stale build
+after an edit of the C sources is refused (abcast.runtime.lane, the tests).
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 from pathlib import Path
 
 from setuptools import Extension, setup
 
 ROOT = Path(__file__).resolve().parent
-NATIVE = "src/abcast/_native"
-SOURCES = [f"{NATIVE}/steady_codec_module.c", f"{NATIVE}/steady_wire.c"]
-HEADERS = [f"{NATIVE}/steady_wire.h"]
+_spec = importlib.util.spec_from_file_location(
+    "abcast_native_sources", ROOT / "src/abcast/native_sources.py")
+assert _spec is not None and _spec.loader is not None
+sources = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sources)  # (by path: abcast is not installed yet)
 
 
-def source_hash() -> str:
-    """A hash of the extension's C sources (names and bytes)."""
-    digest = hashlib.sha256()
-    for name in sorted(SOURCES + HEADERS):
-        digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+def native_extensions(*, optional: bool = True) -> list[Extension]:
+    return [native_extension(name, optional=optional) for name in sources.MODULES]
 
 
-def steady_codec_extension(*, optional: bool = True) -> Extension:
+def native_extension(name: str, *, optional: bool = True) -> Extension:
     return Extension(
-        "abcast._steady_codec",
-        sources=SOURCES,
-        depends=HEADERS,
-        include_dirs=[NATIVE],
-        define_macros=[("ABCAST_STEADY_SOURCE_HASH", f'"{source_hash()}"')],
+        name,
+        sources=[sources.MODULES[name], *sources.SHARED],
+        depends=[*sources.SOURCES, *sources.HEADERS],  # (one hash: an edit rebuilds all)
+        include_dirs=[sources.NATIVE],
+        define_macros=[("ABCAST_STEADY_SOURCE_HASH", f'"{sources.source_hash(ROOT)}"')],
         extra_compile_args=["-std=c11", "-Wall", "-Wextra"],
         optional=optional,  # a failed build is a warning: the pure-Python path runs
     )
 
 
 if __name__ == "__main__":
-    setup(ext_modules=[steady_codec_extension()])
+    setup(ext_modules=native_extensions())

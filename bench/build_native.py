@@ -1,7 +1,7 @@
-"""Build abcast's C extension (abcast._steady_codec) in place, next to the sources in
+"""Build abcast's C extensions (abcast._steady_codec, abcast._lane) in place, next to the sources in
 src/abcast/, with this interpreter's compiler settings (sysconfig, as pip would), so
-that a checkout run with PYTHONPATH=src imports it. The extension is defined once, in
-setup.py; here its build failing is an error, where `pip install -e .` only warns.
+that a checkout run with PYTHONPATH=src imports them. They are defined once, in
+setup.py; here a build failing is an error, where `pip install -e .` only warns.
 
 `--sanitize` builds it with AddressSanitizer and UndefinedBehaviorSanitizer, to run the
 differential fuzz long under them (the interpreter must load the sanitizers' runtimes
@@ -39,16 +39,16 @@ SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
             "-fno-omit-frame-pointer", "-O1", "-g"]
 
 
-def build(force: bool, sanitize: bool) -> Path:
+def build(force: bool, sanitize: bool) -> list[Path]:
     setup_py = load_setup()
-    ext = setup_py.steady_codec_extension(optional=False)
-    if sanitize:
+    exts = setup_py.native_extensions(optional=False)
+    for ext in exts if sanitize else ():
         ext.extra_compile_args += SANITIZE
         ext.extra_link_args += SANITIZE[:1]
     dist = Distribution({
         "name": "abcast",
         "package_dir": {"": "src"},
-        "ext_modules": [ext],
+        "ext_modules": exts,
     })
     dist.script_name = str(ROOT / "setup.py")
     with tempfile.TemporaryDirectory(prefix="abcast-build-") as temp:
@@ -58,7 +58,7 @@ def build(force: bool, sanitize: bool) -> Path:
         cmd.build_temp = temp
         cmd.ensure_finalized()
         cmd.run()
-        return Path(cmd.get_ext_fullpath("abcast._steady_codec"))
+        return [Path(cmd.get_ext_fullpath(ext.name)) for ext in exts]
 
 
 def main() -> None:
@@ -72,24 +72,26 @@ def main() -> None:
         runtimes = ":".join(
             subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True, text=True,
                            check=True).stdout.strip() for lib in ("libasan.so", "libubsan.so"))
-        print(f"built {built} with sanitizers; run the fuzz under them, then rebuild "
+        print(f"built {', '.join(map(str, built))} with sanitizers; run the fuzz under "
+              f"them, then rebuild "
               f"without (--force):\n  LD_PRELOAD={runtimes} ASAN_OPTIONS=detect_leaks=0 "
               f"ABCAST_STEADY_FUZZ_EXAMPLES=20000 PYTHONPATH=src {sys.executable} -m pytest "
               f"tests/unit/test_steady_codec.py -q -p no:cacheprovider")
         return
     # a fresh interpreter imports what was built and says which sources it came from
-    check = subprocess.run(
-        [sys.executable, "-c",
-         "import abcast._steady_codec as m; print(m.__file__, m.SOURCE_HASH)"],
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-        capture_output=True, text=True, check=False)
-    if check.returncode:
-        sys.exit(f"built {built}, but it does not import:\n{check.stderr}")
-    expected = load_setup().source_hash()
-    path, got = check.stdout.split()
-    print(f"built {path} (sources {got})")
-    if got != expected:
-        sys.exit(f"stale: imported sources {got}, the checkout's are {expected}")
+    sources = load_setup().sources
+    expected = sources.source_hash()
+    for name in sources.MODULES:
+        check = subprocess.run(
+            [sys.executable, "-c", f"import {name} as m; print(m.__file__, m.SOURCE_HASH)"],
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            capture_output=True, text=True, check=False)
+        if check.returncode:
+            sys.exit(f"built {name}, but it does not import:\n{check.stderr}")
+        path, got = check.stdout.split()
+        print(f"built {path} (sources {got})")
+        if got != expected:
+            sys.exit(f"stale: imported sources {got}, the checkout's are {expected}")
 
 
 if __name__ == "__main__":

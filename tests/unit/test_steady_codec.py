@@ -22,7 +22,6 @@ for a checkout); a build older than its C sources fails here rather than test ol
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 import random
 import struct
@@ -38,6 +37,7 @@ from abcast.codec import Packet, decode_envelope, encode_frame
 from abcast.errors import DecodeError
 from abcast.group.failure_detector import FD, Fd
 from abcast.ids import View
+from abcast.native_sources import source_hash
 from abcast.ordering.registry import build_stack
 from abcast.ordering.sequencer_wire import MAX_ORDER_IDS, SData, SOrder
 from abcast.reliability.channel_wire import RData
@@ -64,16 +64,8 @@ def hostile(examples: int) -> settings:
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def _setup_module() -> Any:
-    spec = importlib.util.spec_from_file_location("abcast_setup", ROOT / "setup.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_build_is_of_the_checked_out_sources() -> None:
-    expected = _setup_module().source_hash()
+    expected = source_hash()
     assert expected == sc.SOURCE_HASH, (
         f"abcast._steady_codec was built from other sources ({sc.SOURCE_HASH}, these are "
         f"{expected}): rebuild it with python bench/build_native.py")

@@ -279,12 +279,17 @@ class GroupDriver:
         is raised if a layer refused it."""
         now = self.host.clock.now_us()
         outputs, refused = self.stack.receive(env, now)
+        self.received(outputs, now)
+        if refused is not None:
+            raise refused
+
+    def received(self, outputs: list[Output], now: int) -> None:
+        """Carry out a frame's outputs: the stack's, or the native lane's
+        (abcast.runtime.lane) for a frame it stepped at `now`."""
         self._apply(outputs)
         meter = self.meter  # metrics on: a flush begins after a frame or a timer
         if meter is not None and now >= meter.look_at:
             meter.watch(self.stack.top, now)
-        if refused is not None:
-            raise refused
 
     def close(self) -> None:
         if not self.closed and self.removed is None:

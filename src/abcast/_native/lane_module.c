@@ -1,0 +1,647 @@
+/* abcast._lane: the native lane's first frame kind (docs/performance.md §5, step 3) —
+   the sequencer's order arriving at a member, its whole stack step in one C call.
+
+   receive(frame, peer, lanes, now) -> (tag, outputs) | None
+       `lanes` maps a group's name to (tag, stack); `stack` is a runtime-shaped sequencer
+       stack (abcast.runtime.lane.eligible: OpenDetector, OpenChannel, Membership over a
+       Sequencer). For an order frame (steady_wire.h's `[Fd, RData, SOrder]`, no bodies)
+       from `peer` that the Python path would take by its shortcuts and steady checks, it
+       does what `stack.receive(decode_envelope(frame), now)` does and returns the tag and
+       the outputs that call returns (deliveries only: an order at a member emits nothing
+       else). For anything else it returns None having changed nothing, and the caller
+       runs the Python path, which handles or refuses the frame as before.
+   counts() -> {"taken": n, "declined": n}; reset_counts()
+   plant(k): a planted bug for the differential test (tests/unit/test_native_lane.py),
+       0 for none; PLANTS names them.
+   SOURCE_HASH: the hash of the C sources it was built from (setup.py's source_hash).
+
+   Rules. The Python objects are the only state: the lane reads and writes the same
+   attributes the Python layers do (no copy, nothing to hand back). Every check comes
+   before the first change, so a decline leaves no trace. What it does, in the Python
+   path's order:
+     - the failure detector's `pass_up`: a known peer, not suspected, no claim -> its
+       `last_heard` stamped;
+     - the reliable channel's `pass_up`: tick set, a steady member, no hole, the next
+       seq, an owed ack not falling due after the tick; a carried ack below `next_seq`
+       with nothing waiting for credit -> `_on_ack` (the acked prefix dropped, progress
+       stamped, the oldest first transmission timed by `timer.sample`, the RTO mark
+       cleared when nothing is left) -> `high` + 1, an ack owed;
+     - the membership layer's steady check (member or leaving, not frozen, the sender in
+       its view) -> `s.now`;
+     - the sequencer (no optimistic, safe or causal option; the sender its view's
+       leader, not itself) -> `st.now`, `sequencer_numbering.on_order` (a number already
+       known as another id: declined, the Python path refuses it) and `deliver_ready`.
+   Where a Python layer changes, this file changes with it: the differential test runs
+   both on one history and compares every output and every state. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "steady_wire.h"
+
+#ifndef ABCAST_STEADY_SOURCE_HASH
+#define ABCAST_STEADY_SOURCE_HASH "unknown"
+#endif
+
+enum {
+    PLANT_NONE,
+    PLANT_NO_STAMP,        /* the detector's last_heard not stamped */
+    PLANT_NO_ACK_OWED,     /* the channel's ack not marked owed */
+    PLANT_KEEP_NUMBER,     /* a delivered number left in st.numbers */
+    PLANT_NO_PROGRESS,     /* a carried ack's progress_at not set */
+    PLANT_ACCEPT_CONFLICT, /* a number known as another id taken */
+    PLANT_COUNT
+};
+
+static const char *const PLANT_NAMES[PLANT_COUNT] = {
+    "none", "the detector's last_heard not stamped", "the channel's ack not marked owed",
+    "a delivered number left in st.numbers", "a carried ack's progress_at not set",
+    "an order renumbering a known number taken",
+};
+
+static int plant = PLANT_NONE;
+static unsigned long long taken, declined;
+
+/* Interned attribute names and the two types the lane builds (set at import). */
+static struct {
+    PyObject *_pass_up, *_pass_up2, *_pass_down_each, *layers;
+    PyObject *_s, *peers, *suspected, *claim, *last_heard;
+    PyObject *_tick_set, *_tick_at, *_tick_period, *_steady, *_in, *_out;
+    PyObject *above, *high, *ack_armed, *ack_aged;
+    PyObject *next_seq, *waiting, *unacked, *tries, *sent, *progress_at, *timer, *sample,
+        *rto_armed_at;
+    PyObject *s, *status, *frozen, *view, *members, *now, *ordering;
+    PyObject *st, *optimistic, *safe, *causal, *node, *numbers, *bodies, *delivered, *log,
+        *deps_of, *next_delivery;
+    PyObject *member, *leaving;
+} N;
+
+static PyTypeObject *MsgIdType;  /* abcast.ids.MsgId: a NamedTuple (a tuple subclass) */
+static PyObject *DeliverType;    /* abcast.effects.Deliver */
+
+/* New references taken during one call, released at its end. */
+#define MAX_HELD 64
+typedef struct {
+    PyObject *items[MAX_HELD];
+    int n;
+} held_refs;
+
+static PyObject *hold(held_refs *h, PyObject *o) {
+    if (o == NULL) return NULL;
+    if (h->n == MAX_HELD) {
+        Py_DECREF(o);
+        PyErr_SetString(PyExc_SystemError, "abcast._lane: too many references held");
+        return NULL;
+    }
+    h->items[h->n++] = o;
+    return o;
+}
+
+static void release(held_refs *h) {
+    while (h->n) Py_DECREF(h->items[--h->n]);
+}
+
+/* getattr(obj, name) as a reference held until the call ends; NULL with an error set. */
+#define GET(dst, obj, name)                                   \
+    do {                                                      \
+        (dst) = hold(&h, PyObject_GetAttr((obj), N.name));    \
+        if ((dst) == NULL) goto error;                        \
+    } while (0)
+
+/* truthiness, or -1 with an error set */
+#define TRUTH(dst, obj)                                       \
+    do {                                                      \
+        (dst) = PyObject_IsTrue(obj);                         \
+        if ((dst) < 0) goto error;                            \
+    } while (0)
+
+#define DECLINE() goto decline
+
+static int utf8_equals(PyObject *str, sw_str s) {
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(str, &n);
+    if (u == NULL) {
+        PyErr_Clear();  /* a str with surrogates matches no frame's string */
+        return 0;
+    }
+    return (size_t)n == s.len && memcmp(u, s.ptr, s.len) == 0;
+}
+
+/* A Python int as long long; -1 with an error set if it is not an int or too large. */
+static int as_ll(PyObject *o, long long *out) {
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "abcast._lane: expected an int, got %R", o);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int set_int(PyObject *obj, PyObject *name, long long value) {
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL) return -1;
+    int rc = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* MsgId(origin, seq): tuple.__new__'s work for a tuple subclass, without its argument
+   tuple. Steals nothing; NULL with an error set. */
+static PyObject *new_msgid(PyObject *origin, long long seq) {
+    PyObject *s = PyLong_FromLongLong(seq);
+    if (s == NULL) return NULL;
+    PyObject *mid = MsgIdType->tp_alloc(MsgIdType, 2);
+    if (mid == NULL) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    Py_INCREF(origin);
+    PyTuple_SET_ITEM(mid, 0, origin);
+    PyTuple_SET_ITEM(mid, 1, s);
+    return mid;
+}
+
+/* The id's node as a str: the view's own object when it is a member (no new string). */
+static PyObject *node_str(PyObject *members, sw_str node) {
+    Py_ssize_t n = PyTuple_GET_SIZE(members);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyTuple_GET_ITEM(members, i);
+        if (PyUnicode_Check(m) && utf8_equals(m, node)) {
+            Py_INCREF(m);
+            return m;
+        }
+    }
+    return PyUnicode_DecodeUTF8(node.ptr, (Py_ssize_t)node.len, NULL);
+}
+
+/* Is the MsgId `known` the id (node, seq)? -1 with an error set. */
+static int same_id(PyObject *known, sw_id id) {
+    if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) {
+        PyErr_Format(PyExc_TypeError, "abcast._lane: a number's id is %R", known);
+        return -1;
+    }
+    PyObject *origin = PyTuple_GET_ITEM(known, 0);
+    long long seq;
+    if (as_ll(PyTuple_GET_ITEM(known, 1), &seq) < 0) return -1;
+    return PyUnicode_Check(origin) && utf8_equals(origin, id.node)
+           && (unsigned long long)seq == id.seq;
+}
+
+/* The channel's `_on_ack(peer, ack, [], now)` for an ack `pass_up` lets through (below
+   next_seq, nothing waiting): its result is [] there and ignored. */
+static int channel_on_ack(PyObject *out, unsigned long long ack, PyObject *now_obj,
+                          long long now) {
+    held_refs h = {.n = 0};
+    PyObject *unacked, *timed = NULL;
+    GET(unacked, out, unacked);
+    if (!PyDict_Check(unacked)) {
+        PyErr_SetString(PyExc_TypeError, "abcast._lane: unacked is not a dict");
+        goto error;
+    }
+    /* Keys were inserted in increasing order: the acked ones are a prefix. */
+    Py_ssize_t pos = 0, acked = 0;
+    PyObject *key, *pending;
+    while (PyDict_Next(unacked, &pos, &key, &pending)) {
+        long long seq;
+        if (as_ll(key, &seq) < 0) goto error;
+        if ((unsigned long long)seq > ack) break;
+        acked++;
+        if (timed == NULL) {
+            PyObject *tries = PyObject_GetAttr(pending, N.tries);
+            if (tries == NULL) goto error;
+            int tried = PyObject_IsTrue(tries);
+            Py_DECREF(tries);
+            if (tried < 0) goto error;
+            if (!tried) timed = hold(&h, Py_NewRef(pending));
+            if (!tried && timed == NULL) goto error;
+        }
+    }
+    if (acked) {
+        if (plant != PLANT_NO_PROGRESS && PyObject_SetAttr(out, N.progress_at, now_obj) < 0)
+            goto error;
+        PyObject *keys = hold(&h, PyList_New(acked));
+        if (keys == NULL) goto error;
+        pos = 0;
+        for (Py_ssize_t i = 0; i < acked; i++) {
+            if (!PyDict_Next(unacked, &pos, &key, &pending)) break;
+            PyList_SET_ITEM(keys, i, Py_NewRef(key));
+        }
+        for (Py_ssize_t i = 0; i < acked; i++)
+            if (PyDict_DelItem(unacked, PyList_GET_ITEM(keys, i)) < 0) goto error;
+    }
+    if (timed != NULL) {
+        PyObject *sent, *timer;
+        long long sent_at;
+        GET(sent, timed, sent);
+        if (as_ll(sent, &sent_at) < 0) goto error;
+        GET(timer, out, timer);
+        PyObject *rtt = hold(&h, PyLong_FromLongLong(now - sent_at));
+        if (rtt == NULL) goto error;
+        if (hold(&h, PyObject_CallMethodOneArg(timer, N.sample, rtt)) == NULL) goto error;
+    }
+    if (PyDict_GET_SIZE(unacked) == 0) {
+        PyObject *armed;
+        GET(armed, out, rto_armed_at);
+        if (armed != Py_None && PyObject_SetAttr(out, N.rto_armed_at, Py_None) < 0) goto error;
+    }
+    release(&h);
+    return 0;
+error:
+    release(&h);
+    return -1;
+}
+
+static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "receive(frame, peer, lanes, now) takes 4 arguments");
+        return NULL;
+    }
+    PyObject *frame = args[0], *peer = args[1], *lanes = args[2], *now_obj = args[3];
+    if (!PyDict_Check(lanes)) {
+        PyErr_SetString(PyExc_TypeError, "receive: lanes must be a dict");
+        return NULL;
+    }
+    long long now;
+    if (as_ll(now_obj, &now) < 0) return NULL;
+
+    held_refs h = {.n = 0};
+    PyObject *outputs = NULL;
+    sw_frame f;
+    if (!PyBytes_Check(frame) || !PyUnicode_Check(peer)
+        || !sw_parse((const uint8_t *)PyBytes_AS_STRING(frame),
+                     (size_t)PyBytes_GET_SIZE(frame), &f)
+        || f.kind != SW_KIND_ORDER || !utf8_equals(peer, f.sender))
+        DECLINE();
+
+    /* The group's lane: a node hosts a few groups, so a scan beats building a str. */
+    PyObject *entry = NULL, *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(lanes, &pos, &key, &value)) {
+        if (PyUnicode_Check(key) && utf8_equals(key, f.group)) {
+            entry = value;
+            break;
+        }
+    }
+    if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) DECLINE();
+    PyObject *tag = PyTuple_GET_ITEM(entry, 0), *stack = PyTuple_GET_ITEM(entry, 1);
+
+    /* --- the checks: nothing changes before all pass ---------------------------------- */
+    PyObject *o, *layers;
+    int truth;
+    GET(o, stack, _pass_up);
+    if (o == Py_None) DECLINE();
+    GET(o, stack, _pass_up2);
+    if (o == Py_None) DECLINE();
+    GET(o, stack, _pass_down_each);
+    if (o == Py_None) DECLINE();
+    GET(layers, stack, layers);
+    if (!PyList_Check(layers) || PyList_GET_SIZE(layers) != 3) DECLINE();
+    PyObject *detector = PyList_GET_ITEM(layers, 0), *channel = PyList_GET_ITEM(layers, 1),
+             *membership = PyList_GET_ITEM(layers, 2);
+
+    /* the failure detector's pass_up */
+    PyObject *ds, *peers, *pst;
+    GET(ds, detector, _s);
+    GET(peers, ds, peers);
+    if (!PyDict_Check(peers)) DECLINE();
+    pst = PyDict_GetItemWithError(peers, peer);
+    if (pst == NULL) {
+        if (PyErr_Occurred()) goto error;
+        DECLINE();
+    }
+    GET(o, pst, suspected);
+    TRUTH(truth, o);
+    if (truth) DECLINE();
+    GET(o, pst, claim);
+    if (o != Py_None) DECLINE();
+
+    /* the reliable channel's pass_up */
+    PyObject *in_links, *link, *out = NULL;
+    long long high, tick_at, tick_period;
+    int ack_armed;
+    GET(o, channel, _tick_set);
+    TRUTH(truth, o);
+    if (!truth) DECLINE();
+    GET(o, channel, _steady);
+    truth = PySequence_Contains(o, peer);
+    if (truth < 0) goto error;
+    if (!truth) DECLINE();
+    GET(in_links, channel, _in);
+    if (!PyDict_Check(in_links)) DECLINE();
+    link = PyDict_GetItemWithError(in_links, peer);
+    if (link == NULL) {
+        if (PyErr_Occurred()) goto error;
+        DECLINE();
+    }
+    GET(o, link, above);
+    TRUTH(truth, o);
+    if (truth) DECLINE();
+    GET(o, link, high);
+    if (as_ll(o, &high) < 0) goto error;
+    if (f.rdata_seq != (unsigned long long)high + 1) DECLINE();
+    GET(o, link, ack_armed);
+    TRUTH(ack_armed, o);
+    if (!ack_armed) {
+        GET(o, channel, _tick_at);
+        if (as_ll(o, &tick_at) < 0) goto error;
+        GET(o, channel, _tick_period);
+        if (as_ll(o, &tick_period) < 0) goto error;
+        if (tick_at > now + tick_period) DECLINE();
+    }
+    if (f.rdata_ack) {
+        PyObject *out_links;
+        GET(out_links, channel, _out);
+        if (!PyDict_Check(out_links)) DECLINE();
+        out = PyDict_GetItemWithError(out_links, peer);
+        if (out == NULL && PyErr_Occurred()) goto error;
+        if (out != NULL) {
+            long long next_seq;
+            GET(o, out, next_seq);
+            if (as_ll(o, &next_seq) < 0) goto error;
+            if (f.rdata_ack >= (unsigned long long)next_seq) DECLINE();
+            GET(o, out, waiting);
+            TRUTH(truth, o);
+            if (truth) DECLINE();
+        }
+    }
+
+    /* the membership layer's steady check */
+    PyObject *ms, *status, *mview, *core, *st, *sview, *smembers, *numbers;
+    GET(ms, membership, s);
+    GET(status, ms, status);
+    if (!PyUnicode_Check(status)
+        || (PyUnicode_Compare(status, N.member) != 0
+            && PyUnicode_Compare(status, N.leaving) != 0)) {
+        if (PyErr_Occurred()) goto error;
+        DECLINE();
+    }
+    GET(o, ms, frozen);
+    TRUTH(truth, o);
+    if (truth) DECLINE();
+    GET(mview, ms, view);
+    if (mview == Py_None) DECLINE();
+    GET(o, mview, members);
+    truth = PySequence_Contains(o, peer);
+    if (truth < 0) goto error;
+    if (!truth) DECLINE();
+
+    /* the sequencer's steady order */
+    GET(core, membership, ordering);
+    GET(st, core, st);
+    GET(o, st, optimistic);
+    if (o != Py_None) DECLINE();
+    GET(o, st, safe);
+    TRUTH(truth, o);
+    if (truth) DECLINE();
+    GET(o, st, causal);
+    TRUTH(truth, o);
+    if (truth) DECLINE();
+    GET(sview, st, view);
+    if (sview == Py_None) DECLINE();
+    GET(smembers, sview, members);
+    if (!PyTuple_Check(smembers) || PyTuple_GET_SIZE(smembers) == 0) DECLINE();
+    truth = PyUnicode_Compare(PyTuple_GET_ITEM(smembers, 0), peer);  /* view.leader */
+    if (truth == -1 && PyErr_Occurred()) goto error;
+    if (truth != 0) DECLINE();
+    GET(o, st, node);
+    truth = PyUnicode_Compare(o, peer);
+    if (truth == -1 && PyErr_Occurred()) goto error;
+    if (truth == 0) DECLINE();
+    GET(numbers, st, numbers);
+    if (!PyDict_Check(numbers)) DECLINE();
+    long long next_delivery;
+    GET(o, st, next_delivery);
+    if (as_ll(o, &next_delivery) < 0) goto error;
+    if (f.seq + f.n_ids > ((uint64_t)1 << 62) + SW_MAX_ORDER_IDS) DECLINE();  /* (bounded) */
+    const uint8_t *cursor = f.ids;
+    sw_id id;
+    for (size_t i = 0; i < f.n_ids; i++) {
+        if (!sw_next_id(&cursor, f.ids_end, &id)) DECLINE();
+        long long at = (long long)(f.seq + i);
+        if (at < next_delivery || plant == PLANT_ACCEPT_CONFLICT) continue;
+        PyObject *at_obj = PyLong_FromLongLong(at);
+        if (at_obj == NULL) goto error;
+        PyObject *known = PyDict_GetItemWithError(numbers, at_obj);
+        Py_DECREF(at_obj);
+        int same = 1;
+        if (known == NULL) {
+            if (PyErr_Occurred()) goto error;
+        } else if ((same = same_id(known, id)) < 0) {
+            goto error;
+        }
+        if (!same) DECLINE();  /* the Python path refuses it */
+    }
+
+    /* --- the changes, in the Python path's order -------------------------------------- */
+    if (plant != PLANT_NO_STAMP && PyObject_SetAttr(pst, N.last_heard, now_obj) < 0)
+        goto error;
+    if (out != NULL && channel_on_ack(out, f.rdata_ack, now_obj, now) < 0) goto error;
+    if (set_int(link, N.high, high + 1) < 0) goto error;
+    if (!ack_armed) {
+        if (plant != PLANT_NO_ACK_OWED && PyObject_SetAttr(link, N.ack_armed, Py_True) < 0)
+            goto error;
+        if (PyObject_SetAttr(link, N.ack_aged, Py_False) < 0) goto error;
+    }
+    if (PyObject_SetAttr(ms, N.now, now_obj) < 0) goto error;
+    if (PyObject_SetAttr(st, N.now, now_obj) < 0) goto error;
+
+    /* sequencer_numbering.on_order */
+    cursor = f.ids;
+    for (size_t i = 0; i < f.n_ids; i++) {
+        sw_next_id(&cursor, f.ids_end, &id);  /* (read once above) */
+        long long at = (long long)(f.seq + i);
+        if (at < next_delivery) continue;
+        PyObject *origin = node_str(smembers, id.node);
+        if (origin == NULL) goto error;
+        PyObject *mid = new_msgid(origin, (long long)id.seq);
+        Py_DECREF(origin);
+        if (mid == NULL) goto error;
+        PyObject *at_obj = PyLong_FromLongLong(at);
+        int rc = at_obj == NULL ? -1 : PyDict_SetItem(numbers, at_obj, mid);
+        Py_XDECREF(at_obj);
+        Py_DECREF(mid);
+        if (rc < 0) goto error;
+    }
+
+    /* sequencer_numbering.deliver_ready (not SAFE: no limit) */
+    PyObject *bodies, *delivered, *log, *deps_of;
+    GET(bodies, st, bodies);
+    GET(delivered, st, delivered);
+    GET(log, st, log);
+    GET(deps_of, st, deps_of);
+    if (!PyDict_Check(bodies) || !PyDict_Check(delivered) || !PyDict_Check(log)
+        || !PyDict_Check(deps_of)) {
+        PyErr_SetString(PyExc_TypeError, "abcast._lane: the sequencer's state is not dicts");
+        goto error;
+    }
+    outputs = PyList_New(0);
+    if (outputs == NULL) goto error;
+    long long at = next_delivery;
+    for (;; at++) {
+        PyObject *at_obj = PyLong_FromLongLong(at);
+        if (at_obj == NULL) goto error;
+        PyObject *mid = PyDict_GetItemWithError(numbers, at_obj);
+        if (mid == NULL) {
+            Py_DECREF(at_obj);
+            if (PyErr_Occurred()) goto error;
+            break;
+        }
+        int has = PyDict_Contains(bodies, mid);
+        if (has <= 0) {
+            Py_DECREF(at_obj);
+            if (has < 0) goto error;
+            break;
+        }
+        Py_INCREF(mid);
+        PyObject *body = NULL, *deliver = NULL, *entry_ = NULL;
+        int rc = -1;
+        if (plant != PLANT_KEEP_NUMBER && PyDict_DelItem(numbers, at_obj) < 0) goto step_end;
+        if (!PyTuple_Check(mid) || PyTuple_GET_SIZE(mid) != 2) {
+            PyErr_SetString(PyExc_TypeError, "abcast._lane: a number's id is not a MsgId");
+            goto step_end;
+        }
+        PyObject *origin = PyTuple_GET_ITEM(mid, 0), *seq = PyTuple_GET_ITEM(mid, 1);
+        if (PyDict_SetItem(delivered, origin, seq) < 0) goto step_end;
+        body = PyDict_GetItemWithError(bodies, mid);
+        if (body == NULL) goto step_end;
+        Py_INCREF(body);
+        if (PyDict_DelItem(bodies, mid) < 0) goto step_end;
+        PyObject *fields[3] = {origin, seq, body};
+        deliver = PyObject_Vectorcall(DeliverType, fields, 3, NULL);
+        if (deliver == NULL || PyList_Append(outputs, deliver) < 0) goto step_end;
+        entry_ = PyTuple_Pack(2, mid, body);
+        if (entry_ == NULL || PyDict_SetItem(log, at_obj, entry_) < 0) goto step_end;
+        if (PyDict_GET_SIZE(deps_of)) {  /* deps_of.pop(mid, None) */
+            int had = PyDict_Contains(deps_of, mid);
+            if (had < 0 || (had && PyDict_DelItem(deps_of, mid) < 0)) goto step_end;
+        }
+        rc = 0;
+    step_end:
+        Py_XDECREF(entry_);
+        Py_XDECREF(deliver);
+        Py_XDECREF(body);
+        Py_DECREF(mid);
+        Py_DECREF(at_obj);
+        if (rc < 0) goto error;
+    }
+    if (set_int(st, N.next_delivery, at) < 0) goto error;
+
+    release(&h);
+    taken++;
+    PyObject *result = PyTuple_Pack(2, tag, outputs);
+    Py_DECREF(outputs);
+    return result;
+
+decline:
+    release(&h);
+    declined++;
+    Py_RETURN_NONE;
+error:
+    release(&h);
+    Py_XDECREF(outputs);
+    return NULL;
+}
+
+static PyObject *lane_counts(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("{sKsK}", "taken", taken, "declined", declined);
+}
+
+static PyObject *lane_reset_counts(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    taken = declined = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lane_plant(PyObject *module, PyObject *arg) {
+    (void)module;
+    long k = PyLong_AsLong(arg);
+    if (k == -1 && PyErr_Occurred()) return NULL;
+    if (k < 0 || k >= PLANT_COUNT) {
+        PyErr_Format(PyExc_ValueError, "plant: no planted bug %ld (0 to %d)", k,
+                     PLANT_COUNT - 1);
+        return NULL;
+    }
+    plant = (int)k;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"receive", (PyCFunction)(void (*)(void))lane_receive, METH_FASTCALL,
+     "receive(frame, peer, lanes, now) -> (tag, outputs) | None: an order frame at a "
+     "member, its whole stack step (see the module's source for the rules)"},
+    {"counts", lane_counts, METH_NOARGS, "{'taken': n, 'declined': n} since the last reset"},
+    {"reset_counts", lane_reset_counts, METH_NOARGS, "zero the counts"},
+    {"plant", lane_plant, METH_O, "plant(k): planted bug k for the tests (0: none)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "abcast._lane",
+    "The native lane: a steady frame's whole stack step in C (docs/performance.md §5).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+static int intern_names(void) {
+#define NAME(x) if ((N.x = PyUnicode_InternFromString(#x)) == NULL) return -1;
+    NAME(_pass_up) NAME(_pass_up2) NAME(_pass_down_each) NAME(layers)
+    NAME(_s) NAME(peers) NAME(suspected) NAME(claim) NAME(last_heard)
+    NAME(_tick_set) NAME(_tick_at) NAME(_tick_period) NAME(_steady) NAME(_in) NAME(_out)
+    NAME(above) NAME(high) NAME(ack_armed) NAME(ack_aged)
+    NAME(next_seq) NAME(waiting) NAME(unacked) NAME(tries) NAME(sent) NAME(progress_at)
+    NAME(timer) NAME(sample) NAME(rto_armed_at)
+    NAME(s) NAME(status) NAME(frozen) NAME(view) NAME(members) NAME(now) NAME(ordering)
+    NAME(st) NAME(optimistic) NAME(safe) NAME(causal) NAME(node) NAME(numbers) NAME(bodies)
+    NAME(delivered) NAME(log) NAME(deps_of) NAME(next_delivery)
+    NAME(member) NAME(leaving)
+#undef NAME
+    return 0;
+}
+
+static PyObject *import_attr(const char *module, const char *name) {
+    PyObject *m = PyImport_ImportModule(module);
+    if (m == NULL) return NULL;
+    PyObject *a = PyObject_GetAttrString(m, name);
+    Py_DECREF(m);
+    return a;
+}
+
+PyMODINIT_FUNC PyInit__lane(void) {
+    if (intern_names() < 0) return NULL;
+    PyObject *msgid = import_attr("abcast.ids", "MsgId");
+    if (msgid == NULL) return NULL;
+    if (!PyType_Check(msgid) || !PyType_IsSubtype((PyTypeObject *)msgid, &PyTuple_Type)) {
+        Py_DECREF(msgid);
+        PyErr_SetString(PyExc_ImportError, "abcast._lane: abcast.ids.MsgId is not a tuple");
+        return NULL;
+    }
+    MsgIdType = (PyTypeObject *)msgid;
+    DeliverType = import_attr("abcast.effects", "Deliver");
+    if (DeliverType == NULL) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    PyObject *plants = PyDict_New();
+    if (plants == NULL) goto fail;
+    for (int k = 0; k < PLANT_COUNT; k++) {
+        PyObject *key = PyLong_FromLong(k), *name = PyUnicode_FromString(PLANT_NAMES[k]);
+        int rc = key && name ? PyDict_SetItem(plants, key, name) : -1;
+        Py_XDECREF(key);
+        Py_XDECREF(name);
+        if (rc < 0) {
+            Py_DECREF(plants);
+            goto fail;
+        }
+    }
+    if (PyModule_AddObject(m, "PLANTS", plants) < 0) {
+        Py_DECREF(plants);
+        goto fail;
+    }
+    if (PyModule_AddStringConstant(m, "SOURCE_HASH", ABCAST_STEADY_SOURCE_HASH) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
