@@ -359,9 +359,11 @@ class Pair:
     def fail(self, what: str) -> MismatchError:
         return MismatchError(f"seed {self.seed}, step {self.step_no} ({self.label}): {what}")
 
-    def check(self, outputs_a: object, outputs_b: object, nodes: tuple[NodeId, ...] = NODES,
+    def check(self, outputs_a: object, outputs_b: object, nodes: tuple[NodeId, ...] = (),
               a: dict[NodeId, Stack] | None = None, b: dict[NodeId, Stack] | None = None,
               ) -> None:
+        """Equal outputs, and equal states of `nodes` (all: ())."""
+        nodes = nodes or tuple(self.a)
         if outputs_a != outputs_b or repr(outputs_a) != repr(outputs_b):
             raise self.fail(f"outputs differ:\n python {outputs_a!r}\n lane   {outputs_b!r}")
         for node in nodes:
@@ -606,14 +608,14 @@ def run(seed: int, lane: Lane, ordering: str = "sequencer",
     rng = random.Random(seed)
     pair = Pair(seed, lane, ordering, options)
     lane.reset_counts()
-    leaves = ordering == "sequencer" and seed % 4 == 3  # n3 leaves, mid-history
+    leaves = ordering == "sequencer" and seed % 4 == 3  # NODES[2] leaves, mid-history
     for node in NODES:
         pair.both("start", node, lambda stack: stack.start(0))
     for i in range(steps):
         pair.step_no = i
         roll = rng.random()
         if leaves and i == steps // 2:
-            pair.both("n3 leaves", "n3", lambda stack: stack.leave(pair.now))
+            pair.both(f"{NODES[2]} leaves", NODES[2], lambda stack: stack.leave(pair.now))
         elif roll < 0.12:
             node = rng.choice([n for n in NODES if status(pair.a[n]) in ("member", "leaving")])
             payload = rng.randbytes(rng.randint(0, 40))
@@ -784,6 +786,22 @@ def test_the_lane_declines_the_stacks_it_is_not_for(lane: Lane, name: str) -> No
         if name != "relay":
             assert tally.taken == 0, (name, tally)
         assert tally.orders > 20, (name, tally)
+
+
+@pytest.mark.parametrize(("group_name", "nodes"), [
+    ("gr\u00fcppe\U0001f600", ("\u00f11", "\u00f12", "\u00f13")),
+    ("g" * 128, tuple("\u00e9" * 63 + str(i) for i in (1, 2, 3))),  # the longest names
+])
+def test_the_lane_reads_names_as_python_does(
+    lane: Lane, monkeypatch: pytest.MonkeyPatch, group_name: str, nodes: tuple[str, ...],
+) -> None:
+    """Group and node names beyond ASCII and at their longest: the lane matches the
+    frame's UTF-8 against Python's strings (the group's key, the peer, the view)."""
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "GROUP", group_name)
+    monkeypatch.setattr(module, "NODES", nodes)
+    monkeypatch.setattr(module, "VIEW", View(1, nodes))
+    assert run(1, lane, options=OPTIONS[1]).taken > 20
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
