@@ -1,19 +1,22 @@
-/* abcast._lane: the native lane's first frame kind (docs/performance.md §5, step 3) —
-   the sequencer's order arriving at a member, its whole stack step in one C call.
+/* abcast._lane: the native lane's first frame kinds (docs/performance.md §5, step 3) —
+   a sequencer's steady frames at a member, each frame's whole stack step in one C call.
 
    receive(frame, peer, lanes, now) -> (tag, outputs) | None
        `lanes` maps a group's name to (tag, stack); `stack` is a runtime-shaped sequencer
        stack (abcast.runtime.lane.eligible: OpenDetector, OpenChannel, Membership over a
-       Sequencer). For an order frame (steady_wire.h's `[Fd, RData, SOrder]`, no bodies)
-       from `peer` that the Python path would take by its shortcuts and steady checks, it
-       does what `stack.receive(decode_envelope(frame), now)` does and returns the tag and
-       the outputs that call returns (deliveries only: an order at a member emits nothing
+       Sequencer). For a frame from `peer` of the two kinds below that the Python path
+       would take by its shortcuts and steady checks, it does what
+       `stack.receive(decode_envelope(frame), now)` does and returns the tag and the
+       outputs that call returns (deliveries only: these frames at a member emit nothing
        else). For anything else it returns None having changed nothing, and the caller
        runs the Python path, which handles or refuses the frame as before.
+         - the sequencer's order (steady_wire.h's `[Fd, RData, SOrder]`, no bodies);
+         - another member's data (`[Fd, RData, SData]`) at a member that is not the
+           sequencer (at the sequencer, data causes an order: not here yet).
    counts() -> {"taken": n, "declined": n}; reset_counts()
    plant(k): a planted bug for the differential test (tests/unit/test_native_lane.py),
        0 for none; PLANTS names them.
-   SOURCE_HASH: the hash of the C sources it was built from (setup.py's source_hash).
+   SOURCE_HASH: the hash of the C sources it was built from (native_sources.py).
 
    Rules. The Python objects are the only state: the lane reads and writes the same
    attributes the Python layers do (no copy, nothing to hand back). Every check comes
@@ -28,9 +31,11 @@
        cleared when nothing is left) -> `high` + 1, an ack owed;
      - the membership layer's steady check (member or leaving, not frozen, the sender in
        its view) -> `s.now`;
-     - the sequencer (no optimistic, safe or causal option; the sender its view's
-       leader, not itself) -> `st.now`, `sequencer_numbering.on_order` (a number already
-       known as another id: declined, the Python path refuses it) and `deliver_ready`.
+     - the sequencer (no optimistic, safe or causal option; the sender in its view and
+       not itself) -> `st.now`, then for an order from the view's leader
+       `sequencer_numbering.on_order` (a number already known as another id: declined,
+       the Python path refuses it), for data at a member `on_data` (a body new here is
+       kept), and `deliver_ready`.
    Where a Python layer changes, this file changes with it: the differential test runs
    both on one history and compares every output and every state. */
 
@@ -50,13 +55,14 @@ enum {
     PLANT_KEEP_NUMBER,     /* a delivered number left in st.numbers */
     PLANT_NO_PROGRESS,     /* a carried ack's progress_at not set */
     PLANT_ACCEPT_CONFLICT, /* a number known as another id taken */
+    PLANT_DATA_DROPPED,    /* a member's data not kept */
     PLANT_COUNT
 };
 
 static const char *const PLANT_NAMES[PLANT_COUNT] = {
     "none", "the detector's last_heard not stamped", "the channel's ack not marked owed",
     "a delivered number left in st.numbers", "a carried ack's progress_at not set",
-    "an order renumbering a known number taken",
+    "an order renumbering a known number taken", "a member's data at a member not kept",
 };
 
 static int plant = PLANT_NONE;
@@ -271,7 +277,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     if (!PyBytes_Check(frame) || !PyUnicode_Check(peer)
         || !sw_parse((const uint8_t *)PyBytes_AS_STRING(frame),
                      (size_t)PyBytes_GET_SIZE(frame), &f)
-        || f.kind != SW_KIND_ORDER || !utf8_equals(peer, f.sender))
+        || !utf8_equals(peer, f.sender))
         DECLINE();
 
     /* The group's lane: a node hosts a few groups, so a scan beats building a str. */
@@ -367,7 +373,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     }
 
     /* the membership layer's steady check */
-    PyObject *ms, *status, *mview, *core, *st, *sview, *smembers, *numbers;
+    PyObject *ms, *status, *mview, *core, *st, *sview, *smembers;
     GET(ms, membership, s);
     GET(status, ms, status);
     if (!PyUnicode_Check(status)
@@ -401,21 +407,48 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     if (sview == Py_None) DECLINE();
     GET(smembers, sview, members);
     if (!PyTuple_Check(smembers) || PyTuple_GET_SIZE(smembers) == 0) DECLINE();
-    truth = PyUnicode_Compare(PyTuple_GET_ITEM(smembers, 0), peer);  /* view.leader */
-    if (truth == -1 && PyErr_Occurred()) goto error;
-    if (truth != 0) DECLINE();
-    GET(o, st, node);
-    truth = PyUnicode_Compare(o, peer);
-    if (truth == -1 && PyErr_Occurred()) goto error;
-    if (truth == 0) DECLINE();
+    PyObject *leader = PyTuple_GET_ITEM(smembers, 0), *me;  /* view.leader, st.node */
+    GET(me, st, node);
+    if (!PyUnicode_Check(me) || !PyUnicode_Check(leader)) DECLINE();
+    if (PyUnicode_Compare(me, peer) == 0) DECLINE();  /* the Python path refuses it */
+    if (f.kind == SW_KIND_ORDER) {
+        if (PyUnicode_Compare(leader, peer) != 0) DECLINE();  /* a former sequencer's */
+    } else {
+        truth = PySequence_Contains(smembers, peer);
+        if (truth < 0) goto error;
+        if (!truth) DECLINE();
+        if (PyUnicode_Compare(leader, me) == 0) DECLINE();  /* the sequencer's data step */
+    }
+    if (PyErr_Occurred()) goto error;
+    PyObject *numbers, *bodies, *delivered, *log, *deps_of;
     GET(numbers, st, numbers);
-    if (!PyDict_Check(numbers)) DECLINE();
+    GET(bodies, st, bodies);
+    GET(delivered, st, delivered);
+    GET(log, st, log);
+    GET(deps_of, st, deps_of);
+    if (!PyDict_Check(numbers) || !PyDict_Check(bodies) || !PyDict_Check(delivered)
+        || !PyDict_Check(log) || !PyDict_Check(deps_of))
+        DECLINE();
     long long next_delivery;
     GET(o, st, next_delivery);
     if (as_ll(o, &next_delivery) < 0) goto error;
-    if (f.seq + f.n_ids > ((uint64_t)1 << 62) + SW_MAX_ORDER_IDS) DECLINE();  /* (bounded) */
     const uint8_t *cursor = f.ids;
     sw_id id;
+    PyObject *data_id = NULL;  /* a member's data: its MsgId, if its body is new here */
+    if (f.kind == SW_KIND_DATA) {
+        long long done = 0;
+        PyObject *seen = PyDict_GetItemWithError(delivered, peer);
+        if (seen == NULL && PyErr_Occurred()) goto error;
+        if (seen != NULL && as_ll(seen, &done) < 0) goto error;
+        if (f.seq > (unsigned long long)done) {
+            data_id = hold(&h, new_msgid(peer, (long long)f.seq));
+            if (data_id == NULL) goto error;
+            truth = PyDict_Contains(bodies, data_id);
+            if (truth < 0) goto error;
+            if (truth) data_id = NULL;  /* sent again: idempotent (still held by h) */
+        }
+    }
+    if (f.seq + f.n_ids > ((uint64_t)1 << 62) + SW_MAX_ORDER_IDS) DECLINE();  /* (bounded) */
     for (size_t i = 0; i < f.n_ids; i++) {
         if (!sw_next_id(&cursor, f.ids_end, &id)) DECLINE();
         long long at = (long long)(f.seq + i);
@@ -446,7 +479,16 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     if (PyObject_SetAttr(ms, N.now, now_obj) < 0) goto error;
     if (PyObject_SetAttr(st, N.now, now_obj) < 0) goto error;
 
-    /* sequencer_numbering.on_order */
+    /* sequencer_numbering.on_data at a member: the body kept */
+    if (data_id != NULL && plant != PLANT_DATA_DROPPED) {
+        PyObject *payload = PyBytes_FromStringAndSize((const char *)f.payload,
+                                                      (Py_ssize_t)f.payload_len);
+        int rc = payload == NULL ? -1 : PyDict_SetItem(bodies, data_id, payload);
+        Py_XDECREF(payload);
+        if (rc < 0) goto error;
+    }
+
+    /* sequencer_numbering.on_order (no ids for data) */
     cursor = f.ids;
     for (size_t i = 0; i < f.n_ids; i++) {
         sw_next_id(&cursor, f.ids_end, &id);  /* (read once above) */
@@ -465,16 +507,6 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     }
 
     /* sequencer_numbering.deliver_ready (not SAFE: no limit) */
-    PyObject *bodies, *delivered, *log, *deps_of;
-    GET(bodies, st, bodies);
-    GET(delivered, st, delivered);
-    GET(log, st, log);
-    GET(deps_of, st, deps_of);
-    if (!PyDict_Check(bodies) || !PyDict_Check(delivered) || !PyDict_Check(log)
-        || !PyDict_Check(deps_of)) {
-        PyErr_SetString(PyExc_TypeError, "abcast._lane: the sequencer's state is not dicts");
-        goto error;
-    }
     outputs = PyList_New(0);
     if (outputs == NULL) goto error;
     long long at = next_delivery;
@@ -571,8 +603,8 @@ static PyObject *lane_plant(PyObject *module, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"receive", (PyCFunction)(void (*)(void))lane_receive, METH_FASTCALL,
-     "receive(frame, peer, lanes, now) -> (tag, outputs) | None: an order frame at a "
-     "member, its whole stack step (see the module's source for the rules)"},
+     "receive(frame, peer, lanes, now) -> (tag, outputs) | None: a sequencer's steady "
+     "frame at a member, its whole stack step (see the module's source for the rules)"},
     {"counts", lane_counts, METH_NOARGS, "{'taken': n, 'declined': n} since the last reset"},
     {"reset_counts", lane_reset_counts, METH_NOARGS, "zero the counts"},
     {"plant", lane_plant, METH_O, "plant(k): planted bug k for the tests (0: none)"},

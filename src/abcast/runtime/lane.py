@@ -2,8 +2,8 @@
 
 Rules. `abcast._lane` (src/abcast/_native/lane_module.c; docs/performance.md §5) does a
 steady frame's whole stack step in one C call, on the layers' own state, and declines —
-changing nothing — whatever it does not handle; today that is everything but the
-sequencer's order arriving at a member. A node offers a frame to it first when
+changing nothing — whatever it does not handle; today it handles a sequencer's order
+and another member's data arriving at a member that is not the sequencer. A node offers a frame to it first when
 
 - the extension is built (`pip install -e .` builds it where a C compiler is found; a
   checkout run with PYTHONPATH=src needs `bench/build_native.py`) and from the sources in
