@@ -1,11 +1,12 @@
 """The native lane (`abcast._lane.receive`) does exactly what `Stack.receive` does, or
 nothing.
 
-The lane is a C function for one frame kind: the sequencer's order (`[Fd, RData,
-SOrder]`, no bodies) at a member of a runtime-shaped sequencer stack (OpenDetector,
-OpenChannel, Membership(Sequencer)). It either takes the frame — the detector's stamp,
-the channel's in-sequence step (a carried ack freeing unacked packets, their round trip
-sampled, an ack owed), the membership layer's steady check, `on_order` and
+The lane is a C function for two frame kinds at a member of a runtime-shaped sequencer
+stack (OpenDetector, OpenChannel, Membership(Sequencer)): the sequencer's order (`[Fd,
+RData, SOrder]`, no bodies) and, at a member that is not the sequencer, a member's data
+(`[Fd, RData, SData]`). It either takes the frame — the detector's stamp, the channel's
+in-sequence step (a carried ack freeing unacked packets, their round trip sampled, an
+ack owed), the membership layer's steady check, `on_order` or `on_data`, and
 `deliver_ready` — and returns the outputs `stack.receive(decode_envelope(frame), now)`
 would, or answers None ("not mine") having changed nothing, and the caller runs the
 Python path.
@@ -22,25 +23,26 @@ layer's `now` and status. A failure names the seed and the step. Around each cal
 reference counts of the stack's objects the lane reads, and of the tag, must not move
 (a leak or an extra release in C).
 
-Histories: broadcasts from all three nodes (so orders carry acks that free the
-members' unacked packets), frames delivered in random interleavings FIFO per link, some
-held back behind a later one or delivered twice (holes and duplicates: the channel's
-step declines), some in another msgpack writer's encoding (non-minimal ints, lengths),
-a wrong `peer`, a stranger's frames, clock jumps and timers firing, a node cut off (or
+Histories: broadcasts from all three nodes (so orders carry acks that free the members'
+unacked packets), frames delivered in random interleavings FIFO per link, some held back
+behind a later one or delivered twice (holes and duplicates: the channel's step
+declines), some in another msgpack writer's encoding (non-minimal ints, lengths), a
+wrong `peer`, a stranger's frames, clock jumps and timers firing, a node cut off (or
 every link stalled) past the detector's timeout with the ticks on time (suspicions,
 restores, view changes: a member removed, once n1 itself, so that n2 numbers), n3
 leaving in some; and hostile frames, each tried on deep copies of both groups' stack
 (the history goes on unharmed) and, late in a history, on the stacks themselves: an
 order from a non-leader member or at the sequencer, one numbering a number known as
-another id (alone, or after numbers it may take: the Python path refuses it half
-done), acks above what was sent, bodies, a payload, the control flag, empty and long
-orders, repeated and strangers' ids, the highest numbers, a frame of another group,
-truncated and damaged bytes. Frames the lane must decline whatever it would do with
-them (a wrong peer, a stranger's, another group's, the kinds in DECLINE) are asserted
-declined. Stacks of the family it is not for (relay, safe, evs, causal-total,
-optimistic, one built without `for_streams`) are compared the same way and must have
-none of their own frames taken. The lane must take often and decline often, take
-exactly what the Python model below takes, and each planted bug (`_lane.plant(1..5)`)
+another id (alone, or after numbers it may take: the Python path refuses it half done),
+acks above what was sent, bodies, a payload, the control flag, empty and long orders,
+repeated and strangers' ids, the highest numbers, a member's data (new, sent again, held
+already, at the sequencer, from the receiver itself, at the highest seq, large), a frame
+of another group, truncated and damaged bytes. Frames the lane must decline whatever it
+would do with them (a wrong peer, a stranger's, another group's, the kinds in DECLINE)
+are asserted declined. Stacks of the family it is not for (relay, safe, evs, causal-
+total, optimistic, one built without `for_streams`) are compared the same way and must
+have none of their own frames taken. The lane must take often and decline often, take
+exactly what the Python model below takes, and each planted bug (`_lane.plant(1..6)`)
 must be caught by the same comparison.
 
 `StandIn` is a Python model of the lane (the rules its source states, then
@@ -152,14 +154,15 @@ def layers(stack: Stack) -> tuple[OpenDetector, OpenChannel, Membership, Sequenc
 
 
 class StandIn:
-    """The lane in Python: what it is specified to take, taken by `stack.receive`; with
-    `plant(k)` the same bug as the C lane's plant k, made after the fact, and plant 6:
-    a reference to the sender's link kept (a leak in C)."""
+    """The lane in Python: what its source says it takes (the sequencer's order at a
+    member; a member's data at a member that is not the sequencer), taken by
+    `stack.receive`; with `plant(k)` the same bug as the C lane's plant k, made around
+    that call, and plant 7: a reference to the sender's link kept (a leak in C)."""
 
     def __init__(self) -> None:
         self.planted = 0
         self.taken = self.declined = 0
-        self.kept: list[object] = []  # plant 6 (the model's own): a reference leaked
+        self.kept: list[object] = []  # plant 7 (the model's own): a reference leaked
 
     def counts(self) -> dict[str, int]:
         return {"taken": self.taken, "declined": self.declined}
@@ -201,8 +204,10 @@ class StandIn:
             return None
         if len(headers) != 3 or type(headers[0]) is not type(FD):
             return None
-        rdata, order = headers[1], headers[2]
-        if type(rdata) is not RData or type(order) is not SOrder or order.bodies:
+        rdata, top_header = headers[1], headers[2]
+        if type(rdata) is not RData or type(top_header) not in (SOrder, SData):
+            return None
+        if type(top_header) is SOrder and top_header.bodies:
             return None
         sender = env.sender
         fd_peer = detector._s.peers.get(sender)
@@ -222,11 +227,17 @@ class StandIn:
         if (top.s.status not in ("member", "leaving") or top.s.frozen or view is None
                 or sender not in view.members):
             return None
-        if st.view is None or sender != st.view.leader or sender == stack.node:
+        if st.view is None or sender == stack.node:
+            return None
+        if type(top_header) is SData:  # a member's data at a member, not the sequencer
+            if sender not in st.view.members or st.view.leader == stack.node:
+                return None
+            return tag, self._take(stack, env, now, detector, channel, core, False)
+        if sender != st.view.leader:
             return None
         clash = False
-        for offset, (origin, seq) in enumerate(order.ids):
-            at = order.first + offset
+        for offset, (origin, seq) in enumerate(top_header.ids):
+            at = top_header.first + offset
             known = st.numbers.get(at)
             if at >= st.next_delivery and known is not None and known != MsgId(origin, seq):
                 clash = True
@@ -237,6 +248,10 @@ class StandIn:
     def _take(self, stack: Stack, env: Any, now: int, detector: OpenDetector,
               channel: OpenChannel, core: Sequencer, clash: bool) -> list[Output]:
         sender, st, planted = env.sender, core.st, self.planted
+        data = stack.codec.headers(env)[2]
+        seen = st.delivered.get(sender)
+        if planted == 6 and type(data) is SData:  # the body dropped: as if sent again
+            st.delivered[sender] = max(seen or 0, data.seq)
         heard = detector._s.peers[sender].last_heard
         link = channel._in[sender]
         armed = link.ack_armed
@@ -249,6 +264,11 @@ class StandIn:
         log_before = set(st.log)
         outputs, refused = stack.receive(env, now)
         assert refused is None, refused
+        if planted == 6 and type(data) is SData:
+            if seen is None:
+                del st.delivered[sender]
+            else:
+                st.delivered[sender] = seen
         if planted == 1:
             detector._s.peers[sender].last_heard = heard
         elif planted == 2 and not armed:
@@ -258,7 +278,7 @@ class StandIn:
                 st.numbers[at] = st.log[at][0]
         elif planted == 4 and out is not None and progress is not None:
             out.progress_at = progress
-        elif planted == 6:
+        elif planted == 7:
             self.kept.append(link)
         return outputs
 
@@ -520,10 +540,13 @@ HOSTILE = ("order from a member", "clash", "clash", "clash after a new number",
            "payload", "control flag", "another group", "truncated", "damaged",
            "trailing byte", "plausible order", "order at the sequencer", "empty order",
            "many ids", "a repeated id", "a stranger's id", "numbers delivered and new",
-           "the highest numbers", "re-encoded")
-#: of which the lane must decline (the sequencer's orders without bodies are its only
-#: kind), where taking them as the Python path does would pass the comparison
-DECLINE = frozenset({"order from a member", "bodies", "order at the sequencer"})
+           "the highest numbers", "re-encoded", "data", "data", "data sent again",
+           "data held", "data at the sequencer", "data from itself", "data of the highest seq",
+           "data, large")
+#: of which the lane must decline whatever it would do with them (its kinds: the
+#: sequencer's orders without bodies, a member's data at a member but the sequencer)
+DECLINE = frozenset({"order from a member", "bodies", "order at the sequencer",
+                     "data from itself"})
 
 
 def hostile(kind: str, stack: Stack, rng: random.Random, real: bytes | None,
@@ -584,6 +607,8 @@ def hostile(kind: str, stack: Stack, rng: random.Random, real: bytes | None,
     if kind == "the highest numbers":
         top = 2**62 - rng.randint(0, 2)
         return [(order_frame(leader, seq, ack, SOrder(top, [fresh, ("n2", 2**62)])), leader)]
+    if kind.startswith("data"):
+        return data_frames(kind, stack, rng, view)
     if kind == "re-encoded":  # the same frame, another msgpack writer's encoding
         frame = real or order_frame(leader, seq, ack, SOrder(first, [fresh]))
         return [(repack(msgspec.msgpack.decode(frame), rng), leader)]
@@ -596,6 +621,29 @@ def hostile(kind: str, stack: Stack, rng: random.Random, real: bytes | None,
     damaged = bytearray(frame)
     damaged[rng.randrange(len(damaged))] ^= 1 << rng.randrange(8)
     return [(bytes(damaged), leader)]
+
+
+def data_frames(kind: str, stack: Stack, rng: random.Random, view: View,
+                ) -> list[tuple[bytes, NodeId]]:
+    """A member's data at `stack`: new, its body held or delivered already, from `stack`
+    itself, at the highest seq, large."""
+    me, st = stack.node, core_of(stack).st
+    origin = me if kind == "data from itself" else rng.choice(
+        [n for n in view.members if n != me] or [me])
+    done = st.delivered.get(origin, 0)
+    held = sorted(mid.seq for mid in st.bodies if mid.origin == origin)
+    seq = done + rng.randint(1, 3)
+    if kind == "data sent again" and done:
+        seq = rng.randint(1, done)
+    elif kind == "data held" and held:
+        seq = rng.choice(held)
+    elif kind == "data of the highest seq":
+        seq = 2**62
+    payload = rng.randbytes(3_000 if kind == "data, large" else rng.randint(0, 20))
+    ack = rng.choice((0, sent_to(stack, origin) - 1))
+    frame = encode_frame(GROUP, origin, Packet(
+        (FD, RData(next_in(stack, origin), max(ack, 0)), SData(seq)), payload))
+    return [(frame, origin)]
 
 
 # -- the histories -------------------------------------------------------------------
@@ -696,8 +744,8 @@ def attack(pair: Pair, rng: random.Random, inline: bool) -> None:
     kind = rng.choice(HOSTILE)
     view = max((core_of(stack).st.view or VIEW for stack in pair.a.values()),
                key=lambda v: v.view_id)  # the latest
-    dst = view.leader if kind == "order at the sequencer" else rng.choice(
-        [n for n in NODES if n != view.leader])
+    dst = view.leader if kind in ("order at the sequencer", "data at the sequencer") else (
+        rng.choice([n for n in NODES if n != view.leader]))
     dst_view = core_of(pair.a[dst]).st.view or VIEW
     if kind in ("order from a member", "order at the sequencer") and len(dst_view.members) < 3:
         kind = "plausible order"  # no member besides it and the sequencer
@@ -804,7 +852,7 @@ def test_the_lane_reads_names_as_python_does(
     assert run(1, lane, options=OPTIONS[1]).taken > 20
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6])
 def test_each_planted_bug_of_the_lane_is_caught(lane: Lane, k: int) -> None:
     with planted(lane, k):
         assert caught_on(lane), f"the lane's plant {k} went unseen"
@@ -827,7 +875,7 @@ def test_the_lane_takes_what_the_model_takes(lane: Lane) -> None:
     assert taken_over(lane, SEEDS[:4]) == taken_over(StandIn(), SEEDS[:4])
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7])
 def test_the_harness_catches_the_stand_ins_planted_bugs(k: int) -> None:
     """Each bug the C lane can plant, planted in the model, is caught: what the lane's
     tests above find is the lane's, and what they pass is not the harness's blind spot
