@@ -542,7 +542,7 @@ HOSTILE = ("order from a member", "clash", "clash", "clash after a new number",
            "many ids", "a repeated id", "a stranger's id", "numbers delivered and new",
            "the highest numbers", "re-encoded", "data", "data", "data sent again",
            "data held", "data at the sequencer", "data from itself", "data of the highest seq",
-           "data, large")
+           "data, large", "defaults left out", "flags")
 #: of which the lane must decline whatever it would do with them (its kinds: the
 #: sequencer's orders without bodies, a member's data at a member but the sequencer)
 DECLINE = frozenset({"order from a member", "bodies", "order at the sequencer",
@@ -609,6 +609,13 @@ def hostile(kind: str, stack: Stack, rng: random.Random, real: bytes | None,
         return [(order_frame(leader, seq, ack, SOrder(top, [fresh, ("n2", 2**62)])), leader)]
     if kind.startswith("data"):
         return data_frames(kind, stack, rng, view)
+    if kind in ("defaults left out", "flags"):  # RData's ack, SOrder's bodies unwritten;
+        # the envelope's flags anything to 255: msgspec reads them alike
+        rdata: list[object] = ["RData", seq] if kind == "defaults left out" else ["RData", seq, ack]
+        order = ["SOrder", first, [list(fresh)]]
+        flags = rng.randint(0, 255) if kind == "flags" else 0
+        return [(msgspec.msgpack.encode([1, GROUP, leader, flags, [["Fd"], rdata, order], b""]),
+                 leader)]
     if kind == "re-encoded":  # the same frame, another msgpack writer's encoding
         frame = real or order_frame(leader, seq, ack, SOrder(first, [fresh]))
         return [(repack(msgspec.msgpack.decode(frame), rng), leader)]
