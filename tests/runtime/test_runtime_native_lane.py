@@ -1,11 +1,12 @@
 """The native lane in a running group (abcast.runtime.lane, abcast._lane).
 
-Real nodes over tcp on loopback, one process: with the lane on, the members' order
-frames take it, and every node still delivers every message once, all in one order, the
-same one with the lane off (a serial workload, so the order is the round robin's). With
-metrics on, or the lane switched off, no frame takes it. A build from other sources
-than the checkout's is refused, not run. (That the lane gives exactly the Python path's
-outputs and state, frame by frame, is tests/unit/test_native_lane.py.)
+Real nodes over tcp on loopback, one process: with the lane on, a message's frames and
+its broadcast take it, and every node still delivers every message once, all in one
+order, the same one with the lane off (a serial workload, so the order is the round
+robin's). With metrics on no frame takes it (broadcasts still do); switched off, nothing
+does. A build from other sources than the checkout's is refused, not run. (That the lane
+gives exactly the Python path's outputs and state, step by step, is
+tests/unit/test_native_lane.py.)
 """
 
 from __future__ import annotations
@@ -76,24 +77,29 @@ def test_a_group_delivers_alike_with_the_lane_and_without(
     counts: None, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with_lane = asyncio.run(_serial_run())
-    taken = _lane.counts()["taken"]
-    monkeypatch.setattr(lane, "RECEIVE", None)
+    taken = _lane.counts()
+    monkeypatch.setattr(lane, "RECEIVE", None)  # (the broadcasts' step goes with it)
     _lane.reset_counts()
     without = asyncio.run(_serial_run())
-    assert _lane.counts() == {"taken": 0, "declined": 0}
+    assert _lane.counts()["taken"] == _lane.counts()["declined"] == 0
     expected = [(IDS[i % 3], i // 3 + 1) for i in range(3 * ROUNDS)]
     for node in IDS:
         assert with_lane[node] == expected
         assert without[node] == expected
-    # every order at the two members took the lane, bar the first on each link (the
-    # channel learns of a link from the Python path) and any a tick's ack made late
-    assert taken >= 2 * 3 * ROUNDS * 0.8, taken
+    # a message's four frames and its broadcast took the lane, bar the first frame on
+    # each link (the channel learns of a link on the Python path) and any a tick's ack
+    # made late
+    assert taken["frames"] >= 4 * 3 * ROUNDS * 0.8, taken
+    assert taken["broadcasts"] >= 3 * ROUNDS * 0.8, taken
 
 
 def test_metrics_keep_every_frame_on_the_python_path(counts: None) -> None:
+    """(The node counts each frame's sender; the broadcasts' step has nothing to count.)"""
     seen = asyncio.run(_serial_run(metrics=True))
     assert all(len(s) == 3 * ROUNDS for s in seen.values())
-    assert _lane.counts()["taken"] == 0
+    taken = _lane.counts()
+    assert taken["frames"] == 0
+    assert taken["broadcasts"] >= 3 * ROUNDS * 0.8, taken
 
 
 def test_a_stale_build_or_the_switch_keeps_the_lane_off(
@@ -102,5 +108,5 @@ def test_a_stale_build_or_the_switch_keeps_the_lane_off(
     assert "rebuild it" in lane._stale("0" * 16)
     assert lane._stale(_lane.SOURCE_HASH) == ""
     monkeypatch.setenv(lane.SWITCH, "0")
-    receive, why = lane._load()
-    assert receive is None and lane.SWITCH in why
+    receive, broadcast, why = lane._load()
+    assert receive is None and broadcast is None and lane.SWITCH in why

@@ -13,7 +13,10 @@
          - the sequencer's order (steady_wire.h's `[Fd, RData, SOrder]`, no bodies);
          - another member's data (`[Fd, RData, SData]`) at a member that is not the
            sequencer (at the sequencer, data causes an order: not here yet).
-   counts() -> {"taken": n, "declined": n}; reset_counts()
+   broadcast(stack, payload, now) -> outputs | None
+       `stack.broadcast(payload, now)[1]` for a steady broadcast of such a stack, or None
+       having changed nothing (the caller runs `stack.broadcast`).
+   counts() -> {"taken", "frames", "broadcasts", "declined": n}; reset_counts()
    plant(k): a planted bug for the differential test (tests/unit/test_native_lane.py),
        0 for none; PLANTS names them.
    SOURCE_HASH: the hash of the C sources it was built from (native_sources.py).
@@ -56,6 +59,8 @@ enum {
     PLANT_NO_PROGRESS,     /* a carried ack's progress_at not set */
     PLANT_ACCEPT_CONFLICT, /* a number known as another id taken */
     PLANT_DATA_DROPPED,    /* a member's data not kept */
+    PLANT_ACK_KEPT_OWED,   /* the order's piggybacked ack left owed */
+    PLANT_NO_LAST_SENT,    /* the detector's last_sent not stamped for the order */
     PLANT_COUNT
 };
 
@@ -63,10 +68,11 @@ static const char *const PLANT_NAMES[PLANT_COUNT] = {
     "none", "the detector's last_heard not stamped", "the channel's ack not marked owed",
     "a delivered number left in st.numbers", "a carried ack's progress_at not set",
     "an order renumbering a known number taken", "a member's data at a member not kept",
+    "the order's piggybacked ack left owed", "the order's sends not stamped",
 };
 
 static int plant = PLANT_NONE;
-static unsigned long long taken, declined;
+static unsigned long long frames_taken, broadcasts_taken, declined;
 
 /* Interned attribute names and the two types the lane builds (set at import). */
 static struct {
@@ -80,13 +86,22 @@ static struct {
     PyObject *st, *optimistic, *safe, *causal, *node, *numbers, *bodies, *delivered, *log,
         *deps_of, *next_delivery;
     PyObject *member, *leaving;
+    PyObject *relay, *order_interval_us, *interval_ids, *next_number, *stable, *max_unstable,
+        *admission, *_released, *_waiting, *_held, *others, *order_packets;
+    PyObject *_bounds, *_room, *config, *window, *_piggyback, *rto, *last_sent, *group;
+    PyObject *_pass_down, *_next_seq;
 } N;
 
 static PyTypeObject *MsgIdType;  /* abcast.ids.MsgId: a NamedTuple (a tuple subclass) */
 static PyObject *DeliverType;    /* abcast.effects.Deliver */
+static PyObject *TransmitType;   /* abcast.effects.Transmit */
+static PyObject *PacketType;     /* abcast.codec.Packet */
+static PyObject *SOrderType;     /* abcast.ordering.sequencer_wire.SOrder */
+static PyObject *SDataType;      /* abcast.ordering.sequencer_wire.SData */
+static PyObject *PendingType;    /* abcast.reliability.channel._Pending */
 
 /* New references taken during one call, released at its end. */
-#define MAX_HELD 64
+#define MAX_HELD 256  /* (a call holds ~40, and ~5 per destination) */
 typedef struct {
     PyObject *items[MAX_HELD];
     int n;
@@ -110,7 +125,7 @@ static void release(held_refs *h) {
 /* getattr(obj, name) as a reference held until the call ends; NULL with an error set. */
 #define GET(dst, obj, name)                                   \
     do {                                                      \
-        (dst) = hold(&h, PyObject_GetAttr((obj), N.name));    \
+        (dst) = hold(hp, PyObject_GetAttr((obj), N.name));    \
         if ((dst) == NULL) goto error;                        \
     } while (0)
 
@@ -167,6 +182,20 @@ static PyObject *new_msgid(PyObject *origin, long long seq) {
     return mid;
 }
 
+/* Packet((header,), payload or b"") (new), or NULL with an error set. */
+static PyObject *one_header_packet(PyObject *header, PyObject *payload) {
+    PyObject *headers = PyTuple_Pack(1, header);
+    PyObject *body = payload ? Py_NewRef(payload) : PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *packet = NULL;
+    if (headers != NULL && body != NULL) {
+        PyObject *args[2] = {headers, body};
+        packet = PyObject_Vectorcall(PacketType, args, 2, NULL);
+    }
+    Py_XDECREF(headers);
+    Py_XDECREF(body);
+    return packet;
+}
+
 /* The id's node as a str: the view's own object when it is a member (no new string). */
 static PyObject *node_str(PyObject *members, sw_str node) {
     Py_ssize_t n = PyTuple_GET_SIZE(members);
@@ -197,7 +226,7 @@ static int same_id(PyObject *known, sw_id id) {
    next_seq, nothing waiting): its result is [] there and ignored. */
 static int channel_on_ack(PyObject *out, unsigned long long ack, PyObject *now_obj,
                           long long now) {
-    held_refs h = {.n = 0};
+    held_refs h = {.n = 0}, *hp = &h;
     PyObject *unacked, *timed = NULL;
     GET(unacked, out, unacked);
     if (!PyDict_Check(unacked)) {
@@ -257,6 +286,347 @@ error:
     return -1;
 }
 
+
+/* sequencer_numbering.deliver_ready (not SAFE: no limit): what holds number and body, in
+   number order, appended to `outputs` as Deliver; 0, or -1 with an error set. */
+static int deliver_ready(PyObject *st, PyObject *numbers, PyObject *bodies,
+                         PyObject *delivered, PyObject *log, PyObject *deps_of,
+                         long long next_delivery, PyObject *outputs) {
+    long long at = next_delivery;
+    for (;; at++) {
+        PyObject *at_obj = PyLong_FromLongLong(at);
+        if (at_obj == NULL) return -1;
+        PyObject *mid = PyDict_GetItemWithError(numbers, at_obj);
+        if (mid == NULL) {
+            Py_DECREF(at_obj);
+            if (PyErr_Occurred()) return -1;
+            break;
+        }
+        int has = PyDict_Contains(bodies, mid);
+        if (has <= 0) {
+            Py_DECREF(at_obj);
+            if (has < 0) return -1;
+            break;
+        }
+        Py_INCREF(mid);
+        PyObject *body = NULL, *deliver = NULL, *entry_ = NULL;
+        int rc = -1;
+        if (plant != PLANT_KEEP_NUMBER && PyDict_DelItem(numbers, at_obj) < 0) goto step_end;
+        if (!PyTuple_Check(mid) || PyTuple_GET_SIZE(mid) != 2) {
+            PyErr_SetString(PyExc_TypeError, "abcast._lane: a number's id is not a MsgId");
+            goto step_end;
+        }
+        PyObject *origin = PyTuple_GET_ITEM(mid, 0), *seq = PyTuple_GET_ITEM(mid, 1);
+        if (PyDict_SetItem(delivered, origin, seq) < 0) goto step_end;
+        body = PyDict_GetItemWithError(bodies, mid);
+        if (body == NULL) goto step_end;
+        Py_INCREF(body);
+        if (PyDict_DelItem(bodies, mid) < 0) goto step_end;
+        PyObject *fields[3] = {origin, seq, body};
+        deliver = PyObject_Vectorcall(DeliverType, fields, 3, NULL);
+        if (deliver == NULL || PyList_Append(outputs, deliver) < 0) goto step_end;
+        entry_ = PyTuple_Pack(2, mid, body);
+        if (entry_ == NULL || PyDict_SetItem(log, at_obj, entry_) < 0) goto step_end;
+        if (PyDict_GET_SIZE(deps_of)) {  /* deps_of.pop(mid, None) */
+            int had = PyDict_Contains(deps_of, mid);
+            if (had < 0 || (had && PyDict_DelItem(deps_of, mid) < 0)) goto step_end;
+        }
+        rc = 0;
+    step_end:
+        Py_XDECREF(entry_);
+        Py_XDECREF(deliver);
+        Py_XDECREF(body);
+        Py_DECREF(mid);
+        Py_DECREF(at_obj);
+        if (rc < 0) return -1;
+    }
+    return set_int(st, N.next_delivery, at);
+}
+
+/* --- multicasts to the others: the channel's pass_down_each, the detector's pass_down ---- */
+
+#define MAX_OTHERS 16
+/* len(encode_header(SOrder(first, [(node, seq)], []))) is below this: a one-id order
+   fits a frame whose room is at least this (the channel's size gate) */
+#define ONE_ID_ORDER_MAX 1024
+
+/* The links a multicast to `st.others` goes down, read before any change. */
+typedef struct {
+    Py_ssize_t n;
+    PyObject *dests[MAX_OTHERS];  /* (held: `others` is) */
+    PyObject *links[MAX_OTHERS];  /* the channel's out-link to each */
+    PyObject *in_links, *peers, *group, *me;
+    int piggyback;
+} links_out;
+
+/* The channel's size gate for a packet of one `header_type` header and `payload_len`
+   bytes: 1 fits, 0 not known to fit (or the type not seen yet: the Python path measures
+   it and notes its bound), -1 error. */
+static int size_fits(held_refs *hp, PyObject *channel, PyObject *header_type,
+                     Py_ssize_t payload_len) {
+    PyObject *bounds, *v;
+    long long bound, room;
+    GET(bounds, channel, _bounds);
+    if (!PyDict_Check(bounds)) return 0;
+    v = PyDict_GetItemWithError(bounds, header_type);  /* (not __missing__: no fill) */
+    if (v == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (as_ll(v, &bound) < 0) goto error;
+    GET(v, channel, _room);
+    if (as_ll(v, &room) < 0) goto error;
+    if (bound == 0 && header_type != SOrderType) return 0;  /* measured: not here */
+    return payload_len + (bound ? bound : ONE_ID_ORDER_MAX) <= room;
+error:
+    return -1;
+}
+
+/* Will `packets` packets in a row to each of `others` go down by pass_down_each (each a
+   member with a link, in the steady set, nothing waiting, room in its window)? 1 (and
+   `o` filled, its references held by `hp`), 0 if not, -1 with an error set. */
+static int check_links(links_out *o, held_refs *hp, PyObject *stack, PyObject *detector,
+                       PyObject *channel, PyObject *others, int packets) {
+    PyObject *v, *config, *out_links, *steady, *ds;
+    int truth;
+    long long window;
+    if (!PyTuple_Check(others) || PyTuple_GET_SIZE(others) == 0
+        || PyTuple_GET_SIZE(others) > MAX_OTHERS)
+        return 0;
+    GET(config, channel, config);
+    GET(v, config, window);
+    if (as_ll(v, &window) < 0) goto error;
+    GET(out_links, channel, _out);
+    GET(steady, channel, _steady);
+    if (!PyDict_Check(out_links)) return 0;
+    o->n = PyTuple_GET_SIZE(others);
+    for (Py_ssize_t i = 0; i < o->n; i++) {
+        PyObject *dest = PyTuple_GET_ITEM(others, i), *link, *unacked;
+        link = PyDict_GetItemWithError(out_links, dest);
+        if (link == NULL) return PyErr_Occurred() ? -1 : 0;
+        truth = PySequence_Contains(steady, dest);
+        if (truth <= 0) return truth;
+        GET(v, link, waiting);
+        TRUTH(truth, v);
+        if (truth) return 0;
+        GET(unacked, link, unacked);
+        GET(v, link, next_seq);
+        long long next_seq, oldest = -1;
+        if (!PyDict_Check(unacked) || as_ll(v, &next_seq) < 0) {
+            if (PyErr_Occurred()) goto error;
+            return 0;
+        }
+        if (PyDict_GET_SIZE(unacked)) {
+            Py_ssize_t pos = 0;
+            PyObject *key, *pending;
+            PyDict_Next(unacked, &pos, &key, &pending);
+            if (as_ll(key, &oldest) < 0) goto error;
+        }
+        for (int k = 0; k < packets; k++) {  /* the k-th packet of this step */
+            long long first = oldest >= 0 ? oldest : k ? next_seq : -1;
+            if (first >= 0 && next_seq + k - first >= window) return 0;
+        }
+        o->dests[i] = dest;
+        o->links[i] = hold(hp, Py_NewRef(link));
+        if (o->links[i] == NULL) goto error;
+    }
+    GET(v, channel, _piggyback);
+    TRUTH(o->piggyback, v);
+    GET(o->in_links, channel, _in);
+    GET(ds, detector, _s);
+    GET(o->peers, ds, peers);
+    GET(o->group, stack, group);
+    GET(o->me, stack, node);
+    if (!PyDict_Check(o->in_links) || !PyDict_Check(o->peers) || !PyUnicode_Check(o->group)
+        || !PyUnicode_Check(o->me))
+        return 0;
+    return 1;
+error:
+    return -1;
+}
+
+/* pass_down_each's state change (`_number`) for `packet` on each link: its seq there,
+   kept until acked, the ack owed to that peer piggybacked (rseq, rack). 0, or -1. */
+static int number_links(links_out *o, PyObject *packet, PyObject *now_obj, long long now,
+                        unsigned long long *rseq, unsigned long long *rack) {
+    held_refs h = {.n = 0}, *hp = &h;
+    PyObject *v;
+    for (Py_ssize_t i = 0; i < o->n; i++) {
+        PyObject *link = o->links[i], *timer, *unacked, *inbound;
+        long long next_seq, rto;
+        GET(v, link, next_seq);
+        if (as_ll(v, &next_seq) < 0 || set_int(link, N.next_seq, next_seq + 1) < 0)
+            goto error;
+        GET(timer, link, timer);
+        GET(v, timer, rto);
+        if (as_ll(v, &rto) < 0) goto error;
+        PyObject *deadline = hold(hp, PyLong_FromLongLong(now + rto));
+        PyObject *key = hold(hp, PyLong_FromLongLong(next_seq));
+        if (deadline == NULL || key == NULL) goto error;
+        PyObject *pending_args[3] = {packet, now_obj, deadline};
+        PyObject *pending = hold(hp, PyObject_Vectorcall(PendingType, pending_args, 3, NULL));
+        GET(unacked, link, unacked);
+        if (pending == NULL || PyDict_SetItem(unacked, key, pending) < 0) goto error;
+        release(&h);
+        rseq[i] = (unsigned long long)next_seq;
+        rack[i] = 0;
+        if (!o->piggyback) continue;
+        inbound = PyDict_GetItemWithError(o->in_links, o->dests[i]);
+        if (inbound == NULL) {
+            if (PyErr_Occurred()) goto error;
+            continue;
+        }
+        int armed, above;
+        long long high;
+        GET(v, inbound, ack_armed);
+        TRUTH(armed, v);
+        if (!armed) continue;
+        GET(v, inbound, above);
+        TRUTH(above, v);
+        if (!above && plant != PLANT_ACK_KEPT_OWED
+            && PyObject_SetAttr(inbound, N.ack_armed, Py_False) < 0)
+            goto error;
+        GET(v, inbound, high);
+        if (as_ll(v, &high) < 0) goto error;
+        rack[i] = (unsigned long long)high;
+        release(&h);
+    }
+    release(&h);
+    return 0;
+error:
+    release(&h);
+    return -1;
+}
+
+static const uint8_t NO_PAYLOAD[1] = {0};
+
+/* The frames of one multicast, appended to `frames` in the others' order, each after the
+   detector's pass_down stamped its send: a data frame (`id` NULL: SData(seq) and
+   `payload`) or a one-id order (SOrder(seq, [id])). 0, or -1 with an error set. */
+static int add_frames(links_out *o, PyObject *frames, const unsigned long long *rseq,
+                      const unsigned long long *rack, unsigned long long seq,
+                      const sw_id *id, const char *payload, Py_ssize_t payload_len,
+                      PyObject *now_obj) {
+    Py_ssize_t me_len, group_len;
+    const char *me = PyUnicode_AsUTF8AndSize(o->me, &me_len);
+    const char *group = PyUnicode_AsUTF8AndSize(o->group, &group_len);
+    if (me == NULL || group == NULL) return -1;
+    for (Py_ssize_t i = 0; i < o->n; i++) {
+        PyObject *dest = o->dests[i];
+        PyObject *pst = PyDict_GetItemWithError(o->peers, dest);
+        if (pst == NULL && PyErr_Occurred()) return -1;
+        if (pst != NULL && plant != PLANT_NO_LAST_SENT
+            && PyObject_SetAttr(pst, N.last_sent, now_obj) < 0)
+            return -1;
+        sw_out out = {
+            .group = {group, (size_t)group_len}, .sender = {me, (size_t)me_len}, .flags = 0,
+            .rdata_seq = rseq[i], .rdata_ack = rack[i], .seq = seq, .ids = id,
+            .n_ids = id ? 1 : 0, .payload = payload_len ? (const uint8_t *)payload : NO_PAYLOAD,
+            .payload_len = (size_t)payload_len,
+        };
+        size_t size = id ? sw_order_frame_size(&out) : sw_data_frame_size(&out);
+        if (size == 0) {
+            PyErr_SetString(PyExc_OverflowError, "abcast._lane: frame too large for msgpack");
+            return -1;
+        }
+        PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+        if (data == NULL) return -1;
+        uint8_t *start = (uint8_t *)PyBytes_AS_STRING(data);
+        uint8_t *end = id ? sw_write_order_frame(start, &out) : sw_write_data_frame(start, &out);
+        PyObject *to = (size_t)(end - start) == size ? PyTuple_Pack(1, dest) : NULL;
+        if (to == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_SystemError, "abcast._lane: frame size mismatch");
+            Py_DECREF(data);
+            return -1;
+        }
+        PyObject *transmit_args[3] = {to, data, Py_False};
+        PyObject *transmit = PyObject_Vectorcall(TransmitType, transmit_args, 3, NULL);
+        Py_DECREF(to);
+        Py_DECREF(data);
+        if (transmit == NULL || PyList_Append(frames, transmit) < 0) {
+            Py_XDECREF(transmit);
+            return -1;
+        }
+        Py_DECREF(transmit);
+    }
+    return 0;
+}
+
+/* --- the sequencer's admission and numbering of one message ----------------------------- */
+
+typedef struct {
+    PyObject *released, *numbers;
+    long long next_number;
+} numbering;
+
+/* Will `admit(st, origin, seq, {})` number this one message at once (in origin order,
+   nothing held or waiting, no order interval, within max_unstable)? 1/0/-1. */
+static int check_admit(numbering *nb, held_refs *hp, PyObject *st, PyObject *origin,
+                       unsigned long long seq) {
+    PyObject *v, *adm, *waiting, *held_ids;
+    int truth;
+    long long stable, max_unstable, done = 0;
+    GET(v, st, relay);
+    TRUTH(truth, v);
+    if (truth) return 0;
+    GET(v, st, order_interval_us);
+    TRUTH(truth, v);
+    if (truth) return 0;
+    GET(v, st, interval_ids);
+    TRUTH(truth, v);
+    if (truth) return 0;
+    GET(v, st, next_number);
+    if (as_ll(v, &nb->next_number) < 0) goto error;
+    GET(v, st, stable);
+    if (as_ll(v, &stable) < 0) goto error;
+    GET(v, st, max_unstable);
+    if (as_ll(v, &max_unstable) < 0) goto error;
+    if (nb->next_number - stable > max_unstable) return 0;  /* held for the order timer */
+    GET(adm, st, admission);
+    GET(nb->released, adm, _released);
+    GET(waiting, adm, _waiting);
+    GET(held_ids, adm, _held);
+    GET(nb->numbers, st, numbers);
+    if (!PyDict_Check(nb->released) || !PyDict_Check(waiting) || !PyDict_Check(held_ids)
+        || !PyDict_Check(nb->numbers) || PyDict_GET_SIZE(waiting) || PyDict_GET_SIZE(held_ids))
+        return 0;
+    v = PyDict_GetItemWithError(nb->released, origin);
+    if (v == NULL && PyErr_Occurred()) goto error;
+    if (v != NULL && as_ll(v, &done) < 0) goto error;
+    return (unsigned long long)done + 1 == seq;  /* else held, or offered twice */
+error:
+    return -1;
+}
+
+/* admit + announce for one message: released, numbered, one order packet counted.
+   Packet((SOrder(first, [(origin, seq)], []),), b"") (new), its number in `*first`. */
+static PyObject *announce_one(numbering *nb, PyObject *st, PyObject *origin,
+                              unsigned long long seq, long long *first) {
+    held_refs h = {.n = 0}, *hp = &h;
+    PyObject *v, *packet = NULL;
+    long long packets;
+    *first = nb->next_number;
+    PyObject *seq_obj = hold(hp, PyLong_FromUnsignedLongLong(seq));
+    PyObject *first_obj = hold(hp, PyLong_FromLongLong(*first));
+    PyObject *mid = hold(hp, new_msgid(origin, (long long)seq));
+    if (seq_obj == NULL || first_obj == NULL || mid == NULL
+        || PyDict_SetItem(nb->released, origin, seq_obj) < 0  /* CausalHoldback.offer */
+        || PyDict_SetItem(nb->numbers, first_obj, mid) < 0
+        || set_int(st, N.next_number, *first + 1) < 0)
+        goto error;
+    GET(v, st, order_packets);
+    if (as_ll(v, &packets) < 0 || set_int(st, N.order_packets, packets + 1) < 0) goto error;
+    PyObject *pair = hold(hp, PyTuple_Pack(2, origin, seq_obj));
+    PyObject *ids = hold(hp, PyList_New(1));
+    PyObject *carried = hold(hp, PyList_New(0));
+    if (pair == NULL || ids == NULL || carried == NULL) goto error;
+    PyList_SET_ITEM(ids, 0, Py_NewRef(pair));
+    PyObject *order_args[3] = {first_obj, ids, carried};
+    PyObject *order = hold(hp, PyObject_Vectorcall(SOrderType, order_args, 3, NULL));
+    packet = order ? one_header_packet(order, NULL) : NULL;
+error:
+    release(&h);
+    return packet;
+}
+
 static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 4) {
@@ -271,7 +641,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     long long now;
     if (as_ll(now_obj, &now) < 0) return NULL;
 
-    held_refs h = {.n = 0};
+    held_refs h = {.n = 0}, *hp = &h;
     PyObject *outputs = NULL;
     sw_frame f;
     if (!PyBytes_Check(frame) || !PyUnicode_Check(peer)
@@ -408,6 +778,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     GET(smembers, sview, members);
     if (!PyTuple_Check(smembers) || PyTuple_GET_SIZE(smembers) == 0) DECLINE();
     PyObject *leader = PyTuple_GET_ITEM(smembers, 0), *me;  /* view.leader, st.node */
+    int at_leader = 0;
     GET(me, st, node);
     if (!PyUnicode_Check(me) || !PyUnicode_Check(leader)) DECLINE();
     if (PyUnicode_Compare(me, peer) == 0) DECLINE();  /* the Python path refuses it */
@@ -417,7 +788,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         truth = PySequence_Contains(smembers, peer);
         if (truth < 0) goto error;
         if (!truth) DECLINE();
-        if (PyUnicode_Compare(leader, me) == 0) DECLINE();  /* the sequencer's data step */
+        at_leader = PyUnicode_Compare(leader, me) == 0;  /* data in, an order out */
     }
     if (PyErr_Occurred()) goto error;
     PyObject *numbers, *bodies, *delivered, *log, *deps_of;
@@ -447,6 +818,18 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
             if (truth < 0) goto error;
             if (truth) data_id = NULL;  /* sent again: idempotent (still held by h) */
         }
+    }
+    links_out order = {.n = 0};  /* at the sequencer: the order this data causes */
+    numbering nb = {.released = NULL};
+    if (at_leader && data_id != NULL) {
+        truth = check_admit(&nb, hp, st, peer, f.seq);
+        if (truth > 0) truth = size_fits(hp, channel, SOrderType, 0);
+        if (truth > 0) {
+            GET(o, st, others);
+            truth = check_links(&order, hp, stack, detector, channel, o, 1);
+        }
+        if (truth < 0) goto error;
+        if (!truth) DECLINE();
     }
     if (f.seq + f.n_ids > ((uint64_t)1 << 62) + SW_MAX_ORDER_IDS) DECLINE();  /* (bounded) */
     for (size_t i = 0; i < f.n_ids; i++) {
@@ -506,61 +889,34 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         if (rc < 0) goto error;
     }
 
-    /* sequencer_numbering.deliver_ready (not SAFE: no limit) */
     outputs = PyList_New(0);
     if (outputs == NULL) goto error;
-    long long at = next_delivery;
-    for (;; at++) {
-        PyObject *at_obj = PyLong_FromLongLong(at);
-        if (at_obj == NULL) goto error;
-        PyObject *mid = PyDict_GetItemWithError(numbers, at_obj);
-        if (mid == NULL) {
-            Py_DECREF(at_obj);
-            if (PyErr_Occurred()) goto error;
-            break;
-        }
-        int has = PyDict_Contains(bodies, mid);
-        if (has <= 0) {
-            Py_DECREF(at_obj);
-            if (has < 0) goto error;
-            break;
-        }
-        Py_INCREF(mid);
-        PyObject *body = NULL, *deliver = NULL, *entry_ = NULL;
-        int rc = -1;
-        if (plant != PLANT_KEEP_NUMBER && PyDict_DelItem(numbers, at_obj) < 0) goto step_end;
-        if (!PyTuple_Check(mid) || PyTuple_GET_SIZE(mid) != 2) {
-            PyErr_SetString(PyExc_TypeError, "abcast._lane: a number's id is not a MsgId");
-            goto step_end;
-        }
-        PyObject *origin = PyTuple_GET_ITEM(mid, 0), *seq = PyTuple_GET_ITEM(mid, 1);
-        if (PyDict_SetItem(delivered, origin, seq) < 0) goto step_end;
-        body = PyDict_GetItemWithError(bodies, mid);
-        if (body == NULL) goto step_end;
-        Py_INCREF(body);
-        if (PyDict_DelItem(bodies, mid) < 0) goto step_end;
-        PyObject *fields[3] = {origin, seq, body};
-        deliver = PyObject_Vectorcall(DeliverType, fields, 3, NULL);
-        if (deliver == NULL || PyList_Append(outputs, deliver) < 0) goto step_end;
-        entry_ = PyTuple_Pack(2, mid, body);
-        if (entry_ == NULL || PyDict_SetItem(log, at_obj, entry_) < 0) goto step_end;
-        if (PyDict_GET_SIZE(deps_of)) {  /* deps_of.pop(mid, None) */
-            int had = PyDict_Contains(deps_of, mid);
-            if (had < 0 || (had && PyDict_DelItem(deps_of, mid) < 0)) goto step_end;
-        }
-        rc = 0;
-    step_end:
-        Py_XDECREF(entry_);
-        Py_XDECREF(deliver);
-        Py_XDECREF(body);
-        Py_DECREF(mid);
-        Py_DECREF(at_obj);
-        if (rc < 0) goto error;
+    PyObject *frames = NULL;  /* the sequencer's order to the others, after the deliveries */
+    if (order.n) {
+        long long first;
+        unsigned long long rseq[MAX_OTHERS], rack[MAX_OTHERS];
+        sw_id ordered = {.node = f.sender, .seq = f.seq};
+        PyObject *packet = hold(hp, announce_one(&nb, st, peer, f.seq, &first));
+        frames = hold(hp, PyList_New(0));
+        if (packet == NULL || frames == NULL
+            || number_links(&order, packet, now_obj, now, rseq, rack) < 0
+            || add_frames(&order, frames, rseq, rack, (unsigned long long)first, &ordered, NULL,
+                          0, now_obj) < 0)
+            goto error;
     }
-    if (set_int(st, N.next_delivery, at) < 0) goto error;
+    if (f.kind == SW_KIND_DATA && data_id == NULL) goto done;  /* on_data: [] */
 
+    if (deliver_ready(st, numbers, bodies, delivered, log, deps_of, next_delivery, outputs)
+        < 0)
+        goto error;
+    if (frames != NULL) {
+        Py_ssize_t end = PyList_GET_SIZE(outputs);
+        if (PyList_SetSlice(outputs, end, end, frames) < 0) goto error;
+    }
+
+done:
     release(&h);
-    taken++;
+    frames_taken++;
     PyObject *result = PyTuple_Pack(2, tag, outputs);
     Py_DECREF(outputs);
     return result;
@@ -575,16 +931,154 @@ error:
     return NULL;
 }
 
+/* broadcast(stack, payload, now): `stack.broadcast(payload, now)[1]` for a steady
+   broadcast (see the rules), or None having changed nothing. */
+static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "broadcast(stack, payload, now) takes 3 arguments");
+        return NULL;
+    }
+    PyObject *stack = args[0], *payload = args[1], *now_obj = args[2];
+    long long now;
+    if (as_ll(now_obj, &now) < 0) return NULL;
+    held_refs h = {.n = 0}, *hp = &h;
+    PyObject *outputs = NULL, *o, *layers, *ms, *core, *st, *sview, *smembers, *me, *others;
+    int truth;
+    long long seq;
+    if (!PyBytes_Check(payload)) DECLINE();
+    GET(o, stack, _pass_down_each);
+    if (o == Py_None) DECLINE();
+    GET(o, stack, _pass_down);
+    if (o == Py_None) DECLINE();
+    GET(layers, stack, layers);
+    if (!PyList_Check(layers) || PyList_GET_SIZE(layers) != 3) DECLINE();
+    PyObject *detector = PyList_GET_ITEM(layers, 0), *channel = PyList_GET_ITEM(layers, 1),
+             *membership = PyList_GET_ITEM(layers, 2);
+    GET(o, stack, _next_seq);
+    if (as_ll(o, &seq) < 0) goto error;
+    /* the membership layer's steady check */
+    GET(ms, membership, s);
+    GET(o, ms, status);
+    if (!PyUnicode_Check(o)
+        || (PyUnicode_Compare(o, N.member) != 0 && PyUnicode_Compare(o, N.leaving) != 0)) {
+        if (PyErr_Occurred()) goto error;
+        DECLINE();
+    }
+    GET(o, ms, frozen);
+    TRUTH(truth, o);
+    if (truth) DECLINE();
+    /* the sequencer's broadcast */
+    GET(core, membership, ordering);
+    GET(st, core, st);
+    GET(o, st, optimistic);
+    if (o != Py_None) DECLINE();
+    GET(o, st, safe);
+    TRUTH(truth, o);
+    if (truth) DECLINE();
+    GET(o, st, causal);
+    TRUTH(truth, o);
+    if (truth) DECLINE();
+    GET(o, st, relay);
+    TRUTH(truth, o);
+    if (truth) DECLINE();
+    GET(sview, st, view);
+    if (sview == Py_None) DECLINE();
+    GET(smembers, sview, members);
+    GET(me, st, node);
+    if (!PyTuple_Check(smembers) || PyTuple_GET_SIZE(smembers) == 0 || !PyUnicode_Check(me))
+        DECLINE();
+    truth = PyUnicode_Compare(PyTuple_GET_ITEM(smembers, 0), me);
+    if (truth == -1 && PyErr_Occurred()) goto error;
+    int at_leader = truth == 0;
+    GET(others, st, others);
+    PyObject *numbers, *bodies, *delivered, *log, *deps_of;
+    GET(numbers, st, numbers);
+    GET(bodies, st, bodies);
+    GET(delivered, st, delivered);
+    GET(log, st, log);
+    GET(deps_of, st, deps_of);
+    if (!PyDict_Check(numbers) || !PyDict_Check(bodies) || !PyDict_Check(delivered)
+        || !PyDict_Check(log) || !PyDict_Check(deps_of))
+        DECLINE();
+    long long next_delivery;
+    GET(o, st, next_delivery);
+    if (as_ll(o, &next_delivery) < 0) goto error;
+    links_out down = {.n = 0};
+    numbering nb = {.released = NULL};
+    truth = size_fits(hp, channel, SDataType, PyBytes_GET_SIZE(payload));
+    if (truth > 0 && at_leader) {
+        truth = check_admit(&nb, hp, st, me, (unsigned long long)seq);
+        if (truth > 0) truth = size_fits(hp, channel, SOrderType, 0);
+    }
+    if (truth > 0) truth = check_links(&down, hp, stack, detector, channel, others,
+                                       at_leader ? 2 : 1);
+    if (truth > 0) truth = !PySequence_Contains(others, down.me);  /* `me not in dests` */
+    if (truth < 0) goto error;
+    if (!truth) DECLINE();
+
+    /* --- the changes, in the Python path's order ------------------------------------ */
+    unsigned long long rseq[MAX_OTHERS], rack[MAX_OTHERS];
+    PyObject *seq_obj = hold(hp, PyLong_FromLongLong(seq));
+    PyObject *mid = hold(hp, new_msgid(me, seq));
+    if (seq_obj == NULL || mid == NULL || set_int(stack, N._next_seq, seq + 1) < 0
+        || PyObject_SetAttr(ms, N.now, now_obj) < 0 || PyObject_SetAttr(st, N.now, now_obj) < 0
+        || PyObject_SetAttr(st, N.sent, seq_obj) < 0
+        || PyDict_SetItem(bodies, mid, payload) < 0)
+        goto error;
+    PyObject *data = hold(hp, PyObject_Vectorcall(SDataType, &seq_obj, 1, NULL));
+    PyObject *data_packet = data ? hold(hp, one_header_packet(data, payload)) : NULL;
+    if (data_packet == NULL) goto error;
+    PyObject *order_packet = NULL;
+    long long first = 0;
+    outputs = PyList_New(0);
+    if (outputs == NULL) goto error;
+    if (at_leader) {  /* admit + number: its order, and its delivery here */
+        order_packet = hold(hp, announce_one(&nb, st, me, (unsigned long long)seq, &first));
+        if (order_packet == NULL
+            || deliver_ready(st, numbers, bodies, delivered, log, deps_of, next_delivery,
+                             outputs) < 0)
+            goto error;
+    }
+    if (number_links(&down, data_packet, now_obj, now, rseq, rack) < 0
+        || add_frames(&down, outputs, rseq, rack, (unsigned long long)seq, NULL,
+                      PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload), now_obj) < 0)
+        goto error;
+    if (order_packet != NULL) {
+        Py_ssize_t me_len;
+        const char *me_utf8 = PyUnicode_AsUTF8AndSize(me, &me_len);
+        if (me_utf8 == NULL) goto error;
+        sw_id ordered = {.node = {me_utf8, (size_t)me_len}, .seq = (uint64_t)seq};
+        if (number_links(&down, order_packet, now_obj, now, rseq, rack) < 0
+            || add_frames(&down, outputs, rseq, rack, (unsigned long long)first, &ordered,
+                          NULL, 0, now_obj) < 0)
+            goto error;
+    }
+    release(&h);
+    broadcasts_taken++;
+    return outputs;
+
+decline:
+    release(&h);
+    declined++;
+    Py_RETURN_NONE;
+error:
+    release(&h);
+    Py_XDECREF(outputs);
+    return NULL;
+}
+
 static PyObject *lane_counts(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
-    return Py_BuildValue("{sKsK}", "taken", taken, "declined", declined);
+    return Py_BuildValue("{sKsKsKsK}", "taken", frames_taken + broadcasts_taken, "frames",
+                         frames_taken, "broadcasts", broadcasts_taken, "declined", declined);
 }
 
 static PyObject *lane_reset_counts(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
-    taken = declined = 0;
+    frames_taken = broadcasts_taken = declined = 0;
     Py_RETURN_NONE;
 }
 
@@ -605,7 +1099,11 @@ static PyMethodDef methods[] = {
     {"receive", (PyCFunction)(void (*)(void))lane_receive, METH_FASTCALL,
      "receive(frame, peer, lanes, now) -> (tag, outputs) | None: a sequencer's steady "
      "frame at a member, its whole stack step (see the module's source for the rules)"},
-    {"counts", lane_counts, METH_NOARGS, "{'taken': n, 'declined': n} since the last reset"},
+    {"broadcast", (PyCFunction)(void (*)(void))lane_broadcast, METH_FASTCALL,
+     "broadcast(stack, payload, now) -> outputs | None: a steady broadcast's whole stack "
+     "step (see the module's source for the rules)"},
+    {"counts", lane_counts, METH_NOARGS,
+     "{'taken', 'frames', 'broadcasts', 'declined': n} since the last reset"},
     {"reset_counts", lane_reset_counts, METH_NOARGS, "zero the counts"},
     {"plant", lane_plant, METH_O, "plant(k): planted bug k for the tests (0: none)"},
     {NULL, NULL, 0, NULL},
@@ -629,6 +1127,11 @@ static int intern_names(void) {
     NAME(st) NAME(optimistic) NAME(safe) NAME(causal) NAME(node) NAME(numbers) NAME(bodies)
     NAME(delivered) NAME(log) NAME(deps_of) NAME(next_delivery)
     NAME(member) NAME(leaving)
+    NAME(relay) NAME(order_interval_us) NAME(interval_ids) NAME(next_number) NAME(stable)
+    NAME(max_unstable) NAME(admission) NAME(_released) NAME(_waiting) NAME(_held)
+    NAME(others) NAME(order_packets)
+    NAME(_bounds) NAME(_room) NAME(config) NAME(window) NAME(_piggyback) NAME(rto)
+    NAME(last_sent) NAME(group) NAME(_pass_down) NAME(_next_seq)
 #undef NAME
     return 0;
 }
@@ -651,8 +1154,13 @@ PyMODINIT_FUNC PyInit__lane(void) {
         return NULL;
     }
     MsgIdType = (PyTypeObject *)msgid;
-    DeliverType = import_attr("abcast.effects", "Deliver");
-    if (DeliverType == NULL) return NULL;
+    if ((DeliverType = import_attr("abcast.effects", "Deliver")) == NULL
+        || (TransmitType = import_attr("abcast.effects", "Transmit")) == NULL
+        || (PacketType = import_attr("abcast.codec", "Packet")) == NULL
+        || (SOrderType = import_attr("abcast.ordering.sequencer_wire", "SOrder")) == NULL
+        || (SDataType = import_attr("abcast.ordering.sequencer_wire", "SData")) == NULL
+        || (PendingType = import_attr("abcast.reliability.channel", "_Pending")) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     PyObject *plants = PyDict_New();

@@ -2,8 +2,9 @@
 
 Rules. `abcast._lane` (src/abcast/_native/lane_module.c; docs/performance.md §5) does a
 steady frame's whole stack step in one C call, on the layers' own state, and declines —
-changing nothing — whatever it does not handle; today it handles a sequencer's order
-and another member's data arriving at a member that is not the sequencer. A node offers a frame to it first when
+changing nothing — whatever it does not handle. Today: a sequencer group's steady
+frames (an order at a member, a member's data at a member or at the sequencer) and its
+own broadcasts. A node offers a frame to it first, and its driver a broadcast, when
 
 - the extension is built (`pip install -e .` builds it where a C compiler is found; a
   checkout run with PYTHONPATH=src needs `bench/build_native.py`) and from the sources in
@@ -35,22 +36,24 @@ if TYPE_CHECKING:
 Receive = Callable[[bytes, "str | None", "dict[str, tuple[GroupDriver, Stack]]", int],
                    "tuple[GroupDriver, list[Any]] | None"]
 
+#: broadcast(stack, payload, now) -> outputs | None
+Broadcast = Callable[[Stack, bytes, int], "list[Any] | None"]
+
 SWITCH = "ABCAST_NATIVE_LANE"
 
 
-def _load() -> tuple[Receive | None, str]:
-    """The extension's `receive`, or None and why not."""
+def _load() -> tuple[Receive | None, Broadcast | None, str]:
+    """The extension's `receive` and `broadcast`, or None and why not."""
     if os.environ.get(SWITCH, "1") == "0":
-        return None, f"switched off ({SWITCH}=0)"
+        return None, None, f"switched off ({SWITCH}=0)"
     try:
         from abcast import _lane
     except ImportError as exc:
-        return None, f"abcast._lane is not built ({exc})"
+        return None, None, f"abcast._lane is not built ({exc})"
     stale = _stale(_lane.SOURCE_HASH)
     if stale:
-        return None, stale
-    receive: Receive = _lane.receive
-    return receive, "on"
+        return None, None, stale
+    return _lane.receive, _lane.broadcast, "on"
 
 
 def _stale(built: str) -> str:
@@ -63,8 +66,8 @@ def _stale(built: str) -> str:
             f"rebuild it (pip install -e . or bench/build_native.py)")
 
 
-#: the lane's receive, None when it is not on; STATUS says which and why
-RECEIVE, STATUS = _load()
+#: the lane's steps, None when it is not on; STATUS says which and why
+RECEIVE, BROADCAST, STATUS = _load()
 
 
 def eligible(stack: Stack) -> bool:

@@ -386,6 +386,7 @@ class Node:
         self._groups[name] = driver
         if lane.RECEIVE is not None and lane.eligible(driver.stack):
             self._lanes[name] = (driver, driver.stack)
+            driver.lane_broadcast = lane.BROADCAST
         if self.traffic is not None:  # metrics on
             from abcast.runtime.metrics import GroupMeter
 
