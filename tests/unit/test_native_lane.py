@@ -389,6 +389,11 @@ def state(stack: Stack) -> dict[str, str]:
     if isinstance(channel, OpenChannel):
         parts["channel links"] = channel_links(channel)
         parts["channel tick"] = (channel._tick_set, channel._tick_at)
+        # what channel_links leaves out: the packets kept for retransmission (as the
+        # lane built them), those waiting for credit, the per-link RTO marks
+        parts["channel packets"] = [
+            (peer, list(link.unacked.items()), list(link.waiting), link.rto_armed_at,
+             link.resumed_through) for peer, link in sorted(channel._out.items())]
         parts["channel peers"] = (sorted(channel._steady), sorted(channel._guests),
                                   sorted(channel._lingering), sorted(channel._heard.items()),
                                   sorted(channel._spoke.items()))
