@@ -955,6 +955,9 @@ static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssiz
     if (!PyList_Check(layers) || PyList_GET_SIZE(layers) != 3) DECLINE();
     PyObject *detector = PyList_GET_ITEM(layers, 0), *channel = PyList_GET_ITEM(layers, 1),
              *membership = PyList_GET_ITEM(layers, 2);
+    GET(o, channel, _tick_set);  /* pass_down_each's first test (else _transmit sets it) */
+    TRUTH(truth, o);
+    if (!truth) DECLINE();
     GET(o, stack, _next_seq);
     if (as_ll(o, &seq) < 0) goto error;
     /* the membership layer's steady check */
