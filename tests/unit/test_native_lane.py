@@ -45,15 +45,11 @@ would do with them (a wrong peer, a stranger's, another group's, the kinds in DE
 are asserted declined. Stacks of the family it is not for (relay, safe, evs,
 causal-total, optimistic, one built without `for_streams`) are compared the same way and
 must have none of their own frames or broadcasts taken. The lane must take often and
-decline often, take exactly what the Python model below takes, and each planted bug
-(`_lane.plant(1..8)`) must be caught by the same comparison on a history that the lane
-without it passes.
+decline often.
 
-`StandIn` is a Python model of the lane (what it is to take, then `stack.receive` or
-`stack.broadcast`), with planted bugs 1-6 made in Python and one of its own (7, a
-reference kept): it proved this harness while the C lane was being written, still shows
-that the comparison catches each kind of bug where the extension is not built, and pins
-what the lane takes.
+`run` drives the C lane or its Python model (lane_model.StandIn) alike:
+test_native_lane_planted.py shows that this comparison catches each planted bug of
+either, and that the lane takes exactly what the model takes.
 """
 
 from __future__ import annotations
@@ -62,25 +58,25 @@ import dataclasses
 import random
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any, Protocol
 
 import msgspec
 import pytest
+from lane_model import Lanes
 from stack_harness import Links, Timers, carry, channel_links, clone, fire_due, repack
 
 from abcast.codec import Packet, decode_envelope, encode_frame
 from abcast.effects import Deliver, Output
 from abcast.errors import DecodeError, RemoteProtocolError
 from abcast.group.failure_detector import FD
-from abcast.ids import MsgId, NodeId, View
+from abcast.ids import NodeId, View
 from abcast.membership import Membership
 from abcast.native_sources import source_hash
 from abcast.ordering._open_channel import OpenChannel
 from abcast.ordering._open_detector import OpenDetector
 from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.ordering.sequencer import Sequencer
-from abcast.ordering.sequencer_state import OptimisticConfig, SequencerState
+from abcast.ordering.sequencer_state import OptimisticConfig
 from abcast.ordering.sequencer_wire import SData, SOrder
 from abcast.reliability.channel import RData
 from abcast.runtime.stack_options import STREAM_CHANNEL, for_streams
@@ -108,12 +104,8 @@ TIGHT = for_streams(OrderingOptions(max_unstable=4, channel=dataclasses.replace(
     STREAM_CHANNEL, ack_delay_us=2_000, tick_us=1_000, frame_bytes=2048, window=16)))
 #: a seed's options
 OPTIONS = (FAST_TICK, RUNTIME, BATCHED, TIGHT)
-#: the size the lane allows a one-id order whose header has no fixed bound
-ONE_ID_ORDER = 1024
 #: the clock's steps (µs): past the detector's 1 s timeout now and then
 JUMPS = (300, 1_000, 1_000, 3_000, 3_000, 10_000, 10_000, 25_000, 60_000, 300_000, 1_100_000)
-
-Lanes = dict[str, tuple[Any, Any]]
 
 
 class Lane(Protocol):
@@ -149,223 +141,6 @@ def lane() -> Iterator[Lane]:
         yield LANE
     finally:
         LANE.plant(0)
-
-
-# -- the Python model of the lane ----------------------------------------------------
-
-
-def layers(stack: Stack) -> tuple[OpenDetector, OpenChannel, Membership, Sequencer] | None:
-    """A runtime-shaped sequencer stack's layers, or None."""
-    if len(stack.layers) != 3:
-        return None
-    detector, channel, top = stack.layers
-    if (type(detector) is not OpenDetector or type(channel) is not OpenChannel
-            or type(top) is not Membership or type(top.ordering) is not Sequencer):
-        return None
-    return detector, channel, top, top.ordering
-
-
-class StandIn:
-    """The lane in Python: what its source says it takes (the sequencer's order at a
-    member; a member's data at a member that is not the sequencer), taken by
-    `stack.receive`; with `plant(k)` the same bug as the C lane's plant k, made around
-    that call, and plant 7: a reference to the sender's link kept (a leak in C)."""
-
-    def __init__(self) -> None:
-        self.planted = 0
-        self.taken = self.broadcasts = self.declined = 0
-        self.kept: list[object] = []  # plant 7 (the model's own): a reference leaked
-
-    def counts(self) -> dict[str, int]:
-        return {"taken": self.taken + self.broadcasts, "frames": self.taken,
-                "broadcasts": self.broadcasts, "declined": self.declined}
-
-    def reset_counts(self) -> None:
-        self.taken = self.broadcasts = self.declined = 0
-
-    def broadcast(self, stack: Stack, payload: bytes, now: int) -> list[Output] | None:
-        """`stack.broadcast(payload, now)[1]` where the lane is to take it: a steady
-        broadcast whose data (and at the sequencer its order) goes down every link by
-        the channel's step, its tick set."""
-        parts = layers(stack)
-        if parts is None:
-            self.declined += 1
-            return None
-        _, channel, top, core = parts
-        st, me = core.st, stack.node
-        seq = stack._next_seq
-        at_leader = st.view is not None and st.view.leader == me
-        if (top.s.status not in ("member", "leaving") or top.s.frozen or st.view is None
-                or st.optimistic is not None or st.safe or st.causal or st.relay
-                or not fits(channel, SData, len(payload))
-                or (at_leader and not admits_alone(channel, st, me, seq))
-                or not goes_down(channel, st.others, 2 if at_leader else 1)
-                or me in st.others):
-            self.declined += 1
-            return None
-        self.broadcasts += 1
-        return stack.broadcast(payload, now)[1]
-
-    def plant(self, k: int) -> None:
-        self.planted = k
-
-    def receive(self, frame: bytes, peer: str | None, lanes: Lanes, now: int,
-                ) -> tuple[object, list[Output]] | None:
-        got = self._receive(frame, peer, lanes, now)
-        if got is None:
-            self.declined += 1
-        else:
-            self.taken += 1
-        return got
-
-    def _receive(self, frame: bytes, peer: str | None, lanes: Lanes, now: int,
-                 ) -> tuple[object, list[Output]] | None:
-        try:
-            env = decode_envelope(frame)
-        except DecodeError:
-            return None
-        if env.group not in lanes or peer is None or peer != env.sender:
-            return None
-        tag, stack = lanes[env.group]
-        parts = layers(stack)
-        if parts is None:
-            return None
-        detector, channel, top, core = parts
-        st = core.st
-        if st.optimistic is not None or st.safe or st.causal:
-            return None  # (relay: its orders carry bodies, declined below)
-        try:
-            headers = stack.codec.headers(env)
-        except DecodeError:
-            return None
-        if len(headers) != 3 or type(headers[0]) is not type(FD):
-            return None
-        rdata, top_header = headers[1], headers[2]
-        if type(rdata) is not RData or type(top_header) not in (SOrder, SData):
-            return None
-        if type(top_header) is SOrder and top_header.bodies:
-            return None
-        sender = env.sender
-        fd_peer = detector._s.peers.get(sender)
-        if fd_peer is None or fd_peer.suspected or fd_peer.claim is not None:
-            return None
-        # the channel's pass_up, read only
-        link = channel._in.get(sender)
-        if (not channel._tick_set or sender not in channel._steady or link is None
-                or link.above or rdata.seq != link.high + 1):
-            return None
-        if not link.ack_armed and channel._tick_at > now + channel._tick_period:
-            return None
-        out = channel._out.get(sender)
-        if rdata.ack and out is not None and (rdata.ack >= out.next_seq or out.waiting):
-            return None
-        view = top.s.view
-        if (top.s.status not in ("member", "leaving") or top.s.frozen or view is None
-                or sender not in view.members):
-            return None
-        if st.view is None or sender == stack.node:
-            return None
-        if type(top_header) is SData:  # a member's data (at the sequencer: its order too)
-            if sender not in st.view.members:
-                return None
-            new = (top_header.seq > st.delivered.get(sender, 0)
-                   and MsgId(sender, top_header.seq) not in st.bodies)
-            if st.view.leader == stack.node and new and not (
-                    admits_alone(channel, st, sender, top_header.seq)
-                    and goes_down(channel, st.others, 1)):
-                return None
-            return tag, self._take(stack, env, now, detector, channel, core, False)
-        if sender != st.view.leader:
-            return None
-        clash = False
-        for offset, (origin, seq) in enumerate(top_header.ids):
-            at = top_header.first + offset
-            known = st.numbers.get(at)
-            if at >= st.next_delivery and known is not None and known != MsgId(origin, seq):
-                clash = True
-        if clash and self.planted != 5:
-            return None
-        return tag, self._take(stack, env, now, detector, channel, core, clash)
-
-    def _take(self, stack: Stack, env: Any, now: int, detector: OpenDetector,
-              channel: OpenChannel, core: Sequencer, clash: bool) -> list[Output]:
-        sender, st, planted = env.sender, core.st, self.planted
-        data = stack.codec.headers(env)[2]
-        seen = st.delivered.get(sender)
-        if planted == 6 and type(data) is SData:  # the body dropped: as if sent again
-            st.delivered[sender] = max(seen or 0, data.seq)
-        heard = detector._s.peers[sender].last_heard
-        link = channel._in[sender]
-        armed = link.ack_armed
-        out = channel._out.get(sender)
-        progress = out.progress_at if out is not None else None
-        if clash:  # plant 5: the clashing numbers are overwritten, not refused
-            order = stack.codec.headers(env)[2]
-            for at in range(max(order.first, st.next_delivery), order.first + len(order.ids)):
-                st.numbers.pop(at, None)
-        log_before = set(st.log)
-        outputs, refused = stack.receive(env, now)
-        assert refused is None, refused
-        if planted == 6 and type(data) is SData:
-            if seen is None:
-                del st.delivered[sender]
-            else:
-                st.delivered[sender] = seen
-        if planted == 1:
-            detector._s.peers[sender].last_heard = heard
-        elif planted == 2 and not armed:
-            link.ack_armed = False
-        elif planted == 3:
-            for at in set(st.log) - log_before:
-                st.numbers[at] = st.log[at][0]
-        elif planted == 4 and out is not None and progress is not None:
-            out.progress_at = progress
-        elif planted == 7:
-            self.kept.append(link)
-        return outputs
-
-
-def fits(channel: OpenChannel, header_type: type, payload: int) -> bool:
-    """A packet of `payload` bytes under one header of `header_type` passes the channel's
-    size gate without being measured (its bound known; an order's of one id at most
-    ONE_ID_ORDER)."""
-    bounds = channel._bounds
-    if header_type not in bounds:  # (no __missing__: a type not seen yet)
-        return False
-    bound = bounds[header_type]
-    if not bound and header_type is not SOrder:
-        return False
-    return payload + (bound or ONE_ID_ORDER) <= channel._room
-
-
-def admits_alone(channel: OpenChannel, st: SequencerState, origin: NodeId, seq: int) -> bool:
-    """At the sequencer: `origin`'s `seq` is admitted and numbered at once, alone (no
-    order interval, within max_unstable, nothing held for admission, the next of its
-    origin), and its one-id order fits."""
-    admission = st.admission
-    return (not st.relay and not st.order_interval_us and not st.interval_ids
-            and st.next_number - st.stable <= st.max_unstable
-            and not admission._waiting and not admission._held
-            and admission._released.get(origin, 0) + 1 == seq
-            and fits(channel, SOrder, 0))
-
-
-def goes_down(channel: OpenChannel, to: tuple[NodeId, ...], packets: int) -> bool:
-    """`packets` packets in a row go to each of `to` by the channel's `pass_down_each`:
-    its tick set, each a steady member with a link, nobody waiting, room in the window."""
-    if not channel._tick_set or not to or len(to) > 16:
-        return False
-    window = channel.config.window
-    for dest in to:
-        link = channel._out.get(dest)
-        if link is None or dest not in channel._steady or link.waiting:
-            return False
-        oldest = next(iter(link.unacked), None)
-        for k in range(packets):
-            first = oldest if oldest is not None else link.next_seq if k else None
-            if first is not None and link.next_seq + k - first >= window:
-                return False
-    return True
 
 
 # -- the two groups and what is compared ---------------------------------------------
@@ -901,28 +676,6 @@ def attack(pair: Pair, rng: random.Random, inline: bool) -> None:
 # -- the claims ----------------------------------------------------------------------
 
 
-@contextmanager
-def planted(lane: Lane, k: int) -> Iterator[None]:
-    lane.plant(k)
-    try:
-        yield
-    finally:
-        lane.plant(0)
-
-
-def caught_on(lane: Lane, k: int) -> str | None:
-    """Where the first seed's history parts the groups with plant `k`, or None; the same
-    history must not part them without it (the plant made the difference)."""
-    for seed in SEEDS:
-        try:
-            with planted(lane, k):
-                run(seed, lane, options=OPTIONS[seed % len(OPTIONS)])
-        except MismatchError as exc:
-            run(seed, lane, options=OPTIONS[seed % len(OPTIONS)])
-            return str(exc)
-    return None
-
-
 def taken_over(lane: Lane, seeds: range) -> Tally:
     total = Tally()
     for seed in seeds:
@@ -986,33 +739,3 @@ def test_the_lane_reads_names_as_python_does(
     monkeypatch.setattr(module, "NODES", nodes)
     monkeypatch.setattr(module, "VIEW", View(1, nodes))
     assert run(1, lane, options=OPTIONS[1]).taken > 20
-
-
-@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7, 8])
-def test_each_planted_bug_of_the_lane_is_caught(lane: Lane, k: int) -> None:
-    assert caught_on(lane, k), f"the lane's plant {k} went unseen"
-
-
-# -- the harness itself, on the Python model -----------------------------------------
-
-
-def test_the_stand_in_agrees_with_the_python_path_and_is_taken() -> None:
-    """The harness against the Python model of the lane: equal, and taken often."""
-    tally = taken_over(StandIn(), SEEDS[:4])
-    assert tally.taken > 100 and tally.calls - tally.taken > 100, tally
-
-
-def test_the_lane_takes_what_the_model_takes(lane: Lane) -> None:
-    """No more and no fewer frames than `StandIn`'s predicate (the rules the lane's
-    source states): a lane that declined more than it must (holes it need not fear, an
-    ack it could take) passes every comparison above and is only slower; this sees it.
-    A new frame kind in the lane needs its rule in the model too."""
-    assert taken_over(lane, SEEDS[:4]) == taken_over(StandIn(), SEEDS[:4])
-
-
-@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7])
-def test_the_harness_catches_the_stand_ins_planted_bugs(k: int) -> None:
-    """Each bug the C lane can plant, planted in the model, is caught: what the lane's
-    tests above find is the lane's, and what they pass is not the harness's blind spot
-    (this runs where the extension is not built too)."""
-    assert caught_on(StandIn(), k), f"plant {k} went unseen"
