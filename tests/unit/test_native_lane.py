@@ -301,6 +301,9 @@ class Pair:
         decline and nothing else sees)."""
         a, b = a or self.a, b or self.b
         self.tally.calls += 1
+        if routed and group_of(frame) not in (None, GROUP):  # the harness's slip, not the lane's
+            raise AssertionError(f"seed {self.seed}, step {self.step_no} ({self.label}): a "
+                                 f"frame of group {group_of(frame)!r} routed to {GROUP!r}")
         if claims(frame, dst):  # a runtime refuses it: the connection is not from itself
             routed = False  # (and the Python path raises LocalProtocolError: see below)
         if order_from_leader(b[dst], frame):
@@ -373,9 +376,19 @@ class Pair:
 
 
 def order_frame(sender: NodeId, seq: int, ack: int, order: SOrder, *, payload: bytes = b"",
-                control: bool = False, group_name: str = GROUP) -> bytes:
+                control: bool = False, group_name: str | None = None) -> bytes:
+    """An order frame of `group_name` (None: GROUP, read now: the names test sets it)."""
+    group_name = GROUP if group_name is None else group_name
     return encode_frame(group_name, sender, Packet((FD, RData(seq, ack), order), payload),
                         control=control)
+
+
+def group_of(frame: bytes) -> str | None:
+    """The group `frame` is of, or None where it does not decode."""
+    try:
+        return decode_envelope(frame).group
+    except DecodeError:
+        return None
 
 
 def claims(frame: bytes, node: NodeId) -> bool:
