@@ -33,19 +33,15 @@ declines), some in another msgpack writer's encoding (non-minimal ints, lengths)
 wrong `peer`, a stranger's frames, clock jumps and timers firing, a node cut off (or
 every link stalled) past the detector's timeout with the ticks on time (suspicions,
 restores, view changes: a member removed, once n1 itself, so that n2 numbers), n3
-leaving in some; and hostile frames, each tried on deep copies of both groups' stack
-(the history goes on unharmed) and, late in a history, on the stacks themselves: an
-order from a non-leader member or at the sequencer, one numbering a number known as
-another id (alone, or after numbers it may take: the Python path refuses it half done),
-acks above what was sent, bodies, a payload, the control flag, empty and long orders,
-repeated and strangers' ids, the highest numbers, a member's data (new, sent again, held
-already, at the sequencer, from the receiver itself, at the highest seq, large), a frame
-of another group, truncated and damaged bytes. Frames the lane must decline whatever it
-would do with them (a wrong peer, a stranger's, another group's, the kinds in DECLINE)
-are asserted declined. Stacks of the family it is not for (relay, safe, evs,
-causal-total, optimistic, one built without `for_streams`) are compared the same way and
-must have none of their own frames or broadcasts taken. The lane must take often and
-decline often.
+leaving in some; and hostile frames (lane_frames.py: orders that clash, ack too much,
+carry bodies, payloads or flags, a member's data of every sort, another group's,
+damaged bytes, ...), each tried on deep copies of both groups' stack (the history goes
+on unharmed) and, late in a history, on the stacks themselves. Frames the lane must
+decline whatever it would do with them (a wrong peer, a stranger's, another group's,
+the kinds in DECLINE) are asserted declined. Stacks of the family it is not for (relay,
+safe, evs, causal-total, optimistic, one built without `for_streams`) are compared the
+same way and must have none of their own frames or broadcasts taken. The lane must take
+often and decline often.
 
 `run` drives the C lane or its Python model (lane_model.StandIn) alike:
 test_native_lane_planted.py shows that this comparison catches each planted bug of
@@ -62,6 +58,7 @@ from typing import Any, Protocol
 
 import msgspec
 import pytest
+from lane_frames import DECLINE, HOSTILE, core_of, hostile
 from lane_model import Lanes
 from stack_harness import Links, Timers, carry, channel_links, clone, fire_due, repack
 
@@ -208,6 +205,35 @@ def refusal(error: RemoteProtocolError | None) -> object:
     return type(error).__name__, str(error), getattr(error, "__notes__", [])
 
 
+def group_of(frame: bytes) -> str | None:
+    """The group `frame` is of, or None where it does not decode."""
+    try:
+        return decode_envelope(frame).group
+    except DecodeError:
+        return None
+
+
+def claims(frame: bytes, node: NodeId) -> bool:
+    """`frame` decodes and claims to come from `node`. (`Stack.receive` of a frame
+    claiming the receiver's own id raises LocalProtocolError: its detector answers the
+    "stranger" with a NotMember to itself. The runtime refuses such a frame first where
+    the connection's peer is known, and the lane declines it for the peer it is given.)"""
+    try:
+        return decode_envelope(frame).sender == node
+    except DecodeError:
+        return False
+
+
+def order_from_leader(stack: Stack, frame: bytes) -> bool:
+    """`frame` decodes, for `stack`, to an order from the view's leader."""
+    try:
+        env = decode_envelope(frame)
+        headers = stack.codec.headers(env)
+    except DecodeError:
+        return False
+    return env.sender == stack.view.leader and type(headers[-1]) is SOrder
+
+
 class MismatchError(AssertionError):
     """Where the two groups parted: the seed, the step and what differs."""
 
@@ -305,7 +331,7 @@ class Pair:
             raise AssertionError(f"seed {self.seed}, step {self.step_no} ({self.label}): a "
                                  f"frame of group {group_of(frame)!r} routed to {GROUP!r}")
         if claims(frame, dst):  # a runtime refuses it: the connection is not from itself
-            routed = False  # (and the Python path raises LocalProtocolError: see below)
+            routed = False  # (and the Python path raises LocalProtocolError: see `claims`)
         if order_from_leader(b[dst], frame):
             self.tally.orders += 1
         self.tally.forged += self.forging
@@ -370,186 +396,6 @@ class Pair:
         """Deep copies of both groups' `dst`, for hostile frames that must not harm the
         history."""
         return {dst: clone(self.a[dst])}, {dst: clone(self.b[dst])}
-
-
-# -- hostile frames ------------------------------------------------------------------
-
-
-def order_frame(sender: NodeId, seq: int, ack: int, order: SOrder, *, payload: bytes = b"",
-                control: bool = False, group_name: str | None = None) -> bytes:
-    """An order frame of `group_name` (None: GROUP, read now: the names test sets it)."""
-    group_name = GROUP if group_name is None else group_name
-    return encode_frame(group_name, sender, Packet((FD, RData(seq, ack), order), payload),
-                        control=control)
-
-
-def group_of(frame: bytes) -> str | None:
-    """The group `frame` is of, or None where it does not decode."""
-    try:
-        return decode_envelope(frame).group
-    except DecodeError:
-        return None
-
-
-def claims(frame: bytes, node: NodeId) -> bool:
-    """`frame` decodes and claims to come from `node`. (`Stack.receive` of a frame
-    claiming the receiver's own id raises LocalProtocolError: its detector answers the
-    "stranger" with a NotMember to itself. The runtime refuses such a frame first where
-    the connection's peer is known, and the lane declines it for the peer it is given.)"""
-    try:
-        return decode_envelope(frame).sender == node
-    except DecodeError:
-        return False
-
-
-def order_from_leader(stack: Stack, frame: bytes) -> bool:
-    """`frame` decodes, for `stack`, to an order from the view's leader."""
-    try:
-        env = decode_envelope(frame)
-        headers = stack.codec.headers(env)
-    except DecodeError:
-        return False
-    return env.sender == stack.view.leader and type(headers[-1]) is SOrder
-
-
-def core_of(stack: Stack) -> Sequencer:
-    top = stack.layers[2]
-    assert isinstance(top, Membership) and isinstance(top.ordering, Sequencer)
-    return top.ordering
-
-
-def next_in(stack: Stack, sender: NodeId) -> int:
-    """The channel seq `stack` takes next from `sender` (in sequence)."""
-    channel = stack.layers[1]
-    assert isinstance(channel, OpenChannel)
-    link = channel._in.get(sender)
-    return 1 if link is None else link.high + 1
-
-
-def sent_to(stack: Stack, peer: NodeId) -> int:
-    """The channel seq `stack` sends `peer` next (an ack of it is of a packet never sent)."""
-    channel = stack.layers[1]
-    assert isinstance(channel, OpenChannel)
-    link = channel._out.get(peer)
-    return 1 if link is None else link.next_seq
-
-
-HOSTILE = ("order from a member", "clash", "clash", "clash after a new number",
-           "clash after a new number", "ack above sent", "ack of the last sent", "bodies",
-           "payload", "control flag", "another group", "truncated", "damaged",
-           "trailing byte", "plausible order", "order at the sequencer", "empty order",
-           "many ids", "a repeated id", "a stranger's id", "numbers delivered and new",
-           "the highest numbers", "re-encoded", "data", "data", "data sent again",
-           "data held", "data at the sequencer", "data from itself", "data of the highest seq",
-           "data, large", "defaults left out", "flags")
-#: of which the lane must decline whatever it would do with them (its kinds: the
-#: sequencer's orders without bodies, a member's data at a member but the sequencer)
-DECLINE = frozenset({"order from a member", "bodies", "order at the sequencer",
-                     "data from itself"})
-
-
-def hostile(kind: str, stack: Stack, rng: random.Random, real: bytes | None,
-            ) -> list[tuple[bytes, NodeId]]:
-    """Frames of `kind` for member `stack` (each with the peer it comes over): forged on
-    its state, so that the channel's step would take them where the kind allows. (An
-    order from a member needs a member besides the sequencer: see `attack`.)"""
-    me, st = stack.node, core_of(stack).st
-    view = st.view or VIEW
-    leader = view.leader  # the sequencer (after a view change without n1: n2)
-    seq, ack = next_in(stack, leader), rng.choice((0, sent_to(stack, leader) - 1))
-    ack = max(ack, 0)
-    first = st.next_delivery
-    fresh = (rng.choice(NODES), 10_000 + rng.randrange(100))
-    known = sorted(at for at in st.numbers if at >= first)
-    if kind in ("order at the sequencer", "order from a member"):
-        other = next(n for n in view.members if n not in (me, leader))
-        return [(order_frame(other, next_in(stack, other), 0, SOrder(first, [fresh])), other)]
-    if kind == "clash":
-        if known:  # a number known here (its body missing), numbered as another id
-            at = rng.choice(known)
-            start = max(first, at - rng.randint(0, 2))  # numbers before it taken, then refused
-            ids = [(f"n{rng.randint(1, 3)}", 20_000 + i) for i in range(start, at + 1)]
-            return [(order_frame(leader, seq, ack, SOrder(start, ids)), leader)]
-        kind = "clash after a new number"
-    if kind == "clash after a new number":  # the second numbers new ones, then clashes
-        at = first + rng.randint(0, 3)
-        start = rng.randint(first, at)
-        ids = [("n1", 40_000 + i) for i in range(start, at)] + [("n3", 30_000)]
-        return [(order_frame(leader, seq, ack, SOrder(at, [("n2", 30_000)])), leader),
-                (order_frame(leader, seq + 1, 0, SOrder(start, ids)), leader)]
-    if kind in ("ack above sent", "ack of the last sent"):
-        above = sent_to(stack, leader) + (rng.randint(0, 3) if kind == "ack above sent" else -1)
-        return [(order_frame(leader, seq, max(above, 0), SOrder(first, [fresh])), leader)]
-    if kind == "bodies":
-        return [(order_frame(leader, seq, ack, SOrder(first, [fresh], [b"body"])), leader)]
-    if kind == "payload":
-        return [(order_frame(leader, seq, ack, SOrder(first, [fresh]), payload=b"xyz"), leader)]
-    if kind == "control flag":
-        return [(order_frame(leader, seq, ack, SOrder(first, [fresh]), control=True), leader)]
-    if kind == "another group":
-        return [(order_frame(leader, seq, ack, SOrder(first, [fresh]), group_name="h"), leader)]
-    if kind == "plausible order":
-        return [(order_frame(leader, seq, ack, SOrder(first, [fresh])), leader)]
-    if kind == "empty order":
-        return [(order_frame(leader, seq, ack, SOrder(first, [])), leader)]
-    if kind == "many ids":
-        ids = [(rng.choice(NODES), 50_000 + i) for i in range(rng.randint(5, 80))]
-        return [(order_frame(leader, seq, ack, SOrder(first, ids)), leader)]
-    if kind == "a repeated id":
-        return [(order_frame(leader, seq, ack, SOrder(first, [fresh, fresh])), leader)]
-    if kind == "a stranger's id":
-        return [(order_frame(leader, seq, ack, SOrder(first, [("x9", 1), fresh])), leader)]
-    if kind == "numbers delivered and new":  # the delivered ones are skipped
-        back = rng.randint(1, 3)
-        ids = [(rng.choice(NODES), 60_000 + i) for i in range(back + rng.randint(0, 2))]
-        return [(order_frame(leader, seq, ack, SOrder(max(1, first - back), ids)), leader)]
-    if kind == "the highest numbers":
-        top = 2**62 - rng.randint(0, 2)
-        return [(order_frame(leader, seq, ack, SOrder(top, [fresh, ("n2", 2**62)])), leader)]
-    if kind.startswith("data"):
-        return data_frames(kind, stack, rng, view)
-    if kind in ("defaults left out", "flags"):  # RData's ack, SOrder's bodies unwritten;
-        # the envelope's flags anything to 255: msgspec reads them alike
-        rdata: list[object] = ["RData", seq] if kind == "defaults left out" else ["RData", seq, ack]
-        order = ["SOrder", first, [list(fresh)]]
-        flags = rng.randint(0, 255) if kind == "flags" else 0
-        return [(msgspec.msgpack.encode([1, GROUP, leader, flags, [["Fd"], rdata, order], b""]),
-                 leader)]
-    if kind == "re-encoded":  # the same frame, another msgpack writer's encoding
-        frame = real or order_frame(leader, seq, ack, SOrder(first, [fresh]))
-        return [(repack(msgspec.msgpack.decode(frame), rng), leader)]
-    frame = real or order_frame(leader, seq, ack, SOrder(first, [fresh]))
-    if kind == "truncated":
-        return [(frame[:rng.randrange(len(frame))], leader)]
-    if kind == "trailing byte":
-        return [(frame + b"\x00", leader)]
-    assert kind == "damaged"
-    damaged = bytearray(frame)
-    damaged[rng.randrange(len(damaged))] ^= 1 << rng.randrange(8)
-    return [(bytes(damaged), leader)]
-
-
-def data_frames(kind: str, stack: Stack, rng: random.Random, view: View,
-                ) -> list[tuple[bytes, NodeId]]:
-    """A member's data at `stack`: new, its body held or delivered already, from `stack`
-    itself, at the highest seq, large."""
-    me, st = stack.node, core_of(stack).st
-    origin = me if kind == "data from itself" else rng.choice(
-        [n for n in view.members if n != me] or [me])
-    done = st.delivered.get(origin, 0)
-    held = sorted(mid.seq for mid in st.bodies if mid.origin == origin)
-    seq = done + rng.randint(1, 3)
-    if kind == "data sent again" and done:
-        seq = rng.randint(1, done)
-    elif kind == "data held" and held:
-        seq = rng.choice(held)
-    elif kind == "data of the highest seq":
-        seq = 2**62
-    payload = rng.randbytes(3_000 if kind == "data, large" else rng.randint(0, 20))
-    ack = rng.choice((0, sent_to(stack, origin) - 1))
-    frame = encode_frame(GROUP, origin, Packet(
-        (FD, RData(next_in(stack, origin), max(ack, 0)), SData(seq)), payload))
-    return [(frame, origin)]
 
 
 # -- the histories -------------------------------------------------------------------
@@ -672,7 +518,7 @@ def attack(pair: Pair, rng: random.Random, inline: bool) -> None:
         kind = "plausible order"  # no member besides it and the sequencer
     waiting = pair.links.get((dst_view.leader, dst))
     real = waiting[0] if waiting else None
-    frames = hostile(kind, pair.a[dst], rng, real)
+    frames = hostile(kind, pair.a[dst], rng, real, NODES)
     if inline:
         pair.label = f"{kind} at {dst}"
         for frame, peer in frames:
