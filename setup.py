@@ -31,7 +31,7 @@ def native_extensions(*, optional: bool = True) -> list[Extension]:
 def native_extension(name: str, *, optional: bool = True) -> Extension:
     return Extension(
         name,
-        sources=[sources.MODULES[name], *sources.SHARED],
+        sources=[*sources.MODULES[name], *sources.SHARED],
         depends=[*sources.SOURCES, *sources.HEADERS],  # (one hash: an edit rebuilds all)
         include_dirs=[sources.NATIVE],
         define_macros=[("ABCAST_STEADY_SOURCE_HASH", f'"{sources.source_hash(ROOT)}"')],

@@ -14,12 +14,15 @@ import hashlib
 from pathlib import Path
 
 NATIVE = "src/abcast/_native"
-#: each extension's own module source; every one also compiles the wire codec in
-MODULES = {"abcast._steady_codec": f"{NATIVE}/steady_codec_module.c",
-           "abcast._lane": f"{NATIVE}/lane_module.c"}
+#: each extension's own sources, its module first; every one also compiles SHARED in
+MODULES = {"abcast._steady_codec": [f"{NATIVE}/steady_codec_module.c"],
+           "abcast._lane": [f"{NATIVE}/lane_module.c", f"{NATIVE}/lane_objects.c",
+                            f"{NATIVE}/lane_steps.c"]}
+#: the wire codec (steady_wire.h)
 SHARED = [f"{NATIVE}/steady_wire.c"]
-HEADERS = [f"{NATIVE}/steady_wire.h"]
-SOURCES = [*MODULES.values(), *SHARED]
+HEADERS = [f"{NATIVE}/steady_wire.h", f"{NATIVE}/lane.h"]
+#: every extension's sources, each once
+SOURCES = [*(source for own in MODULES.values() for source in own), *SHARED]
 #: the project root of a checkout (src/abcast/native_sources.py is two levels down)
 ROOT = Path(__file__).resolve().parents[2]
 

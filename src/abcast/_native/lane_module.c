@@ -39,30 +39,18 @@
        `sequencer_numbering.on_order` (a number already known as another id: declined,
        the Python path refuses it), for data at a member `on_data` (a body new here is
        kept), and `deliver_ready`.
-   Where a Python layer changes, this file changes with it: the differential test runs
-   both on one history and compares every output and every state. */
+   Where a Python layer changes, the lane changes with it: the differential test runs
+   both on one history and compares every output and every state.
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+   The files: this one (the rules, `receive`, `broadcast`, the counts, the planted bugs,
+   the module); lane_steps.c (the layers' steps both share); lane_objects.c (the names,
+   the types and the helpers on Python objects); lane.h (what they share). */
 
-#include "steady_wire.h"
+#include "lane.h"
 
 #ifndef ABCAST_STEADY_SOURCE_HASH
 #define ABCAST_STEADY_SOURCE_HASH "unknown"
 #endif
-
-enum {
-    PLANT_NONE,
-    PLANT_NO_STAMP,        /* the detector's last_heard not stamped */
-    PLANT_NO_ACK_OWED,     /* the channel's ack not marked owed */
-    PLANT_KEEP_NUMBER,     /* a delivered number left in st.numbers */
-    PLANT_NO_PROGRESS,     /* a carried ack's progress_at not set */
-    PLANT_ACCEPT_CONFLICT, /* a number known as another id taken */
-    PLANT_DATA_DROPPED,    /* a member's data not kept */
-    PLANT_ACK_KEPT_OWED,   /* the order's piggybacked ack left owed */
-    PLANT_NO_LAST_SENT,    /* the detector's last_sent not stamped for the order */
-    PLANT_COUNT
-};
 
 static const char *const PLANT_NAMES[PLANT_COUNT] = {
     "none", "the detector's last_heard not stamped", "the channel's ack not marked owed",
@@ -71,561 +59,8 @@ static const char *const PLANT_NAMES[PLANT_COUNT] = {
     "the order's piggybacked ack left owed", "the order's sends not stamped",
 };
 
-static int plant = PLANT_NONE;
+int lane_planted = PLANT_NONE;
 static unsigned long long frames_taken, broadcasts_taken, declined;
-
-/* Interned attribute names and the two types the lane builds (set at import). */
-static struct {
-    PyObject *_pass_up, *_pass_up2, *_pass_down_each, *layers;
-    PyObject *_s, *peers, *suspected, *claim, *last_heard;
-    PyObject *_tick_set, *_tick_at, *_tick_period, *_steady, *_in, *_out;
-    PyObject *above, *high, *ack_armed, *ack_aged;
-    PyObject *next_seq, *waiting, *unacked, *tries, *sent, *progress_at, *timer, *sample,
-        *rto_armed_at;
-    PyObject *s, *status, *frozen, *view, *members, *now, *ordering;
-    PyObject *st, *optimistic, *safe, *causal, *node, *numbers, *bodies, *delivered, *log,
-        *deps_of, *next_delivery;
-    PyObject *member, *leaving;
-    PyObject *relay, *order_interval_us, *interval_ids, *next_number, *stable, *max_unstable,
-        *admission, *_released, *_waiting, *_held, *others, *order_packets;
-    PyObject *_bounds, *_room, *config, *window, *_piggyback, *rto, *last_sent, *group;
-    PyObject *_pass_down, *_next_seq;
-} N;
-
-static PyTypeObject *MsgIdType;  /* abcast.ids.MsgId: a NamedTuple (a tuple subclass) */
-static PyObject *DeliverType;    /* abcast.effects.Deliver */
-static PyObject *TransmitType;   /* abcast.effects.Transmit */
-static PyObject *PacketType;     /* abcast.codec.Packet */
-static PyObject *SOrderType;     /* abcast.ordering.sequencer_wire.SOrder */
-static PyObject *SDataType;      /* abcast.ordering.sequencer_wire.SData */
-static PyObject *PendingType;    /* abcast.reliability.channel._Pending */
-
-/* New references taken during one call, released at its end. */
-#define MAX_HELD 256  /* (a call holds ~40, and ~5 per destination) */
-typedef struct {
-    PyObject *items[MAX_HELD];
-    int n;
-} held_refs;
-
-static PyObject *hold(held_refs *h, PyObject *o) {
-    if (o == NULL) return NULL;
-    if (h->n == MAX_HELD) {
-        Py_DECREF(o);
-        PyErr_SetString(PyExc_SystemError, "abcast._lane: too many references held");
-        return NULL;
-    }
-    h->items[h->n++] = o;
-    return o;
-}
-
-static void release(held_refs *h) {
-    while (h->n) Py_DECREF(h->items[--h->n]);
-}
-
-/* getattr(obj, name) as a reference held until the call ends; NULL with an error set. */
-#define GET(dst, obj, name)                                   \
-    do {                                                      \
-        (dst) = hold(hp, PyObject_GetAttr((obj), N.name));    \
-        if ((dst) == NULL) goto error;                        \
-    } while (0)
-
-/* truthiness, or -1 with an error set */
-#define TRUTH(dst, obj)                                       \
-    do {                                                      \
-        (dst) = PyObject_IsTrue(obj);                         \
-        if ((dst) < 0) goto error;                            \
-    } while (0)
-
-#define DECLINE() goto decline
-
-static int utf8_equals(PyObject *str, sw_str s) {
-    Py_ssize_t n;
-    const char *u = PyUnicode_AsUTF8AndSize(str, &n);
-    if (u == NULL) {
-        PyErr_Clear();  /* a str with surrogates matches no frame's string */
-        return 0;
-    }
-    return (size_t)n == s.len && memcmp(u, s.ptr, s.len) == 0;
-}
-
-/* A Python int as long long; -1 with an error set if it is not an int or too large. */
-static int as_ll(PyObject *o, long long *out) {
-    if (!PyLong_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "abcast._lane: expected an int, got %R", o);
-        return -1;
-    }
-    *out = PyLong_AsLongLong(o);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int set_int(PyObject *obj, PyObject *name, long long value) {
-    PyObject *v = PyLong_FromLongLong(value);
-    if (v == NULL) return -1;
-    int rc = PyObject_SetAttr(obj, name, v);
-    Py_DECREF(v);
-    return rc;
-}
-
-/* MsgId(origin, seq): tuple.__new__'s work for a tuple subclass, without its argument
-   tuple. Steals nothing; NULL with an error set. */
-static PyObject *new_msgid(PyObject *origin, long long seq) {
-    PyObject *s = PyLong_FromLongLong(seq);
-    if (s == NULL) return NULL;
-    PyObject *mid = MsgIdType->tp_alloc(MsgIdType, 2);
-    if (mid == NULL) {
-        Py_DECREF(s);
-        return NULL;
-    }
-    Py_INCREF(origin);
-    PyTuple_SET_ITEM(mid, 0, origin);
-    PyTuple_SET_ITEM(mid, 1, s);
-    return mid;
-}
-
-/* Packet((header,), payload or b"") (new), or NULL with an error set. */
-static PyObject *one_header_packet(PyObject *header, PyObject *payload) {
-    PyObject *headers = PyTuple_Pack(1, header);
-    PyObject *body = payload ? Py_NewRef(payload) : PyBytes_FromStringAndSize(NULL, 0);
-    PyObject *packet = NULL;
-    if (headers != NULL && body != NULL) {
-        PyObject *args[2] = {headers, body};
-        packet = PyObject_Vectorcall(PacketType, args, 2, NULL);
-    }
-    Py_XDECREF(headers);
-    Py_XDECREF(body);
-    return packet;
-}
-
-/* The id's node as a str: the view's own object when it is a member (no new string). */
-static PyObject *node_str(PyObject *members, sw_str node) {
-    Py_ssize_t n = PyTuple_GET_SIZE(members);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *m = PyTuple_GET_ITEM(members, i);
-        if (PyUnicode_Check(m) && utf8_equals(m, node)) {
-            Py_INCREF(m);
-            return m;
-        }
-    }
-    return PyUnicode_DecodeUTF8(node.ptr, (Py_ssize_t)node.len, NULL);
-}
-
-/* Is the MsgId `known` the id (node, seq)? -1 with an error set. */
-static int same_id(PyObject *known, sw_id id) {
-    if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) {
-        PyErr_Format(PyExc_TypeError, "abcast._lane: a number's id is %R", known);
-        return -1;
-    }
-    PyObject *origin = PyTuple_GET_ITEM(known, 0);
-    long long seq;
-    if (as_ll(PyTuple_GET_ITEM(known, 1), &seq) < 0) return -1;
-    return PyUnicode_Check(origin) && utf8_equals(origin, id.node)
-           && (unsigned long long)seq == id.seq;
-}
-
-/* The channel's `_on_ack(peer, ack, [], now)` for an ack `pass_up` lets through (below
-   next_seq, nothing waiting): its result is [] there and ignored. */
-static int channel_on_ack(PyObject *out, unsigned long long ack, PyObject *now_obj,
-                          long long now) {
-    held_refs h = {.n = 0}, *hp = &h;
-    PyObject *unacked, *timed = NULL;
-    GET(unacked, out, unacked);
-    if (!PyDict_Check(unacked)) {
-        PyErr_SetString(PyExc_TypeError, "abcast._lane: unacked is not a dict");
-        goto error;
-    }
-    /* Keys were inserted in increasing order: the acked ones are a prefix. */
-    Py_ssize_t pos = 0, acked = 0;
-    PyObject *key, *pending;
-    while (PyDict_Next(unacked, &pos, &key, &pending)) {
-        long long seq;
-        if (as_ll(key, &seq) < 0) goto error;
-        if ((unsigned long long)seq > ack) break;
-        acked++;
-        if (timed == NULL) {
-            PyObject *tries = PyObject_GetAttr(pending, N.tries);
-            if (tries == NULL) goto error;
-            int tried = PyObject_IsTrue(tries);
-            Py_DECREF(tries);
-            if (tried < 0) goto error;
-            if (!tried) timed = hold(&h, Py_NewRef(pending));
-            if (!tried && timed == NULL) goto error;
-        }
-    }
-    if (acked) {
-        if (plant != PLANT_NO_PROGRESS && PyObject_SetAttr(out, N.progress_at, now_obj) < 0)
-            goto error;
-        PyObject *keys = hold(&h, PyList_New(acked));
-        if (keys == NULL) goto error;
-        pos = 0;
-        for (Py_ssize_t i = 0; i < acked; i++) {
-            if (!PyDict_Next(unacked, &pos, &key, &pending)) break;
-            PyList_SET_ITEM(keys, i, Py_NewRef(key));
-        }
-        for (Py_ssize_t i = 0; i < acked; i++)
-            if (PyDict_DelItem(unacked, PyList_GET_ITEM(keys, i)) < 0) goto error;
-    }
-    if (timed != NULL) {
-        PyObject *sent, *timer;
-        long long sent_at;
-        GET(sent, timed, sent);
-        if (as_ll(sent, &sent_at) < 0) goto error;
-        GET(timer, out, timer);
-        PyObject *rtt = hold(&h, PyLong_FromLongLong(now - sent_at));
-        if (rtt == NULL) goto error;
-        if (hold(&h, PyObject_CallMethodOneArg(timer, N.sample, rtt)) == NULL) goto error;
-    }
-    if (PyDict_GET_SIZE(unacked) == 0) {
-        PyObject *armed;
-        GET(armed, out, rto_armed_at);
-        if (armed != Py_None && PyObject_SetAttr(out, N.rto_armed_at, Py_None) < 0) goto error;
-    }
-    release(&h);
-    return 0;
-error:
-    release(&h);
-    return -1;
-}
-
-
-/* sequencer_numbering.deliver_ready (not SAFE: no limit): what holds number and body, in
-   number order, appended to `outputs` as Deliver; 0, or -1 with an error set. */
-static int deliver_ready(PyObject *st, PyObject *numbers, PyObject *bodies,
-                         PyObject *delivered, PyObject *log, PyObject *deps_of,
-                         long long next_delivery, PyObject *outputs) {
-    long long at = next_delivery;
-    for (;; at++) {
-        PyObject *at_obj = PyLong_FromLongLong(at);
-        if (at_obj == NULL) return -1;
-        PyObject *mid = PyDict_GetItemWithError(numbers, at_obj);
-        if (mid == NULL) {
-            Py_DECREF(at_obj);
-            if (PyErr_Occurred()) return -1;
-            break;
-        }
-        int has = PyDict_Contains(bodies, mid);
-        if (has <= 0) {
-            Py_DECREF(at_obj);
-            if (has < 0) return -1;
-            break;
-        }
-        Py_INCREF(mid);
-        PyObject *body = NULL, *deliver = NULL, *entry_ = NULL;
-        int rc = -1;
-        if (plant != PLANT_KEEP_NUMBER && PyDict_DelItem(numbers, at_obj) < 0) goto step_end;
-        if (!PyTuple_Check(mid) || PyTuple_GET_SIZE(mid) != 2) {
-            PyErr_SetString(PyExc_TypeError, "abcast._lane: a number's id is not a MsgId");
-            goto step_end;
-        }
-        PyObject *origin = PyTuple_GET_ITEM(mid, 0), *seq = PyTuple_GET_ITEM(mid, 1);
-        if (PyDict_SetItem(delivered, origin, seq) < 0) goto step_end;
-        body = PyDict_GetItemWithError(bodies, mid);
-        if (body == NULL) goto step_end;
-        Py_INCREF(body);
-        if (PyDict_DelItem(bodies, mid) < 0) goto step_end;
-        PyObject *fields[3] = {origin, seq, body};
-        deliver = PyObject_Vectorcall(DeliverType, fields, 3, NULL);
-        if (deliver == NULL || PyList_Append(outputs, deliver) < 0) goto step_end;
-        entry_ = PyTuple_Pack(2, mid, body);
-        if (entry_ == NULL || PyDict_SetItem(log, at_obj, entry_) < 0) goto step_end;
-        if (PyDict_GET_SIZE(deps_of)) {  /* deps_of.pop(mid, None) */
-            int had = PyDict_Contains(deps_of, mid);
-            if (had < 0 || (had && PyDict_DelItem(deps_of, mid) < 0)) goto step_end;
-        }
-        rc = 0;
-    step_end:
-        Py_XDECREF(entry_);
-        Py_XDECREF(deliver);
-        Py_XDECREF(body);
-        Py_DECREF(mid);
-        Py_DECREF(at_obj);
-        if (rc < 0) return -1;
-    }
-    return set_int(st, N.next_delivery, at);
-}
-
-/* --- multicasts to the others: the channel's pass_down_each, the detector's pass_down ---- */
-
-#define MAX_OTHERS 16
-/* len(encode_header(SOrder(first, [(node, seq)], []))) is below this: a one-id order
-   fits a frame whose room is at least this (the channel's size gate) */
-#define ONE_ID_ORDER_MAX 1024
-
-/* The links a multicast to `st.others` goes down, read before any change. */
-typedef struct {
-    Py_ssize_t n;
-    PyObject *dests[MAX_OTHERS];  /* (held: `others` is) */
-    PyObject *links[MAX_OTHERS];  /* the channel's out-link to each */
-    PyObject *in_links, *peers, *group, *me;
-    int piggyback;
-} links_out;
-
-/* The channel's size gate for a packet of one `header_type` header and `payload_len`
-   bytes: 1 fits, 0 not known to fit (or the type not seen yet: the Python path measures
-   it and notes its bound), -1 error. */
-static int size_fits(held_refs *hp, PyObject *channel, PyObject *header_type,
-                     Py_ssize_t payload_len) {
-    PyObject *bounds, *v;
-    long long bound, room;
-    GET(bounds, channel, _bounds);
-    if (!PyDict_Check(bounds)) return 0;
-    v = PyDict_GetItemWithError(bounds, header_type);  /* (not __missing__: no fill) */
-    if (v == NULL) return PyErr_Occurred() ? -1 : 0;
-    if (as_ll(v, &bound) < 0) goto error;
-    GET(v, channel, _room);
-    if (as_ll(v, &room) < 0) goto error;
-    if (bound == 0 && header_type != SOrderType) return 0;  /* measured: not here */
-    return payload_len + (bound ? bound : ONE_ID_ORDER_MAX) <= room;
-error:
-    return -1;
-}
-
-/* Will `packets` packets in a row to each of `others` go down by pass_down_each (each a
-   member with a link, in the steady set, nothing waiting, room in its window)? 1 (and
-   `o` filled, its references held by `hp`), 0 if not, -1 with an error set. */
-static int check_links(links_out *o, held_refs *hp, PyObject *stack, PyObject *detector,
-                       PyObject *channel, PyObject *others, int packets) {
-    PyObject *v, *config, *out_links, *steady, *ds;
-    int truth;
-    long long window;
-    if (!PyTuple_Check(others) || PyTuple_GET_SIZE(others) == 0
-        || PyTuple_GET_SIZE(others) > MAX_OTHERS)
-        return 0;
-    GET(config, channel, config);
-    GET(v, config, window);
-    if (as_ll(v, &window) < 0) goto error;
-    GET(out_links, channel, _out);
-    GET(steady, channel, _steady);
-    if (!PyDict_Check(out_links)) return 0;
-    o->n = PyTuple_GET_SIZE(others);
-    for (Py_ssize_t i = 0; i < o->n; i++) {
-        PyObject *dest = PyTuple_GET_ITEM(others, i), *link, *unacked;
-        link = PyDict_GetItemWithError(out_links, dest);
-        if (link == NULL) return PyErr_Occurred() ? -1 : 0;
-        truth = PySequence_Contains(steady, dest);
-        if (truth <= 0) return truth;
-        GET(v, link, waiting);
-        TRUTH(truth, v);
-        if (truth) return 0;
-        GET(unacked, link, unacked);
-        GET(v, link, next_seq);
-        long long next_seq, oldest = -1;
-        if (!PyDict_Check(unacked) || as_ll(v, &next_seq) < 0) {
-            if (PyErr_Occurred()) goto error;
-            return 0;
-        }
-        if (PyDict_GET_SIZE(unacked)) {
-            Py_ssize_t pos = 0;
-            PyObject *key, *pending;
-            PyDict_Next(unacked, &pos, &key, &pending);
-            if (as_ll(key, &oldest) < 0) goto error;
-        }
-        for (int k = 0; k < packets; k++) {  /* the k-th packet of this step */
-            long long first = oldest >= 0 ? oldest : k ? next_seq : -1;
-            if (first >= 0 && next_seq + k - first >= window) return 0;
-        }
-        o->dests[i] = dest;
-        o->links[i] = hold(hp, Py_NewRef(link));
-        if (o->links[i] == NULL) goto error;
-    }
-    GET(v, channel, _piggyback);
-    TRUTH(o->piggyback, v);
-    GET(o->in_links, channel, _in);
-    GET(ds, detector, _s);
-    GET(o->peers, ds, peers);
-    GET(o->group, stack, group);
-    GET(o->me, stack, node);
-    if (!PyDict_Check(o->in_links) || !PyDict_Check(o->peers) || !PyUnicode_Check(o->group)
-        || !PyUnicode_Check(o->me))
-        return 0;
-    return 1;
-error:
-    return -1;
-}
-
-/* pass_down_each's state change (`_number`) for `packet` on each link: its seq there,
-   kept until acked, the ack owed to that peer piggybacked (rseq, rack). 0, or -1. */
-static int number_links(links_out *o, PyObject *packet, PyObject *now_obj, long long now,
-                        unsigned long long *rseq, unsigned long long *rack) {
-    held_refs h = {.n = 0}, *hp = &h;
-    PyObject *v;
-    for (Py_ssize_t i = 0; i < o->n; i++) {
-        PyObject *link = o->links[i], *timer, *unacked, *inbound;
-        long long next_seq, rto;
-        GET(v, link, next_seq);
-        if (as_ll(v, &next_seq) < 0 || set_int(link, N.next_seq, next_seq + 1) < 0)
-            goto error;
-        GET(timer, link, timer);
-        GET(v, timer, rto);
-        if (as_ll(v, &rto) < 0) goto error;
-        PyObject *deadline = hold(hp, PyLong_FromLongLong(now + rto));
-        PyObject *key = hold(hp, PyLong_FromLongLong(next_seq));
-        if (deadline == NULL || key == NULL) goto error;
-        PyObject *pending_args[3] = {packet, now_obj, deadline};
-        PyObject *pending = hold(hp, PyObject_Vectorcall(PendingType, pending_args, 3, NULL));
-        GET(unacked, link, unacked);
-        if (pending == NULL || PyDict_SetItem(unacked, key, pending) < 0) goto error;
-        release(&h);
-        rseq[i] = (unsigned long long)next_seq;
-        rack[i] = 0;
-        if (!o->piggyback) continue;
-        inbound = PyDict_GetItemWithError(o->in_links, o->dests[i]);
-        if (inbound == NULL) {
-            if (PyErr_Occurred()) goto error;
-            continue;
-        }
-        int armed, above;
-        long long high;
-        GET(v, inbound, ack_armed);
-        TRUTH(armed, v);
-        if (!armed) continue;
-        GET(v, inbound, above);
-        TRUTH(above, v);
-        if (!above && plant != PLANT_ACK_KEPT_OWED
-            && PyObject_SetAttr(inbound, N.ack_armed, Py_False) < 0)
-            goto error;
-        GET(v, inbound, high);
-        if (as_ll(v, &high) < 0) goto error;
-        rack[i] = (unsigned long long)high;
-        release(&h);
-    }
-    release(&h);
-    return 0;
-error:
-    release(&h);
-    return -1;
-}
-
-static const uint8_t NO_PAYLOAD[1] = {0};
-
-/* The frames of one multicast, appended to `frames` in the others' order, each after the
-   detector's pass_down stamped its send: a data frame (`id` NULL: SData(seq) and
-   `payload`) or a one-id order (SOrder(seq, [id])). 0, or -1 with an error set. */
-static int add_frames(links_out *o, PyObject *frames, const unsigned long long *rseq,
-                      const unsigned long long *rack, unsigned long long seq,
-                      const sw_id *id, const char *payload, Py_ssize_t payload_len,
-                      PyObject *now_obj) {
-    Py_ssize_t me_len, group_len;
-    const char *me = PyUnicode_AsUTF8AndSize(o->me, &me_len);
-    const char *group = PyUnicode_AsUTF8AndSize(o->group, &group_len);
-    if (me == NULL || group == NULL) return -1;
-    for (Py_ssize_t i = 0; i < o->n; i++) {
-        PyObject *dest = o->dests[i];
-        PyObject *pst = PyDict_GetItemWithError(o->peers, dest);
-        if (pst == NULL && PyErr_Occurred()) return -1;
-        if (pst != NULL && plant != PLANT_NO_LAST_SENT
-            && PyObject_SetAttr(pst, N.last_sent, now_obj) < 0)
-            return -1;
-        sw_out out = {
-            .group = {group, (size_t)group_len}, .sender = {me, (size_t)me_len}, .flags = 0,
-            .rdata_seq = rseq[i], .rdata_ack = rack[i], .seq = seq, .ids = id,
-            .n_ids = id ? 1 : 0, .payload = payload_len ? (const uint8_t *)payload : NO_PAYLOAD,
-            .payload_len = (size_t)payload_len,
-        };
-        size_t size = id ? sw_order_frame_size(&out) : sw_data_frame_size(&out);
-        if (size == 0) {
-            PyErr_SetString(PyExc_OverflowError, "abcast._lane: frame too large for msgpack");
-            return -1;
-        }
-        PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-        if (data == NULL) return -1;
-        uint8_t *start = (uint8_t *)PyBytes_AS_STRING(data);
-        uint8_t *end = id ? sw_write_order_frame(start, &out) : sw_write_data_frame(start, &out);
-        PyObject *to = (size_t)(end - start) == size ? PyTuple_Pack(1, dest) : NULL;
-        if (to == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_SystemError, "abcast._lane: frame size mismatch");
-            Py_DECREF(data);
-            return -1;
-        }
-        PyObject *transmit_args[3] = {to, data, Py_False};
-        PyObject *transmit = PyObject_Vectorcall(TransmitType, transmit_args, 3, NULL);
-        Py_DECREF(to);
-        Py_DECREF(data);
-        if (transmit == NULL || PyList_Append(frames, transmit) < 0) {
-            Py_XDECREF(transmit);
-            return -1;
-        }
-        Py_DECREF(transmit);
-    }
-    return 0;
-}
-
-/* --- the sequencer's admission and numbering of one message ----------------------------- */
-
-typedef struct {
-    PyObject *released, *numbers;
-    long long next_number;
-} numbering;
-
-/* Will `admit(st, origin, seq, {})` number this one message at once (in origin order,
-   nothing held or waiting, no order interval, within max_unstable)? 1/0/-1. */
-static int check_admit(numbering *nb, held_refs *hp, PyObject *st, PyObject *origin,
-                       unsigned long long seq) {
-    PyObject *v, *adm, *waiting, *held_ids;
-    int truth;
-    long long stable, max_unstable, done = 0;
-    GET(v, st, relay);
-    TRUTH(truth, v);
-    if (truth) return 0;
-    GET(v, st, order_interval_us);
-    TRUTH(truth, v);
-    if (truth) return 0;
-    GET(v, st, interval_ids);
-    TRUTH(truth, v);
-    if (truth) return 0;
-    GET(v, st, next_number);
-    if (as_ll(v, &nb->next_number) < 0) goto error;
-    GET(v, st, stable);
-    if (as_ll(v, &stable) < 0) goto error;
-    GET(v, st, max_unstable);
-    if (as_ll(v, &max_unstable) < 0) goto error;
-    if (nb->next_number - stable > max_unstable) return 0;  /* held for the order timer */
-    GET(adm, st, admission);
-    GET(nb->released, adm, _released);
-    GET(waiting, adm, _waiting);
-    GET(held_ids, adm, _held);
-    GET(nb->numbers, st, numbers);
-    if (!PyDict_Check(nb->released) || !PyDict_Check(waiting) || !PyDict_Check(held_ids)
-        || !PyDict_Check(nb->numbers) || PyDict_GET_SIZE(waiting) || PyDict_GET_SIZE(held_ids))
-        return 0;
-    v = PyDict_GetItemWithError(nb->released, origin);
-    if (v == NULL && PyErr_Occurred()) goto error;
-    if (v != NULL && as_ll(v, &done) < 0) goto error;
-    return (unsigned long long)done + 1 == seq;  /* else held, or offered twice */
-error:
-    return -1;
-}
-
-/* admit + announce for one message: released, numbered, one order packet counted.
-   Packet((SOrder(first, [(origin, seq)], []),), b"") (new), its number in `*first`. */
-static PyObject *announce_one(numbering *nb, PyObject *st, PyObject *origin,
-                              unsigned long long seq, long long *first) {
-    held_refs h = {.n = 0}, *hp = &h;
-    PyObject *v, *packet = NULL;
-    long long packets;
-    *first = nb->next_number;
-    PyObject *seq_obj = hold(hp, PyLong_FromUnsignedLongLong(seq));
-    PyObject *first_obj = hold(hp, PyLong_FromLongLong(*first));
-    PyObject *mid = hold(hp, new_msgid(origin, (long long)seq));
-    if (seq_obj == NULL || first_obj == NULL || mid == NULL
-        || PyDict_SetItem(nb->released, origin, seq_obj) < 0  /* CausalHoldback.offer */
-        || PyDict_SetItem(nb->numbers, first_obj, mid) < 0
-        || set_int(st, N.next_number, *first + 1) < 0)
-        goto error;
-    GET(v, st, order_packets);
-    if (as_ll(v, &packets) < 0 || set_int(st, N.order_packets, packets + 1) < 0) goto error;
-    PyObject *pair = hold(hp, PyTuple_Pack(2, origin, seq_obj));
-    PyObject *ids = hold(hp, PyList_New(1));
-    PyObject *carried = hold(hp, PyList_New(0));
-    if (pair == NULL || ids == NULL || carried == NULL) goto error;
-    PyList_SET_ITEM(ids, 0, Py_NewRef(pair));
-    PyObject *order_args[3] = {first_obj, ids, carried};
-    PyObject *order = hold(hp, PyObject_Vectorcall(SOrderType, order_args, 3, NULL));
-    packet = order ? one_header_packet(order, NULL) : NULL;
-error:
-    release(&h);
-    return packet;
-}
 
 static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -747,8 +182,8 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     GET(ms, membership, s);
     GET(status, ms, status);
     if (!PyUnicode_Check(status)
-        || (PyUnicode_Compare(status, N.member) != 0
-            && PyUnicode_Compare(status, N.leaving) != 0)) {
+        || (PyUnicode_Compare(status, lane_names.member) != 0
+            && PyUnicode_Compare(status, lane_names.leaving) != 0)) {
         if (PyErr_Occurred()) goto error;
         DECLINE();
     }
@@ -812,7 +247,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         if (seen == NULL && PyErr_Occurred()) goto error;
         if (seen != NULL && as_ll(seen, &done) < 0) goto error;
         if (f.seq > (unsigned long long)done) {
-            data_id = hold(&h, new_msgid(peer, (long long)f.seq));
+            data_id = hold(&h, lane_new_msgid(peer, (long long)f.seq));
             if (data_id == NULL) goto error;
             truth = PyDict_Contains(bodies, data_id);
             if (truth < 0) goto error;
@@ -822,11 +257,11 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     links_out order = {.n = 0};  /* at the sequencer: the order this data causes */
     numbering nb = {.released = NULL};
     if (at_leader && data_id != NULL) {
-        truth = check_admit(&nb, hp, st, peer, f.seq);
-        if (truth > 0) truth = size_fits(hp, channel, SOrderType, 0);
+        truth = lane_check_admit(&nb, hp, st, peer, f.seq);
+        if (truth > 0) truth = lane_size_fits(hp, channel, lane_SOrderType, 0);
         if (truth > 0) {
             GET(o, st, others);
-            truth = check_links(&order, hp, stack, detector, channel, o, 1);
+            truth = lane_check_links(&order, hp, stack, detector, channel, o, 1);
         }
         if (truth < 0) goto error;
         if (!truth) DECLINE();
@@ -835,7 +270,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     for (size_t i = 0; i < f.n_ids; i++) {
         if (!sw_next_id(&cursor, f.ids_end, &id)) DECLINE();
         long long at = (long long)(f.seq + i);
-        if (at < next_delivery || plant == PLANT_ACCEPT_CONFLICT) continue;
+        if (at < next_delivery || lane_planted == PLANT_ACCEPT_CONFLICT) continue;
         PyObject *at_obj = PyLong_FromLongLong(at);
         if (at_obj == NULL) goto error;
         PyObject *known = PyDict_GetItemWithError(numbers, at_obj);
@@ -843,27 +278,29 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         int same = 1;
         if (known == NULL) {
             if (PyErr_Occurred()) goto error;
-        } else if ((same = same_id(known, id)) < 0) {
+        } else if ((same = lane_same_id(known, id)) < 0) {
             goto error;
         }
         if (!same) DECLINE();  /* the Python path refuses it */
     }
 
     /* --- the changes, in the Python path's order -------------------------------------- */
-    if (plant != PLANT_NO_STAMP && PyObject_SetAttr(pst, N.last_heard, now_obj) < 0)
+    if (lane_planted != PLANT_NO_STAMP
+        && PyObject_SetAttr(pst, lane_names.last_heard, now_obj) < 0)
         goto error;
-    if (out != NULL && channel_on_ack(out, f.rdata_ack, now_obj, now) < 0) goto error;
-    if (set_int(link, N.high, high + 1) < 0) goto error;
+    if (out != NULL && lane_channel_on_ack(out, f.rdata_ack, now_obj, now) < 0) goto error;
+    if (set_int(link, lane_names.high, high + 1) < 0) goto error;
     if (!ack_armed) {
-        if (plant != PLANT_NO_ACK_OWED && PyObject_SetAttr(link, N.ack_armed, Py_True) < 0)
+        if (lane_planted != PLANT_NO_ACK_OWED
+            && PyObject_SetAttr(link, lane_names.ack_armed, Py_True) < 0)
             goto error;
-        if (PyObject_SetAttr(link, N.ack_aged, Py_False) < 0) goto error;
+        if (PyObject_SetAttr(link, lane_names.ack_aged, Py_False) < 0) goto error;
     }
-    if (PyObject_SetAttr(ms, N.now, now_obj) < 0) goto error;
-    if (PyObject_SetAttr(st, N.now, now_obj) < 0) goto error;
+    if (PyObject_SetAttr(ms, lane_names.now, now_obj) < 0) goto error;
+    if (PyObject_SetAttr(st, lane_names.now, now_obj) < 0) goto error;
 
     /* sequencer_numbering.on_data at a member: the body kept */
-    if (data_id != NULL && plant != PLANT_DATA_DROPPED) {
+    if (data_id != NULL && lane_planted != PLANT_DATA_DROPPED) {
         PyObject *payload = PyBytes_FromStringAndSize((const char *)f.payload,
                                                       (Py_ssize_t)f.payload_len);
         int rc = payload == NULL ? -1 : PyDict_SetItem(bodies, data_id, payload);
@@ -877,9 +314,9 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         sw_next_id(&cursor, f.ids_end, &id);  /* (read once above) */
         long long at = (long long)(f.seq + i);
         if (at < next_delivery) continue;
-        PyObject *origin = node_str(smembers, id.node);
+        PyObject *origin = lane_node_str(smembers, id.node);
         if (origin == NULL) goto error;
-        PyObject *mid = new_msgid(origin, (long long)id.seq);
+        PyObject *mid = lane_new_msgid(origin, (long long)id.seq);
         Py_DECREF(origin);
         if (mid == NULL) goto error;
         PyObject *at_obj = PyLong_FromLongLong(at);
@@ -896,17 +333,17 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         long long first;
         unsigned long long rseq[MAX_OTHERS], rack[MAX_OTHERS];
         sw_id ordered = {.node = f.sender, .seq = f.seq};
-        PyObject *packet = hold(hp, announce_one(&nb, st, peer, f.seq, &first));
+        PyObject *packet = hold(hp, lane_announce_one(&nb, st, peer, f.seq, &first));
         frames = hold(hp, PyList_New(0));
         if (packet == NULL || frames == NULL
-            || number_links(&order, packet, now_obj, now, rseq, rack) < 0
-            || add_frames(&order, frames, rseq, rack, (unsigned long long)first, &ordered, NULL,
-                          0, now_obj) < 0)
+            || lane_number_links(&order, packet, now_obj, now, rseq, rack) < 0
+            || lane_add_frames(&order, frames, rseq, rack, (unsigned long long)first, &ordered,
+                               NULL, 0, now_obj) < 0)
             goto error;
     }
     if (f.kind == SW_KIND_DATA && data_id == NULL) goto done;  /* on_data: [] */
 
-    if (deliver_ready(st, numbers, bodies, delivered, log, deps_of, next_delivery, outputs)
+    if (lane_deliver_ready(st, numbers, bodies, delivered, log, deps_of, next_delivery, outputs)
         < 0)
         goto error;
     if (frames != NULL) {
@@ -964,7 +401,8 @@ static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssiz
     GET(ms, membership, s);
     GET(o, ms, status);
     if (!PyUnicode_Check(o)
-        || (PyUnicode_Compare(o, N.member) != 0 && PyUnicode_Compare(o, N.leaving) != 0)) {
+        || (PyUnicode_Compare(o, lane_names.member) != 0
+            && PyUnicode_Compare(o, lane_names.leaving) != 0)) {
         if (PyErr_Occurred()) goto error;
         DECLINE();
     }
@@ -1009,13 +447,13 @@ static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssiz
     if (as_ll(o, &next_delivery) < 0) goto error;
     links_out down = {.n = 0};
     numbering nb = {.released = NULL};
-    truth = size_fits(hp, channel, SDataType, PyBytes_GET_SIZE(payload));
+    truth = lane_size_fits(hp, channel, lane_SDataType, PyBytes_GET_SIZE(payload));
     if (truth > 0 && at_leader) {
-        truth = check_admit(&nb, hp, st, me, (unsigned long long)seq);
-        if (truth > 0) truth = size_fits(hp, channel, SOrderType, 0);
+        truth = lane_check_admit(&nb, hp, st, me, (unsigned long long)seq);
+        if (truth > 0) truth = lane_size_fits(hp, channel, lane_SOrderType, 0);
     }
-    if (truth > 0) truth = check_links(&down, hp, stack, detector, channel, others,
-                                       at_leader ? 2 : 1);
+    if (truth > 0) truth = lane_check_links(&down, hp, stack, detector, channel, others,
+                                            at_leader ? 2 : 1);
     if (truth > 0) truth = !PySequence_Contains(others, down.me);  /* `me not in dests` */
     if (truth < 0) goto error;
     if (!truth) DECLINE();
@@ -1023,38 +461,39 @@ static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssiz
     /* --- the changes, in the Python path's order ------------------------------------ */
     unsigned long long rseq[MAX_OTHERS], rack[MAX_OTHERS];
     PyObject *seq_obj = hold(hp, PyLong_FromLongLong(seq));
-    PyObject *mid = hold(hp, new_msgid(me, seq));
-    if (seq_obj == NULL || mid == NULL || set_int(stack, N._next_seq, seq + 1) < 0
-        || PyObject_SetAttr(ms, N.now, now_obj) < 0 || PyObject_SetAttr(st, N.now, now_obj) < 0
-        || PyObject_SetAttr(st, N.sent, seq_obj) < 0
+    PyObject *mid = hold(hp, lane_new_msgid(me, seq));
+    if (seq_obj == NULL || mid == NULL || set_int(stack, lane_names._next_seq, seq + 1) < 0
+        || PyObject_SetAttr(ms, lane_names.now, now_obj) < 0
+        || PyObject_SetAttr(st, lane_names.now, now_obj) < 0
+        || PyObject_SetAttr(st, lane_names.sent, seq_obj) < 0
         || PyDict_SetItem(bodies, mid, payload) < 0)
         goto error;
-    PyObject *data = hold(hp, PyObject_Vectorcall(SDataType, &seq_obj, 1, NULL));
-    PyObject *data_packet = data ? hold(hp, one_header_packet(data, payload)) : NULL;
+    PyObject *data = hold(hp, PyObject_Vectorcall(lane_SDataType, &seq_obj, 1, NULL));
+    PyObject *data_packet = data ? hold(hp, lane_one_header_packet(data, payload)) : NULL;
     if (data_packet == NULL) goto error;
     PyObject *order_packet = NULL;
     long long first = 0;
     outputs = PyList_New(0);
     if (outputs == NULL) goto error;
     if (at_leader) {  /* admit + number: its order, and its delivery here */
-        order_packet = hold(hp, announce_one(&nb, st, me, (unsigned long long)seq, &first));
+        order_packet = hold(hp, lane_announce_one(&nb, st, me, (unsigned long long)seq, &first));
         if (order_packet == NULL
-            || deliver_ready(st, numbers, bodies, delivered, log, deps_of, next_delivery,
-                             outputs) < 0)
+            || lane_deliver_ready(st, numbers, bodies, delivered, log, deps_of, next_delivery,
+                                  outputs) < 0)
             goto error;
     }
-    if (number_links(&down, data_packet, now_obj, now, rseq, rack) < 0
-        || add_frames(&down, outputs, rseq, rack, (unsigned long long)seq, NULL,
-                      PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload), now_obj) < 0)
+    if (lane_number_links(&down, data_packet, now_obj, now, rseq, rack) < 0
+        || lane_add_frames(&down, outputs, rseq, rack, (unsigned long long)seq, NULL,
+                           PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload), now_obj) < 0)
         goto error;
     if (order_packet != NULL) {
         Py_ssize_t me_len;
         const char *me_utf8 = PyUnicode_AsUTF8AndSize(me, &me_len);
         if (me_utf8 == NULL) goto error;
         sw_id ordered = {.node = {me_utf8, (size_t)me_len}, .seq = (uint64_t)seq};
-        if (number_links(&down, order_packet, now_obj, now, rseq, rack) < 0
-            || add_frames(&down, outputs, rseq, rack, (unsigned long long)first, &ordered,
-                          NULL, 0, now_obj) < 0)
+        if (lane_number_links(&down, order_packet, now_obj, now, rseq, rack) < 0
+            || lane_add_frames(&down, outputs, rseq, rack, (unsigned long long)first, &ordered,
+                               NULL, 0, now_obj) < 0)
             goto error;
     }
     release(&h);
@@ -1094,7 +533,7 @@ static PyObject *lane_plant(PyObject *module, PyObject *arg) {
                      PLANT_COUNT - 1);
         return NULL;
     }
-    plant = (int)k;
+    lane_planted = (int)k;
     Py_RETURN_NONE;
 }
 
@@ -1118,52 +557,8 @@ static struct PyModuleDef module_def = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
-static int intern_names(void) {
-#define NAME(x) if ((N.x = PyUnicode_InternFromString(#x)) == NULL) return -1;
-    NAME(_pass_up) NAME(_pass_up2) NAME(_pass_down_each) NAME(layers)
-    NAME(_s) NAME(peers) NAME(suspected) NAME(claim) NAME(last_heard)
-    NAME(_tick_set) NAME(_tick_at) NAME(_tick_period) NAME(_steady) NAME(_in) NAME(_out)
-    NAME(above) NAME(high) NAME(ack_armed) NAME(ack_aged)
-    NAME(next_seq) NAME(waiting) NAME(unacked) NAME(tries) NAME(sent) NAME(progress_at)
-    NAME(timer) NAME(sample) NAME(rto_armed_at)
-    NAME(s) NAME(status) NAME(frozen) NAME(view) NAME(members) NAME(now) NAME(ordering)
-    NAME(st) NAME(optimistic) NAME(safe) NAME(causal) NAME(node) NAME(numbers) NAME(bodies)
-    NAME(delivered) NAME(log) NAME(deps_of) NAME(next_delivery)
-    NAME(member) NAME(leaving)
-    NAME(relay) NAME(order_interval_us) NAME(interval_ids) NAME(next_number) NAME(stable)
-    NAME(max_unstable) NAME(admission) NAME(_released) NAME(_waiting) NAME(_held)
-    NAME(others) NAME(order_packets)
-    NAME(_bounds) NAME(_room) NAME(config) NAME(window) NAME(_piggyback) NAME(rto)
-    NAME(last_sent) NAME(group) NAME(_pass_down) NAME(_next_seq)
-#undef NAME
-    return 0;
-}
-
-static PyObject *import_attr(const char *module, const char *name) {
-    PyObject *m = PyImport_ImportModule(module);
-    if (m == NULL) return NULL;
-    PyObject *a = PyObject_GetAttrString(m, name);
-    Py_DECREF(m);
-    return a;
-}
-
 PyMODINIT_FUNC PyInit__lane(void) {
-    if (intern_names() < 0) return NULL;
-    PyObject *msgid = import_attr("abcast.ids", "MsgId");
-    if (msgid == NULL) return NULL;
-    if (!PyType_Check(msgid) || !PyType_IsSubtype((PyTypeObject *)msgid, &PyTuple_Type)) {
-        Py_DECREF(msgid);
-        PyErr_SetString(PyExc_ImportError, "abcast._lane: abcast.ids.MsgId is not a tuple");
-        return NULL;
-    }
-    MsgIdType = (PyTypeObject *)msgid;
-    if ((DeliverType = import_attr("abcast.effects", "Deliver")) == NULL
-        || (TransmitType = import_attr("abcast.effects", "Transmit")) == NULL
-        || (PacketType = import_attr("abcast.codec", "Packet")) == NULL
-        || (SOrderType = import_attr("abcast.ordering.sequencer_wire", "SOrder")) == NULL
-        || (SDataType = import_attr("abcast.ordering.sequencer_wire", "SData")) == NULL
-        || (PendingType = import_attr("abcast.reliability.channel", "_Pending")) == NULL)
-        return NULL;
+    if (lane_objects_init() < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     PyObject *plants = PyDict_New();
