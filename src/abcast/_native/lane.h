@@ -169,6 +169,18 @@ int lane_add_frames(links_out *o, PyObject *frames, const unsigned long long *rs
                     const unsigned long long *rack, unsigned long long seq, const sw_id *id,
                     const char *payload, Py_ssize_t payload_len, PyObject *now_obj);
 
+/* the membership layer's steady check: a member (or leaving), not frozen; `*ms` its
+   state (held). 1, 0 if not, -1 with an error set. */
+int lane_member_steady(held_refs *hp, PyObject *membership, PyObject **ms);
+
+/* The sequencer under the membership layer in its plain steady state: no optimistic,
+   safe or causal option, a view; its state's parts the steps use (held). 1/0/-1. */
+typedef struct {
+    PyObject *st, *members, *me, *numbers, *bodies, *delivered, *log, *deps_of;
+    long long next_delivery;
+} lane_seq;
+int lane_sequencer_plain(held_refs *hp, PyObject *membership, lane_seq *q);
+
 /* the sequencer's admission and numbering of one message */
 
 typedef struct {

@@ -177,19 +177,10 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         }
     }
 
-    /* the membership layer's steady check */
-    PyObject *ms, *status, *mview, *core, *st, *sview, *smembers;
-    GET(ms, membership, s);
-    GET(status, ms, status);
-    if (!PyUnicode_Check(status)
-        || (PyUnicode_Compare(status, lane_names.member) != 0
-            && PyUnicode_Compare(status, lane_names.leaving) != 0)) {
-        if (PyErr_Occurred()) goto error;
-        DECLINE();
-    }
-    GET(o, ms, frozen);
-    TRUTH(truth, o);
-    if (truth) DECLINE();
+    /* the membership layer's steady check, the sender in its view */
+    PyObject *ms, *mview;
+    truth = lane_member_steady(hp, membership, &ms);
+    if (truth <= 0) goto check_failed;
     GET(mview, ms, view);
     if (mview == Py_None) DECLINE();
     GET(o, mview, members);
@@ -197,25 +188,16 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     if (truth < 0) goto error;
     if (!truth) DECLINE();
 
-    /* the sequencer's steady order */
-    GET(core, membership, ordering);
-    GET(st, core, st);
-    GET(o, st, optimistic);
-    if (o != Py_None) DECLINE();
-    GET(o, st, safe);
-    TRUTH(truth, o);
-    if (truth) DECLINE();
-    GET(o, st, causal);
-    TRUTH(truth, o);
-    if (truth) DECLINE();
-    GET(sview, st, view);
-    if (sview == Py_None) DECLINE();
-    GET(smembers, sview, members);
-    if (!PyTuple_Check(smembers) || PyTuple_GET_SIZE(smembers) == 0) DECLINE();
-    PyObject *leader = PyTuple_GET_ITEM(smembers, 0), *me;  /* view.leader, st.node */
+    /* the sequencer's steady state: no option but the plain one's */
+    lane_seq q;
+    truth = lane_sequencer_plain(hp, membership, &q);
+    if (truth <= 0) goto check_failed;
+    PyObject *st = q.st, *smembers = q.members, *me = q.me, *numbers = q.numbers,
+             *bodies = q.bodies, *delivered = q.delivered, *log = q.log, *deps_of = q.deps_of;
+    long long next_delivery = q.next_delivery;
+    PyObject *leader = PyTuple_GET_ITEM(smembers, 0);  /* view.leader */
     int at_leader = 0;
-    GET(me, st, node);
-    if (!PyUnicode_Check(me) || !PyUnicode_Check(leader)) DECLINE();
+    if (!PyUnicode_Check(leader)) DECLINE();
     if (PyUnicode_Compare(me, peer) == 0) DECLINE();  /* the Python path refuses it */
     if (f.kind == SW_KIND_ORDER) {
         if (PyUnicode_Compare(leader, peer) != 0) DECLINE();  /* a former sequencer's */
@@ -226,18 +208,6 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         at_leader = PyUnicode_Compare(leader, me) == 0;  /* data in, an order out */
     }
     if (PyErr_Occurred()) goto error;
-    PyObject *numbers, *bodies, *delivered, *log, *deps_of;
-    GET(numbers, st, numbers);
-    GET(bodies, st, bodies);
-    GET(delivered, st, delivered);
-    GET(log, st, log);
-    GET(deps_of, st, deps_of);
-    if (!PyDict_Check(numbers) || !PyDict_Check(bodies) || !PyDict_Check(delivered)
-        || !PyDict_Check(log) || !PyDict_Check(deps_of))
-        DECLINE();
-    long long next_delivery;
-    GET(o, st, next_delivery);
-    if (as_ll(o, &next_delivery) < 0) goto error;
     const uint8_t *cursor = f.ids;
     sw_id id;
     PyObject *data_id = NULL;  /* a member's data: its MsgId, if its body is new here */
@@ -358,6 +328,8 @@ done:
     Py_DECREF(outputs);
     return result;
 
+check_failed:  /* a shared check's answer: 0 declines, -1 is an error */
+    if (truth < 0) goto error;
 decline:
     release(&h);
     declined++;
@@ -380,7 +352,7 @@ static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssiz
     long long now;
     if (as_ll(now_obj, &now) < 0) return NULL;
     held_refs h = {.n = 0}, *hp = &h;
-    PyObject *outputs = NULL, *o, *layers, *ms, *core, *st, *sview, *smembers, *me, *others;
+    PyObject *outputs = NULL, *o, *layers, *ms, *others;
     int truth;
     long long seq;
     if (!PyBytes_Check(payload)) DECLINE();
@@ -397,54 +369,21 @@ static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssiz
     if (!truth) DECLINE();
     GET(o, stack, _next_seq);
     if (as_ll(o, &seq) < 0) goto error;
-    /* the membership layer's steady check */
-    GET(ms, membership, s);
-    GET(o, ms, status);
-    if (!PyUnicode_Check(o)
-        || (PyUnicode_Compare(o, lane_names.member) != 0
-            && PyUnicode_Compare(o, lane_names.leaving) != 0)) {
-        if (PyErr_Occurred()) goto error;
-        DECLINE();
-    }
-    GET(o, ms, frozen);
+    /* the membership layer's steady check, the sequencer's plain state (not relay) */
+    lane_seq q;
+    truth = lane_member_steady(hp, membership, &ms);
+    if (truth > 0) truth = lane_sequencer_plain(hp, membership, &q);
+    if (truth <= 0) goto check_failed;
+    GET(o, q.st, relay);
     TRUTH(truth, o);
     if (truth) DECLINE();
-    /* the sequencer's broadcast */
-    GET(core, membership, ordering);
-    GET(st, core, st);
-    GET(o, st, optimistic);
-    if (o != Py_None) DECLINE();
-    GET(o, st, safe);
-    TRUTH(truth, o);
-    if (truth) DECLINE();
-    GET(o, st, causal);
-    TRUTH(truth, o);
-    if (truth) DECLINE();
-    GET(o, st, relay);
-    TRUTH(truth, o);
-    if (truth) DECLINE();
-    GET(sview, st, view);
-    if (sview == Py_None) DECLINE();
-    GET(smembers, sview, members);
-    GET(me, st, node);
-    if (!PyTuple_Check(smembers) || PyTuple_GET_SIZE(smembers) == 0 || !PyUnicode_Check(me))
-        DECLINE();
-    truth = PyUnicode_Compare(PyTuple_GET_ITEM(smembers, 0), me);
+    PyObject *st = q.st, *me = q.me, *numbers = q.numbers, *bodies = q.bodies,
+             *delivered = q.delivered, *log = q.log, *deps_of = q.deps_of;
+    long long next_delivery = q.next_delivery;
+    truth = PyUnicode_Compare(PyTuple_GET_ITEM(q.members, 0), me);
     if (truth == -1 && PyErr_Occurred()) goto error;
     int at_leader = truth == 0;
     GET(others, st, others);
-    PyObject *numbers, *bodies, *delivered, *log, *deps_of;
-    GET(numbers, st, numbers);
-    GET(bodies, st, bodies);
-    GET(delivered, st, delivered);
-    GET(log, st, log);
-    GET(deps_of, st, deps_of);
-    if (!PyDict_Check(numbers) || !PyDict_Check(bodies) || !PyDict_Check(delivered)
-        || !PyDict_Check(log) || !PyDict_Check(deps_of))
-        DECLINE();
-    long long next_delivery;
-    GET(o, st, next_delivery);
-    if (as_ll(o, &next_delivery) < 0) goto error;
     links_out down = {.n = 0};
     numbering nb = {.released = NULL};
     truth = lane_size_fits(hp, channel, lane_SDataType, PyBytes_GET_SIZE(payload));
@@ -500,6 +439,8 @@ static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssiz
     broadcasts_taken++;
     return outputs;
 
+check_failed:  /* a shared check's answer: 0 declines, -1 is an error */
+    if (truth < 0) goto error;
 decline:
     release(&h);
     declined++;

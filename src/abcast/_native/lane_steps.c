@@ -402,3 +402,55 @@ error:
     release(&h);
     return packet;
 }
+
+/* --- the membership layer's and the sequencer's steady checks ---------------------------- */
+
+int lane_member_steady(held_refs *hp, PyObject *membership, PyObject **ms) {
+    PyObject *status, *o;
+    int truth;
+    GET(*ms, membership, s);
+    GET(status, *ms, status);
+    if (!PyUnicode_Check(status)
+        || (PyUnicode_Compare(status, lane_names.member) != 0
+            && PyUnicode_Compare(status, lane_names.leaving) != 0))
+        return PyErr_Occurred() ? -1 : 0;
+    GET(o, *ms, frozen);
+    TRUTH(truth, o);
+    return !truth;
+error:
+    return -1;
+}
+
+int lane_sequencer_plain(held_refs *hp, PyObject *membership, lane_seq *q) {
+    PyObject *core, *o, *view;
+    int truth;
+    GET(core, membership, ordering);
+    GET(q->st, core, st);
+    GET(o, q->st, optimistic);
+    if (o != Py_None) return 0;
+    GET(o, q->st, safe);
+    TRUTH(truth, o);
+    if (truth) return 0;
+    GET(o, q->st, causal);
+    TRUTH(truth, o);
+    if (truth) return 0;
+    GET(view, q->st, view);
+    if (view == Py_None) return 0;
+    GET(q->members, view, members);
+    GET(q->me, q->st, node);
+    if (!PyTuple_Check(q->members) || PyTuple_GET_SIZE(q->members) == 0
+        || !PyUnicode_Check(q->me))
+        return 0;
+    GET(q->numbers, q->st, numbers);
+    GET(q->bodies, q->st, bodies);
+    GET(q->delivered, q->st, delivered);
+    GET(q->log, q->st, log);
+    GET(q->deps_of, q->st, deps_of);
+    if (!PyDict_Check(q->numbers) || !PyDict_Check(q->bodies) || !PyDict_Check(q->delivered)
+        || !PyDict_Check(q->log) || !PyDict_Check(q->deps_of))
+        return 0;
+    GET(o, q->st, next_delivery);
+    return as_ll(o, &q->next_delivery) < 0 ? -1 : 1;
+error:
+    return -1;
+}
