@@ -36,6 +36,12 @@ from the old contract would drop them unseen; it costs one tuple per frame and o
 `try` around the drain, none per effect. An `Up` with no header left for the layer
 above is that layer's refusal, in its turn; the first refusal is returned, later ones
 noted on it. `fire`, `broadcast` and the rest take no frame and raise as before.
+A frame naming this node as its sender is refused before any layer sees it: a node never
+sends itself a frame (a layer's `Send`/`Multicast` to its own node is local misuse, and
+the udp transport drops its own multicasts looped back), so it is forged or corrupted,
+and the layers would take it for a stranger's (the failure detector probed "it" with a
+`Send` to itself: LocalProtocolError out of `receive`; under ticket it was delivered as
+this node's own message).
 """
 
 from __future__ import annotations
@@ -218,6 +224,8 @@ class Stack:
         out: list[Output] = []
         queue: deque[tuple[int, Any]] = deque()
         try:
+            if env.sender == self.node:  # see the rules: forged or corrupted
+                raise RemoteProtocolError(f"frame claims {env.sender}, this node, as its sender")
             headers = self.codec.headers(env)
             if not headers:
                 raise RemoteProtocolError(f"frame from {env.sender} carries no header")

@@ -8,7 +8,9 @@ against a real 3-node sequencer group over tcp on loopback.
 - a hello claiming `n2`, then a data frame far beyond the link's window to the
   sequencer: before, it was handed up (and the real n2's message with that number
   dropped as a duplicate); now it is refused with one log line (`refused_far`) and the
-  connection is dropped, and every member delivers the same messages.
+  connection is dropped, and every member delivers the same messages;
+- a hello claiming `n3`, to n3 itself, then a data frame claiming n3: before, the stack
+  raised LocalProtocolError out of the frame handler; now it is refused with one log line.
 """
 
 from __future__ import annotations
@@ -141,6 +143,45 @@ def test_a_far_ahead_data_frame_is_refused_not_delivered(
     assert all(payload != b"forged" for _, payload in orders[0])
     lines = [r.getMessage() for r in caplog.records if "beyond the window" in r.getMessage()]
     assert len(lines) == 1
+
+
+def test_a_frame_claiming_the_receiver_itself_is_refused_with_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hello claiming n3, to n3, then a data frame claiming n3: the connection's claim
+    and the frame's agree, so it reaches n3's stack. Before, the failure detector took
+    n3 for a stranger and probed it with a `Send` to itself: LocalProtocolError out of
+    the frame handler (an ERROR line with a traceback, "frame handler raised"), the
+    frame's outputs lost midway. Now the stack refuses it (RemoteProtocolError): one
+    line, the connection dropped, and the group goes on delivering everything."""
+
+    async def main() -> tuple[list[list[Delivery]], int, bool]:
+        nodes, groups = await _cluster()
+        try:
+            await _rounds(groups, "before-")
+            forged = Packet((Fd(), RData(PER_NODE + 1), SData(PER_NODE + 1)), b"forged")
+            await _forge(nodes[2], "n3", forged)
+            await _until(lambda: any("as its sender" in r.getMessage()
+                                     or "frame handler raised" in r.getMessage()
+                                     for r in caplog.records))
+            await _rounds(groups, "after-")
+            got = await _delivered(groups, 2 * PER_NODE * len(IDS))
+            return got, nodes[2].stats.bad_frames, groups[2].active
+        finally:
+            for g in groups:
+                await g.close()
+            for node in nodes:
+                await node.close()
+
+    with caplog.at_level(logging.WARNING, logger="abcast"):
+        got, bad_frames, active = asyncio.run(main())
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "frame handler raised" in m]
+    assert len([m for m in messages if "claims n3, this node, as its sender" in m]) == 1
+    assert active and bad_frames == 1
+    orders = [[(d.origin, d.payload) for d in per] for per in got]
+    assert orders[0] == orders[1] == orders[2]
+    assert all(payload != b"forged" for _, payload in orders[2])
 
 
 def test_broadcast_nowait_raises_backpressure_when_a_member_stops_reading() -> None:

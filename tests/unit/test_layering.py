@@ -34,8 +34,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stack", ("abcast.stack", "abcast.ordering.registry")),
     ("trace/checks", ("abcast.trace", "abcast.checks")),
     # (abcast.tasks: stopping a background task without losing the caller's cancellation)
+    # (the native lane: abcast._lane and abcast._steady_codec, compiled from
+    # src/abcast/_native, and abcast.native_sources, which sources and their hash; its glue
+    # is abcast.runtime.lane)
     ("sim/runtime/transport/registry", ("abcast.sim", "abcast.runtime", "abcast.transport",
-                                        "abcast.registry", "abcast.tasks")),
+                                        "abcast.registry", "abcast.tasks", "abcast._lane",
+                                        "abcast._steady_codec", "abcast.native_sources")),
     # (abcast.rpc: where DESIGN places client/server requests, being built on branch `rpc`)
     # (abcast.cli_params: the command-line parameter types and the one error line, used by
     # the commands that live in pipeline/ and evaluation/ as well as by cli and apps)
@@ -61,9 +65,13 @@ class Import:
 
 
 def modules(src: Path, package: str = "abcast") -> dict[str, Path]:
-    """Dotted module name -> file, for every module of `package` under `src`."""
+    """Dotted module name -> file, for every module of `package` under `src` (a compiled
+    extension by its type stub, `.pyi` without a `.py`)."""
     out: dict[str, Path] = {}
-    for path in sorted((src / package).rglob("*.py")):
+    sources = sorted((src / package).rglob("*.py"))
+    stubs = [stub for stub in sorted((src / package).rglob("*.pyi"))
+             if not stub.with_suffix(".py").exists()]
+    for path in sources + stubs:
         parts = path.relative_to(src).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]

@@ -156,6 +156,9 @@ class GroupDriver:
         self.bad_batches = 0  # delivered batches that did not unpack (skipped)
         self.app_errors = 0  # application callbacks that raised (see _app_failed)
         self._batcher = Batcher()
+        #: the native lane's broadcast step, when the node runs it for this group
+        #: (abcast.runtime.lane); None: the stack's
+        self.lane_broadcast: Callable[[Stack, bytes, int], list[Output] | None] | None = None
         self._flush_scheduled = False  # a `_flush_soon` is due at the end of this turn
         self._applying = False  # carrying out a stack call's outputs (see send_queued)
         self._corked = False  # the host is corked for a run of packets (see _carry_out)
@@ -241,7 +244,10 @@ class GroupDriver:
             now = clock.now_us()
             if self.meter is not None:
                 self.meter.sent(batch.first, len(batch.payloads), now)
-            _, outputs = stack.broadcast(batch.data, now)
+            lane = self.lane_broadcast  # the native lane first (abcast.runtime.lane)
+            outputs = lane(stack, batch.data, now) if lane is not None else None
+            if outputs is None:
+                _, outputs = stack.broadcast(batch.data, now)
             self._apply(outputs)
 
     def _flush_soon(self) -> None:
@@ -279,12 +285,17 @@ class GroupDriver:
         is raised if a layer refused it."""
         now = self.host.clock.now_us()
         outputs, refused = self.stack.receive(env, now)
+        self.received(outputs, now)
+        if refused is not None:
+            raise refused
+
+    def received(self, outputs: list[Output], now: int) -> None:
+        """Carry out a frame's outputs: the stack's, or the native lane's
+        (abcast.runtime.lane) for a frame it stepped at `now`."""
         self._apply(outputs)
         meter = self.meter  # metrics on: a flush begins after a frame or a timer
         if meter is not None and now >= meter.look_at:
             meter.watch(self.stack.top, now)
-        if refused is not None:
-            raise refused
 
     def close(self) -> None:
         if not self.closed and self.removed is None:

@@ -63,10 +63,12 @@ from abcast.codec import Envelope, decode_envelope
 from abcast.errors import AbcastError, ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.registry.client import RegistryClient
+from abcast.runtime import lane
 from abcast.runtime.driver import GroupDriver
 from abcast.runtime.loop import MonotonicClock, gc_mode, tune_gc
 from abcast.runtime.status import OTHER_PEERS
 from abcast.security import load_secret
+from abcast.stack import Stack
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Link, Transport, TransportOptions, transport_from_url
 
@@ -171,6 +173,8 @@ class Node:
         self._transport: Transport | None = None
         self._address: str | None = None
         self._groups: dict[str, GroupDriver] = {}
+        #: the groups whose frames the native lane may step (abcast.runtime.lane)
+        self._lanes: dict[str, tuple[GroupDriver, Stack]] = {}
         self._endpoints: dict[str, Callable[[Link, Envelope], None]] = {}
         self._joining: dict[str, list[tuple[Link, Envelope]]] = {}
         #: group -> its Group's close(), awaited by close() (see reserve)
@@ -287,6 +291,7 @@ class Node:
             driver.close()
         self._closed_groups.update(dict.fromkeys(self._groups))
         self._groups.clear()
+        self._lanes.clear()
         self._joining.clear()
         await self._stop_services()
         try:
@@ -379,6 +384,9 @@ class Node:
             raise LocalProtocolError(f"node {self.id} already hosts group {name!r}")
         held = self._joining.pop(name, [])
         self._groups[name] = driver
+        if lane.RECEIVE is not None and lane.eligible(driver.stack):
+            self._lanes[name] = (driver, driver.stack)
+            driver.lane_broadcast = lane.BROADCAST
         if self.traffic is not None:  # metrics on
             from abcast.runtime.metrics import GroupMeter
 
@@ -390,6 +398,7 @@ class Node:
     def detach(self, group: str) -> None:
         """Stop hosting `group`; peers that no other group needs are let go."""
         driver = self._groups.pop(group, None)
+        self._lanes.pop(group, None)
         self._joining.pop(group, None)
         self._closers.pop(group, None)
         if driver is None:
@@ -577,6 +586,13 @@ class Node:
     # ----------------------------------------------------------------- inbound frames
 
     def _on_frame(self, link: Link, data: bytes) -> None:
+        lanes = self._lanes
+        if lanes and self.traffic is None:  # the native lane first (abcast.runtime.lane)
+            now = self.clock.now_us()
+            stepped = lane.RECEIVE(data, link.peer, lanes, now)  # type: ignore[misc]
+            if stepped is not None:
+                stepped[0].received(stepped[1], now)
+                return
         try:
             env = decode_envelope(data)
             if link.peer is not None and env.sender != link.peer:

@@ -1,0 +1,16 @@
+"""Types of the optional C extension abcast._lane (src/abcast/_native/lane_module.c): a
+steady frame's whole stack step. Not built everywhere: use it through
+abcast.runtime.lane."""
+
+from typing import Any, Final
+
+SOURCE_HASH: Final[str]
+PLANTS: Final[dict[int, str]]
+
+def receive(
+    frame: bytes, peer: str | None, lanes: dict[str, tuple[Any, Any]], now: int, /,
+) -> tuple[Any, list[Any]] | None: ...
+def broadcast(stack: Any, payload: bytes, now: int, /) -> list[Any] | None: ...
+def counts() -> dict[str, int]: ...  # taken, frames, broadcasts, declined
+def reset_counts() -> None: ...
+def plant(k: int, /) -> None: ...

@@ -1,0 +1,196 @@
+/* What abcast._lane's files share (the rules are at the top of lane_module.c):
+
+   - lane_module.c: the module — its rules, `receive`, `broadcast`, the counts and the
+     planted bugs, the module's definition and init;
+   - lane_objects.c: the interned attribute names and the imported types (set at import),
+     and the helpers that build and compare the Python objects the lane handles;
+   - lane_steps.c: the layers' steps that `receive` and `broadcast` share (the channel's
+     ack, the sequencer's delivery, a multicast's checks and frames, the admission of one
+     message and its order).
+
+   Shared symbols are prefixed `lane_`; the tiny helpers every step calls are here,
+   `static inline`. */
+
+#ifndef ABCAST_LANE_H
+#define ABCAST_LANE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "steady_wire.h"
+
+/* The planted bugs for the differential test (lane_module.c's `plant(k)`). */
+enum {
+    PLANT_NONE,
+    PLANT_NO_STAMP,        /* the detector's last_heard not stamped */
+    PLANT_NO_ACK_OWED,     /* the channel's ack not marked owed */
+    PLANT_KEEP_NUMBER,     /* a delivered number left in st.numbers */
+    PLANT_NO_PROGRESS,     /* a carried ack's progress_at not set */
+    PLANT_ACCEPT_CONFLICT, /* a number known as another id taken */
+    PLANT_DATA_DROPPED,    /* a member's data not kept */
+    PLANT_ACK_KEPT_OWED,   /* the order's piggybacked ack left owed */
+    PLANT_NO_LAST_SENT,    /* the detector's last_sent not stamped for the order */
+    PLANT_COUNT
+};
+
+extern int lane_planted;  /* the planted bug, PLANT_NONE for none (lane_module.c) */
+
+/* Interned attribute names and the types the lane builds (set at import, lane_objects.c). */
+struct lane_names {
+    PyObject *_pass_up, *_pass_up2, *_pass_down_each, *layers;
+    PyObject *_s, *peers, *suspected, *claim, *last_heard;
+    PyObject *_tick_set, *_tick_at, *_tick_period, *_steady, *_in, *_out;
+    PyObject *above, *high, *ack_armed, *ack_aged;
+    PyObject *next_seq, *waiting, *unacked, *tries, *sent, *progress_at, *timer, *sample,
+        *rto_armed_at;
+    PyObject *s, *status, *frozen, *view, *members, *now, *ordering;
+    PyObject *st, *optimistic, *safe, *causal, *node, *numbers, *bodies, *delivered, *log,
+        *deps_of, *next_delivery;
+    PyObject *member, *leaving;
+    PyObject *relay, *order_interval_us, *interval_ids, *next_number, *stable, *max_unstable,
+        *admission, *_released, *_waiting, *_held, *others, *order_packets;
+    PyObject *_bounds, *_room, *config, *window, *_piggyback, *rto, *last_sent, *group;
+    PyObject *_pass_down, *_next_seq;
+};
+extern struct lane_names lane_names;
+
+extern PyTypeObject *lane_MsgIdType;  /* abcast.ids.MsgId: a NamedTuple (a tuple subclass) */
+extern PyObject *lane_DeliverType;    /* abcast.effects.Deliver */
+extern PyObject *lane_TransmitType;   /* abcast.effects.Transmit */
+extern PyObject *lane_PacketType;     /* abcast.codec.Packet */
+extern PyObject *lane_SOrderType;     /* abcast.ordering.sequencer_wire.SOrder */
+extern PyObject *lane_SDataType;      /* abcast.ordering.sequencer_wire.SData */
+extern PyObject *lane_PendingType;    /* abcast.reliability.channel._Pending */
+
+/* The names interned and the types imported: 0, or -1 with an error set. */
+int lane_objects_init(void);
+
+/* New references taken during one call, released at its end. */
+#define MAX_HELD 256  /* (a call holds ~40, and ~5 per destination) */
+typedef struct {
+    PyObject *items[MAX_HELD];
+    int n;
+} held_refs;
+
+static inline PyObject *hold(held_refs *h, PyObject *o) {
+    if (o == NULL) return NULL;
+    if (h->n == MAX_HELD) {
+        Py_DECREF(o);
+        PyErr_SetString(PyExc_SystemError, "abcast._lane: too many references held");
+        return NULL;
+    }
+    h->items[h->n++] = o;
+    return o;
+}
+
+static inline void release(held_refs *h) {
+    while (h->n) Py_DECREF(h->items[--h->n]);
+}
+
+/* getattr(obj, name) as a reference held until the call ends; NULL with an error set. */
+#define GET(dst, obj, name)                                             \
+    do {                                                                \
+        (dst) = hold(hp, PyObject_GetAttr((obj), lane_names.name));     \
+        if ((dst) == NULL) goto error;                                  \
+    } while (0)
+
+/* truthiness, or -1 with an error set */
+#define TRUTH(dst, obj)                                       \
+    do {                                                      \
+        (dst) = PyObject_IsTrue(obj);                         \
+        if ((dst) < 0) goto error;                            \
+    } while (0)
+
+#define DECLINE() goto decline
+
+/* --- the small helpers on Python objects (the rest are in lane_objects.c) ---------------- */
+
+static inline int utf8_equals(PyObject *str, sw_str s) {
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(str, &n);
+    if (u == NULL) {
+        PyErr_Clear();  /* a str with surrogates matches no frame's string */
+        return 0;
+    }
+    return (size_t)n == s.len && memcmp(u, s.ptr, s.len) == 0;
+}
+
+/* A Python int as long long; -1 with an error set if it is not an int or too large. */
+static inline int as_ll(PyObject *o, long long *out) {
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "abcast._lane: expected an int, got %R", o);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static inline int set_int(PyObject *obj, PyObject *name, long long value) {
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL) return -1;
+    int rc = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+PyObject *lane_new_msgid(PyObject *origin, long long seq);
+PyObject *lane_one_header_packet(PyObject *header, PyObject *payload);
+PyObject *lane_node_str(PyObject *members, sw_str node);
+int lane_same_id(PyObject *known, sw_id id);
+
+/* --- the layers' steps (lane_steps.c) ---------------------------------------------------- */
+
+int lane_channel_on_ack(PyObject *out, unsigned long long ack, PyObject *now_obj,
+                        long long now);
+int lane_deliver_ready(PyObject *st, PyObject *numbers, PyObject *bodies,
+                       PyObject *delivered, PyObject *log, PyObject *deps_of,
+                       long long next_delivery, PyObject *outputs);
+
+/* multicasts to the others: the channel's pass_down_each, the detector's pass_down */
+
+#define MAX_OTHERS 16
+
+/* The links a multicast to `st.others` goes down, read before any change. */
+typedef struct {
+    Py_ssize_t n;
+    PyObject *dests[MAX_OTHERS];  /* (held: `others` is) */
+    PyObject *links[MAX_OTHERS];  /* the channel's out-link to each */
+    PyObject *in_links, *peers, *group, *me;
+    int piggyback;
+} links_out;
+
+int lane_size_fits(held_refs *hp, PyObject *channel, PyObject *header_type,
+                   Py_ssize_t payload_len);
+int lane_check_links(links_out *o, held_refs *hp, PyObject *stack, PyObject *detector,
+                     PyObject *channel, PyObject *others, int packets);
+int lane_number_links(links_out *o, PyObject *packet, PyObject *now_obj, long long now,
+                      unsigned long long *rseq, unsigned long long *rack);
+int lane_add_frames(links_out *o, PyObject *frames, const unsigned long long *rseq,
+                    const unsigned long long *rack, unsigned long long seq, const sw_id *id,
+                    const char *payload, Py_ssize_t payload_len, PyObject *now_obj);
+
+/* the membership layer's steady check: a member (or leaving), not frozen; `*ms` its
+   state (held). 1, 0 if not, -1 with an error set. */
+int lane_member_steady(held_refs *hp, PyObject *membership, PyObject **ms);
+
+/* The sequencer under the membership layer in its plain steady state: no optimistic,
+   safe or causal option, a view; its state's parts the steps use (held). 1/0/-1. */
+typedef struct {
+    PyObject *st, *members, *me, *numbers, *bodies, *delivered, *log, *deps_of;
+    long long next_delivery;
+} lane_seq;
+int lane_sequencer_plain(held_refs *hp, PyObject *membership, lane_seq *q);
+
+/* the sequencer's admission and numbering of one message */
+
+typedef struct {
+    PyObject *released, *numbers;
+    long long next_number;
+} numbering;
+
+int lane_check_admit(numbering *nb, held_refs *hp, PyObject *st, PyObject *origin,
+                     unsigned long long seq);
+PyObject *lane_announce_one(numbering *nb, PyObject *st, PyObject *origin,
+                            unsigned long long seq, long long *first);
+
+#endif

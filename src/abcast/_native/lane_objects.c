@@ -1,0 +1,117 @@
+/* abcast._lane's Python objects: the attribute names it interns and the types it imports
+   (both at import, by `lane_objects_init`), and the helpers that build and compare the
+   objects it hands to and reads from the layers (lane.h has the tiniest, inline). */
+
+#include "lane.h"
+
+struct lane_names lane_names;
+
+PyTypeObject *lane_MsgIdType;
+PyObject *lane_DeliverType, *lane_TransmitType, *lane_PacketType, *lane_SOrderType,
+    *lane_SDataType, *lane_PendingType;
+
+/* MsgId(origin, seq): tuple.__new__'s work for a tuple subclass, without its argument
+   tuple. Steals nothing; NULL with an error set. */
+PyObject *lane_new_msgid(PyObject *origin, long long seq) {
+    PyObject *s = PyLong_FromLongLong(seq);
+    if (s == NULL) return NULL;
+    PyObject *mid = lane_MsgIdType->tp_alloc(lane_MsgIdType, 2);
+    if (mid == NULL) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    Py_INCREF(origin);
+    PyTuple_SET_ITEM(mid, 0, origin);
+    PyTuple_SET_ITEM(mid, 1, s);
+    return mid;
+}
+
+/* Packet((header,), payload or b"") (new), or NULL with an error set. */
+PyObject *lane_one_header_packet(PyObject *header, PyObject *payload) {
+    PyObject *headers = PyTuple_Pack(1, header);
+    PyObject *body = payload ? Py_NewRef(payload) : PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *packet = NULL;
+    if (headers != NULL && body != NULL) {
+        PyObject *args[2] = {headers, body};
+        packet = PyObject_Vectorcall(lane_PacketType, args, 2, NULL);
+    }
+    Py_XDECREF(headers);
+    Py_XDECREF(body);
+    return packet;
+}
+
+/* The id's node as a str: the view's own object when it is a member (no new string). */
+PyObject *lane_node_str(PyObject *members, sw_str node) {
+    Py_ssize_t n = PyTuple_GET_SIZE(members);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyTuple_GET_ITEM(members, i);
+        if (PyUnicode_Check(m) && utf8_equals(m, node)) {
+            Py_INCREF(m);
+            return m;
+        }
+    }
+    return PyUnicode_DecodeUTF8(node.ptr, (Py_ssize_t)node.len, NULL);
+}
+
+/* Is the MsgId `known` the id (node, seq)? -1 with an error set. */
+int lane_same_id(PyObject *known, sw_id id) {
+    if (!PyTuple_Check(known) || PyTuple_GET_SIZE(known) != 2) {
+        PyErr_Format(PyExc_TypeError, "abcast._lane: a number's id is %R", known);
+        return -1;
+    }
+    PyObject *origin = PyTuple_GET_ITEM(known, 0);
+    long long seq;
+    if (as_ll(PyTuple_GET_ITEM(known, 1), &seq) < 0) return -1;
+    return PyUnicode_Check(origin) && utf8_equals(origin, id.node)
+           && (unsigned long long)seq == id.seq;
+}
+
+static int intern_names(void) {
+#define NAME(x) if ((lane_names.x = PyUnicode_InternFromString(#x)) == NULL) return -1;
+    NAME(_pass_up) NAME(_pass_up2) NAME(_pass_down_each) NAME(layers)
+    NAME(_s) NAME(peers) NAME(suspected) NAME(claim) NAME(last_heard)
+    NAME(_tick_set) NAME(_tick_at) NAME(_tick_period) NAME(_steady) NAME(_in) NAME(_out)
+    NAME(above) NAME(high) NAME(ack_armed) NAME(ack_aged)
+    NAME(next_seq) NAME(waiting) NAME(unacked) NAME(tries) NAME(sent) NAME(progress_at)
+    NAME(timer) NAME(sample) NAME(rto_armed_at)
+    NAME(s) NAME(status) NAME(frozen) NAME(view) NAME(members) NAME(now) NAME(ordering)
+    NAME(st) NAME(optimistic) NAME(safe) NAME(causal) NAME(node) NAME(numbers) NAME(bodies)
+    NAME(delivered) NAME(log) NAME(deps_of) NAME(next_delivery)
+    NAME(member) NAME(leaving)
+    NAME(relay) NAME(order_interval_us) NAME(interval_ids) NAME(next_number) NAME(stable)
+    NAME(max_unstable) NAME(admission) NAME(_released) NAME(_waiting) NAME(_held)
+    NAME(others) NAME(order_packets)
+    NAME(_bounds) NAME(_room) NAME(config) NAME(window) NAME(_piggyback) NAME(rto)
+    NAME(last_sent) NAME(group) NAME(_pass_down) NAME(_next_seq)
+#undef NAME
+    return 0;
+}
+
+static PyObject *import_attr(const char *module, const char *name) {
+    PyObject *m = PyImport_ImportModule(module);
+    if (m == NULL) return NULL;
+    PyObject *a = PyObject_GetAttrString(m, name);
+    Py_DECREF(m);
+    return a;
+}
+
+/* The names interned and the types imported: 0, or -1 with an error set. */
+int lane_objects_init(void) {
+    if (intern_names() < 0) return -1;
+    PyObject *msgid = import_attr("abcast.ids", "MsgId");
+    if (msgid == NULL) return -1;
+    if (!PyType_Check(msgid) || !PyType_IsSubtype((PyTypeObject *)msgid, &PyTuple_Type)) {
+        Py_DECREF(msgid);
+        PyErr_SetString(PyExc_ImportError, "abcast._lane: abcast.ids.MsgId is not a tuple");
+        return -1;
+    }
+    lane_MsgIdType = (PyTypeObject *)msgid;
+    if ((lane_DeliverType = import_attr("abcast.effects", "Deliver")) == NULL
+        || (lane_TransmitType = import_attr("abcast.effects", "Transmit")) == NULL
+        || (lane_PacketType = import_attr("abcast.codec", "Packet")) == NULL
+        || (lane_SOrderType = import_attr("abcast.ordering.sequencer_wire", "SOrder")) == NULL
+        || (lane_SDataType = import_attr("abcast.ordering.sequencer_wire", "SData")) == NULL
+        || (lane_PendingType = import_attr("abcast.reliability.channel", "_Pending")) == NULL)
+        return -1;
+    return 0;
+}

@@ -1,0 +1,78 @@
+"""The native lane in the runtime: which groups' frames the C extension may step.
+
+Rules. `abcast._lane` (src/abcast/_native/lane_module.c; docs/performance.md §5) does a
+steady frame's whole stack step in one C call, on the layers' own state, and declines —
+changing nothing — whatever it does not handle. Today: a sequencer group's steady
+frames (an order at a member, a member's data at a member or at the sequencer) and its
+own broadcasts. A node offers a frame to it first, and its driver a broadcast, when
+
+- the extension is built (`pip install -e .` builds it where a C compiler is found; a
+  checkout run with PYTHONPATH=src needs `bench/build_native.py`) and from the sources in
+  the checkout (a stale build is refused here, not run),
+- the lane is not switched off (`ABCAST_NATIVE_LANE=0` in the environment: the bench's
+  A/B and anyone who wants the pure-Python path),
+- the group's stack is the runtime's sequencer shape (`eligible`), and metrics are off.
+
+Otherwise, and for every frame it declines, the Python path runs as before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from abcast.membership.layer import Membership
+from abcast.native_sources import source_hash
+from abcast.ordering._open_channel import OpenChannel
+from abcast.ordering._open_detector import OpenDetector
+from abcast.ordering.sequencer import Sequencer
+from abcast.stack import Stack
+
+if TYPE_CHECKING:
+    from abcast.runtime.driver import GroupDriver
+
+#: receive(frame, peer, lanes, now) -> (driver, outputs) | None
+Receive = Callable[[bytes, "str | None", "dict[str, tuple[GroupDriver, Stack]]", int],
+                   "tuple[GroupDriver, list[Any]] | None"]
+
+#: broadcast(stack, payload, now) -> outputs | None
+Broadcast = Callable[[Stack, bytes, int], "list[Any] | None"]
+
+SWITCH = "ABCAST_NATIVE_LANE"
+
+
+def _load() -> tuple[Receive | None, Broadcast | None, str]:
+    """The extension's `receive` and `broadcast`, or None and why not."""
+    if os.environ.get(SWITCH, "1") == "0":
+        return None, None, f"switched off ({SWITCH}=0)"
+    try:
+        from abcast import _lane
+    except ImportError as exc:
+        return None, None, f"abcast._lane is not built ({exc})"
+    stale = _stale(_lane.SOURCE_HASH)
+    if stale:
+        return None, None, stale
+    return _lane.receive, _lane.broadcast, "on"
+
+
+def _stale(built: str) -> str:
+    """Why the build is not from this checkout's sources ('' if it is, or if the sources
+    are not here to compare: an installed wheel)."""
+    expected = source_hash()
+    if expected is None or expected == built:
+        return ""
+    return (f"abcast._lane was built from other sources ({built}; these are {expected}): "
+            f"rebuild it (pip install -e . or bench/build_native.py)")
+
+
+#: the lane's steps, None when it is not on; STATUS says which and why
+RECEIVE, BROADCAST, STATUS = _load()
+
+
+def eligible(stack: Stack) -> bool:
+    """Is `stack` the shape the lane steps (the runtime's sequencer family stack)?"""
+    layers = stack.layers
+    return (len(layers) == 3 and type(layers[0]) is OpenDetector
+            and type(layers[1]) is OpenChannel and type(layers[2]) is Membership
+            and type(layers[2].ordering) is Sequencer)
