@@ -43,6 +43,18 @@ the checks are abcast.sim.churn's under evs: the claims over the whole trace, ag
 FIFO and causal order per lineage (epoch between merges, side), the merge views, equal
 states after the merge; complete = every lineage's judged members delivered every
 message one of them broadcast in it.
+
+With --native-lane (and --stream-channel: the only channel shape whose frames the lane
+takes) each seed runs twice, through the Python path and with the native lane
+(`SimConfig.native_lane`: abcast.runtime.lane, the C extension abcast._lane, built by
+bench/build_native.py in a checkout), and the two must write the same trace, row for row,
+and end alike (`abcast.sim.harness.first_difference`; with net_trace on, so every
+protocol packet sent and received is a row); a run that does not is unclean,
+and a line names its first differing row (a lane bug: replay the printed config with and
+without native_lane). The lane's run is the one judged; the sweep ends with the lane's
+counts over all runs (frames and broadcasts it took, what it declined):
+
+    .venv/bin/python bench/sweep_churn.py --seeds 40 --stream-channel --native-lane
 """
 
 from __future__ import annotations
@@ -77,6 +89,7 @@ from abcast.sim.churn import (
     merge_views,
     present_throughout,
 )
+from abcast.sim.harness import first_difference
 from abcast.trace.rows import EventRow
 from abcast.trace.writer import write_run
 
@@ -109,6 +122,8 @@ class Task:
     stream_channel: bool = False
     #: an evs run is over once nothing was delivered for this long after the last fault
     settle_us: int = 5_000_000
+    #: run it with the native lane too, and compare the two runs' traces
+    native_lane: bool = False
 
     def options(self) -> OrderingOptions:
         options = OrderingOptions(safe=self.safe, partitions="evs" if self.evs else "primary",
@@ -118,14 +133,16 @@ class Task:
         return options
 
     def config(self) -> SimConfig:
+        # --native-lane: every protocol packet a row too, so the traces compare packet
+        # by packet
         if not self.evs:
             return SimConfig(self.ordering, nodes=self.nodes, messages=self.messages,
                              seed=self.seed, faults=self.faults(), options=self.options(),
-                             ip_multicast=self.nak)
+                             ip_multicast=self.nak, net_trace=self.native_lane)
         return SimConfig(self.ordering, nodes=self.nodes, messages=self.messages,
                          seed=self.seed, faults=self.faults(), options=self.options(),
                          rate=self.rate, stall_us=self.stall_us, settle_us=self.settle_us,
-                         ip_multicast=self.nak)
+                         ip_multicast=self.nak, net_trace=self.native_lane)
 
     def faults(self) -> str:
         if self.flapping:
@@ -142,6 +159,8 @@ class Task:
             extra += ", ip_multicast=True"
         if self.evs:
             extra += f", rate={self.rate}, stall_us={self.stall_us}, settle_us={self.settle_us}"
+        if self.native_lane:
+            extra += ", net_trace=True, native_lane=True"
         return (f"SimConfig({self.ordering!r}, nodes={self.nodes}, messages={self.messages}, "
                 f"seed={self.seed}, faults={self.faults()!r}{extra})")
 
@@ -163,17 +182,31 @@ class Outcome:
     #: informational (a non-SAFE sequencer cut off in a minority delivers there)
     claimed_checks: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    #: --native-lane: where the lane's run first departed from the Python run ("": not)
+    diverged: str = ""
+    #: --native-lane: abcast._lane.counts() over the lane's run
+    lane_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
-        return not self.refused and not self.violations and not self.problems and self.complete
+        return (not self.refused and not self.violations and not self.problems
+                and self.complete and not self.diverged)
 
 
 def run_one(task: Task) -> Outcome:
     start = time.perf_counter()
     config = task.config()
+    diverged, lane_counts = "", {}
     try:
         result = run_simulation(config)
+        if task.native_lane:
+            from abcast import _lane
+
+            python = result
+            _lane.reset_counts()
+            result = run_simulation(dataclasses.replace(config, native_lane=True))
+            lane_counts = _lane.counts()
+            diverged = first_difference(python, result) or ""
     except ConfigError as exc:
         return Outcome(task, {}, {}, False, refused=str(exc))
     violations, problems = judge(result)
@@ -193,7 +226,8 @@ def run_one(task: Task) -> Outcome:
     return Outcome(task, count_by_code(violations), dict(Counter(p.code for p in problems)),
                    complete, views=views, rejoins=rejoins, merges=len(merge_views(rows)),
                    view_checks=view_checks,
-                   claimed_checks=result.counts, wall_s=time.perf_counter() - start)
+                   claimed_checks=result.counts, wall_s=time.perf_counter() - start,
+                   diverged=diverged, lane_counts=lane_counts)
 
 
 def _complete(rows: list[EventRow], members: set[str]) -> bool:
@@ -234,6 +268,18 @@ def table(outcomes: list[Outcome], orderings: list[str]) -> list[str]:
                 f"| {dict(whole) or 0} "
                 f"| {dict(claimed) or 0} | {sum(o.wall_s for o in mine):.0f} |")
     return lines
+
+
+def lane_line(outcomes: list[Outcome]) -> str:
+    """--native-lane: what the lane did over all runs, and how many runs diverged."""
+    total: Counter[str] = Counter()
+    for o in outcomes:
+        total.update(o.lane_counts)
+    ran = [o for o in outcomes if not o.refused]
+    diverged = sum(bool(o.diverged) for o in ran)
+    return (f"Native lane over {len(ran)} runs: took {total['frames']} frames and "
+            f"{total['broadcasts']} broadcasts, declined {total['declined']}; "
+            f"{diverged} runs diverged from the Python path.")
 
 
 def spark_check(trace_dir: str, sampled: list[Outcome]) -> tuple[bool, str]:
@@ -288,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stream-channel", action="store_true",
                    help="the channel shaped as over real transports: acks carried and one "
                         "tick for all links (ChannelConfig(piggyback_acks=True, tick_us=1000))")
+    p.add_argument("--native-lane", action="store_true",
+                   help="with --stream-channel: run each seed with the native lane too; "
+                        "both runs must write the same trace (see above)")
     p.add_argument("--stall-s", type=float, default=8.0,
                    help="with --evs: a run ends once nothing was delivered for this long")
     p.add_argument("--settle-s", type=float, default=5.0,
@@ -299,6 +348,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="also check the first K seeds' traces of each ordering with the "
                         "Spark checker (abcast check), which must agree with the in-memory one")
     args = p.parse_args(argv)
+    if args.native_lane:
+        from abcast.runtime import lane
+
+        if not args.stream_channel:
+            p.error("--native-lane needs --stream-channel: the lane declines every frame "
+                    "of the default channel (per-link timers)")
+        if lane.RECEIVE is None:
+            p.error(f"--native-lane: the native lane is not on: {lane.STATUS}")
     spark_dir = tempfile.mkdtemp(prefix="churn-spark-") if args.spark_sample else ""
     lo, _, hi = args.partition_ms.partition("-")
     partition_ms = (int(lo), int(hi or lo))
@@ -309,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
              args.clean_split, args.flapping, args.evs, args.rate,
              round(args.stall_s * 1_000_000), args.relay and get_ordering(o).supports_relay,
              spark_dir if seed < args.first_seed + args.spark_sample else "", args.nak,
-             args.stream_channel, round(args.settle_s * 1_000_000))
+             args.stream_channel, round(args.settle_s * 1_000_000), args.native_lane)
         for seed in range(args.first_seed, args.first_seed + args.seeds) for o in orderings
     ]
     console = Console(stderr=True)
@@ -331,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(outcomes, orderings)))
     print(f"\n{len(outcomes)} runs, {args.messages} messages each, "
           f"{time.perf_counter() - started:.0f} s elapsed.")
+    if args.native_lane:
+        print(lane_line(outcomes))
     spark_ok = True
     if spark_dir:
         sampled = [o for o in outcomes if o.task.trace_dir and not o.refused]
@@ -341,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     refused = {o.refused for o in bad if o.refused}
     for reason in sorted(refused):
         print(f"- refused: {reason}")
-    for o in [o for o in bad if not o.refused][:20]:
+    for o in [o for o in bad if o.diverged]:
+        print(f"- the native lane diverged, {o.diverged}: {o.task.command()}")
+    for o in [o for o in bad if not o.refused and not o.diverged][:20]:
         what = {**o.violations, **o.problems} or "incomplete"
         print(f"- {what}: {o.task.command()}")
     return 1 if bad or not spark_ok else 0

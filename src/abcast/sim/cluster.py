@@ -9,6 +9,15 @@ the order given). Bad frames
 are logged and counted, never raised: a peer cannot crash a node; the outputs of a frame
 a layer refused are carried out first (`Stack.receive`). Crashed nodes stop:
 their timers die and packets to them are lost.
+
+With `native_lane` the cluster steps frames and broadcasts as the runtime does where the
+native lane is on (abcast.runtime.lane): a frame that passed the envelope and group
+checks (and wrote its net_recv row) is offered to `lane.RECEIVE` first, a broadcast to
+`lane.BROADCAST`, for a node whose stack is `lane.eligible`; whatever the lane declines
+(None) takes the Python path. The lane changes exactly what that path would, so a run
+gives the same rows either way (tests/sim/test_sim_native_lane.py holds it to that). A
+switch turned on where the lane is not (not built, stale, ABCAST_NATIVE_LANE=0) is a
+ConfigError, never a silent Python run.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from abcast.codec import FLAG_CONTROL, decode_envelope
 from abcast.effects import (
@@ -32,7 +42,7 @@ from abcast.effects import (
     TakeSnapshot,
     Transmit,
 )
-from abcast.errors import LocalProtocolError, RemoteProtocolError
+from abcast.errors import ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.sim.network import Network
 from abcast.sim.scheduler import Scheduler
@@ -42,6 +52,29 @@ from abcast.trace.recorder import DeliveredPrefix, TraceRecorder
 log = logging.getLogger(__name__)
 
 DeliverHook = Callable[[NodeId, Deliver], None]
+
+
+@dataclass(frozen=True, slots=True)
+class NativeLane:
+    """abcast.runtime.lane's steps, with the cluster's tag (None) for every group."""
+
+    #: receive(frame, peer, {group: (None, stack)}, now) -> (None, outputs) | None
+    receive: Callable[[bytes, NodeId, dict[str, tuple[None, Stack]], int],
+                      tuple[None, list[Output]] | None]
+    #: broadcast(stack, payload, now) -> outputs | None
+    broadcast: Callable[[Stack, bytes, int], list[Output] | None]
+    eligible: Callable[[Stack], bool]
+
+    @classmethod
+    def load(cls) -> NativeLane:
+        """The lane's steps, or a ConfigError saying why it is not on (imported here: a
+        cluster without the switch never loads the runtime)."""
+        from abcast.runtime import lane
+
+        if lane.RECEIVE is None or lane.BROADCAST is None:
+            raise ConfigError(f"native_lane: the native lane is not on: {lane.STATUS}")
+        receive: Any = lane.RECEIVE  # typed for the runtime's tag, a GroupDriver
+        return cls(receive, lane.BROADCAST, lane.eligible)
 
 
 def _let_go(sim_node: SimNode) -> bool:
@@ -73,6 +106,9 @@ class SimNode:
     #: the deliveries were ordered — the simulated application of an ordering without
     #: total order, whose members deliver the same messages in different orders
     commutative: bool = False
+    #: the native lane's map for this node's stack ({group: (None, stack)}), when the
+    #: cluster runs the lane (SimCluster.lane) and the stack is its shape
+    lanes: dict[str, tuple[None, Stack]] | None = None
 
     @property
     def stopped(self) -> bool:
@@ -110,7 +146,7 @@ class SimCluster:
     def __init__(
         self, scheduler: Scheduler, network: Network, recorder: TraceRecorder,
         *, net_trace: bool = False, on_deliver: DeliverHook | None = None,
-        on_stop: Callable[[NodeId], None] | None = None,
+        on_stop: Callable[[NodeId], None] | None = None, native_lane: bool = False,
     ) -> None:
         self.scheduler = scheduler
         self.network = network
@@ -123,6 +159,8 @@ class SimCluster:
         self._timer_tokens = 0
         self.protocol_packets = 0
         self.control_packets = 0
+        #: the native lane's steps, when the switch is on (None: the Python path only)
+        self.lane = NativeLane.load() if native_lane else None
 
     def _t_ns(self) -> int:
         return self.scheduler.now * 1_000
@@ -135,6 +173,8 @@ class SimCluster:
             raise LocalProtocolError(f"node {stack.node} already exists")
         sim_node = self.nodes[stack.node] = SimNode(stack.node, stack,
                                                     commutative=self.commutative_state)
+        if self.lane is not None and self.lane.eligible(stack):
+            sim_node.lanes = {stack.group: (None, stack)}
         if old is not None:
             self.recorder.record(stack.node, "recover", self._t_ns(), group=stack.group)
         self._apply(sim_node, stack.start(self.scheduler.now))
@@ -205,8 +245,12 @@ class SimCluster:
             node, "send", self._t_ns(), origin=node, seq=seq, group=stack.group,
             size=len(payload), view_id=sim_node.view_id, deps=sim_node.deps(),
         )
-        got, outputs = stack.broadcast(payload, self.scheduler.now)
-        assert got == seq
+        outputs = None
+        if sim_node.lanes is not None and self.lane is not None:  # as the runtime's driver
+            outputs = self.lane.broadcast(stack, payload, self.scheduler.now)
+        if outputs is None:
+            _, outputs = stack.broadcast(payload, self.scheduler.now)
+        assert stack.broadcasts == seq
         self._apply(sim_node, outputs)
         return seq
 
@@ -359,6 +403,12 @@ class SimCluster:
         except RemoteProtocolError as exc:
             self._bad_frame(sim_node, src, exc)
             return
+        lanes = sim_node.lanes
+        if lanes is not None and self.lane is not None:  # first, as the runtime's Node
+            stepped = self.lane.receive(data, src, lanes, self.scheduler.now)
+            if stepped is not None:
+                self._apply(sim_node, stepped[1])
+                return
         outputs, refused = stack.receive(env, self.scheduler.now)
         self._apply(sim_node, outputs)  # what the layers below a refusal did stands
         if refused is not None:

@@ -13,7 +13,7 @@ import hashlib
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
 
@@ -73,6 +73,15 @@ class SimConfig:
     #: ...and it gives up once nothing at all was delivered for this long (a stuck run;
     #: the checks then say what is missing)
     stall_us: int = 30_000_000
+    #: step frames and broadcasts through the native lane (abcast.runtime.lane, the C
+    #: extension abcast._lane) first, as the runtime does, where a node's stack is its
+    #: shape (the sequencer family's); the rows must not change (they are the Python
+    #: path's: tests/sim/test_sim_native_lane.py). The lane only takes frames of a
+    #: channel with the runtime's one tick (bench/sweep_churn.py's STREAM_SHAPE, its
+    #: --stream-channel): with the simulator's default per-link timers it declines
+    #: everything. A ConfigError where the lane is not on (not built, stale, switched off).
+    #: Not in the run id: a run writes the same rows either way.
+    native_lane: bool = False
 
     def quiet_us(self) -> tuple[int, int]:
         """settle_us and stall_us as this run uses them: each longer by the sequencer's
@@ -215,7 +224,8 @@ def run_simulation(
             scheduler.at(scheduler.now, partial(send_when_ready, ready))
 
     cluster = SimCluster(scheduler, network, recorder, net_trace=config.net_trace,
-                         on_deliver=on_deliver, on_stop=stop_sending)
+                         on_deliver=on_deliver, on_stop=stop_sending,
+                         native_lane=config.native_lane)
     cluster.commutative_state = "total" not in spec.guarantees
 
     waiting: dict[NodeId, int] = {}  # await_credit: broadcasts due but not yet sent
@@ -339,3 +349,34 @@ def run_simulation(
         leaving=tuple(n for n, s in cluster.nodes.items() if s.leaving and not s.stopped),
         oversize_frames=network.oversize,
     )
+
+
+#: what two runs of one config must agree on besides their rows (SimResult's fields)
+OUTCOME_FIELDS = ("delivered", "broadcasts", "protocol_packets", "control_packets",
+                  "retransmissions", "quiescent", "end_us", "events", "app_states",
+                  "departed", "leaving", "oversize_frames")
+
+
+def first_difference(a: SimResult, b: SimResult) -> str | None:
+    """Where run `b` first departs from run `a` of the same arguments (`native_lane`
+    aside): the first row that differs (every row, in order; its fields that differ, as
+    `a`'s != `b`'s, then `a`'s row), else the first outcome field or the violations; None
+    when they are the same run."""
+    rows_a, rows_b = a.recorder.rows(), b.recorder.rows()
+    for i, (row_a, row_b) in enumerate(zip(rows_a, rows_b, strict=False)):
+        if row_a != row_b:
+            differ = ", ".join(
+                f"{f.name} {getattr(row_a, f.name)!r} != {getattr(row_b, f.name)!r}"
+                for f in fields(row_a) if getattr(row_a, f.name) != getattr(row_b, f.name))
+            return f"row {i} ({differ}): {row_a!r}"
+    if len(rows_a) != len(rows_b):
+        i = min(len(rows_a), len(rows_b))
+        extra = rows_a[i] if len(rows_a) > i else rows_b[i]
+        return (f"row {i}: one run has {len(rows_a)} rows, the other {len(rows_b)}; "
+                f"the first extra: {extra!r}")
+    for name in OUTCOME_FIELDS:
+        if getattr(a, name) != getattr(b, name):
+            return f"{name}: {getattr(a, name)!r} != {getattr(b, name)!r}"
+    if a.violations != b.violations:
+        return f"violations: {a.counts} != {b.counts}"
+    return None
