@@ -18,7 +18,10 @@ from collections.abc import Iterator
 import pytest
 
 from abcast import Delivery, Group, Node
+from abcast.ids import View
+from abcast.ordering.registry import OrderingOptions, build_stack
 from abcast.runtime import lane
+from abcast.runtime.stack_options import for_streams
 from abcast.testing.polling import until
 
 _lane = pytest.importorskip(
@@ -110,3 +113,18 @@ def test_a_stale_build_or_the_switch_keeps_the_lane_off(
     monkeypatch.setenv(lane.SWITCH, "0")
     receive, broadcast, why = lane._load()
     assert receive is None and broadcast is None and lane.SWITCH in why
+
+
+@pytest.mark.parametrize(("ordering", "options", "expected"), [
+    ("sequencer", OrderingOptions(), True),
+    ("sequencer", OrderingOptions(relay=True), False),
+    ("sequencer", OrderingOptions(safe=True), False),
+    ("causal-total", OrderingOptions(), False),
+    ("skeen", OrderingOptions(), False),
+])
+def test_only_the_plain_sequencers_stack_is_offered(
+    ordering: str, options: OrderingOptions, expected: bool,
+) -> None:
+    """The options the lane declines every frame of keep a group off it altogether."""
+    stack = build_stack("n1", "g", ordering, View(1, IDS), for_streams(options))
+    assert lane.eligible(stack) is expected

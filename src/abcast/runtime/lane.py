@@ -71,8 +71,15 @@ RECEIVE, BROADCAST, STATUS = _load()
 
 
 def eligible(stack: Stack) -> bool:
-    """Is `stack` the shape the lane steps (the runtime's sequencer family stack)?"""
+    """Is `stack` the shape the lane steps: the runtime's sequencer stack, built without
+    the options the lane declines every frame of (optimistic, safe or evs, causal,
+    relay; they are fixed when the stack is built)?"""
     layers = stack.layers
-    return (len(layers) == 3 and type(layers[0]) is OpenDetector
-            and type(layers[1]) is OpenChannel and type(layers[2]) is Membership
-            and type(layers[2].ordering) is Sequencer)
+    if not (len(layers) == 3 and type(layers[0]) is OpenDetector
+            and type(layers[1]) is OpenChannel and type(layers[2]) is Membership):
+        return False
+    ordering = layers[2].ordering
+    if type(ordering) is not Sequencer:
+        return False
+    st = ordering.st
+    return st.optimistic is None and not (st.safe or st.causal or st.relay)
