@@ -95,6 +95,9 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         }
     }
     if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) DECLINE();
+    /* Strong references to what the dicts lend (entry, the peer's detector record, its
+       links): Python code may run below (the RTO sample, a collection's finalizers). */
+    if (hold(hp, Py_NewRef(entry)) == NULL) goto error;
     PyObject *tag = PyTuple_GET_ITEM(entry, 0), *stack = PyTuple_GET_ITEM(entry, 1);
 
     /* --- the checks: nothing changes before all pass ---------------------------------- */
@@ -121,6 +124,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         if (PyErr_Occurred()) goto error;
         DECLINE();
     }
+    if (hold(hp, Py_NewRef(pst)) == NULL) goto error;
     GET(o, pst, suspected);
     TRUTH(truth, o);
     if (truth) DECLINE();
@@ -145,6 +149,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         if (PyErr_Occurred()) goto error;
         DECLINE();
     }
+    if (hold(hp, Py_NewRef(link)) == NULL) goto error;
     GET(o, link, above);
     TRUTH(truth, o);
     if (truth) DECLINE();
@@ -167,6 +172,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         out = PyDict_GetItemWithError(out_links, peer);
         if (out == NULL && PyErr_Occurred()) goto error;
         if (out != NULL) {
+            if (hold(hp, Py_NewRef(out)) == NULL) goto error;
             long long next_seq;
             GET(o, out, next_seq);
             if (as_ll(o, &next_seq) < 0) goto error;

@@ -253,6 +253,7 @@ int lane_number_links(links_out *o, PyObject *packet, PyObject *now_obj, long lo
             if (PyErr_Occurred()) goto error;
             continue;
         }
+        if (hold(hp, Py_NewRef(inbound)) == NULL) goto error;
         int armed, above;
         long long high;
         GET(v, inbound, ack_armed);
