@@ -165,7 +165,7 @@ def state(stack: Stack) -> dict[str, str]:
         # lane built them), those waiting for credit, the per-link RTO marks
         parts["channel packets"] = [
             (peer, list(link.unacked.items()), list(link.waiting), link.rto_armed_at,
-             link.resumed_through) for peer, link in sorted(channel._out.items())]
+             link.resumed_through, link.timer) for peer, link in sorted(channel._out.items())]
         parts["channel peers"] = (sorted(channel._steady), sorted(channel._guests),
                                   sorted(channel._lingering), sorted(channel._heard.items()),
                                   sorted(channel._spoke.items()))

@@ -41,7 +41,7 @@ struct lane_names {
     PyObject *_s, *peers, *suspected, *claim, *last_heard;
     PyObject *_tick_set, *_tick_at, *_tick_period, *_steady, *_in, *_out;
     PyObject *above, *high, *ack_armed, *ack_aged;
-    PyObject *next_seq, *waiting, *unacked, *tries, *sent, *progress_at, *timer, *sample,
+    PyObject *next_seq, *waiting, *unacked, *tries, *sent, *progress_at, *timer,
         *rto_armed_at;
     PyObject *s, *status, *frozen, *view, *members, *now, *ordering;
     PyObject *st, *optimistic, *safe, *causal, *node, *numbers, *bodies, *delivered, *log,
@@ -51,6 +51,7 @@ struct lane_names {
         *admission, *_released, *_waiting, *_held, *others, *order_packets;
     PyObject *_bounds, *_room, *config, *window, *_piggyback, *rto, *last_sent, *group;
     PyObject *_pass_down, *_next_seq;
+    PyObject *srtt, *rttvar, *min_us, *max_us, *samples, *base, *backoff, *packet, *deadline;
 };
 extern struct lane_names lane_names;
 
@@ -61,6 +62,8 @@ extern PyObject *lane_PacketType;     /* abcast.codec.Packet */
 extern PyObject *lane_SOrderType;     /* abcast.ordering.sequencer_wire.SOrder */
 extern PyObject *lane_SDataType;      /* abcast.ordering.sequencer_wire.SData */
 extern PyObject *lane_PendingType;    /* abcast.reliability.channel._Pending */
+extern PyObject *lane_LocalProtocolError;  /* abcast.errors.LocalProtocolError */
+extern long long lane_granularity_us;      /* abcast.reliability.rto.GRANULARITY_US */
 
 /* The names interned and the types imported: 0, or -1 with an error set. */
 int lane_objects_init(void);

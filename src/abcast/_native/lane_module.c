@@ -30,8 +30,8 @@
      - the reliable channel's `pass_up`: tick set, a steady member, no hole, the next
        seq, an owed ack not falling due after the tick; a carried ack below `next_seq`
        with nothing waiting for credit -> `_on_ack` (the acked prefix dropped, progress
-       stamped, the oldest first transmission timed by `timer.sample`, the RTO mark
-       cleared when nothing is left) -> `high` + 1, an ack owed;
+       stamped, the oldest first transmission timed: `RtoEstimator.sample`'s arithmetic,
+       in C; the RTO mark cleared when nothing is left) -> `high` + 1, an ack owed;
      - the membership layer's steady check (member or leaving, not frozen, the sender in
        its view) -> `s.now`;
      - the sequencer (no optimistic, safe or causal option; the sender in its view and
@@ -96,7 +96,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     }
     if (entry == NULL || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) DECLINE();
     /* Strong references to what the dicts lend (entry, the peer's detector record, its
-       links): Python code may run below (the RTO sample, a collection's finalizers). */
+       links): Python code may run below (a collection's finalizers). */
     if (hold(hp, Py_NewRef(entry)) == NULL) goto error;
     PyObject *tag = PyTuple_GET_ITEM(entry, 0), *stack = PyTuple_GET_ITEM(entry, 1);
 

@@ -7,6 +7,8 @@
 struct lane_names lane_names;
 
 PyTypeObject *lane_MsgIdType;
+PyObject *lane_LocalProtocolError;
+long long lane_granularity_us;
 PyObject *lane_DeliverType, *lane_TransmitType, *lane_PacketType, *lane_SOrderType,
     *lane_SDataType, *lane_PendingType;
 
@@ -68,12 +70,14 @@ int lane_same_id(PyObject *known, sw_id id) {
 
 static int intern_names(void) {
 #define NAME(x) if ((lane_names.x = PyUnicode_InternFromString(#x)) == NULL) return -1;
+    NAME(srtt) NAME(rttvar) NAME(min_us) NAME(max_us) NAME(samples) NAME(base)
+    NAME(backoff) NAME(packet) NAME(deadline)
     NAME(_pass_up) NAME(_pass_up2) NAME(_pass_down_each) NAME(layers)
     NAME(_s) NAME(peers) NAME(suspected) NAME(claim) NAME(last_heard)
     NAME(_tick_set) NAME(_tick_at) NAME(_tick_period) NAME(_steady) NAME(_in) NAME(_out)
     NAME(above) NAME(high) NAME(ack_armed) NAME(ack_aged)
     NAME(next_seq) NAME(waiting) NAME(unacked) NAME(tries) NAME(sent) NAME(progress_at)
-    NAME(timer) NAME(sample) NAME(rto_armed_at)
+    NAME(timer) NAME(rto_armed_at)
     NAME(s) NAME(status) NAME(frozen) NAME(view) NAME(members) NAME(now) NAME(ordering)
     NAME(st) NAME(optimistic) NAME(safe) NAME(causal) NAME(node) NAME(numbers) NAME(bodies)
     NAME(delivered) NAME(log) NAME(deps_of) NAME(next_delivery)
@@ -111,7 +115,17 @@ int lane_objects_init(void) {
         || (lane_PacketType = import_attr("abcast.codec", "Packet")) == NULL
         || (lane_SOrderType = import_attr("abcast.ordering.sequencer_wire", "SOrder")) == NULL
         || (lane_SDataType = import_attr("abcast.ordering.sequencer_wire", "SData")) == NULL
-        || (lane_PendingType = import_attr("abcast.reliability.channel", "_Pending")) == NULL)
+        || (lane_PendingType = import_attr("abcast.reliability.channel", "_Pending")) == NULL
+        || (lane_LocalProtocolError = import_attr("abcast.errors", "LocalProtocolError"))
+               == NULL)
         return -1;
-    return 0;
+    if (!PyType_Check(lane_PendingType)) {
+        PyErr_SetString(PyExc_ImportError, "abcast._lane: _Pending is not a class");
+        return -1;
+    }
+    PyObject *granularity = import_attr("abcast.reliability.rto", "GRANULARITY_US");
+    if (granularity == NULL) return -1;
+    int rc = as_ll(granularity, &lane_granularity_us);
+    Py_DECREF(granularity);
+    return rc;
 }

@@ -9,6 +9,53 @@
 
 /* The channel's `_on_ack(peer, ack, [], now)` for an ack `pass_up` lets through (below
    next_seq, nothing waiting): its result is [] there and ignored. */
+/* RtoEstimator.sample(rtt_us) (abcast.reliability.rto; the same integer arithmetic): 0,
+   or -1 with an error set (LocalProtocolError for a negative round trip, as it raises). */
+static int rto_sample(held_refs *hp, PyObject *timer, long long rtt) {
+    PyObject *v;
+    long long srtt, rttvar, samples, min_us, max_us;
+    if (rtt < 0) {
+        PyErr_Format(lane_LocalProtocolError, "negative round trip %lld us", rtt);
+        return -1;
+    }
+    GET(v, timer, srtt);
+    if (v == Py_None) {
+        srtt = rtt;
+        rttvar = rtt >> 1;
+    } else {
+        long long old, delta;
+        if (as_ll(v, &old) < 0) goto error;
+        GET(v, timer, rttvar);
+        if (as_ll(v, &rttvar) < 0) goto error;
+        delta = old - rtt;
+        rttvar = (3 * rttvar + (delta >= 0 ? delta : -delta)) >> 2;
+        srtt = (7 * old + rtt) >> 3;
+    }
+    GET(v, timer, samples);
+    if (as_ll(v, &samples) < 0) goto error;
+    GET(v, timer, min_us);
+    if (as_ll(v, &min_us) < 0) goto error;
+    GET(v, timer, max_us);
+    if (as_ll(v, &max_us) < 0) goto error;
+    long long spread = rttvar << 2;
+    long long base = srtt + (spread > lane_granularity_us ? spread : lane_granularity_us);
+    if (base < min_us)
+        base = min_us;
+    else if (base > max_us)
+        base = max_us;
+    PyObject *base_obj = hold(hp, PyLong_FromLongLong(base));
+    if (base_obj == NULL || set_int(timer, lane_names.srtt, srtt) < 0
+        || set_int(timer, lane_names.rttvar, rttvar) < 0
+        || set_int(timer, lane_names.samples, samples + 1) < 0
+        || PyObject_SetAttr(timer, lane_names.base, base_obj) < 0
+        || PyObject_SetAttr(timer, lane_names.rto, base_obj) < 0
+        || set_int(timer, lane_names.backoff, 0) < 0)
+        goto error;
+    return 0;
+error:
+    return -1;
+}
+
 int lane_channel_on_ack(PyObject *out, unsigned long long ack, PyObject *now_obj,
                         long long now) {
     held_refs h = {.n = 0}, *hp = &h;
@@ -56,10 +103,7 @@ int lane_channel_on_ack(PyObject *out, unsigned long long ack, PyObject *now_obj
         GET(sent, timed, sent);
         if (as_ll(sent, &sent_at) < 0) goto error;
         GET(timer, out, timer);
-        PyObject *rtt = hold(&h, PyLong_FromLongLong(now - sent_at));
-        if (rtt == NULL) goto error;
-        if (hold(&h, PyObject_CallMethodOneArg(timer, lane_names.sample, rtt)) == NULL)
-            goto error;
+        if (rto_sample(hp, timer, now - sent_at) < 0) goto error;
     }
     if (PyDict_GET_SIZE(unacked) == 0) {
         PyObject *armed;
@@ -221,6 +265,27 @@ error:
     return -1;
 }
 
+/* _Pending(packet, sent, deadline) (tries 0) without its Python __init__: the instance
+   made as object.__new__ makes it, its slots set as __init__ sets them. */
+static PyObject *new_pending(PyObject *packet, PyObject *sent, PyObject *deadline) {
+    static PyObject *no_args;
+    if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL) return NULL;
+    PyTypeObject *type = (PyTypeObject *)lane_PendingType;
+    PyObject *pending = type->tp_new(type, no_args, NULL);
+    if (pending == NULL) return NULL;
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL || PyObject_SetAttr(pending, lane_names.packet, packet) < 0
+        || PyObject_SetAttr(pending, lane_names.sent, sent) < 0
+        || PyObject_SetAttr(pending, lane_names.deadline, deadline) < 0
+        || PyObject_SetAttr(pending, lane_names.tries, zero) < 0) {
+        Py_XDECREF(zero);
+        Py_DECREF(pending);
+        return NULL;
+    }
+    Py_DECREF(zero);
+    return pending;
+}
+
 /* pass_down_each's state change (`_number`) for `packet` on each link: its seq there,
    kept until acked, the ack owed to that peer piggybacked (rseq, rack). 0, or -1. */
 int lane_number_links(links_out *o, PyObject *packet, PyObject *now_obj, long long now,
@@ -239,9 +304,7 @@ int lane_number_links(links_out *o, PyObject *packet, PyObject *now_obj, long lo
         PyObject *deadline = hold(hp, PyLong_FromLongLong(now + rto));
         PyObject *key = hold(hp, PyLong_FromLongLong(next_seq));
         if (deadline == NULL || key == NULL) goto error;
-        PyObject *pending_args[3] = {packet, now_obj, deadline};
-        PyObject *pending =
-            hold(hp, PyObject_Vectorcall(lane_PendingType, pending_args, 3, NULL));
+        PyObject *pending = hold(hp, new_pending(packet, now_obj, deadline));
         GET(unacked, link, unacked);
         if (pending == NULL || PyDict_SetItem(unacked, key, pending) < 0) goto error;
         release(&h);

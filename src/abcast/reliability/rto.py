@@ -16,7 +16,9 @@ catch up.
 What it does not know: packets, acks or which sample is valid. The caller applies Karn's
 rule (no sample from a packet that was retransmitted: its ack cannot say which copy it
 answers) and decides which packet of an ack to time. Time is an argument in integer
-microseconds; nothing here reads a clock.
+microseconds; nothing here reads a clock. The native lane does `sample`'s arithmetic in C
+(src/abcast/_native/lane_steps.c, `rto_sample`): change both, or its differential test
+(tests/unit/test_native_lane.py, which compares the estimators) fails.
 """
 
 from __future__ import annotations
