@@ -90,6 +90,14 @@ static inline void release(held_refs *h) {
     while (h->n) Py_DECREF(h->items[--h->n]);
 }
 
+/* dict[key] as a reference held by `hp` in `*item`: 1, 0 if absent, -1 with an error set
+   (a dict lends its items; Python code may run before the caller is done with one). */
+static inline int held_item(held_refs *hp, PyObject *dict, PyObject *key, PyObject **item) {
+    *item = PyDict_GetItemWithError(dict, key);
+    if (*item == NULL) return PyErr_Occurred() ? -1 : 0;
+    return hold(hp, Py_NewRef(*item)) == NULL ? -1 : 1;
+}
+
 /* getattr(obj, name) as a reference held until the call ends; NULL with an error set. */
 #define GET(dst, obj, name)                                             \
     do {                                                                \

@@ -119,12 +119,8 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     GET(ds, detector, _s);
     GET(peers, ds, peers);
     if (!PyDict_Check(peers)) DECLINE();
-    pst = PyDict_GetItemWithError(peers, peer);
-    if (pst == NULL) {
-        if (PyErr_Occurred()) goto error;
-        DECLINE();
-    }
-    if (hold(hp, Py_NewRef(pst)) == NULL) goto error;
+    truth = held_item(hp, peers, peer, &pst);
+    if (truth <= 0) goto check_failed;
     GET(o, pst, suspected);
     TRUTH(truth, o);
     if (truth) DECLINE();
@@ -144,12 +140,8 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     if (!truth) DECLINE();
     GET(in_links, channel, _in);
     if (!PyDict_Check(in_links)) DECLINE();
-    link = PyDict_GetItemWithError(in_links, peer);
-    if (link == NULL) {
-        if (PyErr_Occurred()) goto error;
-        DECLINE();
-    }
-    if (hold(hp, Py_NewRef(link)) == NULL) goto error;
+    truth = held_item(hp, in_links, peer, &link);
+    if (truth <= 0) goto check_failed;
     GET(o, link, above);
     TRUTH(truth, o);
     if (truth) DECLINE();
@@ -169,10 +161,9 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
         PyObject *out_links;
         GET(out_links, channel, _out);
         if (!PyDict_Check(out_links)) DECLINE();
-        out = PyDict_GetItemWithError(out_links, peer);
-        if (out == NULL && PyErr_Occurred()) goto error;
-        if (out != NULL) {
-            if (hold(hp, Py_NewRef(out)) == NULL) goto error;
+        truth = held_item(hp, out_links, peer, &out);
+        if (truth < 0) goto error;
+        if (truth) {
             long long next_seq;
             GET(o, out, next_seq);
             if (as_ll(o, &next_seq) < 0) goto error;
