@@ -25,8 +25,9 @@ from abcast.runtime.stack_options import for_streams
 from abcast.testing.polling import until
 
 _lane = pytest.importorskip(
-    "abcast._lane", reason="abcast._lane is not built here (no C compiler at set-up: "
-    "the pure-Python path runs; bench/build_native.py builds it in a checkout)")
+    "abcast._lane", reason="abcast._lane is not built here (no C compiler or Python "
+    "headers at set-up: the pure-Python path runs; bench/build_native.py builds it in a "
+    "checkout)")
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -40,8 +40,8 @@ except ImportError:  # the extension is optional: a machine without a compiler
     _lane = None
 
 needs_lane = pytest.mark.skipif(
-    _lane is None, reason="abcast._lane is not built here (no C compiler at set-up: the "
-    "pure-Python path runs; bench/build_native.py builds it in a checkout)")
+    _lane is None, reason="abcast._lane is not built here (no C compiler or Python headers "
+    "at set-up: the pure-Python path runs; bench/build_native.py builds it in a checkout)")
 
 #: bench/sweep_churn.py's STREAM_SHAPE (--stream-channel): acks carried, one 1 ms tick
 STREAM_SHAPE = ChannelConfig(piggyback_acks=True, tick_us=1_000)

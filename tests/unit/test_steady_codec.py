@@ -45,8 +45,9 @@ from abcast.testing.fuzz import Target, mutate
 
 sc = pytest.importorskip(
     "abcast._steady_codec",
-    reason="the optional C extension abcast._steady_codec is not built (no C compiler when "
-           "abcast was installed?); build it with: python bench/build_native.py",
+    reason="the optional C extension abcast._steady_codec is not built (no C compiler or "
+           "Python headers when abcast was installed?); build it with: python "
+           "bench/build_native.py",
 )
 
 ROOT = Path(__file__).resolve().parents[2]
