@@ -79,9 +79,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from abcast.checks import check_events, count_by_code
 from abcast.errors import ConfigError
 from abcast.ordering.registry import OrderingOptions, get_ordering
-from abcast.reliability.channel import ChannelConfig
 from abcast.sim import SimConfig, run_simulation
 from abcast.sim.churn import (
+    STREAM_SHAPE,
     churn_faults,
     flapping_faults,
     judge,
@@ -92,9 +92,6 @@ from abcast.sim.churn import (
 from abcast.sim.harness import first_difference
 from abcast.trace.rows import EventRow
 from abcast.trace.writer import write_run
-
-#: --stream-channel: the runtime's STREAM_CHANNEL in the simulator's time scale
-STREAM_SHAPE = ChannelConfig(piggyback_acks=True, tick_us=1_000)
 
 ORDERINGS = ("sequencer", "causal-total", "chandra-toueg", "unordered", "fifo", "causal",
              "skeen", "matrix")
@@ -333,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the NAK channel over IP multicast (multicast='nak'), every ordering")
     p.add_argument("--stream-channel", action="store_true",
                    help="the channel shaped as over real transports: acks carried and one "
-                        "tick for all links (ChannelConfig(piggyback_acks=True, tick_us=1000))")
+                        "tick for all links (abcast.sim.churn.STREAM_SHAPE)")
     p.add_argument("--native-lane", action="store_true",
                    help="with --stream-channel: run each seed with the native lane too; "
                         "both runs must write the same trace (see above)")

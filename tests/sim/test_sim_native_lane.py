@@ -27,10 +27,9 @@ import pytest
 
 from abcast.errors import ConfigError
 from abcast.ordering.registry import OrderingOptions
-from abcast.reliability.channel import ChannelConfig
 from abcast.runtime import lane
 from abcast.sim import SimConfig, run_simulation
-from abcast.sim.churn import churn_faults, flapping_faults
+from abcast.sim.churn import STREAM_SHAPE, churn_faults, flapping_faults
 from abcast.sim.harness import first_difference
 
 _lane: Any
@@ -43,8 +42,6 @@ needs_lane = pytest.mark.skipif(
     _lane is None, reason="abcast._lane is not built here (no C compiler or Python headers "
     "at set-up: the pure-Python path runs; bench/build_native.py builds it in a checkout)")
 
-#: bench/sweep_churn.py's STREAM_SHAPE (--stream-channel): acks carried, one 1 ms tick
-STREAM_SHAPE = ChannelConfig(piggyback_acks=True, tick_us=1_000)
 MESSAGES = 150
 
 #: (seed, nodes, schedule): the schedules of bench/sweep_churn.py (plain, --cut-sequencer,

@@ -49,11 +49,19 @@ from abcast.checks.facts import RunFacts
 from abcast.checks.views import ViewFacts, same_view_delivery, view_consistency, virtual_synchrony
 from abcast.ids import NodeId, sorted_nodes
 from abcast.ordering.registry import get_ordering
+from abcast.reliability.channel import ChannelConfig
 from abcast.sim.harness import SimResult
 from abcast.trace.rows import EventRow
 from abcast.trace.schema import STATE, VIEW_ORDER
 
 # -- random churn schedules ----------------------------------------------------------------
+
+
+#: the runtime's stream channel (abcast.runtime.stack_options.STREAM_CHANNEL: acks
+#: carried, one tick for all links) in the simulator's time scale, a 1 ms tick: the shape
+#: bench/sweep_churn.py --stream-channel runs, and the only one whose frames the native
+#: lane takes
+STREAM_SHAPE = ChannelConfig(piggyback_acks=True, tick_us=1_000)
 
 
 def churn_faults(rng: random.Random, nodes: int, *, span_ms: int = 1_500,

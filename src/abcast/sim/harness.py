@@ -77,7 +77,7 @@ class SimConfig:
     #: extension abcast._lane) first, as the runtime does, where a node's stack is its
     #: shape (the sequencer family's); the rows must not change (they are the Python
     #: path's: tests/sim/test_sim_native_lane.py). The lane only takes frames of a
-    #: channel with the runtime's one tick (bench/sweep_churn.py's STREAM_SHAPE, its
+    #: channel with the runtime's one tick (abcast.sim.churn.STREAM_SHAPE, sweep_churn's
     #: --stream-channel): with the simulator's default per-link timers it declines
     #: everything. A ConfigError where the lane is not on (not built, stale, switched off).
     #: Not in the run id: a run writes the same rows either way.
@@ -351,10 +351,9 @@ def run_simulation(
     )
 
 
-#: what two runs of one config must agree on besides their rows (SimResult's fields)
-OUTCOME_FIELDS = ("delivered", "broadcasts", "protocol_packets", "control_packets",
-                  "retransmissions", "quiescent", "end_us", "events", "app_states",
-                  "departed", "leaving", "oversize_frames")
+#: SimResult's fields that are not its outcome: what the run was asked (the config, its
+#: id and guarantees), its rows and its violations (compared on their own)
+_NOT_OUTCOME = frozenset({"config", "run_id", "guarantees", "recorder", "violations"})
 
 
 def first_difference(a: SimResult, b: SimResult) -> str | None:
@@ -374,7 +373,7 @@ def first_difference(a: SimResult, b: SimResult) -> str | None:
         extra = rows_a[i] if len(rows_a) > i else rows_b[i]
         return (f"row {i}: one run has {len(rows_a)} rows, the other {len(rows_b)}; "
                 f"the first extra: {extra!r}")
-    for name in OUTCOME_FIELDS:
+    for name in (f.name for f in fields(SimResult) if f.name not in _NOT_OUTCOME):
         if getattr(a, name) != getattr(b, name):
             return f"{name}: {getattr(a, name)!r} != {getattr(b, name)!r}"
     if a.violations != b.violations:
