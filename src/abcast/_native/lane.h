@@ -64,6 +64,22 @@ extern PyObject *lane_SDataType;      /* abcast.ordering.sequencer_wire.SData */
 extern PyObject *lane_PendingType;    /* abcast.reliability.channel._Pending */
 extern PyObject *lane_LocalProtocolError;  /* abcast.errors.LocalProtocolError */
 extern long long lane_granularity_us;      /* abcast.reliability.rto.GRANULARITY_US */
+/* the layers of the one stack shape the lane steps (abcast.runtime.lane.eligible): a
+   stack whose layers are not exactly these types is declined before any of its
+   attributes is read (a pointer compare on objects the lane holds anyway) */
+extern PyObject *lane_OpenDetectorType;   /* abcast.ordering._open_detector.OpenDetector */
+extern PyObject *lane_OpenChannelType;    /* abcast.ordering._open_channel.OpenChannel */
+extern PyObject *lane_MembershipType;     /* abcast.membership.layer.Membership */
+extern PyObject *lane_SequencerType;      /* abcast.ordering.sequencer.Sequencer */
+
+/* The three layers are the runtime's: OpenDetector, OpenChannel, Membership (exactly:
+   `type(x) is`, as `eligible` has it; the ordering's type is lane_sequencer_plain's). */
+static inline int lane_layers_shaped(PyObject *detector, PyObject *channel,
+                                     PyObject *membership) {
+    return (PyObject *)Py_TYPE(detector) == lane_OpenDetectorType
+           && (PyObject *)Py_TYPE(channel) == lane_OpenChannelType
+           && (PyObject *)Py_TYPE(membership) == lane_MembershipType;
+}
 
 /* The names interned and the types imported: 0, or -1 with an error set. */
 int lane_objects_init(void);
@@ -184,8 +200,9 @@ int lane_add_frames(links_out *o, PyObject *frames, const unsigned long long *rs
    state (held). 1, 0 if not, -1 with an error set. */
 int lane_member_steady(held_refs *hp, PyObject *membership, PyObject **ms);
 
-/* The sequencer under the membership layer in its plain steady state: no optimistic,
-   safe or causal option, a view; its state's parts the steps use (held). 1/0/-1. */
+/* The sequencer under the membership layer in its plain steady state: a `Sequencer`
+   (exactly), no optimistic, safe or causal option, a view; its state's parts the steps
+   use (held). 1/0/-1. */
 typedef struct {
     PyObject *st, *members, *me, *numbers, *bodies, *delivered, *log, *deps_of;
     long long next_delivery;

@@ -23,8 +23,12 @@
 
    Rules. The Python objects are the only state: the lane reads and writes the same
    attributes the Python layers do (no copy, nothing to hand back). Every check comes
-   before the first change, so a decline leaves no trace. What it does, in the Python
-   path's order:
+   before the first change, so a decline leaves no trace. A stack of another shape
+   (layers not exactly OpenDetector, OpenChannel, Membership over a Sequencer: another
+   ordering, channel or detector) is declined by its layers' types before any of their
+   attributes is read, by `receive` and `broadcast` alike: the lane never raises for a
+   stack `eligible` refuses (it once raised AttributeError for one). What it does, in the
+   Python path's order:
      - the failure detector's `pass_up`: a known peer, not suspected, no claim -> its
        `last_heard` stamped;
      - the reliable channel's `pass_up`: tick set, a steady member, no hole, the next
@@ -113,6 +117,7 @@ static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_
     if (!PyList_Check(layers) || PyList_GET_SIZE(layers) != 3) DECLINE();
     PyObject *detector = PyList_GET_ITEM(layers, 0), *channel = PyList_GET_ITEM(layers, 1),
              *membership = PyList_GET_ITEM(layers, 2);
+    if (!lane_layers_shaped(detector, channel, membership)) DECLINE();  /* not `eligible` */
 
     /* the failure detector's pass_up */
     PyObject *ds, *peers, *pst;
@@ -361,6 +366,7 @@ static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssiz
     if (!PyList_Check(layers) || PyList_GET_SIZE(layers) != 3) DECLINE();
     PyObject *detector = PyList_GET_ITEM(layers, 0), *channel = PyList_GET_ITEM(layers, 1),
              *membership = PyList_GET_ITEM(layers, 2);
+    if (!lane_layers_shaped(detector, channel, membership)) DECLINE();  /* not `eligible` */
     GET(o, channel, _tick_set);  /* pass_down_each's first test (else _transmit sets it) */
     TRUTH(truth, o);
     if (!truth) DECLINE();

@@ -11,6 +11,8 @@ PyObject *lane_LocalProtocolError;
 long long lane_granularity_us;
 PyObject *lane_DeliverType, *lane_TransmitType, *lane_PacketType, *lane_SOrderType,
     *lane_SDataType, *lane_PendingType;
+PyObject *lane_OpenDetectorType, *lane_OpenChannelType, *lane_MembershipType,
+    *lane_SequencerType;
 
 /* MsgId(origin, seq): tuple.__new__'s work for a tuple subclass, without its argument
    tuple. Steals nothing; NULL with an error set. */
@@ -117,6 +119,14 @@ int lane_objects_init(void) {
         || (lane_SDataType = import_attr("abcast.ordering.sequencer_wire", "SData")) == NULL
         || (lane_PendingType = import_attr("abcast.reliability.channel", "_Pending")) == NULL
         || (lane_LocalProtocolError = import_attr("abcast.errors", "LocalProtocolError"))
+               == NULL
+        || (lane_OpenDetectorType = import_attr("abcast.ordering._open_detector",
+                                                "OpenDetector")) == NULL
+        || (lane_OpenChannelType = import_attr("abcast.ordering._open_channel",
+                                               "OpenChannel")) == NULL
+        || (lane_MembershipType = import_attr("abcast.membership.layer", "Membership"))
+               == NULL
+        || (lane_SequencerType = import_attr("abcast.ordering.sequencer", "Sequencer"))
                == NULL)
         return -1;
     if (!PyType_Check(lane_PendingType)) {

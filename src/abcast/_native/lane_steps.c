@@ -489,6 +489,7 @@ int lane_sequencer_plain(held_refs *hp, PyObject *membership, lane_seq *q) {
     PyObject *core, *o, *view;
     int truth;
     GET(core, membership, ordering);
+    if ((PyObject *)Py_TYPE(core) != lane_SequencerType) return 0;  /* another ordering */
     GET(q->st, core, st);
     GET(o, q->st, optimistic);
     if (o != Py_None) return 0;

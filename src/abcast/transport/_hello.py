@@ -1,5 +1,5 @@
 """The hello: the first message of every connection, and whom a receiver admits on it
-— the frame bound, the supersede rule (`Sessions`) and the memory of refusals
+— the own id, the frame bound, the supersede rule (`Sessions`) and the memory of refusals
 (`Refusals`). Shared by every stream transport; `QueuedTransport.admit` (_common)
 applies it.
 
@@ -20,6 +20,12 @@ counted in `refused_links`; the sender's reconnects back off like any failure (_
 it. A hello without the field (0: a node from before it, or a hand-made hello) is
 admitted unchecked. With a secret the tcp handshake binds the bound (zmq:// derives its
 key from the whole hello), so the value compared is authenticated.
+
+The own id: a node never opens a connection to itself, so a hello naming the receiving
+node is another node configured with the same id (or a forgery): refused like another
+frame bound, before any frame is delivered — one WARNING line, DEBUG for its reconnects,
+counted in `refused_links` — rather than admitted and each of its frames refused by
+`Stack.receive`, which kept the link up and the impostor's frames coming.
 """
 
 from __future__ import annotations
@@ -57,7 +63,13 @@ class Hello(msgspec.Struct, frozen=True, array_like=True, gc=False):
 
 def frame_bound_refusal(me: NodeId, own: int, hello: Hello) -> str | None:
     """Why node `me`, whose frame bound is `own`, refuses this hello (None: it does
-    not). Members must share the bound: see the module rules."""
+    not): every rule a hello is checked by, here once for every transport that reads
+    one (`QueuedTransport.admit`, pyro://'s handshake). A hello naming `me` is refused
+    (a node never connects to itself: another node has our id), then members must share
+    the bound: see the module rules."""
+    if hello.node == me:
+        return (f"the hello names {me}, this node: two nodes have the id {me} (give "
+                "every node its own id)")
     theirs = hello.max_frame_bytes
     if theirs in (0, own):  # 0: not said
         return None

@@ -46,7 +46,10 @@ Rules:
   datagram may claim any incarnation.
 - Bad input never stops a node: a datagram that does not decode (udp_wire's rules) is
   counted, logged in one line and dropped; datagrams of another group on the same port
-  and this node's own multicasts (looped back) are ignored quietly.
+  and this node's own multicasts (looped back: its node id and incarnation) are ignored
+  quietly. A datagram naming this node as its sender with another incarnation (a node
+  with our id, an earlier process of ours, a forgery) is bad input too: counted, one
+  line (DEBUG while the incarnation claimed repeats), and never handed over.
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ class UdpStats:
     datagrams_in: int = 0
     multicast_frames_out: int = 0  # frames written once for the whole group
     multicast_frames_in: int = 0
-    bad_datagrams: int = 0  # did not decode: logged and dropped
+    bad_datagrams: int = 0  # did not decode, or claimed our id (another incarnation): dropped
     stale_datagrams: int = 0  # older than one handed over, of an older incarnation or
     # session (a replay, a restarted sender's old process), or of a dropped session
     foreign_datagrams: int = 0  # another group's, on the same port
@@ -160,6 +163,7 @@ class UdpTransport(QueuedTransport):
         self._now = 0.0  # loop time of the datagrams being read
         self._forgotten_unlogged = 0
         self._forgotten_log_at = 0.0
+        self._claimed_ours = -1  # the incarnation of the last datagram claiming our id
         self._reassembly_bytes = 0
         #: with a secret: (sender, incarnation, session) -> its datagrams' cipher
         self._ciphers: dict[tuple[bytes, int, int], Any] | None = (
@@ -449,8 +453,10 @@ class UdpTransport(QueuedTransport):
         if d.group not in (self._group_id, 0):
             stats.foreign_datagrams += 1
             return
-        if d.sender == self._node and d.incarnation == self.incarnation:
-            return  # our own multicast, looped back
+        if d.sender == self._node:  # ours (a multicast looped back), or a claim to be us
+            if d.incarnation != self.incarnation:
+                self._claims_our_id(d.incarnation, addr, len(data))
+            return
         if d.kind == PacketType.RESET:
             if d.incarnation == self.incarnation and d.session == self._session:
                 self._new_session(f"{d.sender} dropped our session")
@@ -491,10 +497,26 @@ class UdpTransport(QueuedTransport):
         self.deliver(source.link, frame)
 
     def _bad_datagram(self, what: str, addr: tuple[str, int], size: int,
-                      exc: Exception) -> None:
+                      exc: Exception | str, level: int = logging.WARNING) -> None:
         self.udp_stats.bad_datagrams += 1
-        logger.warning("%s: %s datagram from %s:%s (%d bytes): %s",
-                       self.label, what, addr[0], addr[1], size, exc)
+        logger.log(level, "%s: %s datagram from %s:%s (%d bytes): %s",
+                   self.label, what, addr[0], addr[1], size, exc)
+
+    def _claims_our_id(self, incarnation: int, addr: tuple[str, int], size: int) -> None:
+        """A datagram naming this node as its sender, of another incarnation: another
+        node with our id, an earlier process of ours still sending, or a forgery. Bad
+        input (its frame never reaches the stack): counted, one log line — WARNING
+        unless the last such datagram claimed the same incarnation, then DEBUG (a node
+        with our id sends heartbeats for as long as it runs)."""
+        self.stats.bad_frames += 1
+        first = incarnation != self._claimed_ours
+        self._claimed_ours = incarnation
+        self._bad_datagram(
+            "dropped a bad", addr, size,
+            f"it names this node, {self._node}, as its sender with incarnation "
+            f"{incarnation}, ours is {self.incarnation} (another node has our id, or an "
+            "earlier process of this node is still sending)",
+            logging.WARNING if first else logging.DEBUG)
 
     def _new_source(self, sender: str, incarnation: int, session: int, addr: tuple[str, int],
                     old: Source | None) -> Source:
