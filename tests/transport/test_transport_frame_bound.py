@@ -35,7 +35,7 @@ from abcast.transport._hello import (
     Hello,
     decode_hello,
     encode_hello,
-    frame_bound_refusal,
+    hello_refusal,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -64,7 +64,7 @@ def test_a_hello_without_the_field_decodes_as_not_said() -> None:
     old = HELLO_MAGIC + msgspec.msgpack.encode(_OldHello("a", 7, 3))
     hello = decode_hello(old)
     assert hello == Hello("a", 7, 3) and hello.max_frame_bytes == 0
-    assert frame_bound_refusal("b", DEFAULT, hello) is None  # admitted unchecked
+    assert hello_refusal("b", DEFAULT, hello) is None  # admitted unchecked
     new = encode_hello(Hello("a", 7, 3, SMALL))
     assert decode_hello(new).max_frame_bytes == SMALL
     # and an older node reads the new hello (the trailing field ignored)
@@ -97,21 +97,21 @@ def _violations(check: Check) -> list[str]:
 
 
 def _wrong_field(me: str, own: int, hello: Hello) -> str | None:
-    return frame_bound_refusal(me, own, Hello(hello.node, 0, 0, hello.conn_seq))
+    return hello_refusal(me, own, Hello(hello.node, 0, 0, hello.conn_seq))
 
 
 def _refuses_absent(me: str, own: int, hello: Hello) -> str | None:
     if hello.max_frame_bytes == 0:
         return f"{hello.node} has max_frame_bytes 0, {me} has {own}: members must share"
-    return frame_bound_refusal(me, own, hello)
+    return hello_refusal(me, own, hello)
 
 
 def _only_larger(me: str, own: int, hello: Hello) -> str | None:
-    return frame_bound_refusal(me, own, hello) if hello.max_frame_bytes > own else None
+    return hello_refusal(me, own, hello) if hello.max_frame_bytes > own else None
 
 
 def test_the_check_refuses_exactly_another_stated_bound() -> None:
-    assert _violations(frame_bound_refusal) == []
+    assert _violations(hello_refusal) == []
 
 
 @pytest.mark.parametrize("planted", [_wrong_field, _refuses_absent, _only_larger])
@@ -289,7 +289,7 @@ def test_equal_bounds_connect(scheme: str) -> None:
 
 
 def _own_from_the_hello(me: str, own: int, hello: Hello) -> str | None:
-    return frame_bound_refusal(me, hello.max_frame_bytes, hello)
+    return hello_refusal(me, hello.max_frame_bytes, hello)
 
 
 @pytest.mark.parametrize(("planted", "bounds"), [(_wrong_field, (SMALL, SMALL)),
@@ -301,7 +301,7 @@ def test_planted_admissions_are_caught_end_to_end(
     members with equal bounds (which `test_equal_bounds_connect` forbids), and one that
     takes "our" bound from the hello admits different ones and lets a frame through
     (which the refusal test forbids)."""
-    monkeypatch.setattr(common, "frame_bound_refusal", planted)
+    monkeypatch.setattr(common, "hello_refusal", planted)
     assert _violations(planted)
 
     async def main() -> None:

@@ -21,7 +21,7 @@ from transport_harness import Inbox, Nodes, numbered, run
 
 from abcast.transport import TransportOptions
 from abcast.transport._common import QueuedTransport
-from abcast.transport._hello import Hello, frame_bound_refusal
+from abcast.transport._hello import Hello, hello_refusal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,10 +36,10 @@ DEFAULT: Final = TransportOptions().max_frame_bytes
 def test_the_check_refuses_a_hello_naming_the_receiver() -> None:
     for bound in (0, DEFAULT, 1024):  # whatever the frame bound says
         for incarnation in (0, 1, 7):
-            reason = frame_bound_refusal("b", DEFAULT, Hello("b", incarnation, 1, bound))
+            reason = hello_refusal("b", DEFAULT, Hello("b", incarnation, 1, bound))
             assert reason is not None and "two nodes have the id b" in reason
-    assert frame_bound_refusal("b", DEFAULT, Hello("a", 1, 1, DEFAULT)) is None
-    assert frame_bound_refusal("b", DEFAULT, Hello("bb", 1, 1)) is None  # not a prefix rule
+    assert hello_refusal("b", DEFAULT, Hello("a", 1, 1, DEFAULT)) is None
+    assert hello_refusal("b", DEFAULT, Hello("bb", 1, 1)) is None  # not a prefix rule
 
 
 def _lines(caplog: pytest.LogCaptureFixture, level: int, text: str) -> list[str]:

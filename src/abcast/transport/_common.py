@@ -34,7 +34,7 @@ from typing import ClassVar
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.transport._framing import split_frames
-from abcast.transport._hello import Hello, Refusals, Sessions, frame_bound_refusal
+from abcast.transport._hello import Hello, Refusals, Sessions, hello_refusal
 from abcast.transport.base import (
     FrameHandler,
     Link,
@@ -459,7 +459,7 @@ class QueuedTransport(Transport):
         connection (see module rules). A refused link is dropped here (`Link.refuse`:
         logged, counted, closed by the transport's drop), and (False, None) returned."""
         link.peer = hello.node
-        refusal = frame_bound_refusal(self.node, self.options.max_frame_bytes, hello)
+        refusal = hello_refusal(self.node, self.options.max_frame_bytes, hello)
         if refusal is not None:
             link.refuse(refusal)
             return False, None

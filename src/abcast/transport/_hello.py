@@ -61,7 +61,7 @@ class Hello(msgspec.Struct, frozen=True, array_like=True, gc=False):
     max_frame_bytes: Annotated[int, msgspec.Meta(ge=0, le=2**31)] = 0
 
 
-def frame_bound_refusal(me: NodeId, own: int, hello: Hello) -> str | None:
+def hello_refusal(me: NodeId, own: int, hello: Hello) -> str | None:
     """Why node `me`, whose frame bound is `own`, refuses this hello (None: it does
     not): every rule a hello is checked by, here once for every transport that reads
     one (`QueuedTransport.admit`, pyro://'s handshake). A hello naming `me` is refused

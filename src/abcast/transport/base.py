@@ -52,7 +52,9 @@ Rules (the contract the runtime codes against):
   open with a hello says its bound there, and a receiver with another bound refuses the
   connection before any frame is delivered (one WARNING line per peer naming both
   nodes and both values, `refused_links`; the sender backs off as after any failure).
-  udp:// has no hello: there each datagram's frame size is checked alone.
+  A hello naming the receiving node itself (two nodes with one id) is refused the same
+  way. udp:// has no hello: there each datagram's frame size is checked alone, and a
+  datagram naming this node with another incarnation is bad input.
 - Stats are live counters on the transport's loop; `stats.snapshot()` copies them.
   Nothing is dropped silently: every frame `send` accepted is, eventually, in
   `frames_out` (handed to the wire), in `discarded_frames` (remove_peer/close), or
@@ -142,8 +144,9 @@ class Link:
 
     def refuse(self, reason: str) -> None:
         """Transport-internal: the hello said the peer is configured differently (its
-        frame bound): close the connection as `drop` does, counted in `refused_links`
-        and logged once per peer and reason instead of as bad input."""
+        frame bound, or this node's own id): close the connection as `drop` does,
+        counted in `refused_links` and logged once per peer and reason instead of as
+        bad input."""
         if self._alive:
             self.refused = True
             self.drop(reason)
@@ -173,7 +176,7 @@ class TransportStats:
     bad_frames: int = 0  # inbound connections dropped for bad input (framing or Link.drop)
     rejected_frames: int = 0  # frames dropped: their MAC, tag or counter failed (secret)
     dropped_connections: int = 0  # inbound connections this node dropped (refused included)
-    refused_links: int = 0  # of those: refused for their hello (another max_frame_bytes)
+    refused_links: int = 0  # of those: refused for their hello (another bound, our own id)
     lost_connections: int = 0  # outbound connections that ended without being asked to
     reconnects: int = 0  # outbound connections opened after an earlier one to that peer
     discarded_frames: int = 0  # queued frames thrown away by remove_peer / close

@@ -51,7 +51,7 @@ from Pyro5.callcontext import current_context
 from abcast.errors import ConfigError
 from abcast.ids import NodeId
 from abcast.transport._common import PeerState, QueuedTransport
-from abcast.transport._hello import Hello, frame_bound_refusal
+from abcast.transport._hello import Hello, hello_refusal
 from abcast.transport.base import Link, TransportOptions, TransportUrl
 
 logger = logging.getLogger(__name__)
@@ -231,7 +231,7 @@ class PyroTransport(QueuedTransport):
         except msgspec.ValidationError as exc:
             self.post(link.drop, f"bad hello in the Pyro handshake: {exc}")
             raise Pyro5.errors.SecurityError("not an abcast hello") from None
-        refusal = frame_bound_refusal(self.node, self.options.max_frame_bytes, hello)
+        refusal = hello_refusal(self.node, self.options.max_frame_bytes, hello)
         if refusal is None:
             # Pyro reports the disconnection (on_disconnect) only of a connection whose
             # handshake succeeded: a refused one must not enter the table
