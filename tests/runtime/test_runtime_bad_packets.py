@@ -145,28 +145,30 @@ def test_a_far_ahead_data_frame_is_refused_not_delivered(
     assert len(lines) == 1
 
 
-def test_a_frame_claiming_the_receiver_itself_is_refused_with_one_line(
+def test_a_connection_claiming_the_receiver_itself_is_refused_with_one_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A hello claiming n3, to n3, then a data frame claiming n3: the connection's claim
-    and the frame's agree, so it reaches n3's stack. Before, the failure detector took
-    n3 for a stranger and probed it with a `Send` to itself: LocalProtocolError out of
-    the frame handler (an ERROR line with a traceback, "frame handler raised"), the
-    frame's outputs lost midway. Now the stack refuses it (RemoteProtocolError): one
-    line, the connection dropped, and the group goes on delivering everything."""
+    """A hello claiming n3, to n3, then a data frame claiming n3. First (session 19) the
+    frame reached n3's stack, whose failure detector took n3 for a stranger and probed
+    it with a `Send` to itself: LocalProtocolError out of the frame handler, an ERROR
+    line with a traceback; then the stack refused it (tests/unit/test_stack_self_sender.py,
+    still the guard behind this one). Now the transport refuses the hello itself
+    (abcast.transport._hello.hello_refusal): one WARNING line, the connection refused
+    (`refused_links`), no frame of it handed to the node, and the group goes on
+    delivering everything."""
 
-    async def main() -> tuple[list[list[Delivery]], int, bool]:
+    async def main() -> tuple[list[list[Delivery]], int, int, int, bool]:
         nodes, groups = await _cluster()
         try:
             await _rounds(groups, "before-")
             forged = Packet((Fd(), RData(PER_NODE + 1), SData(PER_NODE + 1)), b"forged")
             await _forge(nodes[2], "n3", forged)
-            await _until(lambda: any("as its sender" in r.getMessage()
-                                     or "frame handler raised" in r.getMessage()
-                                     for r in caplog.records))
+            stats = nodes[2].transport.stats
+            await _until(lambda: stats.refused_links >= 1)
             await _rounds(groups, "after-")
             got = await _delivered(groups, 2 * PER_NODE * len(IDS))
-            return got, nodes[2].stats.bad_frames, groups[2].active
+            return (got, stats.refused_links, stats.bad_frames, nodes[2].stats.bad_frames,
+                    groups[2].active)
         finally:
             for g in groups:
                 await g.close()
@@ -174,11 +176,11 @@ def test_a_frame_claiming_the_receiver_itself_is_refused_with_one_line(
                 await node.close()
 
     with caplog.at_level(logging.WARNING, logger="abcast"):
-        got, bad_frames, active = asyncio.run(main())
+        got, refused, transport_bad, node_bad, active = asyncio.run(main())
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "frame handler raised" in m]
-    assert len([m for m in messages if "claims n3, this node, as its sender" in m]) == 1
-    assert active and bad_frames == 1
+    assert len([m for m in messages if "two nodes have the id n3" in m]) == 1
+    assert refused == 1 and transport_bad == 0 and node_bad == 0 and active
     orders = [[(d.origin, d.payload) for d in per] for per in got]
     assert orders[0] == orders[1] == orders[2]
     assert all(payload != b"forged" for _, payload in orders[2])
