@@ -1,7 +1,9 @@
 """The shipped conformance suite catches broken transports (as trio tests its own
 stream checks): mem:// behind a wrapper that swaps two frames now and then, one that
 silently drops a frame now and then, one whose connections go on delivering after
-on_frame dropped them, and one whose drain() returns at once. Each fails the check meant
+on_frame dropped them, one whose drain() returns at once, one whose send_run sends a
+run last to first, and tcp:// with its fast run path planted to write a frame and
+queue it too. Each fails the check meant
 for it with an AssertionError saying what broke (the first two fail `check_transport`
 too, at its first check); plain mem:// passes those checks (the suite is not failing
 everything). And `check_transport`'s skip list
@@ -11,6 +13,7 @@ must name real checks, each with a reason.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,6 +22,7 @@ from abcast.testing.transport_conformance import (
     check_drain_holds_the_sender_at_the_high_water_mark_and_loses_nothing,
     check_dropped_link_is_counted_and_the_sender_comes_back,
     check_frames_on_one_link_arrive_in_order,
+    check_runs_arrive_as_their_sends_would,
     check_transport,
 )
 from abcast.testing.transport_harness import UrlMaker
@@ -116,6 +120,39 @@ def test_a_drain_without_backpressure_is_caught() -> None:
     maker = UrlMaker("mem://", wrap=NoBackpressure)
     with pytest.raises(AssertionError, match="above the high-water mark"):
         check_drain_holds_the_sender_at_the_high_water_mark_and_loses_nothing(maker)
+
+
+class RunReversed(WrappingTransport):
+    """send_run sends a run's frames last to first: a peer named twice in one run gets
+    its frames out of order."""
+
+    def send_run(self, frames: Sequence[tuple[NodeId, bytes]]) -> None:
+        for node, data in reversed(frames):
+            self.inner.send(node, data)
+
+
+def test_a_send_run_that_reorders_a_peers_frames_is_caught() -> None:
+    with pytest.raises(AssertionError, match="at index"):
+        check_runs_arrive_as_their_sends_would(UrlMaker("mem://", wrap=RunReversed))
+    check_runs_arrive_as_their_sends_would(UrlMaker("mem://"))
+
+
+def test_tcps_fast_run_that_writes_and_then_queues_too_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """tcp://'s send_run writes a frame for an idle peer at once (`_Channel.write_at_once`);
+    planted: it writes it and says it did not, so `send` queues it again."""
+    from abcast.transport import tcp
+
+    write_at_once = tcp._Channel.write_at_once
+
+    def twice(self: tcp._Channel, data: bytes) -> bool:
+        write_at_once(self, data)
+        return False
+
+    monkeypatch.setattr(tcp._Channel, "write_at_once", twice)
+    with pytest.raises(AssertionError, match="at index"):
+        check_runs_arrive_as_their_sends_would(UrlMaker("tcp://127.0.0.1:0"))
 
 
 def test_skipping_needs_a_real_check_and_a_reason() -> None:

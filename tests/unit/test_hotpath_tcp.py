@@ -3,7 +3,8 @@
 The transport writes the first frame of a loop turn to an idle socket from inside
 `send` (a lone message waits for no loop turn at any hop) and coalesces what follows in
 that turn into one write at the next turn; between `cork` and `uncork` "the first frame"
-is everything sent meanwhile (one write at the outermost `uncork`). Observed through the
+is everything sent meanwhile (one write at the outermost `uncork`), and `send_run` writes
+a step's run as `cork`, `send` each and `uncork` would. Observed through the
 public counters: `stats.frames_out` counts frames handed to the wire. Whatever the
 pattern of bursts, corks and loop turns, the receiver gets every frame once, in order.
 """
@@ -106,6 +107,28 @@ def test_corked_frames_leave_together_at_the_outermost_uncork() -> None:
         assert sender.stats.frames_out == before + 3  # the turn's rest waits, as ever
         await asyncio.sleep(0)
         assert sender.stats.frames_out == before + 4
+        await inbox.wait_for(5)
+        assert inbox.seqs == list(range(5)) and inbox.intact
+
+    on_a_fresh_turn(body)
+
+
+def test_a_run_is_written_as_cork_send_uncork_would_write_it() -> None:
+    """`send_run` (one step's frames): on a fresh turn its frames are on the wire when it
+    returns — one frame (written at once by the fast path), or a peer's several (one
+    write, as under a cork) — and a run later in the same turn waits for the next turn."""
+
+    async def body(sender: Transport, inbox: Inbox) -> None:
+        before = sender.stats.frames_out
+        sender.send_run([("r", numbered(1))])
+        assert sender.stats.frames_out == before + 1  # written from inside send_run
+        sender.send_run([("r", numbered(2))])
+        assert sender.stats.frames_out == before + 1  # the turn's rest waits, as ever
+        await asyncio.sleep(0)
+        assert sender.stats.frames_out == before + 2
+        await asyncio.sleep(0)
+        sender.send_run([("r", numbered(3)), ("r", numbered(4))])
+        assert sender.stats.frames_out == before + 4  # a peer twice: one write, now
         await inbox.wait_for(5)
         assert inbox.seqs == list(range(5)) and inbox.intact
 

@@ -116,9 +116,7 @@ class Host(Protocol):
 
     def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int: ...
 
-    def cork(self) -> None: ...
-
-    def uncork(self) -> None: ...
+    def transmit_run(self, run: list[Transmit]) -> int: ...
 
 
 class GroupDriver:
@@ -161,7 +159,6 @@ class GroupDriver:
         self.lane_broadcast: Callable[[Stack, bytes, int], list[Output] | None] | None = None
         self._flush_scheduled = False  # a `_flush_soon` is due at the end of this turn
         self._applying = False  # carrying out a stack call's outputs (see send_queued)
-        self._corked = False  # the host is corked for a run of packets (see _carry_out)
         #: stack.backpressured() as of the stack's last step; None: not asked since
         self._pressure: bool | None = None
         self._timers: dict[Hashable, _Timer] = {}
@@ -320,8 +317,6 @@ class GroupDriver:
             self._carry_out(outputs)
         finally:
             self._applying = applying
-            if self._corked:  # an exception left a run of packets corked
-                self._uncork()
 
     def _carry_out(self, outputs: list[Output]) -> None:
         """One at a time, in order, except that protocol `Transmit`s go ahead of the
@@ -333,31 +328,25 @@ class GroupDriver:
         application sees moves: deliveries keep their order and still come before any
         view, state, snapshot or control packet after them, and timers keep theirs.
 
-        Each run of protocol packets is corked (`Host.cork`): a peer's packets of one
-        step leave in one write, uncorked before anything else is carried out."""
+        Each run of protocol packets goes to the host in one call (`Host.transmit_run`):
+        a peer's packets of one step leave in one write, before anything else is
+        carried out."""
         host = self.host
+        run: list[Transmit] = []  # protocol packets, sent before anything else
         held: list[Output] = []  # deliveries and timers waiting for the packets after them
         for out in outputs:
             if self.closed:
                 return  # removed from the group by an earlier output of this batch
             kind = type(out)
             if kind is Transmit and not out.control:  # type: ignore[union-attr]
-                transmit: Transmit = out  # type: ignore[assignment]
-                to = transmit.to
-                if not self._corked:
-                    self._corked = True
-                    host.cork()
-                if len(to) == 1:
-                    self.protocol_packets += 1
-                    host.transmit(to[0], transmit.data)
-                else:  # one write on udp://: one packet on the wire
-                    self.protocol_packets += host.transmit_many(to, transmit.data)
+                run.append(out)  # type: ignore[arg-type]
                 continue
             if kind is Deliver or kind is SetTimer or kind is CancelTimer:
                 held.append(out)
                 continue
-            if self._corked:
-                self._uncork()
+            if run:
+                self.protocol_packets += host.transmit_run(run)
+                run = []
             if held and not self._carry_out_held(held):
                 return
             match out:
@@ -407,14 +396,10 @@ class GroupDriver:
                             self.hooks.set_state(state)
                         except Exception as exc:
                             self._app_failed("set_state", exc)
-        if self._corked:
-            self._uncork()
+        if run:
+            self.protocol_packets += host.transmit_run(run)
         if held:
             self._carry_out_held(held)
-
-    def _uncork(self) -> None:
-        self._corked = False
-        self.host.uncork()
 
     def _carry_out_held(self, held: list[Output]) -> bool:
         """Carry out (and clear) the held deliveries and timers, in their order; False

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from abcast.codec import Envelope, decode_envelope
+from abcast.effects import Transmit
 from abcast.errors import AbcastError, ConfigError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.registry.client import RegistryClient
@@ -501,15 +502,35 @@ class Node:
         else:
             self.stats.unresolved_frames += 1  # the reliable channel sends it again
 
-    def cork(self) -> None:
-        """The frames transmitted until `uncork` are one step's: the transport may write
-        each peer's share at once (see Transport.cork)."""
-        if self._transport is not None:
-            self._transport.cork()
-
-    def uncork(self) -> None:
-        if self._transport is not None:
-            self._transport.uncork()
+    def transmit_run(self, run: list[Transmit]) -> int:
+        """One step's run of protocol packets, in order: each peer's share leaves in one
+        write (`Transport.send_run`). Returns the packets they cost on the wire."""
+        transport = self._transport
+        if transport is None or self._state != "open":
+            return sum(len(transmit.to) for transmit in run)  # shutting down: discarded
+        if self.traffic is None:  # the common case: each to one peer with an address
+            urls = self._peer_urls
+            frames: list[tuple[NodeId, bytes]] = []
+            for transmit in run:
+                to = transmit.to
+                if len(to) != 1 or to[0] not in urls:
+                    break
+                frames.append((to[0], transmit.data))
+            else:
+                transport.send_run(frames)
+                return len(frames)
+        packets = 0
+        transport.cork()
+        try:
+            for transmit in run:
+                if len(transmit.to) == 1:
+                    self.transmit(transmit.to[0], transmit.data)
+                    packets += 1
+                else:
+                    packets += self.transmit_many(transmit.to, transmit.data)
+        finally:
+            transport.uncork()
+        return packets
 
     def transmit_many(self, dsts: tuple[NodeId, ...], data: bytes) -> int:
         """One frame for several peers: one write where the transport can (udp://).

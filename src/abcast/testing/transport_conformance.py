@@ -15,7 +15,8 @@ transport breaks the contract of abcast.transport.base; `check_transport` runs t
 (`CHECKS`, in order), except those named in `skip` with a reason.
 
 Properties: per-link FIFO with no loss on a healthy link and no duplicates ever; large
-frames arrive intact; six nodes all-to-all keep every link's order; after a peer
+frames arrive intact; six nodes all-to-all keep every link's order; a step's run of
+frames (`send_run`) arrives as its sends would; after a peer
 restarts (same or new address) and add_peer is called again, traffic resumes and stays
 in order; reconnecting to a live peer never reorders; a restarted sender is heard
 again; every frame send accepted is sent, discarded or still buffered, never silently
@@ -30,6 +31,7 @@ the WAN emulator's sites, needs them).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Final
@@ -132,6 +134,52 @@ def check_six_nodes_all_to_all_keep_each_link_in_order(maker: TransportMaker) ->
                 for sender in senders:
                     assert inbox.got(sender) == list(range(per_link)), (sender, name)
                 assert set(inbox.seqs) == set(senders)  # every link names its sender
+
+    run(main)
+
+
+def check_runs_arrive_as_their_sends_would(maker: TransportMaker) -> None:
+    """`send_run`: 600 runs of one step's frames to b and c (one frame, several peers,
+    a peer more than once, some inside a `cork`), mixed with plain sends over many loop
+    turns, arrive all, once, each link in order; the stats count each frame once."""
+    steps = 600
+    rng = random.Random(23)
+
+    async def main() -> None:
+        inboxes = {"b": Inbox(), "c": Inbox()}
+        async with Nodes(maker) as nodes:
+            a = await nodes.start("a", Inbox())
+            for name, inbox in inboxes.items():
+                a.add_peer(name, (await nodes.start(name, inbox)).address)
+            sent = {"b": 0, "c": 0}
+
+            def frame(node: str) -> tuple[str, bytes]:
+                sent[node] += 1
+                return node, numbered(sent[node] - 1, 8 + rng.randrange(200))
+
+            for step in range(steps):
+                corked = rng.random() < 0.2
+                if corked:
+                    a.cork()
+                if rng.random() < 0.3:
+                    node, data = frame(rng.choice("bc"))
+                    a.send(node, data)
+                a.send_run([frame(rng.choice("bc")) for _ in range(rng.choice((1, 1, 2, 3)))])
+                if corked:
+                    a.uncork()
+                for _ in range(rng.choice((0, 1, 1, 2))):
+                    await asyncio.sleep(0)
+                if step % 200 == 199:
+                    await a.drain()
+            for name, inbox in inboxes.items():
+                last = sent[name] - 1
+                await inbox.wait_until(lambda i=inbox, n=last: i.has("a", n), f"{name}'s run")
+                got, want = inbox.got("a"), list(range(sent[name]))
+                assert got == want, f"{name}: {_first_difference(got, want)}"
+                assert inbox.corrupt == 0
+            total = sum(sent.values())
+            await inbox.wait_until(lambda: a.stats.frames_out >= total, "the sender's count")
+            assert a.stats.frames_out == total
 
     run(main)
 
@@ -444,6 +492,7 @@ CHECKS: Final[tuple[Check, ...]] = (
     check_frames_on_one_link_arrive_in_order,
     check_large_frames_arrive_intact,
     check_six_nodes_all_to_all_keep_each_link_in_order,
+    check_runs_arrive_as_their_sends_would,
     check_traffic_resumes_in_order_after_peer_restart_same_address,
     check_traffic_resumes_in_order_after_peer_restart_new_address,
     check_reconnecting_to_a_live_peer_never_reorders,

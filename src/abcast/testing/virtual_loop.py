@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from abcast.effects import Transmit
 from abcast.ids import NodeId
 from abcast.runtime.loop import MonotonicClock
 from abcast.trace.recorder import TraceRecorder
@@ -94,7 +95,7 @@ class VirtualClock(MonotonicClock):
 
 class NetHost:
     """A driver's host on the in-memory network: `transmit` appends to
-    `links[(self.id, dst)]`; corking changes nothing there."""
+    `links[(self.id, dst)]`; a run of packets is one append per packet."""
 
     def __init__(self, node: NodeId, loop: VirtualLoop,
                  links: dict[tuple[NodeId, NodeId], list[bytes]] | None = None,
@@ -112,8 +113,7 @@ class NetHost:
             self.transmit(dst, data)
         return len(dsts)
 
-    def cork(self) -> None:
-        pass
-
-    def uncork(self) -> None:
-        pass
+    def transmit_run(self, run: list[Transmit]) -> int:
+        for transmit in run:
+            self.transmit_many(transmit.to, transmit.data)
+        return sum(len(transmit.to) for transmit in run)

@@ -33,6 +33,8 @@ Rules (the contract the runtime codes against):
 - `cork()` … `uncork()` brackets frames that belong together (the packets one protocol
   step emits): a transport may hold them until `uncork` and write each peer's share at
   once (tcp:// does; the others ignore it). Calls nest; per-link order is unchanged.
+  `send_run(frames)` is the same for one step's frames in one call (the runtime's
+  path for a step's packets): per link the frames arrive as their sends would.
 - `add_peer(node, address)` may be called at any time. Calling it again for a known
   node means "this peer may have (re)started at this address": the transport opens a
   fresh connection at once, resetting the reconnect backoff. Do not call it for no
@@ -83,7 +85,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Literal
 from urllib.parse import parse_qsl, urlsplit
@@ -364,6 +366,17 @@ class Transport(ABC):
         for node in nodes:
             self.send(node, data)
         return len(nodes)
+
+    def send_run(self, frames: Sequence[tuple[NodeId, bytes]]) -> None:
+        """One step's frames, in order, each to a known peer: what `cork`, a `send` each
+        and `uncork` do, in one call (each peer's share of the run leaves in one write).
+        A transport may do it more cheaply; the frames on the wire must be the same."""
+        self.cork()
+        try:
+            for node, data in frames:
+                self.send(node, data)
+        finally:
+            self.uncork()
 
     def cork(self) -> None:  # noqa: B027 (a hook: most transports need not act)
         """Frames sent from now until the matching `uncork` are one batch: hold them, so

@@ -7,9 +7,11 @@ Writes are coalesced: `send` queues, and at most two `transport.write`s per peer
 loop turn carry everything queued — the turn's first frame at once when the socket is
 idle (a lone message does not wait a loop turn at every hop), everything after it in one
 write at the next turn (one `call_soon` per transport and turn). Between `cork` and
-`uncork` (the runtime brackets the packets of one stack step) "the first frame" is all
-of the step's frames to that peer: a sequencer's own message and its number leave in
-one write, so the member wakes up once for both, and neither waits for the next turn.
+`uncork`, and in one `send_run` (the runtime hands over the packets of one stack step
+as a run), "the first frame" is all of the step's frames to that peer: a sequencer's own
+message and its number leave in one write, so the member wakes up once for both, and
+neither waits for the next turn. A run that names each peer once skips the queue for
+every idle peer (`_Channel.write_at_once`: the same write, fewer steps).
 TCP_NODELAY is on, since coalescing already batches. The asyncio write buffer is the
 "handed to the wire" part of `buffered()`; its limits are set so that
 `pause/resume_writing` wake `drain`. A lost outbound connection is retried with
@@ -40,7 +42,7 @@ import logging
 import secrets
 import socket
 import ssl
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import ClassVar, TypeVar, cast
 
 from abcast.errors import ConfigError, RemoteProtocolError
@@ -138,6 +140,23 @@ class TcpTransport(QueuedTransport):
         elif not channel.corked:
             channel.corked = True
             self._corked.append(channel)
+
+    def send_run(self, frames: Sequence[tuple[NodeId, bytes]]) -> None:
+        """`Transport.send_run`: a run that names each peer once and finds it idle (see
+        `_Channel.write_at_once`) is written frame by frame at once, the same writes
+        `cork`, `send` and `uncork` would make, without the queue."""
+        if self._corks or self._state != "open" or (
+                len(frames) > 1 and len({node for node, _ in frames}) < len(frames)):
+            super().send_run(frames)  # nested in a cork, or a peer twice: one write each
+            return
+        channels, peers, limit = self._channels, self._peers, self.options.max_frame_bytes
+        for node, data in frames:
+            size = len(data)
+            if (node in peers and type(data) is bytes and size <= limit
+                    and channels[node].write_at_once(data)):
+                self.sent(1, size)
+            else:
+                self.send(node, data)  # queued, or refused as `send` refuses it
 
     def cork(self) -> None:
         self._corks += 1
@@ -305,6 +324,22 @@ class _Channel:
                 self._flush()
                 return
         self._flush_scheduled = True
+
+    def write_at_once(self, data: bytes) -> bool:
+        """`send` and `schedule_flush` in one step for a frame that finds this channel
+        idle — nothing queued, nothing written in this loop turn, an established
+        connection without a sealer and with an empty write buffer — : written now, as
+        `_flush` would write it. False, and nothing done, otherwise."""
+        conn = self._conn
+        if conn is None or self._in_turn or self._peer.queue or conn.sealer is not None:
+            return False
+        writer = conn._transport
+        if writer is None or writer.get_write_buffer_size():
+            return False
+        self._in_turn = True
+        self._owner.end_turn_later(self)
+        writer.write(PREFIX.pack(len(data)) + data)
+        return True
 
     def turn_ended(self) -> None:
         self._in_turn = False
