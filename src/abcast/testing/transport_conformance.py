@@ -172,8 +172,7 @@ def check_runs_arrive_as_their_sends_would(maker: TransportMaker) -> None:
                 if step % 200 == 199:
                     await a.drain()
             for name, inbox in inboxes.items():
-                last = sent[name] - 1
-                await inbox.wait_until(lambda i=inbox, n=last: i.has("a", n), f"{name}'s run")
+                await inbox.wait_until(_has_last(inbox, ["a"], sent[name] - 1), f"{name}'s run")
                 got, want = inbox.got("a"), list(range(sent[name]))
                 assert got == want, f"{name}: {_first_difference(got, want)}"
                 assert inbox.corrupt == 0
