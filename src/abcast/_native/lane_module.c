@@ -16,6 +16,8 @@
    broadcast(stack, payload, now) -> outputs | None
        `stack.broadcast(payload, now)[1]` for a steady broadcast of such a stack, or None
        having changed nothing (the caller runs `stack.broadcast`).
+   pump(connection, data, node) -> bool: a tcp:// read's whole frames to `receive`
+       (lane_pump.c, with its rules); pump_counts() -> {"reads", "frames", "passed": n}
    counts() -> {"taken", "frames", "broadcasts", "declined": n}; reset_counts()
    plant(k): a planted bug for the differential test (tests/unit/test_native_lane.py),
        0 for none; PLANTS names them.
@@ -47,10 +49,16 @@
    both on one history and compares every output and every state.
 
    The files: this one (the rules, `receive`, `broadcast`, the counts, the planted bugs,
-   the module); lane_steps.c (the layers' steps both share); lane_objects.c (the names,
+   the module); lane_pump.c (a tcp:// read's frames to `receive`); lane_steps.c (the layers' steps both share); lane_objects.c (the names,
    the types and the helpers on Python objects); lane.h (what they share). */
 
 #include "lane.h"
+
+/* lane_pump.c: a tcp:// read's frames to `receive` without the Python glue */
+PyObject *lane_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *lane_pump_counts(PyObject *module, PyObject *unused);
+void lane_pump_reset(void);
+int lane_pump_init(void);
 
 #ifndef ABCAST_STEADY_SOURCE_HASH
 #define ABCAST_STEADY_SOURCE_HASH "unknown"
@@ -66,7 +74,7 @@ static const char *const PLANT_NAMES[PLANT_COUNT] = {
 int lane_planted = PLANT_NONE;
 static unsigned long long frames_taken, broadcasts_taken, declined;
 
-static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "receive(frame, peer, lanes, now) takes 4 arguments");
@@ -465,6 +473,7 @@ static PyObject *lane_reset_counts(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
     frames_taken = broadcasts_taken = declined = 0;
+    lane_pump_reset();
     Py_RETURN_NONE;
 }
 
@@ -488,6 +497,12 @@ static PyMethodDef methods[] = {
     {"broadcast", (PyCFunction)(void (*)(void))lane_broadcast, METH_FASTCALL,
      "broadcast(stack, payload, now) -> outputs | None: a steady broadcast's whole stack "
      "step (see the module's source for the rules)"},
+    {"pump", (PyCFunction)(void (*)(void))lane_pump, METH_FASTCALL,
+     "pump(inbound, data, node) -> bool: a tcp:// read's whole frames to `receive` and "
+     "their outputs to the driver, as the Python path does (see lane_pump.c)"},
+    {"pump_counts", lane_pump_counts, METH_NOARGS,
+     "{'reads', 'frames', 'passed': n}: reads pumped, frames stepped by them, reads passed "
+     "to the Python path, since the last reset_counts"},
     {"counts", lane_counts, METH_NOARGS,
      "{'taken', 'frames', 'broadcasts', 'declined': n} since the last reset"},
     {"reset_counts", lane_reset_counts, METH_NOARGS, "zero the counts"},
@@ -502,7 +517,7 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__lane(void) {
-    if (lane_objects_init() < 0) return NULL;
+    if (lane_objects_init() < 0 || lane_pump_init() < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     PyObject *plants = PyDict_New();
