@@ -29,6 +29,7 @@ import pytest
 
 from abcast import Delivery, Group, Node
 from abcast.codec import Packet, encode_frame
+from abcast.effects import Transmit
 from abcast.group.failure_detector import Fd
 from abcast.ids import View
 from abcast.ordering.registry import OrderingOptions, build_stack
@@ -130,8 +131,8 @@ def test_a_stale_build_or_the_switch_keeps_the_lane_off(
     assert "rebuild it" in lane._stale("0" * 16)
     assert lane._stale(_lane.SOURCE_HASH) == ""
     monkeypatch.setenv(lane.SWITCH, "0")
-    receive, broadcast, pump, why = lane._load()
-    assert receive is None and broadcast is None and pump is None and lane.SWITCH in why
+    receive, broadcast, pump, carry_out, why = lane._load()
+    assert receive is broadcast is pump is carry_out is None and lane.SWITCH in why
 
 
 @pytest.mark.parametrize(("ordering", "options", "expected"), [
@@ -255,3 +256,97 @@ def test_a_driver_that_raises_in_a_pumped_read_is_logged_and_the_link_kept(
     assert len(failed) == 1 and failed[0].exc_info is not None
     assert "planted: the driver failed once" in str(failed[0].exc_info[1])
     assert sum(node.transport.stats.dropped_connections for node in nodes) == 0
+
+
+# ------------------------------------------------------------------------- carry_out
+
+
+def test_carry_out_writes_a_run_at_once_as_send_run_would(counts: None) -> None:
+    """`_lane.carry_out` writes a step's packets itself only where tcp://'s `send_run`
+    writes at once: on a fresh loop turn a run naming each peer once is on the wire when
+    it returns (the frames counted once, the peer's channel then written for this turn, so
+    a frame sent after it waits for the next turn); a run naming a peer twice is left to
+    the Python path (one write for both, under a cork)."""
+
+    async def main() -> tuple[int, int]:
+        nodes = [await Node("tcp://127.0.0.1:0", node=n).start() for n in IDS[:2]]
+        groups: list[Group] = []
+        try:
+            for node in nodes:
+                peers = {o.id: o.address for o in nodes if o is not node}
+                groups.append(await Group("g", ordering="sequencer", host=node,
+                                          peers=peers).open())
+            await groups[0].broadcast(b"warm")  # connections up both ways
+            await _until(lambda: nodes[0].transport.stats.frames_out >= 1)
+            await asyncio.sleep(0.05)
+            driver, stats = groups[0].driver, nodes[0].transport.stats
+            stranger = encode_frame("nobody-hosts-this", "n1", Packet((Fd(),), b"x"))
+            before = stats.frames_out
+            await asyncio.sleep(0)  # a fresh loop turn
+            _lane.carry_out(driver, [Transmit(("n2",), stranger)], driver.host.clock.now_us())
+            assert _lane.write_counts() == {"packets": 1, "runs": 1}
+            assert stats.frames_out == before + 1  # written from inside carry_out
+            nodes[0].transport.send("n2", stranger)
+            assert stats.frames_out == before + 1  # the channel wrote in this turn: it waits
+            await asyncio.sleep(0)
+            assert stats.frames_out == before + 2
+            await asyncio.sleep(0)
+            twice = [Transmit(("n2",), stranger), Transmit(("n2",), stranger)]
+            _lane.carry_out(driver, twice, driver.host.clock.now_us())
+            assert _lane.write_counts()["packets"] == 1  # not by C ...
+            assert stats.frames_out == before + 4  # ... but at once, both in one write
+            await _until(lambda: nodes[1].stats.unknown_group_frames == 4)
+            return stats.frames_out - before, nodes[1].stats.unknown_group_frames
+        finally:
+            for group in groups:
+                await group.close()
+            for node in nodes:
+                await node.close()
+
+    assert asyncio.run(main()) == (4, 4)
+
+
+def test_a_serial_workload_has_its_packets_written_by_carry_out(counts: None) -> None:
+    nodes: list[Node] = []
+    seen = asyncio.run(_serial_run(nodes_out=nodes))
+    expected = [(IDS[i % 3], i // 3 + 1) for i in range(3 * ROUNDS)]
+    assert all(seen[node] == expected for node in IDS)
+    written = _lane.write_counts()
+    # of the 8 × ROUNDS packets of the members' broadcasts and the sequencer's orders of
+    # them, those that found their channel idle (all but a few on a quiet machine; fewer
+    # where a slower run coalesces more, as under the sanitizers)
+    assert written["packets"] >= 2 * ROUNDS and written["runs"] >= ROUNDS, written
+
+
+def test_deliveries_of_pumped_frames_run_inside_the_drivers_carry_out(counts: None) -> None:
+    """The application's callback runs with the driver carrying out a step (`_applying`:
+    `send_queued` from inside it waits for the turn's end, as `_apply` has it), also
+    when carry_out hands a pumped frame's deliveries straight to `_carry_out_held`."""
+
+    async def main() -> list[bool]:
+        nodes = [await Node("tcp://127.0.0.1:0", node=n).start() for n in IDS[:2]]
+        groups: list[Group] = []
+        flags: list[bool] = []
+        try:
+            for node in nodes:
+                peers = {o.id: o.address for o in nodes if o is not node}
+
+                def record(d: Delivery, me: str = node.id) -> None:
+                    if me == "n2":
+                        flags.append(groups[1].driver._applying)
+
+                groups.append(await Group("g", ordering="sequencer", host=node,
+                                          peers=peers, on_deliver=record).open())
+            for k in range(ROUNDS):
+                await groups[0].broadcast(f"m{k}".encode())
+                await _until(lambda n=k + 1: len(flags) >= n)
+        finally:
+            for group in groups:
+                await group.close()
+            for node in nodes:
+                await node.close()
+        return flags
+
+    flags = asyncio.run(main())
+    assert flags == [True] * ROUNDS
+    assert _lane.pump_counts()["frames"] >= ROUNDS

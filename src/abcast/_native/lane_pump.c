@@ -17,8 +17,9 @@
    polling, the node with lanes and metrics off. Then, in order: the connection's
    `active` and `framed` marks; for each frame the transport's `frames_in`/`bytes_in`,
    the node's clock read once (`now_us`), the lane's `receive`, and the outputs it
-   returns carried out by their driver (`received(outputs, now)`), exactly as
-   `Node._on_frame` does. The first frame the lane declines, and every frame after it,
+   returns carried out as `Node._on_frame` has their driver do it
+   (`received(outputs, now)`; lane_write.c's `carry_out` writes the packets itself where
+   tcp:// would write them at once). The first frame the lane declines, and every frame after it,
    go to `deliver_all` (which counts them and hands them to the node: the Python path
    and its refusals, unchanged). A driver's exception is `deliver_all`'s
    (`handler_failed`); a link dropped or a transport closed on the way ends the read
@@ -26,8 +27,10 @@
 
 #include "lane.h"
 
-/* lane_module.c's `receive` (the same function the module exports) */
+/* lane_module.c's `receive` (the same function the module exports), lane_write.c's
+   `carry_out` */
 PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+int lane_carry_out(PyObject *driver, PyObject *outputs, PyObject *now);
 
 static struct {
     PyObject *_reader, *_buf, *_max, *link, *_alive, *_owner, *_state, *_busy,
@@ -192,8 +195,9 @@ PyObject *lane_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
             Py_DECREF(now);
             goto error;
         }
-        PyObject *r = PyObject_CallMethodObjArgs(PyTuple_GET_ITEM(stepped, 0), pn.received,
-                                                 PyTuple_GET_ITEM(stepped, 1), now, NULL);
+        PyObject *r = lane_carry_out(PyTuple_GET_ITEM(stepped, 0),
+                                     PyTuple_GET_ITEM(stepped, 1), now) < 0 ? NULL : Py_None;
+        Py_XINCREF(r);
         Py_DECREF(stepped);
         Py_DECREF(now);
         if (r == NULL) {  /* the handler raised: deliver_all's answer */

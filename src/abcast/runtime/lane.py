@@ -16,7 +16,8 @@ own broadcasts. A node offers a frame to it first, and its driver a broadcast, w
 Otherwise, and for every frame it declines, the Python path runs as before. A tcp://
 connection admitted without a handshake offers each read to `PUMP` first, which takes a
 read of whole frames to `RECEIVE` without the Python path's framing and dispatch (and
-hands the first frame `RECEIVE` declines, with the rest of the read, to that path).
+hands the first frame `RECEIVE` declines, with the rest of the read, to that path), and
+a lane step's packets are written by `CARRY_OUT` where tcp:// would write them at once.
 """
 
 from __future__ import annotations
@@ -45,21 +46,26 @@ Broadcast = Callable[[Stack, bytes, int], "list[Any] | None"]
 #: pump(connection, data, node) -> bool: a tcp:// read's frames to `receive` (lane_pump.c)
 Pump = Callable[[Any, bytes, Any], bool]
 
+#: carry_out(driver, outputs, now): a step's outputs to its driver, its packets written
+#: by C where tcp:// would write them at once (lane_write.c)
+CarryOut = Callable[[Any, "list[Any]", int], None]
+
 SWITCH = "ABCAST_NATIVE_LANE"
 
 
-def _load() -> tuple[Receive | None, Broadcast | None, Pump | None, str]:
-    """The extension's `receive`, `broadcast` and `pump`, or None and why not."""
+def _load() -> tuple[Receive | None, Broadcast | None, Pump | None, CarryOut | None, str]:
+    """The extension's `receive`, `broadcast`, `pump` and `carry_out`, or None and why
+    not."""
     if os.environ.get(SWITCH, "1") == "0":
-        return None, None, None, f"switched off ({SWITCH}=0)"
+        return None, None, None, None, f"switched off ({SWITCH}=0)"
     try:
         from abcast import _lane
     except ImportError as exc:
-        return None, None, None, f"abcast._lane is not built ({exc})"
+        return None, None, None, None, f"abcast._lane is not built ({exc})"
     stale = _stale(_lane.SOURCE_HASH)
     if stale:
-        return None, None, None, stale
-    return _lane.receive, _lane.broadcast, _lane.pump, "on"
+        return None, None, None, None, stale
+    return _lane.receive, _lane.broadcast, _lane.pump, _lane.carry_out, "on"
 
 
 def _stale(built: str) -> str:
@@ -74,8 +80,10 @@ def _stale(built: str) -> str:
 
 #: the lane's steps, None when it is not on; STATUS says which and why. PUMP takes a
 #: tcp:// read's frames to RECEIVE without the Python path's glue (the node installs it
-#: as its transport's `frame_pump`)
-RECEIVE, BROADCAST, PUMP, STATUS = _load()
+#: as its transport's `frame_pump`); CARRY_OUT hands a lane step's outputs to its driver
+#: and writes its packets itself where tcp:// would write them at once (the pump's
+#: frames, the driver's lane broadcasts)
+RECEIVE, BROADCAST, PUMP, CARRY_OUT, STATUS = _load()
 
 
 def eligible(stack: Stack) -> bool:

@@ -391,6 +391,7 @@ class Node:
         if lane.RECEIVE is not None and lane.eligible(driver.stack):
             self._lanes[name] = (driver, driver.stack)
             driver.lane_broadcast = lane.BROADCAST
+            driver.lane_carry_out = lane.CARRY_OUT
         if self.traffic is not None:  # metrics on
             from abcast.runtime.metrics import GroupMeter
 
