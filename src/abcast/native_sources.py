@@ -17,7 +17,8 @@ NATIVE = "src/abcast/_native"
 #: each extension's own sources, its module first; every one also compiles SHARED in
 MODULES = {"abcast._steady_codec": [f"{NATIVE}/steady_codec_module.c"],
            "abcast._lane": [f"{NATIVE}/lane_module.c", f"{NATIVE}/lane_objects.c",
-                            f"{NATIVE}/lane_steps.c"]}
+                            f"{NATIVE}/lane_steps.c", f"{NATIVE}/lane_pump.c",
+                            f"{NATIVE}/lane_write.c"]}
 #: the wire codec (steady_wire.h)
 SHARED = [f"{NATIVE}/steady_wire.c"]
 HEADERS = [f"{NATIVE}/steady_wire.h", f"{NATIVE}/lane.h"]

@@ -16,6 +16,11 @@
    broadcast(stack, payload, now) -> outputs | None
        `stack.broadcast(payload, now)[1]` for a steady broadcast of such a stack, or None
        having changed nothing (the caller runs `stack.broadcast`).
+   pump(connection, data, node) -> bool: a tcp:// read's whole frames to `receive`
+       (lane_pump.c, with its rules); pump_counts() -> {"reads", "frames", "passed": n}
+   carry_out(driver, outputs, now): a lane step's outputs to its driver, its packets
+       written by C where tcp:// would write them at once (lane_write.c, with its rules);
+       write_counts() -> {"packets", "runs": n}
    counts() -> {"taken", "frames", "broadcasts", "declined": n}; reset_counts()
    plant(k): a planted bug for the differential test (tests/unit/test_native_lane.py),
        0 for none; PLANTS names them.
@@ -47,10 +52,22 @@
    both on one history and compares every output and every state.
 
    The files: this one (the rules, `receive`, `broadcast`, the counts, the planted bugs,
-   the module); lane_steps.c (the layers' steps both share); lane_objects.c (the names,
+   the module); lane_pump.c (a tcp:// read's frames to `receive`); lane_write.c (a step's
+   packets written); lane_steps.c (the layers' steps both share); lane_objects.c (the names,
    the types and the helpers on Python objects); lane.h (what they share). */
 
 #include "lane.h"
+
+/* lane_pump.c: a tcp:// read's frames to `receive` without the Python glue */
+PyObject *lane_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *lane_pump_counts(PyObject *module, PyObject *unused);
+void lane_pump_reset(void);
+int lane_pump_init(void);
+/* lane_write.c: a lane step's packets written where tcp:// would write them at once */
+PyObject *lane_carry_out_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *lane_write_counts(PyObject *module, PyObject *unused);
+void lane_write_reset(void);
+int lane_write_init(void);
 
 #ifndef ABCAST_STEADY_SOURCE_HASH
 #define ABCAST_STEADY_SOURCE_HASH "unknown"
@@ -66,7 +83,7 @@ static const char *const PLANT_NAMES[PLANT_COUNT] = {
 int lane_planted = PLANT_NONE;
 static unsigned long long frames_taken, broadcasts_taken, declined;
 
-static PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "receive(frame, peer, lanes, now) takes 4 arguments");
@@ -465,6 +482,8 @@ static PyObject *lane_reset_counts(PyObject *module, PyObject *unused) {
     (void)module;
     (void)unused;
     frames_taken = broadcasts_taken = declined = 0;
+    lane_pump_reset();
+    lane_write_reset();
     Py_RETURN_NONE;
 }
 
@@ -488,6 +507,17 @@ static PyMethodDef methods[] = {
     {"broadcast", (PyCFunction)(void (*)(void))lane_broadcast, METH_FASTCALL,
      "broadcast(stack, payload, now) -> outputs | None: a steady broadcast's whole stack "
      "step (see the module's source for the rules)"},
+    {"pump", (PyCFunction)(void (*)(void))lane_pump, METH_FASTCALL,
+     "pump(inbound, data, node) -> bool: a tcp:// read's whole frames to `receive` and "
+     "their outputs to the driver, as the Python path does (see lane_pump.c)"},
+    {"pump_counts", lane_pump_counts, METH_NOARGS,
+     "{'reads', 'frames', 'passed': n}: reads pumped, frames stepped by them, reads passed "
+     "to the Python path, since the last reset_counts"},
+    {"carry_out", (PyCFunction)(void (*)(void))lane_carry_out_py, METH_FASTCALL,
+     "carry_out(driver, outputs, now): a lane step's outputs carried out, its packets "
+     "written here where tcp:// would write them at once (see lane_write.c)"},
+    {"write_counts", lane_write_counts, METH_NOARGS,
+     "{'packets', 'runs': n}: packets carry_out wrote, steps it wrote them for"},
     {"counts", lane_counts, METH_NOARGS,
      "{'taken', 'frames', 'broadcasts', 'declined': n} since the last reset"},
     {"reset_counts", lane_reset_counts, METH_NOARGS, "zero the counts"},
@@ -502,7 +532,8 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__lane(void) {
-    if (lane_objects_init() < 0) return NULL;
+    if (lane_objects_init() < 0 || lane_pump_init() < 0 || lane_write_init() < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     PyObject *plants = PyDict_New();

@@ -157,6 +157,9 @@ class GroupDriver:
         #: the native lane's broadcast step, when the node runs it for this group
         #: (abcast.runtime.lane); None: the stack's
         self.lane_broadcast: Callable[[Stack, bytes, int], list[Output] | None] | None = None
+        #: carry_out(driver, outputs, now): `received` for a lane step's outputs, its
+        #: packets written by C where tcp:// would write them at once (abcast.runtime.lane)
+        self.lane_carry_out: Callable[[GroupDriver, list[Output], int], None] | None = None
         self._flush_scheduled = False  # a `_flush_soon` is due at the end of this turn
         self._applying = False  # carrying out a stack call's outputs (see send_queued)
         #: stack.backpressured() as of the stack's last step; None: not asked since
@@ -245,6 +248,9 @@ class GroupDriver:
             outputs = lane(stack, batch.data, now) if lane is not None else None
             if outputs is None:
                 _, outputs = stack.broadcast(batch.data, now)
+            elif self.lane_carry_out is not None and self.meter is None:
+                self.lane_carry_out(self, outputs, now)  # its packets written by C
+                continue
             self._apply(outputs)
 
     def _flush_soon(self) -> None:

@@ -13,7 +13,11 @@ own broadcasts. A node offers a frame to it first, and its driver a broadcast, w
   A/B and anyone who wants the pure-Python path),
 - the group's stack is the runtime's sequencer shape (`eligible`), and metrics are off.
 
-Otherwise, and for every frame it declines, the Python path runs as before.
+Otherwise, and for every frame it declines, the Python path runs as before. A tcp://
+connection admitted without a handshake offers each read to `PUMP` first, which takes a
+read of whole frames to `RECEIVE` without the Python path's framing and dispatch (and
+hands the first frame `RECEIVE` declines, with the rest of the read, to that path), and
+a lane step's packets are written by `CARRY_OUT` where tcp:// would write them at once.
 """
 
 from __future__ import annotations
@@ -39,21 +43,29 @@ Receive = Callable[[bytes, "str | None", "dict[str, tuple[GroupDriver, Stack]]",
 #: broadcast(stack, payload, now) -> outputs | None
 Broadcast = Callable[[Stack, bytes, int], "list[Any] | None"]
 
+#: pump(connection, data, node) -> bool: a tcp:// read's frames to `receive` (lane_pump.c)
+Pump = Callable[[Any, bytes, Any], bool]
+
+#: carry_out(driver, outputs, now): a step's outputs to its driver, its packets written
+#: by C where tcp:// would write them at once (lane_write.c)
+CarryOut = Callable[[Any, "list[Any]", int], None]
+
 SWITCH = "ABCAST_NATIVE_LANE"
 
 
-def _load() -> tuple[Receive | None, Broadcast | None, str]:
-    """The extension's `receive` and `broadcast`, or None and why not."""
+def _load() -> tuple[Receive | None, Broadcast | None, Pump | None, CarryOut | None, str]:
+    """The extension's `receive`, `broadcast`, `pump` and `carry_out`, or None and why
+    not."""
     if os.environ.get(SWITCH, "1") == "0":
-        return None, None, f"switched off ({SWITCH}=0)"
+        return None, None, None, None, f"switched off ({SWITCH}=0)"
     try:
         from abcast import _lane
     except ImportError as exc:
-        return None, None, f"abcast._lane is not built ({exc})"
+        return None, None, None, None, f"abcast._lane is not built ({exc})"
     stale = _stale(_lane.SOURCE_HASH)
     if stale:
-        return None, None, stale
-    return _lane.receive, _lane.broadcast, "on"
+        return None, None, None, None, stale
+    return _lane.receive, _lane.broadcast, _lane.pump, _lane.carry_out, "on"
 
 
 def _stale(built: str) -> str:
@@ -66,8 +78,12 @@ def _stale(built: str) -> str:
             f"rebuild it (pip install -e . or bench/build_native.py)")
 
 
-#: the lane's steps, None when it is not on; STATUS says which and why
-RECEIVE, BROADCAST, STATUS = _load()
+#: the lane's steps, None when it is not on; STATUS says which and why. PUMP takes a
+#: tcp:// read's frames to RECEIVE without the Python path's glue (the node installs it
+#: as its transport's `frame_pump`); CARRY_OUT hands a lane step's outputs to its driver
+#: and writes its packets itself where tcp:// would write them at once (the pump's
+#: frames, the driver's lane broadcasts)
+RECEIVE, BROADCAST, PUMP, CARRY_OUT, STATUS = _load()
 
 
 def eligible(stack: Stack) -> bool:

@@ -72,6 +72,7 @@ from abcast.security import load_secret
 from abcast.stack import Stack
 from abcast.trace.recorder import TraceRecorder
 from abcast.transport import Link, Transport, TransportOptions, transport_from_url
+from abcast.transport._common import QueuedTransport
 
 log: Final = logging.getLogger(__name__)
 
@@ -244,6 +245,8 @@ class Node:
             else:
                 self._id = self._claim
             self._transport = transport
+            if lane.PUMP is not None and isinstance(transport, QueuedTransport):
+                transport.frame_pump = (lane.PUMP, self)  # tcp:// reads to the lane first
             self._address = await transport.start(self.id, self._on_frame)
             if self.registry is not None:
                 await self.registry.register(self._id, self._address)
@@ -388,6 +391,7 @@ class Node:
         if lane.RECEIVE is not None and lane.eligible(driver.stack):
             self._lanes[name] = (driver, driver.stack)
             driver.lane_broadcast = lane.BROADCAST
+            driver.lane_carry_out = lane.CARRY_OUT
         if self.traffic is not None:  # metrics on
             from abcast.runtime.metrics import GroupMeter
 

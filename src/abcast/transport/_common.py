@@ -29,7 +29,8 @@ import secrets
 import time
 from abc import abstractmethod
 from collections import deque
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from abcast.errors import ConfigError, DecodeError, LocalProtocolError, RemoteProtocolError
 from abcast.ids import NodeId
@@ -179,6 +180,11 @@ class BusyPoll:
             self._armed = False
 
 
+#: pump(connection, data, node) -> bool: a read's frames handled (True), or nothing done
+#: (False: the caller's own path runs); abcast._lane.pump, see lane_pump.c
+FramePump = Callable[[Any, bytes, Any], bool]
+
+
 class QueuedTransport(Transport):
     """The shared half of every transport; subclasses implement the `_wire` hooks."""
 
@@ -217,6 +223,10 @@ class QueuedTransport(Transport):
         self._peers: dict[NodeId, PeerState] = {}
         self._progress = Progress()
         self._busy: BusyPoll | None = None  # see BusyPoll; set once started
+        #: (pump, node): set by the node that handles this transport's frames when the
+        #: native lane is on; tcp://'s admitted plain connections offer each read to
+        #: `pump(connection, data, node)` first (abcast._lane.pump, FramePump)
+        self.frame_pump: tuple[FramePump, Any] | None = None
 
     # ----------------------------------------------------------- public contract
 
@@ -408,17 +418,22 @@ class QueuedTransport(Transport):
             stats.bytes_in += len(frame)
             try:
                 on_frame(link, frame)
-            except RemoteProtocolError as exc:
-                link.drop(f"{type(exc).__name__}: {exc}")
-            except Exception:
-                self.log.exception(
-                    "%s: frame handler raised on a frame from %s; frame discarded", self.label,
-                    link.peer,
-                )
+            except Exception as exc:
+                self.handler_failed(link, exc)
             # The handler may have dropped the link or closed the transport.
             if not link.alive or self._state != "open":
                 return False
         return True
+
+    def handler_failed(self, link: Link, exc: Exception) -> None:
+        """The frame handler raised on a frame from `link`: a peer's bad frame
+        (RemoteProtocolError) drops the link; anything else is logged with its traceback
+        and the frame discarded (also for `frame_pump`'s reads)."""
+        if isinstance(exc, RemoteProtocolError):
+            link.drop(f"{type(exc).__name__}: {exc}")
+        else:
+            self.log.error("%s: frame handler raised on a frame from %s; frame discarded",
+                           self.label, link.peer, exc_info=exc)
 
     def report_drop(self, link: Link, reason: str) -> None:
         """The one log line and the counters of a dropped inbound connection (of a

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from abcast.errors import DecodeError, RemoteProtocolError
 from abcast.ids import NodeId
 from abcast.security import OVERHEAD, Opener, Responder
 from abcast.security.handshake import MAGIC, Challenge, Confirm, Refusal, Response
+from abcast.transport._common import FramePump
 from abcast.transport._framing import PREFIX, FrameReader, encode_frames, split_frames
 from abcast.transport._hello import (
     HELLO_MAX_BYTES,
@@ -54,6 +55,7 @@ class Listener(Protocol):
 
     options: TransportOptions
     stats: TransportStats
+    frame_pump: tuple[FramePump, Any] | None
     sessions: Sessions
     log: logging.Logger
     _inbound: dict[Link, _Inbound]
@@ -103,6 +105,9 @@ class _Inbound(asyncio.Protocol):
         self.watchdog: _Watchdog | None = None
         self.active = False  # bytes came since the watchdog's last look
         self.framed = False  # a whole frame came since the watchdog's last look
+        #: the transport's `frame_pump`, once admitted without a handshake (nothing to
+        #: open): each read is offered to it first
+        self._pump: tuple[FramePump, Any] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
@@ -121,6 +126,9 @@ class _Inbound(asyncio.Protocol):
                        else f"link handshake not completed within {timeout:g}s")
 
     def data_received(self, data: bytes) -> None:
+        pump = self._pump  # an admitted plain connection, the native lane on: it first
+        if pump is not None and pump[0](self, data, pump[1]):
+            return
         link = self.link
         if not link.alive:
             return
@@ -189,6 +197,8 @@ class _Inbound(asyncio.Protocol):
         if not accepted:
             link.retire()
             owner.close_inbound(link)
+        elif self._auth is None:  # plain frames from now on: the native lane's pump may
+            self._pump = owner.frame_pump  # take whole reads (QueuedTransport.frame_pump)
         return accepted
 
     def _read_more(self, frames: list[bytes]) -> tuple[list[bytes], str | None]:

@@ -1,0 +1,377 @@
+/* abcast._lane.carry_out: a lane step's outputs carried out, its packets written by C
+   where tcp:// would write them at once (docs/performance.md §5, "the write path").
+
+   carry_out(driver, outputs, now) -> None
+       What `driver.received(outputs, now)` does for the outputs of a lane step (the
+       pump's frames, the driver's lane broadcasts): its run of protocol packets first,
+       then its deliveries and timers. When the run — the `Transmit`s `_carry_out` would
+       collect before anything else (to one peer each, no control packet, skipping the
+       deliveries and timers it holds back) — names each peer once and every one of them
+       finds its tcp:// channel idle, they are written here, each as one write of its
+       length prefix and frame, and only the other outputs go to `driver.received`, in
+       their order; otherwise everything does, and the Python path writes them. Outputs
+       left that are all deliveries and timers go straight to `driver._carry_out_held`,
+       inside what `_apply` does around it (the step's backpressure answer forgotten,
+       `_applying` set while the application's callbacks run), for a driver open and
+       without metrics; anything else to `received`.
+
+   Rules. Idle is `TcpTransport.send_run`'s fast path (`_Channel.write_at_once`), checked
+   for every packet before the first write: the driver open, not carrying out, without
+   metrics; the node open, without metrics, the peer's address known; the transport
+   exactly a plain `TcpTransport`, open, not corked, not busy polling; the frame within
+   its bound; the channel connected, nothing queued, nothing written in this loop turn,
+   no sealer, an empty write buffer. A write then does what that path does: the channel
+   marked as written this turn (and put on the transport's end-of-turn list, the loop
+   callback scheduled with the list's first), the write, the transport's `frames_out`
+   and `bytes_out`, its drain waiters woken if any, and the driver's `protocol_packets`
+   and `_pressure` (forgotten, as after any step). The differential test of the
+   transport's write path (tests/unit/test_hotpath_tcp.py, the conformance suite's run
+   check) holds `send_run` to cork/send/uncork; tests/runtime/test_runtime_native_lane.py
+   holds this to `send_run`. */
+
+#include "lane.h"
+
+static struct {
+    PyObject *closed, *_applying, *meter, *host, *_state, *traffic, *_transport,
+        *_peer_urls, *_corks, *_busy, *_peers, *_channels, *options, *max_frame_bytes,
+        *_conn, *_in_turn, *_peer, *queue, *sealer, *get_write_buffer_size, *write,
+        *_dirty, *_loop, *call_soon, *_end_turn, *stats, *frames_out, *bytes_out,
+        *_progress, *_waiters, *notify, *protocol_packets, *_pressure, *received, *to,
+        *_carry_out_held,
+        *data, *control, *open;
+    /* imported at first use (importing abcast.transport.tcp at the lane's import would
+       be a cycle): abcast.transport.tcp.TcpTransport, abcast.effects.SetTimer and
+       CancelTimer */
+    PyObject *tcp_type, *set_timer, *cancel_timer;
+} wn;
+
+static unsigned long long written_packets, handed_runs;
+
+int lane_write_init(void) {
+#define INTERN(name) \
+    if ((wn.name = PyUnicode_InternFromString(#name)) == NULL) return -1
+    INTERN(closed); INTERN(_applying); INTERN(meter); INTERN(host); INTERN(_state);
+    INTERN(traffic); INTERN(_transport); INTERN(_peer_urls); INTERN(_corks); INTERN(_busy);
+    INTERN(_peers); INTERN(_channels); INTERN(options); INTERN(max_frame_bytes);
+    INTERN(_conn); INTERN(_in_turn); INTERN(_peer); INTERN(queue); INTERN(sealer);
+    INTERN(get_write_buffer_size); INTERN(write); INTERN(_dirty); INTERN(_loop);
+    INTERN(call_soon); INTERN(_end_turn); INTERN(stats); INTERN(frames_out);
+    INTERN(bytes_out); INTERN(_progress); INTERN(_waiters); INTERN(notify);
+    INTERN(protocol_packets); INTERN(_pressure); INTERN(received); INTERN(to);
+    INTERN(_carry_out_held);
+    INTERN(data); INTERN(control); INTERN(open);
+#undef INTERN
+    return 0;
+}
+
+#define MAX_RUN 8 /* packets of one step written here; a longer run: the Python path */
+
+static PyObject *import_attr_of(const char *module_name, const char *name) {
+    PyObject *module = PyImport_ImportModule(module_name);
+    if (module == NULL) return NULL;
+    PyObject *o = PyObject_GetAttrString(module, name);
+    Py_DECREF(module);
+    return o;
+}
+
+static int import_types(void) {
+    if ((wn.set_timer = import_attr_of("abcast.effects", "SetTimer")) == NULL
+        || (wn.cancel_timer = import_attr_of("abcast.effects", "CancelTimer")) == NULL
+        || (wn.tcp_type = import_attr_of("abcast.transport.tcp", "TcpTransport")) == NULL)
+        return -1;
+    return 0;
+}
+
+typedef struct {
+    PyObject *channel, *writer, *data; /* held */
+    Py_ssize_t size, index;                /* the frame's bytes, its place in outputs */
+} packet_out;
+
+/* obj.name, a reference held by `hp`; NULL with an error set */
+#define WGET(dst, obj, name)                                        \
+    do {                                                            \
+        (dst) = hold(hp, PyObject_GetAttr((obj), wn.name));         \
+        if ((dst) == NULL) goto error;                              \
+    } while (0)
+
+static int is_open_str(PyObject *o) {
+    return PyUnicode_Check(o) && PyUnicode_Compare(o, wn.open) == 0;
+}
+
+/* int attribute += delta; 0 or -1 */
+static int bump(PyObject *obj, PyObject *name, Py_ssize_t delta) {
+    PyObject *o = PyObject_GetAttr(obj, name);
+    if (o == NULL) return -1;
+    PyObject *d = PyLong_FromSsize_t(delta);
+    PyObject *sum = d ? PyNumber_Add(o, d) : NULL;
+    Py_DECREF(o);
+    Py_XDECREF(d);
+    if (sum == NULL) return -1;
+    int rc = PyObject_SetAttr(obj, name, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+/* The step's run of packets written here (1: `*written` of them, at `written_at` in
+   `outputs`; the other outputs are for `received`), or nothing done (0), or -1. */
+static int write_run(PyObject *driver, PyObject *outputs, Py_ssize_t *written,
+                     Py_ssize_t *written_at) {
+    held_refs h = {.n = 0}, *hp = &h;
+    packet_out run[MAX_RUN];
+    Py_ssize_t n = 0, count = PyList_GET_SIZE(outputs);
+    PyObject *o, *transport, *node, *urls, *peers, *channels, *opts;
+    int truth;
+    *written = 0;
+
+    /* the run, as `_carry_out` collects it: the protocol Transmits (one peer each, each
+       peer once), skipping the deliveries and timers it holds back, up to the first
+       other output */
+    if (wn.tcp_type == NULL && import_types() < 0) goto error;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *out = PyList_GET_ITEM(outputs, i), *type = (PyObject *)Py_TYPE(out);
+        if (type == lane_DeliverType || type == wn.set_timer || type == wn.cancel_timer)
+            continue;
+        if (type != lane_TransmitType) break;
+        WGET(o, out, control);
+        if (o != Py_False) break;
+        if (n == MAX_RUN) goto decline;
+        PyObject *to;
+        WGET(to, out, to);
+        if (!PyTuple_Check(to) || PyTuple_GET_SIZE(to) != 1) goto decline;
+        WGET(run[n].data, out, data);
+        if (!PyBytes_Check(run[n].data)) goto decline;
+        run[n].size = PyBytes_GET_SIZE(run[n].data);
+        run[n].channel = PyTuple_GET_ITEM(to, 0); /* the peer, for now */
+        run[n].index = i;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            int same = PyObject_RichCompareBool(run[k].channel, run[n].channel, Py_EQ);
+            if (same < 0) goto error;
+            if (same) goto decline; /* a peer twice: the Python path's one write */
+        }
+        n++;
+    }
+    if (n == 0) goto decline;
+
+    /* --- the checks: nothing is written before all pass ------------------------------ */
+    WGET(o, driver, closed);
+    if (o != Py_False) goto decline;
+    WGET(o, driver, _applying);
+    if (o != Py_False) goto decline;
+    WGET(o, driver, meter);
+    if (o != Py_None) goto decline;
+    WGET(node, driver, host);
+    WGET(o, node, _state);
+    if (!is_open_str(o)) goto decline;
+    WGET(o, node, traffic);
+    if (o != Py_None) goto decline;
+    WGET(transport, node, _transport);
+    if ((PyObject *)Py_TYPE(transport) != wn.tcp_type) goto decline; /* tcps, wrappers */
+    WGET(o, transport, _state);
+    if (!is_open_str(o)) goto decline;
+    WGET(o, transport, _corks);
+    if (!PyLong_Check(o) || PyLong_AsLong(o) != 0) goto decline;
+    WGET(o, transport, _busy);
+    if (o != Py_None) goto decline;
+    WGET(urls, node, _peer_urls);
+    WGET(peers, transport, _peers);
+    WGET(channels, transport, _channels);
+    if (!PyDict_Check(urls) || !PyDict_Check(peers) || !PyDict_Check(channels)) goto decline;
+    WGET(opts, transport, options);
+    WGET(o, opts, max_frame_bytes);
+    long long limit = PyLong_AsLongLong(o);
+    if (limit == -1 && PyErr_Occurred()) goto error;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *peer = run[k].channel, *channel, *conn, *writer, *state;
+        if (run[k].size > limit) goto decline;
+        truth = PyDict_Contains(urls, peer);
+        if (truth <= 0) goto check_failed;
+        truth = PyDict_Contains(peers, peer);
+        if (truth <= 0) goto check_failed;
+        truth = held_item(hp, channels, peer, &channel);
+        if (truth <= 0) goto check_failed;
+        WGET(conn, channel, _conn);
+        if (conn == Py_None) goto decline;
+        WGET(o, channel, _in_turn);
+        if (o != Py_False) goto decline;
+        WGET(state, channel, _peer);
+        WGET(o, state, queue);
+        truth = PyObject_IsTrue(o);
+        if (truth != 0) goto check_failed;
+        WGET(o, conn, sealer);
+        if (o != Py_None) goto decline;
+        WGET(writer, conn, _transport);
+        if (writer == Py_None) goto decline;
+        o = hold(hp, PyObject_CallMethodNoArgs(writer, wn.get_write_buffer_size));
+        if (o == NULL) goto error;
+        if (!PyLong_Check(o) || PyLong_AsLong(o) != 0) goto decline;
+        run[k].channel = channel;
+        run[k].writer = writer;
+    }
+
+    /* --- the writes: what write_at_once and sent do ---------------------------------- */
+    PyObject *dirty, *stats, *progress, *waiters;
+    WGET(dirty, transport, _dirty);
+    WGET(stats, transport, stats);
+    WGET(progress, transport, _progress);
+    if (!PyList_Check(dirty)) goto decline;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (PyObject_SetAttr(run[k].channel, wn._in_turn, Py_True) < 0) goto error;
+        if (PyList_GET_SIZE(dirty) == 0) {
+            PyObject *loop, *end_turn;
+            WGET(loop, transport, _loop);
+            WGET(end_turn, transport, _end_turn);
+            o = PyObject_CallMethodOneArg(loop, wn.call_soon, end_turn);
+            if (o == NULL) goto error;
+            Py_DECREF(o);
+        }
+        if (PyList_Append(dirty, run[k].channel) < 0) goto error;
+        Py_ssize_t size = run[k].size;
+        PyObject *wire = PyBytes_FromStringAndSize(NULL, size + 4);
+        if (wire == NULL) goto error;
+        unsigned char *w = (unsigned char *)PyBytes_AS_STRING(wire);
+        w[0] = (unsigned char)(size >> 24);
+        w[1] = (unsigned char)(size >> 16);
+        w[2] = (unsigned char)(size >> 8);
+        w[3] = (unsigned char)size;
+        memcpy(w + 4, PyBytes_AS_STRING(run[k].data), (size_t)size);
+        o = PyObject_CallMethodOneArg(run[k].writer, wn.write, wire);
+        Py_DECREF(wire);
+        if (o == NULL) goto error;
+        Py_DECREF(o);
+        if (bump(stats, wn.frames_out, 1) < 0 || bump(stats, wn.bytes_out, size) < 0)
+            goto error;
+        WGET(waiters, progress, _waiters);
+        truth = PyObject_IsTrue(waiters);
+        if (truth < 0) goto error;
+        if (truth) {
+            o = PyObject_CallMethodNoArgs(progress, wn.notify);
+            if (o == NULL) goto error;
+            Py_DECREF(o);
+        }
+    }
+    for (Py_ssize_t k = 0; k < n; k++) written_at[k] = run[k].index;
+    if (bump(driver, wn.protocol_packets, n) < 0) goto error;
+    written_packets += (unsigned long long)n;
+    release(&h);
+    *written = n;
+    return 1;
+
+check_failed:
+    if (truth < 0) goto error;
+decline:
+    release(&h);
+    return 0;
+error:
+    release(&h);
+    return -1;
+}
+
+/* 1 if every item of `outputs` is one `_carry_out` holds back (a delivery or a timer),
+   0 if not */
+static int all_held(PyObject *outputs) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outputs); i++) {
+        PyObject *type = (PyObject *)Py_TYPE(PyList_GET_ITEM(outputs, i));
+        if (type != lane_DeliverType && type != wn.set_timer && type != wn.cancel_timer)
+            return 0;
+    }
+    return 1;
+}
+
+/* `_apply`'s frame around `_carry_out_held(held)` for a step whose outputs are all held
+   back (deliveries, timers): 1 done, 0 not this driver's state (the caller calls
+   `received`), -1 with an error set */
+static int carry_out_held(PyObject *driver, PyObject *held) {
+    PyObject *o;
+    int plain = 1;
+    if ((o = PyObject_GetAttr(driver, wn.closed)) == NULL) return -1;
+    plain &= o == Py_False;
+    Py_DECREF(o);
+    if ((o = PyObject_GetAttr(driver, wn._applying)) == NULL) return -1;
+    plain &= o == Py_False;
+    Py_DECREF(o);
+    if ((o = PyObject_GetAttr(driver, wn.meter)) == NULL) return -1;
+    plain &= o == Py_None;
+    Py_DECREF(o);
+    if (!plain) return 0;
+    if (PyObject_SetAttr(driver, wn._pressure, Py_None) < 0
+        || PyObject_SetAttr(driver, wn._applying, Py_True) < 0)
+        return -1;
+    o = PyObject_CallMethodOneArg(driver, wn._carry_out_held, held);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  /* restored after the flag, as `_apply`'s finally */
+    int rc = PyObject_SetAttr(driver, wn._applying, Py_False);
+    if (rc < 0) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_XDECREF(o);
+        return -1;
+    }
+    PyErr_Restore(type, value, tb);
+    if (o == NULL) return -1;
+    Py_DECREF(o);
+    return 1;
+}
+
+/* carry_out(driver, outputs, now): see the top */
+int lane_carry_out(PyObject *driver, PyObject *outputs, PyObject *now) {
+    Py_ssize_t written = 0, written_at[MAX_RUN];
+    if (!PyList_Check(outputs)) {
+        PyErr_SetString(PyExc_TypeError, "carry_out: outputs must be a list");
+        return -1;
+    }
+    int rc = PyList_GET_SIZE(outputs) ? write_run(driver, outputs, &written, written_at) : 0;
+    if (rc < 0) return -1;
+    PyObject *rest = outputs, *r;
+    if (written) {
+        handed_runs++;
+        if (PyObject_SetAttr(driver, wn._pressure, Py_None) < 0) return -1;
+        if (written == PyList_GET_SIZE(outputs)) return 0;
+        rest = PyList_New(0);
+        if (rest == NULL) return -1;
+        for (Py_ssize_t i = 0, k = 0; i < PyList_GET_SIZE(outputs); i++) {
+            if (k < written && written_at[k] == i) {
+                k++;
+                continue;
+            }
+            if (PyList_Append(rest, PyList_GET_ITEM(outputs, i)) < 0) {
+                Py_DECREF(rest);
+                return -1;
+            }
+        }
+    } else {
+        Py_INCREF(rest);
+    }
+    if (PyList_GET_SIZE(rest) && all_held(rest)) {  /* deliveries, timers: no dispatch */
+        rc = carry_out_held(driver, rest);
+        if (rc != 0) {
+            Py_DECREF(rest);
+            return rc < 0 ? -1 : 0;
+        }
+    }
+    r = PyObject_CallMethodObjArgs(driver, wn.received, rest, now, NULL);
+    Py_DECREF(rest);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+PyObject *lane_carry_out_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "carry_out(driver, outputs, now) takes 3 arguments");
+        return NULL;
+    }
+    if (lane_carry_out(args[0], args[1], args[2]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+PyObject *lane_write_counts(PyObject *module, PyObject *unused) {
+    (void)module;
+    (void)unused;
+    return Py_BuildValue("{sKsK}", "packets", written_packets, "runs", handed_runs);
+}
+
+void lane_write_reset(void) {
+    written_packets = handed_runs = 0;
+}
