@@ -6,7 +6,9 @@
      and the helpers that build and compare the Python objects the lane handles;
    - lane_steps.c: the layers' steps that `receive` and `broadcast` share (the channel's
      ack, the sequencer's delivery, a multicast's checks and frames, the admission of one
-     message and its order).
+     message and its order);
+   - lane_pump.c, lane_write.c: the runtime's glue around the steps (a tcp:// read's
+     frames to `receive`; a step's packets written, its deliveries handed over).
 
    Shared symbols are prefixed `lane_`; the tiny helpers every step calls are here,
    `static inline`. */
@@ -83,6 +85,24 @@ static inline int lane_layers_shaped(PyObject *detector, PyObject *channel,
 
 /* The names interned and the types imported: 0, or -1 with an error set. */
 int lane_objects_init(void);
+/* `module.name`, a new reference; NULL with an error set */
+PyObject *lane_import_attr(const char *module, const char *name);
+/* obj.name += delta for an int attribute: 0, or -1 with an error set */
+int lane_add_int(PyObject *obj, PyObject *name, Py_ssize_t delta);
+
+/* lane_module.c's `receive` (also called by the pump) */
+PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+/* lane_pump.c: a tcp:// read's frames to `receive` without the Python glue */
+int lane_pump_init(void);
+PyObject *lane_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *lane_pump_counts(PyObject *module, PyObject *unused);
+void lane_pump_reset(void);
+/* lane_write.c: a lane step's packets written where tcp:// would write them at once */
+int lane_write_init(void);
+int lane_carry_out(PyObject *driver, PyObject *outputs, PyObject *now);
+PyObject *lane_carry_out_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *lane_write_counts(PyObject *module, PyObject *unused);
+void lane_write_reset(void);
 
 /* New references taken during one call, released at its end. */
 #define MAX_HELD 256  /* (a call holds ~40, and ~5 per destination) */

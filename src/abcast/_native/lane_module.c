@@ -58,16 +58,6 @@
 
 #include "lane.h"
 
-/* lane_pump.c: a tcp:// read's frames to `receive` without the Python glue */
-PyObject *lane_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-PyObject *lane_pump_counts(PyObject *module, PyObject *unused);
-void lane_pump_reset(void);
-int lane_pump_init(void);
-/* lane_write.c: a lane step's packets written where tcp:// would write them at once */
-PyObject *lane_carry_out_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-PyObject *lane_write_counts(PyObject *module, PyObject *unused);
-void lane_write_reset(void);
-int lane_write_init(void);
 
 #ifndef ABCAST_STEADY_SOURCE_HASH
 #define ABCAST_STEADY_SOURCE_HASH "unknown"

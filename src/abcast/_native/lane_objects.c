@@ -93,7 +93,7 @@ static int intern_names(void) {
     return 0;
 }
 
-static PyObject *import_attr(const char *module, const char *name) {
+PyObject *lane_import_attr(const char *module, const char *name) {
     PyObject *m = PyImport_ImportModule(module);
     if (m == NULL) return NULL;
     PyObject *a = PyObject_GetAttrString(m, name);
@@ -101,10 +101,23 @@ static PyObject *import_attr(const char *module, const char *name) {
     return a;
 }
 
+int lane_add_int(PyObject *obj, PyObject *name, Py_ssize_t delta) {
+    PyObject *o = PyObject_GetAttr(obj, name);
+    if (o == NULL) return -1;
+    PyObject *d = PyLong_FromSsize_t(delta);
+    PyObject *sum = d ? PyNumber_Add(o, d) : NULL;
+    Py_DECREF(o);
+    Py_XDECREF(d);
+    if (sum == NULL) return -1;
+    int rc = PyObject_SetAttr(obj, name, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
 /* The names interned and the types imported: 0, or -1 with an error set. */
 int lane_objects_init(void) {
     if (intern_names() < 0) return -1;
-    PyObject *msgid = import_attr("abcast.ids", "MsgId");
+    PyObject *msgid = lane_import_attr("abcast.ids", "MsgId");
     if (msgid == NULL) return -1;
     if (!PyType_Check(msgid) || !PyType_IsSubtype((PyTypeObject *)msgid, &PyTuple_Type)) {
         Py_DECREF(msgid);
@@ -112,28 +125,28 @@ int lane_objects_init(void) {
         return -1;
     }
     lane_MsgIdType = (PyTypeObject *)msgid;
-    if ((lane_DeliverType = import_attr("abcast.effects", "Deliver")) == NULL
-        || (lane_TransmitType = import_attr("abcast.effects", "Transmit")) == NULL
-        || (lane_PacketType = import_attr("abcast.codec", "Packet")) == NULL
-        || (lane_SOrderType = import_attr("abcast.ordering.sequencer_wire", "SOrder")) == NULL
-        || (lane_SDataType = import_attr("abcast.ordering.sequencer_wire", "SData")) == NULL
-        || (lane_PendingType = import_attr("abcast.reliability.channel", "_Pending")) == NULL
-        || (lane_LocalProtocolError = import_attr("abcast.errors", "LocalProtocolError"))
+    if ((lane_DeliverType = lane_import_attr("abcast.effects", "Deliver")) == NULL
+        || (lane_TransmitType = lane_import_attr("abcast.effects", "Transmit")) == NULL
+        || (lane_PacketType = lane_import_attr("abcast.codec", "Packet")) == NULL
+        || (lane_SOrderType = lane_import_attr("abcast.ordering.sequencer_wire", "SOrder")) == NULL
+        || (lane_SDataType = lane_import_attr("abcast.ordering.sequencer_wire", "SData")) == NULL
+        || (lane_PendingType = lane_import_attr("abcast.reliability.channel", "_Pending")) == NULL
+        || (lane_LocalProtocolError = lane_import_attr("abcast.errors", "LocalProtocolError"))
                == NULL
-        || (lane_OpenDetectorType = import_attr("abcast.ordering._open_detector",
+        || (lane_OpenDetectorType = lane_import_attr("abcast.ordering._open_detector",
                                                 "OpenDetector")) == NULL
-        || (lane_OpenChannelType = import_attr("abcast.ordering._open_channel",
+        || (lane_OpenChannelType = lane_import_attr("abcast.ordering._open_channel",
                                                "OpenChannel")) == NULL
-        || (lane_MembershipType = import_attr("abcast.membership.layer", "Membership"))
+        || (lane_MembershipType = lane_import_attr("abcast.membership.layer", "Membership"))
                == NULL
-        || (lane_SequencerType = import_attr("abcast.ordering.sequencer", "Sequencer"))
+        || (lane_SequencerType = lane_import_attr("abcast.ordering.sequencer", "Sequencer"))
                == NULL)
         return -1;
     if (!PyType_Check(lane_PendingType)) {
         PyErr_SetString(PyExc_ImportError, "abcast._lane: _Pending is not a class");
         return -1;
     }
-    PyObject *granularity = import_attr("abcast.reliability.rto", "GRANULARITY_US");
+    PyObject *granularity = lane_import_attr("abcast.reliability.rto", "GRANULARITY_US");
     if (granularity == NULL) return -1;
     int rc = as_ll(granularity, &lane_granularity_us);
     Py_DECREF(granularity);

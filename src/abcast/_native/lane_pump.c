@@ -27,11 +27,6 @@
 
 #include "lane.h"
 
-/* lane_module.c's `receive` (the same function the module exports), lane_write.c's
-   `carry_out` */
-PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-int lane_carry_out(PyObject *driver, PyObject *outputs, PyObject *now);
-
 static struct {
     PyObject *_reader, *_buf, *_max, *link, *_alive, *_owner, *_state, *_busy,
         *stats, *frames_in, *bytes_in, *_lanes, *traffic, *clock, *now_us, *peer, *received,
@@ -73,20 +68,6 @@ static int attr_is_open(PyObject *obj) {
     int is = PyUnicode_Check(o) && PyUnicode_Compare(o, pn.open) == 0;
     Py_DECREF(o);
     return is;
-}
-
-/* obj.name += delta for an int attribute; 0 or -1 with an error set */
-static int add_to(PyObject *obj, PyObject *name, Py_ssize_t delta) {
-    PyObject *o = attr(obj, name);
-    if (o == NULL) return -1;
-    PyObject *d = PyLong_FromSsize_t(delta);
-    PyObject *sum = d ? PyNumber_Add(o, d) : NULL;
-    Py_DECREF(o);
-    Py_XDECREF(d);
-    if (sum == NULL) return -1;
-    int rc = PyObject_SetAttr(obj, name, sum);
-    Py_DECREF(sum);
-    return rc;
 }
 
 static uint32_t be32(const unsigned char *p) {
@@ -190,7 +171,7 @@ PyObject *lane_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
             break;
         }
         pumped_frames++;
-        if (add_to(stats, pn.frames_in, 1) < 0 || add_to(stats, pn.bytes_in, length) < 0) {
+        if (lane_add_int(stats, pn.frames_in, 1) < 0 || lane_add_int(stats, pn.bytes_in, length) < 0) {
             Py_DECREF(stepped);
             Py_DECREF(now);
             goto error;

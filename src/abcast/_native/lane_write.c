@@ -66,18 +66,10 @@ int lane_write_init(void) {
 
 #define MAX_RUN 8 /* packets of one step written here; a longer run: the Python path */
 
-static PyObject *import_attr_of(const char *module_name, const char *name) {
-    PyObject *module = PyImport_ImportModule(module_name);
-    if (module == NULL) return NULL;
-    PyObject *o = PyObject_GetAttrString(module, name);
-    Py_DECREF(module);
-    return o;
-}
-
 static int import_types(void) {
-    if ((wn.set_timer = import_attr_of("abcast.effects", "SetTimer")) == NULL
-        || (wn.cancel_timer = import_attr_of("abcast.effects", "CancelTimer")) == NULL
-        || (wn.tcp_type = import_attr_of("abcast.transport.tcp", "TcpTransport")) == NULL)
+    if ((wn.set_timer = lane_import_attr("abcast.effects", "SetTimer")) == NULL
+        || (wn.cancel_timer = lane_import_attr("abcast.effects", "CancelTimer")) == NULL
+        || (wn.tcp_type = lane_import_attr("abcast.transport.tcp", "TcpTransport")) == NULL)
         return -1;
     return 0;
 }
@@ -96,20 +88,6 @@ typedef struct {
 
 static int is_open_str(PyObject *o) {
     return PyUnicode_Check(o) && PyUnicode_Compare(o, wn.open) == 0;
-}
-
-/* int attribute += delta; 0 or -1 */
-static int bump(PyObject *obj, PyObject *name, Py_ssize_t delta) {
-    PyObject *o = PyObject_GetAttr(obj, name);
-    if (o == NULL) return -1;
-    PyObject *d = PyLong_FromSsize_t(delta);
-    PyObject *sum = d ? PyNumber_Add(o, d) : NULL;
-    Py_DECREF(o);
-    Py_XDECREF(d);
-    if (sum == NULL) return -1;
-    int rc = PyObject_SetAttr(obj, name, sum);
-    Py_DECREF(sum);
-    return rc;
 }
 
 /* The step's run of packets written here (1: `*written` of them, at `written_at` in
@@ -238,7 +216,7 @@ static int write_run(PyObject *driver, PyObject *outputs, Py_ssize_t *written,
         Py_DECREF(wire);
         if (o == NULL) goto error;
         Py_DECREF(o);
-        if (bump(stats, wn.frames_out, 1) < 0 || bump(stats, wn.bytes_out, size) < 0)
+        if (lane_add_int(stats, wn.frames_out, 1) < 0 || lane_add_int(stats, wn.bytes_out, size) < 0)
             goto error;
         WGET(waiters, progress, _waiters);
         truth = PyObject_IsTrue(waiters);
@@ -250,7 +228,7 @@ static int write_run(PyObject *driver, PyObject *outputs, Py_ssize_t *written,
         }
     }
     for (Py_ssize_t k = 0; k < n; k++) written_at[k] = run[k].index;
-    if (bump(driver, wn.protocol_packets, n) < 0) goto error;
+    if (lane_add_int(driver, wn.protocol_packets, n) < 0) goto error;
     written_packets += (unsigned long long)n;
     release(&h);
     *written = n;
