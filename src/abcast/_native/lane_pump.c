@@ -196,20 +196,11 @@ PyObject *lane_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
         }
         Py_DECREF(r);
         /* the handler may have dropped the link or closed the transport */
-        if ((rc = attr_is(link, pn._alive, Py_True)) <= 0) goto done_or_error;
-        if ((rc = attr_is_open(owner)) <= 0) goto done_or_error;
+        if ((rc = attr_is(link, pn._alive, Py_True)) <= 0) goto done;
+        if ((rc = attr_is_open(owner)) <= 0) goto done;
     }
     rc = 1;
-done_or_error:
-    Py_XDECREF(link);
-    Py_XDECREF(reader);
-    Py_XDECREF(owner);
-    Py_XDECREF(lanes);
-    Py_XDECREF(clock);
-    Py_XDECREF(stats);
-    Py_XDECREF(peer);
-    if (rc < 0) return NULL;
-    Py_RETURN_TRUE;
+    goto done;
 
 check:  /* a check's answer: 0 passes the read to the Python path, -1 is an error */
     if (rc < 0) goto error;
@@ -221,7 +212,9 @@ pass:
     Py_XDECREF(lanes);
     Py_RETURN_FALSE;
 error:
-    Py_XDECREF(o);
+    rc = -1;
+    Py_CLEAR(o);
+done:  /* rc: 1 or 0 (the read taken, the rest of it dropped with its link), -1 */
     Py_XDECREF(link);
     Py_XDECREF(reader);
     Py_XDECREF(owner);
@@ -229,7 +222,8 @@ error:
     Py_XDECREF(clock);
     Py_XDECREF(stats);
     Py_XDECREF(peer);
-    return NULL;
+    if (rc < 0) return NULL;
+    Py_RETURN_TRUE;
 }
 
 PyObject *lane_pump_counts(PyObject *module, PyObject *unused) {
