@@ -262,11 +262,11 @@ def test_a_driver_that_raises_in_a_pumped_read_is_logged_and_the_link_kept(
 
 
 def test_carry_out_writes_a_run_at_once_as_send_run_would(counts: None) -> None:
-    """`_lane.carry_out` writes a step's packets itself only where tcp://'s `send_run`
-    writes at once: on a fresh loop turn a run naming each peer once is on the wire when
-    it returns (the frames counted once, the peer's channel then written for this turn, so
-    a frame sent after it waits for the next turn); a run naming a peer twice is left to
-    the Python path (one write for both, under a cork)."""
+    """`_lane.carry_out` writes a step's packets itself only where tcp:// would write them
+    at once: on a fresh loop turn a run to an idle peer is on the wire when it returns
+    (the frames counted once, the peer's channel then written for this turn, so a frame
+    sent after it waits for the next turn); a peer's two frames in one run leave at once
+    too (one write for both, as under the Python path's cork)."""
 
     async def main() -> tuple[int, int]:
         nodes = [await Node("tcp://127.0.0.1:0", node=n).start() for n in IDS[:2]]
@@ -293,8 +293,8 @@ def test_carry_out_writes_a_run_at_once_as_send_run_would(counts: None) -> None:
             await asyncio.sleep(0)
             twice = [Transmit(("n2",), stranger), Transmit(("n2",), stranger)]
             _lane.carry_out(driver, twice, driver.host.clock.now_us())
-            assert _lane.write_counts()["packets"] == 1  # not by C ...
-            assert stats.frames_out == before + 4  # ... but at once, both in one write
+            assert _lane.write_counts() == {"packets": 3, "runs": 2}
+            assert stats.frames_out == before + 4  # both at once, in one write
             await _until(lambda: nodes[1].stats.unknown_group_frames == 4)
             return stats.frames_out - before, nodes[1].stats.unknown_group_frames
         finally:

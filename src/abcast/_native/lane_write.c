@@ -6,9 +6,10 @@
        pump's frames, the driver's lane broadcasts): its run of protocol packets first,
        then its deliveries and timers. When the run — the `Transmit`s `_carry_out` would
        collect before anything else (to one peer each, no control packet, skipping the
-       deliveries and timers it holds back) — names each peer once and every one of them
-       finds its tcp:// channel idle, they are written here, each as one write of its
-       length prefix and frame, and only the other outputs go to `driver.received`, in
+       deliveries and timers it holds back) — finds every peer's tcp:// channel idle, they
+       are written here, each peer's frames as one write of their length prefixes and
+       bytes (as the Python path's cork has it), and only the other outputs go to
+       `driver.received`, in
        their order; otherwise everything does, and the Python path writes them. Outputs
        left that are all deliveries and timers go straight to `driver._carry_out_held`,
        inside what `_apply` does around it (the step's backpressure answer forgotten,
@@ -16,7 +17,7 @@
        without metrics; anything else to `received`.
 
    Rules. Idle is `TcpTransport.send_run`'s fast path (`_Channel.write_at_once`), checked
-   for every packet before the first write: the driver open, not carrying out, without
+   for every peer before the first write: the driver open, not carrying out, without
    metrics; the node open, without metrics, the peer's address known; the transport
    exactly a plain `TcpTransport`, open, not corked, not busy polling; the frame within
    its bound; the channel connected, nothing queued, nothing written in this loop turn,
@@ -77,6 +78,7 @@ static int import_types(void) {
 typedef struct {
     PyObject *channel, *writer, *data; /* held */
     Py_ssize_t size, index;                /* the frame's bytes, its place in outputs */
+    Py_ssize_t first;                      /* the run's first packet to the same peer */
 } packet_out;
 
 /* obj.name, a reference held by `hp`; NULL with an error set */
@@ -101,9 +103,9 @@ static int write_run(PyObject *driver, PyObject *outputs, Py_ssize_t *written,
     int truth;
     *written = 0;
 
-    /* the run, as `_carry_out` collects it: the protocol Transmits (one peer each, each
-       peer once), skipping the deliveries and timers it holds back, up to the first
-       other output */
+    /* the run, as `_carry_out` collects it: the protocol Transmits (one peer each),
+       skipping the deliveries and timers it holds back, up to the first other output;
+       a peer's frames leave in one write, as under the Python path's cork */
     if (wn.tcp_type == NULL && import_types() < 0) goto error;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *out = PyList_GET_ITEM(outputs, i), *type = (PyObject *)Py_TYPE(out);
@@ -121,10 +123,14 @@ static int write_run(PyObject *driver, PyObject *outputs, Py_ssize_t *written,
         run[n].size = PyBytes_GET_SIZE(run[n].data);
         run[n].channel = PyTuple_GET_ITEM(to, 0); /* the peer, for now */
         run[n].index = i;
+        run[n].first = n;
         for (Py_ssize_t k = 0; k < n; k++) {
             int same = PyObject_RichCompareBool(run[k].channel, run[n].channel, Py_EQ);
             if (same < 0) goto error;
-            if (same) goto decline; /* a peer twice: the Python path's one write */
+            if (same) { /* the peer's frames so far: one write */
+                run[n].first = run[k].first;
+                break;
+            }
         }
         n++;
     }
@@ -161,6 +167,7 @@ static int write_run(PyObject *driver, PyObject *outputs, Py_ssize_t *written,
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *peer = run[k].channel, *channel, *conn, *writer, *state;
         if (run[k].size > limit) goto decline;
+        if (run[k].first != k) continue; /* its peer's checks: at its first frame */
         truth = PyDict_Contains(urls, peer);
         if (truth <= 0) goto check_failed;
         truth = PyDict_Contains(peers, peer);
@@ -185,6 +192,10 @@ static int write_run(PyObject *driver, PyObject *outputs, Py_ssize_t *written,
         run[k].channel = channel;
         run[k].writer = writer;
     }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        run[k].channel = run[run[k].first].channel;
+        run[k].writer = run[run[k].first].writer;
+    }
 
     /* --- the writes: what write_at_once and sent do ---------------------------------- */
     PyObject *dirty, *stats, *progress, *waiters;
@@ -193,6 +204,7 @@ static int write_run(PyObject *driver, PyObject *outputs, Py_ssize_t *written,
     WGET(progress, transport, _progress);
     if (!PyList_Check(dirty)) goto decline;
     for (Py_ssize_t k = 0; k < n; k++) {
+        if (run[k].first != k) continue; /* written with its peer's first frame */
         if (PyObject_SetAttr(run[k].channel, wn._in_turn, Py_True) < 0) goto error;
         if (PyList_GET_SIZE(dirty) == 0) {
             PyObject *loop, *end_turn;
@@ -203,20 +215,31 @@ static int write_run(PyObject *driver, PyObject *outputs, Py_ssize_t *written,
             Py_DECREF(o);
         }
         if (PyList_Append(dirty, run[k].channel) < 0) goto error;
-        Py_ssize_t size = run[k].size;
-        PyObject *wire = PyBytes_FromStringAndSize(NULL, size + 4);
+        Py_ssize_t frames = 0, size = 0; /* the peer's frames: as `encode_frames` joins them */
+        for (Py_ssize_t j = k; j < n; j++)
+            if (run[j].first == k) {
+                frames++;
+                size += run[j].size;
+            }
+        PyObject *wire = PyBytes_FromStringAndSize(NULL, size + 4 * frames);
         if (wire == NULL) goto error;
         unsigned char *w = (unsigned char *)PyBytes_AS_STRING(wire);
-        w[0] = (unsigned char)(size >> 24);
-        w[1] = (unsigned char)(size >> 16);
-        w[2] = (unsigned char)(size >> 8);
-        w[3] = (unsigned char)size;
-        memcpy(w + 4, PyBytes_AS_STRING(run[k].data), (size_t)size);
+        for (Py_ssize_t j = k; j < n; j++) {
+            if (run[j].first != k) continue;
+            Py_ssize_t length = run[j].size;
+            w[0] = (unsigned char)(length >> 24);
+            w[1] = (unsigned char)(length >> 16);
+            w[2] = (unsigned char)(length >> 8);
+            w[3] = (unsigned char)length;
+            memcpy(w + 4, PyBytes_AS_STRING(run[j].data), (size_t)length);
+            w += 4 + length;
+        }
         o = PyObject_CallMethodOneArg(run[k].writer, wn.write, wire);
         Py_DECREF(wire);
         if (o == NULL) goto error;
         Py_DECREF(o);
-        if (lane_add_int(stats, wn.frames_out, 1) < 0 || lane_add_int(stats, wn.bytes_out, size) < 0)
+        if (lane_add_int(stats, wn.frames_out, frames) < 0
+            || lane_add_int(stats, wn.bytes_out, size) < 0)
             goto error;
         WGET(waiters, progress, _waiters);
         truth = PyObject_IsTrue(waiters);
