@@ -111,6 +111,7 @@ class Lane(Protocol):
     def receive(self, frame: bytes, peer: str | None, lanes: Lanes, now: int, /,
                 ) -> tuple[Any, list[Any]] | None: ...
     def broadcast(self, stack: Any, payload: bytes, now: int, /) -> list[Any] | None: ...
+    def backpressured(self, stack: Any, /) -> bool | None: ...
     def counts(self) -> dict[str, int]: ...
     def reset_counts(self) -> None: ...
     def plant(self, k: int, /) -> None: ...
@@ -248,6 +249,8 @@ class Tally:
     delivered: int = 0  # deliveries among the outputs of frames the lane took
     broadcasts: int = 0  # broadcasts offered to the lane
     broadcasts_taken: int = 0
+    pressed: int = 0  # checks at which the lane (and the stack) said backpressured
+    unpressed: int = 0
 
 
 class Pair:
@@ -280,7 +283,16 @@ class Pair:
         if outputs_a != outputs_b or repr(outputs_a) != repr(outputs_b):
             raise self.fail(f"outputs differ:\n python {outputs_a!r}\n lane   {outputs_b!r}")
         for node in nodes:
-            state_a, state_b = state((a or self.a)[node]), state((b or self.b)[node])
+            stack_b = (b or self.b)[node]
+            pressure = self.lane.backpressured(stack_b)  # the driver's question, in C
+            if pressure is None or pressure != stack_b.backpressured():
+                raise self.fail(f"{node}: the lane says backpressured {pressure}, the "
+                                f"stack {stack_b.backpressured()}")
+            if pressure:
+                self.tally.pressed += 1
+            else:
+                self.tally.unpressed += 1
+            state_a, state_b = state((a or self.a)[node]), state(stack_b)
             if state_a != state_b:
                 parts = [k for k in state_a if state_a[k] != state_b[k]]
                 first = parts[0]
@@ -556,6 +568,7 @@ def test_the_lane_is_taken_and_declines(lane: Lane) -> None:
     assert tally.taken - tally.forged_taken > 300, tally
     assert tally.calls - tally.taken > 1000, tally
     assert tally.delivered > 300, tally
+    assert tally.pressed > 20 and tally.unpressed > 1000, tally  # `backpressured`, both ways
 
 
 #: stacks whose order frames the lane must leave to the Python path

@@ -102,6 +102,7 @@ int lane_write_init(void);
 int lane_carry_out(PyObject *driver, PyObject *outputs, PyObject *now);
 PyObject *lane_carry_out_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *lane_write_counts(PyObject *module, PyObject *unused);
+PyObject *lane_backpressured(PyObject *module, PyObject *stack);
 void lane_write_reset(void);
 
 /* New references taken during one call, released at its end. */

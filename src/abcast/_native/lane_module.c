@@ -506,6 +506,9 @@ static PyMethodDef methods[] = {
     {"carry_out", (PyCFunction)(void (*)(void))lane_carry_out_py, METH_FASTCALL,
      "carry_out(driver, outputs, now): a lane step's outputs carried out, its packets "
      "written here where tcp:// would write them at once (see lane_write.c)"},
+    {"backpressured", lane_backpressured, METH_O,
+     "backpressured(stack) -> bool | None: stack.backpressured() for the lane's stack "
+     "shape, None for another (see lane_write.c)"},
     {"write_counts", lane_write_counts, METH_NOARGS,
      "{'packets', 'runs': n}: packets carry_out wrote, steps it wrote them for"},
     {"counts", lane_counts, METH_NOARGS,

@@ -16,6 +16,13 @@
        `_applying` set while the application's callbacks run), for a driver open and
        without metrics; anything else to `received`.
 
+   backpressured(stack) -> bool | None
+       `stack.backpressured()` for the lane's stack shape (abcast.runtime.lane.eligible):
+       a link of the channel with `max_waiting` packets waiting for credit, or the
+       sequencer's own broadcasts not yet delivered here at `max_unstable`; None for
+       another shape (the caller asks the stack). The driver asks it before every
+       broadcast a step has not answered yet.
+
    Rules. Idle is `TcpTransport.send_run`'s fast path (`_Channel.write_at_once`), checked
    for every peer before the first write: the driver open, not carrying out, without
    metrics; the node open, without metrics, the peer's address known; the transport
@@ -38,7 +45,8 @@ static struct {
         *_conn, *_in_turn, *_peer, *queue, *sealer, *get_write_buffer_size, *write,
         *_dirty, *_loop, *call_soon, *_end_turn, *stats, *frames_out, *bytes_out,
         *_progress, *_waiters, *notify, *protocol_packets, *_pressure, *received, *to,
-        *_carry_out_held,
+        *_carry_out_held, *layers, *config, *max_waiting, *_out, *waiting, *ordering, *st,
+        *sent, *delivered, *node, *max_unstable,
         *data, *control, *open;
     /* imported at first use (importing abcast.transport.tcp at the lane's import would
        be a cycle): abcast.transport.tcp.TcpTransport, abcast.effects.SetTimer and
@@ -59,7 +67,9 @@ int lane_write_init(void) {
     INTERN(call_soon); INTERN(_end_turn); INTERN(stats); INTERN(frames_out);
     INTERN(bytes_out); INTERN(_progress); INTERN(_waiters); INTERN(notify);
     INTERN(protocol_packets); INTERN(_pressure); INTERN(received); INTERN(to);
-    INTERN(_carry_out_held);
+    INTERN(_carry_out_held); INTERN(layers); INTERN(config); INTERN(max_waiting);
+    INTERN(_out); INTERN(waiting); INTERN(ordering); INTERN(st); INTERN(sent);
+    INTERN(delivered); INTERN(node); INTERN(max_unstable);
     INTERN(data); INTERN(control); INTERN(open);
 #undef INTERN
     return 0;
@@ -355,6 +365,62 @@ int lane_carry_out(PyObject *driver, PyObject *outputs, PyObject *now) {
     if (r == NULL) return -1;
     Py_DECREF(r);
     return 0;
+}
+
+/* backpressured(stack) -> bool | None: see the top */
+PyObject *lane_backpressured(PyObject *module, PyObject *stack) {
+    (void)module;
+    held_refs h = {.n = 0}, *hp = &h;
+    PyObject *layers, *o, *config, *links, *key, *link, *core, *st, *delivered, *node;
+    int truth;
+    if (wn.tcp_type == NULL && import_types() < 0) return NULL;
+    WGET(layers, stack, layers);
+    if (!PyList_Check(layers) || PyList_GET_SIZE(layers) != 3
+        || !lane_layers_shaped(PyList_GET_ITEM(layers, 0), PyList_GET_ITEM(layers, 1),
+                               PyList_GET_ITEM(layers, 2)))
+        goto other;
+    /* the channel's: a link's credit queue at max_waiting */
+    PyObject *channel = PyList_GET_ITEM(layers, 1);
+    WGET(config, channel, config);
+    WGET(o, config, max_waiting);
+    Py_ssize_t limit = PyLong_AsSsize_t(o);
+    if (limit == -1 && PyErr_Occurred()) goto error;
+    WGET(links, channel, _out);
+    if (!PyDict_Check(links)) goto other;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(links, &pos, &key, &link)) {
+        WGET(o, link, waiting);
+        Py_ssize_t waiting = PyObject_Length(o);
+        if (waiting < 0) goto error;
+        if (waiting >= limit) goto pressed;
+    }
+    /* the sequencer's: our own broadcasts not yet delivered at max_unstable */
+    WGET(core, PyList_GET_ITEM(layers, 2), ordering);
+    if ((PyObject *)Py_TYPE(core) != lane_SequencerType) goto other;
+    WGET(st, core, st);
+    WGET(node, st, node);
+    WGET(delivered, st, delivered);
+    if (!PyDict_Check(delivered)) goto other;
+    PyObject *mine;
+    truth = held_item(hp, delivered, node, &mine);
+    if (truth < 0) goto error;
+    long long done = 0, sent, bound;
+    if (truth && (done = PyLong_AsLongLong(mine)) == -1 && PyErr_Occurred()) goto error;
+    WGET(o, st, sent);
+    if ((sent = PyLong_AsLongLong(o)) == -1 && PyErr_Occurred()) goto error;
+    WGET(o, st, max_unstable);
+    if ((bound = PyLong_AsLongLong(o)) == -1 && PyErr_Occurred()) goto error;
+    release(&h);
+    return PyBool_FromLong(sent - done >= bound);
+pressed:
+    release(&h);
+    Py_RETURN_TRUE;
+other:
+    release(&h);
+    Py_RETURN_NONE;
+error:
+    release(&h);
+    return NULL;
 }
 
 PyObject *lane_carry_out_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {

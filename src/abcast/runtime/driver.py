@@ -160,6 +160,9 @@ class GroupDriver:
         #: carry_out(driver, outputs, now): `received` for a lane step's outputs, its
         #: packets written by C where tcp:// would write them at once (abcast.runtime.lane)
         self.lane_carry_out: Callable[[GroupDriver, list[Output], int], None] | None = None
+        #: backpressured(stack) -> bool | None: `stack.backpressured()` in C for the lane's
+        #: stack shape (abcast.runtime.lane)
+        self.lane_backpressured: Callable[[Stack], bool | None] | None = None
         self._flush_scheduled = False  # a `_flush_soon` is due at the end of this turn
         self._applying = False  # carrying out a stack call's outputs (see send_queued)
         #: stack.backpressured() as of the stack's last step; None: not asked since
@@ -204,7 +207,10 @@ class GroupDriver:
         turn's burst of `broadcast_nowait` asks the layers once, not once per message."""
         pressure = self._pressure
         if pressure is None:
-            pressure = self._pressure = self.stack.backpressured()
+            lane = self.lane_backpressured  # the native lane's answer (abcast.runtime.lane)
+            answer = lane(self.stack) if lane is not None else None
+            pressure = self._pressure = (self.stack.backpressured() if answer is None
+                                         else answer)
         return pressure
 
     def send_queued(self) -> None:

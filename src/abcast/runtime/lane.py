@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from abcast.membership.layer import Membership
 from abcast.native_sources import source_hash
@@ -50,22 +50,36 @@ Pump = Callable[[Any, bytes, Any], bool]
 #: by C where tcp:// would write them at once (lane_write.c)
 CarryOut = Callable[[Any, "list[Any]", int], None]
 
+#: backpressured(stack) -> bool | None: `stack.backpressured()` for the lane's stack shape
+Backpressured = Callable[[Stack], "bool | None"]
+
+
+class Lane(NamedTuple):
+    """The extension's entry points the runtime uses (each None when the lane is off)."""
+
+    receive: Receive | None
+    broadcast: Broadcast | None
+    pump: Pump | None
+    carry_out: CarryOut | None
+    backpressured: Backpressured | None
+    status: str
+
 SWITCH = "ABCAST_NATIVE_LANE"
 
 
-def _load() -> tuple[Receive | None, Broadcast | None, Pump | None, CarryOut | None, str]:
-    """The extension's `receive`, `broadcast`, `pump` and `carry_out`, or None and why
-    not."""
+def _load() -> Lane:
+    """The extension's entry points, or None for each and why not."""
     if os.environ.get(SWITCH, "1") == "0":
-        return None, None, None, None, f"switched off ({SWITCH}=0)"
+        return Lane(None, None, None, None, None, f"switched off ({SWITCH}=0)")
     try:
         from abcast import _lane
     except ImportError as exc:
-        return None, None, None, None, f"abcast._lane is not built ({exc})"
+        return Lane(None, None, None, None, None, f"abcast._lane is not built ({exc})")
     stale = _stale(_lane.SOURCE_HASH)
     if stale:
-        return None, None, None, None, stale
-    return _lane.receive, _lane.broadcast, _lane.pump, _lane.carry_out, "on"
+        return Lane(None, None, None, None, None, stale)
+    return Lane(_lane.receive, _lane.broadcast, _lane.pump, _lane.carry_out,
+                _lane.backpressured, "on")
 
 
 def _stale(built: str) -> str:
@@ -82,8 +96,9 @@ def _stale(built: str) -> str:
 #: tcp:// read's frames to RECEIVE without the Python path's glue (the node installs it
 #: as its transport's `frame_pump`); CARRY_OUT hands a lane step's outputs to its driver
 #: and writes its packets itself where tcp:// would write them at once (the pump's
-#: frames, the driver's lane broadcasts)
-RECEIVE, BROADCAST, PUMP, CARRY_OUT, STATUS = _load()
+#: frames, the driver's lane broadcasts); BACKPRESSURED answers the driver's question
+#: before a broadcast
+RECEIVE, BROADCAST, PUMP, CARRY_OUT, BACKPRESSURED, STATUS = _load()
 
 
 def eligible(stack: Stack) -> bool:

@@ -392,6 +392,7 @@ class Node:
             self._lanes[name] = (driver, driver.stack)
             driver.lane_broadcast = lane.BROADCAST
             driver.lane_carry_out = lane.CARRY_OUT
+            driver.lane_backpressured = lane.BACKPRESSURED
         if self.traffic is not None:  # metrics on
             from abcast.runtime.metrics import GroupMeter
 
