@@ -70,6 +70,10 @@ class StandIn:
     def reset_counts(self) -> None:
         self.taken = self.broadcasts = self.declined = 0
 
+    def backpressured(self, stack: Stack) -> bool | None:
+        """The stack's own answer: the model of `_lane.backpressured`."""
+        return stack.backpressured()
+
     def broadcast(self, stack: Stack, payload: bytes, now: int) -> list[Output] | None:
         """`stack.broadcast(payload, now)[1]` where the lane is to take it: a steady
         broadcast whose data (and at the sequencer its order) goes down every link by
