@@ -24,6 +24,11 @@ __all__ = ["Layer"]
 class Layer(ABC):
     """A protocol core in one slot of a stack: `handle(event, now) -> effects`."""
 
+    # Slotted, as are the layers of the runtime's sequencer stack (the native lane reads
+    # their attributes at their offsets: docs/performance.md §5); a subclass without
+    # `__slots__` gets a `__dict__` as before.
+    __slots__ = ("node",)
+
     #: short name, used in logs and errors
     name: ClassVar[str]
     #: the msgspec type (usually a Union of `Header` subclasses) this layer puts on the wire

@@ -102,6 +102,11 @@ class Stack:
     """One group's layers on one node. Drivers call `start`, `broadcast`, `receive` and
     `fire`; each returns the outputs (`Transmit`, `Deliver`, timers, views) to carry out."""
 
+    __slots__ = (
+        "_credit_layers", "_next_seq", "_pass_down", "_pass_down_each", "_pass_up", "_pass_up2",
+        "codec", "group", "layers", "node", "view",
+    )
+
     def __init__(
         self, node: NodeId, group: GroupName, layers: Sequence[Layer], view: View
     ) -> None:

@@ -57,6 +57,8 @@ class SilentGiveUp(Membership):
     """Planted: a joiner that stops on giving up without telling anybody (the node only
     detaches: what `Group` did before)."""
 
+    __slots__ = ()  # (swapped in by `__class__`: the layout must be the same)
+
     def handle(self, event: Event, now: int) -> list[Effect]:
         if type(event) is JoinAbandoned and self.s.status == "joining":
             self.s.status = "stopped"
@@ -67,6 +69,8 @@ class SilentGiveUp(Membership):
 class KeepsWithdrawn(OpenChannel):
     """Planted: a member's channel that treats a withdrawn joiner as any departed node
     (lingering, then forgotten with its link numbers kept)."""
+
+    __slots__ = ()  # (swapped in by `__class__`: the layout must be the same)
 
     def _withdraw(self, peer: NodeId, now: int) -> list[Effect]:
         return []

@@ -34,6 +34,8 @@ FAULTS = ("drop=0.03,dup=0.02,delay=1-20ms,join=n6@60ms,crash=n6@2300ms,join=n7@
 class AsksInFragments(OpenChannel):
     """A joiner's channel whose join ask is larger than a frame."""
 
+    __slots__ = ()  # (swapped in by `__class__`: the layout must be the same)
+
     def handle(self, event: Event, now: int) -> list[Effect]:
         if type(event) is SendRequested and any(isinstance(h, MJoin)
                                                 for h in event.packet.headers):
@@ -45,6 +47,8 @@ class StopsAfterAFirstFragment(AsksInFragments):
     """...and that never gets more than a packet's first fragment out (it is about to
     crash: the rest never leave)."""
 
+    __slots__ = ()  # (swapped in by `__class__`: the layout must be the same)
+
     def handle(self, event: Event, now: int) -> list[Effect]:
         return [e for e in super().handle(event, now)
                 if not (isinstance(e, Send) and isinstance(e.header, RFrag) and e.header.index)]
@@ -52,6 +56,8 @@ class StopsAfterAFirstFragment(AsksInFragments):
 
 class NeverForgetsGuests(OpenChannel):
     """Planted: the channel as it was — a guest stays until a view holds it."""
+
+    __slots__ = ()  # (swapped in by `__class__`: the layout must be the same)
 
     def _expire(self, peer: NodeId, now: int) -> list[Effect]:
         return [] if peer in self._guests else super()._expire(peer, now)

@@ -1,7 +1,8 @@
 """What the stack-level differential tests share: carrying a stack call's outputs onto
 in-memory links and a timer table, firing the timers due, the reliable channel's
-state that its snapshot leaves out, a stack's deep copy (to try a frame on it and throw
-it away) and a frame's bytes as another msgpack writer may send them.
+state that its snapshot leaves out, an object's fields (slotted or not), a stack's deep
+copy (to try a frame on it and throw it away) and a frame's bytes as another msgpack
+writer may send them.
 tests/unit/test_hotpath_stack.py, test_hotpath_channel_shortcuts.py,
 test_stack_top_step.py and test_native_lane.py drive two groups through one history and
 compare both."""
@@ -60,6 +61,18 @@ def channel_links(channel: ReliableChannel) -> list[object]:
                        len(link.waiting), link.progress_at, link.timer.rto)
                       for peer, link in channel._out.items())
     return [inbound, outbound]
+
+
+def fields_of(obj: object) -> dict[str, Any]:
+    """An object's instance fields by name, wherever it keeps them: its `__dict__` and
+    the slots of every class of its MRO (a slot not set is left out)."""
+    fields = dict(getattr(obj, "__dict__", {}))
+    for klass in type(obj).__mro__:
+        slots = vars(klass).get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                fields[name] = getattr(obj, name)
+    return fields
 
 
 def clone(stack: Stack) -> Stack:

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from stack_harness import fields_of
 
 from abcast.codec import EMPTY
 from abcast.effects import Effect
@@ -81,18 +82,17 @@ def plain(value: Any) -> Any:
         return (type(value).__name__, tuple(plain(v) for v in value))
     if hasattr(value, "__dict__"):
         return (type(value).__name__, plain(vars(value)))
-    slots = getattr(type(value), "__slots__", None)
-    if slots is not None:
-        return (type(value).__name__, tuple(plain(getattr(value, s, None)) for s in slots))
+    if hasattr(type(value), "__slots__"):  # (those of every class of its MRO)
+        return (type(value).__name__, plain(fields_of(value)))
     return repr(value)
 
 
 def state_of(layer: Layer) -> Any:
     """The whole state of a layer; a sequencer's (`st`) without its back-reference."""
-    fields = dict(vars(layer))
+    fields = fields_of(layer)
     st = fields.pop("st", None)
     if st is not None:
-        fields["st"] = plain({k: v for k, v in vars(st).items() if k != "hub"})
+        fields["st"] = plain({k: v for k, v in fields_of(st).items() if k != "hub"})
     return plain(fields)
 
 

@@ -60,7 +60,16 @@ import msgspec
 import pytest
 from lane_frames import DECLINE, HOSTILE, core_of, hostile
 from lane_model import Lanes
-from stack_harness import Links, Timers, carry, channel_links, clone, fire_due, repack
+from stack_harness import (
+    Links,
+    Timers,
+    carry,
+    channel_links,
+    clone,
+    fields_of,
+    fire_due,
+    repack,
+)
 
 from abcast.codec import Packet, decode_envelope, encode_frame
 from abcast.effects import Deliver, Output
@@ -176,8 +185,8 @@ def state(stack: Stack) -> dict[str, str]:
     core = top.ordering
     if isinstance(core, Sequencer):
         st = core.st
-        fields = {k: v for k, v in vars(st).items() if k not in ("admission", "optimistic")}
-        fields["admission"] = vars(st.admission)
+        fields = {k: v for k, v in fields_of(st).items() if k not in ("admission", "optimistic")}
+        fields["admission"] = fields_of(st.admission)
         parts["sequencer"] = fields
     return {name: repr(part) for name, part in parts.items()}
 

@@ -18,6 +18,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 
 #include "steady_wire.h"
 
@@ -135,10 +136,63 @@ static inline int held_item(held_refs *hp, PyObject *dict, PyObject *key, PyObje
     return hold(hp, Py_NewRef(*item)) == NULL ? -1 : 1;
 }
 
+/* --- the layers' attributes: a slot read and written at its offset ------------------------
+
+   The lane reads and writes the layers' attributes by name (GET, lane_setattr, set_int).
+   Where the object's type keeps the name in a slot (`__slots__`: a writable object member
+   of it or of a base) and has the generic getattr and setattr, the slot is read or written
+   at its offset, as its member descriptor would, without CPython's lookup by name; anything
+   else (an attribute in an instance dict, a property, a class attribute) goes through
+   PyObject_GetAttr/SetAttr. The offset is cached per name for two types, keyed by the
+   type's version tag, which CPython changes whenever the type or a base changes (a class
+   attribute set: the cache misses and looks again). ATTR(x) names an interned name. */
+
+#define ATTR(x) (offsetof(struct lane_names, x) / sizeof(PyObject *)), lane_names.x
+#define N_NAMES (sizeof(struct lane_names) / sizeof(PyObject *))
+
+typedef struct {
+    PyTypeObject *type;  /* (not held: a type's version tag is never reused by another) */
+    unsigned int version;
+    Py_ssize_t offset;   /* 0: the name is not such a slot of this type */
+} slot_way;
+extern slot_way lane_slots[N_NAMES][2];  /* (lane_objects.c) */
+
+/* The miss: the type's slot for `name` looked up, cached in `ways` (lane_objects.c). */
+Py_ssize_t lane_slot_lookup(slot_way *ways, PyTypeObject *tp, PyObject *name);
+
+static inline Py_ssize_t slot_offset(size_t ix, PyObject *name, PyTypeObject *tp) {
+    slot_way *ways = lane_slots[ix];
+    if (ways[0].type == tp && ways[0].version == tp->tp_version_tag) return ways[0].offset;
+    if (ways[1].type == tp && ways[1].version == tp->tp_version_tag) return ways[1].offset;
+    return lane_slot_lookup(ways, tp, name);
+}
+
+/* getattr(obj, name), new; NULL with an error set */
+static inline PyObject *lane_getattr(PyObject *obj, size_t ix, PyObject *name) {
+    Py_ssize_t offset = slot_offset(ix, name, Py_TYPE(obj));
+    if (offset) {
+        PyObject *v = *(PyObject **)((char *)obj + offset);
+        if (v != NULL) return Py_NewRef(v);  /* (unset: getattr raises AttributeError) */
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+/* setattr(obj, name, v): 0, or -1 with an error set */
+static inline int lane_setattr(PyObject *obj, size_t ix, PyObject *name, PyObject *v) {
+    Py_ssize_t offset = slot_offset(ix, name, Py_TYPE(obj));
+    if (offset) {
+        PyObject **slot = (PyObject **)((char *)obj + offset), *old = *slot;
+        *slot = Py_NewRef(v);
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(obj, name, v);
+}
+
 /* getattr(obj, name) as a reference held until the call ends; NULL with an error set. */
 #define GET(dst, obj, name)                                             \
     do {                                                                \
-        (dst) = hold(hp, PyObject_GetAttr((obj), lane_names.name));     \
+        (dst) = hold(hp, lane_getattr((obj), ATTR(name)));              \
         if ((dst) == NULL) goto error;                                  \
     } while (0)
 
@@ -173,10 +227,10 @@ static inline int as_ll(PyObject *o, long long *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static inline int set_int(PyObject *obj, PyObject *name, long long value) {
+static inline int set_int(PyObject *obj, size_t ix, PyObject *name, long long value) {
     PyObject *v = PyLong_FromLongLong(value);
     if (v == NULL) return -1;
-    int rc = PyObject_SetAttr(obj, name, v);
+    int rc = lane_setattr(obj, ix, name, v);
     Py_DECREF(v);
     return rc;
 }

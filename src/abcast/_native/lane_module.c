@@ -265,18 +265,18 @@ PyObject *lane_receive(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 
     /* --- the changes, in the Python path's order -------------------------------------- */
     if (lane_planted != PLANT_NO_STAMP
-        && PyObject_SetAttr(pst, lane_names.last_heard, now_obj) < 0)
+        && lane_setattr(pst, ATTR(last_heard), now_obj) < 0)
         goto error;
     if (out != NULL && lane_channel_on_ack(out, f.rdata_ack, now_obj, now) < 0) goto error;
-    if (set_int(link, lane_names.high, high + 1) < 0) goto error;
+    if (set_int(link, ATTR(high), high + 1) < 0) goto error;
     if (!ack_armed) {
         if (lane_planted != PLANT_NO_ACK_OWED
-            && PyObject_SetAttr(link, lane_names.ack_armed, Py_True) < 0)
+            && lane_setattr(link, ATTR(ack_armed), Py_True) < 0)
             goto error;
-        if (PyObject_SetAttr(link, lane_names.ack_aged, Py_False) < 0) goto error;
+        if (lane_setattr(link, ATTR(ack_aged), Py_False) < 0) goto error;
     }
-    if (PyObject_SetAttr(ms, lane_names.now, now_obj) < 0) goto error;
-    if (PyObject_SetAttr(st, lane_names.now, now_obj) < 0) goto error;
+    if (lane_setattr(ms, ATTR(now), now_obj) < 0) goto error;
+    if (lane_setattr(st, ATTR(now), now_obj) < 0) goto error;
 
     /* sequencer_numbering.on_data at a member: the body kept */
     if (data_id != NULL && lane_planted != PLANT_DATA_DROPPED) {
@@ -411,10 +411,10 @@ static PyObject *lane_broadcast(PyObject *module, PyObject *const *args, Py_ssiz
     unsigned long long rseq[MAX_OTHERS], rack[MAX_OTHERS];
     PyObject *seq_obj = hold(hp, PyLong_FromLongLong(seq));
     PyObject *mid = hold(hp, lane_new_msgid(me, seq));
-    if (seq_obj == NULL || mid == NULL || set_int(stack, lane_names._next_seq, seq + 1) < 0
-        || PyObject_SetAttr(ms, lane_names.now, now_obj) < 0
-        || PyObject_SetAttr(st, lane_names.now, now_obj) < 0
-        || PyObject_SetAttr(st, lane_names.sent, seq_obj) < 0
+    if (seq_obj == NULL || mid == NULL || set_int(stack, ATTR(_next_seq), seq + 1) < 0
+        || lane_setattr(ms, ATTR(now), now_obj) < 0
+        || lane_setattr(st, ATTR(now), now_obj) < 0
+        || lane_setattr(st, ATTR(sent), seq_obj) < 0
         || PyDict_SetItem(bodies, mid, payload) < 0)
         goto error;
     PyObject *data = hold(hp, PyObject_Vectorcall(lane_SDataType, &seq_obj, 1, NULL));

@@ -4,7 +4,10 @@
 
 #include "lane.h"
 
+#include <structmember.h>  /* (T_OBJECT_EX, READONLY: a slot's member) */
+
 struct lane_names lane_names;
+slot_way lane_slots[N_NAMES][2];
 
 PyTypeObject *lane_MsgIdType;
 PyObject *lane_LocalProtocolError;
@@ -68,6 +71,28 @@ int lane_same_id(PyObject *known, sw_id id) {
     if (as_ll(PyTuple_GET_ITEM(known, 1), &seq) < 0) return -1;
     return PyUnicode_Check(origin) && utf8_equals(origin, id.node)
            && (unsigned long long)seq == id.seq;
+}
+
+/* The cache's miss (lane.h): the offset of `name`'s slot in `tp`'s instances, or 0 where
+   it is not a writable object slot found by the generic getattr and setattr; cached in
+   the first of `ways` (the other keeps the previous type) when the type has a version tag
+   (CPython gives it one at its first lookup, and takes it away when the type changes). */
+Py_ssize_t lane_slot_lookup(slot_way *ways, PyTypeObject *tp, PyObject *name) {
+    Py_ssize_t offset = 0;
+    if (tp->tp_getattro == PyObject_GenericGetAttr
+        && tp->tp_setattro == PyObject_GenericSetAttr) {
+        PyObject *descr = _PyType_Lookup(tp, name);  /* (borrowed; no error set) */
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READONLY))
+                offset = member->offset;
+        }
+    }
+    if (PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        ways[1] = ways[0];
+        ways[0] = (slot_way){.type = tp, .version = tp->tp_version_tag, .offset = offset};
+    }
+    return offset;
 }
 
 static int intern_names(void) {

@@ -44,12 +44,12 @@ static int rto_sample(held_refs *hp, PyObject *timer, long long rtt) {
     else if (base > max_us)
         base = max_us;
     PyObject *base_obj = hold(hp, PyLong_FromLongLong(base));
-    if (base_obj == NULL || set_int(timer, lane_names.srtt, srtt) < 0
-        || set_int(timer, lane_names.rttvar, rttvar) < 0
-        || set_int(timer, lane_names.samples, samples + 1) < 0
-        || PyObject_SetAttr(timer, lane_names.base, base_obj) < 0
-        || PyObject_SetAttr(timer, lane_names.rto, base_obj) < 0
-        || set_int(timer, lane_names.backoff, 0) < 0)
+    if (base_obj == NULL || set_int(timer, ATTR(srtt), srtt) < 0
+        || set_int(timer, ATTR(rttvar), rttvar) < 0
+        || set_int(timer, ATTR(samples), samples + 1) < 0
+        || lane_setattr(timer, ATTR(base), base_obj) < 0
+        || lane_setattr(timer, ATTR(rto), base_obj) < 0
+        || set_int(timer, ATTR(backoff), 0) < 0)
         goto error;
     return 0;
 error:
@@ -74,7 +74,7 @@ int lane_channel_on_ack(PyObject *out, unsigned long long ack, PyObject *now_obj
         if ((unsigned long long)seq > ack) break;
         acked++;
         if (timed == NULL) {
-            PyObject *tries = PyObject_GetAttr(pending, lane_names.tries);
+            PyObject *tries = lane_getattr(pending, ATTR(tries));
             if (tries == NULL) goto error;
             int tried = PyObject_IsTrue(tries);
             Py_DECREF(tries);
@@ -85,7 +85,7 @@ int lane_channel_on_ack(PyObject *out, unsigned long long ack, PyObject *now_obj
     }
     if (acked) {
         if (lane_planted != PLANT_NO_PROGRESS
-            && PyObject_SetAttr(out, lane_names.progress_at, now_obj) < 0)
+            && lane_setattr(out, ATTR(progress_at), now_obj) < 0)
             goto error;
         PyObject *keys = hold(&h, PyList_New(acked));
         if (keys == NULL) goto error;
@@ -108,7 +108,7 @@ int lane_channel_on_ack(PyObject *out, unsigned long long ack, PyObject *now_obj
     if (PyDict_GET_SIZE(unacked) == 0) {
         PyObject *armed;
         GET(armed, out, rto_armed_at);
-        if (armed != Py_None && PyObject_SetAttr(out, lane_names.rto_armed_at, Py_None) < 0)
+        if (armed != Py_None && lane_setattr(out, ATTR(rto_armed_at), Py_None) < 0)
             goto error;
     }
     release(&h);
@@ -173,7 +173,7 @@ int lane_deliver_ready(PyObject *st, PyObject *numbers, PyObject *bodies,
         Py_DECREF(at_obj);
         if (rc < 0) return -1;
     }
-    return set_int(st, lane_names.next_delivery, at);
+    return set_int(st, ATTR(next_delivery), at);
 }
 
 /* --- multicasts to the others: the channel's pass_down_each, the detector's pass_down ---- */
@@ -274,10 +274,10 @@ static PyObject *new_pending(PyObject *packet, PyObject *sent, PyObject *deadlin
     PyObject *pending = type->tp_new(type, no_args, NULL);
     if (pending == NULL) return NULL;
     PyObject *zero = PyLong_FromLong(0);
-    if (zero == NULL || PyObject_SetAttr(pending, lane_names.packet, packet) < 0
-        || PyObject_SetAttr(pending, lane_names.sent, sent) < 0
-        || PyObject_SetAttr(pending, lane_names.deadline, deadline) < 0
-        || PyObject_SetAttr(pending, lane_names.tries, zero) < 0) {
+    if (zero == NULL || lane_setattr(pending, ATTR(packet), packet) < 0
+        || lane_setattr(pending, ATTR(sent), sent) < 0
+        || lane_setattr(pending, ATTR(deadline), deadline) < 0
+        || lane_setattr(pending, ATTR(tries), zero) < 0) {
         Py_XDECREF(zero);
         Py_DECREF(pending);
         return NULL;
@@ -296,7 +296,7 @@ int lane_number_links(links_out *o, PyObject *packet, PyObject *now_obj, long lo
         PyObject *link = o->links[i], *timer, *unacked, *inbound;
         long long next_seq, rto;
         GET(v, link, next_seq);
-        if (as_ll(v, &next_seq) < 0 || set_int(link, lane_names.next_seq, next_seq + 1) < 0)
+        if (as_ll(v, &next_seq) < 0 || set_int(link, ATTR(next_seq), next_seq + 1) < 0)
             goto error;
         GET(timer, link, timer);
         GET(v, timer, rto);
@@ -325,7 +325,7 @@ int lane_number_links(links_out *o, PyObject *packet, PyObject *now_obj, long lo
         GET(v, inbound, above);
         TRUTH(above, v);
         if (!above && lane_planted != PLANT_ACK_KEPT_OWED
-            && PyObject_SetAttr(inbound, lane_names.ack_armed, Py_False) < 0)
+            && lane_setattr(inbound, ATTR(ack_armed), Py_False) < 0)
             goto error;
         GET(v, inbound, high);
         if (as_ll(v, &high) < 0) goto error;
@@ -357,7 +357,7 @@ int lane_add_frames(links_out *o, PyObject *frames, const unsigned long long *rs
         PyObject *pst = PyDict_GetItemWithError(o->peers, dest);
         if (pst == NULL && PyErr_Occurred()) return -1;
         if (pst != NULL && lane_planted != PLANT_NO_LAST_SENT
-            && PyObject_SetAttr(pst, lane_names.last_sent, now_obj) < 0)
+            && lane_setattr(pst, ATTR(last_sent), now_obj) < 0)
             return -1;
         sw_out out = {
             .group = {group, (size_t)group_len}, .sender = {me, (size_t)me_len}, .flags = 0,
@@ -449,10 +449,10 @@ PyObject *lane_announce_one(numbering *nb, PyObject *st, PyObject *origin,
     if (seq_obj == NULL || first_obj == NULL || mid == NULL
         || PyDict_SetItem(nb->released, origin, seq_obj) < 0  /* CausalHoldback.offer */
         || PyDict_SetItem(nb->numbers, first_obj, mid) < 0
-        || set_int(st, lane_names.next_number, *first + 1) < 0)
+        || set_int(st, ATTR(next_number), *first + 1) < 0)
         goto error;
     GET(v, st, order_packets);
-    if (as_ll(v, &packets) < 0 || set_int(st, lane_names.order_packets, packets + 1) < 0)
+    if (as_ll(v, &packets) < 0 || set_int(st, ATTR(order_packets), packets + 1) < 0)
         goto error;
     PyObject *pair = hold(hp, PyTuple_Pack(2, origin, seq_obj));
     PyObject *ids = hold(hp, PyList_New(1));

@@ -160,6 +160,8 @@ class _State:
 
 
 class FailureDetectorLayer(Layer):
+    __slots__ = ("_s", "config")
+
     name = "fd"
     header_type = FdHeader
 

@@ -152,6 +152,12 @@ class Membership(Layer):
     flush (`answers`), the coordinator's (`coordinator`), join, leave and removal
     (`joins`), the evs merge (`merger`) and stability (`stability`)."""
 
+    # (`name` and `header_type` are the ordering's, so per instance here)
+    __slots__ = (
+        "answers", "config", "coordinator", "header_type", "joins", "merger", "name", "ordering",
+        "s", "stability",
+    )
+
     def __init__(
         self, node: NodeId, ordering: ViewOrdering, config: MembershipConfig | None = None
     ) -> None:

@@ -220,6 +220,21 @@ class MembershipState:
     """Every field of the membership layer; the layer owns one and hands it to its
     parts (no behaviour here)."""
 
+    __slots__ = (
+        "aborted", "admitted_in", "answered", "answered_for", "answered_to", "ask", "attempts",
+        "awaiting_farewell", "buffered", "config", "contacts", "cut_off", "deferred", "drafts",
+        "early", "final_view", "flush", "flushes_coordinated", "fresh_for", "frozen",
+        "join_requests", "joins_deferred", "last_install", "leave_after_join", "leave_requests",
+        "left_out_of", "lost", "lower_probes", "merge", "merge_aborted", "merge_deferred",
+        "merge_given_up", "merge_installs_late", "merge_view", "merges", "merges_coordinated",
+        "merges_given_up", "merging", "node", "now", "ordering", "owes_own", "pledged", "prepared",
+        "probe_answered", "probe_at", "queued", "seen_in", "side_delivered", "side_kept",
+        "side_to_pass", "side_tokens", "slow_probe_at", "stable", "stable_reports", "stable_said",
+        "stale_from", "status", "suspects", "thawed_at", "timers", "tokens", "view",
+        "views_installed", "welcome_next", "welcomes_sent", "withdrawals_refused", "withdrawn",
+        "withdrawn_asks",
+    )
+
     def __init__(
         self, node: NodeId, ordering: ViewOrdering, config: MembershipConfig | None = None
     ) -> None:

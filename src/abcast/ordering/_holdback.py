@@ -37,6 +37,8 @@ class Held(Generic[T]):
 
 
 class CausalHoldback(Generic[T]):
+    __slots__ = ("_held", "_released", "_waiting")
+
     def __init__(self) -> None:
         self._released: dict[NodeId, int] = {}
         self._waiting: dict[Needed, list[Held[T]]] = {}

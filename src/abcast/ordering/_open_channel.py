@@ -111,6 +111,11 @@ class _LinkMarks:
 
 
 class OpenChannel(ReliableChannel):
+    __slots__ = (
+        "_guests", "_heard", "_installed", "_lingering", "_resumable", "_spoke", "_view",
+        "_withdrawn", "guests_forgotten", "linger_us", "removed_forgotten", "removed_linger_us",
+    )
+
     name = "open-channel"
 
     def __init__(

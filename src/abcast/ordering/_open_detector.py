@@ -23,6 +23,8 @@ from abcast.ids import NodeId
 
 
 class OpenDetector(FailureDetectorLayer):
+    __slots__ = ()
+
     name = "open-fd"
 
     def is_peer(self, node: str) -> bool:

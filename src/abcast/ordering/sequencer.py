@@ -68,6 +68,8 @@ from abcast.snapshot import HeldMessage, LayerSnapshot
 class Sequencer(Layer):
     """One node of the sequencer family; the options pick the variant (see the rules)."""
 
+    __slots__ = ("_data_type", "st")
+
     name = "sequencer"
     header_type = SEQUENCER_HEADERS
 

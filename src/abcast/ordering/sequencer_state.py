@@ -60,6 +60,14 @@ class SequencerState:
     """Everything one node of the family knows; the helper modules read and change it,
     the core (abcast.ordering.sequencer) owns it. No behaviour."""
 
+    __slots__ = (
+        "acked", "admission", "batch", "bodies", "causal", "delivered", "deps_of", "evs", "holds",
+        "interval_armed", "interval_ids", "log", "max_unstable", "next_delivery", "next_number",
+        "node", "now", "numbers", "optimistic", "order_interval_us", "order_packets", "others",
+        "relay", "reported", "resend", "safe", "safe_upto", "sent", "settled_through", "stable",
+        "stable_period_us", "view",
+    )
+
     def __init__(
         self, node: NodeId, *, batch: int | None, relay: bool, safe: bool, evs: bool,
         causal: bool, stable_period_us: int, order_interval_us: int = 0,

@@ -114,6 +114,13 @@ class _InLink:
 
 
 class ReliableChannel(Layer):
+    __slots__ = (
+        "_bounds", "_gate", "_gated", "_in", "_inner", "_max_sacks", "_members", "_out",
+        "_piggyback", "_reassembly", "_room", "_rto_floor", "_steady", "_tick_at", "_tick_period",
+        "_tick_set", "acks_sent", "config", "duplicates", "fragmented", "gap_acks", "refused_far",
+        "retransmissions", "undecodable", "window_waits",
+    )
+
     name = "channel"
     header_type = ChannelHeader
 
